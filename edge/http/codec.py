@@ -1,0 +1,184 @@
+"""The HTTP/1.1 codec interface: sans-IO parsers for requests and responses.
+
+Two implementations sit behind this interface: ``codec_httptools`` (llhttp, the
+fast default) and ``codec_h11`` (the strict reference). Both are pure objects over
+bytes: ``feed()`` buffers and parses, and calls the handler synchronously for each
+event; no sockets, no loop. They must emit exactly the same events for the same
+bytes, however those bytes are split (a differential test checks this).
+
+Events, in order, per message:
+    handler.on_head(head)            a RequestHead / ResponseHead
+    handler.on_body(data)            zero or more times, decoded body bytes (chunk
+                                     framing removed), never empty
+    handler.on_end()                 the message is complete
+
+For an upgrade (a request with ``Connection: upgrade`` and ``Upgrade``, or a 101
+response) the parser calls ``on_head``, ``on_end`` and then
+``handler.on_upgrade(rest)`` with the bytes that followed the head, and parses
+nothing more: further ``feed()`` calls are ignored.
+
+Errors raise :class:`edge.errors.ProtocolError` (status 400) or
+:class:`edge.errors.HeadersTooLarge` (431), identically under both codecs: both
+refuse Content-Length together with Transfer-Encoding, more than one
+Content-Length header, any Transfer-Encoding but exactly ``chunked``, an invalid
+chunk size, obs-fold, a bare LF line ending, a request line that is not
+HTTP/1.0 or HTTP/1.1, HTTP/1.1 without Host, a CONNECT request, and a head
+larger than ``max_header_bytes``. After an error the parser is dead.
+
+Heads are plain slotted objects (not msgspec Structs): they are built once per
+message on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+# (name as received, value with surrounding whitespace stripped)
+Header = tuple[bytes, bytes]
+
+
+class RequestHead:
+    __slots__ = (
+        "method",  # b"GET"
+        "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
+        "version",  # b"1.1" or b"1.0"
+        "headers",  # list[Header], order and case preserved
+        "keep_alive",  # bool: version default and Connection tokens
+        "chunked",  # bool: Transfer-Encoding: chunked
+        "content_length",  # int | None
+        "upgrade",  # bool: Connection: upgrade + an Upgrade header
+        "expect_continue",  # bool: Expect: 100-continue
+    )
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,
+        version: bytes,
+        headers: list[Header],
+        keep_alive: bool,
+        chunked: bool,
+        content_length: int | None,
+        upgrade: bool,
+        expect_continue: bool,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.chunked = chunked
+        self.content_length = content_length
+        self.upgrade = upgrade
+        self.expect_continue = expect_continue
+
+    def as_tuple(self) -> tuple:
+        """A comparable form (header names lowercased): used by tests."""
+        return (
+            self.method,
+            self.target,
+            self.version,
+            [(n.lower(), v) for n, v in self.headers],
+            self.keep_alive,
+            self.chunked,
+            self.content_length,
+            self.upgrade,
+            self.expect_continue,
+        )
+
+    def __repr__(self) -> str:
+        return f"RequestHead{self.as_tuple()!r}"
+
+
+class ResponseHead:
+    __slots__ = (
+        "status",  # int
+        "reason",  # bytes
+        "version",  # b"1.1" / b"1.0"
+        "headers",  # list[Header]
+        "keep_alive",  # bool: the upstream connection may be reused after this response
+        "chunked",  # bool
+        "content_length",  # int | None (None with chunked, or body until close, or no body)
+        "has_body",  # bool: False for HEAD, 1xx, 204, 304
+    )
+
+    def __init__(
+        self,
+        status: int,
+        reason: bytes,
+        version: bytes,
+        headers: list[Header],
+        keep_alive: bool,
+        chunked: bool,
+        content_length: int | None,
+        has_body: bool,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.version = version
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.chunked = chunked
+        self.content_length = content_length
+        self.has_body = has_body
+
+    def as_tuple(self) -> tuple:
+        return (
+            self.status,
+            self.reason,
+            self.version,
+            [(n.lower(), v) for n, v in self.headers],
+            self.keep_alive,
+            self.chunked,
+            self.content_length,
+            self.has_body,
+        )
+
+    def __repr__(self) -> str:
+        return f"ResponseHead{self.as_tuple()!r}"
+
+
+class Handler(Protocol):
+    def on_head(self, head: RequestHead | ResponseHead) -> None: ...
+    def on_body(self, data: bytes) -> None: ...
+    def on_end(self) -> None: ...
+    def on_upgrade(self, rest: bytes) -> None: ...
+
+
+class RequestParser(Protocol):
+    """Parses the client side of a connection: a stream of requests (pipelining)."""
+
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None: ...
+
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``; call the handler for each event. Raises ProtocolError."""
+
+
+class ResponseParser(Protocol):
+    """Parses the upstream side: one response per request sent, in order.
+
+    ``expect(method)`` must be called once before each response, with the method
+    of the request it answers (a response to HEAD has no body). Interim 1xx
+    responses other than 101 are consumed and not reported. ``feed_eof()`` ends a
+    body delimited by connection close (calls on_end) or raises ProtocolError if a
+    message was cut short.
+    """
+
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None: ...
+
+    def expect(self, method: bytes) -> None: ...
+
+    def feed(self, data: bytes) -> None: ...
+
+    def feed_eof(self) -> None: ...
+
+
+def parser_classes(name: str) -> tuple[type, type]:
+    """(RequestParser, ResponseParser) classes for a codec name: httptools | h11."""
+    if name == "httptools":
+        from edge.http import codec_httptools as mod
+    elif name == "h11":
+        from edge.http import codec_h11 as mod  # type: ignore[no-redef]
+    else:
+        raise ValueError(f"unknown HTTP parser {name!r}: expected 'httptools' or 'h11'")
+    return mod.RequestParser, mod.ResponseParser
