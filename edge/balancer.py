@@ -1,0 +1,54 @@
+"""Weighted round robin, smooth and deterministic (the nginx algorithm).
+
+Each pick adds every member's weight to its running score, takes the member with
+the highest score (the first one on ties, so the sequence depends only on the
+weights and their order) and subtracts the total from it. Over any window of
+``sum(weights)`` picks every member is chosen exactly ``weight`` times, spread
+out rather than in bursts. Members with weight 0 are never picked.
+
+The running scores are the only mutable state; a balancer belongs to one router
+snapshot and is rebuilt with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SmoothWeightedRoundRobin(Generic[T]):
+    __slots__ = ("_current", "_members", "_single", "_total", "_weights")
+
+    def __init__(self, members: Sequence[tuple[T, int]]) -> None:
+        live = [(m, w) for m, w in members if w > 0]
+        self._members: list[T] = [m for m, _ in live]
+        self._weights: list[int] = [w for _, w in live]
+        self._current: list[int] = [0] * len(live)
+        self._total = sum(self._weights)
+        # One member (the common case) needs no arithmetic at all.
+        self._single: T | None = self._members[0] if len(live) == 1 else None
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def pick(self) -> T | None:
+        """The next member, or None when there is none with a positive weight."""
+        if self._single is not None:
+            return self._single
+        members = self._members
+        if not members:
+            return None
+        current = self._current
+        weights = self._weights
+        best = 0
+        best_score = None
+        for i in range(len(members)):
+            score = current[i] + weights[i]
+            current[i] = score
+            if best_score is None or score > best_score:
+                best = i
+                best_score = score
+        current[best] -= self._total
+        return members[best]
