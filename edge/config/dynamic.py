@@ -1,0 +1,445 @@
+"""The dynamic configuration: what every provider produces, in Traefik's shape.
+
+Owns the msgspec models for ``http``, ``tcp``, ``udp`` and ``tls`` and the shared
+:class:`Base` every configuration model (static and dynamic) inherits. One model serves
+the file provider, the Kubernetes providers and the API's dump.
+
+Invariants kept by decoding (``__post_init__`` raises ``ValueError``, which msgspec
+reports with the key path): a service, UDP/TCP service and middleware have exactly one
+kind set; server URLs are ``http(s)://host[:port]``; TCP/UDP server addresses are
+``host:port``. Element names written in files contain no ``@`` (``@`` separates a name from its
+provider, see :mod:`edge.config.merge`; checked by the loader, since merged
+configurations hold qualified names). References between elements (router ->
+service, ...) are *not* checked here: that is :mod:`edge.config.runtime`'s job, so one
+broken router never rejects a whole file.
+
+Models are frozen; those holding lists or dicts compare with ``==`` but are not hashable.
+Durations are :class:`~edge.config.durations.Duration` (float seconds).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from edge.config.durations import Duration
+
+__all__ = [
+    "AddPrefix",
+    "Base",
+    "CertAndStores",
+    "Configuration",
+    "Domain",
+    "ForwardingTimeouts",
+    "HTTPConfiguration",
+    "Headers",
+    "LoadBalancer",
+    "Middleware",
+    "ProxyProtocol",
+    "RedirectScheme",
+    "Router",
+    "RouterTLS",
+    "Server",
+    "ServersTransport",
+    "Service",
+    "StoreCertificate",
+    "StripPrefix",
+    "TCPConfiguration",
+    "TCPLoadBalancer",
+    "TCPRouter",
+    "TCPRouterTLS",
+    "TCPServer",
+    "TCPServersTransport",
+    "TCPService",
+    "TLSClientConfig",
+    "TLSConfiguration",
+    "TLSOptions",
+    "TLSStore",
+    "UDPConfiguration",
+    "UDPLoadBalancer",
+    "UDPRouter",
+    "UDPServer",
+    "UDPService",
+    "WRRService",
+    "Weighted",
+    "split_host_port",
+]
+
+
+class Base(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    rename="camel",
+    omit_defaults=True,
+):
+    """Base of every configuration model.
+
+    * ``frozen``: a decoded configuration is a value; the watcher compares them with ``==``.
+    * ``forbid_unknown_fields``: a misspelt key is an error naming it, never silently ignored.
+    * ``rename="camel"``: Python ``snake_case`` attributes, Traefik's ``camelCase`` keys;
+      where camel-casing does not give Traefik's spelling (``trustedIPs``, ``rootCAs``)
+      the field says ``msgspec.field(name=...)``.
+    * ``omit_defaults``: encoding writes only what differs from the defaults.
+    """
+
+
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` / ``"[v6]:port"`` / ``":port"`` -> ``(host, port)``; ``ValueError`` otherwise.
+
+    ``host`` is ``""`` when omitted and has no brackets for IPv6.
+    """
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"invalid address {address!r}: expected host:port")
+    if address.startswith("["):
+        end = address.find("]")
+        if end < 0 or address[end + 1 : end + 2] != ":":
+            raise ValueError(f"invalid address {address!r}: expected [ipv6]:port")
+        host, port_text = address[1:end], address[end + 2 :]
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise ValueError(
+                f"invalid address {address!r}: {host!r} is not an IPv6 address"
+            ) from None
+    else:
+        host, sep, port_text = address.rpartition(":")
+        if not sep:
+            raise ValueError(f"invalid address {address!r}: expected host:port (missing ':port')")
+        if ":" in host:
+            raise ValueError(f"invalid address {address!r}: write IPv6 hosts as [addr]:port")
+    if not port_text.isascii() or not port_text.isdigit():
+        raise ValueError(f"invalid address {address!r}: port {port_text!r} is not a number")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"invalid address {address!r}: port {port} is out of range")
+    return host, port
+
+
+def _exactly_one(what: str, **kinds: object) -> None:
+    set_ = [key for key, value in kinds.items() if value is not None]
+    if len(set_) != 1:
+        names = ", ".join(kinds)
+        found = f" (found {', '.join(set_)})" if set_ else ""
+        raise ValueError(f"{what} must have exactly one of: {names}{found}")
+
+
+# --- http ---------------------------------------------------------------------
+
+
+class Domain(Base):
+    main: str = ""
+    sans: list[str] = []
+
+
+class RouterTLS(Base):
+    """``tls`` of an HTTP router: terminate TLS for this router."""
+
+    cert_resolver: str = ""
+    options: str = ""  # TLS options name; "" means "default"
+    domains: list[Domain] = []
+
+
+class Router(Base):
+    rule: str
+    service: str
+    entry_points: list[str] = []  # empty: every (non-internal) TCP entry point
+    priority: int = 0  # 0: default priority, len(rule)
+    middlewares: list[str] = []
+    tls: RouterTLS | None = None
+
+
+class Server(Base):
+    url: str
+    weight: NonNegativeInt = 1
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.url)
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"invalid server url {self.url!r}: {exc}") from None
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"invalid server url {self.url!r}: scheme must be http or https")
+        if not parts.hostname:
+            raise ValueError(f"invalid server url {self.url!r}: no host")
+        if port == 0:
+            raise ValueError(f"invalid server url {self.url!r}: port 0")
+
+
+class LoadBalancer(Base):
+    servers: list[Server] = []
+    pass_host_header: bool = True
+    servers_transport: str = ""  # "" means the default transport, default@internal
+
+
+class WRRService(Base):
+    name: str
+    weight: NonNegativeInt = 1
+
+
+class Weighted(Base):
+    services: list[WRRService] = []
+
+
+class Service(Base):
+    load_balancer: LoadBalancer | None = None
+    weighted: Weighted | None = None
+
+    def __post_init__(self) -> None:
+        _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
+
+
+class StripPrefix(Base):
+    prefixes: list[str] = []
+
+
+class AddPrefix(Base):
+    prefix: str
+
+
+class Headers(Base):
+    """Custom headers; an empty value removes the header, as in Traefik."""
+
+    custom_request_headers: dict[str, str] = {}
+    custom_response_headers: dict[str, str] = {}
+
+
+class RedirectScheme(Base):
+    scheme: str
+    port: str = ""
+    permanent: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.scheme:
+            raise ValueError("redirectScheme: scheme must not be empty")
+        if self.port and not (
+            self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535
+        ):
+            raise ValueError(f"redirectScheme: invalid port {self.port!r}")
+
+
+class Middleware(Base):
+    strip_prefix: StripPrefix | None = None
+    add_prefix: AddPrefix | None = None
+    headers: Headers | None = None
+    redirect_scheme: RedirectScheme | None = None
+
+    def __post_init__(self) -> None:
+        _exactly_one(
+            "a middleware",
+            stripPrefix=self.strip_prefix,
+            addPrefix=self.add_prefix,
+            headers=self.headers,
+            redirectScheme=self.redirect_scheme,
+        )
+
+    @property
+    def kind(self) -> str:
+        """Traefik's name of the middleware type set (``"stripPrefix"``, ...)."""
+        for key, value in (
+            ("stripPrefix", self.strip_prefix),
+            ("addPrefix", self.add_prefix),
+            ("headers", self.headers),
+            ("redirectScheme", self.redirect_scheme),
+        ):
+            if value is not None:
+                return key
+        raise AssertionError("unreachable: validated in __post_init__")
+
+
+class ForwardingTimeouts(Base):
+    dial_timeout: Duration = Duration(30.0)
+    response_header_timeout: Duration = Duration(0.0)  # 0: no timeout
+    idle_conn_timeout: Duration = Duration(90.0)
+
+
+class ServersTransport(Base):
+    """How edge talks to HTTP upstreams."""
+
+    server_name: str = ""
+    insecure_skip_verify: bool = False
+    root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+    max_idle_conns_per_host: NonNegativeInt = 200
+    forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
+
+
+class HTTPConfiguration(Base):
+    routers: dict[str, Router] = {}
+    services: dict[str, Service] = {}
+    middlewares: dict[str, Middleware] = {}
+    servers_transports: dict[str, ServersTransport] = {}
+
+
+# --- tcp ----------------------------------------------------------------------
+
+
+class TCPRouterTLS(Base):
+    passthrough: bool = False
+    options: str = ""
+    cert_resolver: str = ""
+    domains: list[Domain] = []
+
+
+class TCPRouter(Base):
+    rule: str
+    service: str
+    entry_points: list[str] = []
+    priority: int = 0
+    tls: TCPRouterTLS | None = None
+
+
+class TCPServer(Base):
+    address: str
+    weight: NonNegativeInt = 1
+
+    def __post_init__(self) -> None:
+        host, port = split_host_port(self.address)
+        if not host or port == 0:
+            raise ValueError(f"invalid server address {self.address!r}: expected host:port")
+
+
+class ProxyProtocol(Base):
+    version: Literal[1, 2] = 2
+
+
+class TCPLoadBalancer(Base):
+    servers: list[TCPServer] = []
+    servers_transport: str = ""
+    proxy_protocol: ProxyProtocol | None = None
+
+
+class TCPService(Base):
+    load_balancer: TCPLoadBalancer | None = None
+    weighted: Weighted | None = None
+
+    def __post_init__(self) -> None:
+        _exactly_one("a TCP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+
+
+class TLSClientConfig(Base):
+    server_name: str = ""
+    insecure_skip_verify: bool = False
+    root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+
+
+class TCPServersTransport(Base):
+    dial_timeout: Duration = Duration(30.0)
+    dial_keep_alive: Duration = Duration(15.0)
+    termination_delay: Duration = Duration(0.1)
+    tls: TLSClientConfig | None = None
+
+
+class TCPConfiguration(Base):
+    routers: dict[str, TCPRouter] = {}
+    services: dict[str, TCPService] = {}
+    servers_transports: dict[str, TCPServersTransport] = {}
+
+
+# --- udp ----------------------------------------------------------------------
+
+
+class UDPRouter(Base):
+    service: str
+    entry_points: list[str] = []  # empty: every UDP entry point
+
+
+class UDPServer(Base):
+    address: str
+
+    def __post_init__(self) -> None:
+        host, port = split_host_port(self.address)
+        if not host or port == 0:
+            raise ValueError(f"invalid server address {self.address!r}: expected host:port")
+
+
+class UDPLoadBalancer(Base):
+    servers: list[UDPServer] = []
+
+
+class UDPService(Base):
+    load_balancer: UDPLoadBalancer | None = None
+    weighted: Weighted | None = None
+
+    def __post_init__(self) -> None:
+        _exactly_one("a UDP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+
+
+class UDPConfiguration(Base):
+    routers: dict[str, UDPRouter] = {}
+    services: dict[str, UDPService] = {}
+
+
+# --- tls ----------------------------------------------------------------------
+
+TLSVersion = Literal["VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13"]
+
+
+class CertAndStores(Base):
+    """A certificate (file path or inline PEM) and the stores it goes to."""
+
+    cert_file: str
+    key_file: str
+    stores: list[str] = []  # empty: the "default" store
+
+
+class TLSOptions(Base):
+    min_version: TLSVersion = "VersionTLS12"
+    max_version: TLSVersion | Literal[""] = ""  # "": the highest supported
+    cipher_suites: list[str] = []
+    sni_strict: bool = False
+    # edge speaks HTTP/1.1 only, so that is all it offers by default (Traefik adds h2).
+    alpn_protocols: list[str] = msgspec.field(default_factory=lambda: ["http/1.1"])
+
+
+class StoreCertificate(Base):
+    cert_file: str
+    key_file: str
+
+
+class TLSStore(Base):
+    default_certificate: StoreCertificate | None = None
+
+
+class TLSConfiguration(Base):
+    certificates: list[CertAndStores] = []
+    options: dict[str, TLSOptions] = {}
+    stores: dict[str, TLSStore] = {}
+
+
+# --- the whole --------------------------------------------------------------------
+
+
+class Configuration(Base):
+    """One provider's dynamic configuration (or, after merge, everyone's)."""
+
+    http: HTTPConfiguration | None = None
+    tcp: TCPConfiguration | None = None
+    udp: UDPConfiguration | None = None
+    tls: TLSConfiguration | None = None
+
+    def is_empty(self) -> bool:
+        """True when no section holds any element."""
+        return self == EMPTY or all(
+            section is None or not any(_values(section))
+            for section in (self.http, self.tcp, self.udp, self.tls)
+        )
+
+
+def _values(section: Base) -> Iterable[object]:
+    for name in section.__struct_fields__:
+        value = getattr(section, name)
+        if isinstance(value, Mapping | list):
+            yield value
+
+
+EMPTY = Configuration()
+"""The empty configuration (an immutable constant)."""

@@ -1,0 +1,217 @@
+"""Merging every provider's configuration into one, with provider-qualified names (Traefik's rules).
+
+Owns the ``name@provider`` naming. Invariants of :func:`merge`'s result:
+
+* every element (router, service, middleware, serversTransport, TLS options and
+  stores except ``default``) is named ``name@provider``;
+* every reference without ``@`` (router ``service``, ``middlewares``, ``tls.options``;
+  weighted ``services[].name``; load balancer ``serversTransport``; certificate
+  ``stores``) is qualified with the provider it came from; references with ``@`` are
+  kept as written, ``""`` stays ``""`` (the default), and ``"default"`` TLS options and
+  stores keep their name;
+* TLS certificates are concatenated; TLS options ``default`` exist exactly once: the
+  built-in defaults when no provider defines them, dropped (with an error logged, so the
+  routers needing them fail visibly) when several do, as Traefik does;
+* the order is deterministic: providers sorted by name, then each provider's own order.
+
+References are not checked here; :mod:`edge.config.runtime` does that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import msgspec
+
+from edge.config.dynamic import (
+    CertAndStores,
+    Configuration,
+    HTTPConfiguration,
+    Middleware,
+    Router,
+    ServersTransport,
+    Service,
+    TCPConfiguration,
+    TCPLoadBalancer,
+    TCPRouter,
+    TCPServersTransport,
+    TCPService,
+    TLSConfiguration,
+    TLSOptions,
+    TLSStore,
+    UDPConfiguration,
+    UDPRouter,
+    UDPService,
+    Weighted,
+)
+
+__all__ = ["DEFAULT_TLS", "merge", "qualify", "split_name"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TLS = "default"
+"""The name of the default TLS options and store: never qualified."""
+
+_replace = msgspec.structs.replace
+_Qualifier = Callable[[str], str]
+
+
+def qualify(name: str, provider: str) -> str:
+    """``name@provider`` unless ``name`` already names its provider."""
+    return name if "@" in name else f"{name}@{provider}"
+
+
+def split_name(qualified: str) -> tuple[str, str]:
+    """``"whoami@file"`` -> ``("whoami", "file")``; ``("x", "")`` when unqualified."""
+    name, _, provider = qualified.rpartition("@")
+    return (name, provider) if name else (qualified, "")
+
+
+def merge(configs: Mapping[str, Configuration]) -> Configuration:
+    """One configuration from every provider's (provider name -> its configuration)."""
+    has_http = has_tcp = has_udp = False
+    routers: dict[str, Router] = {}
+    services: dict[str, Service] = {}
+    middlewares: dict[str, Middleware] = {}
+    transports: dict[str, ServersTransport] = {}
+    tcp_routers: dict[str, TCPRouter] = {}
+    tcp_services: dict[str, TCPService] = {}
+    tcp_transports: dict[str, TCPServersTransport] = {}
+    udp_routers: dict[str, UDPRouter] = {}
+    udp_services: dict[str, UDPService] = {}
+    certificates: list[CertAndStores] = []
+    options: dict[str, TLSOptions] = {}
+    stores: dict[str, TLSStore] = {}
+    default_options_from: list[str] = []
+    default_store_from: list[str] = []
+
+    for provider in sorted(configs):
+        if not provider or "@" in provider:
+            raise ValueError(f"invalid provider name {provider!r}")
+        conf = configs[provider]
+
+        def q(name: str, provider: str = provider) -> str:
+            return qualify(name, provider)
+
+        if conf.http is not None:
+            has_http = True
+            routers.update((q(n), _http_router(r, q)) for n, r in conf.http.routers.items())
+            services.update((q(n), _http_service(s, q)) for n, s in conf.http.services.items())
+            middlewares.update((q(n), m) for n, m in conf.http.middlewares.items())
+            transports.update((q(n), t) for n, t in conf.http.servers_transports.items())
+
+        if conf.tcp is not None:
+            has_tcp = True
+            tcp_routers.update((q(n), _tcp_router(r, q)) for n, r in conf.tcp.routers.items())
+            tcp_services.update((q(n), _tcp_service(s, q)) for n, s in conf.tcp.services.items())
+            tcp_transports.update((q(n), t) for n, t in conf.tcp.servers_transports.items())
+
+        if conf.udp is not None:
+            has_udp = True
+            udp_routers.update(
+                (q(n), _replace(r, service=q(r.service))) for n, r in conf.udp.routers.items()
+            )
+            udp_services.update((q(n), _udp_service(s, q)) for n, s in conf.udp.services.items())
+
+        if conf.tls is not None:
+            for cert in conf.tls.certificates:
+                if cert.stores:
+                    cert = _replace(cert, stores=[_tls_name(s, q) for s in cert.stores])
+                certificates.append(cert)
+            for name, opts in conf.tls.options.items():
+                if name == DEFAULT_TLS:
+                    default_options_from.append(provider)
+                options[_tls_name(name, q)] = opts
+            for name, store in conf.tls.stores.items():
+                if name == DEFAULT_TLS:
+                    default_store_from.append(provider)
+                stores[_tls_name(name, q)] = store
+
+    if not default_options_from:
+        options = {DEFAULT_TLS: TLSOptions(), **options}
+    elif len(default_options_from) > 1:
+        log.error(
+            "TLS options 'default' defined by several providers (%s): none is used, "
+            "routers needing them are disabled",
+            ", ".join(default_options_from),
+        )
+        del options[DEFAULT_TLS]
+    if len(default_store_from) > 1:
+        log.error(
+            "TLS store 'default' defined by several providers (%s): none is used",
+            ", ".join(default_store_from),
+        )
+        del stores[DEFAULT_TLS]
+
+    return Configuration(
+        http=HTTPConfiguration(
+            routers=routers,
+            services=services,
+            middlewares=middlewares,
+            servers_transports=transports,
+        )
+        if has_http
+        else None,
+        tcp=TCPConfiguration(
+            routers=tcp_routers, services=tcp_services, servers_transports=tcp_transports
+        )
+        if has_tcp
+        else None,
+        udp=UDPConfiguration(routers=udp_routers, services=udp_services) if has_udp else None,
+        tls=TLSConfiguration(certificates=certificates, options=options, stores=stores),
+    )
+
+
+def _tls_name(name: str, q: _Qualifier) -> str:
+    return name if name == DEFAULT_TLS else q(name)
+
+
+def _http_router(router: Router, q: _Qualifier) -> Router:
+    tls = router.tls
+    if tls is not None and tls.options:
+        tls = _replace(tls, options=_tls_name(tls.options, q))
+    return _replace(
+        router,
+        service=q(router.service),
+        middlewares=[q(m) for m in router.middlewares],
+        tls=tls,
+    )
+
+
+def _weighted(weighted: Weighted, q: _Qualifier) -> Weighted:
+    return _replace(weighted, services=[_replace(s, name=q(s.name)) for s in weighted.services])
+
+
+def _http_service(service: Service, q: _Qualifier) -> Service:
+    if service.weighted is not None:
+        return _replace(service, weighted=_weighted(service.weighted, q))
+    lb = service.load_balancer
+    if lb is not None and lb.servers_transport:
+        lb = _replace(lb, servers_transport=q(lb.servers_transport))
+        return _replace(service, load_balancer=lb)
+    return service
+
+
+def _tcp_router(router: TCPRouter, q: _Qualifier) -> TCPRouter:
+    tls = router.tls
+    if tls is not None and tls.options:
+        tls = _replace(tls, options=_tls_name(tls.options, q))
+    return _replace(router, service=q(router.service), tls=tls)
+
+
+def _tcp_service(service: TCPService, q: _Qualifier) -> TCPService:
+    if service.weighted is not None:
+        return _replace(service, weighted=_weighted(service.weighted, q))
+    lb: TCPLoadBalancer | None = service.load_balancer
+    if lb is not None and lb.servers_transport:
+        return _replace(
+            service, load_balancer=_replace(lb, servers_transport=q(lb.servers_transport))
+        )
+    return service
+
+
+def _udp_service(service: UDPService, q: _Qualifier) -> UDPService:
+    if service.weighted is not None:
+        return _replace(service, weighted=_weighted(service.weighted, q))
+    return service

@@ -1,0 +1,399 @@
+"""Validation of a merged configuration into a runtime snapshot (Traefik's pkg/config/runtime).
+
+Owns the cross-reference checks no single file can make: rules parse, routers point at
+existing, working services, middlewares and entry points of the right protocol,
+weighted services have no missing members and no cycles, serversTransports exist.
+
+Invariants of :func:`build_runtime`'s :class:`RuntimeConfig`:
+
+* every element of the configuration appears exactly once, with a status:
+  ``"enabled"``; ``"warning"`` (works, but something deserves a look, e.g. no servers:
+  requests get 503); or ``"disabled"`` (must not be served), and ``errors`` saying why;
+* an enabled or warning router has a compiled ``rule``, a resolved ``priority`` and a
+  non-empty list of existing ``entry_points``, its service and middlewares exist and its
+  service is not disabled; one broken element never disables an unrelated one;
+* ``servers_transports`` always holds ``default@internal``; the snapshot is never
+  mutated after it is built.
+
+Messages in ``errors`` are bare (``service 'x@file' does not exist``);
+:meth:`RuntimeConfig.errors` prefixes each with the element
+(``router whoami@file: service 'x@file' does not exist``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from edge.config.durations import enc_hook
+from edge.config.dynamic import (
+    Configuration,
+    Middleware,
+    Router,
+    ServersTransport,
+    Service,
+    TCPRouter,
+    TCPServersTransport,
+    TCPService,
+    TLSConfiguration,
+    UDPRouter,
+    UDPService,
+    Weighted,
+)
+from edge.config.merge import DEFAULT_TLS, split_name
+from edge.config.static import INTERNAL_ENTRY_POINT
+from edge.errors import RuleError
+from edge.rules import Rule, compile_rule, default_priority
+
+__all__ = [
+    "DEFAULT_TRANSPORT",
+    "DISABLED",
+    "ENABLED",
+    "WARNING",
+    "ElementInfo",
+    "RouterInfo",
+    "RuntimeConfig",
+    "ServiceInfo",
+    "build_runtime",
+]
+
+ENABLED: Literal["enabled"] = "enabled"
+WARNING: Literal["warning"] = "warning"
+DISABLED: Literal["disabled"] = "disabled"
+Status = Literal["enabled", "warning", "disabled"]
+
+DEFAULT_TRANSPORT = "default@internal"
+"""The serversTransport used when a load balancer names none; always exists."""
+
+C = TypeVar("C")
+
+
+class ElementInfo(Generic[C]):
+    """One element of the configuration with its validation outcome."""
+
+    __slots__ = ("config", "errors", "name", "status", "used_by")
+
+    def __init__(self, name: str, config: C) -> None:
+        self.name = name
+        self.config = config
+        self.status: Status = ENABLED
+        self.errors: list[str] = []
+        self.used_by: list[str] = []  # routers (or weighted services) referring to it
+
+    @property
+    def provider(self) -> str:
+        return split_name(self.name)[1]
+
+    def add_error(self, message: str, *, critical: bool = True) -> None:
+        """Record ``message``; a critical error disables, any other makes a warning."""
+        self.errors.append(message)
+        if critical:
+            self.status = DISABLED
+        elif self.status == ENABLED:
+            self.status = WARNING
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.name!r}, status={self.status!r}, errors={self.errors!r})"
+        )
+
+
+class ServiceInfo(ElementInfo[C]):
+    """A service (HTTP, TCP or UDP) or an HTTP middleware."""
+
+    __slots__ = ()
+
+
+class RouterInfo(ElementInfo[C]):
+    """A router with what validation resolved: compiled rule, priority, entry points."""
+
+    __slots__ = ("entry_points", "priority", "rule")
+
+    def __init__(self, name: str, config: C) -> None:
+        super().__init__(name, config)
+        self.rule: Rule | None = None
+        self.priority: int = 0
+        self.entry_points: list[str] = []
+
+
+class RuntimeConfig:
+    """The validated snapshot every listener receives. Treat as read-only."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        entry_points: Mapping[str, str],
+    ) -> None:
+        self.configuration = configuration
+        self.entry_points: dict[str, str] = dict(entry_points)
+        self.http_routers: dict[str, RouterInfo[Router]] = {}
+        self.http_services: dict[str, ServiceInfo[Service]] = {}
+        self.http_middlewares: dict[str, ServiceInfo[Middleware]] = {}
+        self.tcp_routers: dict[str, RouterInfo[TCPRouter]] = {}
+        self.tcp_services: dict[str, ServiceInfo[TCPService]] = {}
+        self.udp_routers: dict[str, RouterInfo[UDPRouter]] = {}
+        self.udp_services: dict[str, ServiceInfo[UDPService]] = {}
+        self.servers_transports: dict[str, ServersTransport] = {}
+        self.tcp_servers_transports: dict[str, TCPServersTransport] = {}
+        self.tls: TLSConfiguration = configuration.tls or TLSConfiguration()
+
+    def _tables(self) -> Iterator[tuple[str, str, str, Mapping[str, ElementInfo[Any]]]]:
+        """(label for messages, section, kind) and the table, in a stable order."""
+        yield "router", "http", "routers", self.http_routers
+        yield "service", "http", "services", self.http_services
+        yield "middleware", "http", "middlewares", self.http_middlewares
+        yield "tcp router", "tcp", "routers", self.tcp_routers
+        yield "tcp service", "tcp", "services", self.tcp_services
+        yield "udp router", "udp", "routers", self.udp_routers
+        yield "udp service", "udp", "services", self.udp_services
+
+    def elements(self) -> Iterator[tuple[str, ElementInfo[Any]]]:
+        """Every element as ``(label, info)``; label is ``"router"``, ``"tcp service"``, ..."""
+        for label, _, _, table in self._tables():
+            for info in table.values():
+                yield label, info
+
+    def errors(self) -> list[str]:
+        """Every error and warning, each prefixed with the element it is about."""
+        return [
+            f"{label} {info.name}: {message}"
+            for label, info in self.elements()
+            for message in info.errors
+        ]
+
+    def to_builtins(self) -> dict[str, Any]:
+        """A JSON-able dump (camelCase keys) with status and errors per element."""
+        out: dict[str, Any] = {"http": {}, "tcp": {}, "udp": {}}
+        for _, section, kind, table in self._tables():
+            out[section][kind] = {name: _dump(info) for name, info in table.items()}
+        out["http"]["serversTransports"] = _builtins(self.servers_transports)
+        out["tcp"]["serversTransports"] = _builtins(self.tcp_servers_transports)
+        out["tls"] = _builtins(self.tls)
+        out["entryPoints"] = dict(self.entry_points)
+        return out
+
+
+def _builtins(value: object) -> Any:
+    return msgspec.to_builtins(value, enc_hook=enc_hook)
+
+
+def _dump(info: ElementInfo[Any]) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "name": info.name,
+        "provider": info.provider,
+        "status": info.status,
+        "errors": list(info.errors),
+    }
+    if isinstance(info, RouterInfo):
+        d["priority"] = info.priority
+        d["entryPoints"] = list(info.entry_points)
+    else:
+        d["usedBy"] = list(info.used_by)
+    d["config"] = _builtins(info.config)
+    return d
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def build_runtime(
+    conf: Configuration,
+    entry_points: Mapping[str, str],
+    *,
+    previous: RuntimeConfig | None = None,
+) -> RuntimeConfig:
+    """Validate the merged ``conf`` against the entry points (name -> ``"tcp"``/``"udp"``).
+
+    ``previous``, when given, lends its compiled rules: a rule whose text did not change
+    is not compiled again.
+    """
+    rt = RuntimeConfig(conf, entry_points)
+    rules = _RuleCache(previous)
+    tcp_defaults = sorted(
+        n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
+    )
+    udp_defaults = sorted(n for n, p in entry_points.items() if p == "udp")
+
+    http = conf.http
+    rt.servers_transports[DEFAULT_TRANSPORT] = ServersTransport()
+    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = TCPServersTransport()
+    if http is not None:
+        rt.servers_transports.update(http.servers_transports)
+        rt.http_services = {n: ServiceInfo(n, s) for n, s in http.services.items()}
+        rt.http_middlewares = {n: ServiceInfo(n, m) for n, m in http.middlewares.items()}
+        for info in rt.http_services.values():
+            lb = info.config.load_balancer
+            if lb is not None:
+                _check_transport(info, lb.servers_transport, rt.servers_transports)
+                if not lb.servers:
+                    info.add_error("no servers: requests get 503", critical=False)
+        _check_weighted(rt.http_services)
+        tls_options = rt.tls.options
+        for name, router in http.routers.items():
+            r = RouterInfo(name, router)
+            rt.http_routers[name] = r
+            _check_rule(r, router.rule, "http", rules)
+            _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
+            _check_service(r, router.service, rt.http_services)
+            for mw in router.middlewares:
+                m = rt.http_middlewares.get(mw)
+                if m is None:
+                    r.add_error(f"middleware {mw!r} does not exist")
+                elif name not in m.used_by:
+                    m.used_by.append(name)
+            if router.tls is not None:
+                options = router.tls.options or DEFAULT_TLS
+                if options not in tls_options:
+                    r.add_error(f"TLS options {options!r} do not exist")
+
+    if conf.tcp is not None:
+        tcp = conf.tcp
+        rt.tcp_servers_transports.update(tcp.servers_transports)
+        rt.tcp_services = {n: ServiceInfo(n, s) for n, s in tcp.services.items()}
+        for info in rt.tcp_services.values():
+            lb = info.config.load_balancer
+            if lb is not None:
+                _check_transport(info, lb.servers_transport, rt.tcp_servers_transports)
+                if not lb.servers:
+                    info.add_error("no servers: connections are closed", critical=False)
+        _check_weighted(rt.tcp_services)
+        for name, router in tcp.routers.items():
+            r = RouterInfo(name, router)
+            rt.tcp_routers[name] = r
+            _check_rule(r, router.rule, "tcp", rules)
+            _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
+            _check_service(r, router.service, rt.tcp_services)
+            if router.tls is not None and not router.tls.passthrough:
+                options = router.tls.options or DEFAULT_TLS
+                if options not in rt.tls.options:
+                    r.add_error(f"TLS options {options!r} do not exist")
+
+    if conf.udp is not None:
+        udp = conf.udp
+        rt.udp_services = {n: ServiceInfo(n, s) for n, s in udp.services.items()}
+        for info in rt.udp_services.values():
+            lb = info.config.load_balancer
+            if lb is not None and not lb.servers:
+                info.add_error("no servers: datagrams are dropped", critical=False)
+        _check_weighted(rt.udp_services)
+        for name, router in udp.routers.items():
+            r = RouterInfo(name, router)
+            rt.udp_routers[name] = r
+            _check_entry_points(r, router.entry_points, "udp", udp_defaults, entry_points)
+            _check_service(r, router.service, rt.udp_services)
+
+    return rt
+
+
+class _RuleCache:
+    """Compiled rules of the previous snapshot, by (kind, text)."""
+
+    def __init__(self, previous: RuntimeConfig | None) -> None:
+        self._rules: dict[tuple[str, str], Rule] = {}
+        if previous is not None:
+            for table in (previous.http_routers, previous.tcp_routers):
+                for info in table.values():
+                    if info.rule is not None:
+                        self._rules[(info.rule.kind, info.rule.text)] = info.rule
+
+    def compile(self, text: str, kind: str) -> Rule:
+        rule = self._rules.get((kind, text))
+        if rule is None:
+            rule = self._rules[(kind, text)] = compile_rule(text, kind=kind)
+        return rule
+
+
+def _check_rule(r: RouterInfo[Any], text: str, kind: str, rules: _RuleCache) -> None:
+    r.priority = r.config.priority or default_priority(text)
+    try:
+        r.rule = rules.compile(text, kind)
+    except RuleError as exc:
+        r.add_error(str(exc))
+
+
+def _check_entry_points(
+    r: RouterInfo[Any],
+    configured: list[str],
+    protocol: str,
+    defaults: list[str],
+    entry_points: Mapping[str, str],
+) -> None:
+    if not configured:
+        r.entry_points = list(defaults)
+        if not defaults:
+            r.add_error(f"no {protocol.upper()} entry point to attach to")
+        return
+    for ep in configured:
+        actual = entry_points.get(ep)
+        if actual is None:
+            r.add_error(f"entryPoint {ep!r} does not exist")
+        elif actual != protocol:
+            r.add_error(
+                f"entryPoint {ep!r} is a {actual.upper()} entry point, not {protocol.upper()}"
+            )
+        elif ep not in r.entry_points:
+            r.entry_points.append(ep)
+
+
+def _check_service(
+    r: RouterInfo[Any], service: str, services: Mapping[str, ServiceInfo[Any]]
+) -> None:
+    info = services.get(service)
+    if info is None:
+        r.add_error(f"service {service!r} does not exist")
+        return
+    if r.name not in info.used_by:
+        info.used_by.append(r.name)
+    if info.status == DISABLED:
+        r.add_error(f"service {service!r} is disabled: {'; '.join(info.errors)}")
+
+
+def _check_transport(info: ServiceInfo[Any], name: str, transports: Mapping[str, object]) -> None:
+    transport = name or DEFAULT_TRANSPORT
+    if transport not in transports:
+        info.add_error(f"serversTransport {transport!r} does not exist")
+
+
+def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
+    """Disable weighted services with a missing, disabled or cyclic member.
+
+    Depth-first over the weighted graph, so a member's status is final before the
+    services referring to it are judged. Every service on a cycle gets the cycle's message.
+    """
+    visiting: list[str] = []
+    done: set[str] = set()
+    cycle_peers: dict[str, set[str]] = {}
+
+    def visit(name: str) -> None:
+        info = services[name]
+        weighted: Weighted | None = info.config.weighted
+        visiting.append(name)
+        for member in [] if weighted is None else [m.name for m in weighted.services]:
+            child = services.get(member)
+            if child is None:
+                info.add_error(f"service {member!r} does not exist")
+                continue
+            if name not in child.used_by:
+                child.used_by.append(name)
+            if member in visiting:
+                cycle = [*visiting[visiting.index(member) :], member]
+                message = "weighted services form a cycle: " + " -> ".join(cycle)
+                for peer in cycle[:-1]:
+                    cycle_peers.setdefault(peer, set()).update(cycle)
+                    if message not in services[peer].errors:
+                        services[peer].add_error(message)
+                continue
+            if member not in done:
+                visit(member)
+            if child.status == DISABLED and member not in cycle_peers.get(name, ()):
+                info.add_error(f"service {member!r} is disabled")
+        visiting.pop()
+        done.add(name)
+        if weighted is not None and not weighted.services:
+            info.add_error("no services: requests get 503", critical=False)
+
+    for name in services:
+        if name not in done:
+            visit(name)

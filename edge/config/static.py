@@ -1,0 +1,302 @@
+"""The static configuration: entry points, providers, logs, ping/api, in Traefik's shape.
+
+Owns the msgspec models read once at start (``edge run --config``) and the entry point
+address syntax (:func:`parse_address`). Invariants kept by decoding (``__post_init__``
+raises ``ValueError``, which msgspec reports with the key path): every address
+parses, trusted IPs are IPs or CIDRs, exactly one of ``providers.file.filename`` /
+``directory`` is set, ``ping``/``api``/``metrics`` name an existing TCP entry point, and
+the log level is one of Traefik's (stored upper-case).
+
+Like Traefik, when ``ping``, ``api.insecure`` or ``metrics.prometheus`` use the internal
+entry point ``traefik`` and none is defined, one is added on ``:8080``.
+``providersThrottleDuration`` is accepted at the top level (as documented for edge) and
+under ``providers`` (where Traefik reads it); the top-level field holds the result.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Annotated, Literal
+
+import msgspec
+
+from edge.config.durations import Duration
+from edge.config.dynamic import Base, NonNegativeInt, split_host_port
+
+__all__ = [
+    "DEFAULT_THROTTLE",
+    "INTERNAL_ENTRY_POINT",
+    "AccessLog",
+    "Api",
+    "EntryPoint",
+    "EntryPointHTTP",
+    "EntryPointUDP",
+    "FileProviderConfig",
+    "ForwardedHeaders",
+    "KubernetesGatewayConfig",
+    "KubernetesIngressConfig",
+    "LifeCycle",
+    "Log",
+    "Metrics",
+    "Ping",
+    "Prometheus",
+    "Providers",
+    "RespondingTimeouts",
+    "StaticConfig",
+    "Transport",
+    "parse_address",
+]
+
+INTERNAL_ENTRY_POINT = "traefik"
+"""Traefik's name for the entry point serving ping/api/metrics; not a default for routers."""
+
+DEFAULT_THROTTLE = Duration(2.0)
+
+LOG_LEVELS: dict[str, int] = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "PANIC": logging.CRITICAL,
+}
+
+
+def parse_address(address: str) -> tuple[str, int, str]:
+    """An entry point address -> ``(host, port, protocol)``.
+
+    Forms: ``":8080"``, ``"127.0.0.1:8080"``, ``"[::1]:8080"``, ``":5353/udp"``,
+    ``"0.0.0.0:443/tcp"``. ``host`` is ``""`` for "every interface"; ``protocol`` is
+    ``"tcp"`` (default) or ``"udp"``. Port 0 asks the OS for a free port.
+    Raises ``ValueError`` naming the address.
+    """
+    if not isinstance(address, str):
+        raise ValueError(f"invalid address {address!r}: expected a string like ':8080'")
+    hostport, slash, proto = address.partition("/")
+    protocol = proto.lower() if slash else "tcp"
+    if protocol not in ("tcp", "udp"):
+        raise ValueError(f"invalid address {address!r}: protocol must be tcp or udp, not {proto!r}")
+    host, port = split_host_port(hostport)
+    return host, port, protocol
+
+
+# --- entry points -------------------------------------------------------------
+
+
+class RespondingTimeouts(Base):
+    read_timeout: Duration = Duration(60.0)
+    write_timeout: Duration = Duration(0.0)  # 0: no timeout
+    idle_timeout: Duration = Duration(180.0)
+
+
+class LifeCycle(Base):
+    request_accept_grace_timeout: Duration = Duration(0.0)
+    grace_time_out: Duration = msgspec.field(default=Duration(10.0), name="graceTimeOut")
+
+
+class Transport(Base):
+    responding_timeouts: RespondingTimeouts = msgspec.field(default_factory=RespondingTimeouts)
+    life_cycle: LifeCycle = msgspec.field(default_factory=LifeCycle)
+
+
+class ForwardedHeaders(Base):
+    """Whose X-Forwarded-* headers to keep: ``trustedIPs`` (IPs or CIDRs) or everyone's."""
+
+    trusted_ips: list[str] = msgspec.field(default_factory=list, name="trustedIPs")
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        for entry in self.trusted_ips:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"trustedIPs: {entry!r} is not an IP address or CIDR") from None
+
+    @property
+    def trusted_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(entry, strict=False) for entry in self.trusted_ips)
+
+
+class EntryPointHTTP(Base):
+    max_header_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1048576
+    parser: Literal["httptools", "h11"] = "httptools"
+
+
+class EntryPointUDP(Base):
+    timeout: Duration = Duration(3.0)  # idle time before a UDP session is dropped
+
+
+class EntryPoint(Base):
+    address: str
+    transport: Transport = msgspec.field(default_factory=Transport)
+    forwarded_headers: ForwardedHeaders = msgspec.field(default_factory=ForwardedHeaders)
+    http: EntryPointHTTP = msgspec.field(default_factory=EntryPointHTTP)
+    udp: EntryPointUDP = msgspec.field(default_factory=EntryPointUDP)
+
+    def __post_init__(self) -> None:
+        parse_address(self.address)
+
+    @property
+    def host(self) -> str:
+        """The host to bind; ``""`` means every interface."""
+        return parse_address(self.address)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_address(self.address)[1]
+
+    @property
+    def protocol(self) -> str:
+        """``"tcp"`` or ``"udp"``."""
+        return parse_address(self.address)[2]
+
+
+# --- providers ----------------------------------------------------------------
+
+
+class FileProviderConfig(Base):
+    filename: str = ""
+    directory: str = ""
+    watch: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.filename) == bool(self.directory):
+            raise ValueError("set exactly one of filename, directory")
+
+
+class KubernetesIngressConfig(Base):
+    endpoint: str = ""  # "": in-cluster configuration, or the kubeconfig
+    token: str = ""
+    cert_auth_file_path: str = ""
+    namespaces: list[str] = []  # empty: all namespaces
+    label_selector: str = ""
+    ingress_class: str = ""
+    throttle_duration: Duration | None = None  # None: providersThrottleDuration
+    allow_empty_services: bool = False
+    allow_external_name_services: bool = False
+
+
+class KubernetesGatewayConfig(Base):
+    endpoint: str = ""
+    token: str = ""
+    cert_auth_file_path: str = ""
+    namespaces: list[str] = []
+    label_selector: str = ""
+    throttle_duration: Duration | None = None
+    experimental_channel: bool = False
+
+
+class Providers(Base):
+    providers_throttle_duration: Duration | None = None  # Traefik's place for it
+    file: FileProviderConfig | None = None
+    kubernetes_ingress: KubernetesIngressConfig | None = None
+    kubernetes_gateway: KubernetesGatewayConfig | None = None
+
+
+# --- observability --------------------------------------------------------------
+
+
+class Ping(Base):
+    entry_point: str = INTERNAL_ENTRY_POINT
+    manual_routing: bool = False
+
+
+class Api(Base):
+    insecure: bool = False
+    dashboard: bool = True
+    debug: bool = False
+
+
+class Prometheus(Base):
+    entry_point: str = INTERNAL_ENTRY_POINT
+    manual_routing: bool = False
+    buckets: list[float] = msgspec.field(default_factory=lambda: [0.1, 0.3, 1.2, 5.0])
+    add_entry_points_labels: bool = True
+    add_routers_labels: bool = False
+    add_services_labels: bool = True
+
+
+class Metrics(Base):
+    prometheus: Prometheus | None = None
+
+
+class Log(Base):
+    level: str = "INFO"  # case-insensitive on input; stored upper-case, WARNING -> WARN
+    format: Literal["common", "json"] = "common"
+    file_path: str = ""  # "": stderr
+
+    def __post_init__(self) -> None:
+        level = self.level.upper()
+        if level == "WARNING":
+            level = "WARN"
+        if level not in LOG_LEVELS:
+            raise ValueError(
+                f"invalid log level {self.level!r}: expected one of {', '.join(LOG_LEVELS)}"
+            )
+        msgspec.structs.force_setattr(self, "level", level)
+
+    @property
+    def python_level(self) -> int:
+        """The :mod:`logging` level for :attr:`level`."""
+        return LOG_LEVELS[self.level]
+
+
+class AccessLog(Base):
+    file_path: str = ""  # "": stdout
+    format: Literal["common", "json"] = "common"
+    buffering_size: NonNegativeInt = 0
+
+
+# --- the whole --------------------------------------------------------------------
+
+
+class StaticConfig(Base):
+    entry_points: dict[str, EntryPoint] = {}
+    providers: Providers = msgspec.field(default_factory=Providers)
+    providers_throttle_duration: Duration = DEFAULT_THROTTLE
+    ping: Ping | None = None
+    api: Api | None = None
+    metrics: Metrics | None = None
+    log: Log = msgspec.field(default_factory=Log)
+    access_log: AccessLog | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.entry_points:
+            if not name or "@" in name:
+                raise ValueError(f"entryPoints: invalid entry point name {name!r}")
+
+        nested = self.providers.providers_throttle_duration
+        if nested is not None:
+            top = self.providers_throttle_duration
+            if top != DEFAULT_THROTTLE and top != nested:
+                raise ValueError(
+                    "providersThrottleDuration is set both at the top level and under providers, "
+                    "with different values"
+                )
+            msgspec.structs.force_setattr(self, "providers_throttle_duration", nested)
+
+        users: list[tuple[str, str]] = []  # (what, entry point name)
+        if self.ping is not None and not self.ping.manual_routing:
+            users.append(("ping", self.ping.entry_point))
+        if self.api is not None and self.api.insecure:
+            users.append(("api", INTERNAL_ENTRY_POINT))
+        prom = self.metrics.prometheus if self.metrics is not None else None
+        if prom is not None and not prom.manual_routing:
+            users.append(("metrics.prometheus", prom.entry_point))
+        if any(ep == INTERNAL_ENTRY_POINT for _, ep in users) and (
+            INTERNAL_ENTRY_POINT not in self.entry_points
+        ):
+            entry_points = dict(self.entry_points)
+            entry_points[INTERNAL_ENTRY_POINT] = EntryPoint(address=":8080")
+            msgspec.structs.force_setattr(self, "entry_points", entry_points)
+        for what, ep in users:
+            entry_point = self.entry_points.get(ep)
+            if entry_point is None:
+                raise ValueError(f"{what}: entryPoint {ep!r} is not defined in entryPoints")
+            if entry_point.protocol != "tcp":
+                raise ValueError(f"{what}: entryPoint {ep!r} is a UDP entry point")
+
+    def entry_point_protocols(self) -> dict[str, str]:
+        """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need."""
+        return {name: ep.protocol for name, ep in self.entry_points.items()}

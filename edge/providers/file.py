@@ -1,0 +1,210 @@
+"""The file provider: dynamic configuration from one file or a directory of files.
+
+Owns reading ``providers.file``: one file, or every ``*.yml``/``*.yaml``/``*.toml``/
+``*.json`` under a directory (recursively, hidden entries skipped, in sorted order),
+merged into one configuration in which every element name is unique (a name defined in
+two files is an error naming both). With ``watch``, changes are found by polling
+``os.stat`` (inode, mtime_ns, size) of every file and the listing itself; no new
+dependency, no thread.
+
+Invariants: only a configuration that decoded completely is ever published, and only
+when it differs from the last one published; an invalid source is logged once per
+change (file and key path) and the last good configuration stays in force. A file
+caught mid-rewrite cannot be published half-written: a change is read only once its
+stat has been stable for one poll interval (or is older than that), and a read during
+which the stat changed is discarded and retried at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from edge.config.dynamic import (
+    CertAndStores,
+    Configuration,
+    HTTPConfiguration,
+    TCPConfiguration,
+    TLSConfiguration,
+    UDPConfiguration,
+)
+from edge.config.loader import EXTENSIONS, load_dynamic
+from edge.errors import ConfigError
+from edge.providers.base import Message, Publish
+
+__all__ = ["FileProvider", "load_file_provider"]
+
+log = logging.getLogger(__name__)
+
+_Stat = tuple[tuple[str, int, int, int], ...]  # (path, inode, mtime_ns, size) per file
+
+
+def load_file_provider(filename: str | None = None, directory: str | None = None) -> Configuration:
+    """Read the provider's source once; raises ``ConfigError`` naming the file at fault."""
+    if (filename is None) == (directory is None):
+        raise ValueError("set exactly one of filename, directory")
+    if filename is not None:
+        return load_dynamic(filename)
+    assert directory is not None
+    if not os.path.isdir(directory):
+        raise ConfigError("not a directory", source=directory)
+    return merge_files([(path, load_dynamic(path)) for path in _files(directory)])
+
+
+def merge_files(files: list[tuple[str, Configuration]]) -> Configuration:
+    """One configuration from several files of one provider; duplicate names are errors."""
+    if len(files) == 1:
+        return files[0][1]
+    seen: dict[tuple[str, str], str] = {}  # (table, name) -> file
+
+    def add(table: str, target: dict[str, Any], source: Mapping[str, Any], path: str) -> None:
+        for name, value in source.items():
+            first = seen.setdefault((table, name), path)
+            if first != path:
+                raise ConfigError(
+                    f"{table} {name!r} is defined in both {first} and {path}", source=path
+                )
+            target[name] = value
+
+    http: dict[str, dict[str, Any]] = {}
+    tcp: dict[str, dict[str, Any]] = {}
+    udp: dict[str, dict[str, Any]] = {}
+    tls: dict[str, dict[str, Any]] = {}
+    certificates: list[CertAndStores] = []
+    for path, conf in files:
+        for section, store, label in (
+            (conf.http, http, "http"),
+            (conf.tcp, tcp, "tcp"),
+            (conf.udp, udp, "udp"),
+        ):
+            if section is None:
+                continue
+            for field in msgspec.structs.fields(section):
+                add(
+                    f"{label}.{field.encode_name}",
+                    store.setdefault(field.name, {}),
+                    getattr(section, field.name),
+                    path,
+                )
+        if conf.tls is not None:
+            certificates.extend(conf.tls.certificates)
+            add("tls.options", tls.setdefault("options", {}), conf.tls.options, path)
+            add("tls.stores", tls.setdefault("stores", {}), conf.tls.stores, path)
+    has_tls = any(conf.tls is not None for _, conf in files)
+    return Configuration(
+        http=HTTPConfiguration(**http) if any(c.http is not None for _, c in files) else None,
+        tcp=TCPConfiguration(**tcp) if any(c.tcp is not None for _, c in files) else None,
+        udp=UDPConfiguration(**udp) if any(c.udp is not None for _, c in files) else None,
+        tls=TLSConfiguration(certificates=certificates, **tls) if has_tls else None,
+    )
+
+
+def _files(directory: str) -> Iterator[str]:
+    """Configuration files under ``directory``, recursively, sorted, hidden ones skipped."""
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and Path(name).suffix.lower() in EXTENSIONS:
+                yield os.path.join(root, name)
+
+
+class FileProvider:
+    """Provider reading ``filename`` or ``directory``; polls for changes when ``watch``."""
+
+    def __init__(
+        self,
+        filename: str | None = None,
+        directory: str | None = None,
+        watch: bool = False,
+        name: str = "file",
+        poll_interval: float = 0.25,
+    ) -> None:
+        if (filename is None) == (directory is None):
+            raise ValueError("FileProvider: set exactly one of filename, directory")
+        self.filename = filename
+        self.directory = directory
+        self.watch = watch
+        self.name = name
+        self.throttle: float | None = None
+        self.poll_interval = poll_interval
+        self._publish: Publish | None = None
+        self._published: Configuration | None = None
+        self._seen: _Stat | None = None  # stat of the last content read (good or bad)
+        self._previous_poll: _Stat | None = None
+
+    @property
+    def source(self) -> str:
+        return self.filename if self.filename is not None else str(self.directory)
+
+    async def run(self, publish: Publish) -> None:
+        """Publish the configuration; with ``watch``, poll for changes until cancelled."""
+        self._publish = publish
+        self._read(self._stat())
+        if not self.watch:
+            return
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            self.poll()
+
+    def reload(self) -> None:
+        """Re-read now (SIGHUP); publishes if the configuration changed."""
+        self._read(self._stat())
+
+    def poll(self) -> None:
+        """One polling step: read the source if it changed and has settled."""
+        current = self._stat()
+        if current == self._seen:
+            self._previous_poll = current
+            return
+        settled = current == self._previous_poll or self._older_than_poll(current)
+        self._previous_poll = current
+        if settled:
+            self._read(current)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _older_than_poll(self, stat: _Stat) -> bool:
+        newest = max((mtime for _, _, mtime, _ in stat), default=0)
+        return time.time_ns() - newest >= self.poll_interval * 1e9
+
+    def _stat(self) -> _Stat:
+        paths = [self.filename] if self.filename is not None else list(_files(str(self.directory)))
+        out = []
+        for path in paths:
+            assert path is not None
+            try:
+                st = os.stat(path)
+            except OSError:
+                out.append((path, -1, -1, -1))
+            else:
+                out.append((path, st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def _read(self, before: _Stat) -> None:
+        """Read the source; publish it if valid, changed and not modified while reading."""
+        self._seen = before
+        try:
+            conf = load_file_provider(self.filename, self.directory)
+        except ConfigError as exc:
+            if self._stat() != before:  # changed under us: judge the next version instead
+                self._seen = None
+                return
+            log.error("file provider %s: %s (keeping the last good configuration)", self.name, exc)
+            return
+        if self._stat() != before:
+            self._seen = None
+            return
+        if conf == self._published:
+            log.debug("file provider %s: %s unchanged", self.name, self.source)
+            return
+        self._published = conf
+        if self._publish is not None:
+            log.info("file provider %s: configuration read from %s", self.name, self.source)
+            self._publish(Message(self.name, conf))

@@ -1,0 +1,191 @@
+"""The configuration watcher (Traefik's ConfigurationWatcher).
+
+Owns the step from "a provider said something" to "listeners got a validated
+snapshot". For each message: drop it if identical to the last one from that provider;
+throttle per provider (the first configuration applies at once, later ones at most once
+per throttle window, the newest in a window wins); then merge the latest configuration
+of every provider, validate it (:func:`edge.config.runtime.build_runtime`), log every
+error with the element it is about, and call the listeners in order.
+
+Invariants: everything runs on the event loop thread (timers are ``loop.call_at``; other
+threads go through :meth:`Watcher.publish_threadsafe`); a listener that raises is
+logged and neither stops the others nor the watcher; a snapshot given to listeners
+always contains, for every provider, the latest configuration applied from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from edge.config.dynamic import Configuration
+from edge.config.merge import merge
+from edge.config.runtime import DISABLED, RuntimeConfig, build_runtime
+from edge.providers.base import Message
+
+__all__ = ["Listener", "Message", "Watcher"]
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[RuntimeConfig], None]
+
+
+class _ProviderState:
+    """Per provider: what it said last, what is applied, what waits for the window."""
+
+    __slots__ = ("applied", "last", "pending", "timer", "window_end")
+
+    def __init__(self) -> None:
+        self.last: Configuration | None = None  # last received (for dropping duplicates)
+        self.applied: Configuration | None = None  # the one in the current snapshot
+        self.pending: Configuration | None = None  # newest received inside the window
+        self.window_end: float = float("-inf")  # loop time before which nothing applies
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class Watcher:
+    """Receives providers' configurations and feeds validated snapshots to listeners."""
+
+    def __init__(
+        self,
+        *,
+        entry_points: Mapping[str, str],
+        throttle: float,
+        listeners: Sequence[Listener],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._entry_points = dict(entry_points)
+        self._throttle = float(throttle)
+        self._listeners = list(listeners)
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None  # resolved on the first publish()
+        self._loop = loop
+        self._states: dict[str, _ProviderState] = {}
+        self._expected: set[str] = set()
+        self._delivered: set[str] = set()  # providers whose config reached the listeners
+        self._applying = False
+        self._again = False
+        self._closed = False
+        self.runtime: RuntimeConfig | None = None
+        """The last snapshot handed to the listeners."""
+        self.applied = 0
+        """Number of listener rounds so far."""
+
+    # -- readiness ---------------------------------------------------------------------
+
+    def expect(self, provider: str) -> None:
+        """Require ``provider``'s first configuration before :attr:`ready`."""
+        self._expected.add(provider)
+
+    @property
+    def ready(self) -> bool:
+        """True once every expected provider's first configuration went through a listener round."""
+        return self._expected <= self._delivered
+
+    # -- input -------------------------------------------------------------------------
+
+    def publish(self, msg: Message, throttle: float | None = None) -> None:
+        """Take ``msg`` (on the loop thread). ``throttle``: this provider's window, seconds."""
+        if self._closed:
+            log.debug("watcher closed: configuration from %s ignored", msg.provider)
+            return
+        loop = self._get_loop()
+        state = self._states.get(msg.provider)
+        if state is None:
+            state = self._states[msg.provider] = _ProviderState()
+        conf = msg.configuration
+        if state.last is not None and conf == state.last:
+            log.debug("configuration from %s unchanged: skipped", msg.provider)
+            return
+        state.last = conf
+        window = self._throttle if throttle is None else max(0.0, float(throttle))
+        now = loop.time()
+        if state.timer is None and now >= state.window_end:
+            state.pending = None
+            state.applied = conf
+            state.window_end = now + window
+            self._apply()
+            return
+        state.pending = conf
+        if state.timer is None:
+            log.debug(
+                "configuration from %s throttled for %.3fs", msg.provider, state.window_end - now
+            )
+            state.timer = loop.call_at(state.window_end, self._flush, msg.provider, window)
+
+    def publish_threadsafe(self, msg: Message, throttle: float | None = None) -> None:
+        """:meth:`publish` from another thread."""
+        if self._loop is None:
+            raise RuntimeError("the watcher has no event loop yet: pass loop= to Watcher()")
+        self._loop.call_soon_threadsafe(self.publish, msg, throttle)
+
+    def _flush(self, provider: str, window: float) -> None:
+        state = self._states[provider]
+        state.timer = None
+        conf, state.pending = state.pending, None
+        if self._closed or conf is None or conf == state.applied:
+            return
+        state.applied = conf
+        state.window_end = self._get_loop().time() + window
+        self._apply()
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    # -- output ------------------------------------------------------------------------
+
+    def _apply(self) -> None:
+        if self._applying:  # a listener published: run another round once this one ends
+            self._again = True
+            return
+        self._applying = True
+        try:
+            while True:
+                self._again = False
+                self._apply_once()
+                if not self._again or self._closed:
+                    break
+        finally:
+            self._applying = False
+
+    def _apply_once(self) -> None:
+        configs = {name: s.applied for name, s in self._states.items() if s.applied is not None}
+        try:
+            runtime = build_runtime(merge(configs), self._entry_points, previous=self.runtime)
+        except Exception:
+            log.exception("configuration could not be validated; keeping the previous one")
+            return
+        for label, info in runtime.elements():
+            for message in info.errors:
+                level = logging.ERROR if info.status == DISABLED else logging.WARNING
+                log.log(level, "%s %s: %s", label, info.name, message)
+        for listener in self._listeners:
+            try:
+                listener(runtime)
+            except Exception:
+                log.exception("configuration listener %s failed", _name(listener))
+        self.runtime = runtime
+        self.applied += 1
+        self._delivered.update(configs)
+        log.debug("configuration applied (round %d) from %s", self.applied, ", ".join(configs))
+
+    # -- life cycle --------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop: pending throttled configurations are dropped, later messages ignored."""
+        self._closed = True
+        for state in self._states.values():
+            if state.timer is not None:
+                state.timer.cancel()
+                state.timer = None
+            state.pending = None
+
+
+def _name(listener: Listener) -> str:
+    return getattr(listener, "__qualname__", None) or repr(listener)

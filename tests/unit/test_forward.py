@@ -1,0 +1,137 @@
+import pytest
+
+from edge.http import forward
+from edge.http.codec import RequestHead, ResponseHead
+
+
+def req(headers, *, method=b"GET", version=b"1.1", keep_alive=True, chunked=False, cl=None, upgrade=False):
+    return RequestHead(method, b"/p", version, headers, keep_alive, chunked, cl, upgrade, False)
+
+
+def build(head, trusted=False, **kw):
+    args = dict(
+        target=b"/p", host=b"a.test", client_ip=b"10.0.0.1", trusted=trusted, proto=b"http",
+        forwarded_host=b"a.test", forwarded_port=b"80",
+    )
+    args.update(kw)
+    return forward.request_head(head, **args)
+
+
+def parse_head(data: bytes):
+    lines = data.split(b"\r\n")
+    assert data.endswith(b"\r\n\r\n")
+    headers = [tuple(line.split(b": ", 1)) for line in lines[1:-2]]
+    return lines[0], headers
+
+
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        (b"/a/b?x=1", (b"/a/b", b"x=1", None)),
+        (b"/", (b"/", b"", None)),
+        (b"http://Example.com:8080/a?q", (b"/a", b"q", b"Example.com:8080")),
+        (b"https://h", (b"/", b"", b"h")),
+        (b"http://h?x", (b"/", b"x", b"h")),
+    ],
+)
+def test_split_target(target, expected):
+    assert forward.split_target(target) == expected
+
+
+@pytest.mark.parametrize("target", [b"*", b"example.com:443", b"ftp://x/", b"http:///nohost", b"http://user@h/"])
+def test_split_target_refuses(target):
+    with pytest.raises(ValueError):
+        forward.split_target(target)
+
+
+@pytest.mark.parametrize(
+    "authority, expected",
+    [(b"A.Test:8080", ("a.test", "8080")), (b"a.test.", ("a.test", "")), (b"[::1]:80", ("::1", "80")), (b"", ("", ""))],
+)
+def test_split_host_port(authority, expected):
+    assert forward.split_host_port(authority) == expected
+
+
+def test_request_head_rewrites_only_what_must_change():
+    head = req([(b"Host", b"a.test"), (b"User-Agent", b"t"), (b"Connection", b"keep-alive, X-Drop"), (b"X-Drop", b"1"), (b"Keep-Alive", b"5"), (b"Accept", b"*/*")])
+    line, headers = parse_head(build(head))
+    assert line == b"GET /p HTTP/1.1"
+    names = [n for n, _ in headers]
+    assert names[0] == b"Host"
+    assert (b"User-Agent", b"t") in headers and (b"Accept", b"*/*") in headers
+    for gone in (b"Connection", b"X-Drop", b"Keep-Alive"):
+        assert gone not in names
+    assert names.count(b"Host") == 1
+
+
+def test_untrusted_forwarded_headers_are_replaced():
+    head = req([(b"Host", b"a"), (b"X-Forwarded-For", b"6.6.6.6"), (b"x-real-ip", b"6.6.6.6"), (b"X-Forwarded-Proto", b"https")])
+    _, headers = parse_head(build(head))
+    d = dict(headers)
+    assert d[b"X-Forwarded-For"] == b"10.0.0.1"
+    assert d[b"X-Real-Ip"] == b"10.0.0.1"
+    assert d[b"X-Forwarded-Proto"] == b"http"
+    assert b"6.6.6.6" not in b"".join(v for _, v in headers)
+
+
+def test_trusted_forwarded_headers_are_kept_and_appended():
+    head = req([(b"Host", b"a"), (b"X-Forwarded-For", b"1.1.1.1"), (b"X-Forwarded-For", b"2.2.2.2"), (b"X-Forwarded-Proto", b"https")])
+    d = dict(parse_head(build(head, trusted=True))[1])
+    assert d[b"X-Forwarded-For"] == b"1.1.1.1, 2.2.2.2, 10.0.0.1"
+    assert d[b"X-Forwarded-Proto"] == b"https"
+
+
+@pytest.mark.parametrize(
+    "chunked, cl, framing",
+    [(True, None, (b"Transfer-Encoding", b"chunked")), (False, 12, (b"Content-Length", b"12")), (False, None, None)],
+)
+def test_request_framing_is_unambiguous(chunked, cl, framing):
+    incoming = [(b"Host", b"a")]
+    if chunked:
+        incoming.append((b"Transfer-Encoding", b"chunked"))
+    if cl is not None:
+        incoming.append((b"content-length", b"%d" % cl))
+    _, headers = parse_head(build(req(incoming, method=b"POST", chunked=chunked, cl=cl)))
+    names = [n.lower() for n, _ in headers]
+    assert names.count(b"content-length") + names.count(b"transfer-encoding") == (0 if framing is None else 1)
+    if framing:
+        assert framing in headers
+
+
+def test_upgrade_request_keeps_upgrade():
+    head = req([(b"Host", b"a"), (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")], upgrade=True)
+    d = dict(parse_head(build(head))[1])
+    assert d[b"Connection"] == b"Upgrade" and d[b"Upgrade"] == b"websocket"
+
+
+def test_middleware_headers_replace_and_remove():
+    head = req([(b"Host", b"a"), (b"X-Env", b"client"), (b"X-Remove", b"1")])
+    d = dict(parse_head(build(head, extra=[(b"X-Env", b"edge"), (b"X-Remove", b"")]))[1])
+    assert d[b"X-Env"] == b"edge"
+    assert b"X-Remove" not in d
+
+
+def resp(status, headers, *, has_body=True, cl=None, chunked=False, keep_alive=True):
+    return ResponseHead(status, b"", b"1.1", headers, keep_alive, chunked, cl, has_body)
+
+
+def test_response_rechunks_unknown_length_for_http11():
+    out = forward.response_head(resp(200, [(b"Transfer-Encoding", b"chunked"), (b"X", b"1")], chunked=True), chunked=True, keep_alive=True)
+    assert out == b"HTTP/1.1 200 OK\r\nX: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_response_close_delimited_for_http10():
+    out = forward.response_head(resp(200, []), chunked=False, keep_alive=False)
+    assert out == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+
+
+def test_head_response_keeps_content_length():
+    out = forward.response_head(resp(200, [(b"Content-Length", b"42")], has_body=False, cl=42), chunked=False, keep_alive=True)
+    assert b"Content-Length: 42\r\n" in out and out.count(b"Content-Length") == 1
+
+
+def test_error_response_is_generic():
+    out = forward.error_response(502, close=True)
+    assert out.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    assert out.endswith(b"\r\n\r\n502 Bad Gateway\n")
+    assert b"Connection: close" in out

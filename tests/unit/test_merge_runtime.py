@@ -1,0 +1,399 @@
+"""Provider merge (name@provider) and runtime validation (status and errors per element)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from edge.config.dynamic import Configuration, ServersTransport, TLSOptions
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge, qualify, split_name
+from edge.config.runtime import DEFAULT_TRANSPORT, build_runtime
+
+EPS = {"web": "tcp", "websecure": "tcp", "dns": "udp", "traefik": "tcp"}
+
+
+def conf(obj: Any) -> Configuration:
+    return decode_dynamic(obj)
+
+
+def lb(*urls: str) -> dict[str, Any]:
+    return {"loadBalancer": {"servers": [{"url": u} for u in urls]}}
+
+
+# --- merge ----------------------------------------------------------------------------------
+
+
+def test_qualify_and_split() -> None:
+    assert qualify("whoami", "file") == "whoami@file"
+    assert qualify("whoami@k8s", "file") == "whoami@k8s"
+    assert split_name("whoami@file") == ("whoami", "file")
+    assert split_name("whoami") == ("whoami", "")
+
+
+def test_merge_qualifies_names_and_references() -> None:
+    file = conf(
+        {
+            "http": {
+                "routers": {
+                    "r": {
+                        "rule": "Host(`a`)",
+                        "service": "s",
+                        "middlewares": ["m", "auth@k8s"],
+                        "tls": {"options": "modern"},
+                    },
+                    "r2": {"rule": "Host(`b`)", "service": "s@k8s", "tls": {}},
+                    "r3": {"rule": "Host(`c`)", "service": "s", "tls": {"options": "default"}},
+                },
+                "services": {
+                    "s": {"loadBalancer": {"servers": [], "serversTransport": "t"}},
+                    "plain": lb("http://x"),
+                    "w": {
+                        "weighted": {"services": [{"name": "s"}, {"name": "s@k8s", "weight": 2}]}
+                    },
+                },
+                "middlewares": {"m": {"addPrefix": {"prefix": "/x"}}},
+                "serversTransports": {"t": {}},
+            },
+            "tcp": {
+                "routers": {
+                    "t": {"rule": "HostSNI(`*`)", "service": "ts", "tls": {"options": "o"}}
+                },
+                "services": {
+                    "ts": {
+                        "loadBalancer": {"servers": [{"address": "a:1"}], "serversTransport": "tt"}
+                    },
+                    "tw": {"weighted": {"services": [{"name": "ts"}]}},
+                },
+                "serversTransports": {"tt": {}},
+            },
+            "udp": {
+                "routers": {"u": {"service": "us"}},
+                "services": {
+                    "us": {"loadBalancer": {"servers": [{"address": "a:53"}]}},
+                    "uw": {"weighted": {"services": [{"name": "us"}]}},
+                },
+            },
+            "tls": {
+                "certificates": [{"certFile": "a", "keyFile": "b", "stores": ["default", "mine"]}],
+                "options": {"modern": {"minVersion": "VersionTLS13"}},
+                "stores": {"default": {}, "mine": {}},
+            },
+        }
+    )
+    k8s = conf(
+        {
+            "http": {"services": {"s": lb("http://k")}},
+            "tls": {"certificates": [{"certFile": "c", "keyFile": "d"}]},
+        }
+    )
+    merged = merge({"k8s": k8s, "file": file})
+    http = merged.http
+    assert http is not None
+    assert list(http.routers) == ["r@file", "r2@file", "r3@file"]
+    r = http.routers["r@file"]
+    assert r.service == "s@file"
+    assert r.middlewares == ["m@file", "auth@k8s"]
+    assert r.tls is not None and r.tls.options == "modern@file"
+    assert http.routers["r2@file"].service == "s@k8s"
+    assert http.routers["r2@file"].tls is not None and http.routers["r2@file"].tls.options == ""
+    assert (
+        http.routers["r3@file"].tls is not None and http.routers["r3@file"].tls.options == "default"
+    )
+    # sorted providers: file before k8s
+    assert list(http.services) == ["s@file", "plain@file", "w@file", "s@k8s"]
+    s_lb = http.services["s@file"].load_balancer
+    assert s_lb is not None and s_lb.servers_transport == "t@file"
+    plain = http.services["plain@file"].load_balancer
+    assert plain is not None and plain.servers_transport == ""  # the default stays the default
+    weighted = http.services["w@file"].weighted
+    assert weighted is not None
+    assert [(w.name, w.weight) for w in weighted.services] == [("s@file", 1), ("s@k8s", 2)]
+    assert list(http.middlewares) == ["m@file"]
+    assert list(http.servers_transports) == ["t@file"]
+
+    assert merged.tcp is not None
+    t = merged.tcp.routers["t@file"]
+    assert t.service == "ts@file" and t.tls is not None and t.tls.options == "o@file"
+    ts = merged.tcp.services["ts@file"].load_balancer
+    assert ts is not None and ts.servers_transport == "tt@file"
+    tw = merged.tcp.services["tw@file"].weighted
+    assert tw is not None and tw.services[0].name == "ts@file"
+    assert list(merged.tcp.servers_transports) == ["tt@file"]
+
+    assert merged.udp is not None
+    assert merged.udp.routers["u@file"].service == "us@file"
+    uw = merged.udp.services["uw@file"].weighted
+    assert uw is not None and uw.services[0].name == "us@file"
+
+    assert merged.tls is not None
+    assert [(c.cert_file, c.stores) for c in merged.tls.certificates] == [
+        ("a", ["default", "mine@file"]),
+        ("c", []),
+    ]
+    assert set(merged.tls.options) == {"default", "modern@file"}
+    assert merged.tls.options["default"] == TLSOptions()
+    assert set(merged.tls.stores) == {"default", "mine@file"}
+
+
+def test_merge_is_deterministic_and_leaves_inputs_alone() -> None:
+    a = conf({"http": {"services": {"s": lb("http://a")}}})
+    b = conf({"http": {"services": {"s": lb("http://b")}}})
+    before = conf({"http": {"services": {"s": lb("http://a")}}})
+    assert merge({"b": b, "a": a}) == merge({"a": a, "b": b})
+    assert a == before  # inputs untouched
+    assert merge({}).http is None
+
+
+def test_merge_default_tls_options() -> None:
+    one = conf({"tls": {"options": {"default": {"minVersion": "VersionTLS13"}}}})
+    merged = merge({"file": one})
+    assert merged.tls is not None and merged.tls.options["default"].min_version == "VersionTLS13"
+    # Defined by two providers: neither is used (Traefik), so routers needing them fail.
+    twice = merge({"file": one, "k8s": one})
+    assert twice.tls is not None and "default" not in twice.tls.options
+    with_router = conf(
+        {
+            "http": {
+                "routers": {"r": {"rule": "Host(`a`)", "service": "s", "tls": {}}},
+                "services": {"s": lb("http://a")},
+            }
+        }
+    )
+    rt = build_runtime(merge({"file": one, "k8s": one, "app": with_router}), EPS)
+    assert rt.http_routers["r@app"].status == "disabled"
+    assert "TLS options 'default' do not exist" in rt.http_routers["r@app"].errors
+
+
+# --- runtime --------------------------------------------------------------------------------
+
+BROKEN = {
+    "http": {
+        "routers": {
+            "ok": {"rule": "Host(`ok.example`)", "service": "app"},
+            "bad-rule": {"rule": "Host(`a`", "service": "app"},
+            "no-service": {"rule": "Host(`b`)", "service": "nope"},
+            "no-ep": {"rule": "Host(`c`)", "service": "app", "entryPoints": ["web", "admin"]},
+            "udp-ep": {"rule": "Host(`d`)", "service": "app", "entryPoints": ["dns"]},
+            "no-mw": {"rule": "Host(`e`)", "service": "app", "middlewares": ["strip", "auth"]},
+            "to-cycle": {"rule": "Host(`f`)", "service": "loop-a"},
+            "to-bad-transport": {"rule": "Host(`g`)", "service": "far"},
+            "empty": {"rule": "Host(`h`)", "service": "nobody", "priority": 100},
+            "cross": {"rule": "Host(`i`)", "service": "app@other"},
+        },
+        "services": {
+            "app": lb("http://127.0.0.1:9001"),
+            "nobody": {"loadBalancer": {"servers": []}},
+            "loop-a": {"weighted": {"services": [{"name": "loop-b"}]}},
+            "loop-b": {"weighted": {"services": [{"name": "loop-a"}, {"name": "app"}]}},
+            "via-loop": {"weighted": {"services": [{"name": "loop-a"}]}},
+            "missing-member": {"weighted": {"services": [{"name": "app"}, {"name": "ghost"}]}},
+            "far": {
+                "loadBalancer": {"servers": [{"url": "http://a"}], "serversTransport": "nowhere"}
+            },
+            "near": {
+                "loadBalancer": {"servers": [{"url": "http://a"}], "serversTransport": "fast"}
+            },
+            "self": {"weighted": {"services": [{"name": "self"}]}},
+        },
+        "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/x"]}}},
+        "serversTransports": {"fast": {"forwardingTimeouts": {"dialTimeout": "1s"}}},
+    }
+}
+
+
+@pytest.fixture
+def broken():
+    other = conf({"http": {"services": {"app": lb("http://127.0.0.1:9002")}}})
+    return build_runtime(merge({"file": conf(BROKEN), "other": other}), EPS)
+
+
+@pytest.mark.parametrize(
+    ("router", "message"),
+    [
+        ("bad-rule@file", "rule 'Host(`a`': column"),
+        ("no-service@file", "service 'nope@file' does not exist"),
+        ("no-ep@file", "entryPoint 'admin' does not exist"),
+        ("udp-ep@file", "entryPoint 'dns' is a UDP entry point, not TCP"),
+        ("no-mw@file", "middleware 'auth@file' does not exist"),
+        ("to-cycle@file", "service 'loop-a@file' is disabled"),
+        ("to-bad-transport@file", "service 'far@file' is disabled"),
+    ],
+)
+def test_broken_router_is_disabled_with_its_reason(broken, router: str, message: str) -> None:
+    info = broken.http_routers[router]
+    assert info.status == "disabled"
+    assert len(info.errors) == 1
+    assert info.errors[0].startswith(message)
+    assert any(line.startswith(f"router {router}: {message}") for line in broken.errors())
+
+
+def test_everything_else_keeps_working(broken) -> None:
+    ok = broken.http_routers["ok@file"]
+    assert ok.status == "enabled" and ok.errors == []
+    assert ok.rule is not None and ok.rule.text == "Host(`ok.example`)"
+    assert ok.priority == len("Host(`ok.example`)")
+    assert ok.entry_points == ["web", "websecure"]  # every TCP entry point but traefik's
+    assert broken.http_routers["cross@file"].status == "enabled"
+    assert broken.http_services["app@file"].used_by == [
+        "loop-b@file",  # weighted services are checked before routers
+        "missing-member@file",
+        "ok@file",
+        "bad-rule@file",
+        "no-ep@file",
+        "udp-ep@file",
+        "no-mw@file",
+    ]
+    assert broken.http_services["near@file"].status == "enabled"
+    assert broken.http_middlewares["strip@file"].status == "enabled"
+    assert broken.http_middlewares["strip@file"].used_by == ["no-mw@file"]
+
+
+def test_router_to_service_without_servers_stays_enabled(broken) -> None:
+    info = broken.http_routers["empty@file"]
+    assert info.status == "enabled"
+    assert info.priority == 100
+    svc = broken.http_services["nobody@file"]
+    assert svc.status == "warning"
+    assert svc.errors == ["no servers: requests get 503"]
+
+
+def test_service_errors(broken) -> None:
+    cycle = "weighted services form a cycle: loop-a@file -> loop-b@file -> loop-a@file"
+    assert broken.http_services["loop-a@file"].errors == [cycle]
+    assert broken.http_services["loop-b@file"].errors == [cycle]
+    assert broken.http_services["via-loop@file"].errors == ["service 'loop-a@file' is disabled"]
+    assert broken.http_services["self@file"].errors == [
+        "weighted services form a cycle: self@file -> self@file"
+    ]
+    assert broken.http_services["missing-member@file"].errors == [
+        "service 'ghost@file' does not exist"
+    ]
+    assert broken.http_services["far@file"].errors == [
+        "serversTransport 'nowhere@file' does not exist"
+    ]
+    for name in (
+        "loop-a@file",
+        "loop-b@file",
+        "via-loop@file",
+        "self@file",
+        "missing-member@file",
+        "far@file",
+    ):
+        assert broken.http_services[name].status == "disabled", name
+
+
+def test_servers_transports_include_the_default(broken) -> None:
+    assert broken.servers_transports[DEFAULT_TRANSPORT] == ServersTransport()
+    assert broken.servers_transports["fast@file"].forwarding_timeouts.dial_timeout == 1.0
+    assert DEFAULT_TRANSPORT in build_runtime(Configuration(), EPS).servers_transports
+
+
+def test_errors_and_dump(broken) -> None:
+    lines = broken.errors()
+    assert "service nobody@file: no servers: requests get 503" in lines
+    dump = broken.to_builtins()
+    json.dumps(dump)
+    r = dump["http"]["routers"]["no-service@file"]
+    assert r["status"] == "disabled"
+    assert r["errors"] == ["service 'nope@file' does not exist"]
+    assert r["provider"] == "file"
+    assert r["config"]["service"] == "nope@file"
+    assert dump["http"]["routers"]["ok@file"]["entryPoints"] == ["web", "websecure"]
+    assert dump["http"]["services"]["app@file"]["status"] == "enabled"
+    assert (
+        dump["http"]["serversTransports"]["fast@file"]["forwardingTimeouts"]["dialTimeout"] == "1s"
+    )
+    assert "default@internal" in dump["http"]["serversTransports"]
+
+
+def test_tcp_and_udp_validation() -> None:
+    c = conf(
+        {
+            "tcp": {
+                "routers": {
+                    "sni": {
+                        "rule": "HostSNI(`db.example`)",
+                        "service": "db",
+                        "tls": {"passthrough": True},
+                    },
+                    "raw": {"rule": "HostSNI(`*`)", "service": "db", "entryPoints": ["web"]},
+                    "bad": {"rule": "Host(`x`)", "service": "db"},
+                    "udp-ep": {"rule": "HostSNI(`*`)", "service": "db", "entryPoints": ["dns"]},
+                    "gone": {"rule": "HostSNI(`*`)", "service": "gone"},
+                    "tls-opts": {
+                        "rule": "HostSNI(`t`)",
+                        "service": "db",
+                        "tls": {"options": "nope"},
+                    },
+                },
+                "services": {
+                    "db": {"loadBalancer": {"servers": [{"address": "10.0.0.1:5432"}]}},
+                    "bad-transport": {"loadBalancer": {"servers": [], "serversTransport": "x"}},
+                },
+            },
+            "udp": {
+                "routers": {
+                    "dns": {"service": "dns"},
+                    "tcp-ep": {"service": "dns", "entryPoints": ["web"]},
+                    "gone": {"service": "gone"},
+                },
+                "services": {
+                    "dns": {"loadBalancer": {"servers": [{"address": "1.1.1.1:53"}]}},
+                    "w": {"weighted": {"services": [{"name": "dns"}, {"name": "ghost"}]}},
+                },
+            },
+        }
+    )
+    rt = build_runtime(merge({"file": c}), EPS)
+    assert rt.tcp_routers["sni@file"].status == "enabled"
+    assert rt.tcp_routers["sni@file"].entry_points == ["web", "websecure"]
+    assert rt.tcp_routers["raw@file"].entry_points == ["web"]
+    assert rt.tcp_routers["bad@file"].status == "disabled"
+    assert "rule 'Host(`x`)'" in rt.tcp_routers["bad@file"].errors[0]
+    assert rt.tcp_routers["udp-ep@file"].errors == [
+        "entryPoint 'dns' is a UDP entry point, not TCP"
+    ]
+    assert rt.tcp_routers["gone@file"].errors == ["service 'gone@file' does not exist"]
+    assert rt.tcp_routers["tls-opts@file"].errors == ["TLS options 'nope@file' do not exist"]
+    assert rt.tcp_services["bad-transport@file"].status == "disabled"
+    assert DEFAULT_TRANSPORT in rt.tcp_servers_transports
+
+    assert rt.udp_routers["dns@file"].status == "enabled"
+    assert rt.udp_routers["dns@file"].entry_points == ["dns"]
+    assert rt.udp_routers["tcp-ep@file"].errors == [
+        "entryPoint 'web' is a TCP entry point, not UDP"
+    ]
+    assert rt.udp_routers["gone@file"].status == "disabled"
+    assert rt.udp_services["w@file"].errors == ["service 'ghost@file' does not exist"]
+    assert "tcp router bad@file: rule 'Host(`x`)'" in "\n".join(rt.errors())
+    assert "udp service w@file: service 'ghost@file' does not exist" in rt.errors()
+
+
+def test_no_entry_point_of_the_protocol() -> None:
+    c = conf({"udp": {"routers": {"u": {"service": "s"}}, "services": {"s": {"loadBalancer": {}}}}})
+    rt = build_runtime(merge({"file": c}), {"web": "tcp"})
+    assert rt.udp_routers["u@file"].errors == ["no UDP entry point to attach to"]
+
+
+def test_previous_snapshot_lends_compiled_rules() -> None:
+    c = merge(
+        {
+            "file": conf(
+                {
+                    "http": {
+                        "routers": {"r": {"rule": "Host(`a`)", "service": "s"}},
+                        "services": {"s": lb("http://a")},
+                    }
+                }
+            )
+        }
+    )
+    first = build_runtime(c, EPS)
+    second = build_runtime(c, EPS, previous=first)
+    assert second.http_routers["r@file"].rule is first.http_routers["r@file"].rule
+    assert (
+        build_runtime(c, EPS).http_routers["r@file"].rule is not first.http_routers["r@file"].rule
+    )

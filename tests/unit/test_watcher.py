@@ -1,0 +1,257 @@
+"""The configuration watcher: duplicates, per-provider throttling, merging, listeners, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from edge.config.dynamic import Configuration
+from edge.config.loader import decode_dynamic
+from edge.config.runtime import RuntimeConfig
+from edge.watcher import Message, Watcher
+
+EPS = {"web": "tcp"}
+TIMEOUT = 5.0
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    """Run ``coro`` on a fresh loop, failing the test if it takes over TIMEOUT seconds."""
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coro, TIMEOUT)
+
+    return asyncio.run(bounded())
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+def config(n: int, service: str = "app") -> Configuration:
+    return decode_dynamic(
+        {
+            "http": {
+                "routers": {f"r{n}": {"rule": f"Host(`h{n}`)", "service": service}},
+                "services": {
+                    service: {"loadBalancer": {"servers": [{"url": f"http://10.0.0.1:{9000 + n}"}]}}
+                },
+            }
+        }
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.snapshots: list[RuntimeConfig] = []
+
+    def __call__(self, runtime: RuntimeConfig) -> None:
+        self.snapshots.append(runtime)
+
+    def routers(self, i: int = -1) -> list[str]:
+        return list(self.snapshots[i].http_routers)
+
+
+def test_first_configuration_applies_at_once_and_duplicates_are_dropped() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[rec])
+        w.publish(Message("file", config(1)))
+        assert w.applied == 1 and rec.routers() == ["r1@file"]
+        w.publish(Message("file", config(1)))  # identical: dropped
+        w.publish(Message("file", config(1)))
+        assert w.applied == 1
+        w.publish(Message("file", config(2)))
+        assert w.applied == 2 and rec.routers() == ["r2@file"]
+        await w.close()
+
+    run(main())
+
+
+def test_burst_is_coalesced_into_first_and_last() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.2, listeners=[rec])
+        for i in range(20):
+            w.publish(Message("file", config(i)))
+        assert w.applied == 1 and rec.routers() == ["r0@file"]
+        await asyncio.sleep(0.1)
+        assert w.applied == 1  # still inside the window
+        await until(lambda: w.applied == 2)
+        assert rec.routers() == ["r19@file"]
+        await asyncio.sleep(0.3)
+        assert w.applied == 2  # nothing else pending
+        await w.close()
+
+    run(main())
+
+
+def test_per_message_throttle_overrides_the_global_one() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=60.0, listeners=[rec])
+        w.publish(Message("k8s", config(1)), throttle=0.05)
+        w.publish(Message("k8s", config(2)), throttle=0.05)
+        await until(lambda: w.applied == 2)
+        assert rec.routers() == ["r2@k8s"]
+        await w.close()
+
+    run(main())
+
+
+def test_back_to_applied_within_window_is_not_reapplied() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.1, listeners=[rec])
+        w.publish(Message("file", config(1)))
+        w.publish(Message("file", config(2)))
+        w.publish(Message("file", config(1)))  # back to what is applied
+        await asyncio.sleep(0.25)
+        assert w.applied == 1
+        await w.close()
+
+    run(main())
+
+
+def test_throttling_is_per_provider_and_configurations_are_merged() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=10.0, listeners=[rec])
+        w.publish(Message("file", config(1)))
+        w.publish(Message("k8s", config(2)))  # another provider's first: applied at once
+        assert w.applied == 2
+        assert rec.routers() == ["r1@file", "r2@k8s"]
+        assert rec.snapshots[-1].http_routers["r2@k8s"].config.service == "app@k8s"
+        assert all(info.status == "enabled" for info in rec.snapshots[-1].http_routers.values())
+        await w.close()
+
+    run(main())
+
+
+def test_listeners_run_in_order_and_a_raising_one_does_not_stop_the_rest(caplog) -> None:
+    async def main() -> None:
+        calls: list[str] = []
+
+        def first(rt: RuntimeConfig) -> None:
+            calls.append("first")
+
+        def broken(rt: RuntimeConfig) -> None:
+            calls.append("broken")
+            raise RuntimeError("listener bug")
+
+        def last(rt: RuntimeConfig) -> None:
+            calls.append("last")
+
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[first, broken, last])
+        w.publish(Message("file", config(1)))
+        w.publish(Message("file", config(2)))
+        assert calls == ["first", "broken", "last"] * 2
+        assert w.applied == 2
+        await w.close()
+
+    with caplog.at_level(logging.ERROR, logger="edge.watcher"):
+        run(main())
+    assert any("listener" in r.getMessage() and "broken" in r.getMessage() for r in caplog.records)
+
+
+def test_readiness_waits_for_every_expected_provider() -> None:
+    async def main() -> None:
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[])
+        assert w.ready  # nothing expected
+        w.expect("file")
+        w.expect("k8s")
+        assert not w.ready
+        w.publish(Message("file", config(1)))
+        assert not w.ready
+        w.publish(Message("k8s", config(2)))
+        assert w.ready
+        await w.close()
+
+    run(main())
+
+
+def test_validation_errors_are_logged_with_the_element(caplog) -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[rec])
+        w.publish(Message("file", config(1, service="app")))
+        bad = decode_dynamic({"http": {"routers": {"r": {"rule": "Host(`x`)", "service": "nope"}}}})
+        w.publish(Message("k8s", bad))
+        assert rec.snapshots[-1].http_routers["r@k8s"].status == "disabled"
+        assert rec.snapshots[-1].http_routers["r1@file"].status == "enabled"
+        await w.close()
+
+    with caplog.at_level(logging.WARNING, logger="edge.watcher"):
+        run(main())
+    assert "router r@k8s: service 'nope@k8s' does not exist" in caplog.text
+
+
+def test_publish_threadsafe() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(
+            entry_points=EPS, throttle=0.0, listeners=[rec], loop=asyncio.get_running_loop()
+        )
+        t = threading.Thread(target=w.publish_threadsafe, args=(Message("k8s", config(3)),))
+        t.start()
+        t.join(TIMEOUT)
+        await until(lambda: w.applied == 1)
+        assert rec.routers() == ["r3@k8s"]
+        await w.close()
+
+    run(main())
+
+
+def test_listener_publishing_triggers_another_round() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w: Watcher
+
+        def republish(rt: RuntimeConfig) -> None:
+            if w.applied == 0:
+                w.publish(Message("other", config(9)))
+
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[republish, rec])
+        w.publish(Message("file", config(1)))
+        assert w.applied == 2
+        assert rec.routers() == ["r1@file", "r9@other"]
+        await w.close()
+
+    run(main())
+
+
+def test_close_drops_pending_configurations() -> None:
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.05, listeners=[rec])
+        w.publish(Message("file", config(1)))
+        w.publish(Message("file", config(2)))
+        await w.close()
+        await asyncio.sleep(0.15)
+        w.publish(Message("file", config(3)))
+        assert w.applied == 1
+
+    run(main())
+
+
+def test_an_empty_configuration_is_applied() -> None:
+    # Unlike Traefik, an empty configuration is not skipped: emptying a file removes
+    # its routes, and a provider with nothing to say still counts for readiness.
+    async def main() -> None:
+        rec = Recorder()
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[rec])
+        w.expect("k8s")
+        w.publish(Message("file", config(1)))
+        w.publish(Message("k8s", Configuration()))
+        assert w.ready
+        w.publish(Message("file", Configuration()))
+        assert w.applied == 3 and rec.routers() == []
+        await w.close()
+
+    run(main())
