@@ -39,15 +39,15 @@ Header = tuple[bytes, bytes]
 
 class RequestHead:
     __slots__ = (
-        "method",  # b"GET"
-        "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
-        "version",  # b"1.1" or b"1.0"
-        "headers",  # list[Header], order and case preserved
-        "keep_alive",  # bool: version default and Connection tokens
         "chunked",  # bool: Transfer-Encoding: chunked
         "content_length",  # int | None
-        "upgrade",  # bool: Connection: upgrade + an Upgrade header
         "expect_continue",  # bool: Expect: 100-continue
+        "headers",  # list[Header], order and case preserved
+        "keep_alive",  # bool: version default and Connection tokens
+        "method",  # b"GET"
+        "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
+        "upgrade",  # bool: Connection: upgrade + an Upgrade header
+        "version",  # b"1.1" or b"1.0"
     )
 
     def __init__(
@@ -92,14 +92,14 @@ class RequestHead:
 
 class ResponseHead:
     __slots__ = (
-        "status",  # int
-        "reason",  # bytes
-        "version",  # b"1.1" / b"1.0"
-        "headers",  # list[Header]
-        "keep_alive",  # bool: the upstream connection may be reused after this response
         "chunked",  # bool
         "content_length",  # int | None (None with chunked, or body until close, or no body)
         "has_body",  # bool: False for HEAD, 1xx, 204, 304
+        "headers",  # list[Header]
+        "keep_alive",  # bool: the upstream connection may be reused after this response
+        "reason",  # bytes
+        "status",  # int
+        "version",  # b"1.1" / b"1.0"
     )
 
     def __init__(

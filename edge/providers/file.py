@@ -11,8 +11,9 @@ Invariants: only a configuration that decoded completely is ever published, and 
 when it differs from the last one published; an invalid source is logged once per
 change (file and key path) and the last good configuration stays in force. A file
 caught mid-rewrite cannot be published half-written: a change is read only once its
-stat has been stable for one poll interval (or is older than that), and a read during
-which the stat changed is discarded and retried at the next poll.
+stat has been stable for one poll interval (or is older than that, or the source has
+kept changing for MAX_SETTLE), and a read during which the stat changed is discarded
+and retried at the next poll.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = ["FileProvider", "load_file_provider"]
 
 log = logging.getLogger(__name__)
 
+MAX_SETTLE = 0.5  # seconds a continuously changing source waits at most before it is read
 _Stat = tuple[tuple[str, int, int, int], ...]  # (path, inode, mtime_ns, size) per file
 
 
@@ -138,6 +140,7 @@ class FileProvider:
         self._published: Configuration | None = None
         self._seen: _Stat | None = None  # stat of the last content read (good or bad)
         self._previous_poll: _Stat | None = None
+        self._changing_since: float | None = None
 
     @property
     def source(self) -> str:
@@ -162,10 +165,18 @@ class FileProvider:
         current = self._stat()
         if current == self._seen:
             self._previous_poll = current
+            self._changing_since = None
             return
+        now = time.monotonic()
+        if self._changing_since is None:
+            self._changing_since = now
         settled = current == self._previous_poll or self._older_than_poll(current)
+        # A source rewritten without pause (a generator, a busy CI job) is read
+        # anyway once MAX_SETTLE has passed, so changes are never starved.
+        overdue = now - self._changing_since >= MAX_SETTLE
         self._previous_poll = current
-        if settled:
+        if settled or overdue:
+            self._changing_since = None
             self._read(current)
 
     # -- internals -------------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The ``edge`` command: run, check, whoami, demo.
+
+Nothing imports this module; it only parses arguments and calls into the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import msgspec
+
+from edge import __version__
+from edge.errors import ConfigError
+
+log = logging.getLogger("edge")
+
+
+def _uvloop_run(coro) -> None:
+    import uvloop
+
+    uvloop.run(coro)
+
+
+def load_static(path: str):
+    """Load the static configuration; relative provider paths are resolved against its folder."""
+    from edge.config.loader import load_static as _load
+
+    static = _load(path)
+    base = os.path.dirname(os.path.abspath(path))
+    f = static.providers.file
+    if f is not None:
+        changes = {}
+        if f.filename and not os.path.isabs(f.filename):
+            changes["filename"] = os.path.join(base, f.filename)
+        if f.directory and not os.path.isabs(f.directory):
+            changes["directory"] = os.path.join(base, f.directory)
+        if changes:
+            providers = msgspec.structs.replace(static.providers, file=msgspec.structs.replace(f, **changes))
+            static = msgspec.structs.replace(static, providers=providers)
+    return static
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from edge.app import run
+    from edge.logs import setup_logging
+
+    static = load_static(args.config)
+    setup_logging(static.log)
+    _uvloop_run(run(static, parser=args.http_parser))
+    return 0
+
+
+def _load_dynamic(static) -> tuple[dict, list[str]]:
+    """Each provider's configuration read once, for ``check`` and ``demo``."""
+    from edge.providers.file import load_file_provider
+
+    configs = {}
+    errors: list[str] = []
+    f = static.providers.file
+    if f is not None:
+        try:
+            configs["file"] = load_file_provider(filename=f.filename or None, directory=f.directory or None)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return configs, errors
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from edge.config.merge import merge
+    from edge.config.runtime import build_runtime
+
+    try:
+        static = load_static(args.config)
+    except ConfigError as exc:
+        print(f"static configuration: {exc}")
+        return 1
+    configs, errors = _load_dynamic(static)
+    for err in errors:
+        print(f"dynamic configuration: {err}")
+    runtime = build_runtime(merge(configs), static.entry_point_protocols())
+    bad = bool(errors)
+    for kind, table in (
+        ("router", runtime.http_routers),
+        ("service", runtime.http_services),
+        ("middleware", runtime.http_middlewares),
+        ("tcp router", runtime.tcp_routers),
+        ("tcp service", runtime.tcp_services),
+        ("udp router", runtime.udp_routers),
+        ("udp service", runtime.udp_services),
+    ):
+        for name, info in sorted(table.items()):
+            line = f"{kind} {name}: {info.status}"
+            if info.errors:
+                line += ": " + "; ".join(info.errors)
+            if info.status == "disabled":
+                bad = True
+            print(line)
+    print("configuration is invalid" if bad else "configuration is valid")
+    return 1 if bad else 0
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    from edge.whoami import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not (args.http or args.tcp or args.udp):
+        args.http = ["127.0.0.1:8001"]
+    _uvloop_run(serve(args.name, args.http or [], args.tcp or [], args.udp or []))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Start one ``edge whoami`` per loopback server of the dynamic configuration, then edge."""
+    static = load_static(args.config)
+    configs, errors = _load_dynamic(static)
+    if errors:
+        for err in errors:
+            print(err, file=sys.stderr)
+        return 1
+    backends: dict[str, str] = {}
+    for conf in configs.values():
+        if conf.http is None:
+            continue
+        for svc_name, svc in conf.http.services.items():
+            if svc.load_balancer is None:
+                continue
+            for i, server in enumerate(svc.load_balancer.servers):
+                parts = urlsplit(server.url)
+                if parts.hostname in ("127.0.0.1", "localhost", "::1") and parts.port:
+                    backends.setdefault(f"{parts.hostname}:{parts.port}", f"{svc_name}-{i + 1}")
+    procs = []
+    for addr, name in backends.items():
+        procs.append(
+            subprocess.Popen([sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr])
+        )
+    try:
+        return cmd_run(args)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge", description="A Kubernetes edge router and ingress controller.")
+    parser.add_argument("--version", action="version", version=f"edge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="serve with a static configuration")
+    run.add_argument("--config", "-c", required=True, help="static configuration file (YAML or TOML)")
+    run.add_argument("--http-parser", choices=["httptools", "h11"], default=None, help="override every entrypoint's HTTP parser")
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check", help="validate the static and dynamic configuration, start nothing")
+    check.add_argument("--config", "-c", required=True)
+    check.set_defaults(func=cmd_check)
+
+    who = sub.add_parser("whoami", help="a tiny echo backend")
+    who.add_argument("--name", default="whoami")
+    who.add_argument("--http", action="append", metavar="ADDR", help="HTTP address, host:port (repeatable)")
+    who.add_argument("--tcp", action="append", metavar="ADDR", help="TCP echo address (repeatable)")
+    who.add_argument("--udp", action="append", metavar="ADDR", help="UDP echo address (repeatable)")
+    who.set_defaults(func=cmd_whoami)
+
+    demo = sub.add_parser("demo", help="run edge on the bundled demo configuration with its whoami backends")
+    demo.add_argument("--config", "-c", default="entrypoints/demo.yaml")
+    demo.add_argument("--http-parser", choices=["httptools", "h11"], default=None)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except ConfigError as exc:
+        print(f"edge: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

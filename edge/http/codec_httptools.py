@@ -1,0 +1,557 @@
+"""HTTP/1.1 codec over httptools (llhttp): the fast default on edge's hot path.
+
+This module owns the llhttp-backed RequestParser and ResponseParser of the
+interface in :mod:`edge.http.codec`.
+
+Invariant: llhttp is only ever handed (1) one complete head, found here (it ends at
+the first CRLF CRLF) and no longer than ``max_header_bytes``, then (2) exactly the
+body bytes of that message: a Content-Length body by count, a chunked body in
+pieces that each end at a CRLF CRLF (a chunked message always ends with one, so it
+can only end where a piece ends). So the end of every message is known here
+without asking llhttp, heads are judged by the shared rules of
+:mod:`edge.http.headers` exactly as the h11 codec judges them, and one llhttp
+parser serves every message of a keep-alive connection. llhttp's own checks
+(bare LF, obs-fold, control bytes, Content-Length and Transfer-Encoding
+conflicts, chunk syntax) do the rest.
+
+Per request the Python work is: one ``bytes.find`` for the head, llhttp's url and
+header callbacks, one slice compare for the request line, one pass over the
+headers (:func:`edge.http.headers.request_framing`) and the head object.
+"""
+
+from __future__ import annotations
+
+import httptools
+
+from edge.errors import HeadersTooLarge, ProtocolError
+from edge.http.codec import Handler, Header, RequestHead, ResponseHead
+from edge.http.headers import (
+    HEAD_END,
+    check_oversize_head,
+    check_partial_head,
+    check_reason,
+    check_target,
+    check_value_space,
+    request_framing,
+    response_framing,
+    skip_empty_lines,
+)
+
+__all__ = ["RequestParser", "ResponseParser"]
+
+# Parser states.
+_HEAD = 0  # between messages or inside a head
+_BODY = 1  # Content-Length body: ``_remaining`` bytes to go
+_CHUNKED = 2  # chunked body
+_EOF_BODY = 3  # response body delimited by the connection closing
+_UPGRADING = 4  # the head asked for an upgrade; llhttp is finishing the message
+_CLOSED = 5  # the last message said close: later bytes are ignored
+_UPGRADED = 6  # on_upgrade was called: later bytes are ignored
+_DEAD = 7  # a ProtocolError was raised
+
+_LINE_11 = b" HTTP/1.1\r\n"
+_LINE_10 = b" HTTP/1.0\r\n"
+
+
+def _new_parser(cls: type, protocol: object) -> httptools.HttpRequestParser:
+    parser = cls(protocol)
+    # Keep-alive is decided by edge (request_framing / response_framing), which never
+    # feeds llhttp after a message it considers the last. llhttp must go on parsing
+    # after a message it considers the last (HTTP/1.0, "close" in trailers): without
+    # this it refuses the next bytes, and with lenient_data_after_close it would
+    # silently drop them.
+    parser.set_dangerous_leniencies(lenient_keep_alive=True)
+    return parser
+
+
+def _cut(data: bytes, pos: int, tail: bytes) -> int:
+    """End of the next piece of a chunked body: just past the next CRLF CRLF
+    (``tail`` holds the up-to-3 bytes that preceded ``pos``), or the end of data."""
+    if tail:
+        j = (tail + data[pos : pos + 3]).find(HEAD_END)
+        if j >= 0:
+            return pos + j + 4 - len(tail)
+    j = data.find(HEAD_END, pos)
+    return len(data) if j < 0 else j + 4
+
+
+class _Base:
+    """What both parsers share: the partial head buffer, chunk pieces, error mapping.
+
+    The parser object itself is llhttp's protocol: its ``on_*`` methods are llhttp
+    callbacks, not the Handler interface.
+    """
+
+    __slots__ = (
+        "_got_body",
+        "_handler",
+        "_head",
+        "_headers",
+        "_idle",
+        "_keep_alive",
+        "_max",
+        "_parser",
+        "_partial",
+        "_remaining",
+        "_scanned",
+        "_searched",
+        "_state",
+        "_tail",
+    )
+
+    def __init__(self, handler: Handler, max_header_bytes: int) -> None:
+        self._handler = handler
+        self._max = max_header_bytes
+        self._state = _HEAD
+        self._keep_alive = True
+        self._headers: list[Header] = []
+        self._head = b""  # the head being parsed (complete, from its first byte)
+        self._remaining = 0
+        self._tail = b""
+        self._idle = 0
+        self._got_body = False
+        self._partial: bytearray | None = None
+        self._searched = 0
+        self._scanned = 0
+
+    # -- llhttp callbacks shared by both directions --------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # llhttp strips the whitespace before a value, not after it.
+        stripped = value.rstrip(b" \t")
+        if stripped is not value:
+            check_value_space(name, value)
+        self._headers.append((name, stripped))
+
+    def on_body(self, body: bytes) -> None:
+        self._got_body = True
+        self._handler.on_body(body)
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _more_head(self, data: bytes) -> bytes | None:
+        """Add ``data`` to an incomplete head; return all bytes once it is complete."""
+        buf = self._partial
+        assert buf is not None
+        buf += data
+        if buf.find(HEAD_END, self._searched) < 0:
+            self._searched = max(0, len(buf) - 3)
+            self._scanned = check_partial_head(buf, 0, self._scanned, self._max)
+            return None
+        self._partial = None
+        return bytes(buf)
+
+    def _keep_partial(self, data: bytes, pos: int) -> None:
+        buf = bytearray(data[pos:])
+        self._scanned = check_partial_head(buf, 0, 0, self._max)
+        self._searched = max(0, len(buf) - 3)
+        self._partial = buf
+
+    def _chunk_piece(self, data: bytes, pos: int, cut: int) -> None:
+        """Bookkeeping after a chunked-body piece that did not end the message."""
+        self._tail = data[cut - 3 : cut] if cut - pos >= 3 else (self._tail + data[pos:cut])[-3:]
+        if self._got_body:
+            self._idle = 0
+        else:
+            # Chunk-size lines and trailers are not buffered without bound.
+            self._idle += cut - pos
+            if self._idle > self._max:
+                raise HeadersTooLarge("chunk framing or trailers too large")
+
+    def _fail(self, exc: httptools.HttpParserError) -> BaseException:
+        """The exception to raise for an llhttp error (and the parser is dead)."""
+        self._state = _DEAD
+        if isinstance(exc, httptools.HttpParserCallbackError) and exc.__context__ is not None:
+            return exc.__context__  # ours (ProtocolError) or the handler's own
+        return ProtocolError(str(exc) or "invalid HTTP/1.1")
+
+
+class RequestParser(_Base):
+    """Client side of a connection: a stream of (possibly pipelined) requests."""
+
+    __slots__ = ("_feed", "_get_method", "_url")
+
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
+        super().__init__(handler, max_header_bytes)
+        self._url = b""
+        self._parser = _new_parser(httptools.HttpRequestParser, self)
+        self._feed = self._parser.feed_data
+        self._get_method = self._parser.get_method
+
+    # -- llhttp callbacks ------------------------------------------------------
+
+    def on_url(self, url: bytes) -> None:
+        self._url = url  # a complete head is fed at once: one call per request
+
+    def on_headers_complete(self) -> None:
+        method = self._get_method()
+        url = self._url
+        head = self._head
+        self._head = b""  # marks the head as understood (see _run)
+        # llhttp tolerates several spaces in the request line and any HTTP/x.y:
+        # demand exactly "METHOD SP target SP HTTP/1.x CRLF" at its known offsets.
+        i = len(method) + len(url) + 1
+        line_end = head[i : i + 11]
+        if line_end == _LINE_11:
+            version = b"1.1"
+        elif line_end == _LINE_10:
+            version = b"1.0"
+        else:
+            raise ProtocolError("request line is not 'METHOD target HTTP/1.0|1.1'")
+        if method == b"CONNECT":
+            raise ProtocolError("CONNECT is not supported")
+        if url[0] != 0x2F:  # not origin-form: '*' or absolute-form only
+            check_target(url)
+        headers = self._headers
+        self._headers = []
+        keep_alive, chunked, content_length, upgrade, expect_continue = request_framing(
+            version, headers
+        )
+        self._keep_alive = keep_alive
+        if upgrade:
+            self._state = _UPGRADING
+        elif chunked:
+            self._state = _CHUNKED
+            self._tail = b""
+            self._idle = 0
+        elif content_length:
+            self._state = _BODY
+            self._remaining = content_length
+        self._handler.on_head(
+            RequestHead(
+                method,
+                url,
+                version,
+                headers,
+                keep_alive,
+                chunked,
+                content_length,
+                upgrade,
+                expect_continue,
+            )
+        )
+
+    def on_message_complete(self) -> None:
+        if self._state != _UPGRADING:
+            self._state = _HEAD if self._keep_alive else _CLOSED
+        if self._headers:
+            self._headers = []  # trailers: dropped
+        self._handler.on_end()
+
+    # -- interface -------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``; call the handler for each event. Raises ProtocolError."""
+        if self._state >= _CLOSED:
+            if self._state == _DEAD:
+                raise ProtocolError("request parser failed earlier")
+            return
+        if self._partial is not None:
+            try:
+                complete = self._more_head(data)
+            except ProtocolError:
+                self._state = _DEAD
+                raise
+            if complete is None:
+                return
+            data = complete
+        try:
+            self._run(data)
+        except httptools.HttpParserUpgrade:
+            self._state = _DEAD
+            raise ProtocolError("llhttp upgraded a request edge did not") from None
+        except httptools.HttpParserError as exc:
+            raise self._fail(exc) from None
+        except BaseException:
+            self._state = _DEAD
+            raise
+
+    def _run(self, data: bytes) -> None:
+        feed = self._feed
+        max_bytes = self._max
+        n = len(data)
+        pos = 0
+        view: memoryview | None = None
+        while pos < n:
+            state = self._state
+            if state == _HEAD:
+                c = data[pos]
+                if c == 13 or c == 10:
+                    pos = skip_empty_lines(data, pos)
+                    if pos == n:
+                        return
+                end = data.find(HEAD_END, pos)
+                if end < 0:
+                    self._keep_partial(data, pos)
+                    return
+                end += 4
+                if end - pos > max_bytes:
+                    check_oversize_head(data, pos, pos, max_bytes)
+                head = data if pos == 0 and end == n else data[pos:end]
+                self._head = head
+                try:
+                    feed(head)
+                except httptools.HttpParserUpgrade:
+                    if self._state != _UPGRADING:
+                        raise
+                if self._head:
+                    # llhttp took a whole head without completing it: it waits for
+                    # the rest of an HTTP/2 preface after "PRI ... HTTP/x.y".
+                    raise ProtocolError("request head not understood")
+                if self._state == _UPGRADING:
+                    self._state = _UPGRADED
+                    self._handler.on_upgrade(data[end:])
+                    return
+                pos = end
+            elif state == _BODY:
+                take = self._remaining
+                if take > n - pos:
+                    take = n - pos
+                self._remaining -= take
+                if take == n:
+                    feed(data)
+                else:
+                    if view is None:
+                        view = memoryview(data)
+                    feed(view[pos : pos + take])
+                pos += take
+            elif state == _CHUNKED:
+                cut = _cut(data, pos, self._tail)
+                self._got_body = False
+                if pos == 0 and cut == n:
+                    feed(data)
+                else:
+                    if view is None:
+                        view = memoryview(data)
+                    feed(view[pos:cut])
+                if self._state == _CHUNKED:
+                    self._chunk_piece(data, pos, cut)
+                pos = cut
+            else:  # closed: the rest is ignored
+                return
+
+
+class ResponseParser(_Base):
+    """Upstream side: one response per request sent, in order (see the interface)."""
+
+    __slots__ = (
+        "_complete",
+        "_feeding",
+        "_interim",
+        "_method",
+        "_no_body",
+        "_pending",
+        "_reason",
+        "_started",
+    )
+
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
+        super().__init__(handler, max_header_bytes)
+        self._method: bytes | None = None
+        self._reason = b""
+        self._pending = b""  # bytes that arrived with no response expected
+        self._feeding = False
+        self._started = False  # bytes of the expected response (or its 1xx) were read
+        self._complete = False  # llhttp ended the message it was given
+        self._interim = False
+        self._no_body = False
+        self._parser = _new_parser(httptools.HttpResponseParser, self)
+
+    # -- llhttp callbacks ------------------------------------------------------
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason = reason
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        head = self._head
+        self._head = b""  # marks the head as understood (see _run)
+        if head.startswith(b"HTTP/1.1 "):
+            version = b"1.1"
+        elif head.startswith(b"HTTP/1.0 "):
+            version = b"1.0"
+        else:
+            raise ProtocolError("status line is not HTTP/1.0 or HTTP/1.1")
+        if status < 100:
+            raise ProtocolError("invalid status code")
+        reason = self._reason
+        self._reason = b""
+        check_reason(reason)
+        headers = self._headers
+        self._headers = []
+        method = self._method or b"GET"
+        keep_alive, chunked, content_length, has_body = response_framing(
+            status, version, headers, method
+        )
+        if status < 200 and status != 101:
+            self._interim = True  # 100 Continue, 103 Early Hints: not reported
+            return
+        self._keep_alive = keep_alive
+        if status == 101:
+            self._state = _UPGRADING
+        elif not has_body:
+            self._no_body = True
+        elif chunked:
+            self._state = _CHUNKED
+            self._tail = b""
+            self._idle = 0
+        elif content_length is not None:
+            if content_length:
+                self._state = _BODY
+                self._remaining = content_length
+        else:
+            self._state = _EOF_BODY
+        self._handler.on_head(
+            ResponseHead(
+                status, reason, version, headers, keep_alive, chunked, content_length, has_body
+            )
+        )
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+        if self._interim:
+            self._interim = False
+            return
+        self._end()
+
+    def _end(self) -> None:
+        if self._headers:
+            self._headers = []  # trailers: dropped
+        if self._state != _UPGRADING:
+            self._state = _HEAD if self._keep_alive else _CLOSED
+        self._method = None
+        self._started = False
+        self._no_body = False
+        self._handler.on_end()
+
+    # -- interface -------------------------------------------------------------
+
+    def expect(self, method: bytes) -> None:
+        """The next response answers a ``method`` request (bytes kept so far are parsed)."""
+        self._method = method
+        if self._pending and not self._feeding and self._state == _HEAD:
+            data = self._pending
+            self._pending = b""
+            self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        state = self._state
+        if state >= _CLOSED:
+            if state == _DEAD:
+                raise ProtocolError("response parser failed earlier")
+            return
+        if state == _HEAD and self._method is None:
+            self._pending += data
+            return
+        if self._partial is not None:
+            try:
+                complete = self._more_head(data)
+            except ProtocolError:
+                self._state = _DEAD
+                raise
+            if complete is None:
+                return
+            data = complete
+        self._feeding = True
+        try:
+            self._run(data)
+        except httptools.HttpParserError as exc:
+            raise self._fail(exc) from None
+        except BaseException:
+            self._state = _DEAD
+            raise
+        finally:
+            self._feeding = False
+
+    def feed_eof(self) -> None:
+        """The upstream closed: end a body delimited by close, or refuse a cut message."""
+        state = self._state
+        if state == _EOF_BODY:
+            self._end()
+        elif state in (_BODY, _CHUNKED) or (
+            state == _HEAD and (self._started or self._partial is not None)
+        ):
+            self._state = _DEAD
+            raise ProtocolError("upstream closed the connection in the middle of a response")
+
+    def _run(self, data: bytes) -> None:
+        n = len(data)
+        pos = 0
+        view: memoryview | None = None
+        while pos < n:
+            state = self._state
+            if state == _HEAD:
+                if self._method is None:
+                    self._pending = data[pos:]  # kept for the next expect()
+                    return
+                c = data[pos]
+                if c == 13 or c == 10:
+                    pos = skip_empty_lines(data, pos)
+                    if pos == n:
+                        return
+                self._started = True
+                end = data.find(HEAD_END, pos)
+                if end < 0:
+                    self._keep_partial(data, pos)
+                    return
+                end += 4
+                if end - pos > self._max:
+                    check_oversize_head(data, pos, pos, self._max)
+                head = data if pos == 0 and end == n else data[pos:end]
+                self._head = head
+                self._complete = False
+                try:
+                    self._parser.feed_data(head)
+                except (httptools.HttpParserUpgrade, httptools.HttpParserError) as exc:
+                    # After a 101 llhttp stops with an "upgrade" error of one kind or
+                    # the other, depending on the Connection and Upgrade headers.
+                    if self._state != _UPGRADING or isinstance(
+                        exc, httptools.HttpParserCallbackError
+                    ):
+                        raise
+                if self._head:
+                    raise ProtocolError("response head not understood")
+                if self._state == _UPGRADING:
+                    if not self._complete:
+                        self._end()
+                    self._state = _UPGRADED
+                    self._handler.on_upgrade(data[end:])
+                    return
+                if not self._complete and (self._no_body or self._interim):
+                    # A response to HEAD (llhttp cannot be told) or a 1xx other than
+                    # 100-103 (llhttp reads a body for those): llhttp waits for the
+                    # body the headers announce. End the message and start afresh.
+                    self._parser = _new_parser(httptools.HttpResponseParser, self)
+                    if self._interim:
+                        self._interim = False
+                    else:
+                        self._end()
+                pos = end
+            elif state == _BODY:
+                take = self._remaining
+                if take > n - pos:
+                    take = n - pos
+                self._remaining -= take
+                if take == n:
+                    self._parser.feed_data(data)
+                else:
+                    if view is None:
+                        view = memoryview(data)
+                    self._parser.feed_data(view[pos : pos + take])
+                pos += take
+            elif state == _CHUNKED:
+                cut = _cut(data, pos, self._tail)
+                self._got_body = False
+                if view is None:
+                    view = memoryview(data)
+                self._parser.feed_data(view[pos:cut])
+                if self._state == _CHUNKED:
+                    self._chunk_piece(data, pos, cut)
+                pos = cut
+            elif state == _EOF_BODY:
+                if view is None:
+                    view = memoryview(data)
+                self._parser.feed_data(view[pos:] if pos else data)
+                return
+            else:
+                return

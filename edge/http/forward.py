@@ -1,0 +1,261 @@
+"""What edge writes: upstream request heads, client response heads, error answers.
+
+Pure functions over parsed heads, no I/O. The invariants they keep:
+
+- What goes upstream is unambiguous: hop-by-hop headers (RFC 9110 7.6.1, plus
+  every header the Connection header names) are removed, and exactly one framing
+  header is written: ``Content-Length`` for a sized body, ``Transfer-Encoding:
+  chunked`` for a chunked one, neither for no body. The request line is always
+  origin-form ``HTTP/1.1``, whatever form the client used.
+- ``X-Forwarded-For/-Proto/-Host/-Port`` and ``X-Real-Ip`` are edge's own unless the
+  client is trusted (``forwardedHeaders.trustedIPs`` or ``insecure``): from an
+  untrusted client any such header is dropped and replaced.
+- Error bodies name nothing internal: a status line, a fixed short text.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from edge.http.codec import Header, RequestHead, ResponseHead
+
+# Lowercased names never forwarded as they are. Framing headers are rewritten
+# by edge; Expect is answered by edge itself (100 Continue).
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+    }
+)
+FORWARDED = frozenset(
+    {
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+        b"x-forwarded-prefix",
+        b"x-real-ip",
+    }
+)
+# Never copied as they are: edge writes its own (from a trusted client, it
+# carries the received X-Forwarded-* values over into its own).
+DROP = HOP_BY_HOP | FORWARDED | {b"host"}
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def reason(status: int) -> bytes:
+    return _REASONS.get(status, b"")
+
+
+def connection_tokens(headers: list[Header]) -> frozenset[bytes]:
+    """The lowercased tokens of every Connection header (names of extra hop-by-hop headers)."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if len(name) == 10 and name.lower() == b"connection":
+            for tok in value.split(b","):
+                tok = tok.strip().lower()
+                if tok:
+                    tokens.add(tok)
+    return frozenset(tokens)
+
+
+def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
+    """(path, query, authority) of a request-target.
+
+    ``authority`` is None for origin-form. Raises ValueError for a target edge
+    does not route: not origin-form, not absolute-form http(s), or ``*``.
+    """
+    authority = None
+    if target[:1] != b"/":
+        lower = target[:8].lower()
+        if lower.startswith(b"http://"):
+            rest = target[7:]
+        elif lower.startswith(b"https://"):
+            rest = target[8:]
+        else:
+            raise ValueError("request-target is neither origin-form nor absolute-form")
+        slash = rest.find(b"/")
+        qmark = rest.find(b"?")
+        end = min(i for i in (slash, qmark, len(rest)) if i >= 0)
+        authority = rest[:end]
+        if not authority or b"@" in authority:
+            raise ValueError("invalid authority in absolute-form request-target")
+        target = rest[end:] or b"/"
+        if target[:1] == b"?":
+            target = b"/" + target
+    q = target.find(b"?")
+    if q < 0:
+        return target, b"", authority
+    return target[:q], target[q + 1 :], authority
+
+
+def split_host_port(authority: bytes) -> tuple[str, str]:
+    """("host", "port") of a Host header value; host lowercased, no trailing dot."""
+    host = authority.decode("latin-1").strip()
+    port = ""
+    if host.startswith("["):
+        end = host.find("]")
+        if end > 0:
+            port = host[end + 2 :] if host[end + 1 : end + 2] == ":" else ""
+            host = host[1:end]
+    else:
+        colon = host.rfind(":")
+        if colon >= 0:
+            host, port = host[:colon], host[colon + 1 :]
+    return host.lower().rstrip("."), port
+
+
+def request_head(
+    head: RequestHead,
+    *,
+    target: bytes,
+    host: bytes,
+    client_ip: bytes,
+    trusted: bool,
+    proto: bytes,
+    forwarded_host: bytes,
+    forwarded_port: bytes,
+    extra: list[Header] | None = None,
+    prefix: bytes = b"",
+) -> bytes:
+    """The request head sent upstream, as one bytes object.
+
+    ``host`` is the Host header to send (the client's, or the server's authority
+    when passHostHeader is false). ``extra`` headers (from middlewares) replace
+    same-named ones; an empty value removes the header.
+    """
+    headers = head.headers
+    drop = DROP
+    tokens = connection_tokens(headers)
+    xff = b""
+    xfproto = xfhost = xfport = None
+    out = [head.method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
+    extra_names = {n.lower() for n, _ in extra} if extra else ()
+    for name, value in headers:
+        lname = name.lower()
+        if lname in drop or lname in tokens or lname in extra_names:
+            if trusted:
+                if lname == b"x-forwarded-for":
+                    xff = xff + b", " + value if xff else value
+                elif lname == b"x-forwarded-proto":
+                    xfproto = value
+                elif lname == b"x-forwarded-host":
+                    xfhost = value
+                elif lname == b"x-forwarded-port":
+                    xfport = value
+            continue
+        out += (name, b": ", value, b"\r\n")
+    if extra:
+        for name, value in extra:
+            if value:
+                out += (name, b": ", value, b"\r\n")
+    out += (
+        b"X-Forwarded-For: ",
+        xff + b", " + client_ip if xff else client_ip,
+        b"\r\nX-Forwarded-Proto: ",
+        xfproto or proto,
+        b"\r\nX-Forwarded-Host: ",
+        xfhost or forwarded_host,
+        b"\r\nX-Forwarded-Port: ",
+        xfport or forwarded_port,
+        b"\r\nX-Real-Ip: ",
+        client_ip,
+        b"\r\n",
+    )
+    if prefix:
+        out += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
+    if head.upgrade:
+        out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n")
+    if head.chunked:
+        out.append(b"Transfer-Encoding: chunked\r\n\r\n")
+    elif head.content_length is not None:
+        out += (b"Content-Length: ", b"%d" % head.content_length, b"\r\n\r\n")
+    else:
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+def response_head(
+    head: ResponseHead,
+    *,
+    chunked: bool,
+    keep_alive: bool,
+    extra: list[Header] | None = None,
+) -> bytes:
+    """The response head sent to the client.
+
+    ``chunked`` tells whether edge re-frames the body as chunked for this client
+    (a body of unknown length to an HTTP/1.1 client); a body of unknown length to
+    an HTTP/1.0 client is delimited by close (``keep_alive`` False).
+    """
+    headers = head.headers
+    tokens = connection_tokens(headers)
+    extra_names = {n.lower() for n, _ in extra} if extra else ()
+    out = [b"HTTP/1.1 %d " % head.status, head.reason or reason(head.status), b"\r\n"]
+    status = head.status
+    for name, value in headers:
+        lname = name.lower()
+        if lname in HOP_BY_HOP or lname in tokens or lname in extra_names:
+            # A bodiless response (HEAD, 304) keeps its Content-Length: it
+            # describes the representation, not this message.
+            if lname == b"content-length" and not head.has_body and status >= 200:
+                out += (name, b": ", value, b"\r\n")
+            continue
+        out += (name, b": ", value, b"\r\n")
+    if extra:
+        for name, value in extra:
+            if value:
+                out += (name, b": ", value, b"\r\n")
+    if status == 101:
+        out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n\r\n")
+        return b"".join(out)
+    if head.has_body:
+        if head.content_length is not None:
+            out += (b"Content-Length: ", b"%d" % head.content_length, b"\r\n")
+        elif chunked:
+            out.append(b"Transfer-Encoding: chunked\r\n")
+    if not keep_alive:
+        out.append(b"Connection: close\r\n")
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+def error_response(status: int, *, close: bool) -> bytes:
+    """A complete response for an error edge answers itself."""
+    text = reason(status) or b"Error"
+    body = b"404 page not found\n" if status == 404 else b"%d %s\n" % (status, text)
+    return b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        status,
+        text,
+        len(body),
+        b"Connection: close\r\n" if close else b"",
+        body,
+    )
+
+
+def simple_response(status: int, body: bytes, *, content_type: bytes, close: bool) -> bytes:
+    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        status,
+        reason(status),
+        content_type,
+        len(body),
+        b"Connection: close\r\n" if close else b"",
+        body,
+    )
+
+
+def _header(headers: list[Header], lname: bytes) -> bytes:
+    for name, value in headers:
+        if name.lower() == lname:
+            return value
+    return b""

@@ -1,0 +1,484 @@
+"""Pure checks shared by the two HTTP/1.1 codecs: head framing, head scans, message framing.
+
+This module owns the rules that must not depend on which parser runs, so that
+``codec_httptools`` (llhttp) and ``codec_h11`` accept and refuse exactly the same
+bytes. Both codecs find a head themselves (it ends at the first CRLF CRLF after any
+empty lines) and hand a parser only complete heads no longer than
+``max_header_bytes``.
+
+Invariant, for any input split any way: a head is refused with 400 when
+:func:`scan_head` finds a bare LF, a bare CR, obs-fold or a control byte within its
+first ``max_header_bytes`` bytes; otherwise with 431 when it is longer than
+``max_header_bytes`` (found while still incomplete if need be); otherwise it is
+parsed, and the framing rules below (:func:`request_framing`,
+:func:`response_framing`) decide what follows it.
+
+Where llhttp is more lenient than the rules (absolute-form targets, status
+reasons) or h11 is (methods, chunk extensions, trailers), the checks here close
+the gap; the values chosen mirror llhttp 9 as bundled with httptools 0.9.
+"""
+
+from __future__ import annotations
+
+import re
+
+from edge.errors import HeadersTooLarge, ProtocolError
+
+Header = tuple[bytes, bytes]
+
+HEAD_END = b"\r\n\r\n"
+
+# Every request method llhttp (HTTP mode) accepts; CONNECT is refused separately.
+METHODS = frozenset(
+    b"DELETE GET HEAD POST PUT CONNECT OPTIONS TRACE COPY LOCK MKCOL MOVE PROPFIND "
+    b"PROPPATCH SEARCH UNLOCK BIND REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE "
+    b"M-SEARCH NOTIFY SUBSCRIBE UNSUBSCRIBE PATCH PURGE MKCALENDAR LINK UNLINK SOURCE "
+    b"QUERY".split()
+)
+
+# The largest Content-Length accepted (both codecs check it), and the largest chunk
+# size (llhttp's own limit, which the h11 codec copies).
+MAX_LENGTH = (1 << 63) - 1
+MAX_CHUNK_SIZE = (1 << 64) - 1
+
+# Control bytes refused anywhere in a head (HTAB, CR and LF are checked apart).
+_CTL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# Header names the framing rules read, lowercased, mapped to a small tag.
+_CONTENT_LENGTH = 1
+_TRANSFER_ENCODING = 2
+_HOST = 3
+_CONNECTION = 4
+_UPGRADE = 5
+_EXPECT = 6
+_FRAMING_NAMES = {
+    b"content-length": _CONTENT_LENGTH,
+    b"transfer-encoding": _TRANSFER_ENCODING,
+    b"host": _HOST,
+    b"connection": _CONNECTION,
+    # llhttp reads Proxy-Connection exactly like Connection (close, keep-alive and
+    # upgrade): follow it so that both codecs agree on keep-alive and upgrade.
+    b"proxy-connection": _CONNECTION,
+    b"upgrade": _UPGRADE,
+    b"expect": _EXPECT,
+}
+
+# Absolute-form request targets: scheme "://" authority, then "/..." or "?...".
+_SCHEME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_AUTHORITY_CHARS = frozenset(
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@[]%"
+)
+# Bytes allowed in origin-form targets after the "/" (VCHAR), and in the rest of an
+# absolute-form target.
+_VCHAR = frozenset(range(0x21, 0x7F))
+
+_TOKEN_CHARS = frozenset(
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
+)
+_HEXDIGITS = frozenset(b"0123456789abcdefABCDEF")
+# qdtext in a quoted chunk-extension value: HTAB, SP, VCHAR except '"' and '\', obs-text.
+_QDTEXT = frozenset([9, 0x20, 0x21, *range(0x23, 0x5C), *range(0x5D, 0x7F), *range(0x80, 0x100)])
+_QUOTED_PAIR = frozenset([9, 0x20, *range(0x21, 0x7F), *range(0x80, 0x100)])
+
+
+# --- head framing -------------------------------------------------------------
+
+
+def skip_empty_lines(buf: bytes | bytearray, pos: int) -> int:
+    """Index of the first byte at or after ``pos`` that is not CR or LF.
+
+    Empty lines before a request or status line are ignored (RFC 9112 section 2.2;
+    llhttp ignores any CR and LF bytes there, and so do both codecs).
+    """
+    n = len(buf)
+    while pos < n and buf[pos] in (10, 13):
+        pos += 1
+    return pos
+
+
+def scan_head(buf: bytes | bytearray, first: int, start: int, stop: int) -> None:
+    """Refuse a bare LF, a bare CR, obs-fold or a control byte in ``buf[start:stop]``.
+
+    ``first`` is where the head begins (``start`` may be later when a partial head
+    is scanned in steps). A CR at ``stop - 1`` is judged by the byte at ``stop``
+    when there is one, and is left for the next scan otherwise.
+    """
+    if start >= stop:
+        return
+    # LFs in [start, stop) against CRLF pairs whose LF is in [start, stop).
+    lo = start - 1 if start > first else start
+    if buf.count(b"\n", start, stop) != buf.count(b"\r\n", lo, stop):
+        raise ProtocolError("bare LF in head")
+    crs = buf.count(b"\r", start, stop)
+    if crs:
+        follow = stop + 1 if stop < len(buf) else stop
+        if buf[stop - 1] == 13 and stop == len(buf):
+            crs -= 1  # the LF may come with the next bytes
+        if crs != buf.count(b"\r\n", start, follow):
+            raise ProtocolError("bare CR in head")
+    fold_from = max(first, start - 2)
+    if buf.find(b"\r\n ", fold_from, stop) >= 0 or buf.find(b"\r\n\t", fold_from, stop) >= 0:
+        raise ProtocolError("obsolete line folding in head")
+    if _CTL.search(buf, start, stop) is not None:
+        raise ProtocolError("control character in head")
+
+
+def check_partial_head(buf: bytes | bytearray, first: int, scanned: int, max_bytes: int) -> int:
+    """Check an incomplete head ``buf[first:]``; return how far it has been scanned.
+
+    Raises ProtocolError for a defect within the first ``max_bytes`` bytes, then
+    HeadersTooLarge when the head is already longer than ``max_bytes``.
+    """
+    n = len(buf)
+    limit = first + max_bytes
+    stop = n if n < limit else limit
+    scan_head(buf, first, scanned, stop)
+    if n > limit:
+        raise HeadersTooLarge(f"head larger than {max_bytes} bytes")
+    return stop - 1 if stop > first and buf[stop - 1] == 13 else stop
+
+
+def check_oversize_head(buf: bytes | bytearray, first: int, scanned: int, max_bytes: int) -> None:
+    """Refuse a complete head longer than ``max_bytes``: 400 for a defect within the
+    first ``max_bytes`` bytes, 431 otherwise."""
+    scan_head(buf, first, scanned, first + max_bytes)
+    raise HeadersTooLarge(f"head larger than {max_bytes} bytes")
+
+
+def check_value_space(name: bytes, raw_value: bytes) -> None:
+    """Refuse a Transfer-Encoding value followed by whitespace with an HTAB in it.
+
+    llhttp does not read ``chunked<HTAB>`` as chunked (it refuses such a request,
+    and would take such a response's body as running until close), although the
+    value is ``chunked`` once stripped; both codecs refuse it.
+    """
+    if b"\t" in raw_value[len(raw_value.rstrip(b" \t")) :] and name.lower() == b"transfer-encoding":
+        raise ProtocolError("Transfer-Encoding value followed by a tab")
+
+
+def split_header_lines(head: bytes | bytearray, first_line_end: int, end: int) -> list[Header]:
+    """Header fields of a scanned head, as received (name case kept, value stripped).
+
+    ``head[first_line_end:end]`` holds the field lines, each ending in CRLF; the
+    caller has already validated them.
+    """
+    headers: list[Header] = []
+    if first_line_end >= end - 2:
+        return headers
+    for line in bytes(head[first_line_end : end - 4]).split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        stripped = value.strip(b" \t")
+        if value[-1:] in (b" ", b"\t"):
+            check_value_space(name, value)
+        headers.append((name, stripped))
+    return headers
+
+
+# --- request line -------------------------------------------------------------
+
+
+def check_target(target: bytes) -> None:
+    """Refuse a request-target that is not origin-form, absolute-form or ``*``.
+
+    Origin-form (``/...``) is checked by both parsers identically (VCHAR only); the
+    other forms are narrowed here to what both accept: ``*`` alone, and
+    ``scheme://authority[/path][?query]`` with a letters-only scheme and at most one
+    ``@`` in the authority.
+    """
+    if target[:1] == b"/":
+        return
+    if target == b"*":
+        return
+    scheme_end = target.find(b"://")
+    if scheme_end <= 0 or not all(c in _SCHEME_CHARS for c in target[:scheme_end]):
+        raise ProtocolError("invalid request target")
+    rest = target[scheme_end + 3 :]
+    i = 0
+    n = len(rest)
+    while i < n and rest[i] in _AUTHORITY_CHARS:
+        i += 1
+    if (i < n and rest[i] not in (0x2F, 0x3F)) or rest.count(b"@", 0, i) > 1:  # '/' or '?'
+        raise ProtocolError("invalid request target")
+    if not all(c in _VCHAR for c in rest[i:]):
+        raise ProtocolError("invalid request target")
+
+
+def check_reason(reason: bytes) -> None:
+    """Refuse control bytes (other than HTAB) in a status line's reason phrase."""
+    if _CTL.search(reason) is not None:
+        raise ProtocolError("control character in reason phrase")
+
+
+# --- message framing ----------------------------------------------------------
+
+
+def _content_length(value: bytes) -> int:
+    if not value.isdigit():  # digits only: no sign, no comma list, not empty
+        raise ProtocolError("invalid Content-Length")
+    digits = value.lstrip(b"0")
+    if len(digits) > 19:
+        raise ProtocolError("Content-Length too large")
+    length = int(digits) if digits else 0
+    if length > MAX_LENGTH:
+        raise ProtocolError("Content-Length too large")
+    return length
+
+
+def _connection_tokens(value: bytes, tokens: int) -> int:
+    """Fold the tokens of one Connection value into a bit set (1 close, 2 keep-alive, 4 upgrade)."""
+    value = value.lower()
+    if value == b"keep-alive":
+        return tokens | 2
+    if value == b"close":
+        return tokens | 1
+    for token in value.split(b","):
+        token = token.strip(b" \t")
+        if token == b"close":
+            tokens |= 1
+        elif token == b"keep-alive":
+            tokens |= 2
+        elif token == b"upgrade":
+            tokens |= 4
+    return tokens
+
+
+def request_framing(
+    version: bytes, headers: list[Header]
+) -> tuple[bool, bool, int | None, bool, bool]:
+    """(keep_alive, chunked, content_length, upgrade, expect_continue) of a request.
+
+    One pass over the header list; raises ProtocolError for: more than one
+    Content-Length, a Content-Length that is not plain digits, Transfer-Encoding
+    other than exactly one ``chunked``, both of them, Transfer-Encoding in HTTP/1.0,
+    and a Host count other than one in HTTP/1.1 (or more than one in HTTP/1.0).
+    """
+    content_length: int | None = None
+    te = 0  # number of Transfer-Encoding headers; -1 once one is not "chunked"
+    hosts = 0
+    tokens = 0
+    upgrade_header = False
+    expect_continue = False
+    get = _FRAMING_NAMES.get
+    for name, value in headers:
+        tag = get(name.lower())
+        if tag is None:
+            continue
+        if tag == _HOST:
+            hosts += 1
+        elif tag == _CONTENT_LENGTH:
+            if content_length is not None:
+                raise ProtocolError("more than one Content-Length")
+            content_length = _content_length(value)
+        elif tag == _TRANSFER_ENCODING:
+            te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
+        elif tag == _CONNECTION:
+            tokens = _connection_tokens(value, tokens)
+        elif tag == _UPGRADE:
+            if value:
+                upgrade_header = True
+        elif value.lower() == b"100-continue":
+            expect_continue = True
+    http11 = version == b"1.1"
+    if te:
+        if te != 1:
+            raise ProtocolError("Transfer-Encoding other than chunked")
+        if content_length is not None:
+            raise ProtocolError("both Content-Length and Transfer-Encoding")
+        if not http11:
+            raise ProtocolError("Transfer-Encoding in an HTTP/1.0 request")
+    if hosts != 1 and (http11 or hosts):
+        raise ProtocolError("missing Host" if not hosts else "more than one Host")
+    keep_alive = not tokens & 1 and (http11 or bool(tokens & 2))
+    return (
+        keep_alive,
+        te == 1,
+        content_length,
+        upgrade_header and bool(tokens & 4),
+        expect_continue and http11,
+    )
+
+
+def response_framing(
+    status: int, version: bytes, headers: list[Header], method: bytes
+) -> tuple[bool, bool, int | None, bool]:
+    """(keep_alive, chunked, content_length, has_body) of a response to ``method``.
+
+    The same header refusals as requests (Transfer-Encoding is allowed in
+    HTTP/1.0 responses). No body for HEAD, 1xx, 204 and 304; without either
+    header, the body runs until the connection closes, which ends keep-alive.
+    """
+    content_length: int | None = None
+    te = 0
+    tokens = 0
+    get = _FRAMING_NAMES.get
+    for name, value in headers:
+        tag = get(name.lower())
+        if tag == _CONTENT_LENGTH:
+            if content_length is not None:
+                raise ProtocolError("more than one Content-Length")
+            content_length = _content_length(value)
+        elif tag == _TRANSFER_ENCODING:
+            te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
+        elif tag == _CONNECTION:
+            tokens = _connection_tokens(value, tokens)
+    if te:
+        if te != 1:
+            raise ProtocolError("Transfer-Encoding other than chunked")
+        if content_length is not None:
+            raise ProtocolError("both Content-Length and Transfer-Encoding")
+    keep_alive = not tokens & 1 and (version == b"1.1" or bool(tokens & 2))
+    if method == b"HEAD" or status < 200 or status == 204 or status == 304:
+        return keep_alive and status != 101, False, None, False
+    if te:
+        return keep_alive, True, None, True
+    if content_length is None:
+        return False, False, None, True
+    return keep_alive, False, content_length, True
+
+
+# --- chunked framing (for the h11 codec; llhttp checks its own) ---------------
+
+# Where a chunk-size line scan is: in the size, after ";", in an extension name,
+# after "=", in a token value, in a quoted value, after "\" in one, after one.
+_CS_SIZE, _CS_SEMI, _CS_NAME, _CS_EQUALS, _CS_TOKEN, _CS_QUOTED, _CS_ESCAPE, _CS_CLOSED = range(8)
+_CS_COMPLETE = frozenset((_CS_NAME, _CS_EQUALS, _CS_TOKEN, _CS_CLOSED))
+_HEX_VALUE = {c: int(chr(c), 16) for c in _HEXDIGITS}
+_NOT_TOKEN = re.compile(rb"[^-!#$%&'*+.^_`|~0-9A-Za-z]")
+
+
+class ChunkLine:
+    """Incremental check of one chunk-size line, as llhttp checks it.
+
+    ``1*HEXDIG *( 1*";" ( 1*tchar / *tchar "=" [ token / quoted-string ] ) )``, no
+    whitespace anywhere, size at most 2**64 - 1 (llhttp's limit). :meth:`feed`
+    refuses the line at its first bad byte, as llhttp does, so a line is checked
+    once however it arrives; :meth:`finish` checks its end and gives the size.
+    """
+
+    __slots__ = ("digits", "pos", "size", "state")
+
+    def __init__(self) -> None:
+        self.state = _CS_SIZE
+        self.size = 0
+        self.digits = 0
+        self.pos = 0  # bytes of the line scanned so far
+
+    def feed(self, line: bytes | bytearray, stop: int) -> None:
+        """Scan ``line[self.pos:stop]`` (``line`` starts at the line's first byte)."""
+        state = self.state
+        i = self.pos
+        while i < stop:
+            c = line[i]
+            if state == _CS_SIZE:
+                if c in _HEX_VALUE:
+                    self.size = self.size * 16 + _HEX_VALUE[c]
+                    self.digits += 1
+                    if self.size > MAX_CHUNK_SIZE:
+                        raise ProtocolError("chunk size too large")
+                elif c == 0x3B and self.digits:  # ';'
+                    state = _CS_SEMI
+                else:
+                    raise ProtocolError("invalid chunk size")
+            elif state == _CS_SEMI:
+                if c in _TOKEN_CHARS:
+                    state = _CS_NAME
+                elif c == 0x3D:  # '=': llhttp accepts an empty name
+                    state = _CS_EQUALS
+                elif c != 0x3B:
+                    raise ProtocolError("invalid chunk extension")
+            elif state in (_CS_NAME, _CS_TOKEN):
+                if c == 0x3B:
+                    state = _CS_SEMI
+                elif c == 0x3D and state == _CS_NAME:
+                    state = _CS_EQUALS
+                elif c not in _TOKEN_CHARS:
+                    raise ProtocolError("invalid chunk extension")
+            elif state == _CS_EQUALS:
+                if c == 0x22:  # '"'
+                    state = _CS_QUOTED
+                elif c in _TOKEN_CHARS:
+                    state = _CS_TOKEN
+                elif c == 0x3B:
+                    state = _CS_SEMI
+                else:
+                    raise ProtocolError("invalid chunk extension")
+            elif state == _CS_QUOTED:
+                if c == 0x22:
+                    state = _CS_CLOSED
+                elif c == 0x5C:  # '\\'
+                    state = _CS_ESCAPE
+                elif c not in _QDTEXT:
+                    raise ProtocolError("invalid chunk extension")
+            elif state == _CS_ESCAPE:
+                if c not in _QUOTED_PAIR:
+                    raise ProtocolError("invalid chunk extension")
+                state = _CS_QUOTED
+            elif c == 0x3B:  # _CS_CLOSED
+                state = _CS_SEMI
+            else:
+                raise ProtocolError("invalid chunk extension")
+            i += 1
+        self.state = state
+        self.pos = i
+
+    def finish(self) -> int:
+        """The chunk size, once the whole line has been fed."""
+        if self.state == _CS_SIZE:
+            if not self.digits:
+                raise ProtocolError("invalid chunk size")
+        elif self.state not in _CS_COMPLETE:
+            raise ProtocolError("invalid chunk extension")
+        return self.size
+
+
+def chunk_size(line: bytes | bytearray) -> int:
+    """Size from a whole chunk-size line (without its CRLF); see :class:`ChunkLine`."""
+    check = ChunkLine()
+    check.feed(line, len(line))
+    return check.finish()
+
+
+class TrailerLines:
+    """Incremental check of a trailer section, line by line, as llhttp checks it.
+
+    Each field line is ``token ":" value`` and is neither Content-Length nor
+    Transfer-Encoding; a bad name is refused at its first bad byte. The head scans
+    (bare CR/LF, obs-fold, control bytes) are :func:`scan_head`'s job.
+    """
+
+    __slots__ = ("checked", "colon", "line")
+
+    def __init__(self) -> None:
+        self.line = 0  # start of the line being checked
+        self.checked = 0  # bytes of that line checked so far
+        self.colon = False  # its name is complete and valid
+
+    def feed(self, block: bytes | bytearray) -> None:
+        """Check what has arrived of the section (``block`` starts at its first byte)."""
+        n = len(block)
+        while True:
+            if self.colon:
+                end = block.find(b"\r\n", self.checked)
+                if end < 0:
+                    self.checked = max(self.checked, n - 1)
+                    return
+                self.line = self.checked = end + 2
+                self.colon = False
+                continue
+            match = _NOT_TOKEN.search(block, self.checked)
+            if match is None:
+                self.checked = n
+                return
+            k = match.start()
+            c = block[k]
+            if c == 0x3A and k > self.line:  # ':' after a name
+                name = bytes(block[self.line : k]).lower()
+                if name == b"content-length" or name == b"transfer-encoding":
+                    raise ProtocolError(f"{name.decode('latin-1')} in trailers")
+                self.colon = True
+                self.checked = k + 1
+            elif c == 13 and k == self.line:
+                self.checked = k
+                return  # the empty line that ends the section (or its CR so far)
+            else:
+                raise ProtocolError("invalid trailer field")

@@ -1,0 +1,106 @@
+"""RuntimeConfig -> routers: the listener that builds a new router set.
+
+Runs once per applied configuration, never on the hot path. Services are built
+once and shared by every router that uses them; every router's rule was
+compiled by the runtime validation and is reused here. A router or service that
+validation disabled is left out (its reason is in the runtime snapshot and the
+log); everything else is served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from edge.config.runtime import RuntimeConfig
+from edge.router.http import Backend, HTTPRouter, LoadBalancer, Redirect, Route, Service, Weighted
+from edge.rules import RouteTable
+from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
+
+log = logging.getLogger("edge.router")
+
+
+class _Builder:
+    def __init__(self, runtime: RuntimeConfig, transports: TransportRegistry) -> None:
+        self.runtime = runtime
+        self.transports = transports
+        self.services: dict[str, Service | None] = {}
+
+    def service(self, name: str) -> Service | None:
+        if name in self.services:
+            return self.services[name]
+        self.services[name] = None  # a cycle resolves to None (validation reports it)
+        info = self.runtime.http_services.get(name)
+        built: Service | None = None
+        if info is not None and info.status != "disabled":
+            config = info.config
+            if config.load_balancer is not None:
+                lb = config.load_balancer
+                transport_name = lb.servers_transport or DEFAULT_TRANSPORT
+                transport = self.transports.get(transport_name)
+                backends = [
+                    (Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight)
+                    for s in lb.servers
+                ]
+                built = LoadBalancer(name, backends)
+            elif config.weighted is not None:
+                children = []
+                for child in config.weighted.services:
+                    svc = self.service(child.name)
+                    if svc is not None:
+                        children.append((svc, child.weight))
+                built = Weighted(name, children)
+        self.services[name] = built
+        return built
+
+    def route(self, name: str, info) -> Route | None:
+        service = self.service(info.config.service)
+        if service is None:
+            return None
+        strip: list[bytes] = []
+        add_prefix = b""
+        req_headers: list[tuple[bytes, bytes]] = []
+        resp_headers: list[tuple[bytes, bytes]] = []
+        redirect = None
+        for mw_name in info.config.middlewares:
+            mw = self.runtime.http_middlewares[mw_name].config
+            if mw.strip_prefix is not None:
+                strip.extend(p.encode() for p in mw.strip_prefix.prefixes)
+            if mw.add_prefix is not None:
+                add_prefix = mw.add_prefix.prefix.encode()
+            if mw.headers is not None:
+                req_headers.extend((k.encode(), v.encode()) for k, v in mw.headers.custom_request_headers.items())
+                resp_headers.extend((k.encode(), v.encode()) for k, v in mw.headers.custom_response_headers.items())
+            if mw.redirect_scheme is not None:
+                rs = mw.redirect_scheme
+                redirect = Redirect(rs.scheme, rs.port, rs.permanent)
+        # Longest prefix first, so /api/v1 is stripped before /api.
+        strip.sort(key=len, reverse=True)
+        return Route(
+            name,
+            service,
+            strip_prefixes=tuple(strip),
+            add_prefix=add_prefix,
+            request_headers=req_headers,
+            response_headers=resp_headers,
+            redirect=redirect,
+        )
+
+
+def build_http_routers(
+    runtime: RuntimeConfig, transports: TransportRegistry, entry_points: Iterable[str]
+) -> dict[str, HTTPRouter]:
+    """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes)."""
+    builder = _Builder(runtime, transports)
+    entries: dict[str, list] = {ep: [] for ep in entry_points}
+    for name, info in runtime.http_routers.items():
+        if info.status == "disabled":
+            continue
+        route = builder.route(name, info)
+        if route is None:
+            log.error("router %s: service %s could not be built; router skipped", name, info.config.service)
+            continue
+        for ep in info.entry_points:
+            if ep in entries:
+                entries[ep].append((name, info.rule, info.priority, route))
+    return {ep: HTTPRouter(RouteTable(items)) for ep, items in entries.items()}

@@ -1,0 +1,153 @@
+"""HTTP routers: immutable snapshots built once per configuration.
+
+An :class:`HTTPRouter` answers one question per request, ``match(view)``: which
+:class:`Route` serves it. Everything a request needs from the configuration is
+resolved when the router is built (rules compiled and indexed by host, services
+turned into balancers over :class:`Backend` objects holding their transport,
+middlewares folded into a few plain fields), so the hot path only reads.
+
+The only mutable state is inside balancers (round-robin scores), which belong to
+the snapshot and die with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from edge.balancer import SmoothWeightedRoundRobin
+from edge.http.codec import Header
+from edge.rules import RouteTable
+from edge.transports import ServerURL, Transport
+
+
+class Backend:
+    """One server of a load balancer, with what is needed to reach it."""
+
+    __slots__ = ("pass_host", "server", "service", "transport")
+
+    def __init__(self, service: str, server: ServerURL, transport: Transport, pass_host: bool) -> None:
+        self.service = service
+        self.server = server
+        self.transport = transport
+        self.pass_host = pass_host
+
+
+class LoadBalancer:
+    """A loadBalancer service: smooth weighted round robin over its servers."""
+
+    __slots__ = ("_wrr", "name")
+
+    def __init__(self, name: str, backends: Iterable[tuple[Backend, int]]) -> None:
+        self.name = name
+        self._wrr = SmoothWeightedRoundRobin(list(backends))
+
+    def pick(self) -> Backend | None:
+        return self._wrr.pick()
+
+
+class Weighted:
+    """A weighted service: smooth weighted round robin over child services."""
+
+    __slots__ = ("_wrr", "name")
+
+    def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
+        self.name = name
+        self._wrr = SmoothWeightedRoundRobin(list(children))
+
+    def pick(self) -> Backend | None:
+        # A child with no server does not starve the others: try each once.
+        for _ in range(len(self._wrr)):
+            child = self._wrr.pick()
+            if child is None:
+                return None
+            backend = child.pick()
+            if backend is not None:
+                return backend
+        return None
+
+
+Service = LoadBalancer | Weighted
+
+
+class Redirect:
+    """redirectScheme: answer with a redirect instead of forwarding."""
+
+    __slots__ = ("permanent", "port", "scheme")
+
+    def __init__(self, scheme: str, port: str, permanent: bool) -> None:
+        self.scheme = scheme
+        self.port = port
+        self.permanent = permanent
+
+    def location(self, host: str, target: bytes) -> bytes:
+        port = self.port
+        default = {"http": "80", "https": "443"}.get(self.scheme)
+        hostport = host if not port or port == default else f"{host}:{port}"
+        if ":" in host and not host.startswith("["):
+            hostport = f"[{host}]" if not port or port == default else f"[{host}]:{port}"
+        return f"{self.scheme}://{hostport}".encode() + target
+
+
+class Route:
+    """What a matched router resolves to."""
+
+    __slots__ = (
+        "add_prefix",
+        "name",
+        "redirect",
+        "request_headers",
+        "response_headers",
+        "service",
+        "strip_prefixes",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        service: Service,
+        *,
+        strip_prefixes: tuple[bytes, ...] = (),
+        add_prefix: bytes = b"",
+        request_headers: list[Header] | None = None,
+        response_headers: list[Header] | None = None,
+        redirect: Redirect | None = None,
+    ) -> None:
+        self.name = name
+        self.service = service
+        self.strip_prefixes = strip_prefixes
+        self.add_prefix = add_prefix
+        self.request_headers = request_headers or None
+        self.response_headers = response_headers or None
+        self.redirect = redirect
+
+    def rewrite_path(self, path: bytes) -> tuple[bytes, bytes]:
+        """(new path, stripped prefix) after stripPrefix and addPrefix."""
+        stripped = b""
+        for prefix in self.strip_prefixes:
+            if path.startswith(prefix):
+                stripped = prefix.rstrip(b"/") if prefix != b"/" else b""
+                path = path[len(prefix) :]
+                if not path.startswith(b"/"):
+                    path = b"/" + path
+                break
+        if self.add_prefix:
+            path = self.add_prefix.rstrip(b"/") + path
+        return path, stripped
+
+
+class HTTPRouter:
+    """The routes of one entrypoint."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: RouteTable) -> None:
+        self.table = table
+
+    def match(self, view) -> Route | None:
+        return self.table.match(view)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+EMPTY_ROUTER = HTTPRouter(RouteTable(()))

@@ -1,0 +1,205 @@
+"""ServersTransports: how edge talks to upstream servers.
+
+A :class:`Transport` owns the idle keep-alive connections to every server it has
+been used for (one LIFO pool per server), the dial and response timeouts, and
+the TLS context for ``https://`` servers. The :class:`TransportRegistry` holds
+one Transport per configured ServersTransport and is updated by diff on every
+new configuration: a transport whose configuration did not change is kept as
+is, with its pools, so a reload costs no reconnection; a changed or removed one
+has its idle connections closed.
+
+Pooled connections are asyncio protocols that offer ``is_reusable()`` and
+``close()``; this module does not know HTTP (it sits below ``edge.http``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from edge.config.dynamic import ServersTransport
+from edge.errors import ConfigError, UpstreamConnectError
+
+log = logging.getLogger("edge.transports")
+
+DEFAULT_TRANSPORT = "default@internal"
+
+
+class Pooled(Protocol):
+    idle_deadline: float
+
+    def is_reusable(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class ServerURL:
+    """A server of a load balancer, parsed once per configuration."""
+
+    __slots__ = ("authority", "host", "key", "port", "tls", "url")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"server url {url!r}: expected http://host[:port] or https://host[:port]")
+        self.url = url
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"server url {url!r}: {exc}") from None
+        self.port = port or (443 if self.tls else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.tls else 80
+        # The Host header to send when passHostHeader is false.
+        self.authority = (host if self.port == default else f"{host}:{self.port}").encode()
+        self.key = (self.tls, self.host, self.port)
+
+    def __repr__(self) -> str:
+        return f"ServerURL({self.url!r})"
+
+
+class Transport:
+    """One ServersTransport: its pools, timeouts and TLS settings."""
+
+    def __init__(self, name: str, config: ServersTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self.name = name
+        self.config = config
+        self.loop = loop
+        timeouts = config.forwarding_timeouts
+        self.dial_timeout = timeouts.dial_timeout or None
+        self.response_header_timeout = timeouts.response_header_timeout or 0.0
+        self.idle_timeout = timeouts.idle_conn_timeout
+        self.max_idle = config.max_idle_conns_per_host
+        self._pools: dict[tuple, list[Pooled]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    # -- pools -------------------------------------------------------------------
+
+    def take_idle(self, server: ServerURL) -> Pooled | None:
+        """The most recently used idle connection to ``server`` that is still usable."""
+        pool = self._pools.get(server.key)
+        if not pool:
+            return None
+        now = self.loop.time()
+        while pool:
+            conn = pool.pop()
+            if conn.is_reusable() and conn.idle_deadline > now:
+                return conn
+            conn.close()
+        return None
+
+    def put_idle(self, server: ServerURL, conn: Pooled) -> None:
+        if self.max_idle <= 0 or self.idle_timeout <= 0 or not conn.is_reusable():
+            conn.close()
+            return
+        pool = self._pools.get(server.key)
+        if pool is None:
+            pool = self._pools[server.key] = []
+        if len(pool) >= self.max_idle:
+            conn.close()
+            return
+        conn.idle_deadline = self.loop.time() + self.idle_timeout
+        pool.append(conn)
+
+    def discard(self, server: ServerURL, conn: Pooled) -> None:
+        """Forget ``conn`` (it closed while idle)."""
+        pool = self._pools.get(server.key)
+        if pool and conn in pool:
+            pool.remove(conn)
+
+    def idle_count(self, server: ServerURL | None = None) -> int:
+        if server is not None:
+            return len(self._pools.get(server.key, ()))
+        return sum(len(p) for p in self._pools.values())
+
+    def sweep(self, now: float) -> None:
+        """Close idle connections past idleConnTimeout or no longer usable."""
+        for pool in self._pools.values():
+            if pool and (pool[0].idle_deadline <= now or not all(c.is_reusable() for c in pool)):
+                keep = [c for c in pool if c.idle_deadline > now and c.is_reusable()]
+                for c in pool:
+                    if c not in keep:
+                        c.close()
+                pool[:] = keep
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            for conn in pool:
+                conn.close()
+        self._pools.clear()
+
+    # -- dialing -----------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+            for ca in self.config.root_cas:
+                ctx.load_verify_locations(cafile=ca)
+            if self.config.insecure_skip_verify:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            self._ssl = ctx
+        return self._ssl
+
+    async def dial(self, server: ServerURL, factory: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+        """A new connection to ``server``; raises UpstreamConnectError."""
+        kwargs = {}
+        if server.tls:
+            kwargs["ssl"] = self.ssl_context()
+            kwargs["server_hostname"] = self.config.server_name or server.host
+        try:
+            async with asyncio.timeout(self.dial_timeout):
+                _, protocol = await self.loop.create_connection(factory, server.host, server.port, **kwargs)
+        except TimeoutError:
+            raise UpstreamConnectError(f"dial {server.url}: timed out after {self.dial_timeout}s") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamConnectError(f"dial {server.url}: {exc}") from None
+        return protocol
+
+
+class TransportRegistry:
+    """All ServersTransports by qualified name, updated by diff."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._transports: dict[str, Transport] = {}
+        self.update({})
+
+    def get(self, name: str) -> Transport:
+        return self._transports[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._transports
+
+    def update(self, configs: Mapping[str, ServersTransport]) -> None:
+        configs = dict(configs)
+        configs.setdefault(DEFAULT_TRANSPORT, ServersTransport())
+        old = self._transports
+        new: dict[str, Transport] = {}
+        for name, config in configs.items():
+            current = old.get(name)
+            if current is not None and current.config == config:
+                new[name] = current
+            else:
+                new[name] = Transport(name, config, self.loop)
+        for name, transport in old.items():
+            if new.get(name) is not transport:
+                log.debug("serversTransport %s changed or removed: closing its idle connections", name)
+                transport.close()
+        self._transports = new
+
+    def sweep(self) -> None:
+        now = self.loop.time()
+        for transport in self._transports.values():
+            transport.sweep(now)
+
+    def close(self) -> None:
+        for transport in self._transports.values():
+            transport.close()

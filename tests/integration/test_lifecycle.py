@@ -1,0 +1,149 @@
+"""Reloads, readiness, signals: edge changes its routes while serving and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.harness import Edge, get
+
+
+def dyn(whoami, extra_routers: dict | None = None, weight_a: int = 1) -> dict:
+    routers = {"a": {"rule": "Host(`a.test`)", "service": "svc-a"}}
+    routers.update(extra_routers or {})
+    return {"http": {"routers": routers, "services": {"svc-a": {"loadBalancer": {"servers": [{"url": whoami.url, "weight": weight_a}]}}}}}
+
+
+def test_ping_and_ready(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami))
+    try:
+        assert get(e.ports["traefik"], "/ping")[:1] == (200,)
+        assert get(e.ports["traefik"], "/ready")[0] == 200
+        assert get(e.ports["traefik"], "/other")[0] == 404
+    finally:
+        e.stop()
+
+
+def test_not_ready_until_first_configuration(tmp_path, whoami):
+    # A file provider whose file is invalid never publishes: edge answers
+    # /ping but never claims to be ready, and the log names the bad key.
+    e = _edge_with_broken_file(tmp_path, whoami)
+    try:
+        assert get(e.ports["traefik"], "/ping")[0] == 200
+        time.sleep(0.5)
+        assert get(e.ports["traefik"], "/ready")[0] == 503
+        assert "dynamic.yaml" in e.log and "$.http.routers.a" in e.log
+    finally:
+        e.stop()
+
+
+def _edge_with_broken_file(tmp_path, whoami) -> Edge:
+    class Broken(Edge):
+        def write_dynamic(self, dynamic):
+            self.dynamic_path.write_text("http:\n  routers:\n    a:\n      rule: 1\n      service: x\n      bogus: 2\n")
+
+    return Broken(tmp_path, dyn(whoami), wait_ready=False)
+
+
+def test_route_change_picked_up_while_serving(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami))
+    try:
+        assert get(e.port, "/", host="new.test")[0] == 404
+        n = e.applied()
+        e.write_dynamic(dyn(whoami, {"new": {"rule": "Host(`new.test`)", "service": "svc-a"}}))
+        e.wait_applied(n + 1, timeout=2.0)
+        assert get(e.port, "/", host="new.test")[0] == 200
+    finally:
+        e.stop()
+
+
+def test_invalid_router_disabled_others_keep_serving(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami))
+    try:
+        n = e.applied()
+        e.write_dynamic(
+            dyn(
+                whoami,
+                {
+                    "broken": {"rule": "Host(`b.test`) &&", "service": "svc-a"},
+                    "orphan": {"rule": "Host(`o.test`)", "service": "missing"},
+                },
+            )
+        )
+        e.wait_applied(n + 1)
+        assert get(e.port, "/", host="a.test")[0] == 200
+        assert get(e.port, "/", host="o.test")[0] == 404
+        assert "broken@file" in e.log and "column" in e.log
+        assert "orphan@file" in e.log and "missing@file" in e.log
+    finally:
+        e.stop()
+
+
+def test_invalid_file_keeps_last_good_configuration(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami))
+    try:
+        e.dynamic_path.write_text("http: {routers: {a: {rule: 'Host(`a.test`)', servce: svc-a}}}")
+        e.wait_for(r"servce", timeout=3)
+        assert get(e.port, "/", host="a.test")[0] == 200
+    finally:
+        e.stop()
+
+
+def test_sighup_rereads_an_unwatched_file(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami), watch=False)
+    try:
+        e.write_dynamic(dyn(whoami, {"new": {"rule": "Host(`new.test`)", "service": "svc-a"}}))
+        time.sleep(0.6)
+        assert get(e.port, "/", host="new.test")[0] == 404  # not watched
+        n = e.applied()
+        e.signal(signal.SIGHUP)
+        e.wait_applied(n + 1)
+        assert get(e.port, "/", host="new.test")[0] == 200
+    finally:
+        e.stop()
+
+
+def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path, whoami):
+    e = Edge(tmp_path, dyn(whoami))
+    results = []
+
+    def slow():
+        results.append(get(e.port, "/?delay=1", host="a.test", timeout=10))
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)
+    e.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert get(e.port, "/", host="a.test")[0] == 0  # no longer accepting
+    t.join(timeout=10)
+    assert results and results[0][0] == 200
+    assert json.loads(results[0][2])["name"] == "w1"
+    assert e.proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("grace", ["300ms"])
+def test_sigterm_cuts_requests_past_grace(tmp_path, whoami, grace):
+    eps = {"web": {"address": "127.0.0.1:0", "transport": {"lifeCycle": {"graceTimeOut": grace}}}}
+    e = Edge(tmp_path, dyn(whoami), entrypoints=eps)
+    results = []
+
+    def cut():
+        try:
+            results.append(get(e.port, "/?delay=5", host="a.test", timeout=10))
+        except OSError as exc:  # the connection is cut: that is the point
+            results.append(exc)
+
+    t = threading.Thread(target=cut)
+    t.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    e.signal(signal.SIGTERM)
+    assert e.proc.wait(timeout=5) == 0
+    assert time.monotonic() - start < 3
+    t.join(timeout=10)
+    assert results and isinstance(results[0], OSError)

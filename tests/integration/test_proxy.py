@@ -1,0 +1,267 @@
+"""HTTP proxying end to end: real edge process, real whoami backends, real clients.
+
+Every test here runs under both codecs (the ``parser`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.harness import Edge, get, lb, need, raw
+
+
+def routes(whoami, whoami2) -> dict:
+    return {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a.test`)", "service": "svc-a"},
+                "b": {"rule": "Host(`b.test`) && PathPrefix(`/b`)", "service": "svc-b"},
+                "api": {"rule": "PathPrefix(`/api`)", "service": "svc-b", "middlewares": ["strip"]},
+                "nohost": {"rule": "Host(`nohost.test`)", "service": "svc-nohost"},
+                "empty": {"rule": "Host(`empty.test`)", "service": "svc-empty"},
+                "dead": {"rule": "Host(`dead.test`)", "service": "svc-dead"},
+                "weighted": {"rule": "Host(`w.test`)", "service": "svc-w"},
+            },
+            "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/api"]}}},
+            "services": {
+                "svc-a": lb(whoami.url),
+                "svc-b": lb(whoami2.url),
+                "svc-nohost": lb(whoami.url, passHostHeader=False),
+                "svc-empty": {"loadBalancer": {"servers": []}},
+                "svc-dead": lb("http://127.0.0.1:9"),
+                "svc-w": {
+                    "loadBalancer": {
+                        "servers": [{"url": whoami.url, "weight": 3}, {"url": whoami2.url, "weight": 1}]
+                    }
+                },
+            },
+        }
+    }
+
+
+@pytest.fixture
+def edge(tmp_path, parser, whoami, whoami2):
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser)
+    yield e
+    e.stop()
+
+
+def body(resp) -> dict:
+    return json.loads(resp[2])
+
+
+def test_routes_by_host_and_path(edge):
+    status, _, data = get(edge.port, "/x?q=1", host="a.test")
+    assert status == 200
+    info = json.loads(data)
+    assert info["name"] == "w1"
+    assert info["path"] == "/x" and info["query"] == "q=1"
+    assert info["host"] == "a.test"
+    assert body(get(edge.port, "/b/1", host="b.test"))["name"] == "w2"
+    assert get(edge.port, "/other", host="b.test")[0] == 404
+    assert get(edge.port, "/", host="A.TEST:8080")[0] == 200  # case-insensitive, port ignored
+
+
+def test_not_found_body_names_nothing_internal(edge):
+    status, _, data = get(edge.port, "/", host="unknown.test")
+    assert status == 404
+    assert data == b"404 page not found\n"
+
+
+def test_strip_prefix(edge):
+    info = body(get(edge.port, "/api/users?x=1", host="any.test"))
+    assert info["path"] == "/users" and info["query"] == "x=1"
+    assert info["headers"]["X-Forwarded-Prefix"] == ["/api"]
+
+
+def test_forwarded_headers_from_untrusted_client(edge):
+    info = body(
+        get(
+            edge.port,
+            "/",
+            host="a.test",
+            headers={"X-Forwarded-For": "6.6.6.6", "X-Real-Ip": "6.6.6.6", "X-Forwarded-Proto": "https"},
+        )
+    )
+    h = info["headers"]
+    assert h["X-Forwarded-For"] == ["127.0.0.1"]
+    assert h["X-Real-Ip"] == ["127.0.0.1"]
+    assert h["X-Forwarded-Proto"] == ["http"]
+    assert h["X-Forwarded-Host"] == ["a.test"]
+    assert h["X-Forwarded-Port"] == ["80"]
+
+
+def test_forwarded_headers_from_trusted_client(tmp_path, parser, whoami, whoami2):
+    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.0/8"]}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    try:
+        h = body(get(e.port, "/", host="a.test", headers={"X-Forwarded-For": "1.2.3.4", "X-Forwarded-Proto": "https"}))["headers"]
+        assert h["X-Forwarded-For"] == ["1.2.3.4, 127.0.0.1"]
+        assert h["X-Forwarded-Proto"] == ["https"]
+    finally:
+        e.stop()
+
+
+def test_hop_by_hop_headers_removed(edge):
+    h = body(
+        get(edge.port, "/", host="a.test", headers={"Connection": "keep-alive, X-Secret", "X-Secret": "1", "Keep-Alive": "timeout=5", "TE": "trailers"})
+    )["headers"]
+    for name in ("X-Secret", "Keep-Alive", "Te", "TE", "Connection"):
+        assert name not in h
+
+
+def test_pass_host_header_false(edge, whoami):
+    info = body(get(edge.port, "/", host="nohost.test"))
+    assert info["host"] == f"127.0.0.1:{whoami.port}"
+    assert info["headers"]["X-Forwarded-Host"] == ["nohost.test"]
+
+
+def test_weighted_round_robin_is_smooth(edge):
+    names = [body(get(edge.port, "/", host="w.test"))["name"] for _ in range(8)]
+    assert names.count("w1") == 6 and names.count("w2") == 2
+    assert names[:4].count("w1") == 3  # spread, not bursts
+
+
+def test_error_statuses(edge):
+    assert get(edge.port, "/", host="empty.test")[0] == 503
+    status, _, data = get(edge.port, "/", host="dead.test")
+    assert status == 502
+    assert b"127.0.0.1" not in data and b"refused" not in data.lower()
+
+
+def test_curl_keep_alive_reuses_the_connection(edge):
+    curl = need("curl")
+    out = subprocess.run(
+        [curl, "-sv", "-H", "Host: a.test", f"{edge.url}/1", "-H", "Host: a.test", f"{edge.url}/2"],
+        capture_output=True, text=True, timeout=10,
+    )
+    assert out.returncode == 0
+    assert out.stdout.count('"name":"w1"') == 2
+    assert "Re-using existing connection" in out.stderr or "Reusing existing connection" in out.stderr
+
+
+def test_curl_chunked_upload_and_chunked_download(edge, tmp_path):
+    curl = need("curl")
+    payload = tmp_path / "payload"
+    payload.write_bytes(b"z" * 300_000)
+    out = subprocess.run(
+        [curl, "-s", "-H", "Host: a.test", "-H", "Transfer-Encoding: chunked", "--data-binary", f"@{payload}", f"{edge.url}/up"],
+        capture_output=True, timeout=10,
+    )
+    assert json.loads(out.stdout)["bodyBytes"] == 300_000
+    out = subprocess.run(
+        [curl, "-s", "-D", "-", "-o", str(tmp_path / "down"), "-H", "Host: a.test", f"{edge.url}/data?size=500000&chunked=1"],
+        capture_output=True, timeout=10, text=True,
+    )
+    assert "transfer-encoding: chunked" in out.stdout.lower()
+    assert (tmp_path / "down").stat().st_size == 500_000
+
+
+def test_expect_100_continue(edge, tmp_path):
+    curl = need("curl")
+    payload = tmp_path / "payload"
+    payload.write_bytes(b"e" * 2_000_000)
+    out = subprocess.run(
+        [curl, "-sv", "-H", "Host: a.test", "-H", "Expect: 100-continue", "--data-binary", f"@{payload}", f"{edge.url}/e"],
+        capture_output=True, timeout=10, text=True,
+    )
+    assert "HTTP/1.1 100 Continue" in out.stderr
+    info = json.loads(out.stdout)
+    assert info["bodyBytes"] == 2_000_000
+    assert "Expect" not in info["headers"]
+
+
+def test_http10_client_gets_close_delimited_body(edge):
+    resp = raw(edge.port, b"GET /data?size=1000&chunked=1 HTTP/1.0\r\nHost: a.test\r\n\r\n")
+    head, _, payload = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"chunked" not in head.lower()
+    assert payload == b"x" * 1000
+
+
+def test_pipelined_requests_answered_in_order(edge):
+    reqs = b"".join(b"GET /p%d HTTP/1.1\r\nHost: a.test\r\n\r\n" % i for i in range(5))
+    reqs += b"GET /last HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+    resp = raw(edge.port, reqs)
+    paths = [json.loads(line)["path"] for line in resp.split(b"\r\n\r\n")[1:] if line.startswith(b"{") for line in [line.split(b"\n")[0]]]
+    assert paths == ["/p0", "/p1", "/p2", "/p3", "/p4", "/last"]
+
+
+def test_head_request(edge):
+    resp = raw(edge.port, b"HEAD / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+    head, _, rest = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"Content-Length:" in head
+    assert rest == b""
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status",
+    [
+        (b"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+        (b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Folded: a\r\n b\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\nHost: a.test\n\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", 400),
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+    ],
+    ids=["cl+te", "two-cl", "te-not-chunked", "bad-chunk", "obs-fold", "bare-lf", "bare-lf-header", "garbage", "no-host", "too-large"],
+)
+def test_malformed_requests_refused_and_closed(tmp_path, parser, whoami, whoami2, request_bytes, status):
+    eps = {"web": {"address": "127.0.0.1:0", "http": {"maxHeaderBytes": 65536}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    try:
+        resp = raw(e.port, request_bytes)
+        assert resp.startswith(b"HTTP/1.1 %d " % status), resp[:200]
+        assert resp.count(b"HTTP/1.1") == 1  # nothing forwarded, nothing after: closed
+        assert b"Connection: close" in resp
+    finally:
+        e.stop()
+
+
+def test_absolute_form_is_routed_by_authority_not_forwarded_anywhere(edge):
+    # edge is not an open proxy: the authority picks a router like a Host header.
+    resp = raw(edge.port, b"GET http://example.com/ HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 404")
+    resp = raw(edge.port, b"GET http://a.test/abs?x=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 200")
+    info = json.loads(resp.partition(b"\r\n\r\n")[2])
+    assert info["path"] == "/abs" and info["query"] == "x=1" and info["host"] == "a.test"
+
+
+def test_curl_through_edge_as_proxy_cannot_reach_unrouted_host(edge):
+    curl = need("curl")
+    out = subprocess.run(
+        [curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", "--proxy", edge.url, "http://127.0.0.1:1/"],
+        capture_output=True, text=True, timeout=10,
+    )
+    assert out.stdout == "404"
+
+
+def test_read_timeout_answers_408(tmp_path, parser, whoami, whoami2):
+    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "300ms"}}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    try:
+        resp = raw(e.port, b"GET / HTTP/1.1\r\nHost: a.te", timeout=5)
+        assert resp.startswith(b"HTTP/1.1 408 ")
+    finally:
+        e.stop()
+
+
+def test_response_header_timeout_answers_504(tmp_path, parser, whoami, whoami2):
+    dyn = routes(whoami, whoami2)
+    dyn["http"]["services"]["svc-a"]["loadBalancer"]["serversTransport"] = "slow"
+    dyn["http"]["serversTransports"] = {"slow": {"forwardingTimeouts": {"responseHeaderTimeout": "200ms"}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        assert get(e.port, "/?delay=2", host="a.test")[0] == 504
+        assert get(e.port, "/?delay=0.01", host="a.test")[0] == 200
+    finally:
+        e.stop()

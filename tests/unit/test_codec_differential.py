@@ -1,0 +1,328 @@
+"""Differential test: the httptools and h11 codecs agree on every stream, however split.
+
+Each stream of the corpus below is fed to both codecs whole, in two pieces at every
+offset, in a sample of three-piece splits and byte by byte. The normalized event
+list (heads as tuples, body bytes joined between heads and ends, bytes after an
+upgrade appended to its ``rest``, and the class of the error that ended parsing)
+must be the same for every split and both codecs.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from edge.errors import ProtocolError
+from edge.http.codec import parser_classes
+
+BIG = 1 << 20
+
+
+class Events:
+    """A Handler normalizing events; for responses it calls ``expect`` as a proxy would."""
+
+    def __init__(self, methods: list[bytes] | None) -> None:
+        self.events: list[list] = []
+        self.methods = None if methods is None else list(methods)
+        self.parser = None
+        self.upgraded = False
+
+    def on_head(self, head) -> None:
+        self.events.append(["head", head.as_tuple()])
+
+    def on_body(self, data: bytes) -> None:
+        assert data and isinstance(data, bytes)
+        if self.events and self.events[-1][0] == "body":
+            self.events[-1][1] += data
+        else:
+            self.events.append(["body", data])
+
+    def on_end(self) -> None:
+        self.events.append(["end"])
+        if self.methods:
+            self.parser.expect(self.methods.pop(0))
+
+    def on_upgrade(self, rest: bytes) -> None:
+        self.events.append(["upgrade", rest])
+        self.upgraded = True
+
+
+def run(
+    codec: str, data: bytes, cuts: list[int], methods: list[bytes] | None, eof: bool, max_bytes: int
+) -> list:
+    request_cls, response_cls = parser_classes(codec)
+    events = Events(methods)
+    parser = (request_cls if methods is None else response_cls)(events, max_bytes)
+    events.parser = parser
+    if events.methods is not None:
+        parser.expect(events.methods.pop(0))
+    try:
+        prev = 0
+        for cut in [*cuts, len(data)]:
+            piece = data[prev:cut]
+            prev = cut
+            if events.upgraded:
+                events.events[-1][1] += piece  # a server sends these to the tunnel
+            else:
+                parser.feed(piece)
+        if eof:
+            parser.feed_eof()
+    except ProtocolError as exc:
+        events.events.append(["error", type(exc).__name__])
+    return events.events
+
+
+H = b"Host: example.com\r\n"
+GET = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
+CHUNKED = b"POST /up HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
+
+# (id, bytes, max_header_bytes)
+REQUESTS = [
+    (
+        "get",
+        b"GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t/1\r\nAccept: */*\r\n\r\n",
+        BIG,
+    ),
+    ("get-http10", b"GET / HTTP/1.0\r\n\r\n" + GET, BIG),
+    ("http10-keep-alive", b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n" + GET, BIG),
+    ("pipelined", GET + b"GET /2 HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n" + GET, BIG),
+    ("empty-lines-first", b"\r\n\r\n" + GET + b"\r\n" + GET, BIG),
+    (
+        "content-length",
+        b"POST /f HTTP/1.1\r\n" + H + b"Content-Length: 13\r\n\r\nhello, world!" + GET,
+        BIG,
+    ),
+    (
+        "content-length-crlfs",
+        b"PUT / HTTP/1.1\r\n" + H + b"Content-Length: 8\r\n\r\n\r\n\r\n\r\n\r\n" + GET,
+        BIG,
+    ),
+    ("chunked", CHUNKED + b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n" + GET, BIG),
+    (
+        "chunked-ext-trailers",
+        CHUNKED + b'5;a=b;c;d="e f"\r\nhello\r\n0;last\r\nX-T: 1\r\nX-U: 2\r\n\r\n' + GET,
+        BIG,
+    ),
+    (
+        "chunked-crlf-data",
+        CHUNKED + b"8\r\n\r\n\r\n\r\n\r\n\r\n4\r\n\r\n\r\n\r\n0\r\n\r\n" + GET,
+        BIG,
+    ),
+    (
+        "chunked-upper-te",
+        b"POST / HTTP/1.1\r\n"
+        + H
+        + b"Transfer-Encoding:  CHUNKED  \r\n\r\n00A\r\n0123456789\r\n0\r\n\r\n",
+        BIG,
+    ),
+    (
+        "expect-continue",
+        b"POST / HTTP/1.1\r\n" + H + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
+        BIG,
+    ),
+    (
+        "upgrade",
+        b"GET /ws HTTP/1.1\r\n"
+        + H
+        + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n\x81\x05hello",
+        BIG,
+    ),
+    (
+        "upgrade-with-cl",
+        b"GET /ws HTTP/1.1\r\n"
+        + H
+        + b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nabGET",
+        BIG,
+    ),
+    ("upgrade-header-only", b"GET / HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\n\r\n" + GET, BIG),
+    (
+        "absolute-form",
+        b"GET http://user@example.com:8080/a%20b?x=1 HTTP/1.1\r\n"
+        + H
+        + b"\r\nOPTIONS * HTTP/1.1\r\n"
+        + H
+        + b"\r\n",
+        BIG,
+    ),
+    (
+        "headers-kept",
+        b"GET / HTTP/1.1\r\nhost: a\r\nX-Dup: 1\r\nX-Dup:   2\t \r\nX-E:\r\nX-Obs: \xe9\r\n\r\n",
+        BIG,
+    ),
+    (
+        "connection-close-then-junk",
+        b"GET / HTTP/1.1\r\n" + H + b"Connection: x, close\r\n\r\nnot http at all\r\n\r\n",
+        BIG,
+    ),
+    (
+        "proxy-connection-close",
+        b"GET / HTTP/1.1\r\n" + H + b"Proxy-Connection: close\r\n\r\n" + GET,
+        BIG,
+    ),
+    ("close-in-trailers", CHUNKED + b"0\r\nConnection: close\r\n\r\n" + GET, BIG),
+    # refused
+    (
+        "cl-te",
+        b"POST / HTTP/1.1\r\n"
+        + H
+        + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        BIG,
+    ),
+    (
+        "two-cl",
+        b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 1\r\nContent-Length: 1\r\n\r\nxx",
+        BIG,
+    ),
+    ("cl-list", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 1,1\r\n\r\nx", BIG),
+    ("cl-not-digits", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 1x\r\n\r\nx", BIG),
+    (
+        "te-gzip-chunked",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        BIG,
+    ),
+    ("te-http10", b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", BIG),
+    ("bad-chunk-size", CHUNKED + b"5\r\nhello\r\n5x\r\nworld\r\n0\r\n\r\n", BIG),
+    ("bad-chunk-end", CHUNKED + b"5\r\nhelloXX0\r\n\r\n", BIG),
+    ("bad-chunk-ext", CHUNKED + b"5;a b\r\nhello\r\n0\r\n\r\n", BIG),
+    ("bad-trailer", CHUNKED + b"0\r\nX-T\r\n\r\n", BIG),
+    ("obs-fold", GET[:-2] + b"X-A: 1\r\n 2\r\n\r\n", BIG),
+    ("bare-lf", b"GET / HTTP/1.1\nHost: a\n\n", BIG),
+    ("bare-lf-late", GET + b"GET / HTTP/1.1\r\nHost: a\r\nX: y\n\r\n", BIG),
+    ("bare-cr", b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", BIG),
+    ("http09", b"GET /\r\n\r\n", BIG),
+    ("http20", b"GET / HTTP/2.0\r\n" + H + b"\r\n", BIG),
+    ("no-host", b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n", BIG),
+    ("two-hosts", b"GET / HTTP/1.1\r\n" + H + H + b"\r\n", BIG),
+    ("connect", b"CONNECT example.com:443 HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("nul-in-value", GET[:-2] + b"X: a\x00b\r\n\r\n", BIG),
+    ("space-before-colon", GET[:-2] + b"X : b\r\n\r\n", BIG),
+    ("double-space", b"GET  / HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    # 431
+    (
+        "head-too-large",
+        GET + b"GET / HTTP/1.1\r\n" + H + b"X-Big: " + b"b" * 120 + b"\r\n\r\n",
+        100,
+    ),
+    ("head-too-large-incomplete", b"GET / HTTP/1.1\r\n" + H + b"X-Big: " + b"b" * 150, 100),
+    ("defect-within-limit", b"GET / HTTP/1.1\r\nHost: a\nX-Big: " + b"b" * 150 + b"\r\n\r\n", 100),
+    ("defect-beyond-limit", b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"b" * 150 + b"\n\r\n", 100),
+]
+
+# (id, bytes, methods, feed_eof, max_header_bytes)
+RESPONSES = [
+    (
+        "content-length",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nServer: t\r\n\r\nhello",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    (
+        "chunked",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n0\r\nT: 1\r\n\r\n",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    ("until-close", b"HTTP/1.1 200 OK\r\nServer: t\r\n\r\nall of\r\n\r\nthis", [b"GET"], True, BIG),
+    ("http10", b"HTTP/1.0 200 OK\r\n\r\nbody", [b"GET"], True, BIG),
+    (
+        "head-then-get",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        [b"HEAD", b"GET"],
+        False,
+        BIG,
+    ),
+    (
+        "head-chunked",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.1 404 NF\r\nContent-Length: 0\r\n\r\n",
+        [b"HEAD", b"GET"],
+        False,
+        BIG,
+    ),
+    (
+        "204-304",
+        b"HTTP/1.1 204 NC\r\nContent-Length: 4\r\n\r\nHTTP/1.1 304 NM\r\nContent-Length: 4\r\n\r\n",
+        [b"GET", b"GET"],
+        False,
+        BIG,
+    ),
+    (
+        "interim",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 EH\r\nLink: <a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+        [b"POST"],
+        False,
+        BIG,
+    ),
+    (
+        "101",
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n\x81\x00rest",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    ("101-bare", b"HTTP/1.1 101 SP\r\n\r\nrest", [b"GET"], False, BIG),
+    (
+        "keep-alive-flags",
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nyjunk",
+        [b"GET", b"GET"],
+        False,
+        BIG,
+    ),
+    ("cut-body", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", [b"GET"], True, BIG),
+    (
+        "cut-chunked",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        [b"GET"],
+        True,
+        BIG,
+    ),
+    (
+        "cl-te",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    ("bad-status", b"HTTP/1.1 099 X\r\nContent-Length: 0\r\n\r\n", [b"GET"], False, BIG),
+    (
+        "head-too-large",
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 150 + b"\r\n\r\n",
+        [b"GET"],
+        False,
+        100,
+    ),
+]
+
+CASES = [
+    pytest.param(data, None, False, mx, id="request-" + name) for name, data, mx in REQUESTS
+] + [
+    pytest.param(data, methods, eof, mx, id="response-" + name)
+    for name, data, methods, eof, mx in RESPONSES
+]
+
+
+def splits(data: bytes) -> list[list[int]]:
+    n = len(data)
+    rng = random.Random(n)
+    result = [[], list(range(1, n))]
+    result += [[i] for i in range(n + 1)]
+    result += [sorted(rng.sample(range(n + 1), 2)) for _ in range(25)]
+    return result
+
+
+@pytest.mark.parametrize(("data", "methods", "eof", "max_bytes"), CASES)
+def test_codecs_agree_however_split(data, methods, eof, max_bytes):
+    expected = run("h11", data, [], methods, eof, max_bytes)
+    assert expected, "every stream produces at least one event"
+    for cuts in splits(data):
+        for codec in ("httptools", "h11"):
+            got = run(codec, data, cuts, methods, eof, max_bytes)
+            assert got == expected, f"{codec} split at {cuts}"
+
+
+def test_corpus_covers_both_outcomes():
+    outcomes = {run("h11", d, [], None, False, m)[-1][-1] for _, d, m in REQUESTS}
+    assert {"ProtocolError", "HeadersTooLarge"} <= outcomes
+    assert any(o not in ("ProtocolError", "HeadersTooLarge") for o in outcomes)
