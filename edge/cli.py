@@ -140,6 +140,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             subprocess.Popen([sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr])
         )
     try:
+        _wait_listening(backends, timeout=10.0)
         return cmd_run(args)
     finally:
         for p in procs:
@@ -149,6 +150,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def _wait_listening(addresses, timeout: float) -> None:
+    """Block until every ``host:port`` accepts connections (bounded by ``timeout``)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    for addr in addresses:
+        host, _, port = addr.rpartition(":")
+        while True:
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    print(f"edge demo: backend {addr} did not start", file=sys.stderr)
+                    return
+                time.sleep(0.05)
 
 
 def build_parser() -> argparse.ArgumentParser:
