@@ -1,0 +1,967 @@
+"""Side-by-side HTTP benchmark: edge vs nginx vs HAProxy, all measured in one invocation.
+
+Run: ``.venv/bin/python loadtest/bench.py [--quick] [--scenarios a,b] [--subjects x,y]
+[--runs 3] [--duration 10] [--json out.json]`` (``--list`` shows scenarios and subjects).
+
+One nginx backend (one worker) serves a 12-byte body on ``/`` and static 64 KiB / 1 MiB
+files on ``/64k`` and ``/1m``. For each scenario every applicable subject (a proxy in
+front of that backend, or ``direct``) is started fresh, warmed up with wrk, then measured
+in rounds that alternate between subjects (round 1: all subjects, round 2: all
+subjects, ...), so that drift on the machine hits every subject alike. Each figure is the
+median over ``--runs`` runs. Everything binds 127.0.0.1 on free ports; every process the
+harness starts is in its own session and is stopped (SIGTERM, then SIGKILL) at the end.
+
+Adding a scenario: one ``Scenario(...)`` entry in ``SCENARIOS``. Adding a subject: a
+``Subject`` subclass (``start() -> "host:port"``, ``stop()``) registered in ``SUBJECTS``;
+a scenario lists the subjects it applies to and may run one subject under several
+configurations (``"edge-httptools@1-router"`` with ``variants={"1-router": {...}}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import http.client
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+HOST = "127.0.0.1"
+BENCH_HOST = "bench.local"
+SMALL_BODY = "hello world\n"
+BODY_FILES = {"64k": 64 * 1024, "1m": 1024 * 1024}
+TOOL_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+STOP_TIMEOUT = 5.0
+WRK_TIMEOUT = "5s"  # wrk's per-request timeout; slower responses count as timeout errors
+
+
+# --- scenarios ---------------------------------------------------------------------
+
+HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A load shape plus the configuration tweaks it needs; see ``SCENARIOS``."""
+
+    name: str
+    description: str
+    path: str = "/"
+    connections: int = 50
+    threads: int = 1
+    wrk_args: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = HTTP_SUBJECTS  # labels: "subject" or "subject@variant"
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> field overrides
+    baseline: str = "nginx"  # label the ratio columns divide by
+    protocol: str = "http"  # what subjects must proxy: "http" (later "tls-passthrough", "udp")
+    workers: int = 1  # nginx worker_processes / haproxy nbthread / edge `workers` (if > 1)
+    edge_routers: int = 0  # extra `Host(`hN.example.com`)` routers in edge's dynamic file
+    edge_static_extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # merged into edge's static config
+    edge_dynamic_extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # merged into edge's dynamic config
+    ready_timeout: float = 15.0  # seconds for a subject to start and route one request
+
+    def cases(self) -> list[tuple[str, str, Scenario]]:
+        """``(label, subject name, effective scenario)`` per label in ``subjects``."""
+        out = []
+        for label in self.subjects:
+            subject, _, variant = label.partition("@")
+            effective = dataclasses.replace(self, **self.variants[variant]) if variant else self
+            out.append((label, subject, effective))
+        return out
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("keepalive-small", "keep-alive connections, 12-byte body"),
+    Scenario(
+        "new-connection",
+        "a new TCP connection per request (Connection: close), 12-byte body",
+        wrk_args=("-H", "Connection: close"),
+    ),
+    Scenario("body-64k", "keep-alive, 64 KiB body", path="/64k", connections=10),
+    Scenario("body-1m", "keep-alive, 1 MiB body", path="/1m", connections=10),
+    Scenario(
+        "routers-10k",
+        "edge with 10,000 Host routers vs the same edge with one router (keepalive-small)",
+        subjects=("edge-httptools", "edge-httptools@1-router"),
+        variants={"1-router": {"edge_routers": 0}},
+        baseline="edge-httptools@1-router",
+        edge_routers=10_000,
+        ready_timeout=60.0,
+    ),
+    Scenario(
+        "workers-2",
+        "two workers each (edge workers: 2, nginx worker_processes 2, haproxy nbthread 2); "
+        "the backend stays at one worker",
+        connections=100,
+        threads=2,
+        workers=2,
+        subjects=("direct", "edge-httptools", "nginx", "haproxy"),
+    ),
+)
+
+
+# --- processes and ports -----------------------------------------------------------
+
+
+class SubjectFailed(Exception):
+    """A subject could not start or serve; ``detail`` holds the end of its logs."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def find_tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for folder in TOOL_DIRS:
+        candidate = Path(folder) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+class Proc:
+    """A child in its own session (process group == pid), output to a log file."""
+
+    def __init__(
+        self, argv: list[str], log: Path, cwd: Path | None = None, env: dict | None = None
+    ) -> None:
+        self.argv = argv
+        self.log = log
+        self._log_file = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+        LIVE.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM the process group, wait, SIGKILL it if still there."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=STOP_TIMEOUT)
+        # the group may outlive its leader (workers): make sure it is gone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=STOP_TIMEOUT)
+        self._log_file.close()
+        if self in LIVE:
+            LIVE.remove(self)
+
+
+LIVE: list[Proc] = []
+
+
+def stop_all() -> None:
+    for proc in list(LIVE):
+        proc.stop()
+
+
+def http_get(
+    port: int, path: str, host: str = BENCH_HOST, timeout: float = 2.0
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Host": host})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_until(
+    proc: Proc, check: Callable[[], bool], timeout: float, what: str, logs: list[Path]
+) -> None:
+    """Poll ``check`` (bounded by ``timeout``) while ``proc`` lives; raise SubjectFailed."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            detail = "\n".join(t for t in (tail(p) for p in logs) if t)
+            raise SubjectFailed(f"exited with code {proc.popen.returncode} before {what}", detail)
+        try:
+            if check():
+                return
+        except (OSError, http.client.HTTPException) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.1)
+    detail = "\n".join(t for t in (tail(p) for p in logs) if t)
+    raise SubjectFailed(f"not {what} after {timeout:.0f}s ({last_error or 'no answer'})", detail)
+
+
+def expect_body(port: int, scenario: Scenario) -> Callable[[], bool]:
+    """A check: GET the scenario's path through ``port`` answers 200 with the full body."""
+    want = BODY_FILES.get(scenario.path.strip("/"), len(SMALL_BODY))
+
+    def check() -> bool:
+        status, body = http_get(port, scenario.path)
+        return status == 200 and len(body) == want
+
+    return check
+
+
+# --- context: tools, temp dir, backend -----------------------------------------------
+
+
+@dataclass
+class Context:
+    workdir: Path
+    tools: dict[str, str | None]
+    python: str
+    backend_port: int = 0
+
+    def path(self, name: str) -> Path:
+        return self.workdir / name
+
+
+NGINX_TEMP = """\
+    client_body_temp_path {d}/tmp/{n}-body;
+    proxy_temp_path {d}/tmp/{n}-proxy;
+    fastcgi_temp_path {d}/tmp/{n}-fastcgi;
+    uwsgi_temp_path {d}/tmp/{n}-uwsgi;
+    scgi_temp_path {d}/tmp/{n}-scgi;
+"""
+
+
+def nginx_conf(ctx: Context, name: str, workers: int, http_body: str) -> Path:
+    d = ctx.workdir
+    conf = f"""\
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {d}/{name}.pid;
+error_log {d}/{name}-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000;
+{NGINX_TEMP.format(d=d, n=name)}
+{http_body}
+}}
+"""
+    path = ctx.path(f"{name}.conf")
+    path.write_text(conf)
+    return path
+
+
+def start_nginx(ctx: Context, name: str, conf: Path) -> Proc:
+    nginx = ctx.tools["nginx"]
+    assert nginx
+    return Proc(
+        [nginx, "-p", str(ctx.workdir), "-c", str(conf), "-e", str(ctx.path(f"{name}-error.log"))],
+        ctx.path(f"{name}.out"),
+    )
+
+
+class Backend:
+    """The origin every subject forwards to: nginx, one worker."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.proc: Proc | None = None
+
+    def start(self) -> None:
+        ctx = self.ctx
+        www = ctx.path("www")
+        www.mkdir(exist_ok=True)
+        for name, size in BODY_FILES.items():
+            (www / name).write_bytes(os.urandom(size))
+            (www / name).chmod(0o644)
+        port = free_port()
+        body = f"""\
+    server {{
+        listen {HOST}:{port} backlog=4096;
+        location = / {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
+        location / {{ root {www}; }}
+    }}"""
+        self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", 1, body))
+        logs = [self.proc.log, ctx.path("backend-error.log")]
+        for path in ("/", *(f"/{n}" for n in BODY_FILES)):
+            probe = Scenario("probe", "", path=path)
+            wait_until(self.proc, expect_body(port, probe), 10.0, f"serving {path}", logs)
+        ctx.backend_port = port
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+
+# --- subjects ----------------------------------------------------------------------
+
+
+class Subject:
+    """Something wrk measures. ``start`` returns ``host:port``; ``stop`` ends it."""
+
+    tools: ClassVar[tuple[str, ...]] = ()  # external programs it needs besides wrk
+    protocols: ClassVar[tuple[str, ...]] = ("http",)
+
+    def __init__(self, ctx: Context, scenario: Scenario, label: str) -> None:
+        self.ctx = ctx
+        self.scenario = scenario
+        self.label = label
+        self.proc: Proc | None = None
+        self.slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{scenario.name}-{label}")
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+    def alive(self) -> bool:
+        return self.proc is None or self.proc.alive()
+
+    def logs(self) -> list[Path]:
+        return [self.proc.log] if self.proc else []
+
+
+class Direct(Subject):
+    """No proxy: wrk straight to the backend."""
+
+    def start(self) -> str:
+        return f"{HOST}:{self.ctx.backend_port}"
+
+
+class NginxProxy(Subject):
+    tools = ("nginx",)
+
+    def start(self) -> str:
+        port = free_port()
+        body = f"""\
+    upstream backend {{
+        server {HOST}:{self.ctx.backend_port};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen {HOST}:{port} backlog=4096;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            # nginx's default 8 x 4k buffers halve its large-body throughput (measured:
+            # 1 MiB 680 -> 1,400 req/s); 64k buffers, no disk spooling, as one would tune it
+            proxy_buffers 16 64k;
+            proxy_buffer_size 64k;
+            proxy_busy_buffers_size 128k;
+            proxy_max_temp_file_size 0;
+        }}
+    }}"""
+        conf = nginx_conf(self.ctx, self.slug, self.scenario.workers, body)
+        self.proc = start_nginx(self.ctx, self.slug, conf)
+        self._wait(port, [self.ctx.path(f"{self.slug}-error.log")])
+        return f"{HOST}:{port}"
+
+    def _wait(self, port: int, extra_logs: list[Path]) -> None:
+        assert self.proc
+        check = expect_body(port, self.scenario)
+        wait_until(
+            self.proc, check, self.scenario.ready_timeout, "routing", self.logs() + extra_logs
+        )
+
+
+class Haproxy(NginxProxy):
+    tools = ("haproxy",)
+
+    def start(self) -> str:
+        port = free_port()
+        conf = f"""\
+global
+    nbthread {self.scenario.workers}
+    maxconn 4096
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-request 10s
+    timeout http-keep-alive 30s
+
+frontend fe
+    bind {HOST}:{port}
+    default_backend be
+
+backend be
+    server s1 {HOST}:{self.ctx.backend_port}
+"""
+        path = self.ctx.path(f"{self.slug}.cfg")
+        path.write_text(conf)
+        haproxy = self.ctx.tools["haproxy"]
+        assert haproxy
+        self.proc = Proc([haproxy, "-db", "-f", str(path)], self.ctx.path(f"{self.slug}.out"))
+        self._wait(port, [])
+        return f"{HOST}:{port}"
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> None:
+    try:
+        import yaml
+    except ImportError:  # JSON is valid YAML
+        path.write_text(json.dumps(data, indent=1))
+        return
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    path.write_text(yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False))
+
+
+class Edge(Subject):
+    """``python -m edge run`` with a generated static and dynamic (file provider) config."""
+
+    parser = "httptools"
+
+    def configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        sc = self.scenario
+        dynamic_file = self.ctx.path(f"{self.slug}-dynamic.yaml")
+        static: dict[str, Any] = {
+            "entryPoints": {
+                "web": {"address": f"{HOST}:{port}", "http": {"parser": self.parser}},
+                "traefik": {"address": f"{HOST}:{ping_port}"},
+            },
+            "providers": {"file": {"filename": str(dynamic_file)}},
+            "ping": {"entryPoint": "traefik"},
+            "log": {"level": "ERROR"},
+        }
+        if sc.workers > 1:
+            static["workers"] = sc.workers
+        static = deep_merge(static, sc.edge_static_extra)
+        routers: dict[str, Any] = {
+            "bench": {"rule": f"Host(`{BENCH_HOST}`)", "service": "backend", "entryPoints": ["web"]}
+        }
+        for i in range(sc.edge_routers):
+            routers[f"h{i}"] = {
+                "rule": f"Host(`h{i}.example.com`)",
+                "service": "backend",
+                "entryPoints": ["web"],
+            }
+        dynamic = {
+            "http": {
+                "routers": routers,
+                "services": {
+                    "backend": {
+                        "loadBalancer": {
+                            "servers": [{"url": f"http://{HOST}:{self.ctx.backend_port}"}]
+                        }
+                    }
+                },
+            }
+        }
+        return static, deep_merge(dynamic, sc.edge_dynamic_extra)
+
+    def start(self) -> str:
+        port, ping_port = free_port(), free_port()
+        static, dynamic = self.configs(port, ping_port)
+        static_path = self.ctx.path(f"{self.slug}-static.yaml")
+        write_yaml(Path(static["providers"]["file"]["filename"]), dynamic)
+        write_yaml(static_path, static)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = Proc(
+            [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)],
+            self.ctx.path(f"{self.slug}.out"),
+            cwd=ROOT,
+            env=env,
+        )
+        deadline = time.monotonic() + self.scenario.ready_timeout
+
+        def ready() -> bool:
+            return http_get(ping_port, "/ready", host=HOST)[0] == 200
+
+        try:
+            wait_until(
+                self.proc, ready, self.scenario.ready_timeout, "ready on /ready", self.logs()
+            )
+        except SubjectFailed as exc:
+            if re.search(r"\$\.workers: unknown key", exc.detail):
+                raise SubjectFailed(
+                    "unsupported: edge has no `workers` setting yet", exc.detail
+                ) from None
+            raise
+        # /ready may precede the file provider's first configuration: wait for the route too
+        left = max(1.0, deadline - time.monotonic())
+        wait_until(self.proc, expect_body(port, self.scenario), left, "routing", self.logs())
+        return f"{HOST}:{port}"
+
+
+class EdgeH11(Edge):
+    parser = "h11"
+
+
+SUBJECTS: dict[str, type[Subject]] = {
+    "direct": Direct,
+    "edge-httptools": Edge,
+    "edge-h11": EdgeH11,
+    "nginx": NginxProxy,
+    "haproxy": Haproxy,
+}
+
+
+# --- wrk ---------------------------------------------------------------------------
+
+_UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+_TIME = re.compile(r"^([\d.]+)(us|ms|s|m|h)$")
+
+
+def to_ms(text: str) -> float | None:
+    m = _TIME.match(text.strip())
+    return float(m.group(1)) * _UNITS_MS[m.group(2)] if m else None
+
+
+def parse_wrk(out: str) -> dict[str, Any]:
+    """Requests/s, latency percentiles (ms) and error counts from ``wrk --latency`` output."""
+    res: dict[str, Any] = {"rps": None, "requests": None, "latency_ms": {}}
+    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
+        res["rps"] = float(m.group(1))
+    if m := re.search(r"(\d+) requests in ([\d.]+\w+),", out):
+        res["requests"] = int(m.group(1))
+    for pct, value in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.M):
+        res["latency_ms"][f"p{pct}"] = to_ms(value)
+    errors = {"connect": 0, "read": 0, "write": 0, "timeout": 0, "status": 0}
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        for key, value in zip(("connect", "read", "write", "timeout"), m.groups(), strict=True):
+            errors[key] = int(value)
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors["status"] = int(m.group(1))
+    res["errors"] = errors
+    res["error_total"] = sum(errors.values())
+    return res
+
+
+def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
+    wrk = ctx.tools["wrk"]
+    assert wrk
+    argv = [
+        wrk,
+        f"-t{scenario.threads}",
+        f"-c{scenario.connections}",
+        f"-d{max(1, round(duration))}s",
+        "--latency",
+        "--timeout",
+        WRK_TIMEOUT,
+        "-H",
+        f"Host: {BENCH_HOST}",
+        *scenario.wrk_args,
+        f"http://{address}{scenario.path}",
+    ]
+    started = time.time()
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=duration + 30, stdin=subprocess.DEVNULL
+        )
+        out, err, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:  # subprocess.run killed it
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err, code = "wrk did not finish in time", -1
+    res = parse_wrk(out)
+    res.update(argv=argv, started=started, exit_code=code, stdout=out, stderr=err)
+    return res
+
+
+# --- running -----------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    label: str
+    subject: str
+    scenario: Scenario
+    status: str = "pending"  # ok | failed | skipped
+    reason: str = ""
+    detail: str = ""
+    address: str = ""
+    warmup: dict[str, Any] | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    instance: Subject | None = None
+
+    def summary(self) -> dict[str, Any]:
+        ok = [r for r in self.runs if r["rps"] is not None]
+        if not ok:
+            return {}
+
+        def med(key: str) -> float | None:
+            values = [r["latency_ms"].get(key) for r in ok]
+            values = [v for v in values if v is not None]
+            return statistics.median(values) if values else None
+
+        rps = [r["rps"] for r in ok]
+        median = statistics.median(rps)
+        return {
+            "rps": median,
+            "rps_min": min(rps),
+            "rps_max": max(rps),
+            "spread_pct": 100.0 * (max(rps) - min(rps)) / median if median else None,
+            "p50_ms": med("p50"),
+            "p99_ms": med("p99"),
+            "errors": sum(r["error_total"] for r in self.runs),
+            "requests": sum(r["requests"] or 0 for r in self.runs),
+            "runs": len(ok),
+        }
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run_scenario(
+    ctx: Context, scenario: Scenario, wanted: set[str] | None, args: argparse.Namespace
+) -> list[Case]:
+    cases = [Case(label, subject, sc) for label, subject, sc in scenario.cases()]
+    if wanted is not None:
+        cases = [c for c in cases if c.subject in wanted]
+    for case in cases:
+        cls = SUBJECTS[case.subject]
+        missing = [t for t in ("wrk", "nginx", *cls.tools) if not ctx.tools.get(t)]
+        if missing:
+            # nginx is the backend of every subject, wrk the load of every scenario
+            case.status, case.reason = "skipped", "missing " + ", ".join(missing)
+        elif scenario.protocol not in cls.protocols:
+            case.status, case.reason = "skipped", f"does not do {scenario.protocol}"
+    try:
+        for case in cases:
+            if case.status == "skipped":
+                continue
+            case.instance = SUBJECTS[case.subject](ctx, case.scenario, case.label)
+            t0 = time.monotonic()
+            try:
+                case.address = case.instance.start()
+                case.status = "ok"
+                say(f"  started {case.label} on {case.address} ({time.monotonic() - t0:.1f}s)")
+            except (SubjectFailed, OSError) as exc:
+                detail = getattr(exc, "detail", "")
+                case.status, case.reason, case.detail = "failed", str(exc), detail
+                case.instance.stop()
+                say(f"  FAILED to start {case.label}: {exc}")
+        live = [c for c in cases if c.status == "ok"]
+        if args.warmup > 0:
+            for case in live:
+                case.warmup = run_wrk(ctx, case.scenario, case.address, args.warmup)
+        for rnd in range(args.runs):
+            # rotate the order each round so no subject always runs first or last
+            order = live[rnd % len(live) :] + live[: rnd % len(live)] if live else []
+            for case in order:
+                if case.status != "ok":
+                    continue
+                res = run_wrk(ctx, case.scenario, case.address, args.duration)
+                res["round"] = rnd + 1
+                case.runs.append(res)
+                rps = f"{res['rps']:,.0f} req/s" if res["rps"] is not None else "no result"
+                say(
+                    f"  round {rnd + 1}/{args.runs} {case.label:<26} {rps}, errors {res['error_total']}"
+                )
+                assert case.instance
+                if not case.instance.alive():
+                    case.status, case.reason = "failed", "died during the run"
+                    case.detail = "\n".join(t for t in (tail(p) for p in case.instance.logs()) if t)
+                    say(f"  {case.label} died during the run")
+                elif res["rps"] is None:
+                    say(f"  wrk gave no result: {res['stderr'].strip()[:200]}")
+    finally:
+        for case in cases:
+            if case.instance:
+                case.instance.stop()
+    return cases
+
+
+# --- report ------------------------------------------------------------------------
+
+
+def fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1000:.0f}us" if v < 1 else f"{v:.2f}ms"
+
+
+def fmt_ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "n/a"
+
+
+def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
+    base_case = next((c for c in cases if c.label == scenario.baseline), None)
+    base = base_case.summary() if base_case else {}
+    extra = shlex.join(scenario.wrk_args)
+    lines = [
+        f"== {scenario.name}: {scenario.description}",
+        f"   wrk -t{scenario.threads} -c{scenario.connections} {extra + ' ' if extra else ''}"
+        f"GET {scenario.path}; ratios vs {scenario.baseline}"
+        + ("" if base else f" (no {scenario.baseline} result: ratios n/a)"),
+        f"{'subject':<26}{'req/s':>10}{'spread':>8}{'p50':>10}{'p99':>10}{'errors':>8}"
+        f"{'req/s ratio':>13}{'p99 ratio':>11}",
+    ]
+    notes = []
+    for c in cases:
+        s = c.summary()
+        if s:
+            lines.append(
+                f"{c.label:<26}{s['rps']:>10,.0f}{s['spread_pct']:>7.1f}%{fmt_ms(s['p50_ms']):>10}"
+                f"{fmt_ms(s['p99_ms']):>10}{s['errors']:>8}"
+                f"{fmt_ratio(s['rps'], base.get('rps')):>13}{fmt_ratio(s['p99_ms'], base.get('p99_ms')):>11}"
+            )
+        if c.status != "ok":
+            word = "SKIPPED" if c.status == "skipped" else "FAILED"
+            if not s:
+                lines.append(f"{c.label:<26}{word}: {c.reason}")
+            else:
+                notes.append(f"{c.label}: {word}: {c.reason}")
+            if c.detail and details:
+                notes.append(f"--- {c.label} log tail ---\n{c.detail}")
+    lines.extend(notes)
+    return "\n".join(lines)
+
+
+def tool_version(name: str, path: str | None) -> str:
+    if not path:
+        return "missing"
+    flag = {"nginx": "-v", "haproxy": "-v", "wrk": "-v"}.get(name, "--version")
+    try:
+        done = subprocess.run([path, flag], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{path} (version unknown: {exc})"
+    text = (done.stdout + done.stderr).strip().splitlines()
+    return text[0].strip() if text else path
+
+
+def edge_version(python: str) -> str:
+    try:
+        done = subprocess.run(
+            [python, "-c", "import edge; print(edge.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+        )
+        version = done.stdout.strip() or "unknown (" + done.stderr.strip()[-200:] + ")"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        version = f"unknown ({exc})"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=ROOT,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return f"edge {version}" + (f" (commit {commit}, working tree may differ)" if commit else "")
+
+
+# --- main --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up (smoke test)")
+    p.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    p.add_argument("--subjects", help="comma-separated subject names (default: all)")
+    p.add_argument(
+        "--runs", type=int, default=3, help="measured runs per subject (median; default 3)"
+    )
+    p.add_argument("--duration", type=float, help="seconds per run (default 10, --quick 3)")
+    p.add_argument(
+        "--warmup", type=float, help="warm-up seconds per subject (default 2, --quick 1)"
+    )
+    p.add_argument("--json", help="output file (default loadtest/results/bench-<timestamp>.json)")
+    p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
+    p.add_argument("--list", action="store_true", help="list scenarios and subjects, then exit")
+    args = p.parse_args(argv)
+    if args.duration is None:
+        args.duration = 3.0 if args.quick else 10.0
+    if args.warmup is None:
+        args.warmup = 1.0 if args.quick else 2.0
+    if not 1 <= args.runs <= 50:
+        p.error("--runs must be between 1 and 50")
+    if not 1 <= args.duration <= 600 or not 0 <= args.warmup <= 60:
+        p.error("--duration must be 1..600 s and --warmup 0..60 s")
+    names = {s.name for s in SCENARIOS}
+    args.scenario_list = [s.strip() for s in args.scenarios.split(",")] if args.scenarios else None
+    for name in args.scenario_list or ():
+        if name not in names:
+            p.error(f"unknown scenario {name!r}; known: {', '.join(sorted(names))}")
+    args.subject_set = {s.strip() for s in args.subjects.split(",")} if args.subjects else None
+    for name in args.subject_set or ():
+        if name not in SUBJECTS:
+            p.error(f"unknown subject {name!r}; known: {', '.join(SUBJECTS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for s in SCENARIOS:
+            say(f"{s.name:<16} {s.description}\n{'':<16} subjects: {', '.join(s.subjects)}")
+        say("subjects: " + ", ".join(SUBJECTS))
+        return 0
+    scenarios = [s for s in SCENARIOS if args.scenario_list is None or s.name in args.scenario_list]
+
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    python = str(venv_python) if venv_python.exists() else sys.executable
+    tools = {name: find_tool(name) for name in ("nginx", "haproxy", "wrk")}
+    workdir = Path(tempfile.mkdtemp(prefix="edge-bench-"))
+    workdir.chmod(0o755)  # nginx workers may run as another user (nobody) and read from here
+    (workdir / "tmp").mkdir()
+    ctx = Context(workdir=workdir, tools=tools, python=python)
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_path = Path(args.json) if args.json else HERE / "results" / f"bench-{stamp}.json"
+    versions = {name: tool_version(name, path) for name, path in tools.items()}
+    versions["edge"] = edge_version(python)
+    versions["python"] = (
+        f"{platform.python_implementation()} {platform.python_version()} ({python})"
+    )
+    header = {
+        "timestamp": dt.datetime.now().isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "loadavg_at_start": os.getloadavg(),
+        "versions": versions,
+        "tools": tools,
+        "settings": {
+            "runs": args.runs,
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "quick": args.quick,
+            "wrk_timeout": WRK_TIMEOUT,
+        },
+    }
+    say(f"edge bench: {os.cpu_count()} cores, {platform.platform()}, load {os.getloadavg()[0]:.2f}")
+    for name, version in versions.items():
+        say(f"  {name:<8} {version}")
+    missing = [name for name, path in tools.items() if not path]
+    say("  missing tools: " + (", ".join(missing) if missing else "none"))
+    say(
+        f"  {args.runs} runs x {args.duration:g}s per subject (median), {args.warmup:g}s warm-up; temp {workdir}"
+    )
+
+    results: dict[str, Any] = {"header": header, "scenarios": {}, "complete": False}
+    tables: list[str] = []
+    backend = Backend(ctx)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        if tools["nginx"]:
+            try:
+                backend.start()
+                say(f"  backend nginx on {HOST}:{ctx.backend_port}")
+            except SubjectFailed as exc:
+                say(f"backend failed: {exc}\n{exc.detail}")
+                return 1
+        for scenario in scenarios:
+            say(f"\n-- {scenario.name} (load {os.getloadavg()[0]:.2f})")
+            cases = run_scenario(ctx, scenario, args.subject_set, args)
+            results["scenarios"][scenario.name] = {
+                "scenario": {k: v for k, v in dataclasses.asdict(scenario).items()},
+                "cases": [
+                    {
+                        "label": c.label,
+                        "subject": c.subject,
+                        "status": c.status,
+                        "reason": c.reason,
+                        "detail": c.detail,
+                        "summary": c.summary(),
+                        "warmup": c.warmup,
+                        "runs": c.runs,
+                    }
+                    for c in cases
+                ],
+            }
+            if cases:
+                tables.append(table(scenario, cases, details=False))
+                say("\n" + table(scenario, cases))
+        results["complete"] = True
+    finally:
+        backend.stop()
+        stop_all()
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=1, default=str))
+        if args.keep_tmp:
+            say(f"temp dir kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    say("\n" + "=" * 100)
+    say(
+        f"{os.cpu_count()} cores; "
+        + "; ".join(f"{k}: {v}" for k, v in versions.items() if k != "python")
+    )
+    say(
+        "req/s and latencies: median of runs; spread: (max-min)/median of req/s; errors: sum over runs"
+    )
+    for t in tables:
+        say("\n" + t)
+    say(f"\nraw runs: {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
