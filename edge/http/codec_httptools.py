@@ -83,7 +83,7 @@ class _Base:
     """
 
     __slots__ = (
-        "_got_body",
+        "_body_bytes",
         "_handler",
         "_head",
         "_headers",
@@ -109,7 +109,7 @@ class _Base:
         self._remaining = 0
         self._tail = b""
         self._idle = 0
-        self._got_body = False
+        self._body_bytes = 0  # body bytes llhttp gave in the current chunked piece
         self._partial: bytearray | None = None
         self._searched = 0
         self._scanned = 0
@@ -124,7 +124,7 @@ class _Base:
         self._headers.append((name, stripped))
 
     def on_body(self, body: bytes) -> None:
-        self._got_body = True
+        self._body_bytes += len(body)
         self._handler.on_body(body)
 
     # -- helpers ---------------------------------------------------------------
@@ -150,13 +150,13 @@ class _Base:
     def _chunk_piece(self, data: bytes, pos: int, cut: int) -> None:
         """Bookkeeping after a chunked-body piece that did not end the message."""
         self._tail = data[cut - 3 : cut] if cut - pos >= 3 else (self._tail + data[pos:cut])[-3:]
-        if self._got_body:
-            self._idle = 0
-        else:
-            # Chunk-size lines and trailers are not buffered without bound.
-            self._idle += cut - pos
-            if self._idle > self._max:
-                raise HeadersTooLarge("chunk framing or trailers too large")
+        # Chunk-size lines and trailers are not taken without bound: count the
+        # framing bytes since the last piece with data in it (the h11 codec counts
+        # a line or the trailer section exactly; this is within a few bytes).
+        framing = cut - pos - self._body_bytes
+        self._idle = framing if self._body_bytes else self._idle + framing
+        if self._idle > self._max:
+            raise HeadersTooLarge("chunk framing or trailers too large")
 
     def _fail(self, exc: httptools.HttpParserError) -> BaseException:
         """The exception to raise for an llhttp error (and the parser is dead)."""
@@ -317,7 +317,7 @@ class RequestParser(_Base):
                 pos += take
             elif state == _CHUNKED:
                 cut = _cut(data, pos, self._tail)
-                self._got_body = False
+                self._body_bytes = 0
                 if pos == 0 and cut == n:
                     feed(data)
                 else:
@@ -541,7 +541,7 @@ class ResponseParser(_Base):
                 pos += take
             elif state == _CHUNKED:
                 cut = _cut(data, pos, self._tail)
-                self._got_body = False
+                self._body_bytes = 0
                 if view is None:
                     view = memoryview(data)
                 self._parser.feed_data(view[pos:cut])

@@ -349,8 +349,8 @@ _NOT_TOKEN = re.compile(rb"[^-!#$%&'*+.^_`|~0-9A-Za-z]")
 class ChunkLine:
     """Incremental check of one chunk-size line, as llhttp checks it.
 
-    ``1*HEXDIG *( 1*";" ( 1*tchar / *tchar "=" [ token / quoted-string ] ) )``, no
-    whitespace anywhere, size at most 2**64 - 1 (llhttp's limit). :meth:`feed`
+    ``1*HEXDIG *( 1*";" ( 1*tchar / *tchar "=" [ *tchar [ quoted-string ] ] ) )``,
+    no whitespace anywhere, size at most 2**64 - 1 (llhttp's limit). :meth:`feed`
     refuses the line at its first bad byte, as llhttp does, so a line is checked
     once however it arrives; :meth:`finish` checks its end and gives the size.
     """
@@ -391,6 +391,8 @@ class ChunkLine:
                     state = _CS_SEMI
                 elif c == 0x3D and state == _CS_NAME:
                     state = _CS_EQUALS
+                elif c == 0x22 and state == _CS_TOKEN:  # llhttp: a quote may follow a token
+                    state = _CS_QUOTED
                 elif c not in _TOKEN_CHARS:
                     raise ProtocolError("invalid chunk extension")
             elif state == _CS_EQUALS:

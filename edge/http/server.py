@@ -303,7 +303,8 @@ class HTTPConnection(asyncio.Protocol):
             answer = ctx.internal(path)
             if answer is not None:
                 status, body = answer
-                self._answer(forward.simple_response(status, body, content_type=b"text/plain; charset=utf-8", close=not self.keep_alive), status)
+                close = not self._answer_keeps_alive()
+                self._answer(forward.simple_response(status, body, content_type=b"text/plain; charset=utf-8", close=close), status)
                 return
 
         view = RequestView(
@@ -320,12 +321,12 @@ class HTTPConnection(asyncio.Protocol):
             return
         self.route = route
         if route.redirect is not None:
-            location = route.redirect.location(host, head.target if authority is None or head.target[:1] == b"/" else path + (b"?" + query if query else b""))
+            location = route.redirect.location(host, path + b"?" + query if query else path)
             status = 301 if route.redirect.permanent else 302
-            body = forward.reason(status)
+            close = not self._answer_keeps_alive()
             self._answer(
                 b"HTTP/1.1 %d %s\r\nLocation: %s\r\nContent-Length: 0\r\n%s\r\n"
-                % (status, body, location, b"" if self.keep_alive else b"Connection: close\r\n"),
+                % (status, forward.reason(status), location, b"Connection: close\r\n" if close else b""),
                 status,
             )
             return
@@ -593,29 +594,30 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- answering and finishing ----------------------------------------------------
 
+    def _answer_keeps_alive(self) -> bool:
+        """Decide (once, before writing) whether the connection survives edge's own answer.
+
+        A small unread request body is read and dropped to keep the connection;
+        a large, chunked or upgrade one is not worth reading: close instead.
+        """
+        if self.keep_alive and not self.req_done:
+            head = self.head
+            if head is None or head.chunked or head.upgrade or (head.content_length or 0) > HIGH_WATER:
+                self.keep_alive = False
+        return self.keep_alive
+
     def _answer(self, data: bytes, status: int) -> None:
         """Send a complete response of edge's own for the current request."""
         self.status = status
         self.resp_started = True
         self.resp_done = True
-        if not self.req_done:
-            head = self.head
-            # A small unread body is read and dropped to keep the connection;
-            # a large or chunked one is not worth reading.
-            if head is None or head.chunked or (head.content_length or 0) > HIGH_WATER or head.upgrade:
-                self.keep_alive = False
         if self.transport is not None:
             self.transport.write(data)
         if self.req_done or not self.keep_alive:
             self._finish()
 
     def _answer_error(self, exc: HTTPError) -> None:
-        close = not self.keep_alive or not self.req_done
-        if not self.req_done:
-            head = self.head
-            close = head is None or head.chunked or (head.content_length or 0) > HIGH_WATER or head.upgrade or not self.keep_alive
-        if close:
-            self.keep_alive = False
+        close = not self._answer_keeps_alive()
         self._answer(forward.error_response(exc.status, close=close), exc.status)
 
     def _bad_request(self, exc: HTTPError) -> None:

@@ -265,3 +265,33 @@ def test_response_header_timeout_answers_504(tmp_path, parser, whoami, whoami2):
         assert get(e.port, "/?delay=0.01", host="a.test")[0] == 200
     finally:
         e.stop()
+
+
+def test_middlewares_headers_add_prefix_and_redirect(tmp_path, parser, whoami):
+    dyn = {
+        "http": {
+            "routers": {
+                "h": {"rule": "Host(`h.test`)", "service": "s", "middlewares": ["hdr", "add"]},
+                "r": {"rule": "Host(`r.test`)", "service": "s", "middlewares": ["to-https"]},
+            },
+            "middlewares": {
+                "hdr": {"headers": {"customRequestHeaders": {"X-Env": "edge", "User-Agent": ""}, "customResponseHeaders": {"X-Served-By": "edge"}}},
+                "add": {"addPrefix": {"prefix": "/v2"}},
+                "to-https": {"redirectScheme": {"scheme": "https", "permanent": True}},
+            },
+            "services": {"s": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        status, headers, data = get(e.port, "/items?x=1", host="h.test", headers={"X-Env": "client", "User-Agent": "ua"})
+        info = json.loads(data)
+        assert status == 200 and headers["X-Served-By"] == "edge"
+        assert info["path"] == "/v2/items" and info["query"] == "x=1"
+        assert info["headers"]["X-Env"] == ["edge"]
+        assert "User-Agent" not in info["headers"]
+        status, headers, _ = get(e.port, "/a?b=c", host="r.test:8000")
+        assert status == 301
+        assert headers["Location"] == "https://r.test/a?b=c"
+    finally:
+        e.stop()

@@ -205,7 +205,7 @@ def test_zero_content_length_has_no_body_event(codec):
 def test_chunked_body_with_extensions_and_trailers(codec):
     data = (
         b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked \r\n\r\n"
-        b"5;name=value;flag\r\nhello\r\n"
+        b'5;name=value;flag;;=v;t=tok"q"\r\nhello\r\n'
         b'0006;q="a \\"quoted\\" ext"\r\n world\r\n'
         b"0\r\nX-Checksum: abc\r\nX-Other: 1\r\n\r\n"
     )

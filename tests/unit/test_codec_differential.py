@@ -101,7 +101,9 @@ REQUESTS = [
     ("chunked", CHUNKED + b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n" + GET, BIG),
     (
         "chunked-ext-trailers",
-        CHUNKED + b'5;a=b;c;d="e f"\r\nhello\r\n0;last\r\nX-T: 1\r\nX-U: 2\r\n\r\n' + GET,
+        CHUNKED
+        + b'5;a=b;c;d="e f";;=v;t=tok"q\\"x"\r\nhello\r\n0;last\r\nX-T: 1\r\nX-U: 2\r\n\r\n'
+        + GET,
         BIG,
     ),
     (
