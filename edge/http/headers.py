@@ -433,13 +433,6 @@ class ChunkLine:
         return self.size
 
 
-def chunk_size(line: bytes | bytearray) -> int:
-    """Size from a whole chunk-size line (without its CRLF); see :class:`ChunkLine`."""
-    check = ChunkLine()
-    check.feed(line, len(line))
-    return check.finish()
-
-
 class TrailerLines:
     """Incremental check of a trailer section, line by line, as llhttp checks it.
 
