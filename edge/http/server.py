@@ -15,6 +15,11 @@ Invariants:
   connection stays at about the transports' high-water marks.
 - The router is read once per request (``ctx.router``); a swap never affects a
   request already routed.
+- Few syscalls: while one side's bytes are being parsed, everything written
+  to the other side is collected and leaves in one ``writelines`` (a single
+  ``writev``) when that parse returns: a small response's head and body go out
+  together, a request's head and body too. Every write goes through
+  :meth:`_send` / :meth:`_send_upstream`, so order is kept.
 - Timeouts are deadlines checked by a periodic sweep of the entrypoint, not
   timers per request: ``idleTimeout`` between requests, ``readTimeout`` for a
   request head (408), ``writeTimeout`` for a whole exchange.
@@ -133,6 +138,8 @@ class HTTPConnection(asyncio.Protocol):
         self.draining = False
         self.tunnel = False
         self.eofs = 0
+        self.out: list[bytes] | None = None  # client writes batched during an upstream feed
+        self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
         self._reset_request()
 
     def _reset_request(self) -> None:
@@ -186,10 +193,14 @@ class HTTPConnection(asyncio.Protocol):
             return
         if self.deadline_kind == IDLE:
             self._set_deadline(HEAD, self.ctx.read_timeout)
+        self.up_out = []
         try:
             self.parser.feed(data)
         except HTTPError as exc:
+            self.up_out = None
             self._bad_request(exc)
+        finally:
+            self.flush_upstream()
 
     def eof_received(self) -> bool | None:
         if self.tunnel:
@@ -353,7 +364,7 @@ class HTTPConnection(asyncio.Protocol):
             prefix=prefix,
         )
         if head.expect_continue and (head.chunked or head.content_length):
-            self.transport.write(CONTINUE)
+            self._send(CONTINUE)
         self._connect()
 
     def _request_body(self, data: bytes) -> None:
@@ -374,7 +385,10 @@ class HTTPConnection(asyncio.Protocol):
     def _send_upstream(self, parts: tuple[bytes, ...]) -> None:
         upstream = self.upstream
         if upstream is not None:
-            upstream.transport.writelines(parts)
+            if self.up_out is not None:
+                self.up_out.extend(parts)
+            else:
+                upstream.transport.writelines(parts)
             return
         if self.buffered is None:
             self.buffered = []
@@ -415,14 +429,17 @@ class HTTPConnection(asyncio.Protocol):
         conn.received = False
         self.upstream = conn
         conn.parser.expect(self.head.method)
+        parts = [self.up_head]
         buffered = self.buffered
         if buffered:
-            conn.transport.writelines([self.up_head, *buffered])
+            parts += buffered
             self.buffered = None
             self.buffered_size = 0
             self.resume_reading(self.PAUSE_BUFFER)
+        if self.up_out is not None:
+            self.up_out += parts
         else:
-            conn.transport.write(self.up_head)
+            conn.transport.writelines(parts)
         if self.write_paused:
             conn.pause_reading()
         timeout = self.backend.transport.response_header_timeout
@@ -440,6 +457,8 @@ class HTTPConnection(asyncio.Protocol):
             return
         self.upstream = None
         conn.owner = None
+        if self.up_out:
+            self.up_out = []  # the exchange is over: nothing more goes to that connection
         conn.resume_reading()
         if reuse:
             self.backend.transport.put_idle(self.backend.server, conn)
@@ -468,7 +487,7 @@ class HTTPConnection(asyncio.Protocol):
             self.keep_alive = False  # the request parser stopped at the upgrade
         self.resp_chunked = chunked
         route = self.route
-        self.transport.write(
+        self._send(
             forward.response_head(
                 head,
                 chunked=chunked,
@@ -480,15 +499,15 @@ class HTTPConnection(asyncio.Protocol):
     def upstream_body(self, data: bytes) -> None:
         self.sent += len(data)
         if self.resp_chunked:
-            self.transport.writelines((b"%x\r\n" % len(data), data, CRLF))
+            self._send(b"%x\r\n" % len(data), data, CRLF)
         else:
-            self.transport.write(data)
+            self._send(data)
 
     def upstream_end(self, conn: UpstreamConnection) -> None:
         if self.resp_head.status == 101:
             return  # upstream_upgrade follows with the first tunnel bytes
         if self.resp_chunked:
-            self.transport.write(CHUNK_END)
+            self._send(CHUNK_END)
         self.resp_done = True
         reuse = self.req_done and self.resp_head.keep_alive
         self._release_upstream(reuse)
@@ -503,7 +522,8 @@ class HTTPConnection(asyncio.Protocol):
         self.resp_done = True
         conn = self.upstream
         if rest:
-            self.transport.write(rest)
+            self._send(rest)
+        self.flush()
         if self.upgrade_rest:
             conn.transport.write(self.upgrade_rest)
         self.upgrade_rest = None
@@ -592,6 +612,31 @@ class HTTPConnection(asyncio.Protocol):
             return
         self._answer_error(exc)
 
+    # -- writing --------------------------------------------------------------------
+
+    def _send(self, *parts: bytes) -> None:
+        """Write to the client, batched while an upstream feed is being parsed."""
+        if self.out is not None:
+            self.out += parts
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
+
+    def flush(self) -> None:
+        """Write what was batched for the client."""
+        out = self.out
+        if out:
+            self.out = []
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(out)
+
+    def flush_upstream(self) -> None:
+        """Write what was batched for the upstream; batching ends."""
+        out = self.up_out
+        self.up_out = None
+        upstream = self.upstream
+        if out and upstream is not None and not upstream.transport.is_closing():
+            upstream.transport.writelines(out)
+
     # -- answering and finishing ----------------------------------------------------
 
     def _answer_keeps_alive(self) -> bool:
@@ -611,8 +656,7 @@ class HTTPConnection(asyncio.Protocol):
         self.status = status
         self.resp_started = True
         self.resp_done = True
-        if self.transport is not None:
-            self.transport.write(data)
+        self._send(data)
         if self.req_done or not self.keep_alive:
             self._finish()
 
@@ -643,12 +687,14 @@ class HTTPConnection(asyncio.Protocol):
 
     def _reject(self, exc: HTTPError) -> None:
         self.status = exc.status
+        self._send(forward.error_response(exc.status, close=True))
+        self.flush()
         if self.transport is not None:
-            self.transport.write(forward.error_response(exc.status, close=True))
             self.transport.close()
         self.pending = None
 
     def _finish(self) -> None:
+        self.flush()
         self._log_access()
         keep_alive = self.keep_alive and not self.ctx.closing
         self._reset_request()

@@ -71,12 +71,21 @@ class UpstreamConnection(asyncio.Protocol):
             owner.transport.write(data)
             return
         self.received = True
+        owner.out = []  # what this parse writes to the client leaves in one call
         try:
             self.parser.feed(data)
         except ProtocolError as exc:
-            self.owner = None
+            if self.owner is owner:
+                self.owner = None
             self.abort()
+            owner.out = None
             owner.upstream_failed(exc, self)
+        finally:
+            out = owner.out
+            owner.out = None
+            t = owner.transport
+            if out and t is not None and not t.is_closing():
+                t.writelines(out)
 
     def eof_received(self) -> bool | None:
         owner = self.owner
