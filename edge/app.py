@@ -1,10 +1,15 @@
 """Wiring: providers -> watcher -> listeners -> entrypoints.
 
-:class:`Edge` owns one process's pieces and their life cycle. The listeners run
-in order for every validated configuration: update the ServersTransports (by
-diff), build the new routers, swap them into the entrypoints. SIGTERM/SIGINT
-drain (stop accepting, finish in-flight requests within graceTimeOut); SIGHUP
-makes the providers re-read their sources.
+:class:`Dataplane` is the serving half of a process: its entrypoints, its
+ServersTransports and the listeners that apply a validated configuration, in order:
+update the ServersTransports (by diff), build the new routers, swap them into the
+entrypoints. :class:`Edge` is the single-process app (``workers: 1``): providers and
+watcher feeding one Dataplane. With ``workers: N`` the same Dataplane runs in each
+worker process, fed over a pipe by the supervisor (:mod:`edge.supervisor`), which runs
+the providers and the watcher.
+
+SIGTERM/SIGINT drain (stop accepting, finish in-flight requests within graceTimeOut);
+SIGHUP makes the providers re-read their sources.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 
 from edge.config.runtime import RuntimeConfig
 from edge.config.static import StaticConfig
@@ -22,30 +28,46 @@ from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_http_routers
 from edge.transports import TransportRegistry
-from edge.watcher import Watcher
+from edge.watcher import Listener, Watcher
 
 log = logging.getLogger("edge")
 
+Internal = Callable[[bytes], tuple[int, bytes] | None]
 
-class Edge:
-    def __init__(self, static: StaticConfig, *, parser: str | None = None) -> None:
+
+def build_providers(static: StaticConfig) -> list[Provider]:
+    """The providers the static configuration asks for (those this version has)."""
+    providers: list[Provider] = []
+    if static.providers.file is not None:
+        f = static.providers.file
+        providers.append(FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch))
+    if static.providers.kubernetes_ingress is not None or static.providers.kubernetes_gateway is not None:
+        log.warning("the Kubernetes providers are not available in this version; ignored")
+    return providers
+
+
+class Dataplane:
+    """One process's entrypoints and ServersTransports, and the listeners that apply a snapshot.
+
+    ``internal`` answers ``/ping`` and ``/ready`` on the ping entrypoint; ``reuse_port``
+    binds every entrypoint with SO_REUSEPORT (several worker processes share each port).
+    """
+
+    def __init__(
+        self,
+        static: StaticConfig,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        parser: str | None = None,
+        internal: Internal | None = None,
+        reuse_port: bool = False,
+    ) -> None:
         self.static = static
-        self.parser = parser
-        self.loop = asyncio.get_running_loop()
-        self.transports = TransportRegistry(self.loop)
-        self.entrypoints = EntryPoints(self.loop, self.transports)
+        self.loop = loop
+        self.transports = TransportRegistry(loop)
+        self.entrypoints = EntryPoints(loop, self.transports)
         self.runtime: RuntimeConfig | None = None
-        self.providers: list[Provider] = []
-        self._tasks: set[asyncio.Task] = set()
-        self._stopped = asyncio.Event()
-        self._stopping = False
-        self.access_log = AccessLogger(static.access_log, self.loop) if static.access_log is not None else None
-        self.watcher = Watcher(
-            entry_points=static.entry_point_protocols(),
-            throttle=static.providers_throttle_duration,
-            listeners=[self._update_transports, self._switch_routers],
-            loop=self.loop,
-        )
+        self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
             if config.protocol != "tcp":
@@ -55,27 +77,25 @@ class Edge:
                 HTTPEntryPoint(
                     name,
                     config,
-                    self.loop,
+                    loop,
                     parser=parser,
-                    internal=self._internal if name == ping_ep else None,
+                    internal=internal if name == ping_ep else None,
                     access_log=self.access_log,
+                    reuse_port=reuse_port,
                 )
             )
-        providers = static.providers
-        if providers.file is not None:
-            f = providers.file
-            self.providers.append(
-                FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch)
-            )
-        if providers.kubernetes_ingress is not None or providers.kubernetes_gateway is not None:
-            log.warning("the Kubernetes providers are not available in this version; ignored")
 
     # -- listeners ---------------------------------------------------------------
 
-    def _update_transports(self, runtime: RuntimeConfig) -> None:
+    @property
+    def listeners(self) -> list[Listener]:
+        """What to run, in order, for every validated configuration."""
+        return [self.update_transports, self.switch_routers]
+
+    def update_transports(self, runtime: RuntimeConfig) -> None:
         self.transports.update(runtime.servers_transports)
 
-    def _switch_routers(self, runtime: RuntimeConfig) -> None:
+    def switch_routers(self, runtime: RuntimeConfig) -> None:
         routers = build_http_routers(runtime, self.transports, self.entrypoints.http)
         self.entrypoints.switch(routers)
         self.runtime = runtime
@@ -84,19 +104,54 @@ class Edge:
             ", ".join(f"{ep}: {len(r)} routers" for ep, r in routers.items()) or "no HTTP entrypoint",
         )
 
-    # -- internal endpoints --------------------------------------------------------
-
-    def _internal(self, path: bytes) -> tuple[int, bytes] | None:
-        if path == b"/ping":
-            return (503, b"Service Unavailable") if self._stopping else (200, b"OK")
-        if path == b"/ready":
-            return (200, b"ready") if self.watcher.ready and not self._stopping else (503, b"not ready")
-        return None
+    def apply(self, runtime: RuntimeConfig) -> None:
+        """Run every listener on ``runtime``; one that raises is logged and stops none of the others."""
+        for listener in self.listeners:
+            try:
+                listener(runtime)
+            except Exception:
+                log.exception("configuration listener %s failed", listener.__qualname__)
 
     # -- life cycle ----------------------------------------------------------------
 
     async def start(self) -> None:
+        """Bind every entrypoint; raises ``OSError`` when one cannot be bound."""
         await self.entrypoints.start()
+
+    async def stop(self) -> None:
+        """Stop accepting, drain each entrypoint within its graceTimeOut, close the pools."""
+        await self.entrypoints.stop(self.graces())
+        if self.access_log is not None:
+            self.access_log.close()
+
+    def graces(self) -> dict[str, float]:
+        return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.http.items()}
+
+
+class ControlPlane:
+    """The configuration pipeline up to the listeners: the providers and the watcher.
+
+    Every validated configuration goes to ``listeners`` in order: a Dataplane's (one
+    process) or the supervisor's, which sends it to the workers.
+    """
+
+    def __init__(self, static: StaticConfig, loop: asyncio.AbstractEventLoop, listeners: list[Listener]) -> None:
+        self.loop = loop
+        self.providers: list[Provider] = build_providers(static)
+        self.watcher = Watcher(
+            entry_points=static.entry_point_protocols(),
+            throttle=static.providers_throttle_duration,
+            listeners=listeners,
+            loop=loop,
+        )
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def ready(self) -> bool:
+        """Every provider's first configuration went through the listeners."""
+        return self.watcher.ready
+
+    def start(self) -> None:
         for provider in self.providers:
             self.watcher.expect(provider.name)
             task = self.loop.create_task(provider.run(self.watcher.publish))
@@ -108,35 +163,76 @@ class Edge:
         if not task.cancelled() and task.exception() is not None:
             log.error("provider stopped: %s", task.exception(), exc_info=task.exception())
 
+    def reload(self) -> None:
+        log.info("SIGHUP: re-reading the providers")
+        for provider in self.providers:
+            provider.reload()
+
+    async def stop(self) -> None:
+        """Stop the providers; configurations still throttled are dropped."""
+        for task in list(self._tasks):
+            task.cancel()
+        await self.watcher.close()
+
+
+class Edge:
+    """The single-process app: a :class:`ControlPlane` feeding one :class:`Dataplane`."""
+
+    def __init__(self, static: StaticConfig, *, parser: str | None = None) -> None:
+        self.static = static
+        self.parser = parser
+        self.loop = asyncio.get_running_loop()
+        self.dataplane = Dataplane(static, self.loop, parser=parser, internal=self._internal)
+        self.control = ControlPlane(static, self.loop, self.dataplane.listeners)
+        self.transports = self.dataplane.transports
+        self.entrypoints = self.dataplane.entrypoints
+        self.access_log = self.dataplane.access_log
+        self.watcher = self.control.watcher
+        self.providers = self.control.providers
+        self._tasks: set[asyncio.Task] = set()
+        self._stopped = asyncio.Event()
+        self._stopping = False
+
+    @property
+    def runtime(self) -> RuntimeConfig | None:
+        """The configuration the entrypoints serve."""
+        return self.dataplane.runtime
+
+    # -- internal endpoints --------------------------------------------------------
+
+    def _internal(self, path: bytes) -> tuple[int, bytes] | None:
+        if path == b"/ping":
+            return (503, b"Service Unavailable") if self._stopping else (200, b"OK")
+        if path == b"/ready":
+            return (200, b"ready") if self.control.ready and not self._stopping else (503, b"not ready")
+        return None
+
+    # -- life cycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.dataplane.start()
+        self.control.start()
+
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
 
     def reload(self) -> None:
-        log.info("SIGHUP: re-reading the providers")
-        for provider in self.providers:
-            provider.reload()
+        self.control.reload()
 
     def request_stop(self) -> None:
         if not self._stopping:
             self._stopping = True
             task = self.loop.create_task(self.stop())
             self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         self._stopping = True
         log.info("stopping: draining in-flight requests")
-        for task in list(self._tasks):
-            if task is not asyncio.current_task():
-                task.cancel()
-        graces = {
-            name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.http.items()
-        }
-        await self.entrypoints.stop(graces)
-        await self.watcher.close()
-        if self.access_log is not None:
-            self.access_log.close()
+        await self.control.stop()
+        await self.dataplane.stop()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

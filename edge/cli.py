@@ -1,6 +1,8 @@
-"""The ``edge`` command: run, check, whoami, demo.
+"""The ``edge`` command: run, check, whoami, demo (and the hidden ``worker``).
 
 Nothing imports this module; it only parses arguments and calls into the rest.
+``edge worker --id K`` is what the supervisor (``workers: N``) starts; it is not for
+people: it reads its orders from the supervisor's socketpair on stdin (edge.supervisor).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from edge.errors import ConfigError
 log = logging.getLogger("edge")
 
 
-def _uvloop_run(coro) -> None:
+def _uvloop_run(coro):
     import uvloop
 
-    uvloop.run(coro)
+    return uvloop.run(coro)
 
 
 def load_static(path: str):
@@ -47,13 +49,29 @@ def load_static(path: str):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edge.app import run
     from edge.logs import setup_logging
 
     static = load_static(args.config)
     setup_logging(static.log)
-    _uvloop_run(run(static, parser=args.http_parser))
+    workers = static.worker_count
+    if workers > 1:
+        from edge.supervisor import run_supervisor
+
+        _uvloop_run(run_supervisor(static, workers=workers, parser=args.http_parser))
+    else:
+        from edge.app import run
+
+        _uvloop_run(run(static, parser=args.http_parser))
     return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from edge.supervisor import ignore_group_signals, run_worker, tag_worker_logs
+
+    ignore_group_signals()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tag_worker_logs(args.id)
+    return _uvloop_run(run_worker(args.id))
 
 
 def _load_dynamic(static) -> tuple[dict, list[str]]:
@@ -174,7 +192,7 @@ def _wait_listening(addresses, timeout: float) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edge", description="A Kubernetes edge router and ingress controller.")
     parser.add_argument("--version", action="version", version=f"edge {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,whoami,demo}")
 
     run = sub.add_parser("run", help="serve with a static configuration")
     run.add_argument("--config", "-c", required=True, help="static configuration file (YAML or TOML)")
@@ -196,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", "-c", default="entrypoints/demo.yaml")
     demo.add_argument("--http-parser", choices=["httptools", "h11"], default=None)
     demo.set_defaults(func=cmd_demo)
+
+    worker = sub.add_parser("worker")  # no help=: started by the supervisor, not listed
+    worker.add_argument("--id", type=int, required=True, help="the worker's number, 1..N")
+    worker.set_defaults(func=cmd_worker)
     return parser
 
 

@@ -6,6 +6,9 @@ context; :meth:`switch` replaces it with one assignment, so a request reads
 either the old router or the new one, never a mix, and requests already routed
 finish where they are. :class:`EntryPoints` owns them all, runs the deadline
 sweep (connection timeouts, idle upstream connections) and drains them on stop.
+
+With ``reuse_port`` (worker processes, ``workers: N``) each process binds the same
+port with SO_REUSEPORT and the kernel spreads new connections among them.
 """
 
 from __future__ import annotations
@@ -88,7 +91,13 @@ class HTTPEntryPoint:
             reuse_port=self.reuse_port or None,
         )
         self.ctx.port = self.port
-        log.info("entrypoint %s: listening on %s", self.name, ", ".join(_fmt(s.getsockname()) for s in self.server.sockets))
+        where = ", ".join(format_address(s.getsockname()) for s in self.server.sockets)
+        if self.reuse_port:
+            # One of several processes sharing the port: whoever owns the port (the
+            # supervisor) says "listening on" once; this line must not look like it.
+            log.info("entrypoint %s: sharing %s (SO_REUSEPORT)", self.name, where)
+        else:
+            log.info("entrypoint %s: listening on %s", self.name, where)
 
     def stop_accepting(self) -> None:
         if self.server is not None:
@@ -165,6 +174,7 @@ class EntryPoints:
         self.transports.close()
 
 
-def _fmt(addr: tuple) -> str:
+def format_address(addr: tuple) -> str:
+    """A socket address as ``host:port`` or ``[v6]:port``."""
     host, port = addr[0], addr[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

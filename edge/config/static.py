@@ -11,12 +11,17 @@ Like Traefik, when ``ping``, ``api.insecure`` or ``metrics.prometheus`` use the 
 entry point ``traefik`` and none is defined, one is added on ``:8080``.
 ``providersThrottleDuration`` is accepted at the top level (as documented for edge) and
 under ``providers`` (where Traefik reads it); the top-level field holds the result.
+
+``workers`` (edge's own key, not Traefik's): how many processes serve the entry points,
+a number >= 1 or ``"auto"`` (one per CPU); 1 runs everything in one process, more runs
+a supervisor with the providers and that many worker processes (:mod:`edge.supervisor`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 from typing import Annotated, Literal
 
 import msgspec
@@ -260,6 +265,7 @@ class StaticConfig(Base):
     metrics: Metrics | None = None
     log: Log = msgspec.field(default_factory=Log)
     access_log: AccessLog | None = None
+    workers: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = 1
 
     def __post_init__(self) -> None:
         for name in self.entry_points:
@@ -296,6 +302,13 @@ class StaticConfig(Base):
                 raise ValueError(f"{what}: entryPoint {ep!r} is not defined in entryPoints")
             if entry_point.protocol != "tcp":
                 raise ValueError(f"{what}: entryPoint {ep!r} is a UDP entry point")
+
+    @property
+    def worker_count(self) -> int:
+        """:attr:`workers` as a number: ``"auto"`` is the number of CPUs."""
+        if self.workers == "auto":
+            return max(1, os.cpu_count() or 1)
+        return int(self.workers)
 
     def entry_point_protocols(self) -> dict[str, str]:
         """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need."""
