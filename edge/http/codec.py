@@ -45,6 +45,8 @@ class RequestHead:
         "headers",  # list[Header], order and case preserved
         "keep_alive",  # bool: version default and Connection tokens
         "method",  # b"GET"
+        "passthrough",  # see edge.http.headers.passthrough: None, or the Connection header to cut
+        "raw",  # bytes: the head as received, request line to the final CRLF CRLF
         "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
         "upgrade",  # bool: Connection: upgrade + an Upgrade header
         "version",  # b"1.1" or b"1.0"
@@ -61,6 +63,8 @@ class RequestHead:
         content_length: int | None,
         upgrade: bool,
         expect_continue: bool,
+        raw: bytes = b"",
+        passthrough: tuple[Header, ...] | None = None,
     ) -> None:
         self.method = method
         self.target = target
@@ -71,6 +75,8 @@ class RequestHead:
         self.content_length = content_length
         self.upgrade = upgrade
         self.expect_continue = expect_continue
+        self.raw = raw
+        self.passthrough = passthrough
 
     def as_tuple(self) -> tuple:
         """A comparable form (header names lowercased): used by tests."""
@@ -97,6 +103,8 @@ class ResponseHead:
         "has_body",  # bool: False for HEAD, 1xx, 204, 304
         "headers",  # list[Header]
         "keep_alive",  # bool: the upstream connection may be reused after this response
+        "passthrough",  # None, or the Connection header to cut (see RequestHead)
+        "raw",  # bytes: the head as received
         "reason",  # bytes
         "status",  # int
         "version",  # b"1.1" / b"1.0"
@@ -112,6 +120,8 @@ class ResponseHead:
         chunked: bool,
         content_length: int | None,
         has_body: bool,
+        raw: bytes = b"",
+        passthrough: tuple[Header, ...] | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -121,6 +131,8 @@ class ResponseHead:
         self.chunked = chunked
         self.content_length = content_length
         self.has_body = has_body
+        self.raw = raw
+        self.passthrough = passthrough
 
     def as_tuple(self) -> tuple:
         return (

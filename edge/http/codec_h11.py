@@ -333,7 +333,7 @@ class RequestParser(_Base):
         target = event.target
         check_target(target)
         headers = split_header_lines(head, head.find(b"\r\n") + 2, len(head))
-        keep_alive, chunked, content_length, upgrade, expect_continue = request_framing(
+        keep_alive, chunked, content_length, upgrade, expect_continue, through = request_framing(
             version, headers
         )
         self._keep_alive = keep_alive
@@ -348,6 +348,8 @@ class RequestParser(_Base):
                 content_length,
                 upgrade,
                 expect_continue,
+                head,
+                through,
             )
         )
         if upgrade:
@@ -435,7 +437,7 @@ class ResponseParser(_Base):
             raise ProtocolError("status line is not HTTP/1.0 or HTTP/1.1")
         check_reason(event.reason)
         headers = split_header_lines(head, head.find(b"\r\n") + 2, len(head))
-        keep_alive, chunked, content_length, has_body = response_framing(
+        keep_alive, chunked, content_length, has_body, through = response_framing(
             status, version, headers, method
         )
         if status < 200 and status != 101:
@@ -451,6 +453,8 @@ class ResponseParser(_Base):
                 chunked,
                 content_length,
                 has_body,
+                head,
+                through,
             )
         )
         if status == 101:

@@ -204,7 +204,7 @@ class RequestParser(_Base):
             check_target(url)
         headers = self._headers
         self._headers = []
-        keep_alive, chunked, content_length, upgrade, expect_continue = request_framing(
+        keep_alive, chunked, content_length, upgrade, expect_continue, through = request_framing(
             version, headers
         )
         self._keep_alive = keep_alive
@@ -228,6 +228,8 @@ class RequestParser(_Base):
                 content_length,
                 upgrade,
                 expect_continue,
+                head,
+                through,
             )
         )
 
@@ -380,7 +382,7 @@ class ResponseParser(_Base):
         headers = self._headers
         self._headers = []
         method = self._method or b"GET"
-        keep_alive, chunked, content_length, has_body = response_framing(
+        keep_alive, chunked, content_length, has_body, through = response_framing(
             status, version, headers, method
         )
         if status < 200 and status != 101:
@@ -403,7 +405,16 @@ class ResponseParser(_Base):
             self._state = _EOF_BODY
         self._handler.on_head(
             ResponseHead(
-                status, reason, version, headers, keep_alive, chunked, content_length, has_body
+                status,
+                reason,
+                version,
+                headers,
+                keep_alive,
+                chunked,
+                content_length,
+                has_body,
+                head,
+                through,
             )
         )
 

@@ -185,6 +185,35 @@ def request_head(
     return b"".join(out)
 
 
+def cut_connection(raw: bytes, through: tuple[Header, ...]) -> bytes | None:
+    """A head's bytes without the Connection header ``through`` names.
+
+    ``through`` comes from :func:`edge.http.headers.passthrough`. None when that
+    line is not written in its plain ``Name: value`` form (the head is then rebuilt).
+    """
+    if not through:
+        return raw
+    name, value = through[0]
+    line = b"\r\n%s: %s\r\n" % (name, value)
+    i = raw.find(line)
+    if i < 0:
+        return None
+    return raw[: i + 2] + raw[i + len(line) :]
+
+
+def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes, port: bytes) -> bytes:
+    """The client's own head bytes with edge's forwarding headers appended.
+
+    Only for heads that need nothing else (see ``RequestHead.passthrough``): no
+    hop-by-hop or X-Forwarded-* header of the client's, an origin-form HTTP/1.1
+    request line, no rewrite by a middleware.
+    """
+    return (
+        b"%sX-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Host: %s\r\n"
+        b"X-Forwarded-Port: %s\r\nX-Real-Ip: %s\r\n\r\n" % (raw[:-2], client_ip, proto, host, port, client_ip)
+    )
+
+
 def response_head(
     head: ResponseHead,
     *,

@@ -51,6 +51,8 @@ _HOST = 3
 _CONNECTION = 4
 _UPGRADE = 5
 _EXPECT = 6
+_HOP = 7  # other hop-by-hop or edge-owned headers: a head holding one is rebuilt
+_PROXY_CONNECTION = 8
 _FRAMING_NAMES = {
     b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING,
@@ -58,9 +60,20 @@ _FRAMING_NAMES = {
     b"connection": _CONNECTION,
     # llhttp reads Proxy-Connection exactly like Connection (close, keep-alive and
     # upgrade): follow it so that both codecs agree on keep-alive and upgrade.
-    b"proxy-connection": _CONNECTION,
+    b"proxy-connection": _PROXY_CONNECTION,
     b"upgrade": _UPGRADE,
     b"expect": _EXPECT,
+    b"keep-alive": _HOP,
+    b"proxy-authenticate": _HOP,
+    b"proxy-authorization": _HOP,
+    b"te": _HOP,
+    b"trailer": _HOP,
+    b"x-forwarded-for": _HOP,
+    b"x-forwarded-proto": _HOP,
+    b"x-forwarded-host": _HOP,
+    b"x-forwarded-port": _HOP,
+    b"x-forwarded-prefix": _HOP,
+    b"x-real-ip": _HOP,
 }
 
 # Absolute-form request targets: scheme "://" authority, then "/..." or "?...".
@@ -159,19 +172,21 @@ def check_value_space(name: bytes, raw_value: bytes) -> None:
 def split_header_lines(head: bytes | bytearray, first_line_end: int, end: int) -> list[Header]:
     """Header fields of a scanned head, as received (name case kept, value stripped).
 
-    ``head[first_line_end:end]`` holds the field lines, each ending in CRLF; the
-    caller has already validated them.
+    ``head[first_line_end:end]`` holds the field lines, each ending in CRLF, then
+    the final CRLF; the caller has already validated them. Both codecs build
+    their header lists here, so the lists cannot differ.
     """
-    headers: list[Header] = []
-    if first_line_end >= end - 2:
-        return headers
-    for line in bytes(head[first_line_end : end - 4]).split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        stripped = value.strip(b" \t")
-        if value[-1:] in (b" ", b"\t"):
-            check_value_space(name, value)
-        headers.append((name, stripped))
-    return headers
+    block = head[first_line_end : end - 4]
+    if not block:
+        return []
+    if type(block) is not bytes:
+        block = bytes(block)
+    pairs = [line.partition(b":") for line in block.split(b"\r\n")]
+    if b" \r\n" in block or b"\t\r\n" in block or block[-1:] in (b" ", b"\t"):
+        for name, _, value in pairs:  # whitespace after a value: rare, checked apart
+            if value[-1:] in (b" ", b"\t"):
+                check_value_space(name, value)
+    return [(name, value.strip(b" \t")) for name, _, value in pairs]
 
 
 # --- request line -------------------------------------------------------------
@@ -225,7 +240,11 @@ def _content_length(value: bytes) -> int:
 
 
 def _connection_tokens(value: bytes, tokens: int) -> int:
-    """Fold the tokens of one Connection value into a bit set (1 close, 2 keep-alive, 4 upgrade)."""
+    """Fold the tokens of one Connection value into a bit set.
+
+    1 close, 2 keep-alive, 4 upgrade, 8 any other token (the name of a header
+    that is hop-by-hop for this message).
+    """
     value = value.lower()
     if value == b"keep-alive":
         return tokens | 2
@@ -239,18 +258,23 @@ def _connection_tokens(value: bytes, tokens: int) -> int:
             tokens |= 2
         elif token == b"upgrade":
             tokens |= 4
+        elif token:
+            tokens |= 8
     return tokens
 
 
 def request_framing(
     version: bytes, headers: list[Header]
-) -> tuple[bool, bool, int | None, bool, bool]:
-    """(keep_alive, chunked, content_length, upgrade, expect_continue) of a request.
+) -> tuple[bool, bool, int | None, bool, bool, tuple[Header, ...] | None]:
+    """(keep_alive, chunked, content_length, upgrade, expect_continue, passthrough) of a request.
 
     One pass over the header list; raises ProtocolError for: more than one
     Content-Length, a Content-Length that is not plain digits, Transfer-Encoding
     other than exactly one ``chunked``, both of them, Transfer-Encoding in HTTP/1.0,
     and a Host count other than one in HTTP/1.1 (or more than one in HTTP/1.0).
+
+    ``passthrough`` tells whether the head's own bytes may be forwarded as they
+    are (see :func:`passthrough`).
     """
     content_length: int | None = None
     te = 0  # number of Transfer-Encoding headers; -1 once one is not "chunked"
@@ -258,8 +282,11 @@ def request_framing(
     tokens = 0
     upgrade_header = False
     expect_continue = False
+    hop = False
+    connection: list[Header] = []
     get = _FRAMING_NAMES.get
-    for name, value in headers:
+    for header in headers:
+        name, value = header
         tag = get(name.lower())
         if tag is None:
             continue
@@ -273,11 +300,20 @@ def request_framing(
             te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
         elif tag == _CONNECTION:
             tokens = _connection_tokens(value, tokens)
+            connection.append(header)
+        elif tag == _PROXY_CONNECTION:
+            tokens = _connection_tokens(value, tokens)
+            hop = True
         elif tag == _UPGRADE:
+            hop = True
             if value:
                 upgrade_header = True
-        elif value.lower() == b"100-continue":
-            expect_continue = True
+        elif tag == _EXPECT:
+            hop = True
+            if value.lower() == b"100-continue":
+                expect_continue = True
+        else:
+            hop = True
     http11 = version == b"1.1"
     if te:
         if te != 1:
@@ -295,13 +331,14 @@ def request_framing(
         content_length,
         upgrade_header and bool(tokens & 4),
         expect_continue and http11,
+        passthrough(hop, tokens, connection),
     )
 
 
 def response_framing(
     status: int, version: bytes, headers: list[Header], method: bytes
-) -> tuple[bool, bool, int | None, bool]:
-    """(keep_alive, chunked, content_length, has_body) of a response to ``method``.
+) -> tuple[bool, bool, int | None, bool, tuple[Header, ...] | None]:
+    """(keep_alive, chunked, content_length, has_body, passthrough) of a response to ``method``.
 
     The same header refusals as requests (Transfer-Encoding is allowed in
     HTTP/1.0 responses). No body for HEAD, 1xx, 204 and 304; without either
@@ -310,9 +347,14 @@ def response_framing(
     content_length: int | None = None
     te = 0
     tokens = 0
+    hop = False
+    connection: list[Header] = []
     get = _FRAMING_NAMES.get
-    for name, value in headers:
+    for header in headers:
+        name, value = header
         tag = get(name.lower())
+        if tag is None or tag in (_HOST, _EXPECT):
+            continue
         if tag == _CONTENT_LENGTH:
             if content_length is not None:
                 raise ProtocolError("more than one Content-Length")
@@ -321,19 +363,42 @@ def response_framing(
             te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
         elif tag == _CONNECTION:
             tokens = _connection_tokens(value, tokens)
+            connection.append(header)
+        elif tag == _PROXY_CONNECTION:
+            tokens = _connection_tokens(value, tokens)
+            hop = True
+        else:
+            hop = True
     if te:
         if te != 1:
             raise ProtocolError("Transfer-Encoding other than chunked")
         if content_length is not None:
             raise ProtocolError("both Content-Length and Transfer-Encoding")
     keep_alive = not tokens & 1 and (version == b"1.1" or bool(tokens & 2))
+    through = passthrough(hop, tokens, connection)
     if method == b"HEAD" or status < 200 or status == 204 or status == 304:
-        return keep_alive and status != 101, False, None, False
+        return keep_alive and status != 101, False, None, False, through
     if te:
-        return keep_alive, True, None, True
+        return keep_alive, True, None, True, through
     if content_length is None:
-        return False, False, None, True
-    return keep_alive, False, content_length, True
+        return False, False, None, True, None
+    return keep_alive, False, content_length, True, through
+
+
+def passthrough(hop: bool, tokens: int, connection: list[Header]) -> tuple[Header, ...] | None:
+    """Whether a head's own bytes can be forwarded, and what to cut from them.
+
+    None: the head holds something edge must rewrite (another hop-by-hop
+    header, X-Forwarded-*, Expect, an Upgrade, a Connection token naming a
+    header, several Connection headers): it is rebuilt. Otherwise the
+    Connection header to cut (empty when there is none): the bytes of the head
+    minus that line are exactly what a rebuild would produce, framing included
+    (one Content-Length, or one ``Transfer-Encoding: chunked`` that edge
+    re-frames identically).
+    """
+    if hop or tokens & 12 or len(connection) > 1:
+        return None
+    return tuple(connection)
 
 
 # --- chunked framing (for the h11 codec; llhttp checks its own) ---------------

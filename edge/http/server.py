@@ -138,6 +138,8 @@ class HTTPConnection(asyncio.Protocol):
         self.draining = False
         self.tunnel = False
         self.eofs = 0
+        self.authority = b""  # the last Host of this connection, and its parse
+        self.host_port: tuple[str, bytes] = ("", b"")
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
         self._reset_request()
@@ -308,7 +310,14 @@ class HTTPConnection(asyncio.Protocol):
             return
         if authority is None:
             authority = _host_header(head.headers)
-        host, port = forward.split_host_port(authority)
+        # A keep-alive client names the same host request after request.
+        if authority == self.authority:
+            host, forwarded_port = self.host_port
+        else:
+            host, port = forward.split_host_port(authority)
+            forwarded_port = port.encode() if port else ctx.default_port
+            self.authority = authority
+            self.host_port = (host, forwarded_port)
 
         if ctx.internal is not None and head.method in (b"GET", b"HEAD"):
             answer = ctx.internal(path)
@@ -347,22 +356,30 @@ class HTTPConnection(asyncio.Protocol):
             return
         self.backend = backend
 
-        prefix = b""
-        if route.strip_prefixes or route.add_prefix:
-            path, prefix = route.rewrite_path(path)
-        target = path + b"?" + query if query else path
-        self.up_head = forward.request_head(
-            head,
-            target=target,
-            host=authority if backend.pass_host else backend.server.authority,
-            client_ip=self.client_ip_b,
-            trusted=self.trusted,
-            proto=(b"wss" if ctx.scheme == b"https" else b"ws") if head.upgrade else ctx.scheme,
-            forwarded_host=authority,
-            forwarded_port=port.encode() if port else ctx.default_port,
-            extra=route.request_headers,
-            prefix=prefix,
-        )
+        through = head.passthrough
+        up_head = None
+        if through is not None and route.plain and backend.pass_host and head.version == b"1.1" and head.target[:1] == b"/":
+            # The common case: forward the client's own bytes, plus X-Forwarded-*.
+            raw = forward.cut_connection(head.raw, through)
+            if raw is not None:
+                up_head = forward.passthrough_request(raw, self.client_ip_b, ctx.scheme, authority, forwarded_port)
+        if up_head is None:
+            prefix = b""
+            if route.strip_prefixes or route.add_prefix:
+                path, prefix = route.rewrite_path(path)
+            up_head = forward.request_head(
+                head,
+                target=path + b"?" + query if query else path,
+                host=authority if backend.pass_host else backend.server.authority,
+                client_ip=self.client_ip_b,
+                trusted=self.trusted,
+                proto=(b"wss" if ctx.scheme == b"https" else b"ws") if head.upgrade else ctx.scheme,
+                forwarded_host=authority,
+                forwarded_port=forwarded_port,
+                extra=route.request_headers,
+                prefix=prefix,
+            )
+        self.up_head = up_head
         if head.expect_continue and (head.chunked or head.content_length):
             self._send(CONTINUE)
         self._connect()
@@ -487,14 +504,22 @@ class HTTPConnection(asyncio.Protocol):
             self.keep_alive = False  # the request parser stopped at the upgrade
         self.resp_chunked = chunked
         route = self.route
-        self._send(
-            forward.response_head(
-                head,
-                chunked=chunked,
-                keep_alive=self.keep_alive,
-                extra=route.response_headers if route is not None else None,
-            )
-        )
+        extra = route.response_headers if route is not None else None
+        through = head.passthrough
+        if (
+            through is not None
+            and extra is None
+            and head.version == b"1.1"
+            and head.status != 101
+            and (chunked or not head.chunked)
+        ):
+            # The upstream's own bytes: same framing, nothing hop-by-hop but a
+            # plain Connection header, which is cut.
+            raw = forward.cut_connection(head.raw, through)
+            if raw is not None:
+                self._send(raw if self.keep_alive else raw[:-2] + b"Connection: close\r\n\r\n")
+                return
+        self._send(forward.response_head(head, chunked=chunked, keep_alive=self.keep_alive, extra=extra))
 
     def upstream_body(self, data: bytes) -> None:
         self.sent += len(data)
@@ -695,7 +720,8 @@ class HTTPConnection(asyncio.Protocol):
 
     def _finish(self) -> None:
         self.flush()
-        self._log_access()
+        if self.ctx.access_log is not None:
+            self._log_access()
         keep_alive = self.keep_alive and not self.ctx.closing
         self._reset_request()
         transport = self.transport

@@ -94,6 +94,7 @@ class Route:
     __slots__ = (
         "add_prefix",
         "name",
+        "plain",
         "redirect",
         "request_headers",
         "response_headers",
@@ -119,6 +120,8 @@ class Route:
         self.request_headers = request_headers or None
         self.response_headers = response_headers or None
         self.redirect = redirect
+        # Nothing of the request is rewritten: its head bytes can be forwarded.
+        self.plain = not (strip_prefixes or add_prefix or self.request_headers)
 
     def rewrite_path(self, path: bytes) -> tuple[bytes, bytes]:
         """(new path, stripped prefix) after stripPrefix and addPrefix."""

@@ -29,7 +29,7 @@ class Events:
         self.upgraded = False
 
     def on_head(self, head) -> None:
-        self.events.append(["head", head.as_tuple()])
+        self.events.append(["head", head.as_tuple(), head.raw, head.passthrough])
 
     def on_body(self, data: bytes) -> None:
         assert data and isinstance(data, bytes)
