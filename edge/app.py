@@ -175,7 +175,39 @@ class ControlPlane:
         await self.watcher.close()
 
 
-class Edge:
+class Stoppable:
+    """Signals shared by the single-process app and the supervisor.
+
+    SIGTERM/SIGINT start one graceful :meth:`stop` (a second signal changes
+    nothing); SIGHUP re-reads the providers. Subclasses set ``loop``,
+    ``control``, ``_tasks`` and ``_stopping``, and define ``stop()``.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    control: ControlPlane
+    _tasks: set[asyncio.Task]
+    _stopping: bool
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.request_stop)
+        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        self.control.reload()
+
+    def request_stop(self) -> None:
+        if not self._stopping:
+            self._stopping = True
+            task = self.loop.create_task(self.stop())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+class Edge(Stoppable):
     """The single-process app: a :class:`ControlPlane` feeding one :class:`Dataplane`."""
 
     def __init__(self, static: StaticConfig, *, parser: str | None = None) -> None:
@@ -212,21 +244,6 @@ class Edge:
     async def start(self) -> None:
         await self.dataplane.start()
         self.control.start()
-
-    def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.request_stop)
-        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
-
-    def reload(self) -> None:
-        self.control.reload()
-
-    def request_stop(self) -> None:
-        if not self._stopping:
-            self._stopping = True
-            task = self.loop.create_task(self.stop())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         self._stopping = True

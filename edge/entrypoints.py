@@ -46,7 +46,8 @@ class HTTPEntryPoint:
         self.config = config
         self.loop = loop
         self.reuse_port = reuse_port
-        request_parser, response_parser = parser_classes(parser or config.http.parser)
+        self.parser = parser or config.http.parser
+        request_parser, response_parser = parser_classes(self.parser)
         timeouts = config.transport.responding_timeouts
         self.ctx = EntryPointContext(
             name=name,
@@ -95,9 +96,9 @@ class HTTPEntryPoint:
         if self.reuse_port:
             # One of several processes sharing the port: whoever owns the port (the
             # supervisor) says "listening on" once; this line must not look like it.
-            log.info("entrypoint %s: sharing %s (SO_REUSEPORT)", self.name, where)
+            log.info("entrypoint %s: sharing %s (SO_REUSEPORT, %s)", self.name, where, self.parser)
         else:
-            log.info("entrypoint %s: listening on %s", self.name, where)
+            log.info("entrypoint %s: listening on %s (%s)", self.name, where, self.parser)
 
     def stop_accepting(self) -> None:
         if self.server is not None:

@@ -287,16 +287,20 @@ class _Header:
         return self.value in req.header_values(self.name)
 
 
-class _HeaderRegexp:
-    __slots__ = ("name", "search")
+class _ValuesRegexp:
+    """Some value of a header (``source="header_values"``) or of a query key
+    (``source="query_values"``) matches the pattern."""
 
-    def __init__(self, name: str, pattern: re.Pattern[str]) -> None:
-        self.name = name
+    __slots__ = ("key", "search", "source")
+
+    def __init__(self, source: str, key: str, pattern: re.Pattern[str]) -> None:
+        self.source = source
+        self.key = key
         self.search = pattern.search
 
     def match(self, req: Any) -> bool:
         search = self.search
-        for value in req.header_values(self.name):  # noqa: SIM110
+        for value in getattr(req, self.source)(self.key):  # noqa: SIM110
             if search(value) is not None:
                 return True
         return False
@@ -316,21 +320,6 @@ class _Query:
         if self.value is None:
             return bool(values)
         return self.value in values
-
-
-class _QueryRegexp:
-    __slots__ = ("key", "search")
-
-    def __init__(self, key: str, pattern: re.Pattern[str]) -> None:
-        self.key = key
-        self.search = pattern.search
-
-    def match(self, req: Any) -> bool:
-        search = self.search
-        for value in req.query_values(self.key):  # noqa: SIM110
-            if search(value) is not None:
-                return True
-        return False
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -799,7 +788,7 @@ def _build_header(args: list[_Token]) -> Any:
 
 
 def _build_header_regexp(args: list[_Token]) -> Any:
-    return _HeaderRegexp(_header_name(args[0]), _regexp(args[1]))
+    return _ValuesRegexp("header_values", _header_name(args[0]), _regexp(args[1]))
 
 
 def _build_query(args: list[_Token]) -> Any:
@@ -816,7 +805,7 @@ def _build_query(args: list[_Token]) -> Any:
 
 
 def _build_query_regexp(args: list[_Token]) -> Any:
-    return _QueryRegexp(_require_nonempty(args[0], "query key"), _regexp(args[1]))
+    return _ValuesRegexp("query_values", _require_nonempty(args[0], "query key"), _regexp(args[1]))
 
 
 def _build_client_ip(args: list[_Token]) -> Any:

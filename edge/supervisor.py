@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from edge.app import ControlPlane, Dataplane
+from edge.app import ControlPlane, Dataplane, Stoppable
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import StaticConfig
 from edge.entrypoints import format_address
@@ -312,7 +312,7 @@ class _Slot:
         self.restart: asyncio.TimerHandle | None = None
 
 
-class Supervisor:
+class Supervisor(Stoppable):
     """Providers and watcher here; N worker processes serving; configurations sent over pipes."""
 
     def __init__(self, static: StaticConfig, *, workers: int, parser: str | None = None) -> None:
@@ -486,18 +486,6 @@ class Supervisor:
         self.control.start()
         if self.control.ready:  # no provider: there is no configuration to wait for
             self._tell_ready(self.readiness.configured(0))
-
-    def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.request_stop)
-        self.loop.add_signal_handler(signal.SIGHUP, self.control.reload)
-
-    def request_stop(self) -> None:
-        if not self._stopping:
-            self._stopping = True
-            task = self.loop.create_task(self.stop())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         """Stop the providers, SIGTERM the workers, wait for their drain (bounded)."""

@@ -107,26 +107,16 @@ class Transport:
         conn.idle_deadline = self.loop.time() + self.idle_timeout
         pool.append(conn)
 
-    def discard(self, server: ServerURL, conn: Pooled) -> None:
-        """Forget ``conn`` (it closed while idle)."""
-        pool = self._pools.get(server.key)
-        if pool and conn in pool:
-            pool.remove(conn)
-
-    def idle_count(self, server: ServerURL | None = None) -> int:
-        if server is not None:
-            return len(self._pools.get(server.key, ()))
-        return sum(len(p) for p in self._pools.values())
-
     def sweep(self, now: float) -> None:
         """Close idle connections past idleConnTimeout or no longer usable."""
         for pool in self._pools.values():
-            if pool and (pool[0].idle_deadline <= now or not all(c.is_reusable() for c in pool)):
-                keep = [c for c in pool if c.idle_deadline > now and c.is_reusable()]
-                for c in pool:
-                    if c not in keep:
-                        c.close()
-                pool[:] = keep
+            keep = []
+            for conn in pool:
+                if conn.idle_deadline > now and conn.is_reusable():
+                    keep.append(conn)
+                else:
+                    conn.close()
+            pool[:] = keep
 
     def close(self) -> None:
         for pool in self._pools.values():

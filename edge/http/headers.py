@@ -263,26 +263,23 @@ def _connection_tokens(value: bytes, tokens: int) -> int:
     return tokens
 
 
-def request_framing(
-    version: bytes, headers: list[Header]
-) -> tuple[bool, bool, int | None, bool, bool, tuple[Header, ...] | None]:
-    """(keep_alive, chunked, content_length, upgrade, expect_continue, passthrough) of a request.
+class _Scan:
+    """What one pass over a header list found (see :func:`_scan`)."""
 
-    One pass over the header list; raises ProtocolError for: more than one
-    Content-Length, a Content-Length that is not plain digits, Transfer-Encoding
-    other than exactly one ``chunked``, both of them, Transfer-Encoding in HTTP/1.0,
-    and a Host count other than one in HTTP/1.1 (or more than one in HTTP/1.0).
+    __slots__ = ("connection", "content_length", "expect_continue", "hop", "hosts", "te", "tokens", "upgrade")
 
-    ``passthrough`` tells whether the head's own bytes may be forwarded as they
-    are (see :func:`passthrough`).
+
+def _scan(headers: list[Header]) -> _Scan:
+    """One pass over a header list: framing, Connection tokens, and what must be rewritten.
+
+    Raises ProtocolError for more than one Content-Length or one that is not
+    plain digits. ``te`` counts Transfer-Encoding headers (-1 once one is not
+    ``chunked``); ``hop`` is set by any header edge must strip or own.
     """
+    found = _Scan()
     content_length: int | None = None
-    te = 0  # number of Transfer-Encoding headers; -1 once one is not "chunked"
-    hosts = 0
-    tokens = 0
-    upgrade_header = False
-    expect_continue = False
-    hop = False
+    te = hosts = tokens = 0
+    upgrade = expect_continue = hop = False
     connection: list[Header] = []
     get = _FRAMING_NAMES.get
     for header in headers:
@@ -307,31 +304,59 @@ def request_framing(
         elif tag == _UPGRADE:
             hop = True
             if value:
-                upgrade_header = True
+                upgrade = True
         elif tag == _EXPECT:
             hop = True
             if value.lower() == b"100-continue":
                 expect_continue = True
         else:
             hop = True
+    found.content_length = content_length
+    found.te = te
+    found.hosts = hosts
+    found.tokens = tokens
+    found.upgrade = upgrade
+    found.expect_continue = expect_continue
+    found.hop = hop
+    found.connection = connection
+    return found
+
+
+def _check_transfer_encoding(found: _Scan) -> None:
+    if found.te != 1:
+        raise ProtocolError("Transfer-Encoding other than chunked")
+    if found.content_length is not None:
+        raise ProtocolError("both Content-Length and Transfer-Encoding")
+
+
+def request_framing(
+    version: bytes, headers: list[Header]
+) -> tuple[bool, bool, int | None, bool, bool, tuple[Header, ...] | None]:
+    """(keep_alive, chunked, content_length, upgrade, expect_continue, passthrough) of a request.
+
+    Raises ProtocolError for: more than one Content-Length, a Content-Length
+    that is not plain digits, Transfer-Encoding other than exactly one
+    ``chunked``, both of them, Transfer-Encoding in HTTP/1.0, and a Host count
+    other than one in HTTP/1.1 (or more than one in HTTP/1.0). ``passthrough``
+    tells whether the head's own bytes may be forwarded (see :func:`passthrough`).
+    """
+    found = _scan(headers)
     http11 = version == b"1.1"
-    if te:
-        if te != 1:
-            raise ProtocolError("Transfer-Encoding other than chunked")
-        if content_length is not None:
-            raise ProtocolError("both Content-Length and Transfer-Encoding")
+    if found.te:
+        _check_transfer_encoding(found)
         if not http11:
             raise ProtocolError("Transfer-Encoding in an HTTP/1.0 request")
+    hosts = found.hosts
     if hosts != 1 and (http11 or hosts):
         raise ProtocolError("missing Host" if not hosts else "more than one Host")
-    keep_alive = not tokens & 1 and (http11 or bool(tokens & 2))
+    tokens = found.tokens
     return (
-        keep_alive,
-        te == 1,
-        content_length,
-        upgrade_header and bool(tokens & 4),
-        expect_continue and http11,
-        passthrough(hop, tokens, connection),
+        not tokens & 1 and (http11 or bool(tokens & 2)),
+        found.te == 1,
+        found.content_length,
+        found.upgrade and bool(tokens & 4),
+        found.expect_continue and http11,
+        passthrough(found),
     )
 
 
@@ -344,48 +369,22 @@ def response_framing(
     HTTP/1.0 responses). No body for HEAD, 1xx, 204 and 304; without either
     header, the body runs until the connection closes, which ends keep-alive.
     """
-    content_length: int | None = None
-    te = 0
-    tokens = 0
-    hop = False
-    connection: list[Header] = []
-    get = _FRAMING_NAMES.get
-    for header in headers:
-        name, value = header
-        tag = get(name.lower())
-        if tag is None or tag in (_HOST, _EXPECT):
-            continue
-        if tag == _CONTENT_LENGTH:
-            if content_length is not None:
-                raise ProtocolError("more than one Content-Length")
-            content_length = _content_length(value)
-        elif tag == _TRANSFER_ENCODING:
-            te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
-        elif tag == _CONNECTION:
-            tokens = _connection_tokens(value, tokens)
-            connection.append(header)
-        elif tag == _PROXY_CONNECTION:
-            tokens = _connection_tokens(value, tokens)
-            hop = True
-        else:
-            hop = True
-    if te:
-        if te != 1:
-            raise ProtocolError("Transfer-Encoding other than chunked")
-        if content_length is not None:
-            raise ProtocolError("both Content-Length and Transfer-Encoding")
+    found = _scan(headers)
+    if found.te:
+        _check_transfer_encoding(found)
+    tokens = found.tokens
     keep_alive = not tokens & 1 and (version == b"1.1" or bool(tokens & 2))
-    through = passthrough(hop, tokens, connection)
+    through = passthrough(found)
     if method == b"HEAD" or status < 200 or status == 204 or status == 304:
         return keep_alive and status != 101, False, None, False, through
-    if te:
+    if found.te:
         return keep_alive, True, None, True, through
-    if content_length is None:
+    if found.content_length is None:
         return False, False, None, True, None
-    return keep_alive, False, content_length, True, through
+    return keep_alive, False, found.content_length, True, through
 
 
-def passthrough(hop: bool, tokens: int, connection: list[Header]) -> tuple[Header, ...] | None:
+def passthrough(found: _Scan) -> tuple[Header, ...] | None:
     """Whether a head's own bytes can be forwarded, and what to cut from them.
 
     None: the head holds something edge must rewrite (another hop-by-hop
@@ -396,9 +395,9 @@ def passthrough(hop: bool, tokens: int, connection: list[Header]) -> tuple[Heade
     (one Content-Length, or one ``Transfer-Encoding: chunked`` that edge
     re-frames identically).
     """
-    if hop or tokens & 12 or len(connection) > 1:
+    if found.hop or found.tokens & 12 or len(found.connection) > 1:
         return None
-    return tuple(connection)
+    return tuple(found.connection)
 
 
 # --- chunked framing (for the h11 codec; llhttp checks its own) ---------------
