@@ -93,7 +93,11 @@ class Scenario:
 
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("keepalive-small", "keep-alive connections, 12-byte body"),
+    Scenario(
+        "keepalive-small",
+        "keep-alive connections, 12-byte body",
+        subjects=(*HTTP_SUBJECTS, "ceiling"),
+    ),
     Scenario(
         "new-connection",
         "a new TCP connection per request (Connection: close), 12-byte body",
@@ -555,12 +559,40 @@ class EdgeH11(Edge):
     parser = "h11"
 
 
+class Ceiling(Subject):
+    """``loadtest/ceiling.py``: the least a uvloop + httptools proxy does per request."""
+
+    def start(self) -> str:
+        port = free_port()
+        self.proc = Proc(
+            [
+                self.ctx.python,
+                str(ROOT / "loadtest" / "ceiling.py"),
+                "--listen",
+                f"{HOST}:{port}",
+                "--backend",
+                f"{HOST}:{self.ctx.backend_port}",
+            ],
+            self.ctx.path(f"{self.slug}.out"),
+            cwd=ROOT,
+        )
+        wait_until(
+            self.proc,
+            expect_body(port, self.scenario),
+            self.scenario.ready_timeout,
+            "serving",
+            self.logs(),
+        )
+        return f"{HOST}:{port}"
+
+
 SUBJECTS: dict[str, type[Subject]] = {
     "direct": Direct,
     "edge-httptools": Edge,
     "edge-h11": EdgeH11,
     "nginx": NginxProxy,
     "haproxy": Haproxy,
+    "ceiling": Ceiling,
 }
 
 
