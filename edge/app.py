@@ -188,7 +188,13 @@ class Stoppable:
     _tasks: set[asyncio.Task]
     _stopping: bool
 
+    async def start(self) -> None:
+        raise NotImplementedError
+
     async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def wait_stopped(self) -> None:
         raise NotImplementedError
 
     def install_signal_handlers(self) -> None:
@@ -256,14 +262,18 @@ class Edge(Stoppable):
         await self._stopped.wait()
 
 
-async def run(static: StaticConfig, *, parser: str | None = None) -> None:
-    edge = Edge(static, parser=parser)
-    edge.install_signal_handlers()
+async def serve(app: Stoppable) -> None:
+    """Start ``app`` (an Edge or a Supervisor), serve until a signal stops it."""
+    app.install_signal_handlers()
     try:
-        await edge.start()
+        await app.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
         with contextlib.suppress(Exception):
-            await edge.stop()
+            await app.stop()
         raise SystemExit(1) from None
-    await edge.wait_stopped()
+    await app.wait_stopped()
+
+
+async def run(static: StaticConfig, *, parser: str | None = None) -> None:
+    await serve(Edge(static, parser=parser))

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from edge.app import ControlPlane, Dataplane, Stoppable
+from edge.app import ControlPlane, Dataplane, Stoppable, serve
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import StaticConfig
 from edge.entrypoints import format_address
@@ -541,16 +541,7 @@ def _describe_exit(rc: int | None) -> str:
 
 
 async def run_supervisor(static: StaticConfig, *, workers: int, parser: str | None = None) -> None:
-    sup = Supervisor(static, workers=workers, parser=parser)
-    sup.install_signal_handlers()
-    try:
-        await sup.start()
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
-        with contextlib.suppress(Exception):
-            await sup.stop()
-        raise SystemExit(1) from None
-    await sup.wait_stopped()
+    await serve(Supervisor(static, workers=workers, parser=parser))
 
 
 # --- worker ---------------------------------------------------------------------------

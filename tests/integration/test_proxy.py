@@ -113,6 +113,17 @@ def test_hop_by_hop_headers_removed(edge):
         assert name not in h
 
 
+def test_plain_connection_header_is_cut_from_forwarded_bytes(edge):
+    # A head with only a plain Connection header is forwarded as its own bytes
+    # (the passthrough path); the Connection line must still not go upstream.
+    resp = raw(edge.port, b"GET /pt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nX-Custom: 1\r\n\r\n")
+    info = json.loads(resp.partition(b"\r\n\r\n")[2])
+    assert "Connection" not in info["headers"]
+    assert info["headers"]["X-Custom"] == ["1"]
+    assert info["headers"]["X-Forwarded-For"] == ["127.0.0.1"]
+    assert list(info["headers"])[:2] == ["Host", "X-Custom"]  # the client's order, untouched
+
+
 def test_pass_host_header_false(edge, whoami):
     info = body(get(edge.port, "/", host="nohost.test"))
     assert info["host"] == f"127.0.0.1:{whoami.port}"
