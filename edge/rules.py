@@ -430,10 +430,13 @@ def _without_host_conjuncts(root: Any) -> Any:
 
     Sound because a request reaches a rule through the host index only if its host is in
     ``Rule.hosts``, which is a subset of every top-level Host conjunct's names (``_And``
-    intersects them), so those conjuncts are already known to hold.
+    intersects them), so those conjuncts are already known to hold; for a disjunction of
+    Host matchers only, ``hosts`` is their union, so one of them holds.
     """
     if isinstance(root, _Host | _HostSNI):
         return _Always()
+    if isinstance(root, _Or) and all(isinstance(c, _Host | _HostSNI) for c in root.children):
+        return _Always()  # ``hosts`` is the union of these names: one of them holds
     if isinstance(root, _And):
         rest = [c for c in root.children if not isinstance(c, _Host | _HostSNI)]
         if len(rest) == len(root.children):
@@ -450,7 +453,7 @@ def _without_host_conjuncts(root: Any) -> Any:
 class Rule:
     """A compiled rule. Immutable; safe to share between route tables and threads."""
 
-    __slots__ = ("_indexed_match", "_match", "hosts", "kind", "root", "text")
+    __slots__ = ("_indexed_match", "_match", "host_only", "hosts", "kind", "root", "text")
 
     def __init__(self, text: str, kind: str, root: Any) -> None:
         self.text = text
@@ -459,9 +462,10 @@ class Rule:
         self._match: Match = root.match
         self.hosts: frozenset[str] | None = _hosts_of(root)
         # What RouteTable evaluates for a request it found under one of ``hosts``.
-        self._indexed_match: Match = (
-            root.match if self.hosts is None else _without_host_conjuncts(root).match
-        )
+        indexed = root if self.hosts is None else _without_host_conjuncts(root)
+        self._indexed_match: Match = indexed.match
+        # Nothing but the host to check (``Host(`a`)``, ``Host(`a`) || Host(`b`)``).
+        self.host_only = self.hosts is not None and isinstance(indexed, _Always)
 
     def match(self, req: Any) -> bool:
         return self._match(req)
@@ -885,7 +889,7 @@ class RouteTable(Generic[T]):
     host scan only the host-agnostic entries. All sorting and merging happen here.
     """
 
-    __slots__ = ("_agnostic", "_index", "_use_sni", "entries")
+    __slots__ = ("_agnostic", "_index", "_use_sni", "by_host", "entries")
 
     def __init__(self, entries: Iterable[tuple[str, Rule, int, T]]) -> None:
         items = list(entries)
@@ -900,6 +904,7 @@ class RouteTable(Generic[T]):
         # Host-agnostic entries are checked in full; host entries found through the index
         # skip their top-level Host conjuncts, which the index lookup already satisfied.
         pairs = [(rule._indexed_match, value) for _, rule, _, value in ordered]
+        host_only = [rule.host_only for _, rule, _, _ in ordered]
         agnostic_ranks: list[int] = []
         host_ranks: dict[str, list[int]] = {}
         for rank, (_, rule, _, _) in enumerate(ordered):
@@ -913,16 +918,30 @@ class RouteTable(Generic[T]):
         self._agnostic: tuple[tuple[Match, T], ...] = agnostic
         tails: dict[int, tuple[tuple[Match, T], ...]] = {0: agnostic}
         index: dict[str, tuple[tuple[tuple[Match, T], ...], tuple[tuple[Match, T], ...]]] = {}
+        # Hosts whose answer the host alone decides: their first candidate has
+        # nothing left to check once the index found it (see ``match_host``).
+        by_host: dict[str, T] = {}
         for host, ranks in host_ranks.items():
             # Host-agnostic entries ranked above this host's last entry are interleaved;
             # the rest follow as a tail shared by every host with the same cut.
             cut = bisect_left(agnostic_ranks, ranks[-1])
             merged = sorted(ranks + agnostic_ranks[:cut])
+            if host_only[merged[0]]:
+                by_host[host] = ordered[merged[0]][3]
             tail = tails.get(cut)
             if tail is None:
                 tail = tails[cut] = agnostic[cut:]
             index[host] = (tuple(pairs[r] for r in merged), tail)
         self._index = index
+        self.by_host = by_host
+
+    def match_host(self, host: str) -> T | None:
+        """The answer for any request to ``host``, when the host alone decides it.
+
+        None means "look at the whole request" (:meth:`match`), not "no route".
+        Lets the server skip building a request view for the common rule.
+        """
+        return self.by_host.get(host)
 
     def match(self, req: Any) -> T | None:
         key = req.sni if self._use_sni else req.host

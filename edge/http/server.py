@@ -327,15 +327,18 @@ class HTTPConnection(asyncio.Protocol):
                 self._answer(forward.simple_response(status, body, content_type=b"text/plain; charset=utf-8", close=close), status)
                 return
 
-        view = RequestView(
-            host=host,
-            path=path.decode("latin-1"),
-            query=query.decode("latin-1"),
-            method=head.method.decode("latin-1"),
-            client_ip=self.client_ip,
-            headers=head.headers,
-        )
-        route = ctx.router.match(view)
+        router = ctx.router
+        route = router.by_host.get(host)
+        if route is None:  # the rule looks beyond the host (or nothing matches)
+            view = RequestView(
+                host=host,
+                path=path.decode("latin-1"),
+                query=query.decode("latin-1"),
+                method=head.method.decode("latin-1"),
+                client_ip=self.client_ip,
+                headers=head.headers,
+            )
+            route = router.match(view)
         if route is None:
             self._answer_error(HTTPError("no router matched", status=404))
             return

@@ -141,10 +141,12 @@ class Route:
 class HTTPRouter:
     """The routes of one entrypoint."""
 
-    __slots__ = ("table",)
+    __slots__ = ("by_host", "table")
 
     def __init__(self, table: RouteTable) -> None:
         self.table = table
+        # host -> Route for hosts the host alone routes (RouteTable.match_host).
+        self.by_host = table.by_host
 
     def match(self, view) -> Route | None:
         return self.table.match(view)

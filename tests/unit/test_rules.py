@@ -537,6 +537,7 @@ def test_route_table_equals_linear_scan_on_random_tables() -> None:
         for q in ("", "x=1")
     ]
     checked_indexed = 0
+    decided_by_host = 0
     for _ in range(300):
         entries = []
         for i in range(rng.randint(0, 14)):
@@ -546,8 +547,31 @@ def test_route_table_equals_linear_scan_on_random_tables() -> None:
             entries.append((name, rule, rng.randint(0, 4), f"{name}{i}"))
         table = RouteTable(list(entries))
         for view in views:
-            assert table.match(view) == brute_force(entries, view), (
+            expected = brute_force(entries, view)
+            assert table.match(view) == expected, (
                 [(e[0], e[1].text, e[2]) for e in entries],
                 view,
             )
+            # When the host alone decides, it decides what the full match would.
+            by_host = table.match_host(view.host)
+            if by_host is not None:
+                decided_by_host += 1
+                assert by_host == expected, ([(e[0], e[1].text, e[2]) for e in entries], view)
     assert checked_indexed > 300  # the index is exercised, not just the agnostic path
+    assert decided_by_host > 100  # and so is the host-only shortcut
+
+
+@pytest.mark.parametrize(
+    "rules, host, expected",
+    [
+        (["Host(`a`)"], "a", "r0"),
+        (["Host(`a`) || Host(`b`)"], "b", "r0"),
+        (["Host(`a`) && PathPrefix(`/x`)"], "a", None),  # the path must be looked at
+        (["Host(`a`)", "PathPrefix(`/`) && Method(`POST`)"], "a", None),  # a longer agnostic rule ranks first
+        (["HostRegexp(`^a$`)"], "a", None),
+        (["Host(`a`)"], "b", None),
+    ],
+)
+def test_match_host_only_when_the_host_decides(rules, host, expected):
+    table = RouteTable([(f"r{i}", compile_rule(r), len(r), f"r{i}") for i, r in enumerate(rules)])
+    assert table.match_host(host) == expected
