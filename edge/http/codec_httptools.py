@@ -130,13 +130,20 @@ class _Base:
     # -- helpers ---------------------------------------------------------------
 
     def _more_head(self, data: bytes) -> bytes | None:
-        """Add ``data`` to an incomplete head; return all bytes once it is complete."""
+        """Add ``data`` to an incomplete head; return all bytes once it is complete.
+
+        A head that turns out invalid kills the parser (ProtocolError propagates).
+        """
         buf = self._partial
         assert buf is not None
         buf += data
         if buf.find(HEAD_END, self._searched) < 0:
             self._searched = max(0, len(buf) - 3)
-            self._scanned = check_partial_head(buf, 0, self._scanned, self._max)
+            try:
+                self._scanned = check_partial_head(buf, 0, self._scanned, self._max)
+            except ProtocolError:
+                self._state = _DEAD
+                raise
             return None
         self._partial = None
         return bytes(buf)
@@ -249,11 +256,7 @@ class RequestParser(_Base):
                 raise ProtocolError("request parser failed earlier")
             return
         if self._partial is not None:
-            try:
-                complete = self._more_head(data)
-            except ProtocolError:
-                self._state = _DEAD
-                raise
+            complete = self._more_head(data)
             if complete is None:
                 return
             data = complete
@@ -455,11 +458,7 @@ class ResponseParser(_Base):
             self._pending += data
             return
         if self._partial is not None:
-            try:
-                complete = self._more_head(data)
-            except ProtocolError:
-                self._state = _DEAD
-                raise
+            complete = self._more_head(data)
             if complete is None:
                 return
             data = complete

@@ -53,6 +53,23 @@ DROP = HOP_BY_HOP | FORWARDED | {b"host"}
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
+class HeaderEdits:
+    """Headers a middleware sets or removes, prepared once per configuration.
+
+    A header with a value replaces every same-named header; one with an empty
+    value only removes them.
+    """
+
+    __slots__ = ("names", "values")
+
+    def __init__(self, headers: list[Header]) -> None:
+        self.names = frozenset(name.lower() for name, _ in headers)
+        self.values = [(name, value) for name, value in headers if value]
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+
 def reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
 
@@ -125,7 +142,7 @@ def request_head(
     proto: bytes,
     forwarded_host: bytes,
     forwarded_port: bytes,
-    extra: list[Header] | None = None,
+    extra: HeaderEdits | None = None,
     prefix: bytes = b"",
 ) -> bytes:
     """The request head sent upstream, as one bytes object.
@@ -140,7 +157,7 @@ def request_head(
     xff = b""
     xfproto = xfhost = xfport = None
     out = [head.method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
-    extra_names = {n.lower() for n, _ in extra} if extra else ()
+    extra_names = extra.names if extra else ()
     for name, value in headers:
         lname = name.lower()
         if lname in drop or lname in tokens or lname in extra_names:
@@ -156,9 +173,8 @@ def request_head(
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:
-        for name, value in extra:
-            if value:
-                out += (name, b": ", value, b"\r\n")
+        for name, value in extra.values:
+            out += (name, b": ", value, b"\r\n")
     out += (
         b"X-Forwarded-For: ",
         xff + b", " + client_ip if xff else client_ip,
@@ -219,7 +235,7 @@ def response_head(
     *,
     chunked: bool,
     keep_alive: bool,
-    extra: list[Header] | None = None,
+    extra: HeaderEdits | None = None,
 ) -> bytes:
     """The response head sent to the client.
 
@@ -229,7 +245,7 @@ def response_head(
     """
     headers = head.headers
     tokens = connection_tokens(headers)
-    extra_names = {n.lower() for n, _ in extra} if extra else ()
+    extra_names = extra.names if extra else ()
     out = [b"HTTP/1.1 %d " % head.status, head.reason or reason(head.status), b"\r\n"]
     status = head.status
     for name, value in headers:
@@ -242,9 +258,8 @@ def response_head(
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:
-        for name, value in extra:
-            if value:
-                out += (name, b": ", value, b"\r\n")
+        for name, value in extra.values:
+            out += (name, b": ", value, b"\r\n")
     if status == 101:
         out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n\r\n")
         return b"".join(out)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.http.codec import Header
+from edge.http.forward import HeaderEdits
 from edge.rules import RouteTable
 from edge.transports import ServerURL, Transport
 
@@ -117,8 +118,8 @@ class Route:
         self.service = service
         self.strip_prefixes = strip_prefixes
         self.add_prefix = add_prefix
-        self.request_headers = request_headers or None
-        self.response_headers = response_headers or None
+        self.request_headers = HeaderEdits(request_headers) if request_headers else None
+        self.response_headers = HeaderEdits(response_headers) if response_headers else None
         self.redirect = redirect
         # Nothing of the request is rewritten: its head bytes can be forwarded.
         self.plain = not (strip_prefixes or add_prefix or self.request_headers)

@@ -106,7 +106,7 @@ def test_upgrade_request_keeps_upgrade():
 
 def test_middleware_headers_replace_and_remove():
     head = req([(b"Host", b"a"), (b"X-Env", b"client"), (b"X-Remove", b"1")])
-    d = dict(parse_head(build(head, extra=[(b"X-Env", b"edge"), (b"X-Remove", b"")]))[1])
+    d = dict(parse_head(build(head, extra=forward.HeaderEdits([(b"X-Env", b"edge"), (b"X-Remove", b"")])))[1])
     assert d[b"X-Env"] == b"edge"
     assert b"X-Remove" not in d
 
