@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 class SmoothWeightedRoundRobin(Generic[T]):
-    __slots__ = ("_current", "_members", "_single", "_total", "_weights")
+    __slots__ = ("_current", "_members", "_total", "_weights", "single")
 
     def __init__(self, members: Sequence[tuple[T, int]]) -> None:
         live = [(m, w) for m, w in members if w > 0]
@@ -28,15 +28,15 @@ class SmoothWeightedRoundRobin(Generic[T]):
         self._current: list[int] = [0] * len(live)
         self._total = sum(self._weights)
         # One member (the common case) needs no arithmetic at all.
-        self._single: T | None = self._members[0] if len(live) == 1 else None
+        self.single: T | None = self._members[0] if len(live) == 1 else None
 
     def __len__(self) -> int:
         return len(self._members)
 
     def pick(self) -> T | None:
         """The next member, or None when there is none with a positive weight."""
-        if self._single is not None:
-            return self._single
+        if self.single is not None:
+            return self.single
         members = self._members
         if not members:
             return None

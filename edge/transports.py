@@ -89,7 +89,7 @@ class Transport:
         now = self.loop.time()
         while pool:
             conn = pool.pop()
-            if conn.is_reusable() and conn.idle_deadline > now:
+            if conn.idle_deadline > now and conn.is_reusable():
                 return conn
             conn.close()
         return None

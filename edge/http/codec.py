@@ -33,19 +33,30 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from edge.http.headers import head_passthrough, split_header_lines
+
+# ``passthrough`` not worked out yet (a quick parse): found from the headers when asked.
+UNKNOWN = ...
+
 # (name as received, value with surrounding whitespace stripped)
 Header = tuple[bytes, bytes]
 
 
+def _header_list(raw: bytes) -> list[Header]:
+    return split_header_lines(raw, raw.find(b"\r\n") + 2, len(raw))
+
+
 class RequestHead:
     __slots__ = (
+        "_headers",  # list[Header], order and case preserved; None: cut from raw when asked
+        "_through",  # see ``passthrough``
         "chunked",  # bool: Transfer-Encoding: chunked
         "content_length",  # int | None
+        "cut",  # bytes | None: raw as sent to a kept-alive next hop (a quick parse's; see forward.cut_connection)
         "expect_continue",  # bool: Expect: 100-continue
-        "headers",  # list[Header], order and case preserved
+        "host",  # bytes: the Host header's value (b"" without one)
         "keep_alive",  # bool: version default and Connection tokens
         "method",  # b"GET"
-        "passthrough",  # see edge.http.headers.passthrough: None, or the Connection header to cut
         "raw",  # bytes: the head as received, request line to the final CRLF CRLF
         "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
         "upgrade",  # bool: Connection: upgrade + an Upgrade header
@@ -57,7 +68,7 @@ class RequestHead:
         method: bytes,
         target: bytes,
         version: bytes,
-        headers: list[Header],
+        headers: list[Header] | None,
         keep_alive: bool,
         chunked: bool,
         content_length: int | None,
@@ -65,18 +76,39 @@ class RequestHead:
         expect_continue: bool,
         raw: bytes = b"",
         passthrough: tuple[Header, ...] | None = None,
+        host: bytes = b"",
+        cut: bytes | None = None,
     ) -> None:
+        self.cut = cut
         self.method = method
         self.target = target
         self.version = version
-        self.headers = headers
+        self._headers = headers
+        self.host = host
         self.keep_alive = keep_alive
         self.chunked = chunked
         self.content_length = content_length
         self.upgrade = upgrade
         self.expect_continue = expect_continue
         self.raw = raw
-        self.passthrough = passthrough
+        self._through = passthrough
+
+    @property
+    def headers(self) -> list[Header]:
+        """The header fields; a quick parse leaves them in ``raw`` until asked for."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = _header_list(self.raw)
+        return headers
+
+    @property
+    def passthrough(self) -> tuple[Header, ...] | None:
+        """None when the head must be rebuilt, else its Connection header (if any),
+        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
+        through = self._through
+        if through is UNKNOWN:
+            through = self._through = head_passthrough(self.headers)
+        return through
 
     def as_tuple(self) -> tuple:
         """A comparable form (header names lowercased): used by tests."""
@@ -84,6 +116,7 @@ class RequestHead:
             self.method,
             self.target,
             self.version,
+            self.host,
             [(n.lower(), v) for n, v in self.headers],
             self.keep_alive,
             self.chunked,
@@ -98,12 +131,13 @@ class RequestHead:
 
 class ResponseHead:
     __slots__ = (
+        "_headers",  # list[Header]; None: cut from raw when asked
+        "_through",  # see RequestHead.passthrough
         "chunked",  # bool
         "content_length",  # int | None (None with chunked, or body until close, or no body)
+        "cut",  # bytes | None: as RequestHead.cut
         "has_body",  # bool: False for HEAD, 1xx, 204, 304
-        "headers",  # list[Header]
         "keep_alive",  # bool: the upstream connection may be reused after this response
-        "passthrough",  # None, or the Connection header to cut (see RequestHead)
         "raw",  # bytes: the head as received
         "reason",  # bytes
         "status",  # int
@@ -115,24 +149,42 @@ class ResponseHead:
         status: int,
         reason: bytes,
         version: bytes,
-        headers: list[Header],
+        headers: list[Header] | None,
         keep_alive: bool,
         chunked: bool,
         content_length: int | None,
         has_body: bool,
         raw: bytes = b"",
         passthrough: tuple[Header, ...] | None = None,
+        cut: bytes | None = None,
     ) -> None:
+        self.cut = cut
         self.status = status
         self.reason = reason
         self.version = version
-        self.headers = headers
+        self._headers = headers
         self.keep_alive = keep_alive
         self.chunked = chunked
         self.content_length = content_length
         self.has_body = has_body
         self.raw = raw
-        self.passthrough = passthrough
+        self._through = passthrough
+
+    @property
+    def headers(self) -> list[Header]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = _header_list(self.raw)
+        return headers
+
+    @property
+    def passthrough(self) -> tuple[Header, ...] | None:
+        """None when the head must be rebuilt, else its Connection header (if any),
+        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
+        through = self._through
+        if through is UNKNOWN:
+            through = self._through = head_passthrough(self.headers)
+        return through
 
     def as_tuple(self) -> tuple:
         return (

@@ -333,7 +333,7 @@ class RequestParser(_Base):
         target = event.target
         check_target(target)
         headers = split_header_lines(head, head.find(b"\r\n") + 2, len(head))
-        keep_alive, chunked, content_length, upgrade, expect_continue, through = request_framing(
+        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = request_framing(
             version, headers
         )
         self._keep_alive = keep_alive
@@ -350,6 +350,7 @@ class RequestParser(_Base):
                 expect_continue,
                 head,
                 through,
+                host,
             )
         )
         if upgrade:

@@ -21,11 +21,14 @@ headers (:func:`edge.http.headers.request_framing`) and the head object.
 
 from __future__ import annotations
 
+import re
+
 import httptools
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec import Handler, Header, RequestHead, ResponseHead
+from edge.http.codec import UNKNOWN, Handler, Header, RequestHead, ResponseHead
 from edge.http.headers import (
+    FRAMING_NAMES,
     HEAD_END,
     check_oversize_head,
     check_partial_head,
@@ -49,8 +52,24 @@ _CLOSED = 5  # the last message said close: later bytes are ignored
 _UPGRADED = 6  # on_upgrade was called: later bytes are ignored
 _DEAD = 7  # a ProtocolError was raised
 
+# The quick paths (RequestParser.quick, ResponseParser.quick): start lines in the
+# plain forms they take, and (name, value) of each header line the framing rules
+# read, in a lowercased head (values with their trailing whitespace).
+_PLAIN_REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH) (/[!-~]*) HTTP/1\.([01])\r\n")
+_PLAIN_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9]) ([\t -~]*)\r\n")
+_QUICK_HEADERS = re.compile(FRAMING_NAMES.pattern + rb"[ \t]*([^\r\n]*)")
+
 _LINE_11 = b" HTTP/1.1\r\n"
 _LINE_10 = b" HTTP/1.0\r\n"
+
+
+class _Silent:
+    """llhttp's protocol for a parser that only validates: no callbacks at all."""
+
+    __slots__ = ()
+
+
+_SILENT = _Silent()
 
 
 def _new_parser(cls: type, protocol: object) -> httptools.HttpRequestParser:
@@ -176,7 +195,7 @@ class _Base:
 class RequestParser(_Base):
     """Client side of a connection: a stream of (possibly pipelined) requests."""
 
-    __slots__ = ("_feed", "_get_method", "_url")
+    __slots__ = ("_check", "_feed", "_get_method", "_url")
 
     def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
         super().__init__(handler, max_header_bytes)
@@ -184,6 +203,7 @@ class RequestParser(_Base):
         self._parser = _new_parser(httptools.HttpRequestParser, self)
         self._feed = self._parser.feed_data
         self._get_method = self._parser.get_method
+        self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -211,7 +231,7 @@ class RequestParser(_Base):
             check_target(url)
         headers = self._headers
         self._headers = []
-        keep_alive, chunked, content_length, upgrade, expect_continue, through = request_framing(
+        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = request_framing(
             version, headers
         )
         self._keep_alive = keep_alive
@@ -237,6 +257,7 @@ class RequestParser(_Base):
                 expect_continue,
                 head,
                 through,
+                host,
             )
         )
 
@@ -261,6 +282,11 @@ class RequestParser(_Base):
                 return
             data = complete
         try:
+            head = self.quick(data)
+            if head is not None:
+                self._handler.on_head(head)
+                self._handler.on_end()
+                return
             self._run(data)
         except httptools.HttpParserUpgrade:
             self._state = _DEAD
@@ -270,6 +296,83 @@ class RequestParser(_Base):
         except BaseException:
             self._state = _DEAD
             raise
+
+    def quick(self, data: bytes) -> RequestHead | None:
+        """The head ``data`` holds, if it is exactly one plain request; None otherwise.
+
+        Plain: ``METHOD /target HTTP/1.x`` with a common method, one Host, no
+        body, and no other header the framing rules read but one Connection of
+        exactly ``keep-alive`` or ``close``. A second llhttp parser without
+        callbacks validates the bytes. The head is what the full path gives for
+        the same bytes (the differential tests feed both), and the parser is left
+        as the full path leaves it after that message; no handler is called.
+        Otherwise nothing changes and ``data`` is for :meth:`feed`.
+        """
+        if self._state != _HEAD or self._partial is not None:
+            return None
+        n = len(data)
+        if n > self._max or data.find(HEAD_END) != n - 4:
+            return None
+        line = _PLAIN_REQUEST_LINE.match(data)
+        if line is None:
+            return None
+        low = data.lower()
+        found = _QUICK_HEADERS.findall(low)
+        cut = data
+        if len(found) == 1:
+            if found[0][0] != b"host":
+                return None
+            keep_alive = None
+        else:
+            if len(found) != 2:
+                return None
+            (name, value), (name2, value2) = found
+            if name == b"connection" and name2 == b"host":
+                token = value
+            elif name == b"host" and name2 == b"connection":
+                token = value2
+            else:
+                return None
+            token = token.rstrip(b" \t")
+            if token == b"keep-alive":
+                keep_alive = True  # kept: the upstream connection stays alive too
+            elif token == b"close":
+                keep_alive = False
+                i = low.find(b"\r\nconnection:")
+                if i < 0:
+                    return None
+                cut = data[:i] + data[data.find(b"\r\n", i + 13) :]
+            else:
+                return None
+        i = low.find(b"\r\nhost:")
+        if i < 0:
+            return None  # "Host :": whitespace before the colon, which llhttp refuses
+        try:
+            self._check(data)
+        except httptools.HttpParserError:
+            # Refused: the full path refuses it the same way, with the reason.
+            self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+            return None
+        method, target, minor = line.groups()
+        if keep_alive is None:
+            keep_alive = minor == b"1"
+        if not keep_alive:
+            self._state = _CLOSED
+        return RequestHead(
+            method,
+            target,
+            b"1.1" if minor == b"1" else b"1.0",
+            None,
+            keep_alive,
+            False,
+            None,
+            False,
+            False,
+            data,
+            UNKNOWN,
+            data[i + 7 : data.find(b"\r\n", i + 7)].strip(b" \t"),
+            cut,
+        )
 
     def _run(self, data: bytes) -> None:
         feed = self._feed
@@ -340,6 +443,7 @@ class ResponseParser(_Base):
     """Upstream side: one response per request sent, in order (see the interface)."""
 
     __slots__ = (
+        "_check",
         "_complete",
         "_feeding",
         "_interim",
@@ -361,6 +465,7 @@ class ResponseParser(_Base):
         self._interim = False
         self._no_body = False
         self._parser = _new_parser(httptools.HttpResponseParser, self)
+        self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -464,6 +569,14 @@ class ResponseParser(_Base):
             data = complete
         self._feeding = True
         try:
+            head = self.quick(data)
+            if head is not None:
+                handler = self._handler
+                handler.on_head(head)
+                if head.content_length:
+                    handler.on_body(data[len(head.raw) :])
+                handler.on_end()
+                return
             self._run(data)
         except httptools.HttpParserError as exc:
             raise self._fail(exc) from None
@@ -483,6 +596,83 @@ class ResponseParser(_Base):
         ):
             self._state = _DEAD
             raise ProtocolError("upstream closed the connection in the middle of a response")
+
+    def quick(self, data: bytes) -> ResponseHead | None:
+        """The head of the response ``data`` holds, if it is exactly one plain response.
+
+        Plain: ``HTTP/1.1`` with a status of 200 or more that has a body (not 204,
+        304, nor an answer to HEAD), a reason of printable ASCII, one
+        Content-Length that ``data`` holds exactly (the body is
+        ``data[len(head.raw):]``), and no other header the framing rules read but
+        one Connection of exactly ``keep-alive`` or ``close``. Validated by a
+        second llhttp parser without callbacks, as requests are (see
+        RequestParser.quick); the message is then complete: the next response
+        needs an ``expect()``. No handler is called. None: nothing changed.
+        """
+        method = self._method
+        if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
+            return None
+        line = _PLAIN_STATUS_LINE.match(data)
+        if line is None:
+            return None
+        end = data.find(HEAD_END)
+        if end < 0 or end + 4 > self._max:
+            return None
+        low = data[:end].lower()
+        found = _QUICK_HEADERS.findall(low)
+        keep_alive = True
+        i = j = end
+        if len(found) == 1:
+            name, length = found[0]
+            if name != b"content-length":
+                return None
+        else:
+            if len(found) != 2:
+                return None
+            (name, length), (name2, token) = found
+            if name == b"connection" and name2 == b"content-length":
+                length, token = token, length
+            elif name != b"content-length" or name2 != b"connection":
+                return None
+            token = token.rstrip(b" \t")
+            if token == b"close":
+                keep_alive = False
+                i = low.find(b"\r\nconnection:")
+                if i < 0:
+                    return None
+                j = data.find(b"\r\n", i + 13)
+            elif token != b"keep-alive":
+                return None
+        length = length.rstrip(b" \t")
+        if not length.isdigit() or len(length) > 18 or len(data) - end - 4 != int(length):
+            return None
+        status, reason = line.groups()
+        status = int(status)
+        if status == 204 or status == 304:
+            return None
+        try:
+            self._check(data)
+        except httptools.HttpParserError:
+            self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
+            return None
+        self._state = _HEAD if keep_alive else _CLOSED
+        self._method = None
+        self._started = False
+        self._no_body = False
+        raw = data[: end + 4]
+        return ResponseHead(
+            status,
+            reason,
+            b"1.1",
+            None,
+            keep_alive,
+            False,
+            len(data) - end - 4,
+            True,
+            raw,
+            UNKNOWN,
+            raw if i == j else data[:i] + data[j : end + 4],
+        )
 
     def _run(self, data: bytes) -> None:
         n = len(data)

@@ -201,15 +201,20 @@ def request_head(
     return b"".join(out)
 
 
-def cut_connection(raw: bytes, through: tuple[Header, ...]) -> bytes | None:
+def cut_connection(raw: bytes, through: tuple[Header, ...], keep_alive: bool = False) -> bytes | None:
     """A head's bytes without the Connection header ``through`` names.
 
-    ``through`` comes from :func:`edge.http.headers.passthrough`. None when that
-    line is not written in its plain ``Name: value`` form (the head is then rebuilt).
+    ``through`` comes from :func:`edge.http.headers.passthrough`. A Connection
+    of exactly ``keep-alive`` stays when ``keep_alive`` (the next hop's
+    connection is kept alive): it then states edge's own intent for that
+    connection, as nginx writes one. None when the line is not written in its
+    plain ``Name: value`` form (the head is then rebuilt).
     """
     if not through:
         return raw
     name, value = through[0]
+    if keep_alive and value.lower() == b"keep-alive":
+        return raw
     line = b"\r\n%s: %s\r\n" % (name, value)
     i = raw.find(line)
     if i < 0:

@@ -76,6 +76,26 @@ _FRAMING_NAMES = {
     b"x-real-ip": _HOP,
 }
 
+# Any header line whose name the framing rules read, in a lowercased head. A head
+# where this finds only Host (and at most a plain Connection) needs none of them:
+# the httptools codec parses such heads without a header list (its quick path).
+def _alternation(words: list[bytes]) -> bytes:
+    """A regex matching exactly ``words``, as a trie (``re`` tries alternatives in
+    turn, so shared prefixes are tested once)."""
+    branches: dict[bytes, list[bytes]] = {}
+    for word in words:
+        branches.setdefault(word[:1], []).append(word[1:])
+    ends = b"" in branches.pop(b"", [None])
+    alternatives = [re.escape(first) + _alternation(rest) for first, rest in sorted(branches.items())]
+    if not alternatives:
+        return b""
+    if len(alternatives) == 1 and not ends:
+        return alternatives[0]
+    return b"(?:" + b"|".join(alternatives) + (b")?" if ends else b")")
+
+
+FRAMING_NAMES = re.compile(rb"\r\n(" + _alternation(list(_FRAMING_NAMES)) + rb")[ \t]*:")
+
 # Absolute-form request targets: scheme "://" authority, then "/..." or "?...".
 _SCHEME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _AUTHORITY_CHARS = frozenset(
@@ -266,7 +286,7 @@ def _connection_tokens(value: bytes, tokens: int) -> int:
 class _Scan:
     """What one pass over a header list found (see :func:`_scan`)."""
 
-    __slots__ = ("connection", "content_length", "expect_continue", "hop", "hosts", "te", "tokens", "upgrade")
+    __slots__ = ("connection", "content_length", "expect_continue", "hop", "host", "hosts", "te", "tokens", "upgrade")
 
 
 def _scan(headers: list[Header]) -> _Scan:
@@ -279,6 +299,7 @@ def _scan(headers: list[Header]) -> _Scan:
     found = _Scan()
     content_length: int | None = None
     te = hosts = tokens = 0
+    host = b""
     upgrade = expect_continue = hop = False
     connection: list[Header] = []
     get = _FRAMING_NAMES.get
@@ -288,6 +309,8 @@ def _scan(headers: list[Header]) -> _Scan:
         if tag is None:
             continue
         if tag == _HOST:
+            if not hosts:
+                host = value
             hosts += 1
         elif tag == _CONTENT_LENGTH:
             if content_length is not None:
@@ -314,6 +337,7 @@ def _scan(headers: list[Header]) -> _Scan:
     found.content_length = content_length
     found.te = te
     found.hosts = hosts
+    found.host = host
     found.tokens = tokens
     found.upgrade = upgrade
     found.expect_continue = expect_continue
@@ -331,8 +355,8 @@ def _check_transfer_encoding(found: _Scan) -> None:
 
 def request_framing(
     version: bytes, headers: list[Header]
-) -> tuple[bool, bool, int | None, bool, bool, tuple[Header, ...] | None]:
-    """(keep_alive, chunked, content_length, upgrade, expect_continue, passthrough) of a request.
+) -> tuple[bool, bool, int | None, bool, bool, tuple[Header, ...] | None, bytes]:
+    """(keep_alive, chunked, content_length, upgrade, expect_continue, passthrough, host) of a request.
 
     Raises ProtocolError for: more than one Content-Length, a Content-Length
     that is not plain digits, Transfer-Encoding other than exactly one
@@ -357,6 +381,7 @@ def request_framing(
         found.upgrade and bool(tokens & 4),
         found.expect_continue and http11,
         passthrough(found),
+        found.host,
     )
 
 
@@ -382,6 +407,11 @@ def response_framing(
     if found.content_length is None:
         return False, False, None, True, None
     return keep_alive, False, found.content_length, True, through
+
+
+def head_passthrough(headers: list[Header]) -> tuple[Header, ...] | None:
+    """:func:`passthrough` of a header list already known to be valid."""
+    return passthrough(_scan(headers))
 
 
 def passthrough(found: _Scan) -> tuple[Header, ...] | None:

@@ -142,10 +142,14 @@ class HTTPConnection(asyncio.Protocol):
         self.host_port: tuple[str, bytes] = ("", b"")
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
+        # The parser's quick path (httptools only), for the express path; not on
+        # the entrypoint that answers /ping and /ready itself.
+        self.quick = getattr(self.parser, "quick", None) if ctx.internal is None else None
         self._reset_request()
 
     def _reset_request(self) -> None:
         self.active = False
+        self.express = False  # the response may take the upstream parser's quick path
         self.head: RequestHead | None = None
         self.keep_alive = True
         self.req_done = False
@@ -184,6 +188,11 @@ class HTTPConnection(asyncio.Protocol):
             transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.quick is not None and not self.active and self.pending is None:
+            head = self.quick(data)
+            if head is not None:
+                self._express(head)
+                return
         if self.tunnel:
             self.upstream.transport.write(data)
             return
@@ -292,6 +301,64 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- a request ------------------------------------------------------------------
 
+    def _express(self, head: RequestHead) -> None:
+        """A plain request alone in its read, on an idle connection (see RequestParser.quick).
+
+        When its route rewrites nothing, it goes upstream as its own bytes plus
+        edge's forwarding headers, and its response may take the quick path too
+        (:meth:`upstream_quick`); anything else is the general path's.
+        """
+        ctx = self.ctx
+        authority = head.host
+        if authority == self.authority:
+            host, forwarded_port = self.host_port
+        else:
+            host, port = forward.split_host_port(authority)
+            forwarded_port = port.encode() if port else ctx.default_port
+            self.authority = authority
+            self.host_port = (host, forwarded_port)
+        route = ctx.router.by_host.get(host)
+        raw = head.cut
+        if route is None or not route.express or raw is None or head.version != b"1.1":
+            self._begin(head)
+            self._request_end(None)
+            return
+        backend = route.backend or route.service.pick()
+        if backend is None:
+            self._begin(head)  # 503, naming the service
+            self._request_end(None)
+            return
+        self.active = True
+        self.express = True
+        self.req_done = True
+        self.head = head
+        self.route = route
+        self.backend = backend
+        self.keep_alive = head.keep_alive and not ctx.closing
+        if ctx.write_timeout:
+            self._set_deadline(WRITE, ctx.write_timeout)
+        else:
+            self.deadline_kind = NO_DEADLINE
+        if ctx.access_log is not None:
+            self.started = self.loop.time()
+        self.up_head = forward.passthrough_request(raw, self.client_ip_b, ctx.scheme, authority, forwarded_port)
+        conn = backend.transport.take_idle(backend.server)
+        if conn is None:
+            self.dial_task = self.loop.create_task(self._dial())
+            return
+        conn.reused = True
+        conn.owner = self
+        conn.received = False
+        self.upstream = conn
+        conn.parser.expect(head.method)
+        conn.transport.write(self.up_head)
+        if self.write_paused:
+            conn.pause_reading()
+        if backend.transport.response_header_timeout:
+            self.header_timer = self.loop.call_later(
+                backend.transport.response_header_timeout, self._response_header_timeout
+            )
+
     def _begin(self, head: RequestHead) -> None:
         ctx = self.ctx
         self.active = True
@@ -309,7 +376,7 @@ class HTTPConnection(asyncio.Protocol):
             self._answer_error(ProtocolError(str(exc)))
             return
         if authority is None:
-            authority = _host_header(head.headers)
+            authority = head.host
         # A keep-alive client names the same host request after request.
         if authority == self.authority:
             host, forwarded_port = self.host_port
@@ -363,7 +430,7 @@ class HTTPConnection(asyncio.Protocol):
         up_head = None
         if through is not None and route.plain and backend.pass_host and head.version == b"1.1" and head.target[:1] == b"/":
             # The common case: forward the client's own bytes, plus X-Forwarded-*.
-            raw = forward.cut_connection(head.raw, through)
+            raw = forward.cut_connection(head.raw, through, keep_alive=True)
             if raw is not None:
                 up_head = forward.passthrough_request(raw, self.client_ip_b, ctx.scheme, authority, forwarded_port)
         if up_head is None:
@@ -383,6 +450,7 @@ class HTTPConnection(asyncio.Protocol):
                 prefix=prefix,
             )
         self.up_head = up_head
+        self.express = route.response_headers is None and not head.upgrade
         if head.expect_continue and (head.chunked or head.content_length):
             self._send(CONTINUE)
         self._connect()
@@ -479,7 +547,8 @@ class HTTPConnection(asyncio.Protocol):
         conn.owner = None
         if self.up_out:
             self.up_out = []  # the exchange is over: nothing more goes to that connection
-        conn.resume_reading()
+        if conn.paused:
+            conn.resume_reading()
         if reuse:
             self.backend.transport.put_idle(self.backend.server, conn)
         else:
@@ -506,6 +575,10 @@ class HTTPConnection(asyncio.Protocol):
         if self.head.upgrade and head.status != 101:
             self.keep_alive = False  # the request parser stopped at the upgrade
         self.resp_chunked = chunked
+        self._send(self._client_head(head, chunked))
+
+    def _client_head(self, head: ResponseHead, chunked: bool) -> bytes:
+        """The response head for the client (``head.raw`` itself when it goes through as it is)."""
         route = self.route
         extra = route.response_headers if route is not None else None
         through = head.passthrough
@@ -518,11 +591,36 @@ class HTTPConnection(asyncio.Protocol):
         ):
             # The upstream's own bytes: same framing, nothing hop-by-hop but a
             # plain Connection header, which is cut.
-            raw = forward.cut_connection(head.raw, through)
+            raw = forward.cut_connection(head.raw, through, keep_alive=self.keep_alive)
             if raw is not None:
-                self._send(raw if self.keep_alive else raw[:-2] + b"Connection: close\r\n\r\n")
-                return
-        self._send(forward.response_head(head, chunked=chunked, keep_alive=self.keep_alive, extra=extra))
+                return raw if self.keep_alive else raw[:-2] + b"Connection: close\r\n\r\n"
+        return forward.response_head(head, chunked=chunked, keep_alive=self.keep_alive, extra=extra)
+
+    def upstream_quick(self, conn: UpstreamConnection, head: ResponseHead, data: bytes) -> None:
+        """A whole response in one read (ResponseParser.quick) to an express exchange.
+
+        The same outcome as ``upstream_head``, ``upstream_body`` and
+        ``upstream_end`` for it, in one call: a status of 200 or more, a
+        Content-Length body, no upgrade asked, no response header edits.
+        """
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+        self.resp_head = head
+        self.resp_started = True
+        self.resp_done = True
+        self.status = head.status
+        # What _client_head gives, already worked out by the quick parse.
+        out = head.cut if self.keep_alive else self._client_head(head, False)
+        size = len(head.raw)
+        self.sent = len(data) - size
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if out is head.raw:
+                transport.write(data)
+            else:
+                transport.writelines((out, data[size:]))
+        self._exchange_done()
 
     def upstream_body(self, data: bytes) -> None:
         self.sent += len(data)
@@ -537,6 +635,10 @@ class HTTPConnection(asyncio.Protocol):
         if self.resp_chunked:
             self._send(CHUNK_END)
         self.resp_done = True
+        self._exchange_done()
+
+    def _exchange_done(self) -> None:
+        """The response is complete: the upstream connection goes back or away."""
         reuse = self.req_done and self.resp_head.keep_alive
         self._release_upstream(reuse)
         if not self.req_done:
@@ -722,7 +824,8 @@ class HTTPConnection(asyncio.Protocol):
         self.pending = None
 
     def _finish(self) -> None:
-        self.flush()
+        if self.out:
+            self.flush()
         if self.ctx.access_log is not None:
             self._log_access()
         keep_alive = self.keep_alive and not self.ctx.closing
@@ -795,9 +898,3 @@ class HTTPConnection(asyncio.Protocol):
         else:
             self.keep_alive = False
 
-
-def _host_header(headers: list) -> bytes:
-    for name, value in headers:
-        if len(name) == 4 and name.lower() == b"host":
-            return value
-    return b""

@@ -24,6 +24,7 @@ class UpstreamConnection(asyncio.Protocol):
         "owner",
         "parser",
         "paused",
+        "quick",
         "received",
         "reused",
         "transport",
@@ -32,6 +33,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(self, parser_cls: type) -> None:
         self.parser = parser_cls(self)
+        self.quick = getattr(self.parser, "quick", None)  # httptools only
         self.transport: asyncio.Transport | None = None
         self.owner: HTTPConnection | None = None
         self.idle_deadline = 0.0
@@ -71,6 +73,11 @@ class UpstreamConnection(asyncio.Protocol):
             owner.transport.write(data)
             return
         self.received = True
+        if owner.express and self.quick is not None:
+            head = self.quick(data)
+            if head is not None:
+                owner.upstream_quick(self, head, data)
+                return
         owner.out = []  # what this parse writes to the client leaves in one call
         try:
             self.parser.feed(data)

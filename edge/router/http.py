@@ -36,11 +36,15 @@ class Backend:
 class LoadBalancer:
     """A loadBalancer service: smooth weighted round robin over its servers."""
 
-    __slots__ = ("_wrr", "name")
+    __slots__ = ("_wrr", "name", "pass_host", "single")
 
     def __init__(self, name: str, backends: Iterable[tuple[Backend, int]]) -> None:
         self.name = name
-        self._wrr = SmoothWeightedRoundRobin(list(backends))
+        backends = list(backends)
+        self._wrr = SmoothWeightedRoundRobin(backends)
+        self.single: Backend | None = self._wrr.single
+        # Every server gets the client's Host (passHostHeader, the default).
+        self.pass_host = all(backend.pass_host for backend, _ in backends)
 
     def pick(self) -> Backend | None:
         return self._wrr.pick()
@@ -49,11 +53,13 @@ class LoadBalancer:
 class Weighted:
     """A weighted service: smooth weighted round robin over child services."""
 
-    __slots__ = ("_wrr", "name")
+    __slots__ = ("_wrr", "name", "pass_host")
 
     def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
         self.name = name
-        self._wrr = SmoothWeightedRoundRobin(list(children))
+        children = list(children)
+        self._wrr = SmoothWeightedRoundRobin(children)
+        self.pass_host = all(child.pass_host for child, _ in children)
 
     def pick(self) -> Backend | None:
         # A child with no server does not starve the others: try each once.
@@ -94,6 +100,8 @@ class Route:
 
     __slots__ = (
         "add_prefix",
+        "backend",
+        "express",
         "name",
         "plain",
         "redirect",
@@ -123,6 +131,13 @@ class Route:
         self.redirect = redirect
         # Nothing of the request is rewritten: its head bytes can be forwarded.
         self.plain = not (strip_prefixes or add_prefix or self.request_headers)
+        # Nothing of the exchange is: both heads can go through as they came
+        # (edge's forwarding headers aside). The connection's express path.
+        self.express = (
+            self.plain and self.response_headers is None and redirect is None and service.pass_host
+        )
+        # The service's only server, when it has one: nothing to balance.
+        self.backend = service.single if isinstance(service, LoadBalancer) else None
 
     def rewrite_path(self, path: bytes) -> tuple[bytes, bytes]:
         """(new path, stripped prefix) after stripPrefix and addPrefix."""

@@ -729,3 +729,48 @@ def test_response_head_over_the_limit(codec):
         responses(codec, [b"GET"], head, max_header_bytes=100)
     with pytest.raises(HeadersTooLarge):
         responses(codec, [b"GET"], *split_all(head[:150]), max_header_bytes=100)
+
+
+# --- the httptools quick path ------------------------------------------------------
+
+
+def test_httptools_parses_plain_keep_alive_traffic_without_header_callbacks():
+    """Plain heads, one per feed, take the quick path: the full llhttp parser is never fed."""
+    from edge.http import codec_httptools
+
+    rec = Recorder()
+    parser = codec_httptools.RequestParser(rec)
+    parser._feed = None  # the full path would fail on its first feed
+    for head in (
+        GET,
+        b"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: keep-alive\r\n\r\n",
+        b"HEAD /x HTTP/1.1\r\nUser-Agent: t\r\nhost: Example.com:8080\r\n\r\n",
+    ):
+        parser.feed(head)
+    assert rec.kinds() == ["head", "end"] * 3
+    assert [h.host for h in rec.heads] == [b"example.com", b"example.com", b"Example.com:8080"]
+    assert rec.heads[1].passthrough == ((b"Connection", b"keep-alive"),)
+    assert rec.heads[2].headers == [(b"User-Agent", b"t"), (b"host", b"Example.com:8080")]
+
+    rec = ResponseRecorder([b"GET", b"GET"])
+    parser = codec_httptools.ResponseParser(rec)
+    rec.parser = parser
+    parser._parser = None
+    parser.expect(b"GET")
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+    parser.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    assert rec.kinds() == ["head", "body", "end", "head", "end"]
+    assert [h.status for h in rec.heads] == [200, 404]
+    assert rec.heads[0].raw == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n"
+
+
+def test_httptools_quick_path_refusal_leaves_the_full_path_to_explain():
+    """A head llhttp refuses in the quick path is refused by the full path, with its reason."""
+    from edge.http import codec_httptools
+
+    rec = Recorder()
+    parser = codec_httptools.RequestParser(rec)
+    parser.feed(GET)
+    with pytest.raises(ProtocolError):
+        parser.feed(b"GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n")
+    assert rec.kinds() == ["head", "end"]

@@ -1,7 +1,7 @@
 """Differential test: the httptools and h11 codecs agree on every stream, however split.
 
 Each stream of the corpus below is fed to both codecs whole, in two pieces at every
-offset, in a sample of three-piece splits and byte by byte. The normalized event
+offset, cut after every head, in a sample of three-piece splits and byte by byte. The normalized event
 list (heads as tuples, body bytes joined between heads and ends, bytes after an
 upgrade appended to its ``rest``, and the class of the error that ended parsing)
 must be the same for every split and both codecs.
@@ -10,6 +10,7 @@ must be the same for every split and both codecs.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -209,6 +210,24 @@ REQUESTS = [
     ("head-too-large-incomplete", b"GET / HTTP/1.1\r\n" + H + b"X-Big: " + b"b" * 150, 100),
     ("defect-within-limit", b"GET / HTTP/1.1\r\nHost: a\nX-Big: " + b"b" * 150 + b"\r\n\r\n", 100),
     ("defect-beyond-limit", b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"b" * 150 + b"\n\r\n", 100),
+    # Heads at the edge of the httptools quick path (one plain head per feed).
+    ("quick-keep-alive", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n" + GET, BIG),
+    ("quick-close-first", b"GET / HTTP/1.1\r\nconnection:\tClose \r\nHost: a\r\n\r\n" + GET, BIG),
+    ("quick-http10-keep-alive", b"GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\nHost: a\r\n\r\n" + GET, BIG),
+    ("quick-http10-no-host", b"GET /x HTTP/1.0\r\n\r\n" + GET, BIG),
+    ("quick-host-whitespace", b"GET / HTTP/1.1\r\nHost:\t a.example \t\r\nTe-X: 1\r\nX-Te: 2\r\n\r\n", BIG),
+    ("quick-host-space-before-colon", b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", BIG),
+    ("quick-two-hosts", b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", BIG),
+    ("quick-hostname-only", b"GET / HTTP/1.1\r\nHostname: a\r\n\r\n", BIG),
+    ("quick-connection-list", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, x-a\r\nX-A: 1\r\n\r\n", BIG),
+    ("quick-two-connections", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: close\r\n\r\n", BIG),
+    ("quick-space-after-target", b"GET /a  HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
+    ("quick-space-in-target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
+    ("quick-forwarded", b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", BIG),
+    ("quick-head-method", b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n" + GET, BIG),
+    ("quick-unknown-method", b"FETCH / HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
+    ("quick-http11-lowercase", b"GET / http/1.1\r\nHost: a\r\n\r\n", BIG),
+    ("quick-ctl-in-host", b"GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n", BIG),
 ]
 
 # (id, bytes, methods, feed_eof, max_header_bytes)
@@ -288,6 +307,37 @@ RESPONSES = [
         BIG,
     ),
     ("bad-status", b"HTTP/1.1 099 X\r\nContent-Length: 0\r\n\r\n", [b"GET"], False, BIG),
+    # Responses at the edge of the httptools quick path (one plain response per feed).
+    (
+        "quick-keep-alive",
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nconnection: CLOSE\r\n\r\n",
+        [b"GET", b"GET"],
+        False,
+        BIG,
+    ),
+    ("quick-ctl-in-reason", b"HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n", [b"GET"], False, BIG),
+    ("quick-empty-reason", b"HTTP/1.1 200 \r\nContent-Length: 1\r\n\r\nx", [b"GET"], False, BIG),
+    ("quick-no-reason", b"HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx", [b"GET"], False, BIG),
+    ("quick-length-zeros", b"HTTP/1.1 200 OK\r\nContent-Length:  007 \r\n\r\n1234567", [b"GET"], False, BIG),
+    ("quick-stray-byte", b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy", [b"GET"], False, BIG),
+    (
+        "quick-two-lengths",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    ("quick-status-999", b"HTTP/1.1 999 X\r\nContent-Length: 0\r\n\r\n", [b"GET"], False, BIG),
+    ("quick-head-answer", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", [b"HEAD"], False, BIG),
+    (
+        "quick-connection-token",
+        b"HTTP/1.1 200 OK\r\nConnection: x-a\r\nX-A: 1\r\nContent-Length: 1\r\n\r\nx",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    ("quick-big-length", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", [b"GET"], False, BIG),
     (
         "head-too-large",
         b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 150 + b"\r\n\r\n",
@@ -308,7 +358,10 @@ CASES = [
 def splits(data: bytes) -> list[list[int]]:
     n = len(data)
     rng = random.Random(n)
-    result = [[], list(range(1, n))]
+    # After every CRLF CRLF: each head (and each bodiless message) arrives alone,
+    # as keep-alive traffic does, which is what the httptools quick path takes.
+    heads = [m.end() for m in re.finditer(rb"\r\n\r\n", data)]
+    result = [[], list(range(1, n)), heads]
     result += [[i] for i in range(n + 1)]
     result += [sorted(rng.sample(range(n + 1), 2)) for _ in range(25)]
     return result
