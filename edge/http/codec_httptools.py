@@ -26,7 +26,14 @@ import re
 import httptools
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec import UNKNOWN, Handler, Header, RequestHead, ResponseHead
+from edge.http.codec import (
+    Handler,
+    Header,
+    QuickRequestHead,
+    QuickResponseHead,
+    RequestHead,
+    ResponseHead,
+)
 from edge.http.headers import (
     FRAMING_NAMES,
     HEAD_END,
@@ -195,7 +202,7 @@ class _Base:
 class RequestParser(_Base):
     """Client side of a connection: a stream of (possibly pipelined) requests."""
 
-    __slots__ = ("_check", "_feed", "_get_method", "_url")
+    __slots__ = ("_check", "_feed", "_get_method", "_seen", "_url")
 
     def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
         super().__init__(handler, max_header_bytes)
@@ -204,6 +211,8 @@ class RequestParser(_Base):
         self._feed = self._parser.feed_data
         self._get_method = self._parser.get_method
         self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+        # (header lines, Host, Connection, cut) of the last quick head (see quick)
+        self._seen: tuple[bytes, bytes, bool | None, bytes] | None = None
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -307,23 +316,42 @@ class RequestParser(_Base):
         the same bytes (the differential tests feed both), and the parser is left
         as the full path leaves it after that message; no handler is called.
         Otherwise nothing changes and ``data`` is for :meth:`feed`.
+
+        A keep-alive client often repeats its header lines request after request
+        (API clients, health checks, a browser fetching assets): when they are the
+        bytes of the last quick head's, only the request line is new, and the
+        strict pattern it must match is all it needs.
         """
         if self._state != _HEAD or self._partial is not None:
             return None
         n = len(data)
-        if n > self._max or data.find(HEAD_END) != n - 4:
+        if n > self._max:
+            return None
+        seen = self._seen
+        if seen is not None and data.endswith(seen[0]):
+            line = _PLAIN_REQUEST_LINE.match(data)
+            if line is not None and line.end() - 2 == n - len(seen[0]):
+                _, host, connection, cut = seen
+                method, target, minor = line.groups()
+                keep_alive = minor == b"1" if connection is None else connection
+                if not keep_alive:
+                    self._state = _CLOSED
+                if cut:
+                    cut = data[: line.end() - 2] + cut
+                return QuickRequestHead(
+                    method, target, b"1.1" if minor == b"1" else b"1.0", keep_alive, data, host, cut or data
+                )
+        if data.find(HEAD_END) != n - 4:
             return None
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
             return None
         low = data.lower()
         found = _QUICK_HEADERS.findall(low)
-        cut = data
-        if len(found) == 1:
-            if found[0][0] != b"host":
-                return None
-            keep_alive = None
-        else:
+        line_end = line.end() - 2
+        connection = None  # the Connection header: absent, or says keep-alive (True) or close
+        cut = b""  # the header lines without that Connection line, when it says close
+        if len(found) != 1 or found[0][0] != b"host":
             if len(found) != 2:
                 return None
             (name, value), (name2, value2) = found
@@ -335,13 +363,13 @@ class RequestParser(_Base):
                 return None
             token = token.rstrip(b" \t")
             if token == b"keep-alive":
-                keep_alive = True  # kept: the upstream connection stays alive too
+                connection = True  # kept: the upstream connection stays alive too
             elif token == b"close":
-                keep_alive = False
+                connection = False
                 i = low.find(b"\r\nconnection:")
                 if i < 0:
                     return None
-                cut = data[:i] + data[data.find(b"\r\n", i + 13) :]
+                cut = data[line_end:i] + data[data.find(b"\r\n", i + 13) :]
             else:
                 return None
         i = low.find(b"\r\nhost:")
@@ -353,25 +381,20 @@ class RequestParser(_Base):
             # Refused: the full path refuses it the same way, with the reason.
             self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
             return None
+        host = data[i + 7 : data.find(b"\r\n", i + 7)].strip(b" \t")
+        self._seen = (data[line_end:], host, connection, cut)
         method, target, minor = line.groups()
-        if keep_alive is None:
-            keep_alive = minor == b"1"
+        keep_alive = minor == b"1" if connection is None else connection
         if not keep_alive:
             self._state = _CLOSED
-        return RequestHead(
+        return QuickRequestHead(
             method,
             target,
             b"1.1" if minor == b"1" else b"1.0",
-            None,
             keep_alive,
-            False,
-            None,
-            False,
-            False,
             data,
-            UNKNOWN,
-            data[i + 7 : data.find(b"\r\n", i + 7)].strip(b" \t"),
-            cut,
+            host,
+            data[:line_end] + cut if cut else data,
         )
 
     def _run(self, data: bytes) -> None:
@@ -451,6 +474,7 @@ class ResponseParser(_Base):
         "_no_body",
         "_pending",
         "_reason",
+        "_seen",
         "_started",
     )
 
@@ -466,6 +490,7 @@ class ResponseParser(_Base):
         self._no_body = False
         self._parser = _new_parser(httptools.HttpResponseParser, self)
         self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
+        self._seen: QuickResponseHead | None = None  # the last quick head (see quick)
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -612,6 +637,15 @@ class ResponseParser(_Base):
         method = self._method
         if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
             return None
+        seen = self._seen
+        if seen is not None and data.startswith(seen.raw) and len(data) - len(seen.raw) == seen.content_length:
+            # The head of the last quick response again (a server repeats its
+            # heads byte for byte within the second of its Date): the same head.
+            if not seen.keep_alive:
+                self._state = _CLOSED
+            self._method = None
+            self._started = False
+            return seen
         line = _PLAIN_STATUS_LINE.match(data)
         if line is None:
             return None
@@ -660,19 +694,15 @@ class ResponseParser(_Base):
         self._started = False
         self._no_body = False
         raw = data[: end + 4]
-        return ResponseHead(
+        head = self._seen = QuickResponseHead(
             status,
             reason,
-            b"1.1",
-            None,
             keep_alive,
-            False,
             len(data) - end - 4,
-            True,
             raw,
-            UNKNOWN,
             raw if i == j else data[:i] + data[j : end + 4],
         )
+        return head
 
     def _run(self, data: bytes) -> None:
         n = len(data)

@@ -228,6 +228,34 @@ REQUESTS = [
     ("quick-unknown-method", b"FETCH / HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-http11-lowercase", b"GET / http/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-ctl-in-host", b"GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n", BIG),
+    # The same header lines again: the quick path reads only the new request line.
+    (
+        "quick-repeated-lines",
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
+        b"POST /p?q HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
+        b"GET /" + bytes(range(0x21, 0x7F)) + b" HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
+        b"DELETE /d HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n",
+        BIG,
+    ),
+    (
+        "quick-repeated-http10",
+        b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n"
+        b"GET /2 HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n"
+        b"GET /3 HTTP/1.1\r\nHost: b\r\n\r\n"
+        b"GET /4 HTTP/1.0\r\nHost: b\r\n\r\n"
+        b"GET /5 HTTP/1.1\r\nHost: b\r\n\r\n",
+        BIG,
+    ),
+    (
+        "quick-repeated-close",
+        b"GET / HTTP/1.1\r\nConnection: close\r\nHost: a\r\n\r\n"
+        b"GET /again HTTP/1.1\r\nConnection: close\r\nHost: a\r\n\r\n",
+        BIG,
+    ),
+    ("quick-repeated-bad-line", GET + b"GET  / HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("quick-repeated-del-in-target", GET + b"GET /\x7f HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("quick-repeated-fragment", GET + b"GET /a#b HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("quick-repeated-http2", GET + b"GET / HTTP/2.0\r\n" + H + b"\r\n", BIG),
 ]
 
 # (id, bytes, methods, feed_eof, max_header_bytes)
