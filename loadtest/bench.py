@@ -99,6 +99,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         subjects=(*HTTP_SUBJECTS, "ceiling"),
     ),
     Scenario(
+        "keepalive-varied",
+        "keepalive-small, but every request head differs (target, an X-Seq header) and so does "
+        "every response head (X-Request-Id): nothing parsed before can be reused",
+        path="/varied",
+        wrk_args=("-s", str(HERE / "varied.lua")),
+    ),
+    Scenario(
         "new-connection",
         "a new TCP connection per request (Connection: close), 12-byte body",
         wrk_args=("-H", "Connection: close"),
@@ -333,11 +340,15 @@ class Backend:
     server {{
         listen {HOST}:{port} backlog=4096;
         location = / {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
+        location = /varied {{
+            add_header X-Request-Id $request_id;
+            return 200 "{SMALL_BODY.strip()}\\n";
+        }}
         location / {{ root {www}; }}
     }}"""
         self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", 1, body))
         logs = [self.proc.log, ctx.path("backend-error.log")]
-        for path in ("/", *(f"/{n}" for n in BODY_FILES)):
+        for path in ("/", "/varied", *(f"/{n}" for n in BODY_FILES)):
             probe = Scenario("probe", "", path=path)
             wait_until(self.proc, expect_body(port, probe), 10.0, f"serving {path}", logs)
         ctx.backend_port = port
