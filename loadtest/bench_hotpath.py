@@ -5,7 +5,11 @@ router, pools) through a keep-alive GET with fake transports that only record
 what is written, so the figure is edge's own per-request work, free of kernel
 and load-generator noise. ``--profile`` prints where it goes.
 
-    python loadtest/bench_hotpath.py [--parser h11] [--requests 200000] [--profile]
+    python loadtest/bench_hotpath.py [--parser h11] [--varied] [--requests 200000] [--profile]
+
+``--varied`` makes every request and response head differ from the one before
+(a counter header each way), as ``bench.py``'s keepalive-varied scenario does:
+the quick paths then parse each head rather than recognize it.
 """
 
 from __future__ import annotations
@@ -94,14 +98,26 @@ def setup(loop: asyncio.AbstractEventLoop, parser: str) -> tuple[HTTPConnection,
     return client, upstream
 
 
-def run(parser: str, n: int, profile: bool) -> float:
+def variants(varied: bool) -> tuple[list[bytes], list[bytes]]:
+    if not varied:
+        return [REQUEST], [RESPONSE]
+    requests = [REQUEST[:-2] + b"X-Seq: %d\r\n\r\n" % i for i in range(1024)]
+    responses = [RESPONSE.replace(b"Connection:", b"X-Request-Id: %08d\r\nConnection:" % i) for i in range(1024)]
+    return requests, responses
+
+
+def run(parser: str, n: int, profile: bool, varied: bool = False) -> float:
     loop = uvloop.new_event_loop()
     try:
         client, upstream = setup(loop, parser)
+        requests, responses = variants(varied)
+        count = len(requests)
+        turn = iter(range(1 << 62))
 
         def one() -> None:
-            client.data_received(REQUEST)
-            upstream.data_received(RESPONSE)
+            i = next(turn) % count
+            client.data_received(requests[i])
+            upstream.data_received(responses[i])
 
         for _ in range(1000):  # warm-up, and a check that the loop really proxies
             one()
@@ -126,9 +142,11 @@ def main() -> None:
     p.add_argument("--parser", default="httptools", choices=["httptools", "h11"])
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--varied", action="store_true", help="every head differs from the one before")
     args = p.parse_args()
-    us = run(args.parser, args.requests, args.profile)
-    print(f"{args.parser}: {us:.2f} us of Python per proxied keep-alive GET ({args.requests} requests)")
+    us = run(args.parser, args.requests, args.profile, args.varied)
+    kind = "varied heads" if args.varied else "repeated heads"
+    print(f"{args.parser}: {us:.2f} us of Python per proxied keep-alive GET, {kind} ({args.requests} requests)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+"""The express path (quick parses, then straight through) against the general path.
+
+The same exchanges go through a client connection three times: as edge runs
+(httptools, express path on), with the server's express path off, and under
+the h11 codec, which has no quick parse at all. What reaches the upstream and the
+client must be the same bytes, exchange after exchange, and the connection must
+end in the same state. Real protocol objects, routers and pools; transports
+only record what is written.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import uvloop
+
+from edge.config.dynamic import Configuration
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
+from edge.http.codec import parser_classes
+from edge.http.server import EntryPointContext, HTTPConnection
+from edge.http.upstream import UpstreamConnection
+from edge.router.factory import build_http_routers
+from edge.transports import TransportRegistry
+
+
+class Recorder:
+    """The part of asyncio.Transport a connection uses; keeps what is written."""
+
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.peer = peer
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def writelines(self, parts) -> None:
+        for part in parts:
+            self.data += part
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+    def get_extra_info(self, name: str, default=None):
+        return self.peer if name == "peername" else default
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+def run(
+    exchanges: list[tuple[bytes, bytes]], express: bool, forbid_general: bool = False, codec: str = "httptools"
+) -> tuple[list[bytes], list[bytes], bool]:
+    """(bytes sent upstream per exchange, bytes sent to the client per exchange, client closed).
+
+    ``forbid_general``: the general path's entry points (``_begin``, ``upstream_head``)
+    and parsers' llhttp are taken away, so any use of them fails.
+    """
+    loop = uvloop.new_event_loop()
+    try:
+        conf = msgspec.convert(
+            {
+                "http": {
+                    "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+                    "services": {"s": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
+                }
+            },
+            Configuration,
+        )
+        runtime = build_runtime(merge({"file": conf}), {"web": "tcp"})
+        transports = TransportRegistry(loop)
+        transports.update(runtime.servers_transports)
+        router = build_http_routers(runtime, transports, ["web"])["web"]
+        request_parser, response_parser = parser_classes(codec)
+        ctx = EntryPointContext(
+            name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser
+        )
+        ctx.router = router
+        client = HTTPConnection(ctx)
+        client.connection_made(Recorder(("10.0.0.7", 40000)))
+        upstream = UpstreamConnection(response_parser)
+        upstream.connection_made(Recorder(("127.0.0.1", 9)))
+        backend = router.by_host["a.test"].service.pick()
+        backend.transport.put_idle(backend.server, upstream)
+        if not express:
+            client.quick = None
+            upstream.quick = None
+        if forbid_general:
+
+            def general(*args):
+                raise AssertionError("the general path ran")
+
+            client._begin = client.upstream_head = general
+            client.parser._feed = None
+            upstream.parser._parser = None
+        sent_up, sent_client = [], []
+        for request, response in exchanges:
+            up_before, client_before = len(upstream.transport.data), len(client.transport.data)
+            client.data_received(request)
+            assert client.upstream is upstream, "the pooled connection serves every exchange"
+            upstream.data_received(response)
+            sent_up.append(bytes(upstream.transport.data[up_before:]))
+            sent_client.append(bytes(client.transport.data[client_before:]))
+            if client.transport.closed:
+                break
+        return sent_up, sent_client, client.transport.closed
+    finally:
+        loop.close()
+
+
+OK = b"HTTP/1.1 200 OK\r\nServer: t\r\nContent-Length: 5\r\n\r\nhello"
+OK_KEEP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello"
+GET = b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: t\r\n\r\n"
+
+CASES = {
+    "plain": [(GET, OK)] * 3,
+    "keep-alive both ways": [
+        (b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n", OK_KEEP)
+    ] * 3,
+    "client closes": [
+        (GET, OK),
+        (b"GET /last HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n", OK_KEEP),
+        (GET, OK),
+    ],
+    "upstream closes": [(GET, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")],
+    "http/1.0": [(b"GET / HTTP/1.0\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n", OK_KEEP)] * 2
+    + [(b"GET / HTTP/1.0\r\nHost: a.test\r\n\r\n", OK)],
+    "head and an empty post": [
+        (b"HEAD / HTTP/1.1\r\nHost: a.test\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+        (b"POST /p HTTP/1.1\r\nHost: A.Test:8080\r\n\r\n", OK),
+    ],
+    "heads that change": [
+        (GET, OK),
+        (GET.replace(b"t\r\n\r\n", b"u\r\n\r\n"), OK.replace(b"Server: t", b"Server: u")),
+        (b"GET /other HTTP/1.1\r\nHost: a.test\r\nUser-Agent: u\r\n\r\n", OK.replace(b"hello", b"world")),
+        (GET, b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX: 1\r\n\r\nok"),
+    ],
+    "forwarded headers from the client": [
+        (b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", OK)
+    ],
+    "not quick: chunked response": [
+        (GET, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        (GET, OK),
+    ],
+}
+
+
+@pytest.mark.parametrize("exchanges", CASES.values(), ids=CASES.keys())
+def test_express_path_sends_what_the_general_path_sends(exchanges):
+    express = run(exchanges, express=True)
+    general = run(exchanges, express=False)
+    strict = run(exchanges, express=False, codec="h11")  # no quick parse anywhere
+    assert express == general == strict
+    up, client, _ = express
+    assert all(b"X-Forwarded-For: 10.0.0.7\r\n" in sent for sent in up)
+    assert all(sent.startswith(b"HTTP/1.1 ") for sent in client)
+
+
+def test_express_path_is_taken_for_plain_exchanges():
+    """The express path really runs: with the general parsers out of reach, plain traffic still flows."""
+    loop_exchanges = CASES["plain"] + CASES["keep-alive both ways"]
+    up, client, closed = run(loop_exchanges, express=True, forbid_general=True)
+    assert len(client) == len(loop_exchanges) and not closed
+    assert up[0] == b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: t\r\n" + (
+        b"X-Forwarded-For: 10.0.0.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: a.test\r\n"
+        b"X-Forwarded-Port: 80\r\nX-Real-Ip: 10.0.0.7\r\n\r\n"
+    )
+    assert client[3] == OK_KEEP  # a lone keep-alive is edge's own intent for the client connection
