@@ -46,18 +46,42 @@ def _header_list(raw: bytes) -> list[Header]:
     return split_header_lines(raw, raw.find(b"\r\n") + 2, len(raw))
 
 
-class RequestHead:
+class _Head:
+    """What request and response heads share: the bytes, and what is cut from them lazily."""
+
     __slots__ = (
-        "_headers",  # list[Header], order and case preserved; None: cut from raw when asked
+        "_headers",  # list[Header]; None: cut from raw when asked
         "_through",  # see ``passthrough``
+        "cut",  # bytes | None: raw as sent to a kept-alive next hop (a quick parse's; see forward.cut_connection)
+        "raw",  # bytes: the head as received, first line to the final CRLF CRLF
+    )
+
+    @property
+    def headers(self) -> list[Header]:
+        """The header fields, order and case kept; a quick parse leaves them in ``raw`` until asked for."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = _header_list(self.raw)
+        return headers
+
+    @property
+    def passthrough(self) -> tuple[Header, ...] | None:
+        """None when the head must be rebuilt, else its Connection header (if any),
+        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
+        through = self._through
+        if through is UNKNOWN:
+            through = self._through = head_passthrough(self.headers)
+        return through
+
+
+class RequestHead(_Head):
+    __slots__ = (
         "chunked",  # bool: Transfer-Encoding: chunked
         "content_length",  # int | None
-        "cut",  # bytes | None: raw as sent to a kept-alive next hop (a quick parse's; see forward.cut_connection)
         "expect_continue",  # bool: Expect: 100-continue
         "host",  # bytes: the Host header's value (b"" without one)
         "keep_alive",  # bool: version default and Connection tokens
         "method",  # b"GET"
-        "raw",  # bytes: the head as received, request line to the final CRLF CRLF
         "target",  # raw request-target as received: b"/a?b" or b"http://host/a?b"
         "upgrade",  # bool: Connection: upgrade + an Upgrade header
         "version",  # b"1.1" or b"1.0"
@@ -93,23 +117,6 @@ class RequestHead:
         self.raw = raw
         self._through = passthrough
 
-    @property
-    def headers(self) -> list[Header]:
-        """The header fields; a quick parse leaves them in ``raw`` until asked for."""
-        headers = self._headers
-        if headers is None:
-            headers = self._headers = _header_list(self.raw)
-        return headers
-
-    @property
-    def passthrough(self) -> tuple[Header, ...] | None:
-        """None when the head must be rebuilt, else its Connection header (if any),
-        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
-        through = self._through
-        if through is UNKNOWN:
-            through = self._through = head_passthrough(self.headers)
-        return through
-
     def as_tuple(self) -> tuple:
         """A comparable form (header names lowercased): used by tests."""
         return (
@@ -129,16 +136,12 @@ class RequestHead:
         return f"RequestHead{self.as_tuple()!r}"
 
 
-class ResponseHead:
+class ResponseHead(_Head):
     __slots__ = (
-        "_headers",  # list[Header]; None: cut from raw when asked
-        "_through",  # see RequestHead.passthrough
         "chunked",  # bool
         "content_length",  # int | None (None with chunked, or body until close, or no body)
-        "cut",  # bytes | None: as RequestHead.cut
         "has_body",  # bool: False for HEAD, 1xx, 204, 304
         "keep_alive",  # bool: the upstream connection may be reused after this response
-        "raw",  # bytes: the head as received
         "reason",  # bytes
         "status",  # int
         "version",  # b"1.1" / b"1.0"
@@ -169,22 +172,6 @@ class ResponseHead:
         self.has_body = has_body
         self.raw = raw
         self._through = passthrough
-
-    @property
-    def headers(self) -> list[Header]:
-        headers = self._headers
-        if headers is None:
-            headers = self._headers = _header_list(self.raw)
-        return headers
-
-    @property
-    def passthrough(self) -> tuple[Header, ...] | None:
-        """None when the head must be rebuilt, else its Connection header (if any),
-        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
-        through = self._through
-        if through is UNKNOWN:
-            through = self._through = head_passthrough(self.headers)
-        return through
 
     def as_tuple(self) -> tuple:
         return (

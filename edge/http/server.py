@@ -310,13 +310,7 @@ class HTTPConnection(asyncio.Protocol):
         """
         ctx = self.ctx
         authority = head.host
-        if authority == self.authority:
-            host, forwarded_port = self.host_port
-        else:
-            host, port = forward.split_host_port(authority)
-            forwarded_port = port.encode() if port else ctx.default_port
-            self.authority = authority
-            self.host_port = (host, forwarded_port)
+        host, forwarded_port = self.host_port if authority == self.authority else self._host_port(authority)
         route = ctx.router.by_host.get(host)
         raw = head.cut
         if route is None or not route.express or raw is None or head.version != b"1.1":
@@ -328,38 +322,16 @@ class HTTPConnection(asyncio.Protocol):
             self._begin(head)  # 503, naming the service
             self._request_end(None)
             return
-        self.active = True
+        self._start(head)
         self.express = True
         self.req_done = True
-        self.head = head
         self.route = route
         self.backend = backend
-        self.keep_alive = head.keep_alive and not ctx.closing
-        if ctx.write_timeout:
-            self._set_deadline(WRITE, ctx.write_timeout)
-        else:
-            self.deadline_kind = NO_DEADLINE
-        if ctx.access_log is not None:
-            self.started = self.loop.time()
         self.up_head = forward.passthrough_request(raw, self.client_ip_b, ctx.scheme, authority, forwarded_port)
-        conn = backend.transport.take_idle(backend.server)
-        if conn is None:
-            self.dial_task = self.loop.create_task(self._dial())
-            return
-        conn.reused = True
-        conn.owner = self
-        conn.received = False
-        self.upstream = conn
-        conn.parser.expect(head.method)
-        conn.transport.write(self.up_head)
-        if self.write_paused:
-            conn.pause_reading()
-        if backend.transport.response_header_timeout:
-            self.header_timer = self.loop.call_later(
-                backend.transport.response_header_timeout, self._response_header_timeout
-            )
+        self._connect()
 
-    def _begin(self, head: RequestHead) -> None:
+    def _start(self, head: RequestHead) -> None:
+        """The connection takes up a request: its deadline, its clock."""
         ctx = self.ctx
         self.active = True
         self.head = head
@@ -370,6 +342,17 @@ class HTTPConnection(asyncio.Protocol):
             self.deadline_kind = NO_DEADLINE
         if ctx.access_log is not None:
             self.started = self.loop.time()
+
+    def _host_port(self, authority: bytes) -> tuple[str, bytes]:
+        """(host, forwarded port) of a Host value, kept for the next request with the same one."""
+        host, port = forward.split_host_port(authority)
+        self.authority = authority
+        self.host_port = (host, port.encode() if port else self.ctx.default_port)
+        return self.host_port
+
+    def _begin(self, head: RequestHead) -> None:
+        ctx = self.ctx
+        self._start(head)
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -378,13 +361,7 @@ class HTTPConnection(asyncio.Protocol):
         if authority is None:
             authority = head.host
         # A keep-alive client names the same host request after request.
-        if authority == self.authority:
-            host, forwarded_port = self.host_port
-        else:
-            host, port = forward.split_host_port(authority)
-            forwarded_port = port.encode() if port else ctx.default_port
-            self.authority = authority
-            self.host_port = (host, forwarded_port)
+        host, forwarded_port = self.host_port if authority == self.authority else self._host_port(authority)
 
         if ctx.internal is not None and head.method in (b"GET", b"HEAD"):
             answer = ctx.internal(path)
@@ -517,17 +494,20 @@ class HTTPConnection(asyncio.Protocol):
         conn.received = False
         self.upstream = conn
         conn.parser.expect(self.head.method)
-        parts = [self.up_head]
         buffered = self.buffered
         if buffered:
-            parts += buffered
+            parts = [self.up_head, *buffered]
             self.buffered = None
             self.buffered_size = 0
             self.resume_reading(self.PAUSE_BUFFER)
-        if self.up_out is not None:
-            self.up_out += parts
         else:
+            parts = None
+        if self.up_out is not None:
+            self.up_out += parts or (self.up_head,)
+        elif parts:
             conn.transport.writelines(parts)
+        else:
+            conn.transport.write(self.up_head)
         if self.write_paused:
             conn.pause_reading()
         timeout = self.backend.transport.response_header_timeout
