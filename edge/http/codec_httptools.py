@@ -35,8 +35,8 @@ from edge.http.codec import (
     ResponseHead,
 )
 from edge.http.headers import (
-    FRAMING_NAMES,
     HEAD_END,
+    QUICK_HEADERS,
     check_oversize_head,
     check_partial_head,
     check_reason,
@@ -64,7 +64,7 @@ _DEAD = 7  # a ProtocolError was raised
 # read, in a lowercased head (values with their trailing whitespace).
 _PLAIN_REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH) (/[!-~]*) HTTP/1\.([01])\r\n")
 _PLAIN_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9]) ([\t -~]*)\r\n")
-_QUICK_HEADERS = re.compile(FRAMING_NAMES.pattern + rb"[ \t]*([^\r\n]*)")
+_200_OK = b"HTTP/1.1 200 OK\r\n"
 
 _LINE_11 = b" HTTP/1.1\r\n"
 _LINE_10 = b" HTTP/1.0\r\n"
@@ -346,42 +346,40 @@ class RequestParser(_Base):
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
             return None
-        low = data.lower()
-        found = _QUICK_HEADERS.findall(low)
+        found = QUICK_HEADERS.findall(data)
         line_end = line.end() - 2
         connection = None  # the Connection header: absent, or says keep-alive (True) or close
         cut = b""  # the header lines without that Connection line, when it says close
-        if len(found) != 1 or found[0][0] != b"host":
+        if len(found) == 1:
+            host, _, _, value = found[0]
+            if not host:
+                return None
+        else:
             if len(found) != 2:
                 return None
-            (name, value), (name2, value2) = found
-            if name == b"connection" and name2 == b"host":
-                token = value
-            elif name == b"host" and name2 == b"connection":
-                token = value2
-            else:
+            (host, _, _, value), (_, named, _, token) = found
+            if not host:
+                (_, named, _, token), (host, _, _, value) = found
+            if not (host and named):
                 return None
-            token = token.rstrip(b" \t")
+            token = token.rstrip(b" \t").lower()
             if token == b"keep-alive":
                 connection = True  # kept: the upstream connection stays alive too
             elif token == b"close":
                 connection = False
-                i = low.find(b"\r\nconnection:")
+                i = data.lower().find(b"\r\nconnection:")
                 if i < 0:
                     return None
                 cut = data[line_end:i] + data[data.find(b"\r\n", i + 13) :]
             else:
                 return None
-        i = low.find(b"\r\nhost:")
-        if i < 0:
-            return None  # "Host :": whitespace before the colon, which llhttp refuses
         try:
             self._check(data)
         except httptools.HttpParserError:
             # Refused: the full path refuses it the same way, with the reason.
             self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
             return None
-        host = data[i + 7 : data.find(b"\r\n", i + 7)].strip(b" \t")
+        host = value.rstrip(b" \t")
         self._seen = (data[line_end:], host, connection, cut)
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
@@ -646,32 +644,38 @@ class ResponseParser(_Base):
             self._method = None
             self._started = False
             return seen
-        line = _PLAIN_STATUS_LINE.match(data)
-        if line is None:
-            return None
+        if data.startswith(_200_OK):
+            status, reason = 200, b"OK"
+        else:
+            line = _PLAIN_STATUS_LINE.match(data)
+            if line is None:
+                return None
+            status, reason = line.groups()
+            status = int(status)
+            if status == 204 or status == 304:
+                return None
         end = data.find(HEAD_END)
         if end < 0 or end + 4 > self._max:
             return None
-        low = data[:end].lower()
-        found = _QUICK_HEADERS.findall(low)
+        found = QUICK_HEADERS.findall(data, 0, end)
         keep_alive = True
         i = j = end
         if len(found) == 1:
-            name, length = found[0]
-            if name != b"content-length":
+            _, _, named, length = found[0]
+            if not named:
                 return None
         else:
             if len(found) != 2:
                 return None
-            (name, length), (name2, token) = found
-            if name == b"connection" and name2 == b"content-length":
-                length, token = token, length
-            elif name != b"content-length" or name2 != b"connection":
+            (_, _, named, length), (_, connection, _, token) = found
+            if not named:
+                (_, connection, _, token), (_, _, named, length) = found
+            if not (named and connection):
                 return None
-            token = token.rstrip(b" \t")
+            token = token.rstrip(b" \t").lower()
             if token == b"close":
                 keep_alive = False
-                i = low.find(b"\r\nconnection:")
+                i = data.lower().find(b"\r\nconnection:", 0, end)
                 if i < 0:
                     return None
                 j = data.find(b"\r\n", i + 13)
@@ -679,10 +683,6 @@ class ResponseParser(_Base):
                 return None
         length = length.rstrip(b" \t")
         if not length.isdigit() or len(length) > 18 or len(data) - end - 4 != int(length):
-            return None
-        status, reason = line.groups()
-        status = int(status)
-        if status == 204 or status == 304:
             return None
         try:
             self._check(data)

@@ -94,7 +94,15 @@ def _alternation(words: list[bytes]) -> bytes:
     return b"(?:" + b"|".join(alternatives) + (b")?" if ends else b")")
 
 
-FRAMING_NAMES = re.compile(rb"\r\n(" + _alternation(list(_FRAMING_NAMES)) + rb")[ \t]*:")
+# Every header line whose name the framing rules read, in one findall over a head
+# (the httptools codec's quick paths): (host, connection, content-length, value)
+# per line, where the first three are empty but for the one that names the line;
+# all three empty: another of those names. Names match in any case; the value has
+# its leading whitespace dropped, not its trailing.
+_QUICK_OTHERS = [name for name in _FRAMING_NAMES if name not in (b"host", b"connection", b"content-length")]
+QUICK_HEADERS = re.compile(
+    rb"\r\n(?i:(host)|(connection)|(content-length)|" + _alternation(_QUICK_OTHERS) + rb")[ \t]*:[ \t]*([^\r\n]*)"
+)
 
 # Absolute-form request targets: scheme "://" authority, then "/..." or "?...".
 _SCHEME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
