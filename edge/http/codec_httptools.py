@@ -70,6 +70,44 @@ _LINE_11 = b" HTTP/1.1\r\n"
 _LINE_10 = b" HTTP/1.0\r\n"
 
 
+# Groups of QUICK_HEADERS.
+_HOST, _CONNECTION, _CONTENT_LENGTH, _VALUE = range(4)
+
+
+def _plain_headers(found: list[tuple[bytes, ...]], need: int) -> tuple[bytes, bool | None] | None:
+    """What a quick parse reads from a head's framing headers (``QUICK_HEADERS.findall``).
+
+    The head must hold the header of group ``need`` (Host, Content-Length) once,
+    and at most one Connection that says exactly ``keep-alive`` or ``close``:
+    then (that header's value, None without a Connection / True for keep-alive /
+    False for close). None when it holds anything else.
+    """
+    if len(found) == 1:
+        line = found[0]
+        return (line[_VALUE].rstrip(b" \t"), None) if line[need] else None
+    if len(found) != 2:
+        return None
+    line, other = found
+    if not line[need]:
+        line, other = other, line
+    if not (line[need] and other[_CONNECTION]):
+        return None
+    token = other[_VALUE].rstrip(b" \t").lower()
+    if token == b"keep-alive":
+        return line[_VALUE].rstrip(b" \t"), True
+    if token == b"close":
+        return line[_VALUE].rstrip(b" \t"), False
+    return None
+
+
+def _connection_line(data: bytes, end: int) -> tuple[int, int] | None:
+    """(start, end) of the Connection line in ``data[:end]``, its leading CRLF included."""
+    start = data.lower().find(b"\r\nconnection:", 0, end)
+    if start < 0:
+        return None  # "Connection :", which llhttp refuses
+    return start, data.find(b"\r\n", start + 13)
+
+
 class _Silent:
     """llhttp's protocol for a parser that only validates: no callbacks at all."""
 
@@ -346,40 +384,23 @@ class RequestParser(_Base):
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
             return None
-        found = QUICK_HEADERS.findall(data)
+        plain = _plain_headers(QUICK_HEADERS.findall(data), _HOST)
+        if plain is None:
+            return None
+        host, connection = plain
         line_end = line.end() - 2
-        connection = None  # the Connection header: absent, or says keep-alive (True) or close
-        cut = b""  # the header lines without that Connection line, when it says close
-        if len(found) == 1:
-            host, _, _, value = found[0]
-            if not host:
+        cut = b""  # the header lines without the Connection line, when it says close
+        if connection is False:
+            span = _connection_line(data, len(data))
+            if span is None:
                 return None
-        else:
-            if len(found) != 2:
-                return None
-            (host, _, _, value), (_, named, _, token) = found
-            if not host:
-                (_, named, _, token), (host, _, _, value) = found
-            if not (host and named):
-                return None
-            token = token.rstrip(b" \t").lower()
-            if token == b"keep-alive":
-                connection = True  # kept: the upstream connection stays alive too
-            elif token == b"close":
-                connection = False
-                i = data.lower().find(b"\r\nconnection:")
-                if i < 0:
-                    return None
-                cut = data[line_end:i] + data[data.find(b"\r\n", i + 13) :]
-            else:
-                return None
+            cut = data[line_end : span[0]] + data[span[1] :]
         try:
             self._check(data)
         except httptools.HttpParserError:
             # Refused: the full path refuses it the same way, with the reason.
             self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
             return None
-        host = value.rstrip(b" \t")
         self._seen = (data[line_end:], host, connection, cut)
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
@@ -657,31 +678,17 @@ class ResponseParser(_Base):
         end = data.find(HEAD_END)
         if end < 0 or end + 4 > self._max:
             return None
-        found = QUICK_HEADERS.findall(data, 0, end)
-        keep_alive = True
+        plain = _plain_headers(QUICK_HEADERS.findall(data, 0, end), _CONTENT_LENGTH)
+        if plain is None:
+            return None
+        length, connection = plain
+        keep_alive = connection is not False
         i = j = end
-        if len(found) == 1:
-            _, _, named, length = found[0]
-            if not named:
+        if not keep_alive:
+            span = _connection_line(data, end)
+            if span is None:
                 return None
-        else:
-            if len(found) != 2:
-                return None
-            (_, _, named, length), (_, connection, _, token) = found
-            if not named:
-                (_, connection, _, token), (_, _, named, length) = found
-            if not (named and connection):
-                return None
-            token = token.rstrip(b" \t").lower()
-            if token == b"close":
-                keep_alive = False
-                i = data.lower().find(b"\r\nconnection:", 0, end)
-                if i < 0:
-                    return None
-                j = data.find(b"\r\n", i + 13)
-            elif token != b"keep-alive":
-                return None
-        length = length.rstrip(b" \t")
+            i, j = span
         if not length.isdigit() or len(length) > 18 or len(data) - end - 4 != int(length):
             return None
         try:
