@@ -55,12 +55,18 @@ class Recorder:
 
 
 def run(
-    exchanges: list[tuple[bytes, bytes]], express: bool, forbid_general: bool = False, codec: str = "httptools"
+    exchanges: list[tuple[bytes, bytes]],
+    express: bool,
+    forbid_general: bool = False,
+    codec: str = "httptools",
+    ahead: bool = False,
 ) -> tuple[list[bytes], list[bytes], bool]:
     """(bytes sent upstream per exchange, bytes sent to the client per exchange, client closed).
 
     ``forbid_general``: the general path's entry points (``_begin``, ``upstream_head``)
-    and parsers' llhttp are taken away, so any use of them fails.
+    and parsers' llhttp are taken away, so any use of them fails. ``ahead``: each
+    request after the first arrives before the response to the one before it
+    (pipelining); the bytes are then counted over the whole run.
     """
     loop = uvloop.new_event_loop()
     try:
@@ -100,6 +106,13 @@ def run(
             client.parser._feed = None
             upstream.parser._parser = None
         sent_up, sent_client = [], []
+        if ahead:
+            client.data_received(exchanges[0][0])
+            for i, (_, response) in enumerate(exchanges):
+                if i + 1 < len(exchanges):
+                    client.data_received(exchanges[i + 1][0])
+                upstream.data_received(response)
+            return [bytes(upstream.transport.data)], [bytes(client.transport.data)], client.transport.closed
         for request, response in exchanges:
             up_before, client_before = len(upstream.transport.data), len(client.transport.data)
             client.data_received(request)
@@ -160,6 +173,13 @@ def test_express_path_sends_what_the_general_path_sends(exchanges):
     up, client, _ = express
     assert all(b"X-Forwarded-For: 10.0.0.7\r\n" in sent for sent in up)
     assert all(sent.startswith(b"HTTP/1.1 ") for sent in client)
+
+
+@pytest.mark.parametrize("name", ["plain", "keep-alive both ways", "client closes", "heads that change"])
+def test_a_request_arriving_during_an_express_exchange_waits_its_turn(name):
+    express = run(CASES[name], express=True, ahead=True)
+    assert express == run(CASES[name], express=False, codec="h11", ahead=True)
+    assert express[1][0].count(b"HTTP/1.1 ") == (2 if name == "client closes" else len(CASES[name]))
 
 
 def test_express_path_is_taken_for_plain_exchanges():
