@@ -3,7 +3,10 @@
 Pure functions over parsed heads, no I/O. The invariants they keep:
 
 - What goes upstream is unambiguous: hop-by-hop headers (RFC 9110 7.6.1, plus
-  every header the Connection header names) are removed, and exactly one framing
+  every header the Connection header names) are removed, except that a
+  Connection header saying only ``keep-alive`` stays on a head forwarded as it
+  came when the next hop's connection stays alive too (it then says what edge
+  means for that connection; see :func:`cut_connection`), and exactly one framing
   header is written: ``Content-Length`` for a sized body, ``Transfer-Encoding:
   chunked`` for a chunked one, neither for no body. The request line is always
   origin-form ``HTTP/1.1``, whatever form the client used.
