@@ -76,6 +76,8 @@ class Transport:
         self.response_header_timeout = timeouts.response_header_timeout or 0.0
         self.idle_timeout = timeouts.idle_conn_timeout
         self.max_idle = config.max_idle_conns_per_host
+        # Connections are kept for the next request (else closed after their response).
+        self.pools = self.max_idle > 0 and self.idle_timeout > 0
         self._pools: dict[tuple, list[Pooled]] = {}
         self._ssl: ssl.SSLContext | None = None
 
@@ -95,7 +97,7 @@ class Transport:
         return None
 
     def put_idle(self, server: ServerURL, conn: Pooled) -> None:
-        if self.max_idle <= 0 or self.idle_timeout <= 0 or not conn.is_reusable():
+        if not self.pools or not conn.is_reusable():
             conn.close()
             return
         pool = self._pools.get(server.key)

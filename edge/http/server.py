@@ -407,7 +407,7 @@ class HTTPConnection(asyncio.Protocol):
         up_head = None
         if through is not None and route.plain and backend.pass_host and head.version == b"1.1" and head.target[:1] == b"/":
             # The common case: forward the client's own bytes, plus X-Forwarded-*.
-            raw = forward.cut_connection(head.raw, through, keep_alive=True)
+            raw = forward.cut_connection(head.raw, through, keep_alive=backend.transport.pools)
             if raw is not None:
                 up_head = forward.passthrough_request(raw, self.client_ip_b, ctx.scheme, authority, forwarded_port)
         if up_head is None:

@@ -36,7 +36,7 @@ class Backend:
 class LoadBalancer:
     """A loadBalancer service: smooth weighted round robin over its servers."""
 
-    __slots__ = ("_wrr", "name", "pass_host", "single")
+    __slots__ = ("_wrr", "name", "pass_host", "pooled", "single")
 
     def __init__(self, name: str, backends: Iterable[tuple[Backend, int]]) -> None:
         self.name = name
@@ -45,6 +45,8 @@ class LoadBalancer:
         self.single: Backend | None = self._wrr.single
         # Every server gets the client's Host (passHostHeader, the default).
         self.pass_host = all(backend.pass_host for backend, _ in backends)
+        # Every server's connections are kept alive between requests.
+        self.pooled = all(backend.transport.pools for backend, _ in backends)
 
     def pick(self) -> Backend | None:
         return self._wrr.pick()
@@ -53,13 +55,14 @@ class LoadBalancer:
 class Weighted:
     """A weighted service: smooth weighted round robin over child services."""
 
-    __slots__ = ("_wrr", "name", "pass_host")
+    __slots__ = ("_wrr", "name", "pass_host", "pooled")
 
     def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
         self.name = name
         children = list(children)
         self._wrr = SmoothWeightedRoundRobin(children)
         self.pass_host = all(child.pass_host for child, _ in children)
+        self.pooled = all(child.pooled for child, _ in children)
 
     def pick(self) -> Backend | None:
         # A child with no server does not starve the others: try each once.
@@ -132,9 +135,14 @@ class Route:
         # Nothing of the request is rewritten: its head bytes can be forwarded.
         self.plain = not (strip_prefixes or add_prefix or self.request_headers)
         # Nothing of the exchange is: both heads can go through as they came
-        # (edge's forwarding headers aside). The connection's express path.
+        # (edge's forwarding headers aside; a lone Connection: keep-alive holds
+        # for pooled upstream connections). The connection's express path.
         self.express = (
-            self.plain and self.response_headers is None and redirect is None and service.pass_host
+            self.plain
+            and self.response_headers is None
+            and redirect is None
+            and service.pass_host
+            and service.pooled
         )
         # The service's only server, when it has one: nothing to balance.
         self.backend = service.single if isinstance(service, LoadBalancer) else None

@@ -106,3 +106,18 @@ def test_weighted_services(tmp_path, whoami, whoami2):
         assert names.count("w1") == 8 and names.count("w2") == 2
     finally:
         e.stop()
+
+
+def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(tmp_path, parser, whoami):
+    """A client's ``Connection: keep-alive`` says what edge means for a pooled upstream
+    connection too, so it stays; without pooling it would be untrue, so it is cut."""
+    for transport, expected in ((None, ["keep-alive"]), ({"maxIdleConnsPerHost": 0}, None)):
+        d = tmp_path / ("pooled" if transport is None else "unpooled")
+        d.mkdir()
+        e = Edge(d, dyn(whoami, transport), parser=parser)
+        try:
+            status, _, body = get(e.port, "/", host="a.test", headers={"Connection": "keep-alive"})
+            assert status == 200
+            assert json.loads(body)["headers"].get("Connection") == expected, transport
+        finally:
+            e.stop()

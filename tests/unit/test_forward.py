@@ -166,6 +166,10 @@ def test_cut_connection_and_passthrough_request():
     cut = forward.cut_connection(raw, ((b"Connection", b"keep-alive"),))
     assert cut == b"GET /p?q HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n\r\n"
     assert forward.cut_connection(raw, ()) is raw
+    # A lone keep-alive stays when the next hop's connection is kept alive too.
+    assert forward.cut_connection(raw, ((b"Connection", b"Keep-Alive"),), keep_alive=True) is raw
+    close = raw.replace(b"keep-alive", b"close")
+    assert forward.cut_connection(close, ((b"Connection", b"close"),), keep_alive=True) == cut
     # Not written in its plain form: None, and the caller rebuilds the head.
     assert forward.cut_connection(raw.replace(b"Connection: ", b"Connection:"), ((b"Connection", b"keep-alive"),)) is None
     out = forward.passthrough_request(cut, b"10.0.0.1", b"http", b"a.test", b"80")
