@@ -60,8 +60,8 @@ _UPGRADED = 6  # on_upgrade was called: later bytes are ignored
 _DEAD = 7  # a ProtocolError was raised
 
 # The quick paths (RequestParser.quick, ResponseParser.quick): start lines in the
-# plain forms they take, and (name, value) of each header line the framing rules
-# read, in a lowercased head (values with their trailing whitespace).
+# plain forms they take (the framing headers are read by headers.QUICK_HEADERS),
+# and the status line most responses have.
 _PLAIN_REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH) (/[!-~]*) HTTP/1\.([01])\r\n")
 _PLAIN_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9]) ([\t -~]*)\r\n")
 _200_OK = b"HTTP/1.1 200 OK\r\n"
