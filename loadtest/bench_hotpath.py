@@ -69,11 +69,22 @@ class FakeTransport:
     def resume_reading(self) -> None: ...
 
 
-def setup(loop: asyncio.AbstractEventLoop, parser: str) -> tuple[HTTPConnection, UpstreamConnection]:
+def setup(
+    loop: asyncio.AbstractEventLoop,
+    parser: str,
+    *,
+    host: str = "bench.local",
+    client_ip: str = "127.0.0.1",
+    transport: type = FakeTransport,
+) -> tuple[HTTPConnection, UpstreamConnection]:
+    """A client connection on an entrypoint with one ``Host(host)`` router, and the
+    upstream connection to its only server waiting in the pool, as after a first
+    request; both on ``transport`` objects (``transport(peer)``). The unit tests of
+    the express path use it too."""
     conf = msgspec.convert(
         {
             "http": {
-                "routers": {"bench": {"rule": "Host(`bench.local`)", "service": "backend"}},
+                "routers": {"bench": {"rule": f"Host(`{host}`)", "service": "backend"}},
                 "services": {"backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
             }
         },
@@ -89,12 +100,11 @@ def setup(loop: asyncio.AbstractEventLoop, parser: str) -> tuple[HTTPConnection,
     )
     ctx.router = router
     client = HTTPConnection(ctx)
-    client.connection_made(FakeTransport(("127.0.0.1", 40000)))
+    client.connection_made(transport((client_ip, 40000)))
     upstream = UpstreamConnection(response_parser)
-    upstream.connection_made(FakeTransport(("127.0.0.1", 9)))
-    # Put the upstream connection in the pool of the only backend, as after a first request.
-    route_backend = router.table.entries[0][3].service.pick()
-    route_backend.transport.put_idle(route_backend.server, upstream)
+    upstream.connection_made(transport(("127.0.0.1", 9)))
+    backend = router.by_host[host].service.pick()
+    backend.transport.put_idle(backend.server, upstream)
     return client, upstream
 
 

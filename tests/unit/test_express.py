@@ -5,32 +5,24 @@ The same exchanges go through a client connection three times: as edge runs
 the h11 codec, which has no quick parse at all. What reaches the upstream and the
 client must be the same bytes, exchange after exchange, and the connection must
 end in the same state. Real protocol objects, routers and pools; transports
-only record what is written.
+only record what is written. The wiring is ``loadtest/bench_hotpath.py``'s, so
+the benchmark measures what is tested here.
 """
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 import uvloop
 
-from edge.config.dynamic import Configuration
-from edge.config.merge import merge
-from edge.config.runtime import build_runtime
-from edge.http.codec import parser_classes
-from edge.http.server import EntryPointContext, HTTPConnection
-from edge.http.upstream import UpstreamConnection
-from edge.router.factory import build_http_routers
-from edge.transports import TransportRegistry
+from loadtest.bench_hotpath import FakeTransport, setup
 
 
-class Recorder:
-    """The part of asyncio.Transport a connection uses; keeps what is written."""
+class Recorder(FakeTransport):
+    """The benchmark's fake transport, keeping the bytes written rather than counting them."""
 
     def __init__(self, peer: tuple[str, int]) -> None:
-        self.peer = peer
+        super().__init__(peer)
         self.data = bytearray()
-        self.closed = False
 
     def write(self, data: bytes) -> None:
         self.data += data
@@ -38,21 +30,6 @@ class Recorder:
     def writelines(self, parts) -> None:
         for part in parts:
             self.data += part
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def get_extra_info(self, name: str, default=None):
-        return self.peer if name == "peername" else default
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-
 
 def run(
     exchanges: list[tuple[bytes, bytes]],
@@ -70,30 +47,7 @@ def run(
     """
     loop = uvloop.new_event_loop()
     try:
-        conf = msgspec.convert(
-            {
-                "http": {
-                    "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
-                    "services": {"s": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
-                }
-            },
-            Configuration,
-        )
-        runtime = build_runtime(merge({"file": conf}), {"web": "tcp"})
-        transports = TransportRegistry(loop)
-        transports.update(runtime.servers_transports)
-        router = build_http_routers(runtime, transports, ["web"])["web"]
-        request_parser, response_parser = parser_classes(codec)
-        ctx = EntryPointContext(
-            name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser
-        )
-        ctx.router = router
-        client = HTTPConnection(ctx)
-        client.connection_made(Recorder(("10.0.0.7", 40000)))
-        upstream = UpstreamConnection(response_parser)
-        upstream.connection_made(Recorder(("127.0.0.1", 9)))
-        backend = router.by_host["a.test"].service.pick()
-        backend.transport.put_idle(backend.server, upstream)
+        client, upstream = setup(loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder)
         if not express:
             client.quick = None
             upstream.quick = None
@@ -112,7 +66,7 @@ def run(
                 if i + 1 < len(exchanges):
                     client.data_received(exchanges[i + 1][0])
                 upstream.data_received(response)
-            return [bytes(upstream.transport.data)], [bytes(client.transport.data)], client.transport.closed
+            return [bytes(upstream.transport.data)], [bytes(client.transport.data)], client.transport.closing
         for request, response in exchanges:
             up_before, client_before = len(upstream.transport.data), len(client.transport.data)
             client.data_received(request)
@@ -120,9 +74,9 @@ def run(
             upstream.data_received(response)
             sent_up.append(bytes(upstream.transport.data[up_before:]))
             sent_client.append(bytes(client.transport.data[client_before:]))
-            if client.transport.closed:
+            if client.transport.closing:
                 break
-        return sent_up, sent_client, client.transport.closed
+        return sent_up, sent_client, client.transport.closing
     finally:
         loop.close()
 
