@@ -22,11 +22,12 @@ from collections.abc import Callable
 
 from edge.config.runtime import RuntimeConfig
 from edge.config.static import StaticConfig
-from edge.entrypoints import EntryPoints, HTTPEntryPoint
+from edge.entrypoints import EntryPoints
+from edge.entrypoints.tcp import TCPEntryPoint
 from edge.logs import AccessLogger
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
-from edge.router.factory import build_http_routers
+from edge.router.factory import build_router_sets
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
 
@@ -74,7 +75,7 @@ class Dataplane:
                 log.warning("entrypoint %s: UDP entrypoints are not served yet; %s ignored", name, config.address)
                 continue
             self.entrypoints.add(
-                HTTPEntryPoint(
+                TCPEntryPoint(
                     name,
                     config,
                     loop,
@@ -96,7 +97,7 @@ class Dataplane:
         self.transports.update(runtime.servers_transports)
 
     def switch_routers(self, runtime: RuntimeConfig) -> None:
-        routers = build_http_routers(runtime, self.transports, self.entrypoints.http)
+        routers = build_router_sets(runtime, self.transports, self.entrypoints.all)
         self.entrypoints.switch(routers)
         self.runtime = runtime
         log.info(
@@ -125,7 +126,7 @@ class Dataplane:
             self.access_log.close()
 
     def graces(self) -> dict[str, float]:
-        return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.http.items()}
+        return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.all.items()}
 
 
 class ControlPlane:

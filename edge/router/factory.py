@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from edge.config.runtime import RuntimeConfig
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Redirect, Route, Service, Weighted
+from edge.router.set import RouterSet
 from edge.rules import RouteTable
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
 
@@ -85,6 +86,14 @@ class _Builder:
             response_headers=resp_headers,
             redirect=redirect,
         )
+
+
+def build_router_sets(
+    runtime: RuntimeConfig, transports: TransportRegistry, entry_points: Iterable[str]
+) -> dict[str, RouterSet]:
+    """One RouterSet per named entrypoint."""
+    http = build_http_routers(runtime, transports, entry_points)
+    return {ep: RouterSet(http=router) for ep, router in http.items()}
 
 
 def build_http_routers(

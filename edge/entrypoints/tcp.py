@@ -1,11 +1,10 @@
-"""Entrypoints: the listening sockets and the router each one serves.
+"""The TCP entrypoint: one listening address, and what each connection becomes.
 
-An :class:`HTTPEntryPoint` binds one TCP address and holds the current
-:class:`~edge.router.http.HTTPRouter` in a single attribute of its shared
+A :class:`TCPEntryPoint` binds one TCP address and holds the current
+:class:`~edge.router.set.RouterSet` in a single attribute of its shared
 context; :meth:`switch` replaces it with one assignment, so a request reads
-either the old router or the new one, never a mix, and requests already routed
-finish where they are. :class:`EntryPoints` owns them all, runs the deadline
-sweep (connection timeouts, idle upstream connections) and drains them on stop.
+either the old routers or the new ones, never a mix, and requests already
+routed finish where they are.
 
 With ``reuse_port`` (worker processes, ``workers: N``) each process binds the same
 port with SO_REUSEPORT and the kernel spreads new connections among them.
@@ -19,18 +18,17 @@ import socket
 from collections.abc import Callable
 
 from edge.config.static import EntryPoint
+from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.http.codec import parser_classes
 from edge.http.server import EntryPointContext, HTTPConnection
 from edge.router.http import HTTPRouter
-from edge.transports import TransportRegistry
+from edge.router.set import RouterSet
 
 log = logging.getLogger("edge.entrypoints")
 
-SWEEP_MAX = 1.0
-SWEEP_MIN = 0.05
 
 
-class HTTPEntryPoint:
+class TCPEntryPoint:
     def __init__(
         self,
         name: str,
@@ -77,8 +75,8 @@ class HTTPEntryPoint:
     def router(self) -> HTTPRouter:
         return self.ctx.router
 
-    def switch(self, router: HTTPRouter) -> None:
-        self.ctx.router = router
+    def switch(self, routers: RouterSet) -> None:
+        self.ctx.router = routers.http
 
     async def start(self) -> None:
         host = self.config.host or None
@@ -124,58 +122,3 @@ class HTTPEntryPoint:
                 conn.transport.abort()
         if ctx.connections:
             log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, len(ctx.connections))
-
-
-class EntryPoints:
-    """Every entrypoint of this process, their periodic sweep and their shutdown."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, transports: TransportRegistry) -> None:
-        self.loop = loop
-        self.transports = transports
-        self.http: dict[str, HTTPEntryPoint] = {}
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def add(self, entrypoint: HTTPEntryPoint) -> None:
-        self.http[entrypoint.name] = entrypoint
-
-    async def start(self) -> None:
-        for ep in self.http.values():
-            await ep.start()
-        self._schedule_sweep()
-
-    def switch(self, routers: dict[str, HTTPRouter]) -> None:
-        """Swap in the new routers: one assignment per entrypoint."""
-        for name, ep in self.http.items():
-            router = routers.get(name)
-            if router is not None:
-                ep.switch(router)
-
-    def _schedule_sweep(self) -> None:
-        interval = min((ep.sweep_interval() for ep in self.http.values()), default=SWEEP_MAX)
-        self._sweeper = self.loop.call_later(interval, self._sweep)
-
-    def _sweep(self) -> None:
-        now = self.loop.time()
-        for ep in self.http.values():
-            try:
-                ep.sweep(now)
-            except Exception:
-                log.exception("entrypoint %s: sweep failed", ep.name)
-        self.transports.sweep()
-        self._schedule_sweep()
-
-    async def stop(self, grace: float | dict[str, float]) -> None:
-        """Stop accepting everywhere, then drain every entrypoint in parallel."""
-        for ep in self.http.values():
-            ep.stop_accepting()
-        graces = grace if isinstance(grace, dict) else dict.fromkeys(self.http, grace)
-        await asyncio.gather(*(ep.drain(graces.get(name, 10.0)) for name, ep in self.http.items()))
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        self.transports.close()
-
-
-def format_address(addr: tuple) -> str:
-    """A socket address as ``host:port`` or ``[v6]:port``."""
-    host, port = addr[0], addr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
