@@ -45,6 +45,7 @@ __all__ = [
     "canonical_host",
     "compile_rule",
     "default_priority",
+    "split_authority",
 ]
 
 T = TypeVar("T")
@@ -69,22 +70,32 @@ def default_priority(rule_text: str) -> int:
     return len(rule_text)
 
 
-def canonical_host(authority: str) -> str:
-    """Normalize a Host header / :authority value the way ``RequestView.host`` expects.
+def split_authority(authority: str) -> tuple[str, str]:
+    """(host, port) of a Host header / :authority value: the one host normalisation.
 
-    Strips the port and IPv6 brackets, one trailing dot, and lowercases:
-    ``"Example.COM.:8080"`` -> ``"example.com"``, ``"[::1]:80"`` -> ``"::1"``.
+    The host as ``RequestView.host`` expects it: port and IPv6 brackets gone, one
+    trailing dot dropped, lowercased (``"Example.COM.:8080"`` -> ``("example.com",
+    "8080")``, ``"[::1]:80"`` -> ``("::1", "80")``); an unbracketed value with
+    several colons is an IPv6 address without a port (``"::1"``).
     """
     host = authority.strip()
+    port = ""
     if host.startswith("["):
         end = host.find("]")
         if end != -1:
+            if host[end + 1 : end + 2] == ":":
+                port = host[end + 2 :]
             host = host[1:end]
     elif host.count(":") == 1:
-        host = host[: host.index(":")]
+        host, port = host.split(":")
     if host.endswith("."):
         host = host[:-1]
-    return host.lower()
+    return host.lower(), port
+
+
+def canonical_host(authority: str) -> str:
+    """The host of a Host header / :authority value (see :func:`split_authority`)."""
+    return split_authority(authority)[0]
 
 
 # --- the request as matchers see it ------------------------------------------------------

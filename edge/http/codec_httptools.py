@@ -42,6 +42,7 @@ from edge.http.headers import (
     check_reason,
     check_target,
     check_value_space,
+    connection_line,
     request_framing,
     response_framing,
     skip_empty_lines,
@@ -98,14 +99,6 @@ def _plain_headers(found: list[tuple[bytes, ...]], need: int) -> tuple[bytes, bo
     if token == b"close":
         return line[_VALUE].rstrip(b" \t"), False
     return None
-
-
-def _connection_line(data: bytes, end: int) -> tuple[int, int] | None:
-    """(start, end) of the Connection line in ``data[:end]``, its leading CRLF included."""
-    start = data.lower().find(b"\r\nconnection:", 0, end)
-    if start < 0:
-        return None  # "Connection :", which llhttp refuses
-    return start, data.find(b"\r\n", start + 13)
 
 
 class _Silent:
@@ -391,7 +384,7 @@ class RequestParser(_Base):
         line_end = line.end() - 2
         cut = b""  # the header lines without the Connection line, when it says close
         if connection is False:
-            span = _connection_line(data, len(data))
+            span = connection_line(data, len(data))
             if span is None:
                 return None
             cut = data[line_end : span[0]] + data[span[1] :]
@@ -685,7 +678,7 @@ class ResponseParser(_Base):
         keep_alive = connection is not False
         i = j = end
         if not keep_alive:
-            span = _connection_line(data, end)
+            span = connection_line(data, end)
             if span is None:
                 return None
             i, j = span

@@ -21,34 +21,9 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from edge.http.codec import Header, RequestHead, ResponseHead
+from edge.http.headers import FORWARDED, HOP_BY_HOP, connection_line
+from edge.rules import split_authority
 
-# Lowercased names never forwarded as they are. Framing headers are rewritten
-# by edge; Expect is answered by edge itself (100 Continue).
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-        b"expect",
-    }
-)
-FORWARDED = frozenset(
-    {
-        b"x-forwarded-for",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"x-forwarded-port",
-        b"x-forwarded-prefix",
-        b"x-real-ip",
-    }
-)
 # Never copied as they are: edge writes its own (from a trusted client, it
 # carries the received X-Forwarded-* values over into its own).
 DROP = HOP_BY_HOP | FORWARDED | {b"host"}
@@ -63,9 +38,10 @@ class HeaderEdits:
     value only removes them.
     """
 
-    __slots__ = ("names", "values")
+    __slots__ = ("names", "pairs", "values")
 
     def __init__(self, headers: list[Header]) -> None:
+        self.pairs = tuple(headers)
         self.names = frozenset(name.lower() for name, _ in headers)
         self.values = [(name, value) for name, value in headers if value]
 
@@ -120,19 +96,8 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
 
 
 def split_host_port(authority: bytes) -> tuple[str, str]:
-    """("host", "port") of a Host header value; host lowercased, no trailing dot."""
-    host = authority.decode("latin-1").strip()
-    port = ""
-    if host.startswith("["):
-        end = host.find("]")
-        if end > 0:
-            port = host[end + 2 :] if host[end + 1 : end + 2] == ":" else ""
-            host = host[1:end]
-    else:
-        colon = host.rfind(":")
-        if colon >= 0:
-            host, port = host[:colon], host[colon + 1 :]
-    return host.lower().rstrip("."), port
+    """("host", "port") of a Host header value (:func:`edge.rules.split_authority`)."""
+    return split_authority(authority.decode("latin-1"))
 
 
 def request_head(
@@ -205,24 +170,22 @@ def request_head(
 
 
 def cut_connection(raw: bytes, through: tuple[Header, ...], keep_alive: bool = False) -> bytes | None:
-    """A head's bytes without the Connection header ``through`` names.
+    """A head's bytes without its Connection line (``through`` names it, if any).
 
     ``through`` comes from :func:`edge.http.headers.passthrough`. A Connection
     of exactly ``keep-alive`` stays when ``keep_alive`` (the next hop's
     connection is kept alive): it then states edge's own intent for that
-    connection, as nginx writes one. None when the line is not written in its
-    plain ``Name: value`` form (the head is then rebuilt).
+    connection, as nginx writes one. The line is found by
+    :func:`edge.http.headers.connection_line`, as the quick parses find it.
     """
     if not through:
         return raw
-    name, value = through[0]
-    if keep_alive and value.lower() == b"keep-alive":
+    if keep_alive and through[0][1].lower() == b"keep-alive":
         return raw
-    line = b"\r\n%s: %s\r\n" % (name, value)
-    i = raw.find(line)
-    if i < 0:
+    span = connection_line(raw, len(raw))
+    if span is None:
         return None
-    return raw[: i + 2] + raw[i + len(line) :]
+    return raw[: span[0]] + raw[span[1] :]
 
 
 def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes, port: bytes) -> bytes:

@@ -53,7 +53,35 @@ _UPGRADE = 5
 _EXPECT = 6
 _HOP = 7  # other hop-by-hop or edge-owned headers: a head holding one is rebuilt
 _PROXY_CONNECTION = 8
-_FRAMING_NAMES = {
+# The one table of header names edge treats specially. Hop-by-hop names (RFC 9110
+# 7.6.1, with the framing headers, which edge writes itself, and Expect, which it
+# answers) are never forwarded as they are; the forwarding names are edge's own.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+    }
+)
+FORWARDED = frozenset(
+    {
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+        b"x-forwarded-prefix",
+        b"x-real-ip",
+    }
+)
+_FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED, _HOP) | {
     b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING,
     b"host": _HOST,
@@ -63,17 +91,6 @@ _FRAMING_NAMES = {
     b"proxy-connection": _PROXY_CONNECTION,
     b"upgrade": _UPGRADE,
     b"expect": _EXPECT,
-    b"keep-alive": _HOP,
-    b"proxy-authenticate": _HOP,
-    b"proxy-authorization": _HOP,
-    b"te": _HOP,
-    b"trailer": _HOP,
-    b"x-forwarded-for": _HOP,
-    b"x-forwarded-proto": _HOP,
-    b"x-forwarded-host": _HOP,
-    b"x-forwarded-port": _HOP,
-    b"x-forwarded-prefix": _HOP,
-    b"x-real-ip": _HOP,
 }
 
 # Any header line whose name the framing rules read, in a lowercased head. A head
@@ -99,10 +116,24 @@ def _alternation(words: list[bytes]) -> bytes:
 # per line, where the first three are empty but for the one that names the line;
 # all three empty: another of those names. Names match in any case; the value has
 # its leading whitespace dropped, not its trailing.
-_QUICK_OTHERS = [name for name in _FRAMING_NAMES if name not in (b"host", b"connection", b"content-length")]
+_QUICK_OTHERS = [name for name in sorted(_FRAMING_NAMES) if name not in (b"host", b"connection", b"content-length")]
 QUICK_HEADERS = re.compile(
     rb"\r\n(?i:(host)|(connection)|(content-length)|" + _alternation(_QUICK_OTHERS) + rb")[ \t]*:[ \t]*([^\r\n]*)"
 )
+
+def connection_line(head: bytes, end: int) -> tuple[int, int] | None:
+    """(start, end) of the Connection line in ``head[:end]``, its leading CRLF included.
+
+    The one place a Connection line is found in a head's bytes (both codecs'
+    heads, requests and responses): by its name in any case, whatever the
+    whitespace around its value. Only for heads holding exactly one Connection
+    header; None for ``Connection :``, which both codecs refuse anyway.
+    """
+    start = head.lower().find(b"\r\nconnection:", 0, end)
+    if start < 0:
+        return None
+    return start, head.find(b"\r\n", start + 13)
+
 
 # Absolute-form request targets: scheme "://" authority, then "/..." or "?...".
 _SCHEME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
