@@ -391,10 +391,38 @@ class CertAndStores(Base):
     stores: list[str] = []  # empty: the "default" store
 
 
+ClientAuthType = Literal[
+    "",  # NoClientCert, or RequireAndVerifyClientCert when caFiles are given (Traefik's rule)
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+]
+
+
+class ClientAuth(Base):
+    """Client certificates (mutual TLS). ``caFiles``: paths or inline PEM.
+
+    What each type does under Python's ssl is in :mod:`edge.tls.certs`.
+    """
+
+    ca_files: list[str] = []
+    client_auth_type: ClientAuthType = ""
+
+
 class TLSOptions(Base):
+    """Traefik's TLS options; names (cipher suites, curves) are Go's, as in Traefik.
+
+    Checked (and mapped to OpenSSL) by :mod:`edge.tls.certs`, which reports a bad
+    value per options name so that only the routers using it are disabled.
+    """
+
     min_version: TLSVersion = "VersionTLS12"
     max_version: TLSVersion | Literal[""] = ""  # "": the highest supported
     cipher_suites: list[str] = []
+    curve_preferences: list[str] = []
+    client_auth: ClientAuth | None = None
     sni_strict: bool = False
     # edge speaks HTTP/1.1 only, so that is all it offers by default (Traefik adds h2).
     alpn_protocols: list[str] = msgspec.field(default_factory=lambda: ["http/1.1"])

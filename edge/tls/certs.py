@@ -1,0 +1,566 @@
+"""Certificates and TLS options of one configuration: server name -> ``ssl.SSLContext``.
+
+Owns :class:`TLSCertificates`, a snapshot built once per dynamic configuration from
+its ``tls`` section (certificates, options, the default store), and the mapping of
+Traefik's TLS options (Go's names) onto Python's ``ssl``.
+
+Invariants:
+- Per connection the snapshot costs a few dict lookups: the server name picks a
+  certificate (exact SAN name, then a single-label wildcard ``*.example.com``, then
+  ``tls.stores.default.defaultCertificate``, then edge's own self-signed certificate,
+  generated once per process); the pair (certificate, options name) picks an
+  ``SSLContext`` built once, on first use, and reused for every later connection.
+  A new configuration builds a new snapshot; connections keep the context they got.
+- A broken certificate never fails the snapshot: it is left out and its
+  :class:`CertificateError` (naming the file) is kept in ``errors``; a broken
+  options entry is kept in :meth:`~TLSCertificates.options_error` and refuses its
+  connections. The runtime asks both to disable only the routers concerned.
+- Inline PEM (a value holding ``-----BEGIN``) never appears in a message or a log;
+  any other value is a file path.
+
+Python's ``ssl`` (3.11, OpenSSL 3) cannot do all that Go's crypto/tls does; where an
+option cannot be honoured exactly, edge does the nearest safe thing:
+
+- ``cipherSuites``: Go names map to OpenSSL names for TLS 1.0-1.2. TLS 1.3 suites
+  (``TLS_AES_128_GCM_SHA256``, ...) and ``TLS_FALLBACK_SCSV`` are accepted and
+  ignored, as Go ignores them (Python has no way to set TLS 1.3 suites either).
+  A known suite this OpenSSL lacks (RC4, 3DES) is left out with a warning.
+- ``curvePreferences``: Python 3.11 sets one group only (``set_ecdh_curve``), so
+  edge offers the first listed curve alone (a warning names the others): a
+  client without that curve is refused rather than served a curve not asked for.
+- ``clientAuth.clientAuthType`` (Go's values): ``NoClientCert`` asks for nothing;
+  ``VerifyClientCertIfGiven`` asks and verifies a given one against ``caFiles``;
+  ``RequireAndVerifyClientCert`` requires one that verifies. Python cannot ask
+  for a certificate without verifying it, so ``RequestClientCert`` asks for none
+  (no client is refused, as Go promises, but none is seen) and
+  ``RequireAnyClientCert`` requires one that verifies against ``caFiles`` (an
+  error without ``caFiles``). An empty type means ``RequireAndVerifyClientCert``
+  when ``caFiles`` are given, ``NoClientCert`` otherwise (Traefik's rule).
+- ``minVersion: VersionTLS10/11`` is set, but OpenSSL 3's default security
+  level still refuses those versions; edge does not lower it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import logging
+import os
+import secrets
+import ssl
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from edge.config.dynamic import TLSConfiguration, TLSOptions
+from edge.errors import ConfigError
+
+log = logging.getLogger("edge.tls")
+
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_CERT_CN",
+    "Certificate",
+    "CertificateError",
+    "TLSCertificates",
+    "TLSOptionsError",
+    "generated_default",
+]
+
+DEFAULT = "default"  # the options and store every router gets unless it names others
+DEFAULT_CERT_CN = "EDGE DEFAULT CERT"  # subject of the self-signed certificate edge generates
+PEM_MARK = "-----BEGIN"
+
+VERSIONS = {
+    "VersionTLS10": ssl.TLSVersion.TLSv1,
+    "VersionTLS11": ssl.TLSVersion.TLSv1_1,
+    "VersionTLS12": ssl.TLSVersion.TLSv1_2,
+    "VersionTLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# Go's cipher suite names (Traefik's list) -> OpenSSL's, for TLS 1.0-1.2.
+CIPHER_SUITES = {
+    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+# Accepted and not applied (Go does not apply them either).
+IGNORED_SUITES = frozenset(
+    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256", "TLS_FALLBACK_SCSV"}
+)
+
+# Go's curve names and Traefik's aliases -> OpenSSL's short names.
+CURVES = {
+    "CurveP256": "prime256v1",
+    "secp256r1": "prime256v1",
+    "CurveP384": "secp384r1",
+    "secp384r1": "secp384r1",
+    "CurveP521": "secp521r1",
+    "secp521r1": "secp521r1",
+    "X25519": "X25519",
+    "x25519": "X25519",
+}
+
+CLIENT_AUTH_TYPES = (
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+)
+
+
+class CertificateError(ConfigError):
+    """A certificate or its key cannot be served.
+
+    ``path`` is where it is configured (``$.tls.certificates[2]``); the message names
+    the file (or says "inline PEM"). ``names`` are the DNS names of the certificate
+    when it could be read, so the runtime can tell which routers lose it.
+    """
+
+    def __init__(self, message: str, *, path: str, names: tuple[str, ...] = ()) -> None:
+        self.names = names
+        super().__init__(message, path=path)
+
+
+class TLSOptionsError(ConfigError):
+    """A ``tls.options`` entry is unknown or cannot be applied; names the option."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(message, path=f"$.tls.options.{name}")
+
+
+@dataclass(frozen=True, eq=False)
+class Certificate:
+    """A validated certificate chain and its key (PEM), and the names it serves."""
+
+    where: str  # "$.tls.certificates[0]", "$.tls.stores.default.defaultCertificate", "generated"
+    names: tuple[str, ...]  # lower-case DNS names (SAN, or the CN when there is no SAN)
+    fingerprint: str  # SHA-256 of the leaf, hex
+    chain_pem: bytes = field(repr=False)
+    key_pem: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """One validated ``tls.options`` entry, ready to apply to a fresh context."""
+
+    minimum: ssl.TLSVersion
+    maximum: ssl.TLSVersion | None
+    ciphers: str | None
+    curve: str | None
+    alpn: tuple[str, ...]
+    sni_strict: bool
+    verify_mode: ssl.VerifyMode
+    ca_pem: str | None = field(default=None, repr=False)
+
+    def apply(self, ctx: ssl.SSLContext) -> None:
+        ctx.minimum_version = self.minimum
+        if self.maximum is not None:
+            ctx.maximum_version = self.maximum
+        if self.ciphers is not None:
+            ctx.set_ciphers(self.ciphers)
+        if self.curve is not None:
+            ctx.set_ecdh_curve(self.curve)
+        if self.alpn:
+            ctx.set_alpn_protocols(list(self.alpn))
+        if self.ca_pem is not None:
+            ctx.load_verify_locations(cadata=self.ca_pem)
+        ctx.verify_mode = self.verify_mode
+        ctx.options |= ssl.OP_NO_RENEGOTIATION
+
+
+_BROKEN = object()  # a context that could not be built (logged once)
+
+
+class TLSCertificates:
+    """The certificates and TLS options of one configuration (see the module doc).
+
+    ``errors`` holds one :class:`CertificateError` per certificate left out;
+    ``default`` is the certificate served when no name matches.
+    """
+
+    def __init__(self, config: TLSConfiguration | None) -> None:
+        config = config or TLSConfiguration()
+        self.errors: tuple[CertificateError, ...] = ()
+        errors: list[CertificateError] = []
+        self._exact: dict[str, Certificate] = {}
+        self._wildcard: dict[str, Certificate] = {}  # "example.com" -> cert for "*.example.com"
+        certificates = []
+        for i, entry in enumerate(config.certificates):
+            where = f"$.tls.certificates[{i}]"
+            if entry.stores and DEFAULT not in entry.stores:
+                log.warning("%s: stores %s ignored: edge has only the default store", where, entry.stores)
+                continue
+            try:
+                cert = _load(where, entry.cert_file, entry.key_file)
+            except CertificateError as exc:
+                errors.append(exc)
+                continue
+            certificates.append(cert)
+            for name in cert.names:
+                index = self._wildcard if name.startswith("*.") else self._exact
+                key = name[2:] if name.startswith("*.") else name
+                if key in index:
+                    log.debug("%s: %s already served by %s", where, name, index[key].where)
+                else:
+                    index[key] = cert
+        self.certificates: tuple[Certificate, ...] = tuple(certificates)
+
+        default: Certificate | None = None
+        for name in config.stores:
+            if name != DEFAULT:
+                log.warning("TLS store %s ignored: edge has only the default store", name)
+        store = config.stores.get(DEFAULT)
+        if store is not None and store.default_certificate is not None:
+            where = "$.tls.stores.default.defaultCertificate"
+            try:
+                default = _load(where, store.default_certificate.cert_file, store.default_certificate.key_file)
+            except CertificateError as exc:
+                errors.append(exc)
+        self.default: Certificate = default or generated_default()
+        self.errors = tuple(errors)
+        for exc in self.errors:
+            log.error("certificate left out: %s", exc)
+
+        self._options: dict[str, _Options] = {}
+        self._options_errors: dict[str, TLSOptionsError] = {}
+        # merge() always adds "default"; a snapshot built from a bare section gets it too.
+        options = config.options if DEFAULT in config.options else {DEFAULT: TLSOptions(), **config.options}
+        for name, opts in options.items():
+            try:
+                self._options[name] = _options(name, opts)
+            except TLSOptionsError as exc:
+                self._options_errors[name] = exc
+                log.error("TLS options left out: %s", exc)
+        self._contexts: dict[tuple[int, str], object] = {}
+
+    # -- per connection -------------------------------------------------------------
+
+    def context_for(self, server_name: str | None, options: str = DEFAULT) -> ssl.SSLContext | None:
+        """The context to terminate a connection for ``server_name`` (the SNI, or None).
+
+        ``None`` means refuse: the options are unknown or broken, or ``sniStrict``
+        is set and no certificate has the name (or the client sent none).
+        """
+        opts = self._options.get(options)
+        if opts is None:
+            return None
+        cert = self.certificate_for(server_name)
+        if cert is None:
+            if opts.sni_strict:
+                return None
+            cert = self.default
+        key = (id(cert), options)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            ctx = self._contexts[key] = self._build(cert, options, opts)
+        return None if ctx is _BROKEN else ctx  # type: ignore[return-value]
+
+    def certificate_for(self, server_name: str | None) -> Certificate | None:
+        """The configured certificate for a name (exact, then wildcard), not the default."""
+        if not server_name:
+            return None
+        name = server_name.lower().rstrip(".")
+        cert = self._exact.get(name)
+        if cert is None:
+            dot = name.find(".")
+            if dot > 0:
+                cert = self._wildcard.get(name[dot + 1 :])
+        return cert
+
+    # -- for the runtime ------------------------------------------------------------
+
+    def options_error(self, name: str) -> TLSOptionsError | None:
+        """Why connections with these options are refused; None when they are usable."""
+        if name in self._options:
+            return None
+        return self._options_errors.get(name) or TLSOptionsError(name, f"TLS options {name!r} do not exist")
+
+    def errors_for(self, domain: str) -> tuple[CertificateError, ...]:
+        """The errors that explain why ``domain`` has no certificate of its own.
+
+        Empty when a configured certificate serves it; otherwise the errors of the
+        certificates whose names cover it, and those of certificates that could not
+        be read far enough to know their names.
+        """
+        if self.certificate_for(domain) is not None:
+            return ()
+        name = domain.lower().rstrip(".")
+        parent = name[name.find(".") + 1 :] if "." in name else None
+        return tuple(
+            exc
+            for exc in self.errors
+            if not exc.names or name in exc.names or (parent and f"*.{parent}" in exc.names)
+        )
+
+    # -- building -------------------------------------------------------------------
+
+    def _build(self, cert: Certificate, name: str, opts: _Options) -> object:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            opts.apply(ctx)
+            _load_chain(ctx, cert)
+        except OSError as exc:  # ssl.SSLError, or /proc missing for the memory file
+            log.error("%s with TLS options %s: cannot build a TLS context: %s", cert.where, name, exc)
+            return _BROKEN
+        return ctx
+
+
+# -- certificates -----------------------------------------------------------------
+
+
+def _describe(value: str) -> str:
+    return "inline PEM" if PEM_MARK in value else value
+
+
+def _read(where: str, what: str, value: str) -> bytes:
+    if PEM_MARK in value:
+        return value.encode()
+    if not value:
+        raise CertificateError(f"{what} is empty", path=where)
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CertificateError(f"{what} {value}: no such file", path=where) from None
+    except OSError as exc:
+        raise CertificateError(f"{what} {value}: cannot read: {exc.strerror}", path=where) from None
+
+
+def _load(where: str, cert_file: str, key_file: str) -> Certificate:
+    """Read and check a certificate chain and its key; CertificateError names the file."""
+    chain_pem = _read(where, "certFile", cert_file)
+    key_pem = _read(where, "keyFile", key_file)
+    try:
+        chain = x509.load_pem_x509_certificates(chain_pem)
+    except ValueError:
+        raise CertificateError(
+            f"certFile {_describe(cert_file)}: no PEM certificate could be read", path=where
+        ) from None
+    leaf = chain[0]
+    names = _names(leaf)
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except TypeError:
+        raise CertificateError(
+            f"keyFile {_describe(key_file)}: the key is encrypted (edge takes unencrypted keys)",
+            path=where,
+            names=names,
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise CertificateError(
+            f"keyFile {_describe(key_file)}: no PEM private key could be read",
+            path=where,
+            names=names,
+        ) from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
+        raise CertificateError(
+            f"keyFile {_describe(key_file)} does not match certFile {_describe(cert_file)}",
+            path=where,
+            names=names,
+        )
+    return Certificate(
+        where=where,
+        names=names,
+        fingerprint=leaf.fingerprint(hashes.SHA256()).hex(),
+        chain_pem=chain_pem,
+        key_pem=key_pem,
+    )
+
+
+def _names(cert: x509.Certificate) -> tuple[str, ...]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = san.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return tuple(dict.fromkeys(n.lower().rstrip(".") for n in names if n))
+
+
+@contextlib.contextmanager
+def _pem_path(data: bytes) -> Iterator[str]:
+    """A path OpenSSL can read ``data`` from: an anonymous memory file where the OS has
+    them (the key never touches a disk), else a private temporary file."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("edge-tls", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="edge-tls-") as f:  # created 0600
+        f.write(data)
+        f.flush()
+        yield f.name
+
+
+def _load_chain(ctx: ssl.SSLContext, cert: Certificate) -> None:
+    with _pem_path(cert.chain_pem) as chain, _pem_path(cert.key_pem) as key:
+        ctx.load_cert_chain(chain, key)
+
+
+@functools.cache
+def generated_default() -> Certificate:
+    """edge's self-signed certificate (ECDSA P-256, one year), made once per process.
+
+    Its only name is random under ``.edge.default``, so it never matches a real one.
+    """
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = f"{secrets.token_hex(8)}.{secrets.token_hex(8)}.edge.default"
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, DEFAULT_CERT_CN)])
+    now = datetime.datetime.now(datetime.UTC)
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Certificate(
+        where="generated",
+        names=(name,),
+        fingerprint=leaf.fingerprint(hashes.SHA256()).hex(),
+        chain_pem=leaf.public_bytes(serialization.Encoding.PEM),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+# -- options ----------------------------------------------------------------------
+
+
+def _options(name: str, opts: TLSOptions) -> _Options:
+    """Validate one options entry against this OpenSSL; TLSOptionsError names the field."""
+
+    def fail(message: str) -> TLSOptionsError:
+        return TLSOptionsError(name, message)
+
+    minimum = VERSIONS[opts.min_version]
+    maximum = VERSIONS[opts.max_version] if opts.max_version else None
+    if maximum is not None and maximum < minimum:
+        raise fail(f"maxVersion {opts.max_version} is below minVersion {opts.min_version}")
+
+    ciphers = None
+    if opts.cipher_suites:
+        unknown = [s for s in opts.cipher_suites if s not in CIPHER_SUITES and s not in IGNORED_SUITES]
+        if unknown:
+            raise fail(f"cipherSuites: unknown cipher suite {unknown[0]!r}")
+        wanted = list(dict.fromkeys(CIPHER_SUITES[s] for s in opts.cipher_suites if s in CIPHER_SUITES))
+        if wanted:
+            ciphers = ":".join(wanted)
+        elif minimum < ssl.TLSVersion.TLSv1_3:
+            raise fail("cipherSuites names no TLS 1.2 suite while minVersion allows TLS 1.2")
+
+    curve = None
+    if opts.curve_preferences:
+        unknown = [c for c in opts.curve_preferences if c not in CURVES]
+        if unknown:
+            raise fail(f"curvePreferences: unknown curve {unknown[0]!r}")
+        curve = CURVES[opts.curve_preferences[0]]
+        if len(opts.curve_preferences) > 1:
+            log.warning(
+                "TLS options %s: curvePreferences: only %s is offered (Python's ssl sets one curve)",
+                name,
+                opts.curve_preferences[0],
+            )
+
+    auth = opts.client_auth
+    ca_files = auth.ca_files if auth is not None else []
+    kind = (auth.client_auth_type if auth is not None else "") or (
+        "RequireAndVerifyClientCert" if ca_files else "NoClientCert"
+    )
+    ca_pem = None
+    if ca_files:
+        parts = []
+        for i, value in enumerate(ca_files):
+            what = f"clientAuth.caFiles[{i}]"
+            try:
+                data = _read(f"$.tls.options.{name}", what, value)
+                x509.load_pem_x509_certificates(data)
+            except CertificateError as exc:
+                raise fail(exc.message) from None
+            except ValueError:
+                raise fail(f"{what} {_describe(value)}: no PEM certificate could be read") from None
+            parts.append(data.decode("ascii", "replace"))
+        ca_pem = "\n".join(parts)
+    if kind in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert", "RequireAnyClientCert") and not ca_pem:
+        raise fail(f"clientAuth: clientAuthType {kind} needs caFiles")
+    verify_mode = {
+        "NoClientCert": ssl.CERT_NONE,
+        "RequestClientCert": ssl.CERT_NONE,
+        "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+        "RequireAnyClientCert": ssl.CERT_REQUIRED,
+        "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    }[kind]
+
+    built = _Options(
+        minimum=minimum,
+        maximum=maximum,
+        ciphers=ciphers,
+        curve=curve,
+        alpn=tuple(opts.alpn_protocols),
+        sni_strict=opts.sni_strict,
+        verify_mode=verify_mode,
+        ca_pem=ca_pem,
+    )
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        built.apply(probe)
+    except ssl.SSLError as exc:
+        if ciphers is not None and "cipher" in str(exc).lower():
+            raise fail(f"cipherSuites: none is available in {ssl.OPENSSL_VERSION}") from None
+        raise fail(f"cannot be applied: {exc}") from None
+    except ValueError as exc:
+        raise fail(f"cannot be applied: {exc}") from None
+    if ciphers is not None:
+        have = {c["name"] for c in probe.get_ciphers()}
+        missing = [s for s in opts.cipher_suites if s in CIPHER_SUITES and CIPHER_SUITES[s] not in have]
+        if missing:
+            log.warning(
+                "TLS options %s: cipher suites not available in %s, left out: %s",
+                name,
+                ssl.OPENSSL_VERSION,
+                ", ".join(missing),
+            )
+    return built
