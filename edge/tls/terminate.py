@@ -1,0 +1,331 @@
+"""TLS termination over a transport that is already open: ``ssl.SSLObject`` + ``MemoryBIO``.
+
+:func:`start_tls` takes a connection whose first bytes were already read (the
+peek that found the ClientHello), installs a :class:`TLSTransport` as its
+protocol, replays those bytes into the handshake, and once the handshake is
+done hands the application protocol (the HTTP server's connection, a splice) a
+transport it cannot tell from a socket's: plaintext in, plaintext out.
+
+:class:`TLSTransport` is both sides of the seam: to the raw transport it is the
+protocol (``data_received``, ``eof_received``, ``connection_lost``,
+``pause_writing``/``resume_writing``), to the application the transport
+(``write``, ``close``, ``pause_reading``, ``get_extra_info``, ...). Its
+asyncio.Protocol callbacks are duck-typed, as asyncio's transports expect.
+
+Invariants:
+- No byte is lost or reordered: the peeked bytes enter the incoming BIO before any
+  later read; encrypted output leaves in the order OpenSSL produced it.
+- The application sees nothing before the handshake completes: no
+  ``connection_made`` for a refused client; a failed handshake sends the alert
+  OpenSSL produced and closes (logged at debug, with the reason).
+- Encrypted output is written to the raw transport as soon as it is produced,
+  so the raw transport's write buffer is the only buffer: its flow control is
+  the application's (``pause_writing`` passes through), and the application's
+  ``pause_reading`` pauses the raw transport.
+- Per read: one BIO write, ``SSLObject.read`` until the BIOs are empty, one
+  ``data_received`` with everything decrypted; per ``write``/``writelines``: one
+  ``SSLObject.write`` and one raw write.
+
+Handshake deadline: ``handshake_timeout`` seconds (10 by default, 0 for none)
+from :func:`start_tls`; past it the connection is aborted. The peek before it
+is the caller's to bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Any
+
+log = logging.getLogger("edge.tls")
+
+__all__ = ["HANDSHAKE_TIMEOUT", "TLSTransport", "refuse", "start_tls"]
+
+HANDSHAKE_TIMEOUT = 10.0
+READ_SIZE = 256 * 1024  # plaintext asked for per SSLObject.read (one record at most is returned)
+
+# TLS alert descriptions (RFC 8446 6.2) a caller may refuse a ClientHello with.
+ALERT_HANDSHAKE_FAILURE = 40
+ALERT_INTERNAL_ERROR = 80
+ALERT_UNRECOGNIZED_NAME = 112
+
+
+def refuse(transport: asyncio.BaseTransport, description: int = ALERT_UNRECOGNIZED_NAME) -> None:
+    """Answer a ClientHello with a fatal alert and close (no handshake: nothing to
+    encrypt, so the alert is a plain record, as a TLS server sends it before keys exist).
+
+    For a refusal decided before any TLS state exists: no certificate for the name
+    under ``sniStrict`` (``unrecognized_name``), no router for it.
+    """
+    transport.write(bytes((21, 3, 3, 0, 2, 2, description)))  # alert record: fatal, description
+    transport.close()
+
+
+def start_tls(
+    raw: asyncio.Transport,
+    context: ssl.SSLContext,
+    protocol: asyncio.BaseProtocol,
+    peeked: bytes = b"",
+    *,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+) -> TLSTransport:
+    """Terminate TLS on ``raw``, starting with the bytes already read from it.
+
+    ``protocol.connection_made(tls_transport)`` is called when the handshake is
+    done; nothing is called on it if the handshake fails. Call on the loop's thread.
+    """
+    tls = TLSTransport(raw, context, protocol, handshake_timeout)
+    raw.set_protocol(tls)
+    if not raw.is_reading():
+        raw.resume_reading()
+    if peeked:
+        tls.data_received(peeked)
+    return tls
+
+
+class TLSTransport(asyncio.Transport):
+    """The application's transport over one TLS connection; the raw transport's protocol."""
+
+    def __init__(
+        self,
+        raw: asyncio.Transport,
+        context: ssl.SSLContext,
+        protocol: asyncio.BaseProtocol,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        super().__init__()
+        self._raw = raw
+        self._context = context
+        self._app = protocol
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._in, self._out, server_side=True)
+        self._connected = False  # handshake done, app protocol told
+        self._failed = False  # handshake failed or timed out: ignore whatever comes
+        self._closing = False
+        self._eof = False  # the application was told the peer is done sending
+        self._reading_paused = False  # by the application
+        self._writing_paused = False  # by the raw transport
+        self._timer: asyncio.TimerHandle | None = None
+        if handshake_timeout > 0:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(handshake_timeout, self._handshake_timed_out)
+
+    # -- raw side: the protocol of the raw transport ---------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Not called: the raw transport was made before this protocol was installed."""
+
+    def data_received(self, data: bytes) -> None:
+        self._in.write(data)
+        if self._connected:
+            self._read()
+        elif not self._failed:
+            self._handshake()
+
+    def eof_received(self) -> bool | None:
+        # TCP EOF: with or after close_notify, or a truncation; the application
+        # decides either way, as it would on a socket.
+        if not self._connected:
+            if not self._failed:
+                self._fail("connection closed during the handshake")
+            return False
+        if self._eof or self._closing:
+            return True  # told already (close_notify), or closing on our side
+        self._eof = True
+        if not self._app.eof_received():
+            self.close()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._connected:
+            self._connected = False
+            self._app.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self._connected:
+            self._app.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._connected:
+            self._app.resume_writing()
+
+    # -- handshake ------------------------------------------------------------------
+
+    def _handshake(self) -> None:
+        try:
+            self._ssl.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()
+            return
+        except ssl.SSLError as exc:
+            self._flush()  # the alert OpenSSL produced
+            self._fail(f"handshake failed: {exc.reason or exc}")
+            return
+        self._flush()  # the server's last flight, and TLS 1.3 session tickets
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._connected = True
+        self._app.connection_made(self)
+        if self._writing_paused:
+            self._app.pause_writing()
+        if self._in.pending and not self._closing:
+            self._read()  # data sent with the client's Finished
+
+    def _handshake_timed_out(self) -> None:
+        self._timer = None
+        if not self._connected and not self._failed:
+            self._failed = True
+            log.debug("TLS from %s: no handshake within its timeout; aborted", self._peer())
+            self._raw.abort()
+
+    def _fail(self, why: str) -> None:
+        self._failed = True
+        log.debug("TLS from %s: %s", self._peer(), why)
+        self._raw.close()
+
+    def _peer(self) -> str:
+        peer = self._raw.get_extra_info("peername")
+        return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    # -- reading --------------------------------------------------------------------
+
+    def _read(self) -> None:
+        if self._reading_paused:
+            return  # left in the BIOs until resume_reading
+        sslobj = self._ssl
+        incoming = self._in
+        chunks = []
+        peer_closed = False
+        try:
+            while True:
+                chunk = sslobj.read(READ_SIZE)
+                if not chunk:  # close_notify
+                    peer_closed = True
+                    break
+                chunks.append(chunk)
+                if not incoming.pending and not sslobj.pending():
+                    break
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError as exc:
+            if self._out.pending:
+                self._flush()
+            log.debug("TLS from %s: %s; closed", self._peer(), exc.reason or exc)
+            self._closing = True
+            self._raw.close()
+            return
+        if self._out.pending:  # e.g. an answer to a KeyUpdate
+            self._flush()
+        if chunks:
+            self._app.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        if peer_closed and self._connected and not self._closing and not self._eof:
+            self._eof = True
+            if not self._app.eof_received():
+                self.close()
+
+    # -- writing --------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self._raw.write(data)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        try:
+            self._ssl.write(data)
+        except ssl.SSLError as exc:
+            log.debug("TLS to %s: write failed: %s; aborted", self._peer(), exc.reason or exc)
+            self.abort()
+            return
+        self._raw.write(self._out.read())
+
+    def writelines(self, list_of_data) -> None:
+        self.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        # TLS 1.3 lets a side close its half with close_notify and keep reading;
+        # TLS 1.2 expects the peer to close at once.
+        return self._connected and self._ssl.version() == "TLSv1.3"
+
+    def write_eof(self) -> None:
+        if self._closing:
+            return
+        self._send_close_notify()
+        self._raw.write_eof()
+
+    def _send_close_notify(self) -> None:
+        # SSLWantReadError: ours is sent, the peer's is not read (edge does not wait for it).
+        with contextlib.suppress(ssl.SSLError):
+            self._ssl.unwrap()
+        self._flush()
+
+    # -- the application's transport --------------------------------------------------
+
+    def close(self) -> None:
+        """Send close_notify after what is buffered, then close the raw transport."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._connected:
+            self._send_close_notify()
+        self._raw.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        self._raw.abort()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused:
+            self._reading_paused = True
+            self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused:
+            self._reading_paused = False
+            self._raw.resume_reading()
+            if self._connected and (self._in.pending or self._ssl.pending()):
+                self._read()
+
+    def is_reading(self) -> bool:
+        return not self._reading_paused and not self._closing
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._app = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._app
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._raw.set_write_buffer_limits(high, low)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "ssl_object":
+            return self._ssl
+        if name == "sslcontext":
+            return self._context
+        if name == "peercert":
+            return self._ssl.getpeercert() if self._connected else default
+        if name == "cipher":
+            return self._ssl.cipher() if self._connected else default
+        return self._raw.get_extra_info(name, default)
