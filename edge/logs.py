@@ -60,10 +60,12 @@ class AccessLogger:
         self.limit = max(config.buffering_size, 1)
         self._timer: asyncio.TimerHandle | None = None
 
-    def __call__(self, conn, duration: float) -> None:
-        head = conn.head
-        route = conn.route
-        backend = conn.backend
+    def __call__(self, ex, duration: float) -> None:
+        """One line for a finished :class:`~edge.http.exchange.Exchange`."""
+        head = ex.head
+        route = ex.route
+        backend = ex.backend
+        conn = ex.conn
         if self.json:
             line = orjson.dumps(
                 {
@@ -71,8 +73,8 @@ class AccessLogger:
                     "RequestMethod": head.method.decode("latin-1"),
                     "RequestPath": head.target.decode("latin-1"),
                     "RequestProtocol": "HTTP/" + head.version.decode(),
-                    "DownstreamStatus": conn.status,
-                    "DownstreamContentSize": conn.sent,
+                    "DownstreamStatus": ex.status,
+                    "DownstreamContentSize": ex.sent,
                     "RouterName": route.name if route else "",
                     "ServiceURL": backend.server.url if backend else "",
                     "EntryPointName": conn.ctx.name,
@@ -88,8 +90,8 @@ class AccessLogger:
                 head.method,
                 head.target,
                 head.version,
-                conn.status,
-                conn.sent,
+                ex.status,
+                ex.sent,
                 (route.name if route else "-").encode(),
                 (backend.server.url if backend else "-").encode(),
                 int(duration * 1000),

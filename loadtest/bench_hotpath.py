@@ -26,8 +26,8 @@ import uvloop
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
-from edge.http.codec import parser_classes
-from edge.http.server import EntryPointContext, HTTPConnection
+from edge.http.connection import HTTPConnection, HTTPContext
+from edge.http.parsers import parser_classes
 from edge.http.upstream import UpstreamConnection
 from edge.router.factory import build_http_routers
 from edge.transports import TransportRegistry
@@ -95,7 +95,7 @@ def setup(
     transports.update(runtime.servers_transports)
     router = build_http_routers(runtime, transports, ["web"])["web"]
     request_parser, response_parser = parser_classes(parser)
-    ctx = EntryPointContext(
+    ctx = HTTPContext(
         name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser
     )
     ctx.router = router

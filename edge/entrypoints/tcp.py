@@ -19,13 +19,12 @@ from collections.abc import Callable
 
 from edge.config.static import EntryPoint
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
-from edge.http.codec import parser_classes
-from edge.http.server import EntryPointContext, HTTPConnection
+from edge.http.connection import HTTPConnection, HTTPContext
+from edge.http.parsers import parser_classes
 from edge.router.http import HTTPRouter
-from edge.router.set import RouterSet
+from edge.router.set import EMPTY_SET, RouterSet
 
 log = logging.getLogger("edge.entrypoints")
-
 
 
 class TCPEntryPoint:
@@ -47,7 +46,11 @@ class TCPEntryPoint:
         self.parser = parser or config.http.parser
         request_parser, response_parser = parser_classes(self.parser)
         timeouts = config.transport.responding_timeouts
-        self.ctx = EntryPointContext(
+        # Every live connection of this entrypoint, whatever it became (HTTP, a
+        # tunnel): the sweep reads their deadlines, the drain waits for them.
+        self.connections: set = set()
+        self.routers = EMPTY_SET
+        self.http = HTTPContext(
             name=name,
             port=config.port,
             loop=loop,
@@ -61,6 +64,7 @@ class TCPEntryPoint:
             insecure=config.forwarded_headers.insecure,
             internal=internal,
             access_log=access_log,
+            connections=self.connections,
         )
         self.server: asyncio.Server | None = None
 
@@ -73,15 +77,27 @@ class TCPEntryPoint:
 
     @property
     def router(self) -> HTTPRouter:
-        return self.ctx.router
+        return self.http.router
 
     def switch(self, routers: RouterSet) -> None:
-        self.ctx.router = routers.http
+        """Serve ``routers`` from now on (each slot is one assignment)."""
+        self.routers = routers
+        self.http.router = routers.http
+
+    def arrive(self) -> asyncio.Protocol:
+        """What a new connection becomes: the arrival seam.
+
+        HTTP today, as the accepted connection's own protocol (no peek stage:
+        plain HTTP pays nothing). TLS and TCP routers will put a peek here that
+        hands the connection to a splice, to TLS termination feeding the same
+        HTTP protocol, or to HTTP.
+        """
+        return HTTPConnection(self.http)
 
     async def start(self) -> None:
         host = self.config.host or None
         self.server = await self.loop.create_server(
-            lambda: HTTPConnection(self.ctx),
+            self.arrive,
             host,
             self.config.port,
             family=socket.AF_UNSPEC,
@@ -89,7 +105,7 @@ class TCPEntryPoint:
             reuse_address=True,
             reuse_port=self.reuse_port or None,
         )
-        self.ctx.port = self.port
+        self.http.port = self.port
         where = ", ".join(format_address(s.getsockname()) for s in self.server.sockets)
         if self.reuse_port:
             # One of several processes sharing the port: whoever owns the port (the
@@ -103,7 +119,10 @@ class TCPEntryPoint:
             self.server.close()
 
     def sweep(self, now: float) -> None:
-        self.ctx.sweep(now)
+        """Enforce the deadlines of every connection."""
+        for conn in list(self.connections):
+            if conn.deadline_kind and conn.deadline <= now:
+                conn.deadline_passed()
 
     def sweep_interval(self) -> float:
         t = self.config.transport.responding_timeouts
@@ -112,13 +131,15 @@ class TCPEntryPoint:
 
     async def drain(self, grace: float) -> None:
         """Finish in-flight requests within ``grace`` seconds, then close what is left."""
-        ctx = self.ctx
-        ctx.shutdown()
+        # No keep-alive from now on: idle connections close now, busy ones after their response.
+        self.http.closing = True
+        for conn in list(self.connections):
+            conn.shutdown()
         deadline = self.loop.time() + grace
-        while ctx.connections and self.loop.time() < deadline:
+        while self.connections and self.loop.time() < deadline:
             await asyncio.sleep(0.02)
-        for conn in list(ctx.connections):
-            if conn.transport is not None:
-                conn.transport.abort()
-        if ctx.connections:
-            log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, len(ctx.connections))
+        left = len(self.connections)
+        for conn in list(self.connections):
+            conn.abort()
+        if left:
+            log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, left)

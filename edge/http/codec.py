@@ -271,14 +271,3 @@ class ResponseParser(Protocol):
     def feed(self, data: bytes) -> None: ...
 
     def feed_eof(self) -> None: ...
-
-
-def parser_classes(name: str) -> tuple[type, type]:
-    """(RequestParser, ResponseParser) classes for a codec name: httptools | h11."""
-    if name == "httptools":
-        from edge.http import codec_httptools as mod
-    elif name == "h11":
-        from edge.http import codec_h11 as mod  # type: ignore[no-redef]
-    else:
-        raise ValueError(f"unknown HTTP parser {name!r}: expected 'httptools' or 'h11'")
-    return mod.RequestParser, mod.ResponseParser

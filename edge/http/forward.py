@@ -201,6 +201,71 @@ def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes,
     )
 
 
+def upstream_request(
+    head: RequestHead,
+    keep_alive: bool,
+    client_ip: bytes,
+    scheme: bytes,
+    authority: bytes,
+    forwarded_port: bytes,
+    trusted: bool = False,
+    target: bytes | None = None,
+    host: bytes | None = None,
+    edits: HeaderEdits | None = None,
+    prefix: bytes = b"",
+) -> bytes:
+    """The request head sent upstream: the one writer for every path.
+
+    ``keep_alive``: the upstream connection stays open after this exchange.
+    ``target``, ``host``, ``edits`` and ``prefix`` are what a route's pipeline
+    rewrote (None/empty: nothing). A head that needs nothing rewritten goes as
+    its own bytes (a quick parse's ``cut`` when there is one), minus a Connection
+    line, plus edge's forwarding headers; anything else is rebuilt.
+    """
+    if target is None and host is None and edits is None and head.version == b"1.1" and head.target[:1] == b"/":
+        raw = head.cut if keep_alive else None
+        if raw is None:
+            through = head.passthrough
+            if through is not None:
+                raw = cut_connection(head.raw, through, keep_alive)
+        if raw is not None:
+            return passthrough_request(raw, client_ip, scheme, authority, forwarded_port)
+    if target is None:  # origin-form upstream, whatever form the client used
+        path, query, _ = split_target(head.target)
+        target = path + b"?" + query if query else path
+    return request_head(
+        head,
+        target=target,
+        host=authority if host is None else host,
+        client_ip=client_ip,
+        trusted=trusted,
+        proto=(b"wss" if scheme == b"https" else b"ws") if head.upgrade else scheme,
+        forwarded_host=authority,
+        forwarded_port=forwarded_port,
+        extra=edits,
+        prefix=prefix,
+    )
+
+
+def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: HeaderEdits | None) -> bytes:
+    """The response head sent to the client: the one writer for every path.
+
+    ``keep_alive``: the client connection stays open; ``chunked``: edge re-frames
+    a body of unknown length as chunked. A head with nothing to rewrite goes as
+    the upstream's own bytes (a quick parse's ``cut`` when the connection stays
+    open) minus its Connection line; anything else is rebuilt.
+    """
+    if edits is None and head.version == b"1.1" and head.status != 101 and (chunked or not head.chunked):
+        if keep_alive and head.cut is not None:
+            return head.cut
+        through = head.passthrough
+        if through is not None:
+            raw = cut_connection(head.raw, through, keep_alive)
+            if raw is not None:
+                return raw if keep_alive else raw[:-2] + b"Connection: close\r\n\r\n"
+    return response_head(head, chunked=chunked, keep_alive=keep_alive, extra=edits)
+
+
 def response_head(
     head: ResponseHead,
     *,
@@ -245,28 +310,30 @@ def response_head(
     return b"".join(out)
 
 
+def own_response(
+    status: int,
+    body: bytes = b"",
+    *,
+    close: bool,
+    content_type: bytes = b"text/plain; charset=utf-8",
+    lines: bytes = b"",
+) -> bytes:
+    """A complete response of edge's own (errors, /ping, redirects): the one writer of those."""
+    return b"HTTP/1.1 %d %s\r\n%s%sContent-Length: %d\r\n%s\r\n%s" % (
+        status,
+        reason(status) or b"Error",
+        lines,
+        b"Content-Type: %s\r\n" % content_type if body else b"",
+        len(body),
+        b"Connection: close\r\n" if close else b"",
+        body,
+    )
+
+
 def error_response(status: int, *, close: bool) -> bytes:
-    """A complete response for an error edge answers itself."""
-    text = reason(status) or b"Error"
-    body = b"404 page not found\n" if status == 404 else b"%d %s\n" % (status, text)
-    return b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        status,
-        text,
-        len(body),
-        b"Connection: close\r\n" if close else b"",
-        body,
-    )
-
-
-def simple_response(status: int, body: bytes, *, content_type: bytes, close: bool) -> bytes:
-    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        status,
-        reason(status),
-        content_type,
-        len(body),
-        b"Connection: close\r\n" if close else b"",
-        body,
-    )
+    """The answer to an error edge answers itself; the body names nothing internal."""
+    body = b"404 page not found\n" if status == 404 else b"%d %s\n" % (status, reason(status) or b"Error")
+    return own_response(status, body, close=close)
 
 
 def _header(headers: list[Header], lname: bytes) -> bytes:

@@ -1,21 +1,52 @@
 """One connection to an upstream server, pooled between requests.
 
 The protocol is glue: bytes go into the response parser, its events go to the
-client connection that currently owns this one (``owner``). While idle in a pool
-nobody owns it; any byte or EOF then makes it unusable and it closes itself. In
-tunnel mode (after a 101) bytes are relayed as they are.
+exchange that currently owns this connection (``owner``), through the explicit
+:class:`UpstreamOwner` interface and nothing else. While idle in a pool nobody
+owns it; any byte or EOF then makes it unusable and it closes itself. After a
+101 the owner hands the transport over to a splice, and this protocol is done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from edge.errors import ProtocolError
+from edge.errors import HTTPError, ProtocolError
+from edge.http.codec import ResponseHead
 
-if TYPE_CHECKING:
-    from edge.http.server import HTTPConnection
+
+class UpstreamOwner(Protocol):
+    """What an upstream connection needs of its owner (an exchange)."""
+
+    express: bool  # the response may take the parser's quick path (upstream_quick)
+
+    def upstream_quick(self, conn: UpstreamConnection, head: ResponseHead, data: bytes) -> None:
+        """A whole plain response in one read."""
+
+    def upstream_head(self, head: ResponseHead) -> None: ...
+    def upstream_body(self, data: bytes) -> None: ...
+    def upstream_end(self, conn: UpstreamConnection) -> None: ...
+    def upstream_upgrade(self, rest: bytes) -> None:
+        """A 101: ``rest`` are the bytes after its head; the owner takes the transport."""
+
+    def upstream_lost(self, conn: UpstreamConnection, exc: Exception | None) -> None: ...
+    def upstream_failed(self, exc: HTTPError, conn: UpstreamConnection) -> None:
+        """The upstream sent bytes that are not a valid response; the connection is aborted.
+
+        Called inside ``hold_writes``: what that read wrote to the client is to be dropped."""
+
+    def hold_writes(self) -> None:
+        """What the events of one read write to the client is batched..."""
+
+    def release_writes(self) -> None:
+        """...and leaves in one write here."""
+
+    def pause_sending(self) -> None:
+        """This connection's write buffer is full: stop sending it the request body."""
+
+    def resume_sending(self) -> None: ...
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -28,25 +59,23 @@ class UpstreamConnection(asyncio.Protocol):
         "received",
         "reused",
         "transport",
-        "tunnel",
     )
 
     def __init__(self, parser_cls: type) -> None:
         self.parser = parser_cls(self)
         self.quick = getattr(self.parser, "quick", None)  # httptools only
         self.transport: asyncio.Transport | None = None
-        self.owner: HTTPConnection | None = None
+        self.owner: UpstreamOwner | None = None
         self.idle_deadline = 0.0
         self.reused = False
         self.received = False  # a byte of the current response arrived
-        self.tunnel = False
         self.paused = False
 
     # -- pool interface ----------------------------------------------------------
 
     def is_reusable(self) -> bool:
         t = self.transport
-        return t is not None and not t.is_closing() and self.owner is None and not self.tunnel
+        return t is not None and not t.is_closing() and self.owner is None
 
     def close(self) -> None:
         t = self.transport
@@ -69,35 +98,25 @@ class UpstreamConnection(asyncio.Protocol):
             # Bytes on an idle connection: the server broke the protocol.
             self.close()
             return
-        if self.tunnel:
-            owner.transport.write(data)
-            return
         self.received = True
         if owner.express and self.quick is not None:
             head = self.quick(data)
             if head is not None:
                 owner.upstream_quick(self, head, data)
                 return
-        owner.out = []  # what this parse writes to the client leaves in one call
+        owner.hold_writes()  # what this parse writes to the client leaves in one call
         try:
             self.parser.feed(data)
         except ProtocolError as exc:
             if self.owner is owner:
                 self.owner = None
             self.abort()
-            owner.out = None
             owner.upstream_failed(exc, self)
         finally:
-            out = owner.out
-            owner.out = None
-            t = owner.transport
-            if out and t is not None and not t.is_closing():
-                t.writelines(out)
+            owner.release_writes()
 
     def eof_received(self) -> bool | None:
         owner = self.owner
-        if owner is not None and self.tunnel:
-            return owner.tunnel_eof(from_upstream=True)
         if owner is not None:
             # A body cut short is reported by connection_lost, which follows.
             with contextlib.suppress(ProtocolError):
@@ -113,11 +132,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.owner is not None:
-            self.owner.pause_reading(self.owner.PAUSE_UPSTREAM)
+            self.owner.pause_sending()
 
     def resume_writing(self) -> None:
         if self.owner is not None:
-            self.owner.resume_reading(self.owner.PAUSE_UPSTREAM)
+            self.owner.resume_sending()
 
     # -- parser events -----------------------------------------------------------
 
@@ -137,9 +156,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.owner.upstream_end(self)
 
     def on_upgrade(self, rest: bytes) -> None:
-        if self.owner is not None:
-            self.tunnel = True
-            self.owner.upstream_upgrade(rest)
+        owner = self.owner
+        if owner is not None:
+            self.owner = None
+            owner.upstream_upgrade(rest)
 
     # -- flow control driven by the client side ---------------------------------
 

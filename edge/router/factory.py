@@ -13,7 +13,9 @@ import logging
 from collections.abc import Iterable
 
 from edge.config.runtime import RuntimeConfig
-from edge.router.http import Backend, HTTPRouter, LoadBalancer, Redirect, Route, Service, Weighted
+from edge.http.middlewares import Middleware, Pipeline
+from edge.http.middlewares.builtin import from_config
+from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
 from edge.router.set import RouterSet
 from edge.rules import RouteTable
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
@@ -26,6 +28,7 @@ class _Builder:
         self.runtime = runtime
         self.transports = transports
         self.services: dict[str, Service | None] = {}
+        self.middlewares: dict[str, Middleware] = {}
 
     def service(self, name: str) -> Service | None:
         if name in self.services:
@@ -54,38 +57,18 @@ class _Builder:
         self.services[name] = built
         return built
 
+    def middleware(self, name: str) -> Middleware:
+        built = self.middlewares.get(name)
+        if built is None:
+            built = self.middlewares[name] = from_config(name, self.runtime.http_middlewares[name].config)
+        return built
+
     def route(self, name: str, info) -> Route | None:
         service = self.service(info.config.service)
         if service is None:
             return None
-        strip: list[bytes] = []
-        add_prefix = b""
-        req_headers: list[tuple[bytes, bytes]] = []
-        resp_headers: list[tuple[bytes, bytes]] = []
-        redirect = None
-        for mw_name in info.config.middlewares:
-            mw = self.runtime.http_middlewares[mw_name].config
-            if mw.strip_prefix is not None:
-                strip.extend(p.encode() for p in mw.strip_prefix.prefixes)
-            if mw.add_prefix is not None:
-                add_prefix = mw.add_prefix.prefix.encode()
-            if mw.headers is not None:
-                req_headers.extend((k.encode(), v.encode()) for k, v in mw.headers.custom_request_headers.items())
-                resp_headers.extend((k.encode(), v.encode()) for k, v in mw.headers.custom_response_headers.items())
-            if mw.redirect_scheme is not None:
-                rs = mw.redirect_scheme
-                redirect = Redirect(rs.scheme, rs.port, rs.permanent)
-        # Longest prefix first, so /api/v1 is stripped before /api.
-        strip.sort(key=len, reverse=True)
-        return Route(
-            name,
-            service,
-            strip_prefixes=tuple(strip),
-            add_prefix=add_prefix,
-            request_headers=req_headers,
-            response_headers=resp_headers,
-            redirect=redirect,
-        )
+        pipeline = Pipeline([self.middleware(m) for m in info.config.middlewares])
+        return Route(name, service, pipeline)
 
 
 def build_router_sets(

@@ -4,7 +4,7 @@ An :class:`HTTPRouter` answers one question per request, ``match(view)``: which
 :class:`Route` serves it. Everything a request needs from the configuration is
 resolved when the router is built (rules compiled and indexed by host, services
 turned into balancers over :class:`Backend` objects holding their transport,
-middlewares folded into a few plain fields), so the hot path only reads.
+middlewares built into a pipeline), so the hot path only reads.
 
 The only mutable state is inside balancers (round-robin scores), which belong to
 the snapshot and die with it.
@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from edge.balancer import SmoothWeightedRoundRobin
-from edge.http.codec import Header
-from edge.http.forward import HeaderEdits
+from edge.http.middlewares import EMPTY_PIPELINE, Pipeline
 from edge.rules import RouteTable
 from edge.transports import ServerURL, Transport
 
@@ -79,87 +78,22 @@ class Weighted:
 Service = LoadBalancer | Weighted
 
 
-class Redirect:
-    """redirectScheme: answer with a redirect instead of forwarding."""
-
-    __slots__ = ("permanent", "port", "scheme")
-
-    def __init__(self, scheme: str, port: str, permanent: bool) -> None:
-        self.scheme = scheme
-        self.port = port
-        self.permanent = permanent
-
-    def location(self, host: str, target: bytes) -> bytes:
-        port = self.port
-        default = {"http": "80", "https": "443"}.get(self.scheme)
-        hostport = host if not port or port == default else f"{host}:{port}"
-        if ":" in host and not host.startswith("["):
-            hostport = f"[{host}]" if not port or port == default else f"[{host}]:{port}"
-        return f"{self.scheme}://{hostport}".encode() + target
-
-
 class Route:
-    """What a matched router resolves to."""
+    """What a matched router resolves to: its service and its middleware pipeline."""
 
-    __slots__ = (
-        "add_prefix",
-        "backend",
-        "express",
-        "name",
-        "plain",
-        "redirect",
-        "request_headers",
-        "response_headers",
-        "service",
-        "strip_prefixes",
-    )
+    __slots__ = ("backend", "express", "name", "pipeline", "service")
 
-    def __init__(
-        self,
-        name: str,
-        service: Service,
-        *,
-        strip_prefixes: tuple[bytes, ...] = (),
-        add_prefix: bytes = b"",
-        request_headers: list[Header] | None = None,
-        response_headers: list[Header] | None = None,
-        redirect: Redirect | None = None,
-    ) -> None:
+    def __init__(self, name: str, service: Service, pipeline: Pipeline = EMPTY_PIPELINE) -> None:
         self.name = name
         self.service = service
-        self.strip_prefixes = strip_prefixes
-        self.add_prefix = add_prefix
-        self.request_headers = HeaderEdits(request_headers) if request_headers else None
-        self.response_headers = HeaderEdits(response_headers) if response_headers else None
-        self.redirect = redirect
-        # Nothing of the request is rewritten: its head bytes can be forwarded.
-        self.plain = not (strip_prefixes or add_prefix or self.request_headers)
-        # Nothing of the exchange is: both heads can go through as they came
-        # (edge's forwarding headers aside; a lone Connection: keep-alive holds
-        # for pooled upstream connections). The connection's express path.
-        self.express = (
-            self.plain
-            and self.response_headers is None
-            and redirect is None
-            and service.pass_host
-            and service.pooled
-        )
+        self.pipeline = pipeline
+        # The connection's express path: nothing of the exchange changes (derived
+        # from the pipeline, so a middleware added later is never skipped), every
+        # server gets the client's Host, and the upstream connection is pooled
+        # (a lone Connection: keep-alive holds both ways).
+        self.express = pipeline.empty and service.pass_host and service.pooled
         # The service's only server, when it has one: nothing to balance.
         self.backend = service.single if isinstance(service, LoadBalancer) else None
-
-    def rewrite_path(self, path: bytes) -> tuple[bytes, bytes]:
-        """(new path, stripped prefix) after stripPrefix and addPrefix."""
-        stripped = b""
-        for prefix in self.strip_prefixes:
-            if path.startswith(prefix):
-                stripped = prefix.rstrip(b"/") if prefix != b"/" else b""
-                path = path[len(prefix) :]
-                if not path.startswith(b"/"):
-                    path = b"/" + path
-                break
-        if self.add_prefix:
-            path = self.add_prefix.rstrip(b"/") + path
-        return path, stripped
 
 
 class HTTPRouter:

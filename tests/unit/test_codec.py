@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec import RequestHead, ResponseHead, parser_classes
+from edge.http.codec import RequestHead, ResponseHead
+from edge.http.parsers import parser_classes
 
 
 class Recorder:

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from edge.errors import ProtocolError
-from edge.http.codec import parser_classes
+from edge.http.parsers import parser_classes
 
 BIG = 1 << 20
 

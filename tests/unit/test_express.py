@@ -14,6 +14,9 @@ from __future__ import annotations
 import pytest
 import uvloop
 
+from edge.http.exchange import Exchange
+from edge.http.middlewares import Middleware, Pipeline
+from edge.router.http import Route
 from loadtest.bench_hotpath import FakeTransport, setup
 
 
@@ -46,6 +49,7 @@ def run(
     (pipelining); the bytes are then counted over the whole run.
     """
     loop = uvloop.new_event_loop()
+    general_path = (Exchange.begin, Exchange.upstream_head)
     try:
         client, upstream = setup(loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder)
         if not express:
@@ -56,7 +60,7 @@ def run(
             def general(*args):
                 raise AssertionError("the general path ran")
 
-            client._begin = client.upstream_head = general
+            Exchange.begin = Exchange.upstream_head = general
             client.parser._feed = None
             upstream.parser._parser = None
         sent_up, sent_client = [], []
@@ -70,7 +74,7 @@ def run(
         for request, response in exchanges:
             up_before, client_before = len(upstream.transport.data), len(client.transport.data)
             client.data_received(request)
-            assert client.upstream is upstream, "the pooled connection serves every exchange"
+            assert client.ex.upstream is upstream, "the pooled connection serves every exchange"
             upstream.data_received(response)
             sent_up.append(bytes(upstream.transport.data[up_before:]))
             sent_client.append(bytes(client.transport.data[client_before:]))
@@ -78,6 +82,7 @@ def run(
                 break
         return sent_up, sent_client, client.transport.closing
     finally:
+        Exchange.begin, Exchange.upstream_head = general_path
         loop.close()
 
 
@@ -146,3 +151,104 @@ def test_express_path_is_taken_for_plain_exchanges():
         b"X-Forwarded-Port: 80\r\nX-Real-Ip: 10.0.0.7\r\n\r\n"
     )
     assert client[3] == OK_KEEP  # a lone keep-alive is edge's own intent for the client connection
+
+
+# -- the differential byte corpus: framing and hop-by-hop headers as clients and servers write them
+
+def _variants(line: bytes) -> list[bytes]:
+    """A header line as it arrives in the wild: spacing, case, a trailing tab."""
+    name, _, value = line.partition(b": ")
+    return [
+        line,
+        name + b":" + value,
+        name.upper() + b":  " + value + b" ",
+        name.lower() + b": " + value + b"\t",
+        name + b": " + value.upper(),
+    ]
+
+
+REQUEST_VARIANTS = {
+    b"no Connection": [b"GET /v HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n\r\n"],
+    **{
+        b"Connection: " + token: [
+            b"GET /v HTTP/1.1\r\nHost: a.test\r\n" + line + b"\r\nAccept: */*\r\n\r\n" for line in _variants(b"Connection: " + token)
+        ]
+        + [b"GET /v HTTP/1.1\r\n" + _variants(b"Connection: " + token)[1] + b"\r\nhost:a.test\r\n\r\n"]
+        for token in (b"close", b"keep-alive")
+    },
+    b"HTTP/1.0": [
+        b"GET /v HTTP/1.0\r\nHost: a.test\r\n" + line + b"\r\n\r\n" for line in _variants(b"Connection: keep-alive")
+    ],
+    b"Host spelled oddly": [b"GET /v HTTP/1.1\r\n" + line + b"\r\n\r\n" for line in _variants(b"Host: A.Test")],
+}
+RESPONSE_VARIANTS = [
+    b"HTTP/1.1 200 OK\r\n" + cl + b"\r\n" + conn + b"\r\n\r\nhello"
+    for cl in _variants(b"Content-Length: 5")[:3]
+    for conn in [b"Server: t", *_variants(b"Connection: keep-alive"), *_variants(b"Connection: close")]
+] + [
+    b"HTTP/1.1 200 OK\r\nConnection:close\r\nServer: t\r\ncontent-length:5\r\n\r\nhello",
+    b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n",
+]
+CORPUS = [
+    (f"{kind.decode()} #{i} / response #{j}", [(request, response)])
+    for kind, requests in REQUEST_VARIANTS.items()
+    for i, request in enumerate(requests)
+    for j, response in enumerate(RESPONSE_VARIANTS)
+]
+
+
+@pytest.mark.parametrize("exchanges", [c for _, c in CORPUS], ids=[n for n, _ in CORPUS])
+def test_express_and_general_paths_forward_the_same_bytes(exchanges):
+    """Every head of the corpus, through the express path, the general path and h11:
+    the bytes that reach the upstream and the client are the same, and so is the
+    connection's fate."""
+    express = run(exchanges, express=True)
+    assert express == run(exchanges, express=False) == run(exchanges, express=False, codec="h11")
+    up, client, _ = express
+    for sent in up:  # nothing hop-by-hop but a kept-alive next hop's own keep-alive goes up
+        assert b"close" not in sent.lower()
+    assert all(sent.startswith(b"HTTP/1.1 ") for sent in client)
+
+
+def test_the_corpus_really_takes_the_express_path():
+    """The corpus above exercises the express path: for its plain heads, with the
+    general path taken away, the bytes are still the same."""
+    taken = 0
+    for _, exchanges in CORPUS:
+        request, response = exchanges[0]
+        if b"HTTP/1.0" in request or b"204" in response:
+            continue
+        assert run(exchanges, express=True, forbid_general=True) == run(exchanges, express=False)
+        taken += 1
+    assert taken > 100
+
+
+class Tag(Middleware):
+    """A middleware the express path has never heard of: it marks the request."""
+
+    __slots__ = ()
+
+    def request(self, fwd):
+        fwd.set_header(b"X-Tag", self.name.encode())
+        return None
+
+
+def test_a_middleware_added_to_the_pipeline_applies_to_plain_traffic():
+    """Plain traffic would take the express path; a route with any middleware that
+    does something runs it (express eligibility comes from the pipeline, not a list)."""
+    loop = uvloop.new_event_loop()
+    try:
+        client, upstream = setup(loop, "httptools", host="a.test", client_ip="10.0.0.7", transport=Recorder)
+        route = client.ctx.router.by_host["a.test"]
+        assert route.express
+        tagged = Route(route.name, route.service, Pipeline([Tag("tagged")]))
+        assert not tagged.express
+        client.ctx.router.by_host["a.test"] = tagged
+        for _ in range(3):
+            before = len(upstream.transport.data)
+            client.data_received(GET)
+            assert b"\r\nX-Tag: tagged\r\n" in upstream.transport.data[before:]
+            upstream.data_received(OK)
+        assert client.transport.data.count(b"hello") == 3
+    finally:
+        loop.close()

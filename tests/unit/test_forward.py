@@ -190,7 +190,7 @@ def test_cut_connection_and_passthrough_request():
 
 def test_passthrough_and_rebuild_agree():
     # The same request forwarded both ways carries the same header set.
-    from edge.http.codec import parser_classes
+    from edge.http.parsers import parser_classes
 
     raw = b"GET /p HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\nAccept: */*\r\nUser-Agent: t\r\n\r\n"
     heads = []

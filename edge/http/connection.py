@@ -1,0 +1,496 @@
+"""The HTTP server side of a client connection: bytes in and out, one exchange at a time.
+
+:class:`HTTPConnection` is the asyncio protocol of a client connection that is
+(or became) HTTP: over a socket, or over any object with the asyncio.Transport
+interface (a TLS-terminating adapter); it never asks which. It owns the bytes:
+feeding the request parser, writing to the client in order and in batches,
+flow control both ways, the connection's deadlines, pipelined requests waiting
+their turn, and handing the connection over to a splice after an upgrade.
+Each request becomes an :class:`~edge.http.exchange.Exchange`, which owns the
+routing, the pipeline and the upstream side.
+
+State is grouped as shared (:class:`HTTPContext`, one per entrypoint and
+scheme), per connection (this object, with its :class:`Arrival` facts), and
+per request (the exchange).
+
+Invariants:
+- One exchange at a time; pipelined requests are queued as parser events (and
+  reading pauses) until the exchange before them is done, so responses leave in
+  request order.
+- Flow control both ways: a client that does not read pauses reading from the
+  upstream; an upstream that does not read pauses reading from the client; a
+  request body waiting for a dial is bounded the same way.
+- Few syscalls: while one side's bytes are being parsed, everything written to
+  the other side is collected and leaves in one ``writelines`` when that parse
+  returns. Every write to the client goes through :meth:`send`.
+- Timeouts are deadlines checked by the entrypoint's periodic sweep, not timers
+  per request: ``idleTimeout`` between requests, ``readTimeout`` for a request
+  head (408), ``writeTimeout`` for a whole exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from edge.errors import HTTPError
+from edge.http import forward
+from edge.http.codec import RequestHead
+from edge.http.exchange import HIGH_WATER, Exchange
+from edge.router.http import EMPTY_ROUTER, HTTPRouter
+from edge.tcp.splice import Splice, splice
+
+log = logging.getLogger("edge.http")
+
+# deadline kinds
+NO_DEADLINE, IDLE, HEAD, WRITE = 0, 1, 2, 3
+
+
+class HTTPContext:
+    """What every HTTP connection of one entrypoint and one scheme shares.
+
+    ``router`` is the entrypoint's current router for this scheme (one
+    reference, replaced by the entrypoint); ``connections`` and ``closing`` are
+    the entrypoint's: its live connections (for the sweep and the drain) and
+    whether it is draining.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        port: int,
+        loop: asyncio.AbstractEventLoop,
+        request_parser: type,
+        response_parser: type,
+        max_header_bytes: int = 1 << 20,
+        read_timeout: float = 60.0,
+        write_timeout: float = 0.0,
+        idle_timeout: float = 180.0,
+        trusted_ips: list[str] | tuple[str, ...] = (),
+        insecure: bool = False,
+        scheme: bytes = b"http",
+        internal: Callable[[bytes], tuple[int, bytes] | None] | None = None,
+        access_log: Callable[..., None] | None = None,
+        connections: set | None = None,
+    ) -> None:
+        self.name = name
+        self.port = port
+        self.loop = loop
+        self.request_parser = request_parser
+        self.response_parser = response_parser
+        self.max_header_bytes = max_header_bytes
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
+        self.idle_timeout = idle_timeout
+        self.insecure = insecure
+        self.trusted_networks = tuple(ipaddress.ip_network(n, strict=False) for n in trusted_ips)
+        self.scheme = scheme
+        self.default_port = b"443" if scheme == b"https" else b"80"
+        self.internal = internal
+        self.access_log = access_log
+        self.router: HTTPRouter = EMPTY_ROUTER
+        self.connections: set = set() if connections is None else connections
+        self.closing = False
+
+    def is_trusted(self, ip: str) -> bool:
+        if self.insecure:
+            return True
+        if not self.trusted_networks:
+            return False
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        if addr.version == 6 and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self.trusted_networks)
+
+
+class Arrival:
+    """Facts about a connection decided before HTTP: who the client is, what TLS said.
+
+    ``client``: the client's (ip, port) when it is not the peer (a PROXY
+    protocol header named it); ``sni`` and ``alpn`` from a terminated TLS
+    handshake.
+    """
+
+    __slots__ = ("alpn", "client", "sni")
+
+    def __init__(self, client: tuple[str, int] | None = None, sni: str | None = None, alpn: str | None = None) -> None:
+        self.client = client
+        self.sni = sni
+        self.alpn = alpn
+
+
+class Tunnel:
+    """A connection handed over to a splice (after a 101), as the entrypoint tracks it."""
+
+    __slots__ = ("splice",)
+    deadline_kind = NO_DEADLINE
+    deadline = 0.0
+
+    def __init__(self, splice: Splice) -> None:
+        self.splice = splice
+
+    def deadline_passed(self) -> None: ...
+
+    def shutdown(self) -> None: ...  # a tunnel ends when its peers end it, or at the drain's end
+
+    def abort(self) -> None:
+        self.splice.abort()
+
+
+class HTTPConnection(asyncio.Protocol):
+    PAUSE_UPSTREAM = 1  # the upstream does not read the request body fast enough
+    PAUSE_PIPELINE = 2  # a pipelined request waits for the response before it
+    PAUSE_BUFFER = 4  # request body buffered while the upstream is being dialed
+
+    def __init__(self, ctx: HTTPContext, arrival: Arrival | None = None) -> None:
+        self.ctx = ctx
+        self.loop = ctx.loop
+        self.arrival = arrival
+        self.parser = ctx.request_parser(self, ctx.max_header_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.client_ip = ""
+        self.client_ip_b = b""
+        self.trusted = False
+        self.paused = 0
+        self.write_paused = False
+        self.deadline = 0.0
+        self.deadline_kind = NO_DEADLINE
+        self.ex: Exchange | None = None  # the exchange in progress
+        self.pending: deque | None = None
+        self.draining = False
+        self.authority = b""  # the last Host of this connection, and its parse
+        self.hostport: tuple[str, bytes] = ("", b"")
+        self.out: list[bytes] | None = None  # client writes batched during an upstream feed
+        self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
+        # The parser's quick path (httptools only), for the express path; not on
+        # the entrypoint that answers /ping and /ready itself.
+        self.quick = getattr(self.parser, "quick", None) if ctx.internal is None else None
+
+    # -- asyncio callbacks ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        arrival = self.arrival
+        peer = arrival.client if arrival is not None and arrival.client else transport.get_extra_info("peername")
+        ip = peer[0] if peer else ""
+        if ip.startswith("::ffff:") and "." in ip:
+            ip = ip[7:]
+        self.client_ip = ip
+        self.client_ip_b = ip.encode()
+        self.trusted = self.ctx.is_trusted(ip)
+        self.ctx.connections.add(self)
+        self._set_deadline(IDLE, self.ctx.idle_timeout)
+        if self.ctx.closing:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.ex
+        if ex is None:
+            if self.quick is not None and self.pending is None:
+                head = self.quick(data)
+                if head is not None:
+                    self._express(head)
+                    return
+        elif ex.upgrade_rest is not None:
+            # Between an upgrade request and the upstream's answer.
+            ex.upgrade_rest += data
+            if len(ex.upgrade_rest) > HIGH_WATER:
+                self.pause_reading(self.PAUSE_BUFFER)
+            return
+        if self.deadline_kind == IDLE:
+            self._set_deadline(HEAD, self.ctx.read_timeout)
+        self.up_out = []
+        try:
+            self.parser.feed(data)
+        except HTTPError as exc:
+            self.up_out = None
+            self._bad_request(exc)
+        finally:
+            self.flush_upstream()
+
+    def eof_received(self) -> bool | None:
+        if self.ex is not None:
+            # The client half-closed after its request: answer it, then close.
+            self.ex.keep_alive = False
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ctx.connections.discard(self)
+        self.transport = None
+        self.pending = None
+        if self.ex is not None:
+            self.ex.abandon()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        ex = self.ex
+        if ex is not None and ex.upstream is not None:
+            ex.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        ex = self.ex
+        if ex is not None and ex.upstream is not None:
+            ex.upstream.resume_reading()
+
+    def pause_reading(self, why: int) -> None:
+        if not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+        self.paused |= why
+
+    def resume_reading(self, why: int) -> None:
+        if self.paused & why:
+            self.paused &= ~why
+            if not self.paused and self.transport is not None:
+                self.transport.resume_reading()
+
+    # -- parser events ----------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        """Events now belong to a later request and must wait."""
+        return self.pending is not None or (self.ex is not None and self.ex.req_done)
+
+    def _queue(self, event: tuple) -> None:
+        if self.pending is None:
+            self.pending = deque()
+        self.pending.append(event)
+        self.pause_reading(self.PAUSE_PIPELINE)
+
+    def on_head(self, head: RequestHead) -> None:
+        if self.ex is not None or self.pending is not None:
+            self._queue((self._begin, head))
+        else:
+            self._begin(head)
+
+    def on_body(self, data: bytes) -> None:
+        if self._busy():
+            self._queue((self._body, data))
+        else:
+            self._body(data)
+
+    def on_end(self) -> None:
+        if self._busy():
+            self._queue((self._end, None))
+        else:
+            self._end(None)
+
+    def on_upgrade(self, rest: bytes) -> None:
+        # Follows on_end of the upgrade request itself: it belongs to it.
+        if self.pending is not None:
+            self._queue((self._set_upgrade, rest))
+        else:
+            self._set_upgrade(rest)
+
+    def _body(self, data: bytes) -> None:
+        if self.ex is not None:
+            self.ex.request_body(data)
+
+    def _end(self, _: None) -> None:
+        if self.ex is not None:
+            self.ex.request_end()
+
+    def _set_upgrade(self, rest: bytes) -> None:
+        if self.ex is not None:
+            self.ex.upgrade_rest = rest
+
+    # -- exchanges ----------------------------------------------------------------------
+
+    def _start(self, head: RequestHead) -> Exchange:
+        """The connection takes up a request: its exchange, its deadline."""
+        ex = self.ex = Exchange(self, head)
+        if self.ctx.write_timeout:
+            self._set_deadline(WRITE, self.ctx.write_timeout)
+        else:
+            self.deadline_kind = NO_DEADLINE
+        return ex
+
+    def _express(self, head: RequestHead) -> None:
+        """A plain request alone in its read, on an idle connection (see RequestParser.quick)."""
+        authority = head.host
+        host, forwarded_port = self.host_port(authority)
+        route = self.ctx.router.by_host.get(host)
+        ex = self._start(head)
+        if route is None or not route.express or head.version != b"1.1" or not ex.express_start(route, authority, forwarded_port):
+            ex.begin()
+            if self.ex is ex:
+                ex.request_end()
+
+    def _begin(self, head: RequestHead) -> None:
+        self._start(head).begin()
+
+    def host_port(self, authority: bytes) -> tuple[str, bytes]:
+        """(host, forwarded port) of a Host value; a keep-alive client names the same one request after request."""
+        if authority != self.authority:
+            host, port = forward.split_host_port(authority)
+            self.authority = authority
+            self.hostport = (host, port.encode() if port else self.ctx.default_port)
+        return self.hostport
+
+    def exchange_done(self, ex: Exchange) -> None:
+        """``ex`` is over: log it, then keep the connection for the next request or close it."""
+        if self.out:
+            self.flush()
+        ex.log()
+        keep_alive = ex.keep_alive and not self.ctx.closing
+        self.ex = None
+        transport = self.transport
+        if transport is None:
+            return
+        if not keep_alive:
+            self.pending = None
+            transport.close()
+            return
+        self._set_deadline(IDLE, self.ctx.idle_timeout)
+        if self.pending is not None and not self.draining:
+            self._drain_pending()
+
+    def _drain_pending(self) -> None:
+        pending = self.pending
+        self.pending = None
+        self.draining = True
+        try:
+            while pending:
+                if self.transport is None:
+                    return
+                if self.ex is not None and self.ex.req_done:
+                    # The next request is in flight again: the rest waits.
+                    if self.pending is not None:
+                        pending.extend(self.pending)
+                    self.pending = pending
+                    return
+                handler, arg = pending.popleft()
+                handler(arg)
+        finally:
+            self.draining = False
+        if self.pending is None:
+            self.resume_reading(self.PAUSE_PIPELINE)
+
+    def tunnel(self, upstream: asyncio.Transport, to_client: bytes, to_upstream: bytes) -> None:
+        """After a 101: hand the client and the upstream over to a splice."""
+        self.flush()
+        transport = self.transport
+        self.ex = None
+        self.pending = None
+        self.deadline_kind = NO_DEADLINE
+        self.ctx.connections.discard(self)
+        if transport is None or transport.is_closing():
+            upstream.close()
+            return
+        entry: list[Tunnel] = []
+        connections = self.ctx.connections
+
+        def closed(_: Splice) -> None:
+            connections.discard(entry[0])
+
+        tunnel = Tunnel(
+            splice(transport, upstream, a_to_b=to_upstream, b_to_a=to_client, termination_delay=-1, on_close=closed)
+        )
+        if not tunnel.splice.closed:
+            entry.append(tunnel)
+            connections.add(tunnel)
+        self.transport = None
+
+    # -- writing ----------------------------------------------------------------------
+
+    def send(self, *parts: bytes) -> None:
+        """Write to the client, batched while an upstream feed is being parsed."""
+        if self.out is not None:
+            self.out += parts
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
+
+    def flush(self) -> None:
+        """Write what was batched for the client."""
+        out = self.out
+        if out:
+            self.out = []
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(out)
+
+    def flush_batch(self) -> None:
+        """Write what was batched for the client; batching ends."""
+        out = self.out
+        self.out = None
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
+
+    def flush_upstream(self) -> None:
+        """Write what was batched for the upstream; batching ends."""
+        out = self.up_out
+        self.up_out = None
+        ex = self.ex
+        if out and ex is not None and ex.upstream is not None and not ex.upstream.transport.is_closing():
+            ex.upstream.transport.writelines(out)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- refusing -----------------------------------------------------------------------
+
+    def _bad_request(self, exc: HTTPError) -> None:
+        """The client sent bytes that are not HTTP: answer (after any response in flight) and close."""
+        log.debug("%s: bad request from %s: %s", self.ctx.name, self.client_ip, exc.detail)
+        ex = self.ex
+        if ex is not None and not ex.req_done and self.pending is None:
+            # Broken inside the body of the request being forwarded: what the
+            # upstream got so far is incomplete, so that exchange is abandoned.
+            ex.abandon()
+            if ex.resp_started:
+                self.abort()
+                return
+        elif ex is not None or self.pending is not None:
+            # Broken in a pipelined request: answer the ones before it first.
+            if ex is not None:
+                ex.keep_alive = False
+            self._queue((self._reject, exc))
+            return
+        self._reject(exc)
+
+    def _reject(self, exc: HTTPError) -> None:
+        self.send(forward.error_response(exc.status, close=True))
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+        self.pending = None
+
+    # -- deadlines (read by the entrypoint's sweep) ---------------------------------------
+
+    def _set_deadline(self, kind: int, seconds: float) -> None:
+        if seconds > 0:
+            self.deadline_kind = kind
+            self.deadline = self.loop.time() + seconds
+        else:
+            self.deadline_kind = NO_DEADLINE
+
+    def deadline_passed(self) -> None:
+        kind = self.deadline_kind
+        self.deadline_kind = NO_DEADLINE
+        transport = self.transport
+        if transport is None:
+            return
+        if kind == HEAD:
+            log.debug("%s: request head from %s not complete within readTimeout", self.ctx.name, self.client_ip)
+            transport.write(forward.error_response(408, close=True))
+            transport.close()
+        elif kind == WRITE:
+            log.warning("%s: response to %s not complete within writeTimeout", self.ctx.name, self.client_ip)
+            transport.abort()
+        else:
+            transport.close()
+
+    def shutdown(self) -> None:
+        """The entrypoint drains: idle now closes, busy closes after its response."""
+        if self.ex is None and self.transport is not None:
+            self.transport.close()
+        elif self.ex is not None:
+            self.ex.keep_alive = False

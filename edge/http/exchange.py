@@ -1,0 +1,508 @@
+"""One exchange: a client's request and its response, from routing to the last byte.
+
+An :class:`Exchange` is created for each request a client connection takes up
+and owns everything about it: the route and its pipeline, the upstream
+connection (taken from the pool or dialed, given back or dropped), the request
+body on its way up, the response on its way down, edge's own answers, and the
+record the access log (and later metrics) read when it ends. It writes to the
+client only through its connection (:meth:`HTTPConnection.send`), which keeps
+the order of writes and batches them, and it tells the connection when it is
+over (:meth:`HTTPConnection.exchange_done`).
+
+Invariants:
+- The router is read once, when the exchange starts; a swap never affects it.
+- The pipeline decides what is rewritten. The express path (:meth:`express`)
+  is taken only when the route's pipeline does nothing (``Route.express``), and
+  writes heads with the same writers as the general path (:mod:`edge.http.forward`):
+  the bytes each path sends are the same.
+- It is the upstream connection's owner (the interface ``UpstreamConnection``
+  calls is :class:`edge.http.upstream.UpstreamOwner`); an upstream connection is
+  owned by one exchange at a time, and by none while pooled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
+from edge.http import forward
+from edge.http.codec import RequestHead, ResponseHead
+from edge.http.forward import HeaderEdits
+from edge.http.middlewares import Answer, Forward
+from edge.http.upstream import UpstreamConnection
+from edge.rules import RequestView
+
+if TYPE_CHECKING:
+    from edge.http.connection import HTTPConnection
+    from edge.router.http import Backend, Route
+
+log = logging.getLogger("edge.http")
+
+HIGH_WATER = 64 * 1024  # bytes of request body buffered while dialing before reading pauses
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+CHUNK_END = b"0\r\n\r\n"
+CRLF = b"\r\n"
+
+
+class Exchange:
+    __slots__ = (
+        "backend",
+        "buffered",
+        "buffered_size",
+        "conn",
+        "dial_task",
+        "express",
+        "head",
+        "header_timer",
+        "keep_alive",
+        "req_done",
+        "resp_chunked",
+        "resp_done",
+        "resp_head",
+        "resp_started",
+        "response_edits",
+        "retried",
+        "route",
+        "sent",
+        "started",
+        "status",
+        "up_head",
+        "upgrade_rest",
+        "upstream",
+    )
+
+    def __init__(self, conn: HTTPConnection, head: RequestHead) -> None:
+        self.conn = conn
+        self.head = head
+        self.keep_alive = head.keep_alive and not conn.ctx.closing
+        self.express = False  # the response may take the upstream parser's quick path
+        self.req_done = False
+        self.resp_started = False
+        self.resp_done = False
+        self.resp_chunked = False
+        self.resp_head: ResponseHead | None = None
+        self.route: Route | None = None
+        self.response_edits: HeaderEdits | None = None
+        self.backend: Backend | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.up_head = b""
+        self.buffered: list[bytes] | None = None
+        self.buffered_size = 0
+        self.dial_task: asyncio.Task | None = None
+        self.header_timer: asyncio.TimerHandle | None = None
+        self.upgrade_rest: bytes | None = None
+        self.retried = False
+        self.status = 0
+        self.sent = 0
+        self.started = conn.loop.time() if conn.ctx.access_log is not None else 0.0
+
+    # -- starting -------------------------------------------------------------------
+
+    def express_start(self, route: Route, authority: bytes, forwarded_port: bytes) -> bool:
+        """The express path: a quick request whose route does nothing to it (``Route.express``).
+
+        Goes upstream as its own bytes plus edge's forwarding headers, and its
+        response may take the quick path too (:meth:`upstream_quick`). False when
+        it cannot (no server to pick): the caller takes the general path.
+        """
+        backend = route.backend or route.service.pick()
+        if backend is None:
+            return False
+        conn = self.conn
+        self.express = True
+        self.req_done = True
+        self.route = route
+        self.backend = backend
+        self.up_head = forward.upstream_request(
+            self.head, True, conn.client_ip_b, conn.ctx.scheme, authority, forwarded_port
+        )
+        self._connect()
+        return True
+
+    def begin(self) -> None:
+        """The general path: route, run the pipeline, write the head for upstream, connect."""
+        conn = self.conn
+        ctx = conn.ctx
+        head = self.head
+        try:
+            path, query, authority = forward.split_target(head.target)
+        except ValueError as exc:
+            self.answer_error(ProtocolError(str(exc)))
+            return
+        if authority is None:
+            authority = head.host
+        host, forwarded_port = conn.host_port(authority)
+
+        if ctx.internal is not None and head.method in (b"GET", b"HEAD"):
+            answer = ctx.internal(path)
+            if answer is not None:
+                status, body = answer
+                close = not self.answer_keeps_alive()
+                self._answer(forward.own_response(status, body, close=close), status)
+                return
+
+        router = ctx.router
+        route = router.by_host.get(host)
+        if route is None:  # the rule looks beyond the host (or nothing matches)
+            view = RequestView(
+                host=host,
+                path=path.decode("latin-1"),
+                query=query.decode("latin-1"),
+                method=head.method.decode("latin-1"),
+                client_ip=conn.client_ip,
+                headers=head.headers,
+            )
+            route = router.match(view)
+        if route is None:
+            self.answer_error(HTTPError("no router matched", status=404))
+            return
+        self.route = route
+        pipeline = route.pipeline
+        fwd = None
+        if pipeline.steps:
+            fwd = Forward(host, path, query)
+            for step in pipeline.steps:
+                answer = step.request(fwd)
+                if answer is not None:
+                    self._answer_own(answer)
+                    return
+        backend = route.service.pick()
+        if backend is None:
+            self.answer_error(HTTPError(f"router {route.name}: service {route.service.name} has no server", status=503))
+            return
+        self.backend = backend
+        self.response_edits = pipeline.response_edits
+        edits = pipeline.request_edits
+        target = None
+        prefix = b""
+        if fwd is not None:
+            target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+            prefix = fwd.prefix
+            if fwd.headers:
+                edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
+        self.up_head = forward.upstream_request(
+            head,
+            backend.transport.pools,
+            conn.client_ip_b,
+            ctx.scheme,
+            authority,
+            forwarded_port,
+            conn.trusted,
+            target,
+            None if backend.pass_host else backend.server.authority,
+            edits,
+            prefix,
+        )
+        self.express = self.response_edits is None and not head.upgrade
+        if head.expect_continue and (head.chunked or head.content_length):
+            conn.send(CONTINUE)
+        self._connect()
+
+    # -- the request body -----------------------------------------------------------
+
+    def request_body(self, data: bytes) -> None:
+        if self.resp_done:
+            return  # answered already (an error, or an early response): drop
+        if self.head.chunked:
+            self._send_upstream((b"%x\r\n" % len(data), data, CRLF))
+        else:
+            self._send_upstream((data,))
+
+    def request_end(self) -> None:
+        self.req_done = True
+        if self.head.chunked and not self.resp_done:
+            self._send_upstream((CHUNK_END,))
+        if self.resp_done:
+            self.conn.exchange_done(self)
+
+    def _send_upstream(self, parts: tuple[bytes, ...]) -> None:
+        upstream = self.upstream
+        if upstream is not None:
+            up_out = self.conn.up_out
+            if up_out is not None:
+                up_out.extend(parts)
+            else:
+                upstream.transport.writelines(parts)
+            return
+        if self.buffered is None:
+            self.buffered = []
+        self.buffered.extend(parts)
+        self.buffered_size += sum(map(len, parts))
+        if self.buffered_size > HIGH_WATER:
+            self.conn.pause_reading(self.conn.PAUSE_BUFFER)
+
+    # -- the upstream connection ------------------------------------------------------
+
+    def _connect(self) -> None:
+        backend = self.backend
+        conn = backend.transport.take_idle(backend.server)
+        if conn is not None:
+            conn.reused = True
+            self._attach(conn)
+        else:
+            self.dial_task = self.conn.loop.create_task(self._dial())
+
+    async def _dial(self) -> None:
+        backend = self.backend
+        parser = self.conn.ctx.response_parser
+        try:
+            conn = await backend.transport.dial(backend.server, lambda: UpstreamConnection(parser))
+        except UpstreamConnectError as exc:
+            self.dial_task = None
+            if self.conn.ex is self:
+                self._upstream_error(exc)
+            return
+        self.dial_task = None
+        if self.conn.transport is None or self.conn.ex is not self:
+            backend.transport.put_idle(backend.server, conn)
+            return
+        self._attach(conn)
+
+    def _attach(self, upstream: UpstreamConnection) -> None:
+        conn = self.conn
+        upstream.owner = self
+        upstream.received = False
+        self.upstream = upstream
+        upstream.parser.expect(self.head.method)
+        buffered = self.buffered
+        if buffered:
+            parts = [self.up_head, *buffered]
+            self.buffered = None
+            self.buffered_size = 0
+            conn.resume_reading(conn.PAUSE_BUFFER)
+        else:
+            parts = None
+        if conn.up_out is not None:
+            conn.up_out += parts or (self.up_head,)
+        elif parts:
+            upstream.transport.writelines(parts)
+        else:
+            upstream.transport.write(self.up_head)
+        if conn.write_paused:
+            upstream.pause_reading()
+        timeout = self.backend.transport.response_header_timeout
+        if timeout:
+            self.header_timer = conn.loop.call_later(timeout, self._response_header_timeout)
+
+    def _response_header_timeout(self) -> None:
+        self.header_timer = None
+        if self.conn.ex is self and not self.resp_started:
+            self._upstream_error(UpstreamTimeout(f"no response head within {self.backend.transport.response_header_timeout}s"))
+
+    def _cancel_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def release_upstream(self, reuse: bool) -> None:
+        upstream = self.upstream
+        if upstream is None:
+            return
+        self.upstream = None
+        upstream.owner = None
+        if self.conn.up_out:
+            self.conn.up_out = []  # the exchange is over: nothing more goes to that connection
+        if upstream.paused:
+            upstream.resume_reading()
+        if reuse:
+            self.backend.transport.put_idle(self.backend.server, upstream)
+        else:
+            upstream.abort()
+
+    def abandon(self) -> None:
+        """The client is gone or broke the request: drop the upstream side."""
+        upstream = self.upstream
+        if upstream is not None:
+            self.upstream = None
+            upstream.owner = None
+            upstream.abort()
+        if self.dial_task is not None:
+            self.dial_task.cancel()
+            self.dial_task = None
+        self._cancel_header_timer()
+
+    # -- UpstreamOwner: events from the upstream connection -----------------------------
+
+    def hold_writes(self) -> None:
+        self.conn.out = []
+
+    def release_writes(self) -> None:
+        self.conn.flush_batch()
+
+    def pause_sending(self) -> None:
+        self.conn.pause_reading(self.conn.PAUSE_UPSTREAM)
+
+    def resume_sending(self) -> None:
+        self.conn.resume_reading(self.conn.PAUSE_UPSTREAM)
+
+    def upstream_head(self, head: ResponseHead) -> None:
+        self._cancel_header_timer()
+        if head.status == 101 and not (self.head.upgrade and self.upgrade_rest is not None):
+            self._upstream_error(UpstreamConnectError("upstream switched protocols without an upgrade request"))
+            return
+        self.resp_head = head
+        self.resp_started = True
+        self.status = head.status
+        chunked = False
+        if head.has_body and head.content_length is None:
+            if self.head.version == b"1.1":
+                chunked = True
+            else:
+                self.keep_alive = False
+        if self.head.upgrade and head.status != 101:
+            self.keep_alive = False  # the request parser stopped at the upgrade
+        self.resp_chunked = chunked
+        self.conn.send(forward.client_response(head, self.keep_alive, chunked, self.response_edits))
+
+    def upstream_quick(self, upstream: UpstreamConnection, head: ResponseHead, data: bytes) -> None:
+        """A whole response in one read (ResponseParser.quick) to an express exchange.
+
+        The same outcome as ``upstream_head``, ``upstream_body`` and
+        ``upstream_end`` for it, in one call: a status of 200 or more, a
+        Content-Length body, no upgrade asked, no response header edits.
+        """
+        if self.header_timer is not None:
+            self._cancel_header_timer()
+        self.resp_head = head
+        self.resp_started = True
+        self.resp_done = True
+        self.status = head.status
+        out = forward.client_response(head, self.keep_alive, False, None)
+        size = len(head.raw)
+        self.sent = len(data) - size
+        transport = self.conn.transport
+        if transport is not None and not transport.is_closing():
+            if out is head.raw:
+                transport.write(data)
+            else:
+                transport.writelines((out, data[size:]))
+        self._response_done()
+
+    def upstream_body(self, data: bytes) -> None:
+        self.sent += len(data)
+        if self.resp_chunked:
+            self.conn.send(b"%x\r\n" % len(data), data, CRLF)
+        else:
+            self.conn.send(data)
+
+    def upstream_end(self, upstream: UpstreamConnection) -> None:
+        if self.resp_head.status == 101:
+            return  # upstream_upgrade follows with the first tunnel bytes
+        if self.resp_chunked:
+            self.conn.send(CHUNK_END)
+        self.resp_done = True
+        self._response_done()
+
+    def _response_done(self) -> None:
+        """The response is complete: the upstream connection goes back or away."""
+        self.release_upstream(self.req_done and self.resp_head.keep_alive)
+        if not self.req_done:
+            # The upstream answered before the whole request body arrived: the
+            # rest of it cannot be told from the next request.
+            self.keep_alive = False
+        self.conn.exchange_done(self)
+
+    def upstream_upgrade(self, rest: bytes) -> None:
+        self.resp_done = True
+        upstream = self.upstream
+        self.upstream = None
+        upstream.owner = None
+        self.conn.tunnel(upstream.transport, rest, self.upgrade_rest or b"")
+        self.upgrade_rest = None
+        self.log()
+
+    def upstream_lost(self, upstream: UpstreamConnection, exc: Exception | None) -> None:
+        if self.resp_started:
+            # Cut in the middle of a body: the client can only learn it by a close.
+            log.warning(
+                "router %s: upstream %s closed during the response",
+                self.route.name if self.route else "?",
+                self.backend.server.url if self.backend else "?",
+            )
+            self.upstream = None
+            self.conn.abort()
+            return
+        head = self.head
+        if (
+            upstream.reused
+            and not upstream.received
+            and not self.retried
+            and not head.chunked
+            and not head.content_length
+            and not head.upgrade
+        ):
+            # A pooled connection the server had closed while idle: nothing was
+            # processed, so the request can safely go out again on a new one.
+            self.retried = True
+            self.upstream = None
+            self._cancel_header_timer()
+            self.dial_task = self.conn.loop.create_task(self._dial())
+            return
+        self.upstream = None
+        self._upstream_error(UpstreamConnectError(f"upstream closed the connection before responding ({exc or 'EOF'})"))
+
+    def upstream_failed(self, exc: HTTPError, upstream: UpstreamConnection) -> None:
+        """The upstream sent bytes that are not a valid response."""
+        self.conn.out = None  # what the invalid response wrote to the client so far is dropped
+        if self.upstream is upstream:
+            self.upstream = None
+        if self.resp_started:
+            self.conn.abort()
+            return
+        self._upstream_error(UpstreamConnectError(f"invalid response: {exc.detail}"))
+
+    def _upstream_error(self, exc: HTTPError) -> None:
+        backend = self.backend
+        log.warning(
+            "router %s service %s server %s: %s",
+            self.route.name if self.route else "?",
+            backend.service if backend else "?",
+            backend.server.url if backend else "?",
+            exc.detail,
+        )
+        self._cancel_header_timer()
+        self.release_upstream(reuse=False)
+        if self.resp_started:
+            self.conn.abort()
+            return
+        self.answer_error(exc)
+
+    # -- edge's own answers -----------------------------------------------------------
+
+    def answer_keeps_alive(self) -> bool:
+        """Decide (once, before writing) whether the connection survives edge's own answer.
+
+        A small unread request body is read and dropped to keep the connection;
+        a large, chunked or upgrade one is not worth reading: close instead.
+        """
+        if self.keep_alive and not self.req_done:
+            head = self.head
+            if head.chunked or head.upgrade or (head.content_length or 0) > HIGH_WATER:
+                self.keep_alive = False
+        return self.keep_alive
+
+    def _answer(self, data: bytes, status: int) -> None:
+        """Send a complete response of edge's own for this request."""
+        self.status = status
+        self.resp_started = True
+        self.resp_done = True
+        self.conn.send(data)
+        if self.req_done or not self.keep_alive:
+            self.conn.exchange_done(self)
+
+    def _answer_own(self, answer: Answer) -> None:
+        close = not self.answer_keeps_alive()
+        self._answer(forward.own_response(answer.status, answer.body, close=close, lines=answer.lines), answer.status)
+
+    def answer_error(self, exc: HTTPError) -> None:
+        close = not self.answer_keeps_alive()
+        self._answer(forward.error_response(exc.status, close=close), exc.status)
+
+    # -- the record --------------------------------------------------------------------
+
+    def log(self) -> None:
+        access_log = self.conn.ctx.access_log
+        if access_log is not None:
+            access_log(self, self.conn.loop.time() - self.started)

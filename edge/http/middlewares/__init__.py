@@ -1,0 +1,104 @@
+"""HTTP middlewares: a route's pipeline, built once per configuration.
+
+A :class:`Middleware` says what it does to an exchange in three ways, and a
+:class:`Pipeline` folds a route's middlewares into exactly those three:
+
+- ``request(fwd)``: per-request work on the request as it will be forwarded
+  (:class:`Forward`: path, X-Forwarded-Prefix, headers to set); returning an
+  :class:`Answer` ends the exchange with edge's own response instead. The base
+  class does nothing; a middleware that overrides it runs on every request.
+- ``request_edits`` / ``response_edits``: header edits fixed by the
+  configuration, merged once per pipeline (later middlewares win).
+
+Invariant: what a route may skip is derived from its pipeline, never from a
+list of middleware kinds. A route whose pipeline does nothing
+(:attr:`Pipeline.empty`) may forward heads as they came and take the
+connection's express path; any middleware that does something, including one
+added later, makes the route take the general path, which runs the pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from edge.http.forward import HeaderEdits
+
+__all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
+
+
+class Forward:
+    """The request as it will go upstream: what per-request middlewares may change."""
+
+    __slots__ = ("headers", "host", "path", "prefix", "query")
+
+    def __init__(self, host: str, path: bytes, query: bytes) -> None:
+        self.host = host
+        self.path = path
+        self.query = query
+        self.prefix = b""  # X-Forwarded-Prefix: what stripPrefix took away
+        self.headers: list[tuple[bytes, bytes]] | None = None  # set per request (empty value: remove)
+
+    def set_header(self, name: bytes, value: bytes) -> None:
+        if self.headers is None:
+            self.headers = []
+        self.headers.append((name, value))
+
+
+class Answer:
+    """A response of edge's own that ends the exchange (a redirect, a refusal)."""
+
+    __slots__ = ("body", "lines", "status")
+
+    def __init__(self, status: int, lines: bytes = b"", body: bytes = b"") -> None:
+        self.status = status
+        self.lines = lines  # extra header lines, each ending in CRLF
+        self.body = body
+
+
+class Middleware:
+    """One step of a pipeline; the base does nothing."""
+
+    __slots__ = ("name",)
+
+    request_edits: HeaderEdits | None = None
+    response_edits: HeaderEdits | None = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def request(self, fwd: Forward) -> Answer | None:
+        return None
+
+
+class Pipeline:
+    """A route's middlewares, folded into what the exchange runs."""
+
+    __slots__ = ("empty", "names", "request_edits", "response_edits", "rewrites", "steps")
+
+    def __init__(self, middlewares: Sequence[Middleware] = ()) -> None:
+        self.names = tuple(m.name for m in middlewares)
+        # Only middlewares with per-request work are called per request.
+        self.steps = tuple(m for m in middlewares if type(m).request is not Middleware.request)
+        self.request_edits = _merge(m.request_edits for m in middlewares)
+        self.response_edits = _merge(m.response_edits for m in middlewares)
+        # The request head cannot go upstream as its own bytes.
+        self.rewrites = bool(self.steps) or self.request_edits is not None
+        # Nothing of the exchange changes: both heads may go through as they came.
+        self.empty = not self.rewrites and self.response_edits is None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _merge(edits: Iterable[HeaderEdits | None]) -> HeaderEdits | None:
+    """One HeaderEdits applying ``edits`` in order (a later value for a name wins)."""
+    merged: dict[bytes, tuple[bytes, bytes]] = {}
+    for edit in edits:
+        if edit is not None:
+            for name, value in edit.pairs:
+                merged.pop(name.lower(), None)  # keep the later one's place
+                merged[name.lower()] = (name, value)
+    return HeaderEdits(list(merged.values())) if merged else None
+
+
+EMPTY_PIPELINE = Pipeline()

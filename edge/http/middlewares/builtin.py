@@ -1,0 +1,101 @@
+"""The middlewares edge has: stripPrefix, addPrefix, headers, redirectScheme.
+
+Each is built once per configuration from its dynamic-configuration model
+(:func:`from_config`) and holds only what its requests need, prepared.
+"""
+
+from __future__ import annotations
+
+from edge.config.dynamic import Middleware as MiddlewareConfig
+from edge.http.forward import HeaderEdits
+from edge.http.middlewares import Answer, Forward, Middleware
+
+__all__ = ["AddPrefix", "Headers", "RedirectScheme", "StripPrefix", "from_config"]
+
+
+class StripPrefix(Middleware):
+    """Removes the first matching prefix (longest first); it becomes X-Forwarded-Prefix."""
+
+    __slots__ = ("prefixes",)
+
+    def __init__(self, name: str, prefixes: list[str]) -> None:
+        super().__init__(name)
+        self.prefixes = tuple(sorted((p.encode() for p in prefixes), key=len, reverse=True))
+
+    def request(self, fwd: Forward) -> Answer | None:
+        path = fwd.path
+        for prefix in self.prefixes:
+            if path.startswith(prefix):
+                fwd.prefix = prefix.rstrip(b"/") if prefix != b"/" else b""
+                path = path[len(prefix) :]
+                fwd.path = path if path.startswith(b"/") else b"/" + path
+                break
+        return None
+
+
+class AddPrefix(Middleware):
+    __slots__ = ("prefix",)
+
+    def __init__(self, name: str, prefix: str) -> None:
+        super().__init__(name)
+        self.prefix = prefix.encode().rstrip(b"/")
+
+    def request(self, fwd: Forward) -> Answer | None:
+        fwd.path = self.prefix + fwd.path
+        return None
+
+
+class Headers(Middleware):
+    """Custom request and response headers (an empty value removes the header)."""
+
+    __slots__ = ("request_edits", "response_edits")
+
+    def __init__(self, name: str, request: dict[str, str], response: dict[str, str]) -> None:
+        super().__init__(name)
+        self.request_edits = _edits(request)
+        self.response_edits = _edits(response)
+
+
+class RedirectScheme(Middleware):
+    """Answers with a redirect to the same host and path under another scheme."""
+
+    __slots__ = ("permanent", "port", "scheme")
+
+    def __init__(self, name: str, scheme: str, port: str, permanent: bool) -> None:
+        super().__init__(name)
+        self.scheme = scheme
+        self.port = port
+        self.permanent = permanent
+
+    def location(self, host: str, target: bytes) -> bytes:
+        port = self.port
+        default = {"http": "80", "https": "443"}.get(self.scheme)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        hostport = host if not port or port == default else f"{host}:{port}"
+        return f"{self.scheme}://{hostport}".encode() + target
+
+    def request(self, fwd: Forward) -> Answer | None:
+        target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+        status = 301 if self.permanent else 302
+        return Answer(status, b"Location: %s\r\n" % self.location(fwd.host, target))
+
+
+def _edits(headers: dict[str, str]) -> HeaderEdits | None:
+    return HeaderEdits([(k.encode(), v.encode()) for k, v in headers.items()]) if headers else None
+
+
+def from_config(name: str, config: MiddlewareConfig) -> Middleware:
+    """The middleware a validated configuration entry describes."""
+    if config.strip_prefix is not None:
+        return StripPrefix(name, config.strip_prefix.prefixes)
+    if config.add_prefix is not None:
+        return AddPrefix(name, config.add_prefix.prefix)
+    if config.headers is not None:
+        h = config.headers
+        return Headers(name, h.custom_request_headers, h.custom_response_headers)
+    if config.redirect_scheme is not None:
+        rs = config.redirect_scheme
+        return RedirectScheme(name, rs.scheme, rs.port, rs.permanent)
+    raise AssertionError(f"middleware {name}: no kind set (validated by the model)")
+

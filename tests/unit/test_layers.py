@@ -1,0 +1,122 @@
+"""The import direction of edge's modules, as docs/design.md draws it.
+
+Each module may import only modules of its own layer or of layers below it
+(imports inside ``if TYPE_CHECKING:`` are for annotations and do not count),
+the data plane never imports a provider or the watcher, and no two modules
+import each other, directly or around a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+EDGE = Path(__file__).resolve().parents[2] / "edge"
+
+# Lowest first; a module belongs to the first layer with a prefix of its name.
+LAYERS: list[tuple[str, ...]] = [
+    ("edge.errors",),
+    ("edge.rules", "edge.balancer"),
+    ("edge.config",),
+    ("edge.providers", "edge.logs", "edge.ipc"),
+    ("edge.watcher",),
+    ("edge.transports",),
+    # the HTTP codec layer: heads, parsers, head writers, middlewares, upstream connections
+    (
+        "edge.http.codec",
+        "edge.http.codec_h11",
+        "edge.http.codec_httptools",
+        "edge.http.headers",
+        "edge.http.forward",
+        "edge.http.parsers",
+        "edge.http.middlewares",
+        "edge.http.upstream",
+    ),
+    ("edge.tls", "edge.tcp"),
+    ("edge.router",),
+    # the HTTP server layer: a client connection and its exchanges
+    ("edge.http.exchange", "edge.http.connection"),
+    ("edge.udp",),
+    ("edge.entrypoints",),
+    ("edge.app",),
+    ("edge.supervisor",),
+    ("edge.cli", "edge.__main__", "edge.whoami"),
+]
+DATA_PLANE = ("edge.http", "edge.tls", "edge.tcp", "edge.udp", "edge.router", "edge.entrypoints", "edge.transports")
+CONTROL_PLANE = ("edge.providers", "edge.watcher")
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(EDGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name in modules)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module in modules:
+                found.add(child.module)
+                found.update(f"{child.module}.{a.name}" for a in child.names if f"{child.module}.{a.name}" in modules)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_name(p): p for p in EDGE.rglob("*.py")}
+    modules = set(paths)
+    return {name: _imports(path, modules) - {name} for name, path in paths.items()}
+
+
+def _layer(module: str) -> int:
+    for i, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and to docs/design.md")
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_every_import_goes_down_the_layers():
+    wrong = [
+        f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+        for m, deps in _graph().items()
+        if m != "edge"  # the package itself: only a version string
+        for d in deps
+        if d != "edge" and not _under(m, (d,)) and _layer(d) > _layer(m)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_data_plane_never_imports_the_control_plane():
+    wrong = [f"{m} imports {d}" for m, deps in _graph().items() if _under(m, DATA_PLANE) for d in deps if _under(d, CONTROL_PLANE)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(dep) :], dep]))
+            if dep not in state:
+                walk(dep, [*path, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
