@@ -20,6 +20,7 @@ import logging
 import signal
 from collections.abc import Callable
 
+from edge.config.diff import changed_servers
 from edge.config.runtime import RuntimeConfig
 from edge.config.static import StaticConfig
 from edge.entrypoints import EntryPoints
@@ -27,7 +28,7 @@ from edge.entrypoints.tcp import TCPEntryPoint
 from edge.logs import AccessLogger
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
-from edge.router.factory import build_router_sets
+from edge.router.factory import build_router_sets, update_servers
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
 
@@ -68,6 +69,7 @@ class Dataplane:
         self.transports = TransportRegistry(loop)
         self.entrypoints = EntryPoints(loop, self.transports)
         self.runtime: RuntimeConfig | None = None
+        self.services: dict = {}  # the HTTP services of the live routers, by name
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
@@ -97,7 +99,17 @@ class Dataplane:
         self.transports.update(runtime.servers_transports)
 
     def switch_routers(self, runtime: RuntimeConfig) -> None:
-        routers = build_router_sets(runtime, self.transports, self.entrypoints.all)
+        previous = self.runtime
+        changed = changed_servers(previous.configuration, runtime.configuration) if previous is not None else None
+        if changed is not None:
+            # Endpoints only: the live load balancers take their new servers in
+            # place; routers, pools and round-robin state stay.
+            update_servers(self.services, runtime, changed, self.transports)
+            self.runtime = runtime
+            log.info("configuration applied in place: new servers for %d services", len(changed))
+            return
+        self.services = {}
+        routers = build_router_sets(runtime, self.transports, self.entrypoints.all, self.services)
         self.entrypoints.switch(routers)
         self.runtime = runtime
         log.info(

@@ -33,6 +33,15 @@ class SmoothWeightedRoundRobin(Generic[T]):
     def __len__(self) -> int:
         return len(self._members)
 
+    def inherit(self, old: SmoothWeightedRoundRobin[T], key) -> None:
+        """Take over ``old``'s running scores for the members both have (same ``key(member)``),
+        so a changed member list does not restart the rotation."""
+        scores = {key(m): c for m, c in zip(old._members, old._current, strict=True)}
+        for i, member in enumerate(self._members):
+            score = scores.get(key(member))
+            if score is not None:
+                self._current[i] = score
+
     def pick(self) -> T | None:
         """The next member, or None when there is none with a positive weight."""
         if self.single is not None:

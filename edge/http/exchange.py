@@ -107,7 +107,8 @@ class Exchange:
         response may take the quick path too (:meth:`upstream_quick`). False when
         it cannot (no server to pick): the caller takes the general path.
         """
-        backend = route.backend or route.service.pick()
+        service = route.service
+        backend = service.single or service.pick()
         if backend is None:
             return False
         conn = self.conn

@@ -40,13 +40,8 @@ class _Builder:
             config = info.config
             if config.load_balancer is not None:
                 lb = config.load_balancer
-                transport_name = lb.servers_transport or DEFAULT_TRANSPORT
-                transport = self.transports.get(transport_name)
-                backends = [
-                    (Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight)
-                    for s in lb.servers
-                ]
-                built = LoadBalancer(name, backends)
+                transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
+                built = LoadBalancer(name, self.backends(name, lb), lb.pass_host_header, transport.pools)
             elif config.weighted is not None:
                 children = []
                 for child in config.weighted.services:
@@ -56,6 +51,10 @@ class _Builder:
                 built = Weighted(name, children)
         self.services[name] = built
         return built
+
+    def backends(self, name: str, lb) -> list[tuple[Backend, int]]:
+        transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
+        return [(Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight) for s in lb.servers]
 
     def middleware(self, name: str) -> Middleware:
         built = self.middlewares.get(name)
@@ -72,18 +71,46 @@ class _Builder:
 
 
 def build_router_sets(
-    runtime: RuntimeConfig, transports: TransportRegistry, entry_points: Iterable[str]
+    runtime: RuntimeConfig,
+    transports: TransportRegistry,
+    entry_points: Iterable[str],
+    services: dict[str, Service | None] | None = None,
 ) -> dict[str, RouterSet]:
-    """One RouterSet per named entrypoint."""
-    http = build_http_routers(runtime, transports, entry_points)
+    """One RouterSet per named entrypoint.
+
+    ``services``, when given, receives the HTTP services built, by name: what
+    :func:`update_servers` changes in place on an endpoints-only change.
+    """
+    http = build_http_routers(runtime, transports, entry_points, services)
     return {ep: RouterSet(http=router) for ep, router in http.items()}
 
 
+def update_servers(
+    services: dict[str, Service | None], runtime: RuntimeConfig, names: Iterable[str], transports: TransportRegistry
+) -> None:
+    """Give the live load balancers ``names`` the servers ``runtime`` has for them.
+
+    The endpoints-only path (see :func:`edge.config.diff.changed_servers`): no
+    router is rebuilt, pools stay (keyed by server in their transport), and the
+    round-robin goes on for the servers that stay.
+    """
+    builder = _Builder(runtime, transports)
+    for name in names:
+        service = services.get(name)
+        if isinstance(service, LoadBalancer):
+            service.update(builder.backends(name, runtime.http_services[name].config.load_balancer))
+
+
 def build_http_routers(
-    runtime: RuntimeConfig, transports: TransportRegistry, entry_points: Iterable[str]
+    runtime: RuntimeConfig,
+    transports: TransportRegistry,
+    entry_points: Iterable[str],
+    services: dict[str, Service | None] | None = None,
 ) -> dict[str, HTTPRouter]:
     """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes)."""
     builder = _Builder(runtime, transports)
+    if services is not None:
+        builder.services = services
     entries: dict[str, list] = {ep: [] for ep in entry_points}
     for name, info in runtime.http_routers.items():
         if info.status == "disabled":

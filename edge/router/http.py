@@ -33,19 +33,34 @@ class Backend:
 
 
 class LoadBalancer:
-    """A loadBalancer service: smooth weighted round robin over its servers."""
+    """A loadBalancer service: smooth weighted round robin over its servers.
+
+    Its server list may be replaced in place (:meth:`update`: an endpoints-only
+    configuration change) with one assignment; what routes derived from the
+    service (``pass_host``, ``pooled``) comes from its configuration and its
+    transport, never from the servers, so it cannot go stale.
+    """
 
     __slots__ = ("_wrr", "name", "pass_host", "pooled", "single")
 
-    def __init__(self, name: str, backends: Iterable[tuple[Backend, int]]) -> None:
+    def __init__(self, name: str, backends: Iterable[tuple[Backend, int]], pass_host: bool, pooled: bool) -> None:
         self.name = name
-        backends = list(backends)
-        self._wrr = SmoothWeightedRoundRobin(backends)
-        self.single: Backend | None = self._wrr.single
         # Every server gets the client's Host (passHostHeader, the default).
-        self.pass_host = all(backend.pass_host for backend, _ in backends)
+        self.pass_host = pass_host
         # Every server's connections are kept alive between requests.
-        self.pooled = all(backend.transport.pools for backend, _ in backends)
+        self.pooled = pooled
+        self._set(SmoothWeightedRoundRobin(list(backends)))
+
+    def _set(self, wrr: SmoothWeightedRoundRobin[Backend]) -> None:
+        self._wrr = wrr
+        # One server (the common case): nothing to balance.
+        self.single: Backend | None = wrr.single
+
+    def update(self, backends: Iterable[tuple[Backend, int]]) -> None:
+        """New servers, in place; the rotation goes on for the servers that stay."""
+        wrr = SmoothWeightedRoundRobin(list(backends))
+        wrr.inherit(self._wrr, lambda b: b.server.key)
+        self._set(wrr)
 
     def pick(self) -> Backend | None:
         return self._wrr.pick()
@@ -55,6 +70,7 @@ class Weighted:
     """A weighted service: smooth weighted round robin over child services."""
 
     __slots__ = ("_wrr", "name", "pass_host", "pooled")
+    single = None  # never one server to skip the balancing for
 
     def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
         self.name = name
@@ -81,7 +97,7 @@ Service = LoadBalancer | Weighted
 class Route:
     """What a matched router resolves to: its service and its middleware pipeline."""
 
-    __slots__ = ("backend", "express", "name", "pipeline", "service")
+    __slots__ = ("express", "name", "pipeline", "service")
 
     def __init__(self, name: str, service: Service, pipeline: Pipeline = EMPTY_PIPELINE) -> None:
         self.name = name
@@ -92,8 +108,6 @@ class Route:
         # server gets the client's Host, and the upstream connection is pooled
         # (a lone Connection: keep-alive holds both ways).
         self.express = pipeline.empty and service.pass_host and service.pooled
-        # The service's only server, when it has one: nothing to balance.
-        self.backend = service.single if isinstance(service, LoadBalancer) else None
 
 
 class HTTPRouter:
