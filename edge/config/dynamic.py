@@ -354,6 +354,7 @@ class UDPRouter(Base):
 
 class UDPServer(Base):
     address: str
+    weight: NonNegativeInt = 1
 
     def __post_init__(self) -> None:
         host, port = split_host_port(self.address)
@@ -363,6 +364,23 @@ class UDPServer(Base):
 
 class UDPLoadBalancer(Base):
     servers: list[UDPServer] = []
+    servers_transport: str = ""  # "": no PROXY protocol header
+    # Idle time before a session of this service ends; None: the entry point's udp.timeout.
+    session_timeout: Duration | None = None
+
+    def __post_init__(self) -> None:
+        if self.session_timeout is not None and self.session_timeout <= 0:
+            raise ValueError("sessionTimeout must be greater than 0")
+
+
+class UDPServersTransport(Base):
+    """How edge talks to UDP upstreams: an optional PROXY protocol header (version 2 only)."""
+
+    proxy_protocol: ProxyProtocol | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy_protocol is not None and self.proxy_protocol.version != 2:
+            raise ValueError("proxyProtocol: UDP needs version 2 (version 1 has no UDP form)")
 
 
 class UDPService(Base):
@@ -376,6 +394,7 @@ class UDPService(Base):
 class UDPConfiguration(Base):
     routers: dict[str, UDPRouter] = {}
     services: dict[str, UDPService] = {}
+    servers_transports: dict[str, UDPServersTransport] = {}
 
 
 # --- tls ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ Messages in ``errors`` are bare (``service 'x@file' does not exist``);
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -57,6 +57,7 @@ __all__ = [
     "RuntimeConfig",
     "ServiceInfo",
     "build_runtime",
+    "check_tls",
 ]
 
 ENABLED: Literal["enabled"] = "enabled"
@@ -263,6 +264,12 @@ def build_runtime(
             r = RouterInfo(name, router)
             rt.tcp_routers[name] = r
             _check_rule(r, router.rule, "tcp", rules)
+            if router.tls is None and r.rule is not None and r.rule.hosts is not None:
+                # Traefik refuses it too: without TLS there is no server name to match.
+                r.add_error(
+                    "HostSNI names a server, but a connection without TLS has no server name: "
+                    "use HostSNI(`*`), or add tls"
+                )
             _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
             _check_service(r, router.service, rt.tcp_services)
             if router.tls is not None and not router.tls.passthrough:
@@ -273,18 +280,82 @@ def build_runtime(
     if conf.udp is not None:
         udp = conf.udp
         rt.udp_services = {n: ServiceInfo(n, s) for n, s in udp.services.items()}
+        udp_transports = {DEFAULT_TRANSPORT: None, **udp.servers_transports}
         for info in rt.udp_services.values():
             lb = info.config.load_balancer
-            if lb is not None and not lb.servers:
-                info.add_error("no servers: datagrams are dropped", critical=False)
+            if lb is not None:
+                _check_transport(info, lb.servers_transport, udp_transports)
+                if not lb.servers:
+                    info.add_error("no servers: datagrams are dropped", critical=False)
         _check_weighted(rt.udp_services)
         for name, router in udp.routers.items():
             r = RouterInfo(name, router)
             rt.udp_routers[name] = r
             _check_entry_points(r, router.entry_points, "udp", udp_defaults, entry_points)
             _check_service(r, router.service, rt.udp_services)
+        # A UDP router has no rule: one serves an entry point, the first by name.
+        serving: dict[str, str] = {}
+        for name in sorted(rt.udp_routers):
+            r = rt.udp_routers[name]
+            if r.status == DISABLED:
+                continue
+            for ep in r.entry_points:
+                first = serving.setdefault(ep, name)
+                if first != name:
+                    r.add_error(
+                        f"entryPoint {ep!r} is served by udp router {first!r} "
+                        "(one UDP router per entry point: the first by name)",
+                        critical=False,
+                    )
 
     return rt
+
+
+class CertificateCheck(Protocol):
+    """What :func:`check_tls` asks of a configuration's certificate snapshot
+    (:class:`edge.tls.certs.TLSCertificates`, which sits above this layer)."""
+
+    def options_error(self, name: str) -> Exception | None: ...
+
+    def errors_for(self, domain: str) -> tuple[Exception, ...]: ...
+
+
+def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
+    """Disable the routers that would terminate TLS with broken options or certificates.
+
+    The one check made after :func:`build_runtime`, by whoever builds the
+    certificate snapshot (the data plane, ``edge check``), before any router is
+    built from ``rt``. A router is disabled when its ``tls.options`` cannot be
+    applied, or when a name it serves (its Host/HostSNI names, ``tls.domains``)
+    has no certificate because the certificate meant for it is broken; the reason
+    names the file. TLS passthrough terminates nothing and is not concerned.
+    Returns the messages added, prefixed as :meth:`RuntimeConfig.errors` does.
+    """
+    added: list[str] = []
+    tables: list[tuple[str, Mapping[str, RouterInfo[Any]]]] = [
+        ("router", rt.http_routers),
+        ("tcp router", rt.tcp_routers),
+    ]
+    for label, table in tables:
+        for info in table.values():
+            tls = info.config.tls
+            if tls is None or info.status == DISABLED or getattr(tls, "passthrough", False):
+                continue
+            reasons: list[str] = []
+            options = tls.options or DEFAULT_TLS
+            if options in rt.tls.options:  # a missing one was reported by build_runtime
+                error = certs.options_error(options)
+                if error is not None:
+                    reasons.append(str(error))
+            names = list(info.rule.hosts or ()) if info.rule is not None else []
+            for domain in tls.domains:
+                names += [n for n in (domain.main, *domain.sans) if n]
+            for name in dict.fromkeys(n.lower() for n in names):
+                reasons += [f"no certificate for {name}: {error}" for error in certs.errors_for(name)]
+            for reason in reasons:
+                info.add_error(reason)
+                added.append(f"{label} {info.name}: {reason}")
+    return added
 
 
 class _RuleCache:

@@ -129,7 +129,17 @@ class EntryPointHTTP(Base):
 
 
 class EntryPointUDP(Base):
+    """``udp`` of an entry point: session idle timeout and the bound on live sessions.
+
+    ``maxSessions``: every session holds one socket (a file descriptor) and about a
+    kilobyte of memory; 10,000 serves a busy DNS or game front end while a flood of
+    spoofed sources costs at most that, whatever its rate (the oldest idle session is
+    evicted first). The entry point raises the soft RLIMIT_NOFILE to fit the bound, or
+    lowers the bound to fit the hard limit and says so in the log.
+    """
+
     timeout: Duration = Duration(3.0)  # idle time before a UDP session is dropped
+    max_sessions: Annotated[int, msgspec.Meta(gt=0)] = 10_000
 
 
 class EntryPoint(Base):

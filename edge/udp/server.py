@@ -1,0 +1,493 @@
+"""The UDP data plane of one entry point: datagrams in, sessions, upstream sockets, replies.
+
+:class:`DatagramProxy` owns the entry point's listening socket once bound, its
+:class:`~edge.udp.sessions.SessionTable`, one connected upstream socket per session,
+the marks of servers that refused, and the counters. Everything runs in reader
+callbacks that never await: the listener and every upstream socket are plain
+non-blocking sockets watched with ``loop.add_reader``; each callback reads until the
+socket is empty (at most :data:`BATCH` datagrams, then the loop goes round) and
+forwards each datagram whole, as received.
+
+Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
+leave from the address the client wrote to when the entry point listens on a wildcard
+address, which takes ``recvmsg`` / ``sendmsg`` with IP_PKTINFO / IPV6_PKTINFO, and
+transports offer neither; a new session must open its upstream at once, inside the
+callback, and ``create_datagram_endpoint`` is a coroutine. One code path serves both
+kinds of listener; only the read and reply calls differ.
+
+Invariants:
+
+* a datagram is never split, merged or queued: it is sent on at once or dropped and
+  counted (UDP is lossy; a full socket buffer drops, as the kernel would);
+* a session's upstream socket is registered with the loop exactly while the session
+  has a server; closing a session removes the reader before closing the socket;
+* the router is read once per new session (or re-pick after a refusal); a swap is one
+  assignment plus a pass that keeps each session on its server while that server
+  stays in the router's service, and ends it otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import struct
+import sys
+from collections.abc import Callable
+
+from edge.router.udp import UDPRouter, UDPServer
+from edge.udp.sessions import Counters, Session, SessionTable
+
+log = logging.getLogger("edge.udp")
+
+__all__ = ["BATCH", "MAX_DATAGRAM", "REFUSED_DOWN", "DatagramProxy", "proxy_v2_header"]
+
+MAX_DATAGRAM = 65535  # read size: a UDP payload is at most 65,507 bytes over IPv4
+BATCH = 64  # datagrams read per readiness callback before the loop serves others
+REFUSED_DOWN = 10.0  # seconds a server that refused (ICMP port unreachable) is not picked
+DRAIN_QUIET = 0.2  # drain ends once no session has seen a datagram for this long
+
+# Linux's value; Python's socket module does not export IP_PKTINFO before 3.13.
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8 if sys.platform.startswith("linux") else None)
+IPV6_RECVPKTINFO = getattr(socket, "IPV6_RECVPKTINFO", None)
+IPV6_PKTINFO = getattr(socket, "IPV6_PKTINFO", None)
+CMSG_SIZE = socket.CMSG_SPACE(20)  # room for one in6_pktinfo (in_pktinfo is smaller)
+
+# Errors on a connected upstream socket that mean "this server cannot be reached":
+# ICMP port unreachable (ECONNREFUSED), host or network unreachable.
+UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
+
+PROXY_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def proxy_v2_header(client: tuple, local: tuple) -> bytes:
+    """A PROXY protocol v2 header (command PROXY, UDP) for ``client`` -> ``local``.
+
+    IPv4-mapped IPv6 addresses (a dual-stack listener) are written as IPv4.
+    TODO: use edge.tcp.proxyproto.encode_v2(src, dst, transport="udp") once that
+    module lands; this private copy covers UDP only.
+    """
+    src, dst = _unmapped(client[0]), _unmapped(local[0])
+    v4 = ":" not in src and ":" not in dst
+    if v4:
+        family, size = 0x12, 12
+        addresses = socket.inet_pton(socket.AF_INET, src) + socket.inet_pton(socket.AF_INET, dst)
+    else:
+        family, size = 0x22, 36
+        addresses = socket.inet_pton(socket.AF_INET6, _mapped(src)) + socket.inet_pton(
+            socket.AF_INET6, _mapped(dst)
+        )
+    return (
+        PROXY_V2_SIGNATURE
+        + struct.pack("!BBH", 0x21, family, size)
+        + addresses
+        + struct.pack("!HH", client[1], local[1])
+    )
+
+
+def _unmapped(host: str) -> str:
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+def _mapped(host: str) -> str:
+    return host if ":" in host else "::ffff:" + host
+
+
+def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list | None]:
+    """From a datagram's IP_PKTINFO / IPV6_PKTINFO: the address the client wrote to,
+    and the ancillary data that makes a reply leave from it (None, None if absent)."""
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IPV6 and kind == IPV6_PKTINFO and len(data) >= 20:
+            address = data[:16]
+            # The interface matters for a link-local address only; elsewhere routing picks it.
+            ifindex = data[16:20] if address[:2] == b"\xfe\x80" else b"\x00\x00\x00\x00"
+            local = (socket.inet_ntop(socket.AF_INET6, address), port)
+            return local, [(socket.IPPROTO_IPV6, IPV6_PKTINFO, address + ifindex)]
+        if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
+            address = data[8:12]  # ipi_addr: the destination of the datagram
+            local = (socket.inet_ntop(socket.AF_INET, address), port)
+            # in_pktinfo to send: no interface, ipi_spec_dst = that address (the source).
+            return local, [
+                (socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + address + bytes(4))
+            ]
+    return None, None
+
+
+class DatagramProxy:
+    """Sessions and forwarding for one UDP entry point (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        timeout: float,
+        max_sessions: int,
+    ) -> None:
+        self.name = name
+        self.loop = loop
+        self.timeout = timeout  # the entry point's udp.timeout
+        self.shortest = timeout  # the shortest timeout any live session can have
+        self.table = SessionTable(max_sessions)
+        self.router: UDPRouter | None = None
+        self.sock: socket.socket | None = None
+        self.wildcard = False
+        self.local: tuple | None = None  # the bound address (for a wildcard: when pktinfo lacks)
+        self.port = 0
+        self.reading = False
+        self.down: dict[str, float] = {}  # server address -> loop time it may be picked again
+        # (router, service) -> counters; kept across reloads, so totals only grow
+        self.counters: dict[tuple[str, str], Counters] = {}
+        self.no_route = 0  # datagrams that arrived while no router served the entry point
+        self._evicted = 0  # evictions since the last sweep logged them
+        self._open_failed = 0
+        self._open_error: OSError | None = None
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def attach(self, sock: socket.socket, *, wildcard: bool) -> None:
+        """Serve datagrams arriving on ``sock`` (bound, non-blocking)."""
+        self.sock = sock
+        self.wildcard = wildcard
+        self.local = sock.getsockname()
+        self.port = self.local[1]
+        self.start_reading()
+
+    def start_reading(self) -> None:
+        if self.sock is not None and not self.reading:
+            self.loop.add_reader(
+                self.sock.fileno(), self._wildcard_readable if self.wildcard else self._readable
+            )
+            self.reading = True
+
+    def stop_reading(self) -> None:
+        if self.sock is not None and self.reading:
+            self.loop.remove_reader(self.sock.fileno())
+            self.reading = False
+
+    def last_activity(self) -> float:
+        """Loop time of the most recent datagram of any session (0.0: no session)."""
+        sessions = self.table.sessions
+        return next(reversed(sessions.values())).last if sessions else 0.0
+
+    def close(self) -> None:
+        """End every session and close the listening socket."""
+        self.stop_reading()
+        for session in self.table.clear():
+            self._detach(session)
+        if self.sock is not None:
+            self.sock.close()
+
+    # -- configuration -------------------------------------------------------------------
+
+    def switch(self, router: UDPRouter | None) -> None:
+        """Serve ``router`` from now on (None: no router; datagrams are dropped)."""
+        self.router = router
+        timeouts = [self.timeout]
+        if router is not None:
+            timeouts += [s.timeout for s in router.servers.values() if s.timeout]
+        self.shortest = min(timeouts)
+        ended = 0
+        for session in self.table:
+            old = session.server
+            if router is None or router.name != session.counters.router:
+                keep = False
+            elif old is None:
+                keep = True  # waiting to re-pick after a refusal: it will pick from this router
+            else:
+                new = router.servers.get(old.address)
+                keep = new is not None
+                if keep:
+                    session.server = new
+                    session.timeout = new.timeout or self.timeout
+            if keep:
+                session.counters = self._counters(router.name, router.service.name)
+            else:
+                self.table.remove(session)
+                self._detach(session)
+                ended += 1
+        if ended:
+            log.info(
+                "entrypoint %s: %d UDP sessions ended: their router or server is gone",
+                self.name,
+                ended,
+            )
+
+    def _counters(self, router: str, service: str) -> Counters:
+        counters = self.counters.get((router, service))
+        if counters is None:
+            counters = self.counters[(router, service)] = Counters(router, service)
+        return counters
+
+    # -- periodic ----------------------------------------------------------------------
+
+    def sweep(self, now: float) -> None:
+        """End idle sessions, forget refusals that aged, log evictions and failures."""
+        for session in self.table.expire(now, self.shortest):
+            session.counters.sessions_expired += 1
+            self._detach(session)
+        if self.down:
+            for address in [a for a, until in self.down.items() if until <= now]:
+                del self.down[address]
+        if self._evicted:
+            log.warning(
+                "entrypoint %s: %d UDP sessions evicted, oldest idle first (maxSessions %d)",
+                self.name,
+                self._evicted,
+                self.table.max_sessions,
+            )
+            self._evicted = 0
+        if self._open_failed:
+            log.error(
+                "entrypoint %s: %d UDP sessions could not open an upstream socket: %s",
+                self.name,
+                self._open_failed,
+                self._open_error,
+            )
+            self._open_failed = 0
+
+    # -- datagrams from clients ----------------------------------------------------------
+
+    def _readable(self) -> None:
+        """The listener (a specific address) has datagrams."""
+        recvfrom = self.sock.recvfrom
+        sessions = self.table.sessions
+        get = sessions.get
+        move = sessions.move_to_end
+        now = self.loop.time()
+        for _ in range(BATCH):
+            try:
+                data, client = recvfrom(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.debug("entrypoint %s: receive failed: %s", self.name, exc)
+                return
+            session = get(client)
+            if session is None:
+                session = self._open(client, now, None, None)
+                if session is None:
+                    continue
+            else:
+                session.last = now
+                move(client)
+            sock = session.sock
+            if sock is None or session.header is not None:
+                self._forward_slow(session, data)
+                continue
+            try:
+                sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                session.counters.dropped += 1
+                continue
+            except OSError as exc:
+                self._send_failed(session, data, exc)
+                continue
+            counters = session.counters
+            counters.datagrams_to_server += 1
+            counters.bytes_to_server += len(data)
+
+    def _wildcard_readable(self) -> None:
+        """The listener (a wildcard address) has datagrams: read where each was sent to."""
+        recvmsg = self.sock.recvmsg
+        sessions = self.table.sessions
+        get = sessions.get
+        move = sessions.move_to_end
+        now = self.loop.time()
+        for _ in range(BATCH):
+            try:
+                data, ancillary, _flags, client = recvmsg(MAX_DATAGRAM, CMSG_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.debug("entrypoint %s: receive failed: %s", self.name, exc)
+                return
+            session = get(client)
+            if session is None:
+                local, reply = local_from_pktinfo(ancillary, self.port)
+                session = self._open(client, now, local, reply)
+                if session is None:
+                    continue
+            else:
+                session.last = now
+                move(client)
+            sock = session.sock
+            if sock is None or session.header is not None:
+                self._forward_slow(session, data)
+                continue
+            try:
+                sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                session.counters.dropped += 1
+                continue
+            except OSError as exc:
+                self._send_failed(session, data, exc)
+                continue
+            counters = session.counters
+            counters.datagrams_to_server += 1
+            counters.bytes_to_server += len(data)
+
+    def _open(
+        self, client: tuple, now: float, local: tuple | None, reply: list | None
+    ) -> Session | None:
+        """A session for a new client, its server picked and its upstream open; None: dropped."""
+        router = self.router
+        if router is None:
+            self.no_route += 1
+            return None
+        counters = self._counters(router.name, router.service.name)
+        server = router.pick(self.down)
+        if server is None:
+            counters.dropped += 1
+            return None
+        session = Session(
+            client, counters, timeout=self.timeout, local=local or self.local, reply=reply
+        )
+        evicted = self.table.add(session, now)
+        if evicted is not None:
+            evicted.counters.sessions_evicted += 1
+            self._evicted += 1
+            self._detach(evicted)
+        if not self._connect(session, server):
+            self.table.remove(session)
+            counters.dropped += 1
+            return None
+        counters.sessions_opened += 1
+        return session
+
+    def _connect(self, session: Session, server: UDPServer) -> bool:
+        """Open ``session``'s upstream socket to ``server`` and watch it; False on failure."""
+        try:
+            sock = socket.socket(server.family, socket.SOCK_DGRAM)
+        except OSError as exc:  # EMFILE / ENFILE: out of file descriptors
+            self._open_failed += 1
+            self._open_error = exc
+            return False
+        try:
+            sock.setblocking(False)
+            sock.connect(server.sockaddr)
+        except OSError as exc:
+            sock.close()
+            self._open_failed += 1
+            self._open_error = exc
+            self._mark_down(server, exc)
+            return False
+        session.sock = sock
+        session.server = server
+        session.timeout = server.timeout or self.timeout
+        if server.proxy_protocol and session.local is not None:
+            session.header = proxy_v2_header(session.client, session.local)
+        self.loop.add_reader(sock.fileno(), self._upstream_readable, session)
+        return True
+
+    def _detach(self, session: Session) -> None:
+        """Close ``session``'s upstream socket (it may pick a server again later)."""
+        sock = session.sock
+        if sock is not None:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+            session.sock = None
+        session.server = None
+        session.header = None
+
+    def _forward_slow(self, session: Session, data: bytes) -> None:
+        """Forward the first datagram after a refusal (pick again) or one that carries a header."""
+        if session.sock is None:
+            router = self.router
+            server = router.pick(self.down) if router is not None else None
+            if server is None or not self._connect(session, server):
+                session.counters.dropped += 1
+                return
+        header = session.header
+        payload = data if header is None else header + data
+        try:
+            session.sock.send(payload)
+        except (BlockingIOError, InterruptedError):
+            session.counters.dropped += 1  # the header goes with the next datagram
+            return
+        except OSError as exc:
+            self._send_failed(session, data, exc)
+            return
+        session.header = None
+        session.counters.datagrams_to_server += 1
+        session.counters.bytes_to_server += len(data)
+
+    def _send_failed(self, session: Session, data: bytes, exc: OSError) -> None:
+        """A send to the upstream failed: a refusal moves the session (this datagram too)."""
+        if exc.errno in UNREACHABLE and session.server is not None:
+            self._mark_down(session.server, exc)
+            self._detach(session)
+            router = self.router
+            server = router.pick(self.down) if router is not None else None
+            if (
+                server is not None
+                and server.address not in self.down
+                and self._connect(session, server)
+            ):
+                self._forward_slow(session, data)
+                return
+        session.counters.dropped += 1
+
+    def _mark_down(self, server: UDPServer, exc: OSError) -> None:
+        if exc.errno not in UNREACHABLE:
+            return
+        if server.address not in self.down:
+            log.warning(
+                "entrypoint %s: udp service %s: server %s unreachable (%s); not picked for %gs",
+                self.name,
+                server.service,
+                server.address,
+                exc.strerror or exc,
+                REFUSED_DOWN,
+            )
+        self.down[server.address] = self.loop.time() + REFUSED_DOWN
+
+    # -- datagrams from servers ------------------------------------------------------------
+
+    def _upstream_readable(self, session: Session) -> None:
+        """``session``'s server sent datagrams: each goes back to the client, whole."""
+        sock = session.sock
+        if sock is None:
+            return
+        recv = sock.recv
+        client = session.client
+        reply = session.reply
+        listener = self.sock
+        send: Callable = listener.sendto if reply is None else listener.sendmsg
+        count = 0
+        size = 0
+        dropped = 0
+        error: OSError | None = None
+        for _ in range(BATCH):
+            try:
+                data = recv(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                error = exc
+                break
+            try:
+                if reply is None:
+                    send(data, client)
+                else:
+                    send((data,), reply, 0, client)
+            except OSError:
+                dropped += 1
+                continue
+            count += 1
+            size += len(data)
+        counters = session.counters
+        if count:
+            counters.datagrams_to_client += count
+            counters.bytes_to_client += size
+            if self.table.sessions.get(client) is session:
+                session.last = self.loop.time()
+                self.table.sessions.move_to_end(client)
+        if dropped:
+            counters.dropped += dropped
+        if error is not None:
+            if session.server is not None:
+                self._mark_down(session.server, error)
+            # The next datagram from the client picks a server again.
+            self._detach(session)
