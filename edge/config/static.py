@@ -180,16 +180,40 @@ class FileProviderConfig(Base):
             raise ValueError("set exactly one of filename, directory")
 
 
+class IngressEndpoint(Base):
+    """What edge writes into ``status.loadBalancer.ingress`` of the Ingresses it serves.
+
+    ``publishedService`` (``namespace/name``): copy that Service's addresses; else
+    ``ip`` and/or ``hostname`` as given (Traefik's ``ingressEndpoint``).
+    """
+
+    ip: str = ""
+    hostname: str = ""
+    published_service: str = ""
+
+    def __post_init__(self) -> None:
+        if self.published_service:
+            namespace, slash, name = self.published_service.partition("/")
+            if not slash or not namespace or not name or "/" in name:
+                raise ValueError(
+                    f"publishedService {self.published_service!r}: expected namespace/name"
+                )
+        elif not self.ip and not self.hostname:
+            raise ValueError("ingressEndpoint: set publishedService, ip or hostname")
+
+
 class KubernetesIngressConfig(Base):
-    endpoint: str = ""  # "": in-cluster configuration, or the kubeconfig
+    endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
     token: str = ""
     cert_auth_file_path: str = ""
+    kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
     namespaces: list[str] = []  # empty: all namespaces
     label_selector: str = ""
     ingress_class: str = ""
     throttle_duration: Duration | None = None  # None: providersThrottleDuration
     allow_empty_services: bool = False
     allow_external_name_services: bool = False
+    ingress_endpoint: IngressEndpoint | None = None
 
 
 class KubernetesGatewayConfig(Base):

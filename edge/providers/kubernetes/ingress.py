@@ -1,0 +1,864 @@
+"""Ingresses -> dynamic configuration: the pure conversion of the kubernetesIngress provider.
+
+Owns :func:`convert`, from a :class:`~edge.providers.kubernetes.objects.ClusterState`
+and :class:`IngressOptions` to a :class:`Conversion` (the ``Configuration``, the
+problems found, the Ingresses edge is responsible for). Invariants: the same state and
+options always give an equal result (every table is walked in sorted order; server lists
+are sorted); nothing in the state can make it raise: every bad route is *left out* with
+a :class:`Problem` naming the Ingress, the place and the reason, and every other route
+is converted; router and service names are unique and never hold ``@`` (the merge adds
+``@kubernetes``); the output validates (rules compile, priorities are explicit).
+
+Which Ingresses (IngressClass)
+    edge's classes are the IngressClasses whose ``spec.controller`` is
+    :data:`CONTROLLER` (``edge.dev/ingress-controller``), restricted to the one named
+    ``ingressClass`` when that option is set. An Ingress is served when
+    ``spec.ingressClassName`` names one of edge's classes; otherwise when its legacy
+    annotation ``kubernetes.io/ingress.class`` names one of them, or equals the
+    ``ingressClass`` option (or :data:`DEFAULT_CLASS`, ``edge``, when the option is
+    unset), as Traefik does; an Ingress naming no class at all is served when no
+    ``ingressClass`` is configured (as Traefik does) or when one of edge's classes is
+    the cluster default (``ingressclass.kubernetes.io/is-default-class: "true"``).
+    Anything else (a foreign class, a class that does not exist) is ignored silently.
+
+Rules
+    Host ``foo.com`` -> ``Host(`foo.com`)``; ``*.foo.com`` matches exactly one label
+    more (``a.foo.com``, not ``foo.com`` nor ``a.b.foo.com``); edge's ``Host`` matcher is
+    exact, so it becomes ``HostRegexp(`^[^.]+\\.foo\\.com$`)`` (not host-indexed: many
+    wildcard hosts cost a regexp each per request). No host: any host.
+    ``Exact /foo`` -> ``Path(`/foo`)``. ``Prefix`` matches path elements: ``/foo`` (or
+    ``/foo/``: a trailing slash is ignored) -> ``(Path(`/foo`) || PathPrefix(`/foo/`))``,
+    so ``/foo``, ``/foo/`` and ``/foo/bar`` match and ``/foobar`` does not. ``Prefix /``
+    matches everything: on a host the rule is ``Host`` alone (edge's fastest route),
+    without a host ``PathPrefix(`/`)``. ``ImplementationSpecific`` (and an omitted
+    pathType) is ``Prefix``; an empty path is ``/``. A path must start with ``/`` and
+    hold no whitespace, control character, backquote or ``%`` (edge matches decoded
+    paths, so an encoded rule path could never match): anything else is an invalid path.
+
+Precedence (router priorities; an Ingress' ``router.priority`` annotation overrides)
+    The Ingress spec orders by host, then by the longest matching path, then Exact
+    before Prefix, across all Ingresses. Priorities carry exactly that, in tiers of
+    :data:`TIER` (100,000): exact hosts ``300,000 + rank``, wildcard hosts
+    ``200,000 + rank``, no host ``100,000 + rank``, where ``rank = 1 + 2 * length +
+    (1 if Exact)`` and ``length`` is the path's length without its trailing slash
+    (Prefix) or as written (Exact). Any route for a host beats every host-less route for
+    that host's requests; a request none of its host's paths match falls through to the
+    wildcard, then the host-less routes (as in Traefik; nginx would answer 404). Paths
+    longer than :data:`MAX_PATH_LENGTH` are refused as invalid. Equal priorities (the
+    same host and path in two Ingresses) are ordered by router name, that is by
+    namespace and Ingress name.
+
+defaultBackend
+    An Ingress' ``spec.defaultBackend`` catches the requests for each of its hosts that
+    none of the host's paths match: a ``Host`` route at the bottom of the host's tier
+    (``300,000`` or ``200,000``), so it beats host-less routes. An Ingress with no
+    rules, or with a host-less rule, also offers its defaultBackend as the controller's
+    catch-all (``PathPrefix(`/`)``, priority :data:`CATCH_ALL_PRIORITY`, below every
+    other route): the first such Ingress in (namespace, name) order wins, the others get
+    a problem. (Traefik only reads defaultBackend on Ingresses without rules.)
+
+TLS
+    Each ``spec.tls`` entry's Secret (type ``kubernetes.io/tls``, PEM ``tls.crt`` and
+    ``tls.key``) becomes one ``tls.certificates`` entry, inline PEM (a value that is
+    not PEM is refused: edge would read it as a file path). A route whose host an entry
+    lists (equal, or a single-label match of a ``*.`` entry; an entry listing no hosts
+    covers every rule of its Ingress, host-less ones included) is emitted twice: the
+    router without ``tls`` (plain HTTP) and ``<name>-tls`` with ``tls: {}``, so one
+    Ingress answers on ``http://`` and ``https://`` on every entry point. The
+    controller's catch-all always has both. An entry with no ``secretName`` gives TLS
+    routers served with whatever certificate edge has for the name. When every entry
+    covering a host has a missing or bad Secret, that host's ``-tls`` routers are left
+    out (plain HTTP still served) and each bad Secret is a problem. ``router.tls:
+    "true"`` makes every route of the Ingress TLS-only (``-tls`` routers alone, whatever
+    ``spec.tls`` says; a bad Secret then means edge's default certificate).
+
+Services
+    A backend names a Service port by number or name (TCP ports only); the servers are
+    the ready endpoints of the Service's EndpointSlices whose port has the same name as
+    the Service port (the targetPort as resolved by Kubernetes): an endpoint counts
+    unless ``ready`` is false or ``terminating`` is true (``ready`` unset means ready,
+    per the API; Traefik keeps serving-but-terminating endpoints, edge drops them).
+    IPv6 addresses are bracketed; servers are de-duplicated and sorted. The scheme is
+    ``https`` for port 443 or a port name starting with ``https``, else ``http``.
+    ExternalName Services give one server ``externalName:port`` when
+    ``allowExternalNameServices`` is set, else the route is left out. A Service with
+    no ready endpoint gives a service with no servers (edge answers 503) when
+    ``allowEmptyServices`` is set, else the route is left out (both as Traefik). A
+    service is named ``<namespace>-<service>-<port>`` (the Service port's name, or its
+    number when unnamed) and shared by every route to that Service port, however the
+    backend names it.
+
+Annotations (prefix :data:`ANNOTATION_PREFIX`, ``edge.ingress.kubernetes.io/``)
+    On the Ingress: ``router.entrypoints`` and ``router.middlewares`` (comma-separated;
+    middlewares as ``name@provider``), ``router.priority`` (a positive integer, for the
+    path routes; defaultBackend routes keep theirs), ``router.tls`` (a boolean). On the
+    Service, as Traefik reads them, since one service serves many Ingresses:
+    ``service.passhostheader`` (boolean), ``service.serverstransport`` (a
+    serversTransport name), ``service.serversscheme`` (``http`` or ``https``). An
+    unknown key under the prefix, or a bad value, leaves out the whole Ingress (or every
+    route to that Service) with a problem: a misspelt middleware must not serve a route
+    unprotected. Routes attach to every entry point unless ``router.entrypoints`` names
+    some.
+
+Names (Traefik's style)
+    Routers ``<namespace>-<ingress>-<host>-<path>``, ``*.`` hosts as ``wildcard-``,
+    every run of characters other than ASCII letters and digits turned into one ``-``;
+    defaultBackend routes end in ``-default-backend``. Two elements that would share a
+    name both get ``-<10 hex digits of a SHA-256 of what they are>``. A second path of
+    one Ingress with the same host, rule and TLS as an earlier one is a duplicate: left
+    out with a problem.
+
+Endpoint churn
+    :func:`endpoints_only` tells a provider that two states differ in EndpointSlices
+    alone. The conversion must still run (it is what turns slices into servers), but
+    its output then differs from the last one in server lists only, which
+    :func:`edge.config.diff.changed_servers` confirms for the in-place update; names
+    and every other field depend on nothing but the other kinds, and servers are
+    sorted, so slice order never shows. One exception: without ``allowEmptyServices``
+    a Service losing its last ready endpoint removes its routes (and gaining one adds
+    them), which ``changed_servers`` reports as a full change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import msgspec
+
+from edge.config.dynamic import (
+    CertAndStores,
+    Configuration,
+    HTTPConfiguration,
+    LoadBalancer,
+    Router,
+    RouterTLS,
+    Server,
+    Service,
+    TLSConfiguration,
+)
+from edge.config.static import KubernetesIngressConfig
+from edge.providers.kubernetes.objects import (
+    INGRESS_CLASS_ANNOTATION,
+    TLS_SECRET_TYPE,
+    ClusterState,
+    EndpointSlice,
+    Ingress,
+    IngressBackend,
+    IngressClass,
+    Key,
+    ServicePort,
+)
+from edge.providers.kubernetes.objects import Service as KubeService
+
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "CATCH_ALL_PRIORITY",
+    "CONTROLLER",
+    "DEFAULT_CLASS",
+    "MAX_PATH_LENGTH",
+    "TIER",
+    "Conversion",
+    "IngressOptions",
+    "Problem",
+    "ProblemKind",
+    "convert",
+    "edge_classes",
+    "endpoints_only",
+    "is_selected",
+]
+
+CONTROLLER = "edge.dev/ingress-controller"
+"""The ``spec.controller`` of an IngressClass whose Ingresses edge serves."""
+
+DEFAULT_CLASS = "edge"
+"""The class name the legacy annotation uses for edge when no ``ingressClass`` is set."""
+
+ANNOTATION_PREFIX = "edge.ingress.kubernetes.io/"
+
+TIER = 100_000
+"""Priority span of one host tier; see the module doc."""
+
+CATCH_ALL_PRIORITY = 1
+"""The controller's catch-all (a defaultBackend of an Ingress without host rules)."""
+
+MAX_PATH_LENGTH = (TIER - 3) // 2
+"""The longest rule path whose rank still fits in its tier."""
+
+_EXACT_HOST, _WILDCARD_HOST, _ANY_HOST = 3 * TIER, 2 * TIER, TIER
+
+ProblemKind = Literal[
+    "invalid-annotation",
+    "invalid-host",
+    "invalid-path",
+    "duplicate-path",
+    "unsupported-backend",
+    "service-not-found",
+    "port-not-found",
+    "external-name-refused",
+    "no-endpoints",
+    "secret-not-found",
+    "secret-invalid",
+    "default-backend-conflict",
+]
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """Why (part of) an Ingress is not served.
+
+    ``ingress`` is ``namespace/name``; ``where`` the place in it
+    (``spec.rules[0].http.paths[1] (host foo.com, path /api)``, ``spec.defaultBackend``,
+    ``spec.tls[0]``, ``metadata.annotations``); ``reason`` says what is wrong
+    (``service default/foo not found``).
+    """
+
+    ingress: str
+    where: str
+    kind: ProblemKind
+    reason: str
+
+    def __str__(self) -> str:
+        return f"ingress {self.ingress}: {self.where}: {self.reason}"
+
+
+class IngressOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The provider options the conversion reads (Traefik's key names)."""
+
+    ingress_class: str = ""
+    allow_empty_services: bool = False
+    allow_external_name_services: bool = False
+    controller: str = CONTROLLER
+
+    @classmethod
+    def from_config(cls, config: KubernetesIngressConfig) -> IngressOptions:
+        return cls(
+            ingress_class=config.ingress_class,
+            allow_empty_services=config.allow_empty_services,
+            allow_external_name_services=config.allow_external_name_services,
+        )
+
+
+class Conversion(NamedTuple):
+    """What :func:`convert` returns; ``selected`` are the Ingresses edge is responsible
+    for (whose status it writes), problems or not."""
+
+    configuration: Configuration
+    problems: list[Problem]
+    selected: frozenset[Key]
+
+
+# --- class selection ---------------------------------------------------------------------
+
+
+def edge_classes(
+    classes: Mapping[Key, IngressClass], options: IngressOptions
+) -> dict[str, IngressClass]:
+    """The IngressClasses edge serves, by name (``classes`` as ClusterState keeps them)."""
+    return {
+        ic.metadata.name: ic
+        for ic in classes.values()
+        if ic.spec.controller == options.controller
+        and (not options.ingress_class or ic.metadata.name == options.ingress_class)
+    }
+
+
+def is_selected(
+    ingress: Ingress, classes: Mapping[str, IngressClass], options: IngressOptions
+) -> bool:
+    """Whether edge serves ``ingress``; ``classes`` are :func:`edge_classes`."""
+    name = ingress.spec.ingress_class_name
+    if name:
+        return name in classes
+    legacy = ingress.metadata.annotations.get(INGRESS_CLASS_ANNOTATION, "")
+    if legacy:
+        return legacy in classes or legacy == (options.ingress_class or DEFAULT_CLASS)
+    return not options.ingress_class or any(ic.is_default for ic in classes.values())
+
+
+# --- annotations -------------------------------------------------------------------------
+
+_TRUE = frozenset({"1", "t", "true"})
+_FALSE = frozenset({"0", "f", "false"})
+_ROUTER_KEYS = ("router.entrypoints", "router.middlewares", "router.priority", "router.tls")
+_SERVICE_KEYS = ("service.passhostheader", "service.serverstransport", "service.serversscheme")
+
+
+def _own(annotations: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """edge's annotations: lower-cased key after the prefix -> (full key, value)."""
+    size = len(ANNOTATION_PREFIX)
+    return {
+        key[size:].lower(): (key, value)
+        for key, value in annotations.items()
+        if key[:size].lower() == ANNOTATION_PREFIX
+    }
+
+
+def _bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"annotation {key}: {value!r} is not a boolean (true or false)")
+
+
+def _list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _unknown(key: str, known: tuple[str, ...], other: tuple[str, ...], where: str) -> str:
+    if key in other:
+        return f"annotation {ANNOTATION_PREFIX}{key} belongs on the {where}"
+    return f"unknown annotation {ANNOTATION_PREFIX}{key} (known: {', '.join(known)})"
+
+
+@dataclass(frozen=True, slots=True)
+class _RouterOptions:
+    entry_points: list[str]
+    middlewares: list[str]
+    priority: int  # 0: computed
+    tls_only: bool
+
+
+def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
+    """Parse an Ingress' annotations; ``ValueError`` naming the annotation if bad."""
+    entry_points: list[str] = []
+    middlewares: list[str] = []
+    priority = 0
+    tls_only = False
+    for short, (key, value) in sorted(_own(annotations).items()):
+        if short == "router.entrypoints":
+            entry_points = _list(value)
+        elif short == "router.middlewares":
+            middlewares = _list(value)
+        elif short == "router.priority":
+            text = value.strip()
+            if not (text.isascii() and text.isdigit()) or int(text) == 0:
+                raise ValueError(f"annotation {key}: {value!r} is not a positive integer")
+            priority = int(text)
+        elif short == "router.tls":
+            tls_only = _bool(key, value)
+        else:
+            raise ValueError(_unknown(short, _ROUTER_KEYS, _SERVICE_KEYS, "Service"))
+    return _RouterOptions(entry_points, middlewares, priority, tls_only)
+
+
+@dataclass(frozen=True, slots=True)
+class _ServiceOptions:
+    pass_host_header: bool
+    servers_transport: str
+    scheme: str  # "": by port
+
+
+def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
+    """Parse a Service's annotations; ``ValueError`` naming the annotation if bad."""
+    pass_host_header = True
+    transport = ""
+    scheme = ""
+    for short, (key, value) in sorted(_own(annotations).items()):
+        if short == "service.passhostheader":
+            pass_host_header = _bool(key, value)
+        elif short == "service.serverstransport":
+            transport = value.strip()
+        elif short == "service.serversscheme":
+            scheme = value.strip().lower()
+            if scheme not in ("http", "https"):
+                raise ValueError(f"annotation {key}: {value!r} is not http or https")
+        else:
+            raise ValueError(_unknown(short, _SERVICE_KEYS, _ROUTER_KEYS, "Ingress"))
+    return _ServiceOptions(pass_host_header, transport, scheme)
+
+
+# --- hosts, paths, rules -----------------------------------------------------------------
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_HOST_RE = re.compile(rf"(?:\*\.)?{_LABEL}(?:\.{_LABEL})*")
+_BAD_PATH_RE = re.compile(r"[\x00-\x20\x7f`%]")
+_NAME_RUN_RE = re.compile(r"[^0-9A-Za-z]+")
+
+
+def _check_host(host: str) -> str:
+    """The host lower-cased; ``ValueError`` if it is not a DNS name or ``*.`` + one."""
+    name = host.lower()
+    if len(name) > 253 or not _HOST_RE.fullmatch(name):
+        raise ValueError(f"invalid host {host!r}: not a DNS name or a '*.' wildcard of one")
+    return name
+
+
+def _host_rule(host: str) -> str:
+    if host.startswith("*."):
+        return f"HostRegexp(`^[^.]+{re.escape(host[1:])}$`)"
+    return f"Host(`{host}`)"
+
+
+def _path_match(path_type: str, path: str) -> tuple[bool, str]:
+    """(exact, path) checked: the rule path (a Prefix path without its trailing slash,
+    ``""`` for ``/``); ``ValueError`` saying why the path is invalid."""
+    if path_type not in ("Exact", "Prefix", "ImplementationSpecific", ""):
+        raise ValueError(
+            f"invalid pathType {path_type!r}: expected Exact, Prefix or ImplementationSpecific"
+        )
+    exact = path_type == "Exact"
+    if not path and path_type in ("ImplementationSpecific", ""):
+        path = "/"
+    if not path.startswith("/"):
+        raise ValueError(f"invalid path {path!r}: it must start with '/'")
+    bad = _BAD_PATH_RE.search(path)
+    if bad is not None:
+        raise ValueError(f"invalid path {path!r}: character {bad.group()!r} is not allowed")
+    if len(path) > MAX_PATH_LENGTH:
+        raise ValueError(f"invalid path: longer than {MAX_PATH_LENGTH} characters")
+    return exact, path if exact else path.rstrip("/")
+
+
+def _route_rule(host: str, exact: bool, path: str) -> str:
+    if exact:
+        path_rule = f"Path(`{path}`)"
+    elif not path:  # Prefix "/"
+        return _host_rule(host) if host else "PathPrefix(`/`)"
+    else:
+        path_rule = f"Path(`{path}`) || PathPrefix(`{path}/`)"
+        if host:
+            path_rule = f"({path_rule})"
+    return f"{_host_rule(host)} && {path_rule}" if host else path_rule
+
+
+def _tier(host: str) -> int:
+    if not host:
+        return _ANY_HOST
+    return _WILDCARD_HOST if host.startswith("*.") else _EXACT_HOST
+
+
+def _covers(tls_host: str, host: str) -> bool:
+    """Whether a TLS entry's host covers a rule's host (equal, or one label under ``*.``)."""
+    if tls_host == host:
+        return True
+    if tls_host.startswith("*.") and not host.startswith("*."):
+        label, dot, parent = host.partition(".")
+        return bool(label) and bool(dot) and f"*.{parent}" == tls_host
+    return False
+
+
+def _normalize(text: str) -> str:
+    return _NAME_RUN_RE.sub("-", text).strip("-")
+
+
+def _host_name_part(host: str) -> str:
+    return f"wildcard-{host[2:]}" if host.startswith("*.") else host
+
+
+def _where_path(i: int, j: int, host: str, path: str) -> str:
+    return f"spec.rules[{i}].http.paths[{j}] (host {host or '(any)'}, path {path or '(none)'})"
+
+
+# --- services ----------------------------------------------------------------------------
+
+ServiceKey = tuple[str, str, str]  # (namespace, service, the port's name, or number if unnamed)
+
+
+class _Refused(Exception):
+    """A backend or Secret cannot be used: the problem's kind and reason."""
+
+    def __init__(self, kind: ProblemKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind: ProblemKind = kind
+        self.reason = reason
+
+
+def _server_url(scheme: str, address: str, port: int) -> str | None:
+    """``scheme://address:port``, IPv6 bracketed; None when ``address`` is no IP or name."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        name = address.lower().removesuffix(".")
+        if len(name) > 253 or not _HOST_RE.fullmatch(name) or "*" in name:
+            return None
+        return f"{scheme}://{name}:{port}"
+    if getattr(ip, "scope_id", None):
+        return None
+    return f"{scheme}://[{ip}]:{port}" if ip.version == 6 else f"{scheme}://{ip}:{port}"
+
+
+class _Services:
+    """Resolves backends to services; each Service port is built once."""
+
+    def __init__(self, state: ClusterState, options: IngressOptions) -> None:
+        self.state = state
+        self.options = options
+        self.resolved: dict[tuple[str, str, int, str], ServiceKey | _Refused] = {}
+        self.built: dict[ServiceKey, Service] = {}
+        self.slices: dict[Key, list[EndpointSlice]] = {}
+        for key in sorted(state.endpoint_slices):
+            eps = state.endpoint_slices[key]
+            if eps.service_name:
+                self.slices.setdefault((key[0], eps.service_name), []).append(eps)
+
+    def resolve(self, namespace: str, backend: IngressBackend) -> ServiceKey:
+        """The service key for a backend; :class:`_Refused` when it cannot be served."""
+        if backend.service is None:
+            if backend.resource is not None:
+                raise _Refused(
+                    "unsupported-backend",
+                    f"resource backends are not supported ({backend.resource.kind} "
+                    f"{backend.resource.name})",
+                )
+            raise _Refused("unsupported-backend", "the backend names no service")
+        port = backend.service.port
+        written = (namespace, backend.service.name, port.number, port.name)
+        resolved = self.resolved.get(written)
+        if resolved is None:
+            try:
+                resolved = self._resolve(*written)
+            except _Refused as refused:
+                resolved = refused
+            self.resolved[written] = resolved
+        if isinstance(resolved, _Refused):
+            raise resolved
+        return resolved
+
+    def _resolve(self, namespace: str, name: str, number: int, port_name: str) -> ServiceKey:
+        what = f"service {namespace}/{name}"
+        svc: KubeService | None = self.state.services.get((namespace, name))
+        if svc is None:
+            raise _Refused("service-not-found", f"{what} not found")
+        if not number and not port_name:
+            raise _Refused("port-not-found", f"the backend names no port of {what}")
+        for candidate in svc.spec.ports:
+            if candidate.protocol not in ("TCP", "") or not 0 < candidate.port <= 65535:
+                continue
+            if (number and candidate.port == number) or (
+                not number and candidate.name == port_name
+            ):
+                service_port = candidate
+                break
+        else:
+            shown = number if number else repr(port_name)
+            raise _Refused("port-not-found", f"port {shown} not found on {what}")
+        key = (namespace, name, service_port.name or str(service_port.port))
+        if key not in self.built:
+            self.built[key] = self._build(what, svc, service_port)
+        return key
+
+    def _build(self, what: str, svc: KubeService, service_port: ServicePort) -> Service:
+        try:
+            opts = _service_options(svc.metadata.annotations)
+        except ValueError as exc:
+            raise _Refused("invalid-annotation", f"{what}: {exc}") from None
+        external = svc.spec.type == "ExternalName"
+        if external and not self.options.allow_external_name_services:
+            raise _Refused(
+                "external-name-refused",
+                f"{what} is an ExternalName service and allowExternalNameServices is off",
+            )
+        scheme = opts.scheme or (
+            "https" if service_port.port == 443 or service_port.name.startswith("https") else "http"
+        )
+        urls: set[str] = set()
+        if external:
+            url = _server_url(scheme, svc.spec.external_name, service_port.port)
+            if url is None:
+                raise _Refused(
+                    "unsupported-backend",
+                    f"{what}: externalName {svc.spec.external_name!r} is not a host name",
+                )
+            urls.add(url)
+        else:
+            for eps in self.slices.get(svc.metadata.key, ()):
+                target = _slice_port(eps, service_port.name)
+                if target is None:
+                    continue
+                for endpoint in eps.endpoints:
+                    cond = endpoint.conditions
+                    if cond.ready is False or cond.terminating is True:
+                        continue
+                    for address in endpoint.addresses:
+                        url = _server_url(scheme, address, target)
+                        if url is not None:
+                            urls.add(url)
+        if not urls and not self.options.allow_empty_services:
+            raise _Refused(
+                "no-endpoints",
+                f"{what} has no ready endpoints for port {service_port.name or service_port.port}",
+            )
+        return Service(
+            load_balancer=LoadBalancer(
+                servers=[Server(url=url) for url in sorted(urls)],
+                pass_host_header=opts.pass_host_header,
+                servers_transport=opts.servers_transport,
+            )
+        )
+
+
+def _slice_port(eps: EndpointSlice, name: str) -> int | None:
+    """The port of ``eps`` named like the Service port (``""`` for an unnamed one)."""
+    for port in eps.ports:
+        if (port.name or "") == name and port.protocol in (None, "TCP"):
+            if port.port is not None and 0 < port.port <= 65535:
+                return port.port
+            return None
+    return None
+
+
+# --- the conversion ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Route:
+    base: str  # the name before de-duplication
+    identity: str  # what the route is; unique per route
+    rule: str
+    priority: int
+    service: ServiceKey
+    entry_points: list[str]
+    middlewares: list[str]
+    tls: bool
+
+
+def _unique_names(candidates: list[tuple[str, str]]) -> list[str]:
+    """(base name, identity) pairs with distinct identities -> unique names, in order.
+
+    A base name used once is kept; every use of a shared one gets a hash of its identity.
+    """
+    counts = Counter(base for base, _ in candidates)
+    taken = {base for base, count in counts.items() if count == 1}
+    names = []
+    for base, identity in candidates:
+        if counts[base] == 1:
+            names.append(base)
+            continue
+        digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+        size = 10
+        name = f"{base}-{digest[:size]}"
+        while name in taken:
+            size += 6
+            name = f"{base}-{digest[:size]}"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+class _Converter:
+    def __init__(self, state: ClusterState, options: IngressOptions) -> None:
+        self.state = state
+        self.options = options
+        self.services = _Services(state, options)
+        self.routes: list[_Route] = []
+        self.problems: list[Problem] = []
+        self.certificates: dict[Key, CertAndStores] = {}
+        self.catch_all_from: str = ""
+
+    def problem(self, ingress: str, where: str, kind: ProblemKind, reason: str) -> None:
+        self.problems.append(Problem(ingress, where, kind, reason))
+
+    def ingress(self, ing: Ingress) -> None:
+        ns, name = ing.metadata.key
+        label = f"{ns}/{name}"
+        try:
+            ropts = _router_options(ing.metadata.annotations)
+        except ValueError as exc:
+            self.problem(label, "metadata.annotations", "invalid-annotation", str(exc))
+            return
+        tls_hosts, tls_all = self.tls(ing, label)
+        prefix = f"{ns}-{name}"
+        seen: dict[str, str] = {}  # identity -> where it was first defined
+        hosts: list[str] = []  # valid hosts of the rules, in order, for the defaultBackend
+        any_host = not ing.spec.rules
+
+        def with_tls(host: str) -> tuple[bool, ...]:
+            """Which routers a route of ``host`` gets: plain, TLS, or both."""
+            if ropts.tls_only:
+                return (True,)
+            covered = tls_all or (bool(host) and any(_covers(t, host) for t in tls_hosts))
+            return (False, True) if covered else (False,)
+
+        for i, rule in enumerate(ing.spec.rules):
+            host = rule.host
+            if host:
+                try:
+                    host = _check_host(host)
+                except ValueError as exc:
+                    self.problem(label, f"spec.rules[{i}]", "invalid-host", str(exc))
+                    continue
+                if host not in hosts:
+                    hosts.append(host)
+            else:
+                any_host = True
+            if rule.http is None:
+                continue
+            for j, path in enumerate(rule.http.paths):
+                where = _where_path(i, j, host, path.path)
+                try:
+                    exact, rule_path = _path_match(path.path_type, path.path)
+                except ValueError as exc:
+                    self.problem(label, where, "invalid-path", str(exc))
+                    continue
+                try:
+                    service = self.services.resolve(ns, path.backend)
+                except _Refused as refused:
+                    self.problem(label, where, refused.kind, refused.reason)
+                    continue
+                text = _route_rule(host, exact, rule_path)
+                first = seen.get(text)
+                if first is not None:
+                    reason = f"the same host and path as {first}; left out"
+                    self.problem(label, where, "duplicate-path", reason)
+                    continue
+                seen[text] = where.partition(" ")[0]
+                rank = 1 + 2 * len(rule_path) + (1 if exact else 0)
+                priority = ropts.priority or _tier(host) + rank
+                base = _normalize(f"{prefix}-{_host_name_part(host)}{path.path}")
+                for tls in with_tls(host):
+                    self.add(base, f"{label}|{text}", text, priority, service, ropts, tls)
+
+        backend = ing.spec.default_backend
+        if backend is None:
+            return
+        try:
+            service = self.services.resolve(ns, backend)
+        except _Refused as refused:
+            self.problem(label, "spec.defaultBackend", refused.kind, refused.reason)
+            return
+        no_priority = _RouterOptions(ropts.entry_points, ropts.middlewares, 0, ropts.tls_only)
+        for host in hosts:
+            base = _normalize(f"{prefix}-{_host_name_part(host)}-default-backend")
+            text = _host_rule(host)
+            identity = f"{label}|default|{host}"
+            for tls in with_tls(host):
+                self.add(base, identity, text, _tier(host), service, no_priority, tls)
+        if any_host:
+            if self.catch_all_from:
+                reason = f"the controller's default backend is ingress {self.catch_all_from}'s"
+                self.problem(label, "spec.defaultBackend", "default-backend-conflict", reason)
+                return
+            self.catch_all_from = label
+            base, identity = f"{prefix}-default-backend", f"{label}|catch-all"
+            for tls in (True,) if ropts.tls_only else (False, True):
+                self.add(
+                    base, identity, "PathPrefix(`/`)", CATCH_ALL_PRIORITY, service, no_priority, tls
+                )
+
+    def add(
+        self,
+        base: str,
+        identity: str,
+        rule: str,
+        priority: int,
+        service: ServiceKey,
+        ropts: _RouterOptions,
+        tls: bool,
+    ) -> None:
+        if tls:
+            base, identity = f"{base}-tls", f"{identity}|tls"
+        route = _Route(
+            base, identity, rule, priority, service, ropts.entry_points, ropts.middlewares, tls
+        )
+        self.routes.append(route)
+
+    def tls(self, ing: Ingress, label: str) -> tuple[list[str], bool]:
+        """Load the Secrets of ``spec.tls``; the hosts served over TLS, and whether some
+        good entry lists no hosts (covering every rule)."""
+        ns = ing.metadata.namespace
+        hosts: list[str] = []
+        every = False
+        for i, entry in enumerate(ing.spec.tls):
+            if entry.secret_name:
+                key = (ns, entry.secret_name)
+                try:
+                    if key not in self.certificates:
+                        self.certificates[key] = self.certificate(key)
+                except _Refused as refused:
+                    self.problem(label, f"spec.tls[{i}]", refused.kind, refused.reason)
+                    continue
+            if not entry.hosts:
+                every = True
+            hosts.extend(h.lower() for h in entry.hosts)
+        return hosts, every
+
+    def certificate(self, key: Key) -> CertAndStores:
+        what = f"secret {key[0]}/{key[1]}"
+        secret = self.state.secrets.get(key)
+        if secret is None:
+            raise _Refused("secret-not-found", f"{what} not found")
+        if secret.type != TLS_SECRET_TYPE:
+            raise _Refused(
+                "secret-invalid", f"{what} is of type {secret.type!r}, not {TLS_SECRET_TYPE}"
+            )
+        pems = []
+        for field, data in (("tls.crt", secret.data.tls_crt), ("tls.key", secret.data.tls_key)):
+            if not data:
+                raise _Refused("secret-invalid", f"{what} has no {field}")
+            try:
+                text = data.decode("ascii")
+            except UnicodeDecodeError:
+                text = ""
+            if "-----BEGIN" not in text:
+                raise _Refused("secret-invalid", f"{what}: {field} is not PEM")
+            pems.append(text)
+        return CertAndStores(cert_file=pems[0], key_file=pems[1])
+
+    def result(self, selected: frozenset[Key]) -> Conversion:
+        used = sorted({route.service for route in self.routes})
+        service_names = dict(
+            zip(
+                used,
+                _unique_names([(_normalize("-".join(key)), "/".join(key)) for key in used]),
+                strict=True,
+            )
+        )
+        router_names = _unique_names([(r.base, r.identity) for r in self.routes])
+        routers = {
+            name: Router(
+                rule=route.rule,
+                service=service_names[route.service],
+                entry_points=list(route.entry_points),
+                priority=route.priority,
+                middlewares=list(route.middlewares),
+                tls=RouterTLS() if route.tls else None,
+            )
+            for name, route in zip(router_names, self.routes, strict=True)
+        }
+        services = {name: self.services.built[key] for key, name in service_names.items()}
+        certificates = [self.certificates[key] for key in sorted(self.certificates)]
+        configuration = Configuration(
+            http=HTTPConfiguration(routers=routers, services=services),
+            tls=TLSConfiguration(certificates=certificates) if certificates else None,
+        )
+        return Conversion(configuration, self.problems, selected)
+
+
+def convert(state: ClusterState, options: IngressOptions | None = None) -> Conversion:
+    """The dynamic configuration for ``state`` (see the module doc for every rule)."""
+    options = options or IngressOptions()
+    classes = edge_classes(state.ingress_classes, options)
+    converter = _Converter(state, options)
+    selected = []
+    for key in sorted(state.ingresses):
+        ing = state.ingresses[key]
+        if is_selected(ing, classes, options):
+            selected.append(key)
+            converter.ingress(ing)
+    return converter.result(frozenset(selected))
+
+
+# --- endpoint churn ----------------------------------------------------------------------
+
+
+def _same(old: object, new: object) -> bool:
+    return old is new or old == new
+
+
+def endpoints_only(old: ClusterState, new: ClusterState) -> bool:
+    """True when the two states differ, and only in their EndpointSlices (identical
+    tables, e.g. a snapshot's unchanged dicts passed on, compare by identity first)."""
+    return (
+        _same(old.ingresses, new.ingresses)
+        and _same(old.ingress_classes, new.ingress_classes)
+        and _same(old.services, new.services)
+        and _same(old.secrets, new.secrets)
+        and not _same(old.endpoint_slices, new.endpoint_slices)
+    )
