@@ -278,7 +278,7 @@ class Emulator:
     """The API server. ``with Emulator() as emu:`` starts it; ``emu.url`` is its address.
 
     ``token``: when set, every request must carry ``Authorization: Bearer <token>``
-    (401 otherwise). ``bookmark_interval``: seconds between BOOKMARK events on a
+    (401 otherwise; the scheme's case does not matter). ``bookmark_interval``: seconds between BOOKMARK events on a
     watch that asked for them (None: only when ``send_bookmarks`` is called).
     """
 
@@ -319,7 +319,7 @@ class Emulator:
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-            name="kube-emulator", daemon=True,
+            name="apiserver-emulator", daemon=True,
         )
         self._thread.start()
         return self
@@ -754,24 +754,27 @@ class Emulator:
         deadline = time.monotonic() + timeout
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         rv_q = q.get("resourceVersion", "")
+        start = None if rv_q in ("", "0") else int(rv_q)  # a bad number: 400, before headers
+        # headers first: a watch counts as open (and can be dropped) once the client
+        # has its answer, so a drop never looks like a failed request it may retry
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
         with self._cond:
             w = _Watch(next(self._watch_ids), kind, flt, bookmarks, h.connection)
             self._watches.add(w)
             self._cond.notify_all()
             initial: list[bytes] = []
-            if rv_q in ("", "0"):  # "get state and start at most recent"
+            if start is None:  # "get state and start at most recent"
                 last = self._rv
                 store = self._objects[kind.kind]
                 for key in sorted(store):
                     if flt(store[key]):
                         initial.append(_event_line("ADDED", store[key]))
             else:
-                last = int(rv_q)
+                last = start
         try:
-            h.send_response(200)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Transfer-Encoding", "chunked")
-            h.end_headers()
             if initial:
                 h.write_chunks(initial)
             self._stream(h, w, last, deadline)
@@ -819,7 +822,10 @@ class Emulator:
                         w.bookmark_now = False
                         next_bookmark = now + interval if interval else math.inf
                         break
-                    self._cond.wait(min(deadline, next_bookmark) - now)
+                    if _peer_closed(w.sock):  # the client went away: end as the server does
+                        h.abort()
+                        return
+                    self._cond.wait(min(deadline, next_bookmark, now + 0.1) - now)
             if w.stalled:
                 _wait_closed(w, lambda: self._stopping)
                 h.abort()
@@ -869,17 +875,27 @@ def _translate(ev: _Event, flt: _Filter) -> bytes | None:
     return None
 
 
+def _peer_closed(sock: socket.socket, wait: float = 0.0) -> bool:
+    """The client closed its end (EOF, or the socket is gone)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], wait)
+        return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
+    except (OSError, ValueError):
+        return True
+
+
 def _wait_closed(w: _Watch, stopping: Any) -> None:
     """Block until the client closes a stalled watch's socket, it is dropped, or stop."""
     for _ in itertools.count():
-        if w.dropped or stopping():
+        if w.dropped or stopping() or _peer_closed(w.sock, 0.05):
             return
-        try:
-            readable, _, _ = select.select([w.sock], [], [], 0.05)
-            if readable and not w.sock.recv(1, socket.MSG_PEEK):
-                return
-        except (OSError, ValueError):
-            return
+
+
+def _authorized(header: str | None, token: str) -> bool:
+    """``Bearer <token>``; the scheme is case-insensitive (the in-cluster loader writes
+    ``bearer``)."""
+    scheme, _, value = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and value == token
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -955,7 +971,7 @@ class _Handler(BaseHTTPRequestHandler):
             code = emu._failing()
             if code is not None:
                 raise ApiError(code, "ServiceUnavailable", "the emulator is failing on purpose")
-            if emu.token is not None and self.headers.get("Authorization") != f"Bearer {emu.token}":
+            if emu.token is not None and not _authorized(self.headers.get("Authorization"), emu.token):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if url.path == "/version":
                 self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})

@@ -1,0 +1,753 @@
+"""The one module of edge that talks to the Kubernetes API server.
+
+Owns the credentials (:func:`load_api_config`), one reflector per watched kind and
+namespace (LIST, then WATCH, each in its own daemon thread), the cache of decoded
+objects those reflectors keep (:class:`KubeClient`), and the Ingress status writer
+(:meth:`KubeClient.patch_ingress_status`). Requests go through the official
+``kubernetes`` client (``ApiClient.param_serialize`` / ``call_api``, raw bytes);
+responses are decoded with msgspec into the types the caller names, never into
+the client's model classes (``EndpointSlice`` events cost several times less).
+
+Invariants:
+
+- A reflector's part of the cache is its last LIST plus every watch event after
+  it, applied in order; its resourceVersion is that of the last thing applied
+  (page, event or bookmark), so a re-watch misses nothing and repeats nothing.
+  On 410 Gone it LISTs again and replaces its part, reporting the difference
+  (deletes missed while away included).
+- Nothing ends a reflector but :meth:`KubeClient.stop`: any failure reconnects
+  with capped exponential backoff and jitter (reset once a watch delivers), and a
+  watch silent for ``Timing.read_timeout`` (a dead connection) is abandoned and
+  resumed. An object that does not decode into its type is logged, counted and
+  left out of the cache; it never stops the watch.
+- The change callback runs on the reflector's thread after the cache holds the
+  change. Several reflectors may call it at once. Nothing here touches an event
+  loop: the caller hands results over with ``loop.call_soon_threadsafe``.
+
+Why a thread per (kind, namespace) rather than one multiplexing thread: the
+official client reads each watch stream with blocking socket reads (urllib3), so
+one thread can wait on one stream only; edge watches a handful of kinds, and a
+thread per stream keeps each reflector a plain loop with its own backoff.
+
+Errors: :class:`CredentialsError` (a :class:`edge.errors.ConfigError`) when no
+API server can be found; :class:`KubernetesError` (an :class:`edge.errors.EdgeError`)
+and its subclasses :class:`ApiStatusError` and :class:`Gone` for failed requests,
+which reflectors handle themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+import msgspec
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from edge.errors import ConfigError, EdgeError
+
+__all__ = [
+    "ENDPOINT_SLICES",
+    "INGRESSES",
+    "INGRESS_CLASSES",
+    "NODES",
+    "PODS",
+    "SECRETS",
+    "SERVICES",
+    "SERVICE_ACCOUNT_DIR",
+    "ApiStatusError",
+    "Backoff",
+    "Change",
+    "CredentialsError",
+    "Gone",
+    "KubeClient",
+    "KubernetesError",
+    "Resource",
+    "Timing",
+    "WatchSpec",
+    "load_api_config",
+]
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+class CredentialsError(ConfigError):
+    """No usable way to reach the API server; the message names what is missing."""
+
+
+class KubernetesError(EdgeError):
+    """A request to the API server failed."""
+
+
+class ApiStatusError(KubernetesError):
+    """The API server answered with an error status (HTTP, or an ERROR watch event)."""
+
+    def __init__(self, what: str, code: int, reason: str = "", message: str = ""):
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{what}: {code} {reason}: {message}".rstrip(": "))
+
+
+class Gone(ApiStatusError):
+    """410: the resourceVersion asked for is older than the server's history."""
+
+
+# --- credentials ---------------------------------------------------------------------
+
+
+def load_api_config(
+    endpoint: str = "",
+    token: str = "",
+    cert_auth_file_path: str = "",
+    kubeconfig: str = "",
+    *,
+    service_account_dir: str = SERVICE_ACCOUNT_DIR,
+) -> k8s.Configuration:
+    """How to reach the API server, found the way every Kubernetes tool finds it.
+
+    In order: an explicit ``kubeconfig`` path; the pod's service account
+    (``KUBERNETES_SERVICE_HOST``/``_PORT`` set and a token in
+    ``service_account_dir``); the ``KUBECONFIG`` environment variable (paths
+    joined by ``os.pathsep``) or ``~/.kube/config``; else ``endpoint`` alone.
+    ``endpoint``, ``token`` and ``cert_auth_file_path`` then override the server
+    URL, the bearer token and the CA file of whatever was found. Raises
+    :class:`CredentialsError` naming what is missing or wrong.
+    """
+    cfg = k8s.Configuration()
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        raise CredentialsError(f"endpoint {endpoint!r} is not an http:// or https:// URL")
+    if cert_auth_file_path and not os.path.isfile(cert_auth_file_path):
+        raise CredentialsError(f"certAuthFilePath {cert_auth_file_path}: no such file")
+    token_file = os.path.join(service_account_dir, "token")
+    in_cluster = bool(
+        os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")
+    )
+    if kubeconfig:
+        if not os.path.isfile(kubeconfig):
+            raise CredentialsError(f"kubeconfig {kubeconfig}: no such file")
+        _load_kubeconfig(kubeconfig, cfg)
+    elif in_cluster and os.path.isfile(token_file):
+        loader = k8s_config.incluster_config.InClusterConfigLoader(
+            token_filename=token_file,
+            cert_filename=os.path.join(service_account_dir, "ca.crt"),
+        )
+        try:
+            loader.load_and_set(cfg)
+        except ConfigException as e:
+            raise CredentialsError(f"in-cluster service account {service_account_dir}: {e}") from e
+    else:
+        paths = os.environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
+        found = [p for p in paths.split(os.pathsep) if p and os.path.isfile(p)]
+        if found:
+            _load_kubeconfig(os.pathsep.join(found), cfg)
+        elif not endpoint:
+            pod = (
+                f"no service account token at {token_file}"
+                if in_cluster
+                else "not in a pod (KUBERNETES_SERVICE_HOST/PORT unset)"
+            )
+            raise CredentialsError(
+                f"no Kubernetes API server to talk to: {pod}, no kubeconfig ({paths} not "
+                "found), and no endpoint configured"
+            )
+    _override(cfg, endpoint.rstrip("/"), token, cert_auth_file_path)
+    return cfg
+
+
+def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
+    try:
+        k8s_config.load_kube_config(
+            config_file=path, client_configuration=cfg, persist_config=False
+        )
+    except (ConfigException, OSError, ValueError, TypeError) as e:
+        raise CredentialsError(f"kubeconfig {path}: {e}") from e
+
+
+def _override(cfg: k8s.Configuration, endpoint: str, token: str, ca_file: str) -> None:
+    """Apply explicit settings, and keep them applied across the loaders' token refresh
+    hooks (which rewrite host, CA and token, and reinstall themselves, on every request)."""
+    if not (endpoint or token or ca_file):
+        return
+
+    def apply(c: k8s.Configuration) -> None:
+        if endpoint:
+            c.host = endpoint
+        if token:
+            c.api_key = {"BearerToken": f"Bearer {token}"}
+            c.api_key_prefix = {}
+        if ca_file:
+            c.ssl_ca_cert = ca_file
+
+    apply(cfg)
+    hook = cfg.refresh_api_key_hook
+    if hook is None or token:  # a static token needs no refreshing
+        cfg.refresh_api_key_hook = None
+        return
+
+    def refresh(c: k8s.Configuration) -> None:
+        hook(c)
+        apply(c)
+        c.refresh_api_key_hook = refresh
+
+    cfg.refresh_api_key_hook = refresh
+
+
+# --- what to watch --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind's REST collection: ``/apis/{group}/{version}[/namespaces/{ns}]/{plural}``."""
+
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace:
+            return f"{base}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+
+INGRESSES = Resource("Ingress", "networking.k8s.io", "v1", "ingresses")
+INGRESS_CLASSES = Resource("IngressClass", "networking.k8s.io", "v1", "ingressclasses", False)
+SERVICES = Resource("Service", "", "v1", "services")
+ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices")
+SECRETS = Resource("Secret", "", "v1", "secrets")
+NODES = Resource("Node", "", "v1", "nodes", False)
+PODS = Resource("Pod", "", "v1", "pods")
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One kind to keep in the cache, decoded into ``type``.
+
+    ``type`` is anything ``msgspec.json.Decoder`` decodes into whose instances have
+    ``.metadata.name``, ``.metadata.namespace`` (``""`` when absent) and
+    ``.metadata.resource_version`` (the wire's ``resourceVersion``). The selectors
+    go to the server as they are.
+    """
+
+    resource: Resource
+    type: Any
+    label_selector: str = ""
+    field_selector: str = ""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timeouts and backoff, in seconds."""
+
+    watch_timeout: float = 300.0  # server-side timeoutSeconds, times 1 to 2 (jitter)
+    read_timeout: float = 90.0  # a watch silent this long is a dead connection
+    connect_timeout: float = 10.0
+    request_timeout: float = 60.0  # read timeout of a LIST page or a status write
+    backoff_base: float = 0.2
+    backoff_cap: float = 30.0
+    page_size: int = 500
+
+
+class Change(NamedTuple):
+    """What a callback is told: ``keys`` of ``kind`` changed (added, modified or
+    deleted); ``synced`` once every reflector has completed its first LIST."""
+
+    kind: str
+    keys: frozenset[Key]
+    synced: bool
+
+
+class Backoff:
+    """Capped exponential delays with jitter: ``base * 2**n`` up to ``cap``, each
+    drawn from its upper half ([d/2, d]) so retries of many clients spread out."""
+
+    def __init__(self, base: float, cap: float, rand: Callable[[], float] = random.random):
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+        self._rand = rand
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2 ** min(self.failures, 32))
+        self.failures += 1
+        return delay / 2 + self._rand() * delay / 2
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+# --- wire formats -----------------------------------------------------------------------
+
+
+class _Meta(msgspec.Struct, rename="camel"):
+    name: str = ""
+    namespace: str = ""
+    resource_version: str = ""
+
+
+class _Named(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+class _ListMeta(msgspec.Struct, rename="camel"):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _ListPage(msgspec.Struct):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] | None = None
+
+
+class _Event(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+class _Status(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+_NAMED = msgspec.json.Decoder(_Named)
+_PAGE = msgspec.json.Decoder(_ListPage)
+_EVENT = msgspec.json.Decoder(_Event)
+_STATUS = msgspec.json.Decoder(_Status)
+
+
+def _status_error(what: str, code: int, data: bytes) -> ApiStatusError:
+    try:
+        st = _STATUS.decode(data)
+        reason, message = st.reason, st.message
+    except msgspec.MsgspecError:
+        reason, message = "", data[:200].decode("utf-8", "replace")
+    cls = Gone if code == 410 else ApiStatusError
+    return cls(what, code, reason, message)
+
+
+# --- the client --------------------------------------------------------------------------
+
+
+class KubeClient:
+    """Reflectors for ``watches`` in ``namespaces`` (empty: all), and their cache.
+
+    ``configuration`` comes from :func:`load_api_config`; it is copied, with the
+    client's own retries turned off (reflectors retry with backoff). ``on_change``
+    is called with a :class:`Change` from reflector threads. Call :meth:`start`
+    once and :meth:`stop` at the end.
+    """
+
+    def __init__(
+        self,
+        configuration: k8s.Configuration,
+        watches: Sequence[WatchSpec],
+        *,
+        namespaces: Sequence[str] = (),
+        on_change: Callable[[Change], None] | None = None,
+        timing: Timing | None = None,
+    ):
+        kinds = [w.resource.kind for w in watches]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"a kind is watched twice: {kinds}")
+        self.configuration = copy.deepcopy(configuration)
+        self.configuration.retries = 0
+        self.timing = timing or Timing()
+        self.on_change = on_change
+        self.decode_errors = 0  # objects left out because they did not decode
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._stores: dict[str, dict[Key, Any]] = {kind: {} for kind in kinds}
+        self._reflectors: list[_Reflector] = []
+        for spec in watches:
+            scopes = sorted(set(namespaces)) if namespaces and spec.resource.namespaced else [""]
+            self._reflectors.extend(_Reflector(self, spec, ns) for ns in scopes)
+        self._unsynced = set(self._reflectors)
+        self._status_api: k8s.ApiClient | None = None
+        self._started = False
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            raise RuntimeError("KubeClient.start called twice")
+        self._started = True
+        if not self._reflectors:
+            self._synced.set()
+        for r in self._reflectors:
+            r.thread.start()
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """End every reflector thread; True when all ended within ``timeout``.
+
+        Open watches are cut by shutting their sockets down; a thread waiting for
+        an answer that has not begun ends at its own request timeout.
+        """
+        self._stopping.set()
+        for r in self._reflectors:
+            r.interrupt()
+        deadline = time.monotonic() + timeout
+        for r in self._reflectors:
+            if r.thread.is_alive():
+                r.thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [r.name for r in self._reflectors if r.thread.is_alive()]
+        if alive:
+            log.warning("kubernetes: still stopping after %.1f s: %s", timeout, ", ".join(alive))
+        for r in self._reflectors:
+            if not r.thread.is_alive():
+                r.api.close()
+        if self._status_api is not None:
+            self._status_api.close()
+        return not alive
+
+    # --- the cache -----------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """Every reflector has completed its first LIST."""
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def snapshot(self) -> dict[str, dict[Key, Any]]:
+        """Every kind's objects, copied under the lock (the objects themselves are shared)."""
+        with self._lock:
+            return {kind: dict(store) for kind, store in self._stores.items()}
+
+    def objects(self, kind: str) -> dict[Key, Any]:
+        with self._lock:
+            return dict(self._stores[kind])
+
+    def get(self, kind: str, namespace: str, name: str) -> Any | None:
+        with self._lock:
+            return self._stores[kind].get((namespace, name))
+
+    def resource_versions(self) -> dict[str, str]:
+        """The resourceVersion each reflector resumes from, by reflector name."""
+        return {r.name: r.rv for r in self._reflectors}
+
+    def pending(self) -> dict[str, str]:
+        """Reflectors that have not completed their first LIST, with their last error."""
+        with self._lock:
+            return {r.name: r.last_error for r in self._unsynced}
+
+    def _replace(self, r: _Reflector, items: dict[Key, Any]) -> None:
+        """A LIST's result replaces the reflector's part of the cache."""
+        with self._lock:
+            store = self._stores[r.kind]
+            mine = [k for k in store if not r.namespace or k[0] == r.namespace]
+            changed = {k for k in mine if k not in items}
+            for k in changed:
+                del store[k]
+            for k, obj in items.items():
+                prev = store.get(k)
+                if prev is None or _rv(prev) != _rv(obj):
+                    changed.add(k)
+                store[k] = obj
+            first = r in self._unsynced
+            self._unsynced.discard(r)
+            synced = not self._unsynced
+        if synced:
+            self._synced.set()
+        if changed or first:
+            self._notify(Change(r.kind, frozenset(changed), synced))
+
+    def _apply(self, r: _Reflector, updates: list[tuple[Key, Any]]) -> None:
+        """Watch events, in order: an object, or None for a delete."""
+        with self._lock:
+            store = self._stores[r.kind]
+            for key, obj in updates:
+                if obj is None:
+                    store.pop(key, None)
+                else:
+                    store[key] = obj
+            synced = not self._unsynced
+        self._notify(Change(r.kind, frozenset(k for k, _ in updates), synced))
+
+    def _notify(self, change: Change) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(change)
+        except Exception:
+            log.exception("kubernetes: change callback failed for %s", change.kind)
+
+    # --- Ingress status -----------------------------------------------------------------
+
+    def patch_ingress_status(
+        self, namespace: str, name: str, addresses: Iterable[Mapping[str, str]]
+    ) -> bool:
+        """Set ``status.loadBalancer.ingress`` of an Ingress to ``addresses`` (each
+        ``{"ip": ...}`` or ``{"hostname": ...}``) through the status subresource.
+
+        Blocking (one HTTP request): never call it on the event loop. Failures are
+        logged, not raised; returns whether the write succeeded.
+        """
+        what = f"status of Ingress {namespace}/{name}"
+        entries = []
+        for a in addresses:
+            ip, hostname = a.get("ip", ""), a.get("hostname", "")
+            if bool(ip) == bool(hostname):
+                log.error("kubernetes: %s: an address needs an ip or a hostname: %r", what, a)
+                return False
+            entries.append({"ip": ip} if ip else {"hostname": hostname})
+        body = {"status": {"loadBalancer": {"ingress": entries}}}
+        if self._status_api is None:
+            self._status_api = k8s.ApiClient(self.configuration)
+        api = self._status_api
+        path = f"{INGRESSES.path(namespace)}/{quote(name, safe='')}/status"
+        try:
+            method, url, headers, data, _ = api.param_serialize(
+                "PATCH",
+                path,
+                header_params={
+                    "Content-Type": "application/merge-patch+json",
+                    "Accept": "application/json",
+                },
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            resp = api.call_api(
+                method,
+                url,
+                headers,
+                data,
+                _request_timeout=(self.timing.connect_timeout, self.timing.request_timeout),
+            )
+            answer = resp.read()
+        except Exception as e:
+            log.warning("kubernetes: %s: %s", what, e)
+            return False
+        if not 200 <= resp.status < 300:
+            log.warning("kubernetes: %s", _status_error(what, resp.status, answer))
+            return False
+        return True
+
+
+def _rv(obj: Any) -> str:
+    return obj.metadata.resource_version
+
+
+class _Reflector:
+    """LIST then WATCH one kind in one namespace (or all), forever, in a thread."""
+
+    def __init__(self, owner: KubeClient, spec: WatchSpec, namespace: str):
+        self.owner = owner
+        self.spec = spec
+        self.kind = spec.resource.kind
+        self.namespace = namespace
+        self.name = f"{self.kind} in {f'namespace {namespace}' if namespace else 'all namespaces'}"
+        self.path = spec.resource.path(namespace)
+        self.api = k8s.ApiClient(owner.configuration)
+        self.decoder = msgspec.json.Decoder(spec.type)
+        self.rv = ""
+        self.last_error = ""
+        self.thread = threading.Thread(
+            target=self._run, name=f"kube-{self.kind}-{namespace or 'all'}", daemon=True
+        )
+        self._resp: Any = None  # the open watch, cut by interrupt()
+        self._delivered = False
+
+    def _selectors(self) -> list[tuple[str, str]]:
+        q = []
+        if self.spec.label_selector:
+            q.append(("labelSelector", self.spec.label_selector))
+        if self.spec.field_selector:
+            q.append(("fieldSelector", self.spec.field_selector))
+        return q
+
+    def interrupt(self) -> None:
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _run(self) -> None:
+        stopping = self.owner._stopping
+        timing = self.owner.timing
+        backoff = Backoff(timing.backoff_base, timing.backoff_cap)
+        need_list = True
+        while not stopping.is_set():
+            fresh = need_list
+            self._delivered = False
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                self._watch()
+                backoff.reset()  # a clean end (timeoutSeconds): watch again at once
+                continue
+            except Gone as e:
+                need_list = True
+                if not fresh:  # the usual case: history moved on while away; re-LIST now
+                    log.info("kubernetes: %s: %s; listing again", self.name, e)
+                    continue
+                error: BaseException = e
+            except Exception as e:
+                error = e
+            if stopping.is_set():
+                break
+            if self._delivered:
+                backoff.reset()
+            delay = backoff.next()
+            self.last_error = str(error) or type(error).__name__
+            log.warning(
+                "kubernetes: %s: %s; retrying in %.2f s (failure %d)",
+                self.name,
+                self.last_error,
+                delay,
+                backoff.failures,
+            )
+            stopping.wait(delay)
+
+    def _get(self, query: list[tuple[str, str]], read_timeout: float) -> Any:
+        """Send a GET; return the urllib3 response with its body unread (2xx only)."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET",
+            self.path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(
+            method,
+            url,
+            headers,
+            _request_timeout=(self.owner.timing.connect_timeout, read_timeout),
+        ).response
+        if not 200 <= resp.status < 300:
+            try:
+                data = resp.read()
+            finally:
+                resp.release_conn()
+            raise _status_error(f"{self.name}: GET {self.path}", resp.status, data)
+        return resp
+
+    def _list(self) -> None:
+        timing = self.owner.timing
+        items: dict[Key, Any] = {}
+        cont, rv = "", ""
+        for _ in range(1_000_000):  # bounded by the server's continue tokens
+            query = [("limit", str(timing.page_size)), *self._selectors()]
+            if cont:
+                query.append(("continue", cont))
+            resp = self._get(query, timing.request_timeout)
+            try:
+                data = resp.read()
+            finally:
+                resp.release_conn()
+            page = _PAGE.decode(data)
+            for raw in page.items or ():
+                key, _, obj = self._decode(raw)
+                if obj is not None:
+                    items[key] = obj
+            rv, cont = page.metadata.resource_version, page.metadata.continue_
+            if not cont:
+                break
+        first = self.rv == ""
+        self.rv = rv
+        self.owner._replace(self, items)
+        if first:
+            log.info("kubernetes: %s: listed %d at resourceVersion %s", self.name, len(items), rv)
+
+    def _watch(self) -> None:
+        timing = self.owner.timing
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", self.rv),
+            ("timeoutSeconds", str(int(timing.watch_timeout * (1 + random.random())))),
+            *self._selectors(),
+        ]
+        resp = self._get(query, timing.read_timeout)
+        self._resp = resp
+        clean = False
+        try:
+            if self.owner._stopping.is_set():
+                return
+            pending = b""
+            for chunk in resp.stream(None, decode_content=False):
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                self._events(lines)
+            clean = True
+        finally:
+            self._resp = None
+            if not clean:
+                resp.close()
+            resp.release_conn()
+
+    def _events(self, lines: list[bytes]) -> None:
+        """Apply a batch of watch event lines; one callback for the batch."""
+        updates: list[tuple[Key, Any]] = []
+        rv = self.rv
+        try:
+            for line in lines:
+                if not line.strip():
+                    continue
+                ev = _EVENT.decode(line)
+                self._delivered = True
+                if ev.type == "BOOKMARK":
+                    rv = _NAMED.decode(ev.object).metadata.resource_version or rv
+                elif ev.type == "ERROR":
+                    st = _STATUS.decode(ev.object)
+                    cls = Gone if st.code == 410 else ApiStatusError
+                    raise cls(f"{self.name}: watch", st.code, st.reason, st.message)
+                elif ev.type in ("ADDED", "MODIFIED", "DELETED"):
+                    key, obj_rv, obj = self._decode(ev.object)
+                    if key[1]:
+                        updates.append((key, None if ev.type == "DELETED" else obj))
+                    rv = obj_rv or rv
+                else:
+                    log.warning("kubernetes: %s: unknown watch event type %r", self.name, ev.type)
+        finally:
+            if updates:
+                self.owner._apply(self, updates)
+            self.rv = rv
+
+    def _decode(self, raw: msgspec.Raw) -> tuple[Key, str, Any]:
+        """``(key, resourceVersion, object)``; the object is None when it does not
+        decode into the watched type (logged and counted)."""
+        try:
+            obj = self.decoder.decode(raw)
+            meta = obj.metadata
+            return (meta.namespace or "", meta.name), meta.resource_version, obj
+        except msgspec.ValidationError as e:
+            try:
+                meta = _NAMED.decode(raw).metadata
+            except msgspec.ValidationError:
+                meta = _Meta()  # no usable name: nothing to key it by
+            with self.owner._lock:
+                self.owner.decode_errors += 1
+            log.warning(
+                "kubernetes: %s: %s/%s left out, it does not decode: %s",
+                self.name,
+                meta.namespace,
+                meta.name,
+                e,
+            )
+            return (meta.namespace, meta.name), meta.resource_version, None
