@@ -21,7 +21,7 @@ import signal
 from collections.abc import Callable
 
 from edge.config.diff import changed_servers
-from edge.config.runtime import RuntimeConfig
+from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import StaticConfig
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
@@ -29,6 +29,7 @@ from edge.logs import AccessLogger
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, update_servers
+from edge.tls.certs import TLSCertificates
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
 
@@ -70,6 +71,7 @@ class Dataplane:
         self.entrypoints = EntryPoints(loop, self.transports)
         self.runtime: RuntimeConfig | None = None
         self.services: dict = {}  # the HTTP services of the live routers, by name
+        self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
@@ -104,18 +106,29 @@ class Dataplane:
         if changed is not None:
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.
+            self._check_tls(runtime, self.certs)  # the same tls section: the same verdicts
             update_servers(self.services, runtime, changed, self.transports)
             self.runtime = runtime
             log.info("configuration applied in place: new servers for %d services", len(changed))
             return
         self.services = {}
-        routers = build_router_sets(runtime, self.transports, self.entrypoints.all, self.services)
+        # This configuration's certificates, read now: a change applies to new connections.
+        self.certs = TLSCertificates(runtime.tls)
+        self._check_tls(runtime, self.certs)
+        routers = build_router_sets(runtime, self.transports, self.entrypoints.all, self.services, self.certs)
         self.entrypoints.switch(routers)
         self.runtime = runtime
         log.info(
             "configuration applied: %s",
             ", ".join(f"{ep}: {len(r)} routers" for ep, r in routers.items()) or "no HTTP entrypoint",
         )
+
+    @staticmethod
+    def _check_tls(runtime: RuntimeConfig, certs: TLSCertificates | None) -> None:
+        """Disable the routers whose certificate or TLS options cannot serve (the reason names the file)."""
+        if certs is not None:
+            for message in check_tls(runtime, certs):
+                log.error("%s", message)
 
     def apply(self, runtime: RuntimeConfig) -> None:
         """Run every listener on ``runtime``; one that raises is logged and stops none of the others."""

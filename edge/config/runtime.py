@@ -13,7 +13,9 @@ Invariants of :func:`build_runtime`'s :class:`RuntimeConfig`:
   non-empty list of existing ``entry_points``, its service and middlewares exist and its
   service is not disabled; one broken element never disables an unrelated one;
 * ``servers_transports`` always holds ``default@internal``; the snapshot is never
-  mutated after it is built.
+  mutated after it is built, except by :func:`check_tls` (certificates and TLS
+  options, checked against a snapshot this layer cannot build), which runs once,
+  before any router is built from it.
 
 Messages in ``errors`` are bare (``service 'x@file' does not exist``);
 :meth:`RuntimeConfig.errors` prefixes each with the element

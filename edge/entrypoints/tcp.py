@@ -6,6 +6,15 @@ context; :meth:`switch` replaces it with one assignment, so a request reads
 either the old routers or the new ones, never a mix, and requests already
 routed finish where they are.
 
+What a connection becomes (:meth:`TCPEntryPoint.arrive`): on an entrypoint with
+no TCP router and no HTTPS router, HTTP at once (the HTTP protocol is the
+accepted connection's own: plain HTTP pays nothing); otherwise the peek
+(:mod:`edge.tcp.peek`), which applies Traefik's precedence: raw TCP, TLS
+passthrough, TLS terminated into HTTPS or a TCP relay, or plain HTTP. Two HTTP
+contexts share the entrypoint's connections: ``http`` for plain requests and
+``https`` for requests on TLS edge terminated (X-Forwarded-Proto https, port 443
+by default).
+
 With ``reuse_port`` (worker processes, ``workers: N``) each process binds the same
 port with SO_REUSEPORT and the kernel spreads new connections among them.
 """
@@ -19,10 +28,12 @@ from collections.abc import Callable
 
 from edge.config.static import EntryPoint
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
-from edge.http.connection import HTTPConnection, HTTPContext
+from edge.http.connection import Arrival, HTTPConnection, HTTPContext
 from edge.http.parsers import parser_classes
-from edge.router.http import HTTPRouter
+from edge.router.http import EMPTY_ROUTER, HTTPRouter
 from edge.router.set import EMPTY_SET, RouterSet
+from edge.tcp.peek import Peek, PeekContext
+from edge.tls.clienthello import PEEK_TIMEOUT
 
 log = logging.getLogger("edge.entrypoints")
 
@@ -50,7 +61,7 @@ class TCPEntryPoint:
         # tunnel): the sweep reads their deadlines, the drain waits for them.
         self.connections: set = set()
         self.routers = EMPTY_SET
-        self.http = HTTPContext(
+        shared = dict(
             name=name,
             port=config.port,
             loop=loop,
@@ -65,6 +76,19 @@ class TCPEntryPoint:
             internal=internal,
             access_log=access_log,
             connections=self.connections,
+        )
+        self.http = HTTPContext(**shared)
+        self.https = HTTPContext(**shared, scheme=b"https")
+        # The first bytes are part of the first request's head: a client gets at
+        # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide.
+        read = timeouts.read_timeout
+        self.peek = PeekContext(
+            name=name,
+            loop=loop,
+            connections=self.connections,
+            http=lambda: HTTPConnection(self.http),
+            https=lambda sni: HTTPConnection(self.https, Arrival(sni=sni)),
+            timeout=min(PEEK_TIMEOUT, read) if read > 0 else PEEK_TIMEOUT,
         )
         self.server: asyncio.Server | None = None
 
@@ -83,16 +107,19 @@ class TCPEntryPoint:
         """Serve ``routers`` from now on (each slot is one assignment)."""
         self.routers = routers
         self.http.router = routers.http
+        self.https.router = routers.https or EMPTY_ROUTER
 
     def arrive(self) -> asyncio.Protocol:
         """What a new connection becomes: the arrival seam.
 
-        HTTP today, as the accepted connection's own protocol (no peek stage:
-        plain HTTP pays nothing). TLS and TCP routers will put a peek here that
-        hands the connection to a splice, to TLS termination feeding the same
-        HTTP protocol, or to HTTP.
+        No connection-level router (no TCP router, no HTTPS router: see
+        :class:`~edge.router.set.RouterSet`): HTTP, as the accepted connection's own
+        protocol, with no peek stage. Otherwise the peek, with the router read now.
         """
-        return HTTPConnection(self.http)
+        tcp = self.routers.tcp
+        if tcp is None:
+            return HTTPConnection(self.http)
+        return Peek(self.peek, tcp)
 
     async def start(self) -> None:
         host = self.config.host or None
@@ -105,7 +132,7 @@ class TCPEntryPoint:
             reuse_address=True,
             reuse_port=self.reuse_port or None,
         )
-        self.http.port = self.port
+        self.http.port = self.https.port = self.port
         where = ", ".join(format_address(s.getsockname()) for s in self.server.sockets)
         if self.reuse_port:
             # One of several processes sharing the port: whoever owns the port (the
@@ -133,6 +160,7 @@ class TCPEntryPoint:
         """Finish in-flight requests within ``grace`` seconds, then close what is left."""
         # No keep-alive from now on: idle connections close now, busy ones after their response.
         self.http.closing = True
+        self.https.closing = True
         for conn in list(self.connections):
             conn.shutdown()
         deadline = self.loop.time() + grace

@@ -17,7 +17,9 @@ from edge.http.middlewares import Middleware, Pipeline
 from edge.http.middlewares.builtin import from_config
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
 from edge.router.set import RouterSet
+from edge.router.tcp import build_tcp_routers
 from edge.rules import RouteTable
+from edge.tls.certs import TLSCertificates
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
 
 log = logging.getLogger("edge.router")
@@ -75,14 +77,26 @@ def build_router_sets(
     transports: TransportRegistry,
     entry_points: Iterable[str],
     services: dict[str, Service | None] | None = None,
+    certs: TLSCertificates | None = None,
 ) -> dict[str, RouterSet]:
     """One RouterSet per named entrypoint.
 
     ``services``, when given, receives the HTTP services built, by name: what
     :func:`update_servers` changes in place on an endpoints-only change.
+    ``certs`` is the configuration's certificate snapshot (built here from
+    ``runtime.tls`` when not given and some entrypoint terminates TLS).
     """
+    if services is None:
+        services = {}
     http = build_http_routers(runtime, transports, entry_points, services)
-    return {ep: RouterSet(http=router) for ep, router in http.items()}
+    # Routers with tls serve TLS connections only, through the entrypoint's peek.
+    secure = any(info.config.tls is not None for info in runtime.http_routers.values())
+    https = build_http_routers(runtime, transports, http, services, secure=True) if secure else {}
+    tcp = build_tcp_routers(runtime, http, certs if certs is not None else lambda: TLSCertificates(runtime.tls))
+    return {
+        ep: RouterSet(http=router, https=https[ep] if https.get(ep) else None, tcp=tcp[ep])
+        for ep, router in http.items()
+    }
 
 
 def update_servers(
@@ -106,14 +120,20 @@ def build_http_routers(
     transports: TransportRegistry,
     entry_points: Iterable[str],
     services: dict[str, Service | None] | None = None,
+    *,
+    secure: bool = False,
 ) -> dict[str, HTTPRouter]:
-    """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes)."""
+    """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes).
+
+    The routers without ``tls``; with ``secure``, the routers with ``tls`` instead
+    (for TLS connections only: a router that asks for TLS never answers without it).
+    """
     builder = _Builder(runtime, transports)
     if services is not None:
         builder.services = services
     entries: dict[str, list] = {ep: [] for ep in entry_points}
     for name, info in runtime.http_routers.items():
-        if info.status == "disabled":
+        if info.status == "disabled" or (info.config.tls is not None) != secure:
             continue
         route = builder.route(name, info)
         if route is None:

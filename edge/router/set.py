@@ -6,9 +6,14 @@ arrives (or a request once when it starts) and keeps the router it read, so a
 swap never changes a connection or request already routed.
 
 - ``http``: plain HTTP requests (always present; empty when nothing routes).
-- ``https``: HTTP requests on TLS connections edge terminates (``None``: no
-  HTTPS router on this entrypoint).
-- ``tcp``: TCP routers, by SNI and client address (``None``: none).
+- ``https``: HTTP requests on TLS connections edge terminates: the routers
+  with ``tls`` (``None``: no HTTPS router on this entrypoint). A router with
+  ``tls`` is never in ``http``: it must not answer without TLS.
+- ``tcp``: the connection-level router (:class:`~edge.router.tcp.TCPRouter`):
+  TCP routers by SNI, client address and ALPN, the names HTTPS routers claim,
+  and the configuration's certificate snapshot. Present whenever the entrypoint
+  has a TCP router or an HTTPS router; ``None`` means plain HTTP only, served
+  with no peek.
 - ``udp``: the UDP router of a UDP entrypoint (``None`` elsewhere).
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from edge.router.http import EMPTY_ROUTER, HTTPRouter
+from edge.router.tcp import TCPRouter
 
 
 class RouterSet:
@@ -26,7 +32,7 @@ class RouterSet:
         self,
         http: HTTPRouter = EMPTY_ROUTER,
         https: HTTPRouter | None = None,
-        tcp: Any = None,
+        tcp: TCPRouter | None = None,
         udp: Any = None,
     ) -> None:
         self.http = http

@@ -1,0 +1,353 @@
+"""TCP routers and services: which TCP or TLS connection goes where, one snapshot per entrypoint.
+
+Owns :class:`TCPRouter`, the connection-level router of one entrypoint: its TCP
+routers without TLS, its TCP routers on TLS (passthrough or terminated), the
+server names its HTTPS routers (``http.routers.<r>.tls``) claim with their TLS
+options, and the configuration's certificate snapshot. It answers the questions
+of Traefik's precedence (:meth:`TCPRouter.at_once`, :meth:`~TCPRouter.plain`,
+:meth:`~TCPRouter.tls`) as pure lookups; the peek protocol
+(:mod:`edge.tcp.peek`) asks them and acts. It also owns the TCP services:
+:class:`TCPLoadBalancer` (smooth weighted round robin over servers) and
+:class:`TCPWeighted` (over services), whose ``pick()`` gives a
+:class:`TCPServer` carrying what a dial needs (address, ``dialTimeout``,
+``terminationDelay``, the PROXY protocol version).
+
+Invariants: built whole by :func:`build_tcp_routers` for every applied
+configuration and never changed afterwards (the balancers' round-robin scores
+are the only mutable state); a router that validation disabled is not in it; a
+connection asks the router it read when it arrived, so a new configuration
+never changes a connection already routed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from edge.balancer import SmoothWeightedRoundRobin
+from edge.config.dynamic import split_host_port
+from edge.config.merge import DEFAULT_TLS
+from edge.config.runtime import DEFAULT_TRANSPORT, DISABLED, RuntimeConfig
+from edge.rules import RequestView, RouteTable, Rule, compile_rule
+from edge.tls.certs import TLSCertificates
+from edge.tls.clienthello import ClientHello
+
+log = logging.getLogger("edge.router")
+
+__all__ = [
+    "HTTPS",
+    "PASSTHROUGH",
+    "PLAIN",
+    "TERMINATE",
+    "TCPLoadBalancer",
+    "TCPRoute",
+    "TCPRouter",
+    "TCPServer",
+    "TCPWeighted",
+    "build_tcp_routers",
+]
+
+# What a matched route does with the connection.
+PLAIN = "plain"  # a TCP router without TLS: relay the bytes as they come
+PASSTHROUGH = "passthrough"  # TLS relayed untouched to the service
+TERMINATE = "terminate"  # edge terminates TLS, then relays the plaintext to the service
+HTTPS = "https"  # edge terminates TLS, then serves HTTP with the HTTPS routers
+
+# ``HostSNI(`*`)`` compiles to a node that matches everything; a rule whose whole
+# tree is that node is a catch-all (Traefik's notion: ``HostSNI(`*`) && ClientIP(...)``
+# is not one).
+_ALWAYS = type(compile_rule("HostSNI(`*`)", kind="tcp").root)
+
+
+def is_catch_all(rule: Rule) -> bool:
+    """The rule is ``HostSNI(`*`)`` alone: it matches every connection."""
+    return isinstance(rule.root, _ALWAYS)
+
+
+# -- services -----------------------------------------------------------------------
+
+
+class TCPServer:
+    """One server of a TCP load balancer, with the settings of its serversTransport."""
+
+    __slots__ = ("address", "dial_timeout", "host", "port", "proxy_protocol", "service", "termination_delay")
+
+    def __init__(
+        self,
+        service: str,
+        address: str,
+        *,
+        dial_timeout: float,
+        termination_delay: float,
+        proxy_protocol: int = 0,
+    ) -> None:
+        self.service = service
+        self.address = address
+        self.host, self.port = split_host_port(address)
+        self.dial_timeout = dial_timeout
+        self.termination_delay = termination_delay
+        self.proxy_protocol = proxy_protocol  # 0: none, else the version (1 or 2)
+
+    def __repr__(self) -> str:
+        return f"TCPServer({self.service!r}, {self.address!r})"
+
+
+class TCPLoadBalancer:
+    """A ``loadBalancer`` TCP service: smooth weighted round robin over its servers."""
+
+    __slots__ = ("_wrr", "name")
+
+    def __init__(self, name: str, servers: Iterable[tuple[TCPServer, int]]) -> None:
+        self.name = name
+        self._wrr = SmoothWeightedRoundRobin(list(servers))
+
+    def pick(self) -> TCPServer | None:
+        """The next server; None when the service has none (the connection is closed)."""
+        return self._wrr.pick()
+
+
+class TCPWeighted:
+    """A ``weighted`` TCP service: smooth weighted round robin over child services."""
+
+    __slots__ = ("_wrr", "name")
+
+    def __init__(self, name: str, children: Iterable[tuple[TCPLoadBalancer | TCPWeighted, int]]) -> None:
+        self.name = name
+        self._wrr = SmoothWeightedRoundRobin(list(children))
+
+    def pick(self) -> TCPServer | None:
+        child = self._wrr.pick()
+        return None if child is None else child.pick()
+
+
+TCPService = TCPLoadBalancer | TCPWeighted
+
+
+# -- routes and the router -------------------------------------------------------------
+
+
+class TCPRoute:
+    """What a matched router resolves to.
+
+    ``mode``: :data:`PLAIN`, :data:`PASSTHROUGH`, :data:`TERMINATE` or :data:`HTTPS`;
+    ``service``: where the bytes go (None for HTTPS: the HTTPS routers decide per
+    request); ``options``: the TLS options to terminate with (TERMINATE, HTTPS).
+    """
+
+    __slots__ = ("mode", "name", "options", "service")
+
+    def __init__(self, name: str, mode: str, service: TCPService | None, options: str = DEFAULT_TLS) -> None:
+        self.name = name
+        self.mode = mode
+        self.service = service
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"TCPRoute({self.name!r}, {self.mode})"
+
+
+class TCPRouter:
+    """The connection-level router of one entrypoint; see the module docstring.
+
+    ``immediate``: the entrypoint has TCP routers without TLS and nothing that needs
+    to see a ClientHello (no TCP router on TLS, no HTTPS router), so a connection a
+    plain router matches is relayed before it sends anything.
+    """
+
+    __slots__ = ("_plain", "_tls", "certs", "https_any", "https_names", "immediate")
+
+    def __init__(
+        self,
+        *,
+        plain: Iterable[tuple[str, Rule, int, TCPRoute]] = (),
+        tls: Iterable[tuple[str, Rule, int, TCPRoute]] = (),
+        https_names: dict[str, TCPRoute] | None = None,
+        https_any: TCPRoute | None = None,
+        certs: TLSCertificates | None = None,
+    ) -> None:
+        plain = list(plain)
+        tls = [(name, rule, prio, _Matched(route, is_catch_all(rule))) for name, rule, prio, route in tls]
+        self._plain: RouteTable[TCPRoute] | None = RouteTable(plain) if plain else None
+        self._tls: RouteTable[_Matched] | None = RouteTable(tls) if tls else None
+        self.https_names: dict[str, TCPRoute] = https_names or {}
+        self.https_any = https_any
+        self.certs = certs if certs is not None else TLSCertificates(None)
+        self.immediate = self._plain is not None and self._tls is None and https_any is None
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in (self._plain, self._tls) if t is not None)
+
+    def at_once(self, client_ip: str) -> TCPRoute | None:
+        """The route of a connection that has sent nothing yet, when one can decide now."""
+        if not self.immediate:
+            return None
+        return self._plain.match(RequestView(client_ip=client_ip))  # type: ignore[union-attr]
+
+    def plain(self, client_ip: str) -> TCPRoute | None:
+        """The TCP router without TLS for a connection whose first bytes are not TLS."""
+        if self._plain is None:
+            return None
+        return self._plain.match(RequestView(client_ip=client_ip))
+
+    def tls(self, hello: ClientHello, client_ip: str) -> TCPRoute | None:
+        """The route of a TLS connection, in Traefik's precedence; None: refuse it."""
+        sni = hello.server_name or ""
+        # 1. An HTTPS router names this server: HTTPS wins over a TCP router that
+        #    only catches everything (Traefik keeps 2.6's behaviour: only a specific
+        #    HostSNI lets HTTPS take precedence over TCP on TLS).
+        https = self.https_names.get(sni) if sni else None
+        if https is not None:
+            return https
+        route = None
+        if self._tls is not None:
+            route = self._tls.match(RequestView(sni=sni, client_ip=client_ip, alpn=hello.alpn))
+            # 2. A TCP router on TLS with a specific rule (a HostSNI name, a
+            #    regexp, ClientIP, ALPN): passthrough or termination for this name.
+            if route is not None and not route.catch_all:
+                return route.value
+        # 3. HTTPS routers exist on this entrypoint: terminate with the default
+        #    options and let the HTTP routers decide by Host (routers without a
+        #    Host rule, and the 404 for unknown hosts, live there).
+        if self.https_any is not None:
+            return self.https_any
+        # 4. A TCP router on TLS that takes any name: HostSNI(`*`).
+        if route is not None:
+            return route.value
+        # 5. Nothing wants this TLS connection: refused with an alert.
+        return None
+
+
+class _Matched:
+    """A TLS route as the router's table holds it: the route and whether it catches all."""
+
+    __slots__ = ("catch_all", "value")
+
+    def __init__(self, value: TCPRoute, catch_all: bool) -> None:
+        self.value = value
+        self.catch_all = catch_all
+
+
+# -- building ---------------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, runtime: RuntimeConfig) -> None:
+        self.runtime = runtime
+        self.services: dict[str, TCPService | None] = {}
+
+    def service(self, name: str) -> TCPService | None:
+        if name in self.services:
+            return self.services[name]
+        self.services[name] = None  # a cycle resolves to None (validation reports it)
+        info = self.runtime.tcp_services.get(name)
+        built: TCPService | None = None
+        if info is not None and info.status != DISABLED:
+            config = info.config
+            if config.load_balancer is not None:
+                lb = config.load_balancer
+                transport = self.runtime.tcp_servers_transports[lb.servers_transport or DEFAULT_TRANSPORT]
+                version = lb.proxy_protocol.version if lb.proxy_protocol is not None else 0
+                servers = [
+                    (
+                        TCPServer(
+                            name,
+                            s.address,
+                            dial_timeout=float(transport.dial_timeout),
+                            termination_delay=float(transport.termination_delay),
+                            proxy_protocol=version,
+                        ),
+                        s.weight,
+                    )
+                    for s in lb.servers
+                ]
+                built = TCPLoadBalancer(name, servers)
+            elif config.weighted is not None:
+                children = []
+                for child in config.weighted.services:
+                    svc = self.service(child.name)
+                    if svc is not None:
+                        children.append((svc, child.weight))
+                built = TCPWeighted(name, children)
+        self.services[name] = built
+        return built
+
+
+def build_tcp_routers(
+    runtime: RuntimeConfig,
+    entry_points: Iterable[str],
+    certs: TLSCertificates | Callable[[], TLSCertificates],
+) -> dict[str, TCPRouter | None]:
+    """One TCPRouter per named entrypoint that has TCP routers or HTTPS routers, else None.
+
+    ``certs`` is the configuration's certificate snapshot, or a function that builds
+    it (called once, only when some entrypoint needs it).
+    """
+    builder = _Builder(runtime)
+    eps = list(entry_points)
+    plain: dict[str, list] = {ep: [] for ep in eps}
+    tls: dict[str, list] = {ep: [] for ep in eps}
+    for name, info in runtime.tcp_routers.items():
+        if info.status == DISABLED or info.rule is None:
+            continue
+        service = builder.service(info.config.service)
+        if service is None:
+            log.error("tcp router %s: service %s could not be built; router skipped", name, info.config.service)
+            continue
+        rt = info.config.tls
+        if rt is None:
+            route = TCPRoute(name, PLAIN, service)
+        elif rt.passthrough:
+            route = TCPRoute(name, PASSTHROUGH, service)
+        else:
+            route = TCPRoute(name, TERMINATE, service, rt.options or DEFAULT_TLS)
+        for ep in info.entry_points:
+            if ep not in plain:
+                continue
+            if rt is None:
+                plain[ep].append((name, info.rule, info.priority, route))
+            else:
+                tls[ep].append((name, info.rule, info.priority, route))
+
+    # The server names HTTPS routers claim, with their TLS options (Traefik: several
+    # routers naming one host with different options fall back to the default ones).
+    names: dict[str, dict[str, str]] = {ep: {} for ep in eps}
+    has_https: set[str] = set()
+    for name, info in runtime.http_routers.items():
+        if info.status == DISABLED or info.config.tls is None or info.rule is None:
+            continue
+        options = info.config.tls.options or DEFAULT_TLS
+        for ep in info.entry_points:
+            if ep not in names:
+                continue
+            has_https.add(ep)
+            for host in info.rule.hosts or ():
+                seen = names[ep].setdefault(host, options)
+                if seen != options:
+                    log.warning(
+                        "router %s: host %s has routers with TLS options %s and %s; the default options serve it",
+                        name, host, seen, options,
+                    )
+                    names[ep][host] = DEFAULT_TLS
+
+    snapshot: TLSCertificates | None = certs if isinstance(certs, TLSCertificates) else None
+    routers: dict[str, TCPRouter | None] = {}
+    https_routes: dict[str, TCPRoute] = {}
+    for ep in eps:
+        if not plain[ep] and not tls[ep] and ep not in has_https:
+            routers[ep] = None
+            continue
+        if snapshot is None:
+            snapshot = certs()  # type: ignore[operator]
+        https_names = {
+            host: https_routes.setdefault(options, TCPRoute(f"https@{options}", HTTPS, None, options))
+            for host, options in names[ep].items()
+        }
+        any_route = (
+            https_routes.setdefault(DEFAULT_TLS, TCPRoute(f"https@{DEFAULT_TLS}", HTTPS, None))
+            if ep in has_https
+            else None
+        )
+        routers[ep] = TCPRouter(
+            plain=plain[ep], tls=tls[ep], https_names=https_names, https_any=any_route, certs=snapshot
+        )
+    return routers

@@ -1,0 +1,317 @@
+"""The peek: what a connection becomes on an entrypoint with TCP or TLS routers.
+
+Owns :class:`Peek`, the protocol of a connection accepted on an entrypoint whose
+router set has a connection-level router (:class:`edge.router.tcp.TCPRouter`), and
+:class:`Relay`, a connection relayed to a TCP server as the entrypoint tracks it.
+The peek reads the first bytes, parses them as a ClientHello
+(:class:`~edge.tls.clienthello.ClientHelloParser`) and applies Traefik's precedence
+(the router answers, this module acts):
+
+1. a ``HostSNI(`*`)`` TCP router without TLS, on an entrypoint with nothing that
+   needs a ClientHello, takes the connection at once, before it sends a byte;
+2. not TLS: a TCP router without TLS, else HTTP (the HTTP routers; their 404);
+3. TLS: passthrough to a TCP service, or termination with the certificate for
+   the SNI followed by HTTP (HTTPS routers) or a relay to a TCP service; nothing
+   for the name: a TLS alert.
+
+Invariants:
+- No byte is lost or reordered: everything read while peeking goes first to
+  whatever the connection becomes (the TCP server, the TLS terminator, the HTTP
+  protocol), before anything read later.
+- A connection peeks for at most ``PeekContext.timeout`` seconds: it is in the
+  entrypoint's ``connections`` with that deadline, which the entrypoint's sweep
+  enforces (closed when it passes), and a drain closes it at once.
+- A connection reads its router once, at arrival.
+- Every connection is tracked by the entrypoint while it lives: a peeking one by
+  its :class:`Peek`, a relayed one by its :class:`Relay` (from the dial to the
+  splice's end), an HTTP one by the HTTP protocol itself. A TLS handshake in
+  progress is bounded by the terminator's own handshake timeout instead.
+
+This module is glue: it never imports the router or the HTTP server (they sit
+above it); the entrypoint hands it the router and the factories of the HTTP
+protocols.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from edge.tcp.splice import DialError, Pending, Splice, dial_splice
+from edge.tls.clienthello import (
+    NEED_MORE,
+    NOT_TLS,
+    PEEK_TIMEOUT,
+    ClientHello,
+    ClientHelloError,
+    ClientHelloParser,
+)
+from edge.tls.terminate import (
+    ALERT_HANDSHAKE_FAILURE,
+    ALERT_INTERNAL_ERROR,
+    ALERT_UNRECOGNIZED_NAME,
+    HANDSHAKE_TIMEOUT,
+    refuse,
+    start_tls,
+)
+
+if TYPE_CHECKING:
+    from edge.router.tcp import TCPRoute, TCPRouter
+
+log = logging.getLogger("edge.tcp")
+
+__all__ = ["Peek", "PeekContext", "Relay"]
+
+NO_DEADLINE, PEEKING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
+
+
+class PeekContext:
+    """What every connection of one entrypoint needs to become something.
+
+    ``http()`` makes the HTTP protocol for a plain connection; ``https(sni)`` the one
+    for a connection edge terminated (X-Forwarded-Proto https). ``connections`` is
+    the entrypoint's set of live connections.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        connections: set,
+        http: Callable[[], asyncio.Protocol],
+        https: Callable[[str | None], asyncio.Protocol],
+        timeout: float = PEEK_TIMEOUT,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        self.name = name
+        self.loop = loop
+        self.connections = connections
+        self.http = http
+        self.https = https
+        self.timeout = timeout
+        self.handshake_timeout = handshake_timeout
+        self.tasks: set[asyncio.Task] = set()  # dials in flight
+
+
+class Peek(asyncio.Protocol):
+    """The protocol of an accepted connection until its first bytes decide what it becomes."""
+
+    def __init__(self, ctx: PeekContext, router: TCPRouter) -> None:
+        self.ctx = ctx
+        self.router = router
+        self.transport: asyncio.Transport | None = None
+        self.client_ip = ""
+        self.client: tuple[str, int] | None = None
+        self.buf = b""
+        self.parser = ClientHelloParser()
+        self.deadline_kind = NO_DEADLINE
+        self.deadline = 0.0
+
+    # -- asyncio callbacks ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        ip = peer[0] if peer else ""
+        if ip.startswith("::ffff:") and "." in ip:
+            ip = ip[7:]
+        self.client_ip = ip
+        self.client = (ip, peer[1]) if peer else None
+        # A HostSNI(`*`) TCP router without TLS, and nothing on this entrypoint that
+        # needs to see a ClientHello: the connection is that router's now. A client
+        # that waits for the server to speak first (SMTP, MySQL, SSH) would
+        # otherwise wait out the peek (Traefik handles this case first for that reason).
+        route = self.router.at_once(ip)
+        if route is not None:
+            self._relay(route, b"")
+            return
+        self.ctx.connections.add(self)
+        self.deadline_kind = PEEKING
+        self.deadline = self.ctx.loop.time() + self.ctx.timeout
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf = self.buf + data if self.buf else data
+        try:
+            hello = self.parser.parse(buf)
+        except ClientHelloError as exc:
+            log.debug("%s: %s: not a usable ClientHello: %s", self.ctx.name, self.client_ip, exc)
+            self._leave()
+            refuse(self.transport, ALERT_HANDSHAKE_FAILURE)  # type: ignore[arg-type]
+            return
+        if hello is NEED_MORE:
+            return
+        self._leave()
+        self.buf = b""
+        if hello is NOT_TLS:
+            self._plain(buf)
+        else:
+            self._tls(hello, buf)  # type: ignore[arg-type]
+
+    def eof_received(self) -> bool:
+        # The client stopped sending before its first bytes could decide anything.
+        log.debug("%s: %s closed while its first bytes were read", self.ctx.name, self.client_ip)
+        self._leave()
+        return False  # close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._leave()
+        self.transport = None
+
+    # -- deadlines and drain (read by the entrypoint) -----------------------------------
+
+    def deadline_passed(self) -> None:
+        self._leave()
+        if self.transport is not None:
+            log.debug(
+                "%s: %s sent no decisive first bytes within %gs; closed",
+                self.ctx.name, self.client_ip, self.ctx.timeout,
+            )
+            self.transport.close()
+
+    def shutdown(self) -> None:
+        """The entrypoint drains: nothing is in flight on a peeking connection."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _leave(self) -> None:
+        """No longer peeking: whatever the connection becomes tracks itself."""
+        self.deadline_kind = NO_DEADLINE
+        self.ctx.connections.discard(self)
+
+    # -- the precedence, once the first bytes are in -------------------------------------
+
+    def _plain(self, peeked: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        # Not TLS. A TCP router without TLS for this client (HostSNI(`*`), perhaps
+        # with ClientIP) comes first: it asked for every connection, and Traefik
+        # matches TCP routes before handing cleartext to HTTP.
+        route = self.router.plain(self.client_ip)
+        if route is not None:
+            self._relay(route, peeked)
+            return
+        # Otherwise HTTP: the HTTP routers, whose 404 answers what none of them matches.
+        # The HTTP protocol takes the transport as if it had been its own from the start.
+        protocol = self.ctx.http()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(peeked)
+
+    def _tls(self, hello: ClientHello, peeked: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        route = self.router.tls(hello, self.client_ip)
+        if route is None:
+            # No HTTPS router and no TCP router on TLS wants this name: a TLS
+            # client understands an alert, not a 404.
+            log.debug("%s: %s: no router for TLS server name %r", self.ctx.name, self.client_ip, hello.server_name)
+            refuse(transport, ALERT_UNRECOGNIZED_NAME)
+            return
+        if route.mode == "passthrough":  # edge.router.tcp.PASSTHROUGH
+            # Passthrough: the backend terminates; it gets the ClientHello as sent.
+            self._relay(route, peeked)
+            return
+        # Termination (an HTTPS router or a terminating TCP router): the certificate
+        # for this name, under the route's TLS options, from this configuration's snapshot.
+        certs = self.router.certs
+        context = certs.context_for(hello.server_name, route.options)
+        if context is None:
+            broken = certs.options_error(route.options) is not None
+            log.debug(
+                "%s: %s: TLS for %r refused: %s", self.ctx.name, self.client_ip, hello.server_name,
+                f"TLS options {route.options!r} unusable" if broken else "no certificate for the name (sniStrict)",
+            )
+            refuse(transport, ALERT_INTERNAL_ERROR if broken else ALERT_UNRECOGNIZED_NAME)
+            return
+        if route.service is None:
+            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name)
+        else:
+            app = _Terminated(self, route)
+        start_tls(transport, context, app, peeked, handshake_timeout=self.ctx.handshake_timeout)
+
+    # -- relaying to a TCP service ----------------------------------------------------------
+
+    def _relay(self, route: TCPRoute, first: bytes, client: asyncio.Transport | None = None) -> None:
+        """Dial a server of ``route``'s service and splice ``client`` (the raw transport by default) to it."""
+        client = client or self.transport
+        assert client is not None and route.service is not None
+        server = route.service.pick()
+        if server is None:
+            log.warning("tcp router %s: service %s has no server; connection closed", route.name, route.service.name)
+            client.close()
+            return
+        # Park the client now: bytes that arrive before the splice exists are kept.
+        Pending.attach(client)
+        if server.proxy_protocol:
+            # TODO(issue 8): prefix proxyproto.encode_v1/encode_v2(client, local) once
+            # edge/tcp/proxyproto.py is committed; until then no PROXY header is sent.
+            pass
+        relay = Relay(self.ctx.connections, client)
+        task = self.ctx.loop.create_task(relay.run(route, server, first))
+        self.ctx.tasks.add(task)
+        task.add_done_callback(self.ctx.tasks.discard)
+
+
+class _Terminated(asyncio.Protocol):
+    """The application of a TLS connection a terminating TCP router took: once the
+    handshake is done, the plaintext stream is relayed to the router's service."""
+
+    def __init__(self, peek: Peek, route: TCPRoute) -> None:
+        self.peek = peek
+        self.route = route
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.peek._relay(self.route, b"", transport)  # type: ignore[arg-type]
+
+
+class Relay:
+    """A connection relayed to a TCP server, as the entrypoint tracks it (dial, then splice)."""
+
+    __slots__ = ("client", "connections", "splice")
+    deadline_kind = NO_DEADLINE
+    deadline = 0.0
+
+    def __init__(self, connections: set, client: asyncio.Transport) -> None:
+        self.connections = connections
+        self.client = client
+        self.splice: Splice | None = None
+        connections.add(self)
+
+    async def run(self, route: TCPRoute, server: Any, first: bytes) -> None:
+        try:
+            self.splice = await dial_splice(
+                self.client,
+                server.host,
+                server.port,
+                first=first,
+                timeout=server.dial_timeout,
+                termination_delay=server.termination_delay,
+                on_close=self._closed,
+            )
+        except DialError as exc:
+            log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
+            self.connections.discard(self)
+            self.client.close()
+            return
+        if self.splice.closed:
+            self.connections.discard(self)
+
+    def _closed(self, _: Splice) -> None:
+        self.connections.discard(self)
+
+    def deadline_passed(self) -> None: ...
+
+    def shutdown(self) -> None: ...  # a relay ends when its peers end it, or at the drain's end
+
+    def abort(self) -> None:
+        if self.splice is not None:
+            self.splice.abort()
+        else:
+            self.client.abort()

@@ -1,0 +1,723 @@
+"""One TCP entrypoint for TLS passthrough, TLS termination, raw TCP and plain HTTP (issue 8).
+
+edge runs as a real process (``tests.harness.Edge``) on 127.0.0.1 port 0; its
+peers are real: ``openssl s_server`` behind passthrough, ``edge whoami`` (HTTP and
+TCP echo) behind termination and raw TCP, and small socket servers in threads
+where a test must see the exact bytes a backend receives or must have the
+server speak first. Clients are ``openssl s_client``, curl and Python's ssl.
+Certificates are made when the tests run (``tests/fixtures/tls/pki.py``); the
+passthrough backend's come from another CA, so a client can tell whose
+certificate arrived. A few pure checks of the precedence on
+:class:`edge.router.tcp.TCPRouter` come first (no sockets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime, check_tls
+from edge.router.tcp import HTTPS, PASSTHROUGH, PLAIN, TERMINATE, build_tcp_routers
+from edge.tls.certs import TLSCertificates
+from edge.tls.clienthello import ClientHello
+from tests.fixtures.tls.pki import PKI
+from tests.harness import WHOAMI_RE, Edge, Proc, get, lb, need, raw
+
+# -- the precedence, pure ----------------------------------------------------------------
+
+
+def tcp_routers(dynamic: dict, eps: tuple[str, ...] = ("web",)):
+    conf = merge({"file": decode_dynamic(dynamic)})
+    runtime = build_runtime(conf, dict.fromkeys(eps, "tcp"))
+    certs = TLSCertificates(runtime.tls)
+    check_tls(runtime, certs)
+    return runtime, build_tcp_routers(runtime, eps, certs)
+
+
+def hello(sni: str | None, alpn: tuple[str, ...] = ()) -> ClientHello:
+    return ClientHello(server_name=sni, alpn=alpn, versions=(0x0304,), length=0)
+
+
+TCP_SVC = {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}]}}
+HTTP_SVC = lb("http://127.0.0.1:9")
+
+
+def test_precedence_https_name_beats_tcp_catch_all_and_tcp_name_beats_https_catch_all():
+    _, routers = tcp_routers(
+        {
+            "http": {
+                "routers": {
+                    "site": {"rule": "Host(`site.test`)", "service": "h", "tls": {}},
+                    "paths": {"rule": "PathPrefix(`/p`)", "service": "h", "tls": {}},
+                },
+                "services": {"h": HTTP_SVC},
+            },
+            "tcp": {
+                "routers": {
+                    "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
+                    "db": {"rule": "HostSNI(`db.test`)", "service": "t", "tls": {"passthrough": True}},
+                    "alpn": {"rule": "ALPN(`x-proto`)", "service": "t", "tls": {}},
+                },
+                "services": {"t": TCP_SVC},
+            },
+        }
+    )
+    r = routers["web"]
+    assert r is not None and not r.immediate
+    assert r.tls(hello("site.test"), "1.2.3.4").mode == HTTPS  # an HTTPS name beats HostSNI(`*`)
+    assert r.tls(hello("db.test"), "1.2.3.4").name == "db@file"  # a TCP name beats HTTPS catch-all
+    assert r.tls(hello("x.test", ("x-proto",)), "1.2.3.4").name == "alpn@file"  # ALPN is specific
+    assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS  # HTTPS catch-all before TCP catch-all
+    assert r.tls(hello(None), "1.2.3.4").mode == HTTPS
+    assert r.plain("1.2.3.4") is None  # no TCP router without TLS: cleartext goes to HTTP
+
+
+def test_precedence_without_https_routers():
+    _, routers = tcp_routers(
+        {
+            "tcp": {
+                "routers": {
+                    "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
+                    "term": {"rule": "HostSNI(`t.test`)", "service": "t", "tls": {"options": "modern"}},
+                    "raw": {"rule": "HostSNI(`*`) && ClientIP(`10.0.0.0/8`)", "service": "t"},
+                },
+                "services": {"t": TCP_SVC},
+            },
+            "tls": {"options": {"modern": {"minVersion": "VersionTLS13"}}},
+        }
+    )
+    r = routers["web"]
+    assert r.tls(hello("t.test"), "1.2.3.4").mode == TERMINATE
+    assert r.tls(hello("t.test"), "1.2.3.4").options == "modern@file"
+    assert r.tls(hello("z.test"), "1.2.3.4").mode == PASSTHROUGH  # the TCP catch-all
+    assert r.plain("10.1.2.3").mode == PLAIN and r.plain("1.2.3.4") is None
+    assert r.at_once("10.1.2.3") is None  # TLS routers exist: the connection must be peeked
+
+
+def test_immediate_only_with_tcp_routers_without_tls_and_nothing_else():
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "t"}},
+            "services": {"t": TCP_SVC},
+        },
+        "http": {"routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}},
+    }
+    _, routers = tcp_routers(dynamic)
+    assert routers["web"].immediate and routers["web"].at_once("1.2.3.4").name == "raw@file"
+    dynamic["http"]["routers"]["web"]["tls"] = {}
+    _, routers = tcp_routers(dynamic)
+    assert not routers["web"].immediate and routers["web"].at_once("1.2.3.4") is None
+
+
+def test_no_tcp_router_and_no_https_router_means_no_connection_router():
+    _, routers = tcp_routers(
+        {"http": {"routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}}}
+    )
+    assert routers == {"web": None}
+
+
+def test_hostsni_name_without_tls_is_disabled_with_its_reason():
+    runtime, routers = tcp_routers(
+        {
+            "tcp": {
+                "routers": {"named": {"rule": "HostSNI(`db.test`)", "service": "t"}},
+                "services": {"t": TCP_SVC},
+            }
+        }
+    )
+    info = runtime.tcp_routers["named@file"]
+    assert info.status == "disabled"
+    assert "without TLS has no server name" in info.errors[0]
+    assert routers == {"web": None}
+
+
+def test_weighted_tcp_services_round_robin_smoothly():
+    _, routers = tcp_routers(
+        {
+            "tcp": {
+                "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "w"}},
+                "services": {
+                    "w": {"weighted": {"services": [{"name": "a", "weight": 3}, {"name": "b", "weight": 1}]}},
+                    "a": {
+                        "loadBalancer": {
+                            "servers": [{"address": "10.0.0.1:1"}, {"address": "10.0.0.2:1"}],
+                            "serversTransport": "slow",
+                        }
+                    },
+                    "b": {"loadBalancer": {"servers": [{"address": "10.0.0.3:1"}]}},
+                },
+                "serversTransports": {"slow": {"dialTimeout": "2s", "terminationDelay": "250ms"}},
+            }
+        }
+    )
+    service = routers["web"].at_once("1.2.3.4").service
+    picks = [service.pick().address for _ in range(8)]
+    assert picks.count("10.0.0.3:1") == 2
+    assert picks.count("10.0.0.1:1") == 3 and picks.count("10.0.0.2:1") == 3
+    assert picks[:4].count("10.0.0.3:1") == 1  # spread out, not in a burst
+    first = service.pick()
+    assert (first.dial_timeout, first.termination_delay) == (2.0, 0.25)  # serversTransport slow@file
+
+
+# -- peers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki() -> PKI:
+    return PKI()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory, pki) -> dict:
+    """Server certificates from the test CA on disk, and a backend's from another CA."""
+    folder = tmp_path_factory.mktemp("tls")
+    pairs = {name: pki.issue(name) for name in ("a.test", "echo.test", "good.test")}
+    backend = PKI("backend CA").issue("pt.test")
+    files = {name: pair.write(folder, name) for name, pair in pairs.items()}
+    return {
+        "ca": pki.write_ca(folder),
+        "pairs": pairs,
+        "files": files,
+        "backend": backend,
+        "backend_files": backend.write(folder, "backend"),
+        "folder": folder,
+    }
+
+
+def certificates(certs: dict, *names: str) -> list[dict]:
+    return [{"certFile": certs["files"][n][0], "keyFile": certs["files"][n][1]} for n in names]
+
+
+class Process:
+    """A tool started by the test; the first line matching ``ready`` is kept."""
+
+    def __init__(self, args: list[str], ready: str, timeout: float = 10.0) -> None:
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        found: list[re.Match] = []
+        done = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                m = re.search(ready, line)
+                if m and not found:
+                    found.append(m)
+                    done.set()
+            done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not done.wait(timeout) or not found:
+            self.stop()
+            raise TimeoutError(f"{args[0]}: {ready!r} not seen")
+        self.match = found[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def s_server(certs):
+    """``openssl s_server -rev``: TLS with the backend CA's certificate for pt.test; echoes lines reversed."""
+    crt, key = certs["backend_files"]
+    p = Process(
+        [need("openssl"), "s_server", "-accept", "127.0.0.1:0", "-cert", crt, "-key", key, "-rev", "-naccept", "1000"],
+        r"ACCEPT .*:(\d+)",
+    )
+    p.port = int(p.match.group(1))
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def echo():
+    """``edge whoami --tcp``: a TCP echo server."""
+    p = Proc(["whoami", "--name", "echo", "--tcp", "127.0.0.1:0"])
+    p.port = int(p.wait_for(WHOAMI_RE).group(4))
+    yield p
+    p.stop()
+
+
+class Backend:
+    """A TCP server in a thread: keeps what each connection sent until EOF, and may speak first."""
+
+    def __init__(self, banner: bytes = b"") -> None:
+        self.banner = banner
+        self.received: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.done = threading.Event()
+        self.closing = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.closing:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(10)
+                if self.banner:
+                    conn.sendall(self.banner)
+                chunks = []
+                try:
+                    while chunk := conn.recv(65536):
+                        chunks.append(chunk)
+                        if self.banner:
+                            conn.sendall(chunk)
+                except OSError:
+                    pass
+                self.received.append(b"".join(chunks))
+                self.done.set()
+
+    def close(self) -> None:
+        self.closing = True
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def backend():
+    b = Backend()
+    yield b
+    b.close()
+
+
+# -- clients -------------------------------------------------------------------------------
+
+PEM_RE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n", re.S)
+
+
+def s_client_until(port: int, server_name: str, data: bytes, expect: bytes, timeout: float = 15) -> bytes:
+    """``openssl s_client -showcerts``: send ``data``, read until ``expect`` (or timeout); its stdout."""
+    proc = subprocess.Popen(
+        [need("openssl"), "s_client", "-connect", f"127.0.0.1:{port}", "-servername", server_name,
+         "-showcerts", "-ign_eof"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    out = b""
+    done = threading.Event()
+
+    def read() -> None:
+        nonlocal out
+        while chunk := proc.stdout.read1(65536):
+            out += chunk
+            if expect in out:
+                break
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    done.wait(timeout)
+    proc.kill()
+    proc.wait(5)
+    return out
+
+
+def fingerprint_of(output: bytes) -> str | None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    m = PEM_RE.search(output.decode("latin-1"))
+    if m is None:
+        return None
+    return x509.load_pem_x509_certificate(m.group(0).encode()).fingerprint(hashes.SHA256()).hex()
+
+
+def tls_connect(port: int, server_name: str, ca: str | None) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=ca) if ca else ssl._create_unverified_context()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return ctx.wrap_socket(sock, server_hostname=server_name)
+
+
+def peer_fingerprint(port: int, server_name: str, ca: str | None = None) -> str:
+    with tls_connect(port, server_name, ca) as s:
+        return hashlib.sha256(s.getpeercert(True)).hexdigest()
+
+
+def https_get(port: int, host: str, path: str = "/", ca: str | None = None) -> tuple[int, dict]:
+    """One request over TLS (SNI = Host); (status, JSON body or {})."""
+    with tls_connect(port, host, ca) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = recv_all(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1])
+    return status, json.loads(body) if body.startswith(b"{") else {}
+
+
+def recv_all(sock: socket.socket, timeout: float = 10) -> bytes:
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ssl.SSLError, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def curl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([need("curl"), "-sS", *args], capture_output=True, timeout=30)
+
+
+# -- one entrypoint, every kind -------------------------------------------------------------
+
+
+def shared_config(certs: dict, whoami, echo, s_server, capture_port: int) -> dict:
+    return {
+        "http": {
+            "routers": {
+                "secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}},
+                "plain": {"rule": "Host(`plain.test`)", "service": "who"},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tcp": {
+            "routers": {
+                "pt": {"rule": "HostSNI(`pt.test`)", "service": "sserver", "tls": {"passthrough": True}},
+                "big": {"rule": "HostSNI(`big.test`)", "service": "capture", "tls": {"passthrough": True}},
+                "term": {"rule": "HostSNI(`echo.test`)", "service": "echo", "tls": {}},
+            },
+            "services": {
+                "sserver": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{s_server.port}"}]}},
+                "capture": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{capture_port}"}]}},
+                "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}},
+            },
+        },
+        "tls": {"certificates": certificates(certs, "a.test", "echo.test")},
+    }
+
+
+@pytest.fixture(scope="module")
+def capture():
+    b = Backend()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, certs, whoami, echo, s_server, capture):
+    e = Edge(tmp_path_factory.mktemp("shared"), shared_config(certs, whoami, echo, s_server, capture.port))
+    yield e
+    e.stop()
+
+
+def test_passthrough_delivers_the_backends_certificate_untouched(shared, certs):
+    out = s_client_until(shared.port, "pt.test", b"hello edge\n", b"egde olleh")
+    assert fingerprint_of(out) == certs["backend"].fingerprint, out
+    assert b"egde olleh" in out  # s_server -rev answered through the splice
+
+
+def test_https_router_terminates_with_the_certificate_for_its_name(shared, certs):
+    assert peer_fingerprint(shared.port, "a.test", certs["ca"]) == certs["pairs"]["a.test"].fingerprint
+    status, info = https_get(shared.port, "a.test", "/x", certs["ca"])
+    assert status == 200
+    assert info["headers"]["X-Forwarded-Proto"] == ["https"]
+    assert info["headers"]["X-Forwarded-Port"] == ["443"]
+    assert info["host"] == "a.test" and info["path"] == "/x"
+
+
+def test_plain_http_is_served_on_the_same_port(shared):
+    status, _, data = get(shared.port, "/", host="plain.test")
+    assert status == 200
+    assert json.loads(data)["headers"]["X-Forwarded-Proto"] == ["http"]
+    assert get(shared.port, "/", host="unknown.test")[0] == 404
+
+
+def test_a_router_with_tls_never_answers_over_plain_http(shared, certs):
+    assert get(shared.port, "/", host="a.test")[0] == 404
+    assert https_get(shared.port, "a.test", "/", certs["ca"])[0] == 200
+    # and the plain router is not reachable over TLS (Traefik serves it only without TLS)
+    assert https_get(shared.port, "plain.test")[0] == 404
+
+
+def test_terminating_tcp_router_relays_plaintext(shared, certs):
+    with tls_connect(shared.port, "echo.test", certs["ca"]) as s:
+        assert hashlib.sha256(s.getpeercert(True)).hexdigest() == certs["pairs"]["echo.test"].fingerprint
+        s.sendall(b"ping over tls\n")
+        got = b""
+        deadline = time.monotonic() + 10
+        while len(got) < 14 and time.monotonic() < deadline:
+            got += s.recv(100)
+        assert got == b"ping over tls\n"
+
+
+def test_unknown_name_with_https_routers_is_terminated_and_gets_404(shared):
+    # Traefik: with HTTPS routers on the entrypoint, every TLS name without a TCP
+    # router is terminated (default certificate) and the HTTP routers answer.
+    assert https_get(shared.port, "nobody.test")[0] == 404
+
+
+def big_client_hello(server_name: str, ca: str) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
+    """A real client's first flight, about 12 KB (a long ALPN list), and the client to finish with."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols([f"x-{i:03d}-" + "p" * 240 for i in range(48)] + ["http/1.1"])
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return client, incoming, outgoing, outgoing.read()
+
+
+def fragment(first_flight: bytes, size: int) -> bytes:
+    """The ClientHello of one TLS record re-recorded as several records of ``size`` bytes."""
+    assert first_flight[0] == 22
+    length = int.from_bytes(first_flight[3:5], "big")
+    assert len(first_flight) == 5 + length  # one record: the ClientHello alone
+    message = first_flight[5:]
+    version = first_flight[1:3]
+    out = b""
+    for i in range(0, len(message), size):
+        piece = message[i : i + size]
+        out += b"\x16" + version + len(piece).to_bytes(2, "big") + piece
+    return out
+
+
+def send_slowly(sock: socket.socket, data: bytes, piece: int = 1500) -> None:
+    for i in range(0, len(data), piece):
+        sock.sendall(data[i : i + piece])
+        time.sleep(0.005)
+
+
+def test_fragmented_12k_client_hello_routes_to_passthrough_untouched(shared, certs, capture):
+    _, _, _, flight = big_client_hello("big.test", certs["ca"])
+    records = fragment(flight, 4000)
+    assert len(records) > 12_000
+    with socket.create_connection(("127.0.0.1", shared.port), timeout=10) as s:
+        send_slowly(s, records)
+        s.shutdown(socket.SHUT_WR)
+        assert capture.done.wait(10)
+    assert capture.received[-1] == records  # every byte, in order, as sent
+
+
+def test_fragmented_12k_client_hello_terminates_and_serves_https(shared, certs):
+    client, incoming, outgoing, flight = big_client_hello("a.test", certs["ca"])
+    with socket.create_connection(("127.0.0.1", shared.port), timeout=10) as s:
+        send_slowly(s, fragment(flight, 3000))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    s.sendall(outgoing.read())
+                data = s.recv(65536)
+                assert data, "edge closed during the handshake"
+                incoming.write(data)
+        assert client.selected_alpn_protocol() == "http/1.1"
+        assert hashlib.sha256(client.getpeercert(True)).hexdigest() == certs["pairs"]["a.test"].fingerprint
+        if outgoing.pending:
+            s.sendall(outgoing.read())
+        client.write(b"GET /big HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        s.sendall(outgoing.read())
+        response = b""
+        while time.monotonic() < deadline and b"}" not in response:
+            data = s.recv(65536)
+            if not data:
+                break
+            incoming.write(data)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                response += client.read(65536)
+    assert response.startswith(b"HTTP/1.1 200")
+    assert json.loads(response.partition(b"\r\n\r\n")[2])["path"] == "/big"
+
+
+# -- HTTPS under both codecs --------------------------------------------------------------
+
+
+def test_https_router_with_curl_under_both_codecs(tmp_path, parser, certs, whoami):
+    dynamic = {
+        "http": {
+            "routers": {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {"certificates": certificates(certs, "a.test")},
+    }
+    e = Edge(tmp_path, dynamic, parser=parser)
+    try:
+        url = f"https://a.test:{e.port}/hello?x=1"
+        result = curl("--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"], url)
+        assert result.returncode == 0, result.stderr
+        info = json.loads(result.stdout)
+        assert info["path"] == "/hello" and info["query"] == "x=1"
+        assert info["headers"]["X-Forwarded-Proto"] == ["https"]
+        # keep-alive: two requests on one TLS connection
+        result = curl("--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"], url, url, "-w", "%{num_connects}\n")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode().rstrip().endswith("0")  # the second reused the connection
+        # the same router is not there over plain HTTP
+        assert get(e.port, "/", host="a.test")[0] == 404
+    finally:
+        e.stop()
+
+
+# -- raw TCP ----------------------------------------------------------------------------------
+
+
+def test_raw_tcp_echo_through_hostsni_star(tmp_path, echo):
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "echo"}},
+            "services": {"echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        payload = bytes(range(256)) * 64
+        assert raw(e.port, payload, half_close=True) == payload
+        # A TLS ClientHello is bytes like any other here: relayed, not parsed.
+        assert raw(e.port, b"\x16\x03\x01\x00\x05hello", half_close=True) == b"\x16\x03\x01\x00\x05hello"
+    finally:
+        e.stop()
+
+
+def test_raw_tcp_server_speaks_first_without_waiting_for_the_peek(tmp_path):
+    server = Backend(banner=b"220 ready\r\n")
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "smtp"}},
+            "services": {"smtp": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{server.port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
+            start = time.monotonic()
+            assert s.recv(100) == b"220 ready\r\n"  # the client has sent nothing
+            assert time.monotonic() - start < 2
+            s.sendall(b"HELO x\r\n")
+            assert s.recv(100) == b"HELO x\r\n"
+    finally:
+        e.stop()
+        server.close()
+
+
+# -- refusals and timeouts ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def passthrough_only(tmp_path, backend):
+    dynamic = {
+        "tcp": {
+            "routers": {"pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}},
+            "services": {"b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{backend.port}"}]}}},
+        }
+    }
+    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s"}}}}
+    e = Edge(tmp_path, dynamic, entrypoints=eps)
+    yield e
+    e.stop()
+
+
+def test_tls_name_without_router_gets_an_alert_and_http_gets_404(passthrough_only):
+    with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+        tls_connect(passthrough_only.port, "nobody.test", None)
+    assert get(passthrough_only.port, "/", host="x.test")[0] == 404
+
+
+def test_three_bytes_then_silence_is_closed_after_the_peek_timeout(passthrough_only):
+    with socket.create_connection(("127.0.0.1", passthrough_only.port), timeout=10) as s:
+        start = time.monotonic()
+        s.sendall(b"\x16\x03\x01")
+        try:
+            data = s.recv(100)
+        except ConnectionResetError:
+            data = b""
+        elapsed = time.monotonic() - start
+    assert data == b""  # closed, nothing sent
+    assert 0.9 <= elapsed < 3.5, elapsed  # readTimeout 1s bounds the peek; the sweep runs every 0.25s
+
+
+def test_silent_client_is_closed_after_the_peek_timeout(passthrough_only):
+    with socket.create_connection(("127.0.0.1", passthrough_only.port), timeout=10) as s:
+        start = time.monotonic()
+        assert s.recv(100) == b""
+        assert 0.9 <= time.monotonic() - start < 3.5
+
+
+# -- certificates from the dynamic configuration ------------------------------------------------
+
+
+def test_certificate_change_applies_to_new_connections_without_restart(tmp_path, pki, certs, whoami):
+    def dynamic(cert: tuple[str, str]) -> dict:
+        return {
+            "http": {
+                "routers": {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+                "services": {"who": lb(whoami.url)},
+            },
+            "tls": {"certificates": [{"certFile": cert[0], "keyFile": cert[1]}]},
+        }
+
+    e = Edge(tmp_path, dynamic(certs["files"]["a.test"]))
+    try:
+        old = tls_connect(e.port, "a.test", certs["ca"])
+        assert hashlib.sha256(old.getpeercert(True)).hexdigest() == certs["pairs"]["a.test"].fingerprint
+        renewed = pki.issue("a.test")
+        applied = e.applied()
+        e.write_dynamic(dynamic(renewed.write(tmp_path, "renewed")))
+        e.wait_applied(applied + 1)
+        assert peer_fingerprint(e.port, "a.test", certs["ca"]) == renewed.fingerprint
+        # the connection made before keeps working with the certificate it got
+        old.sendall(b"GET /old HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        assert recv_all(old).startswith(b"HTTP/1.1 200")
+        old.close()
+    finally:
+        e.stop()
+
+
+def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoami):
+    missing = str(Path(tmp_path) / "missing.crt")
+    dynamic = {
+        "http": {
+            "routers": {
+                "good": {"rule": "Host(`good.test`)", "service": "who", "tls": {}},
+                "bad": {"rule": "Host(`bad.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": [
+                *certificates(certs, "good.test"),
+                {"certFile": missing, "keyFile": certs["files"]["good.test"][1]},
+            ]
+        },
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        line = e.wait_for(r"router bad@file: .*")
+        assert f"certFile {missing}: no such file" in line.group(0)
+        assert "router good@file" not in e.log
+        assert peer_fingerprint(e.port, "good.test", certs["ca"]) == certs["pairs"]["good.test"].fingerprint
+        assert https_get(e.port, "good.test", "/", certs["ca"])[0] == 200
+        assert https_get(e.port, "bad.test")[0] == 404  # disabled: not served, TLS or not
+        assert get(e.port, "/", host="bad.test")[0] == 404
+    finally:
+        e.stop()
