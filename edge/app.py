@@ -25,6 +25,7 @@ from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import StaticConfig
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
+from edge.entrypoints.udp import UDPEntryPoint
 from edge.logs import AccessLogger
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
@@ -75,8 +76,8 @@ class Dataplane:
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
-            if config.protocol != "tcp":
-                log.warning("entrypoint %s: UDP entrypoints are not served yet; %s ignored", name, config.address)
+            if config.protocol == "udp":
+                self.entrypoints.add(UDPEntryPoint(name, config, loop, reuse_port=reuse_port))
                 continue
             self.entrypoints.add(
                 TCPEntryPoint(

@@ -112,24 +112,29 @@ def join_host_port(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def reserve(host: str, port: int) -> list[socket.socket]:
+def reserve(host: str, port: int, kind: int = socket.SOCK_STREAM) -> list[socket.socket]:
     """Bind (SO_REUSEPORT, no listen) every address ``host`` resolves to, all on one port.
 
     ``host`` ``""`` means every interface, as for the entrypoints; port 0 picks a port
     free on every address (retrying when one family has it taken). Raises ``OSError``.
+
+    UDP (``kind`` SOCK_DGRAM) has no listen: a bound socket in the port's SO_REUSEPORT
+    group would take its share of the datagrams and never read them. So each UDP
+    reservation is connected, to its own address (loopback for a wildcard) and port:
+    the kernel gives a connected socket only datagrams from that peer, which sends
+    none, and leaves it out of the group's hashing (Linux 5.x and later).
     """
-    infos = socket.getaddrinfo(
-        host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
-    )
+    infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, kind, 0, socket.AI_PASSIVE)
     addresses = list(dict.fromkeys((family, sockaddr) for family, _, _, _, sockaddr in infos))
     for attempt in range(RESERVE_ATTEMPTS):
         socks: list[socket.socket] = []
         chosen = port
         try:
             for family, sockaddr in addresses:
-                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock = socket.socket(family, kind)
                 socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if kind == socket.SOCK_STREAM:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
@@ -146,6 +151,12 @@ def reserve(host: str, port: int) -> list[socket.socket]:
                     chosen = sock.getsockname()[1]
             if not socks:
                 raise OSError(errno.EADDRNOTAVAIL, f"no address to bind for {host!r}")
+            if kind == socket.SOCK_DGRAM:
+                for sock in socks:
+                    bound = sock.getsockname()
+                    loopback = "::1" if sock.family == socket.AF_INET6 else "127.0.0.1"
+                    peer = loopback if bound[0] in ("0.0.0.0", "::") else bound[0]
+                    sock.connect((peer, chosen, *bound[2:]))
             return socks
         except OSError as exc:
             for sock in socks:
@@ -156,20 +167,19 @@ def reserve(host: str, port: int) -> list[socket.socket]:
 
 
 def reserve_ports(static: StaticConfig) -> tuple[StaticConfig, dict[str, list[socket.socket]]]:
-    """Reserve every TCP entrypoint's port; the static configuration for the workers.
+    """Reserve every entrypoint's port; the static configuration for the workers.
 
-    The configuration returned names each TCP entrypoint's concrete port (port 0
+    The configuration returned names each entrypoint's concrete port (port 0
     resolved); the sockets must stay open as long as the workers may (re)bind.
     """
     reserved: dict[str, list[socket.socket]] = {}
     entry_points = dict(static.entry_points)
     try:
         for name, ep in static.entry_points.items():
-            if ep.protocol != "tcp":
-                continue
-            socks = reserve(ep.host, ep.port)
+            udp = ep.protocol == "udp"
+            socks = reserve(ep.host, ep.port, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
             reserved[name] = socks
-            address = join_host_port(ep.host, socks[0].getsockname()[1])
+            address = join_host_port(ep.host, socks[0].getsockname()[1]) + ("/udp" if udp else "")
             entry_points[name] = msgspec.structs.replace(ep, address=address)
     except BaseException:
         for socks in reserved.values():

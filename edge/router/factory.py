@@ -18,6 +18,7 @@ from edge.http.middlewares.builtin import from_config
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
 from edge.router.set import RouterSet
 from edge.router.tcp import build_tcp_routers
+from edge.router.udp import build_udp_routers
 from edge.rules import RouteTable
 from edge.tls.certs import TLSCertificates
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
@@ -89,12 +90,13 @@ def build_router_sets(
     if services is None:
         services = {}
     http = build_http_routers(runtime, transports, entry_points, services)
+    udp = build_udp_routers(runtime, transports, http)
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
     secure = any(info.config.tls is not None for info in runtime.http_routers.values())
     https = build_http_routers(runtime, transports, http, services, secure=True) if secure else {}
     tcp = build_tcp_routers(runtime, http, certs if certs is not None else lambda: TLSCertificates(runtime.tls))
     return {
-        ep: RouterSet(http=router, https=https[ep] if https.get(ep) else None, tcp=tcp[ep])
+        ep: RouterSet(http=router, https=https[ep] if https.get(ep) else None, tcp=tcp[ep], udp=udp.get(ep))
         for ep, router in http.items()
     }
 

@@ -1,0 +1,920 @@
+"""UDP entrypoints end to end: real sockets on loopback, real clients and servers.
+
+Two ways in. ``edge run`` as a subprocess (tests.harness.Edge) for what a user
+does: dig through edge to dnsmasq, 10,000 echo datagrams to ``edge whoami --udp``,
+routes following a file change while datagrams flow, ``workers: 2``. In process (a
+real :class:`~edge.app.Dataplane` on a fresh uvloop, fed a validated configuration)
+where a test needs edge's counters or a backend that says who it is: stickiness,
+idle expiry, eviction, refusals, reloads, the PROXY v2 header.
+
+Backends that say who they are answer ``name|payload`` and record the source
+address of every datagram (so a test sees which session, i.e. which upstream
+socket, carried it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from edge.app import Dataplane
+from edge.config.loader import decode_dynamic, decode_static
+from edge.config.runtime import build_runtime
+from edge.entrypoints.udp import UDPEntryPoint
+from edge.udp.server import REFUSED_DOWN
+from tests.harness import WHOAMI_RE, Edge, Proc, need
+
+LOOP_TIMEOUT = 30.0
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading and /proc are Linux's"
+)
+
+
+def lb(*addresses: str, **extra) -> dict:
+    return {"loadBalancer": {"servers": [{"address": a} for a in addresses], **extra}}
+
+
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A port free for both UDP and TCP right now (dnsmasq binds both)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind((host, 0))
+            port = u.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind((host, port))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port")
+
+
+# --- in process ---------------------------------------------------------------------
+
+
+def run(main: Callable[[], Awaitable[None]], timeout: float = LOOP_TIMEOUT) -> None:
+    """Run ``main()`` on a fresh uvloop; an exception raised in a callback fails the test."""
+    errors: list[dict] = []
+
+    async def bounded() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        async with asyncio.timeout(timeout):
+            await main()
+
+    uvloop.run(bounded())
+    assert not errors, f"errors inside loop callbacks: {errors}"
+
+
+async def eventually(cond: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never happened: {what}")
+        await asyncio.sleep(0.01)
+
+
+class Named(asyncio.DatagramProtocol):
+    """A backend answering ``name|payload``; ``seen`` holds (source, payload) per datagram."""
+
+    def __init__(self, name: str, *, answer: bool = True) -> None:
+        self.name = name.encode()
+        self.answer = answer
+        self.seen: list[tuple[tuple, bytes]] = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.seen.append((addr, data))
+        if self.answer:
+            self.transport.sendto(self.name + b"|" + data, addr)
+
+    @property
+    def address(self) -> str:
+        host, port = self.transport.get_extra_info("sockname")[:2]
+        return f"{host}:{port}"
+
+    def sources(self) -> set[tuple]:
+        return {addr for addr, _ in self.seen}
+
+
+async def named(name: str, **kw) -> Named:
+    loop = asyncio.get_running_loop()
+    _, proto = await loop.create_datagram_endpoint(
+        lambda: Named(name, **kw), local_addr=("127.0.0.1", 0)
+    )
+    return proto
+
+
+class Client(asyncio.DatagramProtocol):
+    """A client socket connected to edge; replies queue up in ``inbox``."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[tuple[bytes, tuple]] = asyncio.Queue()
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.inbox.put_nowait((data, addr))
+
+    def send(self, data: bytes) -> None:
+        self.transport.sendto(data)
+
+    async def recv(self, timeout: float = 2.0) -> bytes:
+        data, _ = await asyncio.wait_for(self.inbox.get(), timeout)
+        return data
+
+    async def ask(self, data: bytes, timeout: float = 2.0) -> bytes:
+        self.send(data)
+        return await self.recv(timeout)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+async def client(port: int, host: str = "127.0.0.1") -> Client:
+    loop = asyncio.get_running_loop()
+    _, proto = await loop.create_datagram_endpoint(Client, remote_addr=(host, port))
+    return proto
+
+
+class InProcess:
+    """A Dataplane with one UDP entrypoint ``dns``, applied configurations by hand."""
+
+    def __init__(self, udp: dict | None = None, address: str = "127.0.0.1:0/udp") -> None:
+        entry = {"address": address, "udp": udp or {}}
+        self.static = decode_static({"entryPoints": {"dns": entry}})
+        self.dataplane: Dataplane | None = None
+
+    async def __aenter__(self) -> InProcess:
+        self.dataplane = Dataplane(self.static, asyncio.get_running_loop())
+        await self.dataplane.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.dataplane.stop()
+
+    def apply(self, dynamic: dict) -> None:
+        """Validate ``dynamic`` (names as written: no provider suffix) and switch to it."""
+        runtime = build_runtime(decode_dynamic(dynamic), self.static.entry_point_protocols())
+        assert not [e for e in runtime.errors() if "warning" not in e], runtime.errors()
+        self.dataplane.apply(runtime)
+
+    @property
+    def entrypoint(self) -> UDPEntryPoint:
+        return self.dataplane.entrypoints.all["dns"]
+
+    @property
+    def port(self) -> int:
+        return self.entrypoint.port
+
+    def counters(self, service: str = "svc"):
+        return self.entrypoint.service_counters()[service]
+
+
+def one_service(*backends: Named, router: str = "r", service: str = "svc", **extra) -> dict:
+    return {
+        "udp": {
+            "routers": {router: {"service": service}},
+            "services": {service: lb(*(b.address for b in backends), **extra)},
+        }
+    }
+
+
+def test_round_trip_and_counters():
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            c = await client(edge.port)
+            assert await c.ask(b"hello") == b"a|hello"
+            assert await c.ask(b"again") == b"a|again"
+            counters = edge.counters()
+            assert counters.sessions_opened == 1
+            assert (counters.datagrams_to_server, counters.bytes_to_server) == (2, 10)
+            assert (counters.datagrams_to_client, counters.bytes_to_client) == (2, 14)
+            assert edge.entrypoint.router_counters()["r"].datagrams_to_server == 2
+            c.close()
+
+    run(main)
+
+
+def test_largest_datagrams_pass_whole():
+    """65,507 bytes (the IPv4 maximum) each way, one datagram each, never split."""
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            c = await client(edge.port)
+            for size in (1, 1472, 9000, 65_507 - 2):  # the backend adds "a|"
+                payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+                assert await c.ask(payload) == b"a|" + payload
+            assert [len(d) for _, d in a.seen] == [1, 1472, 9000, 65_505]
+            # an empty datagram is a datagram too (asyncio transports refuse to send one)
+            raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            raw.connect(("127.0.0.1", edge.port))
+            raw.send(b"")
+            await eventually(lambda: len(a.seen) == 5, "the empty datagram arrived")
+            assert a.seen[-1][1] == b""
+            raw.close()
+            c.close()
+
+    run(main)
+
+
+def test_sessions_are_sticky_and_balanced():
+    """Each client keeps one server; new clients are spread by weight (3:1)."""
+
+    async def main() -> None:
+        a, b = await named("a"), await named("b")
+        async with InProcess() as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {
+                            "svc": {
+                                "loadBalancer": {
+                                    "servers": [
+                                        {"address": a.address, "weight": 3},
+                                        {"address": b.address, "weight": 1},
+                                    ]
+                                }
+                            }
+                        },
+                    }
+                }
+            )
+            clients = [await client(edge.port) for _ in range(8)]
+            first = [(await c.ask(b"1")).split(b"|")[0] for c in clients]
+            assert sorted(first) == [b"a"] * 6 + [b"b"] * 2
+            for _ in range(5):
+                for c, name in zip(clients, first, strict=True):
+                    assert (await c.ask(b"x")).split(b"|")[0] == name
+            # one upstream socket per session: 6 sources at a, 2 at b
+            assert (len(a.sources()), len(b.sources())) == (6, 2)
+            assert edge.counters().sessions_opened == 8
+            for c in clients:
+                c.close()
+
+    run(main)
+
+
+def test_idle_sessions_expire_by_sweep():
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess({"timeout": "300ms"}) as edge:
+            edge.apply(one_service(a))
+            c = await client(edge.port)
+            await c.ask(b"1")
+            await asyncio.sleep(0.15)
+            await c.ask(b"2")  # activity keeps it alive
+            assert len(a.sources()) == 1
+            await eventually(lambda: len(edge.entrypoint.proxy.table) == 0, "session expired", 3.0)
+            assert edge.counters().sessions_expired == 1
+            await c.ask(b"3")  # a new session: a new upstream socket
+            assert len(a.sources()) == 2
+            assert edge.counters().sessions_opened == 2
+            c.close()
+
+    run(main)
+
+
+def test_service_session_timeout_outlives_the_entrypoint_timeout():
+    async def main() -> None:
+        short, long = await named("short"), await named("long")
+        async with InProcess({"timeout": "200ms"}) as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "w"}},
+                        "services": {
+                            "w": {
+                                "weighted": {
+                                    "services": [{"name": "s1", "weight": 1}, {"name": "s2"}]
+                                }
+                            },
+                            "s1": lb(short.address),
+                            "s2": lb(long.address, sessionTimeout="5s"),
+                        },
+                    }
+                }
+            )
+            c1, c2 = await client(edge.port), await client(edge.port)
+            assert (await c1.ask(b"x")).startswith(b"short|")
+            assert (await c2.ask(b"x")).startswith(b"long|")
+            table = edge.entrypoint.proxy.table
+            await eventually(lambda: len(table) == 1, "the short session expired", 3.0)
+            await asyncio.sleep(0.5)
+            assert [s.server.address for s in table] == [long.address]
+            c1.close()
+            c2.close()
+
+    run(main)
+
+
+def test_eviction_at_max_sessions_oldest_idle_first(caplog):
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess({"maxSessions": 5}) as edge:
+            edge.apply(one_service(a))
+            clients = [await client(edge.port) for _ in range(8)]
+            for c in clients[:5]:
+                await c.ask(b"first")
+            await clients[0].ask(b"busy")  # client 0 is now the most recently active
+            for c in clients[5:]:
+                await c.ask(b"first")  # evicts 1, 2, 3 (the oldest idle), not 0
+            table = edge.entrypoint.proxy.table
+            assert len(table) == 5
+            live = {s.client for s in table}
+            names = [c.transport.get_extra_info("sockname")[:2] for c in clients]
+            assert live == {names[i] for i in (0, 4, 5, 6, 7)}
+            assert edge.counters().sessions_evicted == 3
+            before = len(a.sources())
+            await clients[0].ask(b"still")  # kept its session: no new upstream socket
+            assert len(a.sources()) == before
+            await clients[1].ask(b"back")  # evicted: a new session
+            assert len(a.sources()) == before + 1
+            edge.entrypoint.sweep(asyncio.get_running_loop().time())
+            for c in clients:
+                c.close()
+
+    with caplog.at_level("WARNING", logger="edge.udp"):
+        run(main)
+    assert any(re.search(r"\d+ UDP sessions evicted", r.getMessage()) for r in caplog.records)
+
+
+def test_refusing_server_is_marked_down_and_the_session_moves(caplog):
+    """ICMP port unreachable from a closed port: the session moves to the next server."""
+
+    async def main() -> None:
+        good = await named("good")
+        closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()  # nothing listens there now: the kernel answers ICMP port unreachable
+        async with InProcess() as edge:
+            # equal weights, dead first: the first session goes to the dead server
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(dead, good.address)},
+                    }
+                }
+            )
+            c = await client(edge.port)
+            reply = None
+            for i in range(5):  # the first datagram is lost to the dead server
+                try:
+                    reply = await c.ask(b"try%d" % i, timeout=0.5)
+                    break
+                except TimeoutError:
+                    continue
+            assert reply is not None and reply.startswith(b"good|")
+            proxy = edge.entrypoint.proxy
+            assert dead in proxy.down
+            assert proxy.down[dead] > asyncio.get_running_loop().time() + REFUSED_DOWN - 2
+            assert [s.server.address for s in proxy.table] == [good.address]
+            # while down, new clients are not sent there
+            others = [await client(edge.port) for _ in range(4)]
+            for o in others:
+                assert (await o.ask(b"new")).startswith(b"good|")
+            for o in (c, *others):
+                o.close()
+
+    with caplog.at_level("WARNING", logger="edge.udp"):
+        run(main)
+    assert any("unreachable" in r.getMessage() for r in caplog.records)
+
+
+def test_reloads_keep_sessions_on_servers_that_stay():
+    async def main() -> None:
+        a, b = await named("a"), await named("b")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            c1 = await client(edge.port)
+            assert await c1.ask(b"1") == b"a|1"
+            # b joins with a large weight: c1 stays on a, a new client goes to b
+            both = {
+                "udp": {
+                    "routers": {"r": {"service": "svc"}},
+                    "services": {
+                        "svc": {
+                            "loadBalancer": {
+                                "servers": [
+                                    {"address": a.address, "weight": 1},
+                                    {"address": b.address, "weight": 5},
+                                ]
+                            }
+                        }
+                    },
+                }
+            }
+            edge.apply(both)
+            assert await c1.ask(b"2") == b"a|2"
+            assert len(a.sources()) == 1  # the same upstream socket: the session lived on
+            c2 = await client(edge.port)
+            assert await c2.ask(b"1") == b"b|1"
+            # a leaves: c1's session ends, its next datagram opens one to b
+            edge.apply(one_service(b))
+            assert len(edge.entrypoint.proxy.table) == 1
+            assert await c1.ask(b"3") == b"b|3"
+            assert await c2.ask(b"2") == b"b|2"
+            assert len(b.sources()) == 2
+            c1.close()
+            c2.close()
+
+    run(main)
+
+
+def test_removed_router_stops_at_once_and_an_added_one_serves():
+    async def main() -> None:
+        a, b = await named("a"), await named("b")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            c = await client(edge.port)
+            assert await c.ask(b"1") == b"a|1"
+            edge.apply({"udp": {"services": {"svc": lb(a.address)}}})  # no router
+            assert len(edge.entrypoint.proxy.table) == 0
+            c.send(b"dropped")
+            with pytest.raises(TimeoutError):
+                await c.recv(timeout=0.3)
+            assert edge.entrypoint.proxy.no_route == 1
+            assert len(a.seen) == 1
+            edge.apply(one_service(b, router="later", service="svc2"))
+            assert await c.ask(b"2") == b"b|2"
+            assert edge.entrypoint.router_counters()["later"].sessions_opened == 1
+            c.close()
+
+    run(main)
+
+
+def test_proxy_protocol_v2_header_on_the_first_datagram():
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(a.address, serversTransport="pp")},
+                        "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+                    }
+                }
+            )
+            c = await client(edge.port)
+            reply = await c.ask(b"payload")
+            host, port = c.transport.get_extra_info("sockname")[:2]
+            header = (
+                b"\r\n\r\n\x00\r\nQUIT\n\x21\x12\x00\x0c"
+                + socket.inet_aton(host)
+                + socket.inet_aton("127.0.0.1")
+                + port.to_bytes(2, "big")
+                + edge.port.to_bytes(2, "big")
+            )
+            assert a.seen[0][1] == header + b"payload"
+            assert reply == b"a|" + header + b"payload"
+            assert await c.ask(b"second") == b"a|second"  # the header goes once per session
+            assert edge.counters().bytes_to_server == len(b"payload") + len(b"second")
+            c.close()
+
+    run(main)
+
+
+def test_reply_leaves_from_the_address_the_client_wrote_to():
+    """A wildcard listener: clients of 127.0.0.1 and 127.0.0.2 each hear from that address."""
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess(address=":0/udp") as edge:
+            edge.apply(one_service(a))
+            for host in ("127.0.0.1", "127.0.0.2"):
+                # a connected socket drops datagrams from any other source
+                c = await client(edge.port, host)
+                assert await c.ask(host.encode()) == b"a|" + host.encode()
+                c.close()
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sock.sendto(b"raw", ("127.0.0.2", edge.port))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 2
+            while True:
+                try:
+                    data, source = sock.recvfrom(100)
+                    break
+                except BlockingIOError:
+                    assert loop.time() < deadline, "no reply"
+                    await asyncio.sleep(0.01)
+            assert (data, source) == (b"a|raw", ("127.0.0.2", edge.port))
+            sock.close()
+
+    run(main)
+
+
+def test_host_names_resolve_off_the_hot_path():
+    async def main() -> None:
+        a = await named("a")
+        port = a.address.rsplit(":", 1)[1]
+        async with InProcess() as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(f"localhost:{port}")},
+                    }
+                }
+            )
+            c = await client(edge.port)
+            reply = None
+            for _ in range(20):
+                try:
+                    reply = await c.ask(b"x", timeout=0.2)
+                    break
+                except TimeoutError:
+                    continue
+            if reply is None:
+                pytest.skip("localhost does not resolve to 127.0.0.1 here")
+            assert reply == b"a|x"
+            c.close()
+
+    run(main)
+
+
+# --- edge run (subprocess) ------------------------------------------------------------
+
+
+class NamedEchoThread:
+    """Named backends for subprocess tests: UDP sockets served by one thread."""
+
+    def __init__(self, *names: str) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.addresses: dict[str, str] = {}
+        self.seen: dict[str, list[tuple]] = {}
+        self.socks = []
+        for name in names:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            self.selector.register(s, selectors.EVENT_READ, name)
+            self.addresses[name] = f"127.0.0.1:{s.getsockname()[1]}"
+            self.seen[name] = []
+            self.socks.append(s)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            for key, _ in self.selector.select(0.05):
+                with contextlib.suppress(BlockingIOError):
+                    data, addr = key.fileobj.recvfrom(65535)
+                    self.seen[key.data].append(addr)
+                    key.fileobj.sendto(key.data.encode() + b"|" + data, addr)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        for s in self.socks:
+            s.close()
+
+
+def udp_edge(tmp_path, dynamic: dict, **udp) -> Edge:
+    entry = {"address": "127.0.0.1:0/udp"}
+    if udp:
+        entry["udp"] = udp
+    return Edge(tmp_path, dynamic, entrypoints={"dns": entry})
+
+
+@pytest.fixture
+def dnsmasq():
+    path = need("dnsmasq")
+    port = free_udp_port()
+    proc = subprocess.Popen(
+        [
+            path,
+            "--no-daemon",
+            f"--port={port}",
+            "--listen-address=127.0.0.1",
+            "--bind-interfaces",
+            "--no-resolv",
+            "--no-hosts",
+            "--conf-file=/dev/null",
+            "--pid-file=",
+            "--address=/test.local/10.1.2.3",
+            "--txt-record=edge.test.local,through edge",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 10
+    while True:  # ready when it answers
+        done = subprocess.run(
+            [
+                need("dig"),
+                "@127.0.0.1",
+                "-p",
+                str(port),
+                "+short",
+                "+time=1",
+                "+tries=1",
+                "a.test.local",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if done.stdout.strip() == "10.1.2.3":
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"dnsmasq did not start: {proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.1)
+    yield port
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_dig_through_edge_to_dnsmasq(tmp_path, dnsmasq):
+    dig = need("dig")
+    edge = udp_edge(
+        tmp_path,
+        {
+            "udp": {
+                "routers": {"dns": {"service": "dnsmasq"}},
+                "services": {"dnsmasq": lb(f"127.0.0.1:{dnsmasq}")},
+            }
+        },
+    )
+    try:
+        port = edge.ports["dns"]
+        for name, kind, want in (
+            ("a.test.local", "A", "10.1.2.3"),
+            ("deep.name.test.local", "A", "10.1.2.3"),
+            ("edge.test.local", "TXT", '"through edge"'),
+        ):
+            done = subprocess.run(
+                [dig, "@127.0.0.1", "-p", str(port), "+time=2", "+tries=2", name, kind],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            assert "status: NOERROR" in done.stdout, done.stdout + edge.log
+            answer = re.search(
+                rf"^{re.escape(name)}\.\s+\d+\s+IN\s+{kind}\s+(.+)$", done.stdout, re.M
+            )
+            assert answer and answer.group(1) == want, done.stdout
+    finally:
+        edge.stop()
+
+
+def test_10000_echo_datagrams_from_100_clients_no_loss(tmp_path):
+    """``edge whoami --udp`` behind edge; each client keeps one datagram in flight."""
+    who = Proc(["whoami", "--name", "echo", "--udp", "127.0.0.1:0"])
+    try:
+        m = who.wait_for(WHOAMI_RE)
+        backend = f"127.0.0.1:{m.group(4)}"
+        edge = udp_edge(
+            tmp_path,
+            {"udp": {"routers": {"r": {"service": "echo"}}, "services": {"echo": lb(backend)}}},
+        )
+        try:
+            port = edge.ports["dns"]
+            clients = 100
+            per_client = 100
+            selector = selectors.DefaultSelector()
+            socks = []
+            for i in range(clients):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.connect(("127.0.0.1", port))
+                s.setblocking(False)
+                selector.register(s, selectors.EVENT_READ, i)
+                socks.append(s)
+            received: list[list[bytes]] = [[] for _ in range(clients)]
+            sent = [0] * clients
+            for i, s in enumerate(socks):
+                s.send(b"%d:%d:" % (i, 0) + b"p" * (i % 50))
+                sent[i] = 1
+            deadline = time.monotonic() + 60
+            done = 0
+            while done < clients * per_client and time.monotonic() < deadline:
+                for key, _ in selector.select(1.0):
+                    i = key.data
+                    while True:
+                        try:
+                            data = key.fileobj.recv(65535)
+                        except BlockingIOError:
+                            break
+                        received[i].append(data)
+                        done += 1
+                        if sent[i] < per_client:
+                            key.fileobj.send(b"%d:%d:" % (i, sent[i]) + b"p" * (i % 50))
+                            sent[i] += 1
+            for s in socks:
+                s.close()
+            assert done == clients * per_client, f"{clients * per_client - done} datagrams lost"
+            for i in range(clients):
+                want = [b"%d:%d:" % (i, k) + b"p" * (i % 50) for k in range(per_client)]
+                assert received[i] == want
+        finally:
+            edge.stop()
+    finally:
+        who.stop()
+
+
+def test_routes_follow_a_file_change_while_datagrams_flow(tmp_path):
+    backends = NamedEchoThread("a", "b")
+    a, b = backends.addresses["a"], backends.addresses["b"]
+    routes = {"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(a)}}}
+    edge = udp_edge(tmp_path, routes)
+    replies: list[bytes] = []
+    stop = threading.Event()
+
+    def flow() -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("127.0.0.1", edge.ports["dns"]))
+        s.settimeout(0.2)
+        n = 0
+        while not stop.is_set() and n < 5000:
+            s.send(b"%d" % n)
+            n += 1
+            with contextlib.suppress(TimeoutError):
+                replies.append(s.recv(100).split(b"|")[0])
+            time.sleep(0.005)
+        s.close()
+
+    sender = threading.Thread(target=flow, daemon=True)
+    try:
+        sender.start()
+        wait_for(lambda: replies.count(b"a") >= 20, "replies from a")
+        edge.write_dynamic(
+            {"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(b)}}}
+        )
+        wait_round(edge, 2)
+        mark = len(replies)
+        wait_for(lambda: replies[mark:].count(b"b") >= 20, "replies from b")
+        after = replies[mark:]
+        # once b answers, a never does again: the session to the removed server ended
+        assert b"a" not in after[after.index(b"b") :]
+        # a router removed: datagrams go unanswered, the sender keeps going
+        edge.write_dynamic({"udp": {"services": {"svc": lb(b)}}})
+        wait_round(edge, 3)
+        time.sleep(0.3)
+        quiet = len(replies)
+        time.sleep(0.5)
+        assert len(replies) == quiet
+        # and one added again takes the same client without a restart
+        edge.write_dynamic(
+            {"udp": {"routers": {"r2": {"service": "svc"}}, "services": {"svc": lb(a)}}}
+        )
+        wait_round(edge, 4)
+        wait_for(lambda: replies[quiet:].count(b"a") >= 10, "replies from a again")
+    finally:
+        stop.set()
+        sender.join(5)
+        edge.stop()
+        backends.stop()
+
+
+def udp_port_owners(parent: int) -> dict[int, int]:
+    """Local UDP port -> pid, for the UDP sockets of ``parent``'s child processes (Linux)."""
+    inodes: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) != parent:
+                continue
+            for fd in (entry / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = int(entry.name)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    owners: dict[int, int] = {}
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                pid = inodes.get(fields[9])
+                if pid is not None:
+                    owners[int(fields[1].rsplit(":", 1)[1], 16)] = pid
+    return owners
+
+
+def wait_round(edge: Edge, n: int) -> None:
+    """Until the ``n``-th configuration (the first is round 1) is applied."""
+    edge.wait_for(rf"configuration applied \(round {n}\)")
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never happened: {what}")
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading is Linux's"
+)
+def test_workers_share_a_udp_port_and_keep_sessions(tmp_path):
+    """``workers: 2``: one port; every client keeps its session (one upstream socket)."""
+    backends = NamedEchoThread("a")
+    dynamic = {
+        "udp": {
+            "routers": {"r": {"service": "svc"}},
+            "services": {"svc": lb(backends.addresses["a"])},
+        }
+    }
+    edge = Edge(
+        tmp_path,
+        dynamic,
+        entrypoints={"dns": {"address": "127.0.0.1:0/udp"}},
+        static_extra={"workers": 2},
+    )
+    try:
+        port = edge.ports["dns"]
+        socks = []
+        for _ in range(20):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.connect(("127.0.0.1", port))
+            s.settimeout(3)
+            socks.append(s)
+        for round_ in range(5):
+            for s in socks:
+                s.send(b"r%d" % round_)
+                assert s.recv(100) == b"a|r%d" % round_
+        # every datagram answered: the supervisor's reservation of the port took none;
+        # 20 clients, 20 sessions (upstream sockets), so no client moved between workers
+        assert len(backends.seen["a"]) == 100
+        sources = {port for _, port in backends.seen["a"]}
+        assert len(sources) == 20
+        # and both workers hold sessions (the kernel hashed 20 clients over 2 sockets)
+        holders = udp_port_owners(edge.proc.pid)
+        assert {holders.get(port) for port in sources} == set(holders.values())
+        assert len(set(holders.values())) == 2
+        for s in socks:
+            s.close()
+    finally:
+        edge.stop()
+        backends.stop()
+
+
+@linux_only
+@pytest.mark.parametrize("host", ["127.0.0.1", ""])
+def test_a_reserved_udp_port_takes_no_datagram(host):
+    """The supervisor's reservation shares the port with the workers but receives nothing."""
+    from edge.supervisor import reserve
+
+    reserved = reserve(host, 0, socket.SOCK_DGRAM)
+    port = reserved[0].getsockname()[1]
+    workers = []
+    for _ in range(2):
+        w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        w.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        w.bind((host or "0.0.0.0", port))
+        w.setblocking(False)
+        workers.append(w)
+    clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(100)]
+    try:
+        for c in clients:
+            c.sendto(b"x", ("127.0.0.1", port))
+        got = [0, 0]
+        deadline = time.monotonic() + 5
+        while sum(got) < 100 and time.monotonic() < deadline:
+            for i, w in enumerate(workers):
+                with contextlib.suppress(BlockingIOError):
+                    w.recv(10)
+                    got[i] += 1
+        assert sum(got) == 100 and min(got) > 0
+        for r in reserved:
+            r.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                r.recv(10)
+    finally:
+        for s in (*reserved, *workers, *clients):
+            s.close()
