@@ -16,10 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
     ENDPOINT_SLICES,
     INGRESS_CLASSES,
     INGRESSES,
+    SECRETS,
+    SERVICES,
     Backoff,
     Change,
     CredentialsError,
@@ -299,6 +302,27 @@ def test_undecodable_object_is_left_out_and_the_watch_goes_on(emu, make_client, 
         })
     assert "default/broken left out" in caplog.text
     assert emu.count(EPS_PATH, watch=True) == 1  # the same watch all along
+
+
+def test_edges_own_models_through_the_reflectors(emu, make_client):
+    """The models of objects.py, watched for real, make the conversion's ClusterState."""
+    emu.create(o.ingress("web", service="whoami", ingress_class="edge"))
+    emu.create(o.ingress_class("edge", default=True))
+    emu.create(o.service("whoami"))
+    emu.create(o.endpoint_slice("whoami-1", addresses=["10.0.0.5"]))
+    emu.create(o.secret("tls", cert="Q0VSVA==", key="S0VZ"))
+    c = make_client([
+        WatchSpec(INGRESSES, objects.Ingress), WatchSpec(INGRESS_CLASSES, objects.IngressClass),
+        WatchSpec(SERVICES, objects.Service), WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+        WatchSpec(SECRETS, objects.Secret, field_selector="type=kubernetes.io/tls"),
+    ])
+    assert c.wait_synced(5)
+    state = objects.ClusterState.from_snapshot(c.snapshot())
+    assert state.ingresses[("default", "web")].spec.ingress_class_name == "edge"
+    assert state.ingress_classes[("", "edge")].is_default
+    assert state.endpoint_slices[("default", "whoami-1")].service_name == "whoami"
+    assert state.secrets[("default", "tls")].data.tls_crt == b"CERT"
+    assert c.decode_errors == 0
 
 
 def test_a_failing_callback_does_not_stop_the_watch(emu, make_client):
