@@ -1,0 +1,66 @@
+# edge's container image.
+#
+#   docker build -t localhost/edge:0.1.0 .            (or: podman build --format docker ...)
+#   docker build --build-arg BASE_IMAGE=<image> ...   any Debian-like image with python3 (>= 3.11)
+#                                                     and its venv module, e.g. one made with debootstrap
+#
+# Two stages on the same base: the first builds edge's wheel and installs it with
+# its dependencies into a virtual environment at /opt/edge; the second copies only
+# that environment, so no compiler, pip cache or source tree reaches the final
+# image. The dependencies install from binary wheels; the build stage needs the
+# package index (pip), the final stage needs nothing from outside.
+#
+# Binding :80 and :443 as a non-root user: the environment's interpreter is a copy
+# (venv --copies) carrying the file capability cap_net_bind_service+ep, so edge
+# (and the worker processes it starts) may bind ports below 1024 and nothing else.
+# The container must keep NET_BIND_SERVICE in its capability set (k8s/daemonset.yaml
+# adds it after dropping ALL; docker run --cap-drop ALL --cap-add NET_BIND_SERVICE);
+# without it the kernel refuses to start the interpreter ("Operation not permitted").
+# The base image's own python3 stays unprivileged.
+#
+# The static configuration is read from /etc/edge/edge.yaml: mount the ConfigMap
+# there (k8s/configmap.yaml) or pass another path: docker run IMAGE run --config FILE.
+
+# checkov:skip=CKV_DOCKER_7: both stages name the base through BASE_IMAGE, whose default (python:3.12-slim) carries a version tag; checkov cannot read a build argument's default
+ARG BASE_IMAGE=python:3.12-slim
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY edge ./edge
+# The wheel first (edge alone), then the environment from it; pip and setuptools
+# leave the environment, which keeps only edge and what it imports.
+RUN python3 -m venv --copies /opt/edge \
+    && /opt/edge/bin/pip wheel --no-deps --wheel-dir /dist . \
+    && /opt/edge/bin/pip install /dist/*.whl \
+    && /opt/edge/bin/pip uninstall --yes pip setuptools \
+    && /opt/edge/bin/edge --version
+
+FROM ${BASE_IMAGE}
+ARG BASE_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="edge" \
+      org.opencontainers.image.description="A Kubernetes edge router and ingress controller: HTTP, TLS passthrough and UDP, Traefik-style rules" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
+ENV PATH=/opt/edge/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+COPY --from=build /opt/edge /opt/edge
+# security.capability, VFS revision 2: effective flag, permitted = CAP_NET_BIND_SERVICE (bit 10).
+RUN python3 -c "import glob, os, struct; cap = struct.pack('<5I', 0x02000001, 1 << 10, 0, 0, 0); [os.setxattr(p, 'security.capability', cap) for p in glob.glob('/opt/edge/bin/python*') if not os.path.islink(p)]"
+# A numeric user, so the kubelet can verify runAsNonRoot without a passwd entry.
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 80/tcp 443/tcp 8053/udp 8082/tcp
+# /ping on the ping entry point of k8s/configmap.yaml (EDGE_PING_URL for another).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('EDGE_PING_URL', 'http://127.0.0.1:8082/ping'), timeout=2)"]
+ENTRYPOINT ["edge"]
+CMD ["run", "--config", "/etc/edge/edge.yaml"]
