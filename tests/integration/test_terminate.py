@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import re
@@ -30,20 +31,14 @@ import uvloop
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
+from edge.http.connection import HTTPConnection, HTTPContext
+from edge.http.parsers import parser_classes
 from edge.router.factory import build_http_routers
 from edge.tls.certs import TLSCertificates
 from edge.tls.terminate import TLSTransport, refuse, start_tls
 from edge.transports import TransportRegistry
 from tests.fixtures.tls.pki import PKI
 from tests.harness import lb, need
-
-try:  # where the HTTP connection lives since the HTTP server was split (issue 8's seam)
-    from edge.http.connection import HTTPConnection, HTTPContext
-    from edge.http.parsers import parser_classes
-except ImportError:  # the tree before that split
-    from edge.http.codec import parser_classes  # noqa: I001 (sorted as if server.py existed)
-    from edge.http.server import EntryPointContext as HTTPContext
-    from edge.http.server import HTTPConnection
 
 MIB = 1 << 20
 
@@ -405,6 +400,120 @@ def client_hello(server_name: str) -> bytes:
     with pytest.raises(ssl.SSLWantReadError):
         obj.do_handshake()
     return out.read()
+
+
+class BioClient:
+    """A TLS client over a plain socket with memory BIOs: it can end its TCP side
+    without close_notify (a truncation) or send close_notify and keep reading."""
+
+    def __init__(self, port: int, server_name: str, ca: str, timeout: float = 10) -> None:
+        ctx = ssl.create_default_context(cafile=ca)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname=server_name)
+        for _ in range(20):
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._pump()
+        else:
+            raise AssertionError("no handshake")
+        self._pump(receive=False)
+
+    def _pump(self, receive: bool = True) -> bool:
+        """Send what is pending; read one chunk if asked. False at TCP EOF."""
+        if self.outgoing.pending:
+            self.sock.sendall(self.outgoing.read())
+        if receive:
+            data = self.sock.recv(65536)
+            if not data:
+                return False
+            self.incoming.write(data)
+        return True
+
+    def send(self, data: bytes) -> None:
+        self.tls.write(data)
+        self._pump(receive=False)
+
+    def send_close_notify(self) -> None:
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.unwrap()
+        self._pump(receive=False)
+
+    def read_all(self) -> tuple[bytes, bool]:
+        """Plaintext until the server's close_notify or TCP EOF; and whether close_notify came."""
+        out = b""
+        for _ in range(10_000):
+            try:
+                chunk = self.tls.read(65536)
+                if not chunk:
+                    return out, True
+                out += chunk
+                continue
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                return out, True
+            if not self._pump():
+                return out, False
+        raise AssertionError("read_all: too many reads")
+
+
+class HalfClose(asyncio.Protocol):
+    """On the peer's EOF, answers and closes its own half when the transport can."""
+
+    def __init__(self) -> None:
+        self.transport = None
+        self.data = b""
+        self.events: list[str] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+    def eof_received(self):
+        self.events.append(f"eof can_write_eof={self.transport.can_write_eof()}")
+        self.transport.write(b"got " + self.data)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            return True
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self.events.append("lost")
+
+
+def test_tls13_half_close(pki_files):
+    """close_notify ends the client's half only: the server still answers (TLS 1.3)."""
+    with TLSServer(snapshot(pki_files), lambda loop: HalfClose) as server:
+        client = BioClient(server.port, "a.test", pki_files["ca"])
+        client.send(b"ping")
+        client.send_close_notify()
+        data, notified = client.read_all()
+        assert (data, notified) == (b"got ping", True)
+        client.sock.close()
+        deadline = time.monotonic() + 5
+        while "lost" not in server.call(lambda: list(server.apps[-1].events)):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert server.apps[-1].events == ["eof can_write_eof=True", "lost"]
+
+
+def test_tcp_eof_without_close_notify_reaches_http(pki_files, whoami):
+    """A request then a bare TCP FIN: HTTPConnection keeps the connection open to answer."""
+    counters: dict = {}
+    with TLSServer(snapshot(pki_files), http_setup(whoami.url, "httptools", counters)) as server:
+        client = BioClient(server.port, "a.test", pki_files["ca"])
+        client.send(b"GET /half HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        client.sock.shutdown(socket.SHUT_WR)
+        data, notified = client.read_all()
+        assert data.startswith(b"HTTP/1.1 200 "), data[:100]
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1])["path"] == "/half"
+        assert notified  # then edge closed with close_notify
+        client.sock.close()
 
 
 class Sink(asyncio.Protocol):
