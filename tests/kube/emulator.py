@@ -544,7 +544,10 @@ class Emulator:
             self._cond.notify_all()
 
     def fail_for(self, seconds: float, code: int = 503) -> None:
-        """Answer every request with ``code`` (a Status object) for ``seconds``."""
+        """Answer every request with ``code`` (a Status object) for ``seconds``.
+
+        Open watches are left alone; ``drop_watches`` as well makes an API server
+        restart."""
         with self._cond:
             self._fail_until = time.monotonic() + seconds
             self._fail_code = code

@@ -385,7 +385,7 @@ class KubeClient:
             scopes = sorted(set(namespaces)) if namespaces and spec.resource.namespaced else [""]
             self._reflectors.extend(_Reflector(self, spec, ns) for ns in scopes)
         self._unsynced = set(self._reflectors)
-        self._status_api: k8s.ApiClient | None = None
+        self._status_api = k8s.ApiClient(self.configuration)  # thread-safe (urllib3 pool)
         self._started = False
 
     # --- lifecycle ----------------------------------------------------------------
@@ -418,8 +418,7 @@ class KubeClient:
         for r in self._reflectors:
             if not r.thread.is_alive():
                 r.api.close()
-        if self._status_api is not None:
-            self._status_api.close()
+        self._status_api.close()
         return not alive
 
     # --- the cache -----------------------------------------------------------------
@@ -515,8 +514,6 @@ class KubeClient:
                 return False
             entries.append({"ip": ip} if ip else {"hostname": hostname})
         body = {"status": {"loadBalancer": {"ingress": entries}}}
-        if self._status_api is None:
-            self._status_api = k8s.ApiClient(self.configuration)
         api = self._status_api
         path = f"{INGRESSES.path(namespace)}/{quote(name, safe='')}/status"
         try:
