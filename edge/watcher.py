@@ -7,9 +7,20 @@ per throttle window, the newest in a window wins); then merge the latest configu
 of every provider, validate it (:func:`edge.config.runtime.build_runtime`), log every
 error with the element it is about, and call the listeners in order.
 
-Invariants: everything runs on the event loop thread (timers are ``loop.call_at``; other
-threads go through :meth:`Watcher.publish_threadsafe`); a listener that raises is
-logged and neither stops the others nor the watcher; a snapshot given to listeners
+A round has two halves. Preparing it is the heavy part: merging, validating
+(compiling rules) and whatever listeners build from the snapshot (a listener
+with a ``prepare(runtime)`` method returns the commit to run later: the
+Dataplane builds its routers there). Committing it is cheap: each listener's
+commit, or the plain listener call, in order. With ``offload`` the preparing
+runs in one worker thread, so a 10,000-router reload does not stall serving
+(the loop runs between the GIL's switch intervals); without it, both halves
+run inline (tests, tools).
+
+Invariants: the state of the watcher and every commit live on the event loop
+thread (timers are ``loop.call_at``; other threads go through
+:meth:`Watcher.publish_threadsafe`); the preparing of a round reads only
+immutable snapshots, and rounds never overlap; a listener that raises is logged
+and neither stops the others nor the watcher; a snapshot given to listeners
 always contains, for every provider, the latest configuration applied from it.
 """
 
@@ -18,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
@@ -29,6 +41,12 @@ __all__ = ["Listener", "Message", "Watcher"]
 log = logging.getLogger(__name__)
 
 Listener = Callable[[RuntimeConfig], None]
+"""Called on the loop with each validated snapshot. A listener may also have a
+``prepare(runtime) -> Callable[[], None]`` method: it is then called while the
+round is prepared (in the worker thread with ``offload``), and what it returns
+is called on the loop instead of the listener itself."""
+
+Prepared = tuple[list[str], RuntimeConfig, list[Callable[[], None] | None]]
 
 
 class _ProviderState:
@@ -54,6 +72,7 @@ class Watcher:
         throttle: float,
         listeners: Sequence[Listener],
         loop: asyncio.AbstractEventLoop | None = None,
+        offload: bool = False,
     ) -> None:
         self._entry_points = dict(entry_points)
         self._throttle = float(throttle)
@@ -70,6 +89,9 @@ class Watcher:
         self._applying = False
         self._again = False
         self._closed = False
+        self._offload = offload
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task | None = None
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
         self.applied = 0
@@ -141,39 +163,84 @@ class Watcher:
     # -- output ------------------------------------------------------------------------
 
     def _apply(self) -> None:
-        if self._applying:  # a listener published: run another round once this one ends
+        if self._applying:  # a round is under way: run another once it ends
             self._again = True
             return
         self._applying = True
+        if self._offload:
+            self._task = self._get_loop().create_task(self._rounds_offloaded())
+            return
         try:
             while True:
                 self._again = False
-                self._apply_once()
+                prepared = self._prepare(self._configs())
+                if prepared is not None:
+                    self._commit(prepared)
                 if not self._again or self._closed:
                     break
         finally:
             self._applying = False
 
-    def _apply_once(self) -> None:
-        configs = {name: s.applied for name, s in self._states.items() if s.applied is not None}
+    async def _rounds_offloaded(self) -> None:
+        loop = self._get_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-config")
+        try:
+            while True:
+                self._again = False
+                prepared = await loop.run_in_executor(self._executor, self._prepare, self._configs())
+                if self._closed:
+                    break
+                if prepared is not None:
+                    self._commit(prepared)
+                if not self._again or self._closed:
+                    break
+        finally:
+            self._applying = False
+            self._task = None
+
+    def _configs(self) -> dict[str, Configuration]:
+        return {name: s.applied for name, s in self._states.items() if s.applied is not None}
+
+    def _prepare(self, configs: dict[str, Configuration]) -> Prepared | None:
+        """The heavy half of a round: merge, validate, listeners' preparations (any thread)."""
         try:
             runtime = build_runtime(merge(configs), self._entry_points, previous=self.runtime)
         except Exception:
             log.exception("configuration could not be validated; keeping the previous one")
-            return
+            return None
         for label, info in runtime.elements():
             for message in info.errors:
                 level = logging.ERROR if info.status == DISABLED else logging.WARNING
                 log.log(level, "%s %s: %s", label, info.name, message)
+        commits: list[Callable[[], None] | None] = []
         for listener in self._listeners:
+            prepare = getattr(listener, "prepare", None)
+            commit = None
+            if prepare is not None:
+                try:
+                    commit = prepare(runtime)
+                except Exception:
+                    log.exception("configuration listener %s failed to prepare", _name(listener))
+                    commit = _skip
+            commits.append(commit)
+        return list(configs), runtime, commits
+
+    def _commit(self, prepared: Prepared) -> None:
+        """The cheap half of a round, on the loop: every listener in order."""
+        providers, runtime, commits = prepared
+        for listener, commit in zip(self._listeners, commits, strict=True):
             try:
-                listener(runtime)
+                if commit is None:
+                    listener(runtime)
+                else:
+                    commit()
             except Exception:
                 log.exception("configuration listener %s failed", _name(listener))
         self.runtime = runtime
         self.applied += 1
-        self._delivered.update(configs)
-        log.debug("configuration applied (round %d) from %s", self.applied, ", ".join(configs))
+        self._delivered.update(providers)
+        log.debug("configuration applied (round %d) from %s", self.applied, ", ".join(providers))
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -185,6 +252,14 @@ class Watcher:
                 state.timer.cancel()
                 state.timer = None
             state.pending = None
+        if self._task is not None:
+            await asyncio.wait({self._task}, timeout=30.0)  # a round being prepared ends unapplied
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+
+def _skip() -> None:
+    """The commit of a listener whose preparation failed: it keeps what it had."""
 
 
 def _name(listener: Listener) -> str:

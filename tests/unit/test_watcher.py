@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -253,5 +254,92 @@ def test_an_empty_configuration_is_applied() -> None:
         w.publish(Message("file", Configuration()))
         assert w.applied == 3 and rec.routers() == []
         await w.close()
+
+    run(main())
+
+
+# -- offload: rounds prepared in a worker thread, committed on the loop
+
+
+class Building:
+    """A listener that builds in ``prepare`` (as the Dataplane builds its routers)."""
+
+    def __init__(self, burn: float = 0.0) -> None:
+        self.burn = burn
+        self.prepared_in: list[str] = []
+        self.committed_in: list[str] = []
+        self.routers: list[list[str]] = []
+
+    def prepare(self, runtime: RuntimeConfig) -> Callable[[], None]:
+        self.prepared_in.append(threading.current_thread().name)
+        end = time.perf_counter() + self.burn
+        while time.perf_counter() < end:  # CPU-bound, holding the GIL as a router build does
+            sum(range(1000))
+        routers = list(runtime.http_routers)
+
+        def commit() -> None:
+            self.committed_in.append(threading.current_thread().name)
+            self.routers.append(routers)
+
+        return commit
+
+    def __call__(self, runtime: RuntimeConfig) -> None:
+        raise AssertionError("a preparing listener is committed, not called")
+
+
+def test_offloaded_rounds_are_prepared_off_the_loop_and_committed_on_it() -> None:
+    async def main() -> None:
+        rec, building = Recorder(), Building()
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[building, rec], offload=True)
+        w.publish(Message("file", config(1)))
+        assert w.applied == 0  # prepared in the worker thread: not yet
+        await until(lambda: w.applied == 1)
+        w.publish(Message("file", config(2)))
+        w.publish(Message("k8s", config(3)))  # before the round starts: both in one round
+        await until(lambda: w.applied == 2)
+        assert building.routers == [["r1@file"], ["r2@file", "r3@k8s"]]
+        assert rec.routers() == ["r2@file", "r3@k8s"]
+        loop_thread = threading.current_thread().name
+        assert building.prepared_in and all(t != loop_thread for t in building.prepared_in)
+        assert building.committed_in == [loop_thread, loop_thread]
+        await w.close()
+
+    run(main())
+
+
+def test_an_offloaded_round_does_not_stall_the_loop() -> None:
+    """A listener that builds for 1 s: the loop keeps running meanwhile (inline, it would not)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        def tick(last: float) -> None:
+            now = loop.time()
+            gaps.append(now - last)
+            if not done.is_set():
+                loop.call_later(0.001, tick, now)
+
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[Building(burn=1.0)], offload=True)
+        loop.call_soon(tick, loop.time())
+        w.publish(Message("file", config(1)))
+        await until(lambda: w.applied == 1, timeout=4.0)
+        done.set()
+        assert len(gaps) > 50, "the loop ran while the round was prepared"
+        assert max(gaps) < 0.5
+        await w.close()
+
+    run(main())
+
+
+def test_closing_during_an_offloaded_round_applies_nothing() -> None:
+    async def main() -> None:
+        building = Building(burn=0.3)
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[building], offload=True)
+        w.publish(Message("file", config(1)))
+        await asyncio.sleep(0.05)
+        await w.close()
+        assert w.applied == 0 and building.routers == [] and building.prepared_in
 
     run(main())
