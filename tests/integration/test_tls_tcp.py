@@ -171,6 +171,51 @@ def test_weighted_tcp_services_round_robin_smoothly():
     assert (first.dial_timeout, first.termination_delay) == (2.0, 0.25)  # serversTransport slow@file
 
 
+def test_check_tls_disables_routers_whose_key_or_options_cannot_serve(tmp_path):
+    pki = PKI()
+    good, other = pki.issue("good.test"), pki.issue("other.test")
+    good_files = good.write(tmp_path, "good")
+    mismatched = {"certFile": other.write(tmp_path, "other")[0], "keyFile": good_files[1]}
+    runtime, routers = tcp_routers(
+        {
+            "http": {
+                "routers": {
+                    "good": {"rule": "Host(`good.test`)", "service": "h", "tls": {}},
+                    "other": {"rule": "Host(`other.test`)", "service": "h", "tls": {}},
+                    "weak": {"rule": "Host(`good.test`) && Path(`/w`)", "service": "h", "tls": {"options": "weak"}},
+                    "plain": {"rule": "Host(`other.test`)", "service": "h"},
+                },
+                "services": {"h": HTTP_SVC},
+            },
+            "tcp": {
+                "routers": {
+                    "db": {"rule": "HostSNI(`other.test`)", "service": "t", "tls": {}},
+                    "pt": {"rule": "HostSNI(`other.test`)", "service": "t", "tls": {"passthrough": True}},
+                },
+                "services": {"t": TCP_SVC},
+            },
+            "tls": {
+                "certificates": [{"certFile": good_files[0], "keyFile": good_files[1]}, mismatched],
+                "options": {"weak": {"cipherSuites": ["TLS_NOT_A_SUITE"]}},
+            },
+        }
+    )
+    status = {name: info.status for name, info in runtime.http_routers.items()}
+    status.update({name: info.status for name, info in runtime.tcp_routers.items()})
+    assert status == {
+        "good@file": "enabled",
+        "other@file": "disabled",  # its certificate's key is another's
+        "weak@file": "disabled",  # its options cannot be applied
+        "plain@file": "enabled",  # no TLS: no certificate needed
+        "db@file": "disabled",  # a terminating TCP router needs the certificate too
+        "pt@file": "enabled",  # passthrough terminates nothing
+    }
+    reason = runtime.http_routers["other@file"].errors[0]
+    assert "does not match certFile" in reason and str(tmp_path / "other.crt") in reason
+    assert "TLS_NOT_A_SUITE" in runtime.http_routers["weak@file"].errors[0]
+    assert routers["web"].tls(hello("other.test"), "1.2.3.4").mode == PASSTHROUGH
+
+
 # -- peers -------------------------------------------------------------------------------
 
 
