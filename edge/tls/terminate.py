@@ -22,9 +22,16 @@ Invariants:
   so the raw transport's write buffer is the only buffer: its flow control is
   the application's (``pause_writing`` passes through), and the application's
   ``pause_reading`` pauses the raw transport.
-- Per read: one BIO write, ``SSLObject.read`` until the BIOs are empty, one
-  ``data_received`` with everything decrypted; per ``write``/``writelines``: one
-  ``SSLObject.write`` and one raw write.
+- Per read: one BIO write, one ``SSLObject.read`` per record until the incoming
+  BIO is empty (no read that can only fail), one ``data_received`` with
+  everything decrypted; per ``write``/``writelines``: one ``SSLObject.write``
+  and one raw write.
+- Ends as on a socket: the peer's close_notify or TCP FIN (a truncation) is one
+  ``eof_received`` for the application, whose answer keeps the connection open
+  or closes it; ``close()`` sends close_notify after what is buffered.
+  ``can_write_eof()`` is true under TLS 1.3 only (TLS 1.2 expects the peer to
+  close at once): ``write_eof()`` sends close_notify and FIN, and once both
+  halves have ended the connection closes by itself.
 
 Handshake deadline: ``handshake_timeout`` seconds (10 by default, 0 for none)
 from :func:`start_tls`; past it the connection is aborted. The peek before it
@@ -41,7 +48,15 @@ from typing import Any
 
 log = logging.getLogger("edge.tls")
 
-__all__ = ["HANDSHAKE_TIMEOUT", "TLSTransport", "refuse", "start_tls"]
+__all__ = [
+    "ALERT_HANDSHAKE_FAILURE",
+    "ALERT_INTERNAL_ERROR",
+    "ALERT_UNRECOGNIZED_NAME",
+    "HANDSHAKE_TIMEOUT",
+    "TLSTransport",
+    "refuse",
+    "start_tls",
+]
 
 HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 16 * 1024 + 256  # SSLObject.read returns one record at most (16 KiB of plaintext)

@@ -516,6 +516,9 @@ def test_tcp_eof_without_close_notify_reaches_http(pki_files, whoami):
         client.sock.close()
 
 
+SINK_TOTAL = 32 * MIB  # more than loopback's socket buffers hold, so a paused reader blocks the client
+
+
 class Sink(asyncio.Protocol):
     """Pauses reading at the first bytes; counts and hashes what it gets."""
 
@@ -523,7 +526,6 @@ class Sink(asyncio.Protocol):
         self.transport = None
         self.received = 0
         self.digest = hashlib.sha256()
-        self.events: list[str] = []
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -533,23 +535,27 @@ class Sink(asyncio.Protocol):
             self.transport.pause_reading()
         self.received += len(data)
         self.digest.update(data)
-        if self.received >= 16 * MIB:
+        if self.received >= SINK_TOTAL:
             self.transport.write(self.digest.hexdigest().encode())
 
 
 def test_app_pause_reading_stops_the_client(pki_files):
-    payload = bytes(range(256)) * (16 * MIB // 256)
+    payload = bytes(range(256)) * (SINK_TOTAL // 256)
     with TLSServer(snapshot(pki_files), lambda loop: Sink) as server:
         sock = tls_socket(server.port, "a.test", ca=pki_files["ca"])
         sender = threading.Thread(target=sock.sendall, args=(payload,), daemon=True)
         sender.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while not server.call(lambda: server.apps and server.apps[-1].received):
+            assert time.monotonic() < deadline, "no data reached the application"
+            time.sleep(0.02)
+        time.sleep(0.5)  # time for more to arrive, if pausing did not work
         received, reading = server.call(lambda: (server.apps[-1].received, server.adapters[-1].is_reading()))
         assert not reading
         assert 0 < received <= MIB, received  # paused: the kernel's buffers fill, not edge
         assert sender.is_alive()  # the client is blocked
         server.call(lambda: server.apps[-1].transport.resume_reading())
-        sender.join(20)
+        sender.join(30)
         assert not sender.is_alive()
         assert recv_exactly(sock, 64) == hashlib.sha256(payload).hexdigest().encode()
         sock.close()
