@@ -32,6 +32,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -71,7 +72,10 @@ class Scenario:
     subjects: tuple[str, ...] = HTTP_SUBJECTS  # labels: "subject" or "subject@variant"
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> field overrides
     baseline: str = "nginx"  # label the ratio columns divide by
-    protocol: str = "http"  # what subjects must proxy: "http" (later "tls-passthrough", "udp")
+    # what subjects must proxy: "http"; "https" (wrk speaks TLS to the subject, which
+    # terminates it and proxies HTTP); "tls-passthrough" (TLS relayed untouched to the
+    # backend's TLS port); later "udp"
+    protocol: str = "http"
     workers: int = 1  # nginx worker_processes / haproxy nbthread / edge `workers` (if > 1)
     edge_routers: int = 0  # extra `Host(`hN.example.com`)` routers in edge's dynamic file
     edge_static_extra: dict[str, Any] = field(
@@ -120,6 +124,36 @@ SCENARIOS: tuple[Scenario, ...] = (
         baseline="edge-httptools@1-router",
         edge_routers=10_000,
         ready_timeout=60.0,
+    ),
+    Scenario(
+        "https-keepalive",
+        "keep-alive HTTPS, 12-byte body: the subject terminates TLS (the same certificate)",
+        protocol="https",
+        subjects=("edge-httptools", "edge-h11", "nginx"),
+    ),
+    Scenario(
+        "https-handshake",
+        "a new TLS connection and full handshake per request (Connection: close)",
+        protocol="https",
+        wrk_args=("-H", "Connection: close"),
+        subjects=("edge-httptools", "nginx"),
+    ),
+    Scenario(
+        "passthrough-1m-1conn",
+        "TLS passthrough to the backend's TLS port, 1 MiB bodies over one connection",
+        protocol="tls-passthrough",
+        path="/1m",
+        connections=1,
+        subjects=("direct", "edge-httptools", "haproxy"),
+        baseline="haproxy",
+    ),
+    Scenario(
+        "passthrough-1m-50conn",
+        "TLS passthrough, 1 MiB bodies over 50 connections in parallel",
+        protocol="tls-passthrough",
+        path="/1m",
+        subjects=("direct", "edge-httptools", "haproxy"),
+        baseline="haproxy",
     ),
     Scenario(
         "workers-2",
@@ -222,9 +256,15 @@ def stop_all() -> None:
 
 
 def http_get(
-    port: int, path: str, host: str = BENCH_HOST, timeout: float = 2.0
+    port: int, path: str, host: str = BENCH_HOST, timeout: float = 2.0, tls: bool = False
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    if tls:  # the bench certificate is self-signed; no SNI (an IP address)
+        context = ssl._create_unverified_context()
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            HOST, port, timeout=timeout, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request("GET", path, headers={"Host": host})
         resp = conn.getresponse()
@@ -258,7 +298,7 @@ def expect_body(port: int, scenario: Scenario) -> Callable[[], bool]:
     want = BODY_FILES.get(scenario.path.strip("/"), len(SMALL_BODY))
 
     def check() -> bool:
-        status, body = http_get(port, scenario.path)
+        status, body = http_get(port, scenario.path, tls=scenario.protocol != "http")
         return status == 200 and len(body) == want
 
     return check
@@ -273,6 +313,9 @@ class Context:
     tools: dict[str, str | None]
     python: str
     backend_port: int = 0
+    backend_tls_port: int = 0  # the backend's TLS server (passthrough scenarios)
+    cert: Path | None = None  # the bench certificate and key (PEM), for every TLS server
+    key: Path | None = None
 
     def path(self, name: str) -> Path:
         return self.workdir / name
@@ -346,16 +389,63 @@ class Backend:
         }}
         location / {{ root {www}; }}
     }}"""
+        ctx.cert, ctx.key = write_certificate(ctx)
+        tls_port = free_port()
+        body += f"""
+    server {{
+        listen {HOST}:{tls_port} ssl backlog=4096;
+        ssl_certificate {ctx.cert};
+        ssl_certificate_key {ctx.key};
+        location = / {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
+        location / {{ root {www}; }}
+    }}"""
         self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", 1, body))
         logs = [self.proc.log, ctx.path("backend-error.log")]
         for path in ("/", "/varied", *(f"/{n}" for n in BODY_FILES)):
             probe = Scenario("probe", "", path=path)
             wait_until(self.proc, expect_body(port, probe), 10.0, f"serving {path}", logs)
+        probe = Scenario("probe", "", protocol="tls-passthrough")
+        wait_until(self.proc, expect_body(tls_port, probe), 10.0, "serving TLS", logs)
         ctx.backend_port = port
+        ctx.backend_tls_port = tls_port
 
     def stop(self) -> None:
         if self.proc:
             self.proc.stop()
+
+
+def write_certificate(ctx: Context) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate for BENCH_HOST: what every TLS server serves."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, BENCH_HOST)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(BENCH_HOST)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = ctx.path("bench.crt"), ctx.path("bench.key")
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_path.chmod(0o644)  # nginx's master reads it; a throwaway key in the bench's temp dir
+    return cert_path, key_path
 
 
 # --- subjects ----------------------------------------------------------------------
@@ -389,17 +479,27 @@ class Subject:
 
 
 class Direct(Subject):
-    """No proxy: wrk straight to the backend."""
+    """No proxy: wrk straight to the backend (its TLS port for passthrough scenarios)."""
+
+    protocols = ("http", "tls-passthrough")
 
     def start(self) -> str:
+        if self.scenario.protocol == "tls-passthrough":
+            return f"{HOST}:{self.ctx.backend_tls_port}"
         return f"{HOST}:{self.ctx.backend_port}"
 
 
 class NginxProxy(Subject):
     tools = ("nginx",)
+    protocols = ("http", "https")
 
     def start(self) -> str:
         port = free_port()
+        tls = ";"
+        if self.scenario.protocol == "https":
+            tls = f"""ssl;
+        ssl_certificate {self.ctx.cert};
+        ssl_certificate_key {self.ctx.key};"""
         body = f"""\
     upstream backend {{
         server {HOST}:{self.ctx.backend_port};
@@ -407,7 +507,7 @@ class NginxProxy(Subject):
         keepalive_requests 1000000;
     }}
     server {{
-        listen {HOST}:{port} backlog=4096;
+        listen {HOST}:{port} backlog=4096 {tls}
         location / {{
             proxy_pass http://backend;
             proxy_http_version 1.1;
@@ -435,9 +535,12 @@ class NginxProxy(Subject):
 
 class Haproxy(NginxProxy):
     tools = ("haproxy",)
+    protocols = ("http", "tls-passthrough")
 
     def start(self) -> str:
         port = free_port()
+        if self.scenario.protocol == "tls-passthrough":
+            return self._start_tcp(port)
         conf = f"""\
 global
     nbthread {self.scenario.workers}
@@ -459,6 +562,34 @@ frontend fe
 
 backend be
     server s1 {HOST}:{self.ctx.backend_port}
+"""
+        path = self.ctx.path(f"{self.slug}.cfg")
+        path.write_text(conf)
+        haproxy = self.ctx.tools["haproxy"]
+        assert haproxy
+        self.proc = Proc([haproxy, "-db", "-f", str(path)], self.ctx.path(f"{self.slug}.out"))
+        self._wait(port, [])
+        return f"{HOST}:{port}"
+
+    def _start_tcp(self, port: int) -> str:
+        """``mode tcp`` to the backend's TLS port: HAProxy's TLS passthrough."""
+        conf = f"""\
+global
+    nbthread {self.scenario.workers}
+    maxconn 4096
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend fe
+    bind {HOST}:{port}
+    default_backend be
+
+backend be
+    server s1 {HOST}:{self.ctx.backend_tls_port}
 """
         path = self.ctx.path(f"{self.slug}.cfg")
         path.write_text(conf)
@@ -493,6 +624,7 @@ class Edge(Subject):
     """``python -m edge run`` with a generated static and dynamic (file provider) config."""
 
     parser = "httptools"
+    protocols = ("http", "https", "tls-passthrough")
 
     def configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
         sc = self.scenario
@@ -518,7 +650,10 @@ class Edge(Subject):
                 "service": "backend",
                 "entryPoints": ["web"],
             }
-        dynamic = {
+        if sc.protocol == "https":
+            for router in routers.values():
+                router["tls"] = {}
+        dynamic: dict[str, Any] = {
             "http": {
                 "routers": routers,
                 "services": {
@@ -530,6 +665,28 @@ class Edge(Subject):
                 },
             }
         }
+        if sc.protocol in ("https", "tls-passthrough"):
+            # The bench certificate as the default one: wrk sends no name edge knows.
+            pair = {"certFile": str(self.ctx.cert), "keyFile": str(self.ctx.key)}
+            dynamic["tls"] = {"stores": {"default": {"defaultCertificate": pair}}}
+        if sc.protocol == "tls-passthrough":
+            dynamic["tcp"] = {
+                "routers": {
+                    "pt": {
+                        "rule": "HostSNI(`*`)",
+                        "service": "backend-tls",
+                        "entryPoints": ["web"],
+                        "tls": {"passthrough": True},
+                    }
+                },
+                "services": {
+                    "backend-tls": {
+                        "loadBalancer": {
+                            "servers": [{"address": f"{HOST}:{self.ctx.backend_tls_port}"}]
+                        }
+                    }
+                },
+            }
         return static, deep_merge(dynamic, sc.edge_dynamic_extra)
 
     def start(self) -> str:
@@ -652,7 +809,7 @@ def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> 
         "-H",
         f"Host: {BENCH_HOST}",
         *scenario.wrk_args,
-        f"http://{address}{scenario.path}",
+        f"{'http' if scenario.protocol == 'http' else 'https'}://{address}{scenario.path}",
     ]
     started = time.time()
     try:
