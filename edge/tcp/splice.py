@@ -32,9 +32,10 @@ is in flight. :class:`Pending` holds a transport between owners: reading
 paused, anything that arrives anyway kept, EOF and loss remembered.
 ``dial_splice`` parks the client on a ``Pending``, dials the upstream with a
 ``Pending`` as its protocol, and splices the two; :func:`splice` takes over what
-any ``Pending`` on either transport holds (its bytes go after ``a_to_b`` /
-``b_to_a``, its EOF and loss are replayed). A peek protocol that already saw the
-client's EOF says so with ``Pending.attach(transport, eof=True)``.
+a ``Pending`` holds, given as the holder itself or found as a transport's
+protocol (its bytes go after ``a_to_b`` / ``b_to_a``, its EOF and loss are
+replayed). A peek protocol that already saw the client's EOF says so with
+``Pending.attach(transport, eof=True)``.
 """
 
 from __future__ import annotations
@@ -216,8 +217,8 @@ class Splice:
 
 
 def splice(
-    a: asyncio.Transport,
-    b: asyncio.Transport,
+    a: asyncio.Transport | Pending,
+    b: asyncio.Transport | Pending,
     *,
     a_to_b: bytes = b"",
     b_to_a: bytes = b"",
@@ -226,17 +227,25 @@ def splice(
 ) -> Splice:
     """Relay ``a`` <-> ``b`` from now on; returns the :class:`Splice`.
 
-    ``a_to_b`` / ``b_to_a`` are bytes already read from one side, written to the
-    other first. A :class:`Pending` on either transport hands over what it holds.
+    ``a`` and ``b`` are transports, or the :class:`Pending` holding one (pass the
+    holder itself when the transport may be lost already: a lost transport
+    forgets its protocol). ``a_to_b`` / ``b_to_a`` are bytes already read from
+    one side, written to the other first; a holder's own bytes follow them.
     Must be called on the loop's thread.
     """
-    s = Splice(a, b, termination_delay, on_close)
-    sides = (s.a, s.b)
     held: list[Pending | None] = []
-    for side in sides:
-        old = side.transport.get_protocol()
-        pending = old if isinstance(old, Pending) else None
-        held.append(pending)
+    transports: list[asyncio.Transport] = []
+    for x in (a, b):
+        if isinstance(x, Pending):
+            held.append(x)
+            transports.append(x.transport)
+        else:
+            old = x.get_protocol()
+            held.append(old if isinstance(old, Pending) else None)
+            transports.append(x)
+    s = Splice(transports[0], transports[1], termination_delay, on_close)
+    sides = (s.a, s.b)
+    for side, pending in zip(sides, held, strict=True):
         if pending is not None and pending.lost:
             side.lost = True  # its transport is gone; keep the Pending's view
         else:
@@ -285,7 +294,7 @@ def _normalise_flow(side: _Side) -> None:
 
 
 async def dial_splice(
-    client: asyncio.Transport,
+    client: asyncio.Transport | Pending,
     host: str,
     port: int,
     *,
@@ -296,6 +305,7 @@ async def dial_splice(
 ) -> Splice:
     """Dial ``host:port`` and splice it to ``client`` (``a``: client, ``b``: upstream).
 
+    ``client`` is a transport (parked on a :class:`Pending` here) or its holder.
     ``first`` goes upstream before anything else (a PROXY protocol header, the
     peeked bytes). Bytes the server sends before the splice is installed are
     kept. Raises :class:`DialError` if the dial fails or exceeds ``timeout``;
@@ -304,15 +314,18 @@ async def dial_splice(
     the splice, so ``on_close`` still runs once).
     """
     loop = asyncio.get_running_loop()
-    if not isinstance(client.get_protocol(), Pending):
-        Pending.attach(client)
+    if isinstance(client, Pending):
+        held = client
+    else:
+        old = client.get_protocol()
+        held = old if isinstance(old, Pending) else Pending.attach(client)
     try:
         async with asyncio.timeout(timeout):
-            upstream, _ = await loop.create_connection(Pending, host, port)
+            _, upstream = await loop.create_connection(Pending, host, port)
     except TimeoutError:
         raise DialError(f"dial {host}:{port}: no connection within {timeout:g}s") from None
     except OSError as exc:
         raise DialError(f"dial {host}:{port}: {exc.strerror or exc}") from exc
     return splice(
-        client, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close
+        held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close
     )
