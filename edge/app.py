@@ -45,8 +45,14 @@ def build_providers(static: StaticConfig) -> list[Provider]:
     if static.providers.file is not None:
         f = static.providers.file
         providers.append(FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch))
-    if static.providers.kubernetes_ingress is not None or static.providers.kubernetes_gateway is not None:
-        log.warning("the Kubernetes providers are not available in this version; ignored")
+    k8s = static.providers.kubernetes_ingress
+    if k8s is not None:
+        # Imported here: the kubernetes client costs its import time only to those using it.
+        from edge.providers.kubernetes.provider import KubernetesIngressProvider
+
+        providers.append(KubernetesIngressProvider(k8s, default_throttle=static.providers_throttle_duration))
+    if static.providers.kubernetes_gateway is not None:
+        log.warning("the Kubernetes Gateway provider is not available in this version; ignored")
     return providers
 
 

@@ -89,6 +89,26 @@ def _load_dynamic(static) -> tuple[dict, list[str]]:
     return configs, errors
 
 
+def _check_kubernetes(static, configs: dict) -> bool:
+    """List the cluster once (kubernetesIngress), print every route left out with its
+    reason, add the converted configuration to ``configs``; True when something is wrong."""
+    k8s = static.providers.kubernetes_ingress
+    if k8s is None:
+        return False
+    from edge.providers.kubernetes.client import KubernetesError
+    from edge.providers.kubernetes.provider import check_cluster
+
+    try:
+        conversion = check_cluster(k8s)
+    except (ConfigError, KubernetesError) as exc:
+        print(f"kubernetes: {exc}")
+        return True
+    configs["kubernetes"] = conversion.configuration
+    for problem in conversion.problems:
+        print(f"kubernetes: {problem}: left out")
+    return bool(conversion.problems)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from edge.config.merge import merge
     from edge.config.runtime import build_runtime
@@ -101,8 +121,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     configs, errors = _load_dynamic(static)
     for err in errors:
         print(f"dynamic configuration: {err}")
+    left_out = _check_kubernetes(static, configs)
     runtime = build_runtime(merge(configs), static.entry_point_protocols())
-    bad = bool(errors)
+    bad = bool(errors) or left_out
     for kind, table in (
         ("router", runtime.http_routers),
         ("service", runtime.http_services),

@@ -1,0 +1,688 @@
+"""The kubernetesIngress provider: the cluster's Ingresses as edge's dynamic configuration.
+
+Owns the provider's threads and what flows between them:
+
+- the :class:`~edge.providers.kubernetes.client.KubeClient` reflectors (one thread per
+  watched kind), whose change callback only marks the cache dirty;
+- the *converter* thread: waits for the first full sync, then converts the cached
+  snapshot with the pure :func:`~edge.providers.kubernetes.ingress.convert`, at most once
+  per throttle window (changes arriving meanwhile are coalesced into the next run), logs
+  each problem once (when it appears; its disappearance at INFO), and hands a
+  configuration that differs from the last one to the event loop with
+  ``loop.call_soon_threadsafe``;
+- the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
+  serves when the address set differs from what the Ingress holds, stopping a pass at
+  the first failure and retrying it with backoff.
+
+Invariants:
+
+- Nothing here runs on the event loop but :meth:`KubernetesIngressProvider._deliver`
+  (one ``publish`` call). Listing, watching, converting, comparing and status writes
+  happen in the threads above.
+- Nothing is published before every reflector has completed its first LIST; until then
+  edge is not ready (the watcher expects this provider) and the log says every
+  ``wait_log_interval`` seconds what is missing and why (the API server unreachable, a
+  403, ...). Reflectors keep retrying with backoff, forever.
+- Once a configuration was published, losing the API server changes nothing: the cache
+  keeps the last objects seen, no new configuration is made from a failure, the last
+  good one keeps serving, and the reflectors resume (re-LIST on 410) when it is back.
+- An EndpointSlice change yields a configuration that differs from the previous one in
+  server lists only (the conversion guarantees it, see its module doc), which the
+  Dataplane applies in place. An Ingress change that touches only its ``status`` (our
+  own writes coming back) is not converted at all.
+- A status write happens only when the wanted addresses differ from the Ingress' own
+  ``status.loadBalancer.ingress`` (as a set), and the same write is not repeated while
+  the Ingress still shows the version it was written against.
+
+Where the addresses come from (``providers.kubernetesIngress.ingressEndpoint``):
+
+- ``ip`` and/or ``hostname``: as given;
+- ``publishedService: ns/name``: that Service, watched on its own (whatever
+  ``namespaces`` says): a LoadBalancer's ``status.loadBalancer.ingress``, an
+  ExternalName's name, else its ``externalIPs``, else its ``clusterIP`` (Traefik's
+  reading);
+- no ``ingressEndpoint``, in a pod (``POD_NAME`` and ``POD_NAMESPACE`` set through the
+  Downward API, as ``k8s/daemonset.yaml`` does): when that pod runs with
+  ``hostNetwork``, the addresses of the nodes running a pod of the same controller
+  (its DaemonSet: same ``ownerReferences`` controller uid) in that namespace, not being
+  deleted, phase Running (this pod counts at once); per node its ExternalIP addresses,
+  else its InternalIP ones. Pods in ``POD_NAMESPACE`` and Nodes are watched for it.
+- otherwise no status is written (logged once at start).
+With no address known yet (a LoadBalancer still pending) nothing is written.
+
+Errors: :class:`~edge.providers.kubernetes.client.CredentialsError` at construction when
+no API server can be found (a configuration error, edge does not start);
+:class:`ClusterUnavailable` from :func:`check_cluster` when the cluster cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from edge.config.dynamic import Configuration
+from edge.config.static import KubernetesIngressConfig
+from edge.providers.base import Message, Publish
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.client import (
+    ENDPOINT_SLICES,
+    INGRESS_CLASSES,
+    INGRESSES,
+    NODES,
+    PODS,
+    SECRETS,
+    SERVICES,
+    Backoff,
+    Change,
+    KubeClient,
+    KubernetesError,
+    Timing,
+    WatchSpec,
+    load_api_config,
+)
+from edge.providers.kubernetes.ingress import Conversion, IngressOptions, Problem, convert
+
+__all__ = [
+    "POD_NAMESPACE_ENV",
+    "POD_NAME_ENV",
+    "Address",
+    "ClusterUnavailable",
+    "KubernetesIngressProvider",
+    "Node",
+    "Pod",
+    "check_cluster",
+    "node_addresses",
+    "service_addresses",
+]
+
+log = logging.getLogger(__name__)
+
+POD_NAME_ENV = "POD_NAME"
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+WAIT_LOG_INTERVAL = 10.0  # seconds between "still waiting for the first sync" lines
+STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
+
+Key = tuple[str, str]
+Address = tuple[str, str]
+"""``("ip", "10.0.0.1")`` or ``("hostname", "lb.example.com")``."""
+
+
+class ClusterUnavailable(KubernetesError):
+    """The cluster could not be read completely in time; names what is missing and why."""
+
+
+# --- the few fields of Pods and Nodes the status needs ---------------------------------
+
+
+class _Model(msgspec.Struct, frozen=True, rename="camel"):
+    """Lenient like :mod:`objects`: unknown fields ignored, every field defaulted."""
+
+
+class OwnerReference(_Model):
+    uid: str = ""
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class PodMeta(_Model):
+    name: str = ""
+    namespace: str = ""
+    resource_version: str = ""
+    owner_references: list[OwnerReference] = []
+    deletion_timestamp: str | None = None
+
+
+class PodSpec(_Model):
+    node_name: str = ""
+    host_network: bool = False
+
+
+class PodStatus(_Model):
+    phase: str = ""
+
+
+class Pod(_Model):
+    metadata: PodMeta = PodMeta()
+    spec: PodSpec = PodSpec()
+    status: PodStatus = PodStatus()
+
+    @property
+    def controller_uid(self) -> str:
+        for ref in self.metadata.owner_references:
+            if ref.controller:
+                return ref.uid
+        return ""
+
+
+class NodeAddress(_Model):
+    type: str = ""
+    address: str = ""
+
+
+class NodeStatus(_Model):
+    addresses: list[NodeAddress] = []
+
+
+class Node(_Model):
+    metadata: objects.ObjectMeta = objects.ObjectMeta()
+    status: NodeStatus = NodeStatus()
+
+
+# --- addresses (pure) -------------------------------------------------------------------
+
+
+def _address(ip: str, hostname: str) -> list[Address]:
+    out: list[Address] = []
+    if ip:
+        out.append(("ip", ip))
+    if hostname:
+        out.append(("hostname", hostname))
+    return out
+
+
+def service_addresses(svc: objects.Service) -> list[Address]:
+    """What a published Service offers, Traefik's way (sorted, unique; may be empty)."""
+    spec = svc.spec
+    found: list[Address] = []
+    if spec.type == "ExternalName":
+        found = _address("", spec.external_name)
+    elif spec.type == "LoadBalancer":
+        for lb in svc.status.load_balancer.ingress:
+            found.extend(_address(lb.ip, lb.hostname))
+    if not found and spec.type != "ExternalName":
+        found = [("ip", ip) for ip in spec.external_ips if ip]
+        if not found and spec.type != "LoadBalancer" and spec.cluster_ip not in ("", "None"):
+            found = [("ip", spec.cluster_ip)]
+    return sorted(set(found))
+
+
+def node_addresses(
+    pods: Mapping[Key, Pod], nodes: Mapping[Key, Node], namespace: str, name: str
+) -> tuple[list[Address], str]:
+    """The addresses of the nodes running this pod's siblings (see the module doc), and
+    when there are none, why (``""`` otherwise)."""
+    me = pods.get((namespace, name))
+    if me is None:
+        return [], f"pod {namespace}/{name} not seen yet"
+    if not me.spec.host_network:
+        return [], (
+            f"pod {namespace}/{name} does not use hostNetwork: set "
+            "ingressEndpoint.publishedService to publish its Service's addresses"
+        )
+    owner = me.controller_uid
+    node_names = {me.spec.node_name} if me.spec.node_name else set()
+    if owner:
+        for pod in pods.values():
+            if (
+                pod.metadata.namespace == namespace
+                and pod.controller_uid == owner
+                and pod.metadata.deletion_timestamp is None
+                and pod.status.phase == "Running"
+                and pod.spec.node_name
+            ):
+                node_names.add(pod.spec.node_name)
+    found: set[Address] = set()
+    missing = []
+    for node_name in sorted(node_names):
+        node = nodes.get(("", node_name))
+        if node is None:
+            missing.append(node_name)
+            continue
+        external = [a.address for a in node.status.addresses if a.type == "ExternalIP"]
+        internal = [a.address for a in node.status.addresses if a.type == "InternalIP"]
+        found.update(("ip", ip) for ip in (external or internal) if ip)
+    if not found:
+        why = f"nodes {', '.join(missing)} not seen yet" if missing else "no node address known"
+        return [], why
+    return sorted(found), ""
+
+
+def _status_of(ing: objects.Ingress) -> set[Address]:
+    out: set[Address] = set()
+    for lb in ing.status.load_balancer.ingress:
+        out.update(_address(lb.ip, lb.hostname))
+    return out
+
+
+def _without_status(ing: objects.Ingress | None) -> objects.Ingress | None:
+    if ing is None:
+        return None
+    meta = msgspec.structs.replace(ing.metadata, resource_version="")
+    return msgspec.structs.replace(ing, metadata=meta, status=objects.IngressStatus())
+
+
+# --- the provider -----------------------------------------------------------------------
+
+
+def _watches(config: KubernetesIngressConfig) -> list[WatchSpec]:
+    return [
+        WatchSpec(INGRESSES, objects.Ingress, label_selector=config.label_selector),
+        WatchSpec(INGRESS_CLASSES, objects.IngressClass),
+        WatchSpec(SERVICES, objects.Service),
+        WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+        WatchSpec(SECRETS, objects.Secret, field_selector=f"type={objects.TLS_SECRET_TYPE}"),
+    ]
+
+
+class KubernetesIngressProvider:
+    """The ``providers.kubernetesIngress`` provider (see the module doc).
+
+    ``default_throttle`` is ``providersThrottleDuration``, used when the provider's own
+    ``throttleDuration`` is unset. ``environ`` is where ``POD_NAME``/``POD_NAMESPACE``
+    are read (default ``os.environ``); ``timing`` tunes the reflectors. Those two and
+    ``wait_log_interval`` may be changed until :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        config: KubernetesIngressConfig,
+        *,
+        name: str = "kubernetes",
+        default_throttle: float = 2.0,
+        environ: Mapping[str, str] | None = None,
+        timing: Timing | None = None,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.throttle: float | None = (
+            float(config.throttle_duration) if config.throttle_duration is not None else None
+        )
+        self.default_throttle = float(default_throttle)
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.timing = timing
+        self.wait_log_interval = WAIT_LOG_INTERVAL
+        self.options = IngressOptions.from_config(config)
+        # Credentials are resolved now: a missing or broken one is a configuration error.
+        self.api_config = load_api_config(
+            config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+        )
+        self.client: KubeClient | None = None
+        self.status_client: KubeClient | None = None
+        self.conversions = 0  # conversions run
+        self.published = 0  # configurations handed to the loop
+        self.status_writes = 0  # successful status writes
+        self.conversion: Conversion | None = None  # the last one
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._publish: Publish | None = None
+        self._cond = threading.Condition()
+        self._dirty = False
+        self._changed: dict[str, set[Key]] = {}
+        self._stopping = False
+        self._started = False
+        self._status_cond = threading.Condition()
+        self._status_dirty = False
+        self._selected: frozenset[Key] = frozenset()
+        self._status_mode = ""  # "", "static", "service", "nodes"
+        self._threads: list[threading.Thread] = []
+        self._last: Configuration | None = None  # the last configuration handed over
+        self._problems: set[Problem] = set()
+        self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
+
+    @property
+    def window(self) -> float:
+        """Seconds between two conversions."""
+        return self.throttle if self.throttle is not None else self.default_throttle
+
+    @property
+    def synced(self) -> bool:
+        return self.client is not None and self.client.synced
+
+    def waiting_for(self) -> dict[str, str]:
+        """Before the first sync: each reflector without a complete LIST, and its last error."""
+        return self.client.pending() if self.client is not None else {}
+
+    # --- life cycle -----------------------------------------------------------------
+
+    async def run(self, publish: Publish) -> None:
+        """Start the threads; publish from them until cancelled, then stop them."""
+        loop = asyncio.get_running_loop()
+        self.start(loop, publish)
+        try:
+            await loop.create_future()  # until cancelled
+        finally:
+            await loop.run_in_executor(None, self.stop)
+
+    def start(self, loop: asyncio.AbstractEventLoop, publish: Publish) -> None:
+        """Start the reflectors, the converter and the status writer (returns at once)."""
+        if self._started:
+            raise RuntimeError(f"kubernetes provider {self.name}: started twice")
+        self._started = True
+        self._loop, self._publish = loop, publish
+        timing = self.timing or Timing()
+        self.client = KubeClient(
+            self.api_config,
+            _watches(self.config),
+            namespaces=self.config.namespaces,
+            on_change=self._on_change,
+            timing=timing,
+        )
+        self.status_client = self._make_status_client(timing)
+        self._threads = [
+            threading.Thread(target=self._convert_loop, name=f"{self.name}-convert", daemon=True)
+        ]
+        if self._status_mode:
+            self._threads.append(
+                threading.Thread(target=self._status_loop, name=f"{self.name}-status", daemon=True)
+            )
+        log.info(
+            "kubernetes: watching %s at %s (throttle %.3g s)",
+            ", ".join(self.config.namespaces) or "all namespaces",
+            self.api_config.host,
+            self.window,
+        )
+        self.client.start()
+        if self.status_client is not None:
+            self.status_client.start()
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop every thread (blocking, bounded by about ``timeout``); idempotent."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        with self._status_cond:
+            self._status_cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for c in (self.client, self.status_client):
+            if c is not None:
+                c.stop(max(0.1, deadline - time.monotonic()))
+        for t in self._threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+
+    def reload(self) -> None:
+        """Convert again now (SIGHUP); published only if the result changed."""
+        with self._cond:
+            self._dirty = True
+            self._cond.notify_all()
+
+    # --- reflector callbacks (reflector threads) -----------------------------------------
+
+    def _on_change(self, change: Change) -> None:
+        with self._cond:
+            self._dirty = True
+            self._changed.setdefault(change.kind, set()).update(change.keys)
+            self._cond.notify_all()
+
+    def _on_status_source(self, change: Change) -> None:
+        self._wake_status()
+
+    # --- the converter thread -----------------------------------------------------------
+
+    def _convert_loop(self) -> None:
+        assert self.client is not None
+        client = self.client
+        started = time.monotonic()
+        next_log = started + self.wait_log_interval
+        last_end = float("-inf")
+        while True:
+            with self._cond:
+                while not self._stopping and not (self._dirty and client.synced):
+                    now = time.monotonic()
+                    if not client.synced and now >= next_log:
+                        next_log = now + self.wait_log_interval
+                        self._log_waiting(now - started)
+                    self._cond.wait(max(0.01, next_log - now) if not client.synced else None)
+                if self._stopping:
+                    return
+                # Throttle: coalesce every change made until the window has passed.
+                while not self._stopping and time.monotonic() < last_end + self.window:
+                    self._cond.wait(last_end + self.window - time.monotonic())
+                if self._stopping:
+                    return
+                self._dirty = False
+                changed, self._changed = self._changed, {}
+            try:
+                self._convert(client, changed, time.monotonic() - started)
+            except Exception:  # a bug: keep the last configuration, keep watching
+                log.exception("kubernetes: the conversion failed; keeping the last configuration")
+            last_end = time.monotonic()
+
+    def _log_waiting(self, elapsed: float) -> None:
+        pending = self.waiting_for()
+        detail = "; ".join(
+            f"{name}: {err or 'no answer yet'}" for name, err in sorted(pending.items())
+        )
+        log.warning(
+            "kubernetes: no configuration yet after %.0f s, still waiting for the first LIST of "
+            "%s (retrying)",
+            elapsed,
+            detail or "nothing",
+        )
+
+    def _convert(self, client: KubeClient, changed: dict[str, set[Key]], elapsed: float) -> None:
+        snapshot = client.snapshot()
+        ingresses = snapshot.get("Ingress", {})
+        if self.conversion is not None and self._status_only(changed, ingresses):
+            self._ingresses = ingresses
+            self._wake_status()
+            return
+        t0 = time.perf_counter()
+        conversion = convert(objects.ClusterState.from_snapshot(snapshot), self.options)
+        took = time.perf_counter() - t0
+        self.conversions += 1
+        self.conversion = conversion
+        self._ingresses = ingresses
+        self._report(conversion.problems)
+        with self._status_cond:
+            self._selected = conversion.selected
+        self._wake_status()
+        conf = conversion.configuration
+        if self._last is not None and conf == self._last:
+            log.debug("kubernetes: conversion %d: unchanged (%.3f s)", self.conversions, took)
+            return
+        first = self._last is None
+        self._last = conf
+        http = conf.http
+        routers = len(http.routers) if http is not None else 0
+        services = len(http.services) if http is not None else 0
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "kubernetes: %s: %d Ingresses (%d served), %d routers, %d services, %d problems; "
+            "converted in %.3f s",
+            f"first sync after {elapsed:.2f} s" if first else f"conversion {self.conversions}",
+            len(ingresses),
+            len(conversion.selected),
+            routers,
+            services,
+            len(conversion.problems),
+            took,
+        )
+        self._hand_over(Message(self.name, conf))
+
+    def _status_only(
+        self, changed: dict[str, set[Key]], ingresses: Mapping[Key, objects.Ingress]
+    ) -> bool:
+        """Only Ingresses changed, and only in status and resourceVersion: our own status
+        writes (or anyone's) coming back; the configuration cannot have changed."""
+        return set(changed) == {"Ingress"} and all(
+            _without_status(self._ingresses.get(k)) == _without_status(ingresses.get(k))
+            for k in changed["Ingress"]
+        )
+
+    def _report(self, problems: Iterable[Problem]) -> None:
+        """Log each problem once, when it appears; say when one is gone."""
+        current = set(problems)
+        for p in sorted(current - self._problems, key=str):
+            log.error("kubernetes: %s; that route is left out", p)
+        for p in sorted(self._problems - current, key=str):
+            log.info("kubernetes: resolved: %s", p)
+        self._problems = current
+
+    def _hand_over(self, msg: Message) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self._deliver, msg)
+        except RuntimeError:  # the loop is closed: edge is stopping
+            log.debug("kubernetes: loop closed, configuration dropped")
+            return
+        self.published += 1
+
+    def _deliver(self, msg: Message) -> None:
+        """On the loop: the one thing this provider does there."""
+        if self._publish is not None and not self._stopping:
+            self._publish(msg)
+
+    # --- Ingress status -------------------------------------------------------------------
+
+    def _make_status_client(self, timing: Timing) -> KubeClient | None:
+        endpoint = self.config.ingress_endpoint
+        watches: list[WatchSpec]
+        if endpoint is not None and not endpoint.published_service:
+            self._status_mode = "static"
+            return None
+        if endpoint is not None:
+            namespace, _, name = endpoint.published_service.partition("/")
+            self._status_mode = "service"
+            watches = [WatchSpec(SERVICES, objects.Service, field_selector=f"metadata.name={name}")]
+            namespaces = [namespace]
+        else:
+            pod_name = self.environ.get(POD_NAME_ENV, "")
+            pod_namespace = self.environ.get(POD_NAMESPACE_ENV, "")
+            if not (pod_name and pod_namespace):
+                log.info(
+                    "kubernetes: Ingress status is not written: no ingressEndpoint configured "
+                    "and not in a pod (%s/%s unset)",
+                    POD_NAMESPACE_ENV,
+                    POD_NAME_ENV,
+                )
+                return None
+            self._status_mode = "nodes"
+            watches = [WatchSpec(PODS, Pod), WatchSpec(NODES, Node)]
+            namespaces = [pod_namespace]
+        return KubeClient(
+            self.api_config,
+            watches,
+            namespaces=namespaces,
+            on_change=self._on_status_source,
+            timing=timing,
+        )
+
+    def addresses(self) -> tuple[list[Address], str]:
+        """The addresses to publish now, and why there are none when so."""
+        endpoint = self.config.ingress_endpoint
+        if self._status_mode == "static" and endpoint is not None:
+            return sorted(set(_address(endpoint.ip, endpoint.hostname))), ""
+        sc = self.status_client
+        if sc is None:
+            return [], "no status source"
+        if self._status_mode == "service" and endpoint is not None:
+            namespace, _, name = endpoint.published_service.partition("/")
+            svc = sc.get("Service", namespace, name)
+            if svc is None:
+                return [], f"published service {namespace}/{name} not found"
+            found = service_addresses(svc)
+            return (
+                found,
+                "" if found else f"published service {namespace}/{name} has no address yet",
+            )
+        return node_addresses(
+            sc.objects("Pod"),
+            sc.objects("Node"),
+            self.environ.get(POD_NAMESPACE_ENV, ""),
+            self.environ.get(POD_NAME_ENV, ""),
+        )
+
+    def _wake_status(self) -> None:
+        with self._status_cond:
+            self._status_dirty = True
+            self._status_cond.notify_all()
+
+    def _status_loop(self) -> None:
+        base, cap = STATUS_BACKOFF
+        backoff = Backoff(base, cap)
+        retry_at: float | None = None
+        written: dict[Key, tuple[tuple[Address, ...], str]] = {}  # key -> (addresses, rv)
+        why_logged = ""
+        while True:
+            with self._status_cond:
+                while not self._stopping and not self._status_dirty:
+                    if retry_at is not None and time.monotonic() >= retry_at:
+                        break
+                    wait = None if retry_at is None else max(0.01, retry_at - time.monotonic())
+                    self._status_cond.wait(wait)
+                if self._stopping:
+                    return
+                self._status_dirty = False
+                selected = self._selected
+            retry_at = None
+            wanted, why = self.addresses()
+            if not wanted:
+                if why != why_logged:
+                    log.info("kubernetes: Ingress status not written: %s", why)
+                    why_logged = why
+                continue
+            why_logged = ""
+            failed = self._write_statuses(sorted(selected), wanted, written)
+            if failed:
+                delay = backoff.next()
+                retry_at = time.monotonic() + delay
+                log.warning("kubernetes: Ingress status: %s; retrying in %.1f s", failed, delay)
+            else:
+                backoff.reset()
+
+    def _write_statuses(
+        self,
+        keys: list[Key],
+        wanted: list[Address],
+        written: dict[Key, tuple[tuple[Address, ...], str]],
+    ) -> str:
+        """Write where needed; stop at the first failure and return what failed ("" if none)."""
+        client = self.client
+        assert client is not None
+        want = set(wanted)
+        entries = [{kind: value} for kind, value in wanted]
+        for key in keys:
+            if self._stopping:
+                return ""
+            ing = client.get("Ingress", *key)
+            if ing is None:
+                continue
+            rv = ing.metadata.resource_version
+            if _status_of(ing) == want:
+                written.pop(key, None)
+                continue
+            if written.get(key) == (tuple(wanted), rv):
+                continue  # written against this version; its event has not come back yet
+            if not client.patch_ingress_status(key[0], key[1], entries):
+                return f"writing Ingress {key[0]}/{key[1]} failed"
+            written[key] = (tuple(wanted), rv)
+            self.status_writes += 1
+            log.debug("kubernetes: status of Ingress %s/%s: %s", key[0], key[1], wanted)
+        return ""
+
+
+# --- edge check -------------------------------------------------------------------------
+
+
+def check_cluster(
+    config: KubernetesIngressConfig, timeout: float = 10.0, timing: Timing | None = None
+) -> Conversion:
+    """List the cluster once and convert it (``edge check``); blocking.
+
+    Raises :class:`ClusterUnavailable` naming every kind not listed within ``timeout``
+    (with its last error), or ``CredentialsError`` when no API server can be found.
+    """
+    api = load_api_config(
+        config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+    )
+    client = KubeClient(api, _watches(config), namespaces=config.namespaces, timing=timing)
+    client.start()
+    try:
+        if not client.wait_synced(timeout):
+            pending = "; ".join(
+                f"{k}: {v or 'no answer'}" for k, v in sorted(client.pending().items())
+            )
+            raise ClusterUnavailable(f"{api.host}: not listed within {timeout:g} s: {pending}")
+        state = objects.ClusterState.from_snapshot(client.snapshot())
+    finally:
+        client.stop()
+    return convert(state, IngressOptions.from_config(config))

@@ -1,0 +1,715 @@
+"""The kubernetesIngress provider end to end: emulator -> provider -> edge -> whoami.
+
+A real :class:`~tests.kube.emulator.Emulator` serves the API over a socket to the real
+official client in edge's reflector threads; edge itself (``edge.app.Edge``, built from
+a static configuration by ``build_providers``) runs in this process on a uvloop in its
+own thread, with real entrypoints on 127.0.0.1:0; backends are real ``edge whoami``
+processes, named in EndpointSlices as 127.0.0.1 and their port. Requests go through
+``http.client``. Every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+import yaml
+
+from edge.app import Edge
+from edge.config.loader import decode_static
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.client import Timing
+from edge.providers.kubernetes.provider import (
+    KubernetesIngressProvider,
+    Node,
+    Pod,
+    node_addresses,
+    service_addresses,
+)
+from tests.harness import ROOT, Whoami
+from tests.kube import objects as o
+from tests.kube.emulator import Emulator
+
+TOKEN = "edge-test-token"
+THROTTLE = 0.1  # both the provider's and the watcher's window in these tests
+FOLLOW = 5.0  # a change must show in routing well within this (throttle + conversion)
+FAST = Timing(backoff_base=0.1, backoff_cap=1.0)
+LOG = "edge"
+
+# --- edge in this process -------------------------------------------------------------
+
+
+class InProcessEdge:
+    """``edge.app.Edge`` on a uvloop in a thread; ``stop()`` drains it like SIGTERM."""
+
+    def __init__(self, static: dict, tweak: Callable[[Edge], None] | None = None) -> None:
+        self.static = decode_static(static)
+        self.tweak = tweak
+        self.app: Edge | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="edge-loop", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> InProcessEdge:
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("edge did not start")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def _main(self) -> None:
+        try:
+            uvloop.run(self._serve())
+        except BaseException as exc:  # reported to the test thread
+            self.error = exc
+            self._started.set()
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.app = Edge(self.static)
+        if self.tweak is not None:
+            self.tweak(self.app)
+        await self.app.start()
+        self._started.set()
+        await self.app.wait_stopped()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.app is not None and self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.app.request_stop)
+        self._thread.join(20)
+        assert not self._thread.is_alive(), "edge did not stop"
+
+    @property
+    def provider(self) -> KubernetesIngressProvider:
+        assert self.app is not None
+        (p,) = [p for p in self.app.providers if isinstance(p, KubernetesIngressProvider)]
+        return p
+
+    def port(self, entrypoint: str = "web") -> int:
+        assert self.app is not None
+        return self.app.entrypoints.all[entrypoint].port
+
+    def ready(self) -> int:
+        return request(self.port("traefik"), "/ready")[0]
+
+
+def static_config(emu: Emulator, **kube: Any) -> dict:
+    k8s = {"endpoint": emu.url, "token": TOKEN, "throttleDuration": f"{int(THROTTLE * 1000)}ms"}
+    k8s.update(kube)
+    return {
+        "entryPoints": {"web": {"address": "127.0.0.1:0"}, "traefik": {"address": "127.0.0.1:0"}},
+        "providers": {"kubernetesIngress": k8s},
+        "providersThrottleDuration": f"{int(THROTTLE * 1000)}ms",
+        "ping": {"entryPoint": "traefik"},
+        "log": {"level": "INFO"},
+    }
+
+
+def fast(environ: dict[str, str] | None = None) -> Callable[[Edge], None]:
+    """Tweak the provider build_providers made: quick backoff, a chosen environment."""
+
+    def tweak(app: Edge) -> None:
+        for p in app.providers:
+            if isinstance(p, KubernetesIngressProvider):
+                p.timing = FAST
+                p.environ = environ or {}
+                p.wait_log_interval = 0.5
+
+    return tweak
+
+
+@pytest.fixture
+def emu() -> Iterator[Emulator]:
+    with Emulator(token=TOKEN, bookmark_interval=1.0) as e:
+        yield e
+
+
+@pytest.fixture
+def start_edge(emu: Emulator) -> Iterator[Callable[..., InProcessEdge]]:
+    started: list[InProcessEdge] = []
+
+    def start(
+        environ: dict[str, str] | None = None, wait_ready: bool = True, **kube: Any
+    ) -> InProcessEdge:
+        e = InProcessEdge(static_config(emu, **kube), tweak=fast(environ)).start()
+        started.append(e)
+        if wait_ready:
+            assert until(lambda: e.ready() == 200, 10.0), "edge never became ready"
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+    # the provider's threads (converter, status, reflectors) ended with edge
+    left = [t.name for t in threading.enumerate() if t.name.startswith(("kube-", "kubernetes-"))]
+    assert left == []
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def until(pred: Callable[[], object], timeout: float = FOLLOW, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+
+
+def request(port: int, path: str = "/", host: str | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers={"Host": host} if host else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (ConnectionError, OSError):
+        return 0, b""
+    finally:
+        conn.close()
+
+
+def served_by(port: int, host: str, path: str = "/") -> str:
+    """The whoami name answering, ``"<status>"`` when not a 200."""
+    status, body = request(port, path, host)
+    if status != 200:
+        return str(status)
+    return json.loads(body)["name"]
+
+
+def follows(port: int, host: str, expected: str, path: str = "/") -> bool:
+    return until(lambda: served_by(port, host, path) == expected)
+
+
+def slice_for(service: str, backend: Whoami, name: str | None = None, **kw: Any) -> dict:
+    return o.endpoint_slice(
+        name or f"{service}-{backend.name}",
+        service_name=service,
+        addresses=["127.0.0.1"],
+        port=backend.port,
+        **kw,
+    )
+
+
+def backend_service(emu: Emulator, service: str, *backends: Whoami) -> None:
+    emu.create(o.service(service))
+    for b in backends:
+        emu.create(slice_for(service, b))
+
+
+def ingress(name: str, rules: list[tuple[str, str, str, str]], **spec: Any) -> dict:
+    """rules: (host, path, pathType, service) each; the Service port is 80."""
+    by_host: dict[str, list[dict]] = {}
+    for host, path, path_type, service in rules:
+        by_host.setdefault(host, []).append(
+            {
+                "path": path,
+                "pathType": path_type,
+                "backend": {"service": {"name": service, "port": {"number": 80}}},
+            }
+        )
+    body: dict[str, Any] = {
+        "ingressClassName": "edge",
+        "rules": [{"host": h, "http": {"paths": p}} for h, p in by_host.items()],
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": body,
+    }
+
+
+class Load:
+    """A bounded load from a thread: ``count`` keep-alive GETs spread over ``seconds``."""
+
+    def __init__(self, port: int, host: str, count: int, seconds: float) -> None:
+        self.port, self.host, self.count, self.seconds = port, host, count, seconds
+        self.results: list[tuple[int, str]] = []  # (status or 0, whoami name or error)
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.seconds + 30)
+        assert not self._thread.is_alive(), "the load did not end"
+
+    def _run(self) -> None:
+        conn: http.client.HTTPConnection | None = None
+        start = time.monotonic()
+        for i in range(self.count):
+            wait = start + i * self.seconds / self.count - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+            try:
+                conn.request("GET", f"/load/{i}", headers={"Host": self.host})
+                resp = conn.getresponse()
+                body = resp.read()
+                name = json.loads(body)["name"] if resp.status == 200 else body.decode()[:80]
+                self.results.append((resp.status, name))
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self.results.append((0, repr(exc)))
+                conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    @property
+    def failures(self) -> list[tuple[int, str]]:
+        return [r for r in self.results if r[0] != 200]
+
+    def names(self) -> set[str]:
+        return {name for status, name in self.results if status == 200}
+
+
+def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+# --- routing follows the cluster -------------------------------------------------------------
+
+
+def test_routing_follows_ingresses_services_and_endpoint_slices(
+    emu, start_edge, whoami, whoami2, caplog
+):
+    caplog.set_level(logging.INFO, LOG)
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    edge = start_edge()
+    port = edge.port()
+    assert served_by(port, "a.test") == "w1"
+    assert served_by(port, "b.test") == "404"
+
+    # Ingress changed: a second host, and a path split to a second Service.
+    backend_service(emu, "api", whoami2)
+    emu.update(
+        ingress(
+            "app",
+            [
+                ("a.test", "/", "Prefix", "app"),
+                ("a.test", "/api", "Prefix", "api"),
+                ("b.test", "/", "Prefix", "app"),
+            ],
+        )
+    )
+    assert follows(port, "a.test", "w2", "/api/x")
+    assert served_by(port, "a.test", "/apix") == "w1"  # Prefix is element-wise
+    assert served_by(port, "b.test") == "w1"
+
+    # EndpointSlice changed: app moves to whoami2, in place (no router rebuild).
+    rebuilds = len(messages(caplog, "configuration applied:"))
+    emu.delete("EndpointSlice", "default", "app-w1")
+    emu.create(slice_for("app", whoami2))
+    assert follows(port, "b.test", "w2")
+    assert served_by(port, "a.test") == "w2"
+    assert until(lambda: messages(caplog, "configuration applied in place"))
+    assert len(messages(caplog, "configuration applied:")) == rebuilds
+
+    # Service changed: its port renamed, so the slices' port no longer matches it:
+    # the route has no ready endpoint and is left out, with the reason logged.
+    svc = emu.get("Service", "default", "api")
+    svc["spec"]["ports"][0]["name"] = "web"
+    emu.update(svc)
+    assert follows(port, "a.test", "w2", "/api")  # /api falls through to "/" -> app (w2)
+    assert until(lambda: messages(caplog, "service default/api has no ready endpoints"))
+
+    # Ingress deleted: its routes go.
+    emu.delete("Ingress", "default", "app")
+    assert follows(port, "a.test", "404")
+    assert served_by(port, "b.test") == "404"
+    assert edge.ready() == 200
+
+
+def test_ready_only_after_the_first_sync_and_retrying_meanwhile(emu, start_edge, whoami, caplog):
+    caplog.set_level(logging.INFO, LOG)
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    emu.fail_for(2.0)
+    started = time.monotonic()
+    edge = start_edge(wait_ready=False)
+    assert edge.ready() == 503
+    assert served_by(edge.port(), "a.test") == "404"
+    assert until(lambda: messages(caplog, "still waiting for the first LIST"), 5.0)
+    assert "503" in messages(caplog, "still waiting for the first LIST")[0]
+    assert edge.ready() == 503
+    assert edge.provider.published == 0
+    assert until(lambda: edge.ready() == 200, 10.0)
+    assert time.monotonic() - started >= 2.0
+    assert served_by(edge.port(), "a.test") == "w1"  # ready means routes
+    assert messages(caplog, "first sync after")
+
+
+def test_relists_after_dropped_watches_and_compaction(emu, start_edge, whoami, whoami2):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    edge = start_edge()
+    port = edge.port()
+    assert emu.wait_watches(5)
+    lists_before = emu.count(watch=False, method="GET")
+    # Changes made while no watch is open, then history compacted past them: the
+    # reflectors' resourceVersions are gone (410), so they must LIST again.
+    emu.stall_watches()
+    emu.delete("EndpointSlice", "default", "app-w1")
+    emu.create(slice_for("app", whoami2))
+    emu.create(ingress("other", [("o.test", "/", "Prefix", "app")]))
+    emu.compact()
+    emu.drop_watches()
+    assert served_by(port, "a.test") in ("w1", "w2")  # serving all along
+    assert follows(port, "a.test", "w2", "/")
+    assert follows(port, "o.test", "w2")
+    assert emu.count(watch=False, method="GET") > lists_before
+    # and it watches again: a later change is followed
+    emu.delete("Ingress", "default", "other")
+    assert follows(port, "o.test", "404")
+
+
+def test_api_down_for_10_seconds_under_load_fails_no_request(emu, start_edge, whoami, whoami2):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    edge = start_edge()
+    port = edge.port()
+    with Load(port, "a.test", count=200, seconds=11.0) as load:
+        time.sleep(0.5)
+        emu.drop_watches()  # an API server restart: watches cut, then 503 for 10 s
+        emu.fail_for(10.0)
+        time.sleep(10.5)
+    assert len(load.results) == 200
+    assert load.failures == []
+    assert load.names() == {"w1"}
+    assert edge.ready() == 200
+    # back: the reflectors resumed and changes are followed again
+    emu.create(slice_for("app", whoami2))
+    emu.delete("EndpointSlice", "default", "app-w1")
+    assert follows(port, "a.test", "w2", "/")
+
+
+def test_scaling_endpoints_up_and_down_under_load_fails_no_request(emu, start_edge, tmp_path):
+    backends = [Whoami(f"s{i}") for i in range(3)]
+    try:
+        emu.create(o.ingress_class("edge"))
+        backend_service(emu, "app", backends[0])
+        emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+        edge = start_edge()
+        port = edge.port()
+        with Load(port, "a.test", count=300, seconds=6.0) as load:
+            time.sleep(0.5)
+            # up: each new pod is listening before its endpoint appears (readiness)
+            for b in backends[1:]:
+                emu.create(slice_for("app", b))
+                time.sleep(0.7)
+            # down, gracefully: the endpoint turns terminating (not ready), edge stops
+            # sending to it, and only then does the pod stop serving.
+            for b in backends[:2]:
+                emu.update(slice_for("app", b, ready=False, terminating=True))
+                assert until(lambda b=b: not _routed_to(edge, b), FOLLOW)
+                time.sleep(0.3)  # requests already sent to it finish
+                b.stop()
+                time.sleep(0.7)
+        assert load.failures == []
+        assert len(load.results) == 300
+        assert load.names() == {"s0", "s1", "s2"}
+        tail = [name for _, name in load.results[-20:]]
+        assert set(tail) == {"s2"}
+    finally:
+        for b in backends:
+            b.stop()
+
+
+def _routed_to(edge: InProcessEdge, backend: Whoami) -> bool:
+    app = edge.app
+    assert app is not None and app.runtime is not None
+    http = app.runtime.configuration.http
+    assert http is not None
+    urls = {
+        s.url
+        for svc in http.services.values()
+        if svc.load_balancer
+        for s in svc.load_balancer.servers
+    }
+    return backend.url in urls
+
+
+def test_an_invalid_ingress_disables_only_its_route(emu, start_edge, whoami, caplog):
+    caplog.set_level(logging.INFO, LOG)
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("good", [("a.test", "/", "Prefix", "app")]))
+    emu.create(
+        ingress("bad", [("b.test", "/", "Prefix", "missing"), ("b.test", "/ok", "Exact", "app")])
+    )
+    edge = start_edge()
+    port = edge.port()
+    assert served_by(port, "a.test") == "w1"
+    assert served_by(port, "b.test", "/ok") == "w1"
+    assert served_by(port, "b.test", "/") == "404"
+    (line,) = messages(caplog, "ingress default/bad")
+    assert "service default/missing not found" in line and "left out" in line
+    # once per change: more changes elsewhere do not repeat it
+    emu.create(ingress("third", [("c.test", "/", "Prefix", "app")]))
+    assert follows(port, "c.test", "w1")
+    assert len(messages(caplog, "ingress default/bad")) == 1
+    # fixed: the route comes, and the log says so
+    backend_service(emu, "missing", whoami)
+    assert follows(port, "b.test", "w1", "/")
+    assert until(lambda: messages(caplog, "resolved: ingress default/bad"))
+
+
+def test_status_written_with_the_ingress_endpoint_ip_only_when_it_changes(emu, start_edge, whoami):
+    emu.create(o.ingress_class("edge"))
+    emu.create(o.ingress_class("other", controller="example.com/other"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    theirs = ingress("theirs", [("t.test", "/", "Prefix", "app")])
+    theirs["spec"]["ingressClassName"] = "other"
+    emu.create(theirs)
+    edge = start_edge(ingressEndpoint={"ip": "192.0.2.7"})
+
+    def lb(name: str) -> list:
+        obj = emu.get("Ingress", "default", name) or {}
+        return obj.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+
+    assert until(lambda: lb("app") == [{"ip": "192.0.2.7"}])
+    patch = "/apis/networking.k8s.io/v1/namespaces/default/ingresses/app/status"
+    assert until(lambda: emu.count(patch, method="PATCH") == 1)
+    client = edge.provider.client
+    assert until(lambda: client.get("Ingress", "default", "app").status.load_balancer.ingress)
+    time.sleep(3 * THROTTLE)
+    conversions = edge.provider.conversions
+    # A new Ingress is one conversion; our status write coming back as an Ingress
+    # event is none, and is not written twice.
+    emu.create(ingress("later", [("l.test", "/", "Prefix", "app")]))
+    assert until(lambda: lb("later") == [{"ip": "192.0.2.7"}])
+    assert until(lambda: client.get("Ingress", "default", "later").status.load_balancer.ingress)
+    time.sleep(5 * THROTTLE)
+    assert emu.count(patch, method="PATCH") == 1
+    assert lb("theirs") == []  # not edge's class: no status
+    assert edge.provider.conversions == conversions + 1
+    # Someone else overwrote it: edge writes it back.
+    emu.patch(
+        "Ingress", "default", "app", {"status": {"loadBalancer": {"ingress": [{"ip": "1.1.1.1"}]}}}
+    )
+    assert until(lambda: lb("app") == [{"ip": "192.0.2.7"}])
+    assert emu.count(patch, method="PATCH") == 2
+
+
+def test_status_from_a_published_service(emu, start_edge, whoami):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    lb_svc = o.service("edge", "edge-system")
+    lb_svc["spec"]["type"] = "LoadBalancer"
+    emu.create(lb_svc)
+    # namespaces excludes edge-system: the published Service is watched on its own
+    start_edge(namespaces=["default"], ingressEndpoint={"publishedService": "edge-system/edge"})
+
+    def lb() -> list:
+        return (
+            emu.get("Ingress", "default", "app")
+            .get("status", {})
+            .get("loadBalancer", {})
+            .get("ingress", [])
+        )
+
+    time.sleep(0.5)
+    assert lb() == []  # the load balancer has no address yet: nothing written
+    emu.patch(
+        "Service",
+        "edge-system",
+        "edge",
+        {"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}}},
+    )
+    assert until(lambda: lb() == [{"hostname": "lb.example.net"}])
+    emu.patch(
+        "Service",
+        "edge-system",
+        "edge",
+        {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}},
+    )
+    assert until(lambda: lb() == [{"ip": "203.0.113.9"}])
+
+
+def _pod(
+    name: str,
+    node: str,
+    *,
+    owner: str = "ds-uid",
+    phase: str = "Running",
+    host_network: bool = True,
+    deleting: bool = False,
+) -> dict:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "edge-system",
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "edge",
+                "uid": owner,
+                "controller": True,
+            }
+        ],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": host_network,
+            "containers": [{"name": "edge", "image": "edge"}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def _node(name: str, internal: str, external: str = "") -> dict:
+    addresses = [{"type": "InternalIP", "address": internal}, {"type": "Hostname", "address": name}]
+    if external:
+        addresses.append({"type": "ExternalIP", "address": external})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": addresses},
+    }
+
+
+def test_status_from_the_nodes_of_a_host_network_daemonset(emu, start_edge, whoami):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    emu.create(_node("n1", "10.1.0.1"))
+    emu.create(_node("n2", "10.1.0.2", external="198.51.100.2"))
+    emu.create(_node("n3", "10.1.0.3"))
+    emu.create(_pod("edge-a", "n1"))
+    emu.create(_pod("edge-b", "n2"))
+    emu.create(_pod("other", "n3", owner="someone-else"))
+    start_edge(environ={"POD_NAME": "edge-a", "POD_NAMESPACE": "edge-system", "NODE_NAME": "n1"})
+
+    def lb() -> set:
+        got = (
+            emu.get("Ingress", "default", "app")
+            .get("status", {})
+            .get("loadBalancer", {})
+            .get("ingress", [])
+        )
+        return {a["ip"] for a in got}
+
+    assert until(lambda: lb() == {"10.1.0.1", "198.51.100.2"})
+    emu.create(_pod("edge-c", "n3"))  # the DaemonSet grows to n3
+    assert until(lambda: lb() == {"10.1.0.1", "198.51.100.2", "10.1.0.3"})
+    emu.update(_pod("edge-b", "n2", deleting=True))  # and leaves n2
+    assert until(lambda: lb() == {"10.1.0.1", "10.1.0.3"})
+
+
+# --- addresses, pure -------------------------------------------------------------------------
+
+
+def _svc(spec: dict, status: dict | None = None) -> objects.Service:
+    return objects.decode(
+        "Service",
+        json.dumps({"metadata": {"name": "s"}, "spec": spec, "status": status or {}}).encode(),
+    )
+
+
+def test_service_addresses_read_like_traefik():
+    lb = {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}, {"hostname": "lb.example"}]}}
+    assert service_addresses(_svc({"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, lb)) == [
+        ("hostname", "lb.example"),
+        ("ip", "203.0.113.1"),
+    ]
+    assert (
+        service_addresses(_svc({"type": "LoadBalancer", "clusterIP": "10.0.0.1"})) == []
+    )  # pending
+    assert service_addresses(_svc({"type": "ClusterIP", "clusterIP": "10.0.0.1"})) == [
+        ("ip", "10.0.0.1")
+    ]
+    assert service_addresses(_svc({"type": "ClusterIP", "clusterIP": "None"})) == []
+    assert service_addresses(
+        _svc({"type": "NodePort", "clusterIP": "10.0.0.1", "externalIPs": ["198.51.100.1"]})
+    ) == [("ip", "198.51.100.1")]
+    assert service_addresses(_svc({"type": "ExternalName", "externalName": "edge.example"})) == [
+        ("hostname", "edge.example")
+    ]
+
+
+def test_node_addresses_of_the_daemonset_pods():
+    import msgspec
+
+    def pods(*ps: dict) -> dict:
+        return {
+            (p["metadata"]["namespace"], p["metadata"]["name"]): msgspec.convert(p, Pod) for p in ps
+        }
+
+    nodes = {
+        ("", n["metadata"]["name"]): msgspec.json.decode(json.dumps(n).encode(), type=Node)
+        for n in (_node("n1", "10.1.0.1"), _node("n2", "10.1.0.2", "198.51.100.2"))
+    }
+    table = pods(_pod("a", "n1"), _pod("b", "n2"), _pod("c", "n2", phase="Pending"))
+    assert node_addresses(table, nodes, "edge-system", "a") == (
+        [("ip", "10.1.0.1"), ("ip", "198.51.100.2")],
+        "",
+    )
+    assert node_addresses(
+        pods(_pod("a", "n1"), _pod("b", "n2", owner="x")), nodes, "edge-system", "a"
+    ) == (
+        [("ip", "10.1.0.1")],
+        "",
+    )
+    addresses, why = node_addresses(
+        pods(_pod("a", "n1", host_network=False)), nodes, "edge-system", "a"
+    )
+    assert addresses == [] and "hostNetwork" in why and "publishedService" in why
+    addresses, why = node_addresses({}, nodes, "edge-system", "a")
+    assert addresses == [] and "not seen yet" in why
+    addresses, why = node_addresses(pods(_pod("a", "n9")), nodes, "edge-system", "a")
+    assert addresses == [] and "n9" in why
+
+
+# --- edge check ------------------------------------------------------------------------------
+
+
+def test_edge_check_lists_the_routes_left_out(emu, tmp_path: Path, whoami):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("good", [("a.test", "/", "Prefix", "app")]))
+    emu.create(ingress("bad", [("b.test", "/", "Prefix", "missing")]))
+    static = static_config(emu)
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static))
+    out = subprocess.run(
+        [sys.executable, "-m", "edge", "check", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "ingress default/bad" in out.stdout and "service default/missing not found" in out.stdout
+    assert "router default-good-a-test@kubernetes: enabled" in out.stdout
