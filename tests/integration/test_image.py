@@ -1,0 +1,238 @@
+"""The container image: built from the Dockerfile with podman, started, asked for /ping.
+
+No registry is reachable here, so the base image is made from Debian's packages:
+debootstrap (minbase, python3, python3-venv) into a folder, imported into podman as
+``localhost/edge-test-base:bookworm`` and passed as the Dockerfile's BASE_IMAGE. The
+host's CA bundle goes into that base with PIP_CERT pointing at it, so pip in the
+build stage trusts what this machine trusts (a TLS-inspecting proxy, say). The base
+is kept in podman's storage and reused; EDGE_TEST_BASE_IMAGE names another one.
+
+The container runs as the DaemonSet runs it: UID 10001, read-only root filesystem,
+every capability dropped but NET_BIND_SERVICE, no-new-privileges, the ConfigMap's
+edge.yaml mounted at /etc/edge. It must bind :80 and answer /ping.
+
+Two settings this machine needs, harmless elsewhere: the OCI runtime is runc when
+installed (crun refuses this kernel's hybrid cgroup v1/v2 layout: "cgroups in hybrid
+mode not supported"), and the open-file and process limits are set below the
+machine's (podman raises them to its defaults otherwise, and this sandbox has no
+CAP_SYS_RESOURCE: "error setting rlimit type 7: operation not permitted").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_TAG = "localhost/edge-test-base:bookworm"
+IMAGE_TAG = "localhost/edge:test"
+MIRROR = os.environ.get("EDGE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+AS_THE_DAEMONSET = [
+    "--read-only",
+    "--user", "10001:10001",
+    "--cap-drop", "ALL",
+    "--cap-add", "NET_BIND_SERVICE",
+    "--security-opt", "no-new-privileges",
+]  # fmt: skip
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _run(cmd, *, timeout=600, check=True, **kw) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and out.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def podman() -> list[str]:
+    """The podman command line (with the runtime this machine needs), or a skip with the reason."""
+    exe = shutil.which("podman")
+    if exe is None:
+        pytest.skip("podman not installed: apt-get install podman runc (.ci/run does)")
+    if os.geteuid() != 0:
+        pytest.skip(
+            "podman as root needed: the test binds :80 in the container and debootstraps its base"
+        )
+    cmd = [exe]
+    if shutil.which("runc"):
+        cmd += ["--runtime", "runc"]
+    info = _run([*cmd, "info", "--format", "json"], check=False, timeout=60)
+    if info.returncode != 0:
+        pytest.skip(f"podman cannot run here: {info.stderr.strip()[-500:]}")
+    probe = _run(
+        [*cmd, "run", "--rm", *LIMITS, "--network", "none", _base_image(cmd), "true"], check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"podman cannot start a container here: {probe.stderr.strip()[-500:]}")
+    return cmd
+
+
+def _base_image(podman: list[str]) -> str:
+    """EDGE_TEST_BASE_IMAGE, or a Debian bookworm base made here with debootstrap (kept)."""
+    if os.environ.get("EDGE_TEST_BASE_IMAGE"):
+        return os.environ["EDGE_TEST_BASE_IMAGE"]
+    if _run([*podman, "image", "exists", BASE_TAG], check=False).returncode == 0:
+        return BASE_TAG
+    if shutil.which("debootstrap") is None:
+        pytest.skip("debootstrap not installed: apt-get install debootstrap (.ci/run does); "
+                    "or set EDGE_TEST_BASE_IMAGE to a Python base image")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="edge-base-", dir="/var/tmp") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        boot = _run(
+            ["debootstrap", "--variant=minbase", "--include=python3,python3-venv", "bookworm", str(rootfs), MIRROR],
+            check=False, timeout=900,
+        )  # fmt: skip
+        if boot.returncode != 0:
+            pytest.skip(f"debootstrap from {MIRROR} failed: {boot.stdout.strip()[-500:]}")
+        changes = ["--change", 'CMD ["/bin/bash"]']
+        if HOST_CA.is_file():
+            (rootfs / "etc/ssl/certs").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(HOST_CA, rootfs / "etc/ssl/certs/ca-certificates.crt")
+            changes += ["--change", "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt"]
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (rootfs / cache).glob("*.deb" if "archives" in cache else "*_*"):
+                entry.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run([*podman, "import", *changes, "-", BASE_TAG], stdin=tar.stdout,
+                                  capture_output=True, text=True, timeout=600)  # fmt: skip
+        tar.stdout.close()
+        assert tar.wait() == 0 and imported.returncode == 0, imported.stderr
+    return BASE_TAG
+
+
+@pytest.fixture(scope="module")
+def image(podman) -> str:
+    started = time.monotonic()
+    _run(
+        [*podman, "build", "--format", "docker", "--build-arg", f"BASE_IMAGE={_base_image(podman)}",
+         "--build-arg", "REVISION=test", "--tag", IMAGE_TAG, str(ROOT)],
+        timeout=900,
+    )  # fmt: skip
+    print(f"image built in {time.monotonic() - started:.0f} s")
+    return IMAGE_TAG
+
+
+@pytest.fixture(scope="module")
+def config_dir(tmp_path_factory) -> Path:
+    """The ConfigMap's edge.yaml, as the DaemonSet mounts it."""
+    (cm,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "k8s/configmap.yaml").read_text())
+        if d["kind"] == "ConfigMap"
+    ]
+    folder = tmp_path_factory.mktemp("etc-edge")
+    for name, text in cm["data"].items():
+        (folder / name).write_text(text)
+    folder.chmod(0o755)
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_image_metadata(podman, image):
+    (info,) = json.loads(_run([*podman, "image", "inspect", image]).stdout)
+    config = info["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"] == ["edge"]
+    assert config["Cmd"] == ["run", "--config", "/etc/edge/edge.yaml"]
+    # podman shows the docker-format HEALTHCHECK beside Config, not in it
+    healthcheck = info.get("Healthcheck") or config.get("Healthcheck")
+    assert "/ping" in " ".join(healthcheck["Test"])
+    labels = config["Labels"]
+    assert labels["org.opencontainers.image.title"] == "edge"
+    assert labels["org.opencontainers.image.revision"] == "test"
+    assert {"80/tcp", "443/tcp", "8053/udp", "8082/tcp"} <= set(config["ExposedPorts"])
+
+
+def test_no_compilers_and_no_pip(podman, image):
+    script = (
+        "for c in gcc cc c++ g++ clang make ld pip pip3; do command -v $c && exit 1; done; "
+        "! python -c 'import pip' 2>/dev/null"
+    )
+    out = _run(
+        [
+            *podman,
+            "run",
+            "--rm",
+            *LIMITS,
+            "--network",
+            "none",
+            "--entrypoint",
+            "sh",
+            image,
+            "-c",
+            script,
+        ],
+        check=False,
+    )
+    assert out.returncode == 0, f"found in the image: {out.stdout.strip()}"
+
+
+def test_serves_ping_as_non_root_on_port_80(podman, image, config_dir):
+    ping, web = _free_port(), _free_port()
+    name = f"edge-test-{os.getpid()}"
+    _run([
+        *podman, "run", "--detach", "--name", name, *LIMITS, *AS_THE_DAEMONSET,
+        "--volume", f"{config_dir}:/etc/edge:ro",
+        "--publish", f"127.0.0.1:{ping}:8082", "--publish", f"127.0.0.1:{web}:80",
+        image,
+    ])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline:
+            try:
+                status, body = _get(f"http://127.0.0.1:{ping}/ping")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        logs = _run([*podman, "logs", name], check=False)
+        assert status == 200 and body == b"OK", (
+            f"/ping: {status}\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+        )
+        # :80 is bound by UID 10001 (NET_BIND_SERVICE through the file capability): no route, 404.
+        assert _get(f"http://127.0.0.1:{web}/")[0] == 404
+        (state,) = json.loads(_run([*podman, "inspect", name]).stdout)
+        assert state["Config"]["User"] == "10001:10001"
+        # The image's HEALTHCHECK, run once by hand (podman schedules it through systemd).
+        assert _run([*podman, "healthcheck", "run", name], check=False).returncode == 0
+    finally:
+        _run([*podman, "rm", "--force", "--time", "5", name], check=False)
+
+
+def test_refuses_to_start_without_net_bind_service(podman, image):
+    out = _run([*podman, "run", "--rm", *LIMITS, "--network", "none", "--user", "10001:10001",
+                "--cap-drop", "ALL", image, "--version"], check=False)  # fmt: skip
+    assert out.returncode != 0
+    assert "operation not permitted" in (out.stdout + out.stderr).lower()
