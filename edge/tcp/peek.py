@@ -247,13 +247,14 @@ class Peek(asyncio.Protocol):
             log.warning("tcp router %s: service %s has no server; connection closed", route.name, route.service.name)
             client.close()
             return
-        # Park the client now: bytes that arrive before the splice exists are kept.
-        Pending.attach(client)
+        # Park the client now: bytes that arrive before the splice exists are kept,
+        # and the holder remembers the client's EOF or loss while the dial runs.
+        held = Pending.attach(client)
         if server.proxy_protocol:
             # TODO(issue 8): prefix proxyproto.encode_v1/encode_v2(client, local) once
             # edge/tcp/proxyproto.py is committed; until then no PROXY header is sent.
             pass
-        relay = Relay(self.ctx.connections, client)
+        relay = Relay(self.ctx.connections, held)
         task = self.ctx.loop.create_task(relay.run(route, server, first))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
@@ -278,9 +279,9 @@ class Relay:
     deadline_kind = NO_DEADLINE
     deadline = 0.0
 
-    def __init__(self, connections: set, client: asyncio.Transport) -> None:
+    def __init__(self, connections: set, client: Pending) -> None:
         self.connections = connections
-        self.client = client
+        self.client = client  # the client's transport, parked until the splice takes it
         self.splice: Splice | None = None
         connections.add(self)
 
@@ -298,7 +299,8 @@ class Relay:
         except DialError as exc:
             log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
             self.connections.discard(self)
-            self.client.close()
+            if self.client.transport is not None:
+                self.client.transport.close()
             return
         if self.splice.closed:
             self.connections.discard(self)
@@ -313,5 +315,5 @@ class Relay:
     def abort(self) -> None:
         if self.splice is not None:
             self.splice.abort()
-        else:
-            self.client.abort()
+        elif self.client.transport is not None:
+            self.client.transport.abort()

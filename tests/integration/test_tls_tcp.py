@@ -665,6 +665,26 @@ def test_raw_tcp_server_speaks_first_without_waiting_for_the_peek(tmp_path):
         server.close()
 
 
+def test_a_server_that_refuses_the_dial_closes_the_client(tmp_path):
+    dead = socket.create_server(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "dead"}},
+            "services": {"dead": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        start = time.monotonic()
+        assert raw(e.port, b"hello", timeout=5) == b""
+        assert time.monotonic() - start < 3
+        e.wait_for(rf"tcp router raw@file: service dead@file: dial 127.0.0.1:{port}: .*connection closed")
+    finally:
+        e.stop()
+
+
 # -- refusals and timeouts ---------------------------------------------------------------------
 
 
