@@ -76,6 +76,7 @@ from edge.ipc import (
     encode,
 )
 from edge.logs import JSONFormatter, setup_logging
+from edge.watcher import Preparer
 
 __all__ = [
     "Readiness",
@@ -608,6 +609,9 @@ class Worker:
         self._stop_requested = asyncio.Event()
         self._start: asyncio.Future[Start | None] = self.loop.create_future()
         self._pending: Apply | None = None  # received before the entrypoints were bound
+        self._latest: Apply | None = None  # the newest configuration not yet applied
+        self._applying: asyncio.Task | None = None
+        self._preparer = Preparer()
 
     def _internal(self, path: bytes) -> tuple[int, bytes] | None:
         if path == b"/ping":
@@ -633,16 +637,33 @@ class Worker:
             self.ready = True
 
     def _apply(self, msg: Apply) -> None:
+        """Apply ``msg``, prepared off the loop; a newer one arriving meanwhile supersedes older ones."""
+        self._latest = msg
+        if self._applying is None:
+            self._applying = self.loop.create_task(self._apply_latest())
+
+    async def _apply_latest(self) -> None:
         assert self.dataplane is not None and self.channel is not None
         try:
-            runtime = build_runtime(msg.configuration, self.protocols, previous=self.runtime)
-        except Exception:
-            wlog.exception("configuration generation %d could not be built; keeping the previous one", msg.generation)
-            return
-        self.dataplane.apply(runtime)
-        self.runtime = runtime
-        self.channel.send(Ack(msg.generation, self.id))
-        wlog.debug("configuration generation %d applied", msg.generation)
+            while self._latest is not None and not self._stopping:
+                msg, self._latest = self._latest, None
+                try:
+                    runtime, commit = await self._preparer.run(self._prepare, msg)
+                except Exception:
+                    wlog.exception("configuration generation %d could not be built; keeping the previous one", msg.generation)
+                    continue
+                commit()
+                self.runtime = runtime
+                self.channel.send(Ack(msg.generation, self.id))
+                wlog.debug("configuration generation %d applied", msg.generation)
+        finally:
+            self._applying = None
+
+    def _prepare(self, msg: Apply) -> tuple[RuntimeConfig, Callable[[], None]]:
+        """Validate and build (in the preparer's thread)."""
+        assert self.dataplane is not None
+        runtime = build_runtime(msg.configuration, self.protocols, previous=self.runtime)
+        return runtime, self.dataplane.prepare(runtime)
 
     def _on_lost(self) -> None:
         if not self._stopping:

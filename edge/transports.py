@@ -170,7 +170,9 @@ class TransportRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._transports
 
-    def update(self, configs: Mapping[str, ServersTransport]) -> None:
+    def plan(self, configs: Mapping[str, ServersTransport]) -> dict[str, Transport]:
+        """The transports ``configs`` needs: the current ones where unchanged, new ones
+        elsewhere. Changes nothing live (safe off the loop); :meth:`commit` swaps it in."""
         configs = dict(configs)
         configs.setdefault(DEFAULT_TRANSPORT, ServersTransport())
         old = self._transports
@@ -181,11 +183,22 @@ class TransportRegistry:
                 new[name] = current
             else:
                 new[name] = Transport(name, config, self.loop)
-        for name, transport in old.items():
+        return new
+
+    def commit(self, new: dict[str, Transport]) -> None:
+        """Serve ``new`` (from :meth:`plan`); changed or removed transports close their idle connections."""
+        for name, transport in self._transports.items():
             if new.get(name) is not transport:
                 log.debug("serversTransport %s changed or removed: closing its idle connections", name)
                 transport.close()
         self._transports = new
+
+    def update(self, configs: Mapping[str, ServersTransport]) -> None:
+        self.commit(self.plan(configs))
+
+    def is_current(self, plan: dict[str, Transport]) -> bool:
+        """``plan`` changes nothing: the very transports served now."""
+        return plan == self._transports
 
     def sweep(self) -> None:
         now = self.loop.time()

@@ -27,16 +27,18 @@ always contains, for every provider, the latest configuration applied from it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import DISABLED, RuntimeConfig, build_runtime
 from edge.providers.base import Message
 
-__all__ = ["Listener", "Message", "Watcher"]
+__all__ = ["Listener", "Message", "Preparer", "Watcher"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,34 @@ round is prepared (in the worker thread with ``offload``), and what it returns
 is called on the loop instead of the listener itself."""
 
 Prepared = tuple[list[str], RuntimeConfig, list[Callable[[], None] | None]]
+
+
+class Preparer:
+    """One worker thread where configurations are prepared, off the event loop.
+
+    While it works the automatic cyclic GC waits: it would walk the half-built
+    snapshot again and again, stopping every thread each time (the Dataplane
+    freezes each snapshot it commits, so later full passes skip it). Used by the
+    watcher and by worker processes.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-config")
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
 
 class _ProviderState:
@@ -89,8 +119,7 @@ class Watcher:
         self._applying = False
         self._again = False
         self._closed = False
-        self._offload = offload
-        self._executor: ThreadPoolExecutor | None = None
+        self._preparer = Preparer() if offload else None
         self._task: asyncio.Task | None = None
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
@@ -167,8 +196,8 @@ class Watcher:
             self._again = True
             return
         self._applying = True
-        if self._offload:
-            self._task = self._get_loop().create_task(self._rounds_offloaded())
+        if self._preparer is not None:
+            self._task = self._get_loop().create_task(self._rounds_offloaded(self._preparer))
             return
         try:
             while True:
@@ -181,14 +210,11 @@ class Watcher:
         finally:
             self._applying = False
 
-    async def _rounds_offloaded(self) -> None:
-        loop = self._get_loop()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-config")
+    async def _rounds_offloaded(self, preparer: Preparer) -> None:
         try:
             while True:
                 self._again = False
-                prepared = await loop.run_in_executor(self._executor, self._prepare, self._configs())
+                prepared = await preparer.run(self._prepare, self._configs())
                 if self._closed:
                     break
                 if prepared is not None:
@@ -254,8 +280,8 @@ class Watcher:
             state.pending = None
         if self._task is not None:
             await asyncio.wait({self._task}, timeout=30.0)  # a round being prepared ends unapplied
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        if self._preparer is not None:
+            self._preparer.close()
 
 
 def _skip() -> None:

@@ -470,3 +470,4 @@ def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
     for name in services:
         if name not in done:
             visit(name)
+    visit = None  # type: ignore[assignment]  # it referred to itself: a cycle holding the snapshot

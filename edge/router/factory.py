@@ -101,20 +101,23 @@ def build_router_sets(
     }
 
 
-def update_servers(
-    services: dict[str, Service | None], runtime: RuntimeConfig, names: Iterable[str], transports: TransportRegistry
-) -> None:
-    """Give the live load balancers ``names`` the servers ``runtime`` has for them.
+def servers_for(
+    services: dict[str, Service | None], runtime: RuntimeConfig, names: Iterable[str], transports
+) -> list[tuple[LoadBalancer, list[tuple[Backend, int]]]]:
+    """The live load balancers ``names`` and the servers ``runtime`` gives them.
 
-    The endpoints-only path (see :func:`edge.config.diff.changed_servers`): no
-    router is rebuilt, pools stay (keyed by server in their transport), and the
-    round-robin goes on for the servers that stay.
+    The endpoints-only path (see :func:`edge.config.diff.changed_servers`): the
+    caller hands each its servers with ``LoadBalancer.update``; no router is
+    rebuilt, pools stay (keyed by server in their transport), and the
+    round-robin goes on for the servers that stay. Builds only (any thread).
     """
     builder = _Builder(runtime, transports)
+    out = []
     for name in names:
         service = services.get(name)
         if isinstance(service, LoadBalancer):
-            service.update(builder.backends(name, runtime.http_services[name].config.load_balancer))
+            out.append((service, builder.backends(name, runtime.http_services[name].config.load_balancer)))
+    return out
 
 
 def build_http_routers(
