@@ -28,6 +28,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge.config.diff import changed_servers
 from edge.config.dynamic import Configuration, Server
@@ -40,10 +42,12 @@ from edge.providers.kubernetes.ingress import (
     IngressOptions,
     convert,
     endpoints_only,
+    update_endpoints,
 )
 from edge.providers.kubernetes.objects import ClusterState
 from edge.rules import RequestView, RouteTable, canonical_host
 from edge.tls.certs import TLSCertificates
+from loadtest.kube_scale import decode_state, list_bodies
 from tests.fixtures.tls.pki import PKI
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kubernetes" / "ingress"
@@ -253,6 +257,90 @@ def test_endpoints_only_and_in_place_updates() -> None:
     assert changed_servers(convert(before, allowed).configuration, empty) == ["default-web-80"]
 
 
+def test_update_endpoints_rebuilds_only_what_changed() -> None:
+    docs = _basic(["10.0.0.1"])
+    docs.append(ingress("other", rules=[rule("b.example.com", path("/", "Prefix", "web2"))]))
+    docs.append(service("web2", ports=[{"port": 80}]))
+    docs.append(endpoints("web2", ["10.0.1.1"], ports=[{"port": 8080, "name": ""}]))
+    old = decode_objects(docs)
+    previous = convert(old)
+    slices = dict(old.endpoint_slices)
+    changed = endpoints("web", ["10.0.0.1", "10.0.0.9"], ports=[{"port": 8080, "name": ""}])
+    slices[("default", "web-abc")] = docs_objects([changed])[0]
+    new = msgspec.structs.replace(old, endpoint_slices=slices)
+
+    updated = update_endpoints(previous, old, new)
+    assert updated == convert(new)
+    assert updated is not None and previous.configuration.http is not None
+    http = updated.configuration.http
+    assert http is not None
+    assert http.routers is previous.configuration.http.routers  # nothing else rebuilt
+    assert (
+        http.services["default-web2-80"] is previous.configuration.http.services["default-web2-80"]
+    )
+
+    # More than endpoints changed, or a route must appear or go: a full conversion.
+    assert update_endpoints(previous, old, decode_objects(docs[:-1])) is None  # web2's last
+    other = msgspec.structs.replace(new, services={})
+    assert update_endpoints(previous, old, other) is None
+    slices[("default", "web-abc")] = docs_objects([endpoints("web", [], ports=[])])[0]
+    gone = msgspec.structs.replace(old, endpoint_slices=slices)
+    assert update_endpoints(previous, old, gone) is None
+    allowed = IngressOptions(allow_empty_services=True)
+    assert update_endpoints(convert(old, allowed), old, gone, allowed) == convert(gone, allowed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["a", "b", "c"]),
+                st.lists(st.sampled_from(["10.0.0.1", "10.0.0.2", "fd00::1"]), unique=True),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    allow_empty=st.booleans(),
+)
+def test_update_endpoints_equals_a_full_conversion(
+    steps: list[list[tuple[str, list[str], bool]]], allow_empty: bool
+) -> None:
+    """Random EndpointSlice churn (slices replaced, emptied, removed) on three Services:
+    after every step, update_endpoints gives what convert gives, or None."""
+    options = IngressOptions(allow_empty_services=allow_empty)
+    docs = []
+    for svc in ("a", "b", "c"):
+        docs.append(ingress(svc, rules=[rule(f"{svc}.example.com", path("/", "Prefix", svc))]))
+        docs.append(service(svc, ports=[{"port": 80}]))
+        docs.append(endpoints(svc, ["10.0.0.1"], ports=[{"port": 8080, "name": ""}]))
+    state = decode_objects(docs)
+    previous = convert(state, options)
+    for step in steps:
+        slices = dict(state.endpoint_slices)
+        for svc, addresses, keep in step:
+            key = ("default", f"{svc}-abc")
+            if keep:
+                doc = endpoints(svc, addresses, ports=[{"port": 8080, "name": ""}])
+                doc["addressType"] = ""  # any family
+                slices[key] = docs_objects([doc])[0]
+            else:
+                slices.pop(key, None)
+        new = msgspec.structs.replace(state, endpoint_slices=slices)
+        full = convert(new, options)
+        updated = update_endpoints(previous, state, new, options)
+        if updated is not None:
+            assert updated == full
+            assert changed_servers(previous.configuration, updated.configuration) is not None
+        elif allow_empty and endpoints_only(state, new):
+            raise AssertionError("with allowEmptyServices an endpoints-only change is in place")
+        state, previous = new, full
+
+
 def test_snapshot_keys_cluster_scoped_classes_by_empty_namespace() -> None:
     ic = objects.decode(
         "IngressClass",
@@ -281,37 +369,26 @@ def docs_objects(docs: list[dict[str, Any]]) -> list[Any]:
 # --- scale ----------------------------------------------------------------------------------------
 
 
-def scale_objects(ingresses: int, endpoints_per_service: int) -> list[dict[str, Any]]:
-    """``ingresses`` Ingresses, each with its own host, two paths and one Service,
-    ``endpoints_per_service`` ready endpoints each, in one EndpointSlice per Service."""
-    docs: list[dict[str, Any]] = []
-    for i in range(ingresses):
-        ns = f"ns{i % 50}"
-        docs.append(
-            ingress(f"app{i}", ns=ns, rules=[rule(f"app{i}.example.com",
-                    path("/", "Prefix", f"svc{i}"), path("/api", "Exact", f"svc{i}", port="http"))])
-        )  # fmt: skip
-        docs.append(service(f"svc{i}", ns=ns, ports=[{"port": 80, "name": "http"}]))
-        addresses = [f"10.{i // 250}.{i % 250}.{k}" for k in range(endpoints_per_service)]
-        docs.append(endpoints(f"svc{i}", addresses, ns=ns, ports=[{"port": 8080, "name": "http"}]))
-    return docs
-
-
 def test_conversion_at_scale() -> None:
-    """5,000 Ingresses, 5,000 Services, 20,000 endpoints: converted well under a second here
-    (the budget from LIST to the first router swap is 2 s; see loadtest/kube_scale.py)."""
-    state = decode_objects(scale_objects(5000, 4))
+    """1,000 Ingresses (two paths each, one in ten with TLS), 1,000 Services, 4,000
+    endpoints, from LIST bodies as loadtest/kube_scale.py makes them: all served. The
+    time bound only catches a quadratic slip on this shared machine; the script measures
+    the 5,000-Ingress case."""
+    state = decode_state(list_bodies(1000, 4))
     start = time.perf_counter()
     result = convert(state)
     elapsed = time.perf_counter() - start
     assert result.problems == []
-    http = result.configuration.http
-    assert http is not None and len(http.routers) == 10_000 and len(http.services) == 5000
-    assert (
-        sum(len(s.load_balancer.servers) for s in http.services.values() if s.load_balancer)
-        == 20_000
-    )
-    assert elapsed < 3.0, elapsed
+    assert len(result.selected) == 1000
+    http, tls = result.configuration.http, result.configuration.tls
+    assert http is not None and tls is not None
+    assert len(http.routers) == 2200 and len(http.services) == 1000
+    assert len(tls.certificates) == 100
+    servers = [
+        s for svc in http.services.values() if svc.load_balancer for s in svc.load_balancer.servers
+    ]
+    assert len(servers) == 4000
+    assert elapsed < 5.0, elapsed
 
 
 # --- object builders for the tests above (fixtures write the same objects in YAML) ------------
@@ -356,3 +433,118 @@ def endpoints(
         "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in ready],
         "ports": ports,
     }  # fmt: skip
+
+
+# --- properties -------------------------------------------------------------------------------
+
+SEGMENTS = st.sampled_from(["a", "ab", "b", "ü"])
+PATHS = st.builds(
+    lambda segs, slash: "/" + "/".join(segs) + ("/" if slash and segs else ""),
+    st.lists(SEGMENTS, max_size=2),
+    st.booleans(),
+)
+HOST = "h.example.com"
+
+
+def spec_winner(entries: list[tuple[str, str, str]], host: str, req: str) -> int | None:
+    """The Ingress spec's answer, written plainly: among the request host's paths (or, if
+    none matches, the host-less ones) the longest match wins, Exact before Prefix."""
+    for wanted in (host, ""):
+        best: tuple[int, int, int] | None = None
+        for i, (h, path_type, p) in enumerate(entries):
+            if h != wanted:
+                continue
+            if path_type == "Exact":
+                hit, size = req == p, len(p)
+            else:
+                base = p.rstrip("/")
+                hit, size = (not base or req == base or req.startswith(base + "/")), len(base)
+            key = (size, path_type == "Exact", i)
+            if hit and (best is None or key[:2] > best[:2]):
+                best = key
+        if best is not None:
+            return best[2]
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from([HOST, ""]), st.sampled_from(["Exact", "Prefix"]), PATHS),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda e: (e[0], e[1], e[2] if e[1] == "Exact" else e[2].rstrip("/")),
+    ),
+    requests=st.lists(st.tuples(st.sampled_from([HOST, "other.example.com"]), PATHS), max_size=8),
+)
+def test_routing_follows_the_ingress_spec(
+    entries: list[tuple[str, str, str]], requests: list[tuple[str, str]]
+) -> None:
+    """Random paths on one host and on no host, each in its own Ingress: the router edge's
+    rule engine picks is the one the spec's precedence names, for every request."""
+    docs: list[dict[str, Any]] = [
+        service("web", ports=[{"port": 80}]),
+        endpoints("web", ["10.0.0.1"], ports=[{"port": 8080, "name": ""}]),
+    ]
+    for i, (host, path_type, p) in enumerate(entries):
+        doc = ingress(f"i{i}", rules=[rule(host, path(p, path_type, "web"))])
+        docs.append(doc)
+    result = convert(decode_objects(docs))
+    assert result.problems == []
+    rt = validate(result.configuration)
+    assert [i.errors for i in rt.http_routers.values() if i.status == "disabled"] == []
+    owner = {
+        f"{name}@{PROVIDER}": int(name.split("-")[1][1:])
+        for name in result.configuration.http.routers  # type: ignore[union-attr]
+    }
+    # Each rule's own path, and just past it, besides the random requests.
+    near = []
+    for h, _, p in entries:
+        base = p.rstrip("/")
+        near += [
+            (h or HOST, q) for q in (base or "/", base + "/", base + "/z", (base or "/") + "z")
+        ]
+    for host, req_path in [*requests, *near]:
+        got = route(rt, Request(host=host, path=req_path, router=None))
+        assert (None if got is None else owner[got]) == spec_winner(entries, host, req_path)
+
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    host=st.one_of(TEXT, st.sampled_from(["*.a.example", "a.example", "", "*.", "A.Example"])),
+    paths=st.lists(
+        st.tuples(st.sampled_from(["Exact", "Prefix", "ImplementationSpecific", "", "x"]), TEXT),
+        max_size=4,
+    ),
+    annotations=st.dictionaries(
+        st.sampled_from(
+            [
+                f"edge.ingress.kubernetes.io/router.{k}"
+                for k in ("priority", "tls", "entrypoints", "middlewares", "x")
+            ]
+        ),
+        TEXT,
+        max_size=2,
+    ),
+)
+def test_nothing_written_into_an_ingress_breaks_the_conversion(
+    host: str, paths: list[tuple[str, str]], annotations: dict[str, str]
+) -> None:
+    """Whatever the host, paths and annotations: no exception, every path is a router or
+    a problem, and every router the conversion emits compiles and validates."""
+    doc = ingress("fuzz", rules=[rule(host, *(path(p, t, "web") for t, p in paths))])
+    doc["metadata"]["annotations"] = annotations
+    docs = [doc, service("web", ports=[{"port": 80}]),
+            endpoints("web", ["10.0.0.1"], ports=[{"port": 8080, "name": ""}])]  # fmt: skip
+    result = convert(decode_objects(docs))
+    http = result.configuration.http
+    assert http is not None
+    if not result.problems:  # then every path is a route
+        assert len({r.rule for r in http.routers.values()}) == len(paths)
+    rt = build_runtime(merge({PROVIDER: result.configuration}), ENTRY_POINTS)
+    for info in rt.http_routers.values():
+        assert info.rule is not None, info.errors
+        assert all("does not exist" in e for e in info.errors), info.errors
