@@ -36,6 +36,7 @@ from edge.config.dynamic import Configuration, Server
 from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime
+from edge.config.static import KubernetesIngressConfig
 from edge.errors import ConfigError
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.ingress import (
@@ -548,3 +549,19 @@ def test_nothing_written_into_an_ingress_breaks_the_conversion(
     for info in rt.http_routers.values():
         assert info.rule is not None, info.errors
         assert all("does not exist" in e for e in info.errors), info.errors
+
+
+def test_options_from_the_static_configuration_and_problem_text() -> None:
+    static = msgspec.convert(
+        {"ingressClass": "public", "allowEmptyServices": True, "kubeconfig": "/k"},
+        KubernetesIngressConfig,
+    )
+    assert IngressOptions.from_config(static) == IngressOptions(
+        ingress_class="public", allow_empty_services=True
+    )
+    docs = [ingress("app", rules=[rule("a.example.com", path("/", "Prefix", "gone"))])]
+    (problem,) = convert(decode_objects(docs)).problems
+    assert str(problem) == (
+        "ingress default/app: spec.rules[0].http.paths[0] (host a.example.com, path /): "
+        "service default/gone not found"
+    )
