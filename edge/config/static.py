@@ -39,6 +39,7 @@ __all__ = [
     "EntryPointUDP",
     "FileProviderConfig",
     "ForwardedHeaders",
+    "IngressEndpoint",
     "KubernetesGatewayConfig",
     "KubernetesIngressConfig",
     "LifeCycle",
