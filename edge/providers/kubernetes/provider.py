@@ -6,10 +6,12 @@ Owns the provider's threads and what flows between them:
   watched kind), whose change callback only marks the cache dirty;
 - the *converter* thread: waits for the first full sync, then converts the cached
   snapshot with the pure :func:`~edge.providers.kubernetes.ingress.convert`, at most once
-  per throttle window (changes arriving meanwhile are coalesced into the next run), logs
-  each problem once (when it appears; its disappearance at INFO), and hands a
-  configuration that differs from the last one to the event loop with
-  ``loop.call_soon_threadsafe``;
+  per throttle window (changes arriving meanwhile are coalesced into the next run); when
+  only EndpointSlices changed since the last round it derives the result from the last
+  one instead (:func:`~edge.providers.kubernetes.ingress.update_endpoints`: a cost that
+  grows with the slices changed, not the cluster); it logs each problem once (when it
+  appears; its disappearance at INFO), and hands a configuration that differs from the
+  last one to the event loop with ``loop.call_soon_threadsafe``;
 - the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
   serves when the address set differs from what the Ingress holds, stopping a pass at
   the first failure and retrying it with backoff.
@@ -86,7 +88,13 @@ from edge.providers.kubernetes.client import (
     WatchSpec,
     load_api_config,
 )
-from edge.providers.kubernetes.ingress import Conversion, IngressOptions, Problem, convert
+from edge.providers.kubernetes.ingress import (
+    Conversion,
+    IngressOptions,
+    Problem,
+    convert,
+    update_endpoints,
+)
 
 __all__ = [
     "POD_NAMESPACE_ENV",
@@ -251,6 +259,13 @@ def _status_of(ing: objects.Ingress) -> set[Address]:
     return out
 
 
+def _same_servers(old: Configuration, new: Configuration) -> bool:
+    """Two configurations equal but for server lists: are those equal too?"""
+    a = old.http.services if old.http is not None else {}
+    b = new.http.services if new.http is not None else {}
+    return a.keys() == b.keys() and all(a[k] is b[k] or a[k] == b[k] for k in a)
+
+
 def _without_status(ing: objects.Ingress | None) -> objects.Ingress | None:
     if ing is None:
         return None
@@ -305,7 +320,8 @@ class KubernetesIngressProvider:
         )
         self.client: KubeClient | None = None
         self.status_client: KubeClient | None = None
-        self.conversions = 0  # conversions run
+        self.conversions = 0  # whole conversions run
+        self.patches = 0  # endpoints-only changes applied to the last conversion
         self.published = 0  # configurations handed to the loop
         self.status_writes = 0  # successful status writes
         self.conversion: Conversion | None = None  # the last one
@@ -324,6 +340,8 @@ class KubernetesIngressProvider:
         self._last: Configuration | None = None  # the last configuration handed over
         self._problems: set[Problem] = set()
         self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
+        self._state: objects.ClusterState | None = None  # that of the last conversion
+        self._need_full = True  # the next round converts everything
 
     @property
     def window(self) -> float:
@@ -460,42 +478,63 @@ class KubernetesIngressProvider:
     def _convert(self, client: KubeClient, changed: dict[str, set[Key]], elapsed: float) -> None:
         snapshot = client.snapshot()
         ingresses = snapshot.get("Ingress", {})
-        if self.conversion is not None and self._status_only(changed, ingresses):
+        previous = None if self._need_full else self.conversion
+        if previous is not None and self._status_only(changed, ingresses):
             self._ingresses = ingresses
             self._wake_status()
             return
         t0 = time.perf_counter()
-        conversion = convert(objects.ClusterState.from_snapshot(snapshot), self.options)
+        state = objects.ClusterState.from_snapshot(snapshot)
+        self._need_full = True  # until this round has completed
+        conversion = None
+        if previous is not None and self._state is not None and set(changed) == {"EndpointSlice"}:
+            conversion = update_endpoints(previous, self._state, state, self.options)
+        patched = conversion is not None
+        if conversion is not None:
+            self.patches += 1
+            how = "endpoints updated in place"
+        else:
+            conversion = convert(state, self.options)
+            self.conversions += 1
+            self._report(conversion.problems)
+            with self._status_cond:
+                self._selected = conversion.selected
+            how = "converted"
         took = time.perf_counter() - t0
-        self.conversions += 1
         self.conversion = conversion
+        self._state = state
         self._ingresses = ingresses
-        self._report(conversion.problems)
-        with self._status_cond:
-            self._selected = conversion.selected
-        self._wake_status()
+        self._need_full = False
+        if not patched:
+            self._wake_status()
         conf = conversion.configuration
-        if self._last is not None and conf == self._last:
-            log.debug("kubernetes: conversion %d: unchanged (%.3f s)", self.conversions, took)
+        # Patched, it differs from the last only where servers do: compare those alone.
+        if self._last is not None and (
+            _same_servers(self._last, conf) if patched else conf == self._last
+        ):
+            log.debug("kubernetes: round %d: unchanged (%s in %.3f s)", self.rounds, how, took)
             return
         first = self._last is None
         self._last = conf
         http = conf.http
-        routers = len(http.routers) if http is not None else 0
-        services = len(http.services) if http is not None else 0
         log.log(
             logging.INFO if first else logging.DEBUG,
             "kubernetes: %s: %d Ingresses (%d served), %d routers, %d services, %d problems; "
-            "converted in %.3f s",
-            f"first sync after {elapsed:.2f} s" if first else f"conversion {self.conversions}",
+            "%s in %.3f s",
+            f"first sync after {elapsed:.2f} s" if first else f"round {self.rounds}",
             len(ingresses),
             len(conversion.selected),
-            routers,
-            services,
+            len(http.routers) if http is not None else 0,
+            len(http.services) if http is not None else 0,
             len(conversion.problems),
+            how,
             took,
         )
         self._hand_over(Message(self.name, conf))
+
+    @property
+    def rounds(self) -> int:
+        return self.conversions + self.patches
 
     def _status_only(
         self, changed: dict[str, set[Key]], ingresses: Mapping[Key, objects.Ingress]

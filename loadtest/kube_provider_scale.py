@@ -1,0 +1,463 @@
+"""The kubernetesIngress provider at scale, end to end: API server emulator -> ``edge run``.
+
+Fills the API server emulator (``tests/kube/emulator.py``, in this process) with N
+Ingresses (one host each, Prefix ``/``), N Services and N EndpointSlices holding E ready
+endpoints each (default 5,000 / 5,000 / 20,000 endpoints), starts ``python -m edge run``
+with ``providers.kubernetesIngress`` pointed at it, and measures:
+
+- **first swap**: from the process' start, and from the first LIST the API server saw,
+  to ``/ready`` answering 200 (``/ready`` is 200 once the first configuration built from
+  a complete sync is swapped in); the provider's own log line gives the conversion time;
+- **memory**: edge's resident set (VmRSS, VmHWM) after the first swap and at the end;
+- **churn**: edge's CPU while 10 EndpointSlice changes per second (``--churn``) land, idle
+  and under a keep-alive wrk load on one of the Ingresses (an nginx backend, one
+  worker); quiet and churning runs alternate (``--runs`` of each, ``--duration`` s), and
+  the table shows req/s, edge CPU per second and per request, and what churn costs.
+
+Service 0 (host ``app0.example.com``) has one endpoint, the nginx backend; every other
+endpoint is a 10.x address nothing listens on (never dialled: wrk asks for app0 only).
+
+    .venv/bin/python loadtest/kube_provider_scale.py [--ingresses 5000] [--endpoints 4]
+        [--churn 10] [--runs 3] [--duration 10] [--throttle 2s] [--json out.json]
+
+Needs nginx and wrk (as ``bench.py``). Every process it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.kube.emulator import Emulator  # noqa: E402
+
+TOKEN = "bench-token"
+HOST = "127.0.0.1"
+BENCH_HOST = "app0.example.com"
+LISTEN_RE = re.compile(r"entrypoint (\S+): listening on \[?([0-9a-f.:]+?)\]?:(\d+)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --- the cluster ------------------------------------------------------------------------
+
+
+def namespace(i: int) -> str:
+    return f"team-{i % 50}"
+
+
+def fake_ip(i: int, j: int) -> str:
+    n = i * 16 + j
+    return f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
+
+
+def slice_obj(i: int, addresses: list[str], port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"svc{i}-abcde",
+            "namespace": namespace(i),
+            "labels": {"kubernetes.io/service-name": f"svc{i}"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": [a], "conditions": {"ready": True, "serving": True, "terminating": False},
+             "nodeName": f"node-{k % 20}"}
+            for k, a in enumerate(addresses)
+        ],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    }  # fmt: skip
+
+
+def fill(emu: Emulator, ingresses: int, endpoints: int, backend_port: int) -> int:
+    """Create the objects; returns the number of endpoints."""
+    emu.create(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "IngressClass",
+            "metadata": {"name": "edge"},
+            "spec": {"controller": "edge.dev/ingress-controller"},
+        }
+    )
+    total = 0
+    for i in range(ingresses):
+        ns = namespace(i)
+        emu.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": f"svc{i}", "namespace": ns},
+                "spec": {"type": "ClusterIP", "clusterIP": fake_ip(i, 15),
+                         "ports": [{"name": "http", "port": 80, "targetPort": 8080,
+                                    "protocol": "TCP"}]},
+            }
+        )  # fmt: skip
+        if i == 0:
+            addresses, port = [HOST], backend_port
+        else:
+            addresses, port = [fake_ip(i, j) for j in range(endpoints)], 8080
+        total += len(addresses)
+        emu.create(slice_obj(i, addresses, port))
+        emu.create(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {"name": f"app{i}", "namespace": ns},
+                "spec": {"ingressClassName": "edge", "rules": [{
+                    "host": f"app{i}.example.com",
+                    "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                        "service": {"name": f"svc{i}", "port": {"number": 80}}}}]},
+                }]},
+            }
+        )  # fmt: skip
+    return total
+
+
+class Changes:
+    """An endless sequence of distinct EndpointSlice changes (one endpoint's new address)."""
+
+    def __init__(self, ingresses: int, endpoints: int) -> None:
+        self.n, self.e = ingresses, endpoints
+        self._rand = random.Random(7)
+        self._gen = 0
+
+    def next(self) -> dict[str, Any]:
+        i = self._rand.randrange(1, self.n)
+        self._gen += 1
+        addresses = [fake_ip(i, j) for j in range(self.e)]
+        addresses[self._rand.randrange(self.e)] = (
+            f"10.255.{(self._gen >> 8) & 255}.{self._gen & 255}"
+        )
+        return slice_obj(i, addresses, 8080)
+
+
+class Churn:
+    """``rate`` EndpointSlice changes per second from a thread, while in its ``with``."""
+
+    def __init__(self, emu: Emulator, changes: Changes, rate: float) -> None:
+        self.emu, self.source, self.rate = emu, changes, rate
+        self.changes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="churn", daemon=True)
+
+    def __enter__(self) -> Churn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            self.emu.update(self.source.next())
+            self.changes += 1
+            wait = start + self.changes / self.rate - time.monotonic()
+            if wait > 0:
+                self._stop.wait(wait)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_nginx(workdir: Path, port: int) -> subprocess.Popen:
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    conf = workdir / "nginx.conf"
+    temps = "\n".join(
+        f"    {k}_temp_path {workdir}/{k};"
+        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    conf.write_text(
+        f"""worker_processes 1;
+daemon off;
+master_process on;
+pid {workdir}/nginx.pid;
+error_log {workdir}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000;
+{temps}
+    server {{
+        listen {HOST}:{port};
+        location / {{ default_type text/plain; return 200 "hello world\\n"; }}
+    }}
+}}
+"""
+    )
+    proc = subprocess.Popen(
+        [nginx, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "nginx-error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_port(port, 10)
+    return proc
+
+
+def wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on {port}") from None
+            time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def memory(pid: int) -> dict[str, float]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024  # MiB
+    return out
+
+
+def ready(port: int) -> bool:
+    conn = http.client.HTTPConnection(HOST, port, timeout=2)
+    try:
+        conn.request("GET", "/ready")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def log_lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines()
+
+
+def wrk(port: int, duration: float, connections: int) -> dict[str, float]:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "5s",
+         "-H", f"Host: {BENCH_HOST}", f"http://{HOST}:{port}/"],
+        capture_output=True, text=True, timeout=duration + 30,
+    ).stdout  # fmt: skip
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, sock.groups())) if sock else 0)
+    total = re.search(r"(\d+) requests in", out)
+    return {
+        "rps": float(rps.group(1)) if rps else 0.0,
+        "requests": int(total.group(1)) if total else 0,
+        "errors": errors,
+    }
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ingresses", type=int, default=5000)
+    ap.add_argument("--endpoints", type=int, default=4, help="endpoints per EndpointSlice")
+    ap.add_argument("--churn", type=float, default=10.0, help="EndpointSlice changes per second")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument(
+        "--throttle", default="2s", help="providersThrottleDuration (Traefik's default 2s)"
+    )
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep-tmp", action="store_true")
+    args = ap.parse_args()
+    for tool in ("wrk", "nginx"):
+        if not (shutil.which(tool) or Path(f"/usr/sbin/{tool}").exists()):
+            print(f"{tool} is not installed", file=sys.stderr)
+            return 2
+
+    workdir = Path(tempfile.mkdtemp(prefix="kube-scale-"))
+    workdir.chmod(0o755)
+    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    procs: list[subprocess.Popen] = []
+    emu = Emulator(token=TOKEN, bookmark_interval=60.0).start()
+    try:
+        backend_port = free_port()
+        procs.append(start_nginx(workdir, backend_port))
+        t = time.perf_counter()
+        endpoints = fill(emu, args.ingresses, args.endpoints, backend_port)
+        print(f"cluster: {args.ingresses} Ingresses, {args.ingresses} Services, "
+              f"{args.ingresses} EndpointSlices, {endpoints} endpoints "
+              f"(emulator filled in {time.perf_counter() - t:.1f} s)")  # fmt: skip
+        static = {
+            "entryPoints": {"web": {"address": f"{HOST}:0"}, "traefik": {"address": f"{HOST}:0"}},
+            "providers": {"kubernetesIngress": {"endpoint": emu.url, "token": TOKEN}},
+            "providersThrottleDuration": args.throttle,
+            "ping": {"entryPoint": "traefik"},
+            "log": {"level": os.environ.get("EDGE_LOG_LEVEL", "INFO")},
+        }
+        (workdir / "edge.yaml").write_text(yaml.safe_dump(static))
+        edge_log = workdir / "edge.log"
+        env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
+        first_request = len(emu.requests)
+        started = time.monotonic()
+        with open(edge_log, "w") as logf:
+            edge = subprocess.Popen(
+                [sys.executable, "-m", "edge", "run", "-c", str(workdir / "edge.yaml")],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logf, env=env, start_new_session=True,
+            )  # fmt: skip
+        procs.append(edge)
+        ports: dict[str, int] = {}
+        deadline = started + 120
+        while len(ports) < 2:
+            if time.monotonic() > deadline or edge.poll() is not None:
+                raise RuntimeError("edge did not start:\n" + "\n".join(log_lines(edge_log)[-20:]))
+            for line in log_lines(edge_log):
+                m = LISTEN_RE.search(line)
+                if m:
+                    ports[m.group(1)] = int(m.group(3))
+            time.sleep(0.01)
+        while not ready(ports["traefik"]):
+            if time.monotonic() > deadline or edge.poll() is not None:
+                raise RuntimeError("edge never ready:\n" + "\n".join(log_lines(edge_log)[-20:]))
+            time.sleep(0.005)
+        ready_at = time.monotonic()
+        first_list = emu.requests[first_request].at
+        sync = next((ln for ln in log_lines(edge_log) if "first sync after" in ln), "")
+        conv = re.search(r"converted in ([\d.]+) s", sync)
+        results["first_swap"] = {
+            "from_process_start_s": round(ready_at - started, 3),
+            "from_first_list_s": round(ready_at - first_list, 3),
+            "conversion_s": float(conv.group(1)) if conv else None,
+            "provider_log": sync.split(": ", 1)[-1],
+        }
+        results["memory_after_first_swap_mib"] = memory(edge.pid)
+        print(f"first router swap: {ready_at - started:.2f} s after the process started, "
+              f"{ready_at - first_list:.2f} s after its first LIST "
+              f"(conversion {results['first_swap']['conversion_s']} s)")  # fmt: skip
+        print(f"memory after the first swap: {results['memory_after_first_swap_mib']}")
+
+        port = ports["web"]
+        probe = wrk(port, 1, 1)
+        if probe["rps"] <= 0 or probe["errors"]:
+            raise RuntimeError(f"{BENCH_HOST} does not answer through edge: {probe}")
+        time.sleep(3)  # let the status-less first sync settle
+        # idle: what the churn alone costs
+        changes_source = Changes(args.ingresses, args.endpoints)
+        idle: dict[str, list[float]] = {"quiet": [], "churn": []}
+        for mode in ("quiet", "churn", "quiet", "churn"):
+            c0 = cpu_seconds(edge.pid)
+            with (
+                Churn(emu, changes_source, args.churn)
+                if mode == "churn"
+                else contextlib.nullcontext()
+            ):
+                time.sleep(args.duration / 2)
+            idle[mode].append((cpu_seconds(edge.pid) - c0) / (args.duration / 2))
+        results["idle_cpu_per_s"] = {k: round(statistics.median(v), 3) for k, v in idle.items()}
+        print(
+            f"idle edge CPU: quiet {results['idle_cpu_per_s']['quiet']:.3f} s/s, with "
+            f"{args.churn:g} slice changes/s {results['idle_cpu_per_s']['churn']:.3f} s/s"
+        )
+        wrk(port, 2, args.connections)  # warm-up
+        runs: dict[str, list[dict[str, float]]] = {"quiet": [], "churn": []}
+        applied_before = sum("configuration applied in place" in ln for ln in log_lines(edge_log))
+        rebuilds_before = sum("configuration applied:" in ln for ln in log_lines(edge_log))
+        changes = 0
+        for _ in range(args.runs):
+            for mode in ("quiet", "churn"):
+                churn = Churn(emu, changes_source, args.churn) if mode == "churn" else None
+                c0 = cpu_seconds(edge.pid)
+                t0 = time.monotonic()
+                with churn if churn is not None else contextlib.nullcontext():
+                    res = wrk(port, args.duration, args.connections)
+                elapsed = time.monotonic() - t0
+                res["edge_cpu_per_s"] = (cpu_seconds(edge.pid) - c0) / elapsed
+                res["edge_cpu_us_per_request"] = (
+                    (cpu_seconds(edge.pid) - c0) / res["requests"] * 1e6 if res["requests"] else 0.0
+                )
+                if churn is not None:
+                    changes += churn.changes
+                runs[mode].append(res)
+                print(f"  {mode:5}: {res['rps']:9.0f} req/s, edge CPU {res['edge_cpu_per_s']:.2f} s/s, "
+                      f"{res['edge_cpu_us_per_request']:.1f} us/request, errors {res['errors']}")  # fmt: skip
+        lines = log_lines(edge_log)
+        in_place = sum("configuration applied in place" in ln for ln in lines) - applied_before
+        rebuilds = sum("configuration applied:" in ln for ln in lines) - rebuilds_before
+        summary = {
+            mode: {
+                "rps": round(statistics.median(r["rps"] for r in rs)),
+                "edge_cpu_per_s": round(statistics.median(r["edge_cpu_per_s"] for r in rs), 3),
+                "us_per_request": round(
+                    statistics.median(r["edge_cpu_us_per_request"] for r in rs), 2
+                ),
+                "errors": sum(int(r["errors"]) for r in rs),
+            }
+            for mode, rs in runs.items()
+        }
+        ratio = summary["churn"]["rps"] / summary["quiet"]["rps"] if summary["quiet"]["rps"] else 0
+        results["serving"] = summary
+        results["churn_over_quiet_rps"] = round(ratio, 3)
+        results["slice_changes"] = changes
+        results["applied_in_place"] = in_place
+        results["router_rebuilds_during_churn"] = rebuilds
+        results["memory_at_end_mib"] = memory(edge.pid)
+        print(f"keep-alive throughput with {args.churn:g} slice changes/s: {ratio:.3f} x quiet "
+              f"({summary['churn']['rps']} vs {summary['quiet']['rps']} req/s, medians of {args.runs}); "
+              f"{changes} changes applied as {in_place} in-place updates, {rebuilds} router rebuilds")  # fmt: skip
+        print(f"memory at the end: {results['memory_at_end_mib']}")
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return 0
+    finally:
+        for p in reversed(procs):
+            stop(p)
+        emu.stop()
+        if not args.keep_tmp:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"kept {workdir}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
