@@ -247,9 +247,6 @@ class _Builder:
                 lb = config.load_balancer
                 transport = self.runtime.tcp_servers_transports[lb.servers_transport or DEFAULT_TRANSPORT]
                 version = lb.proxy_protocol.version if lb.proxy_protocol is not None else 0
-                if version:
-                    # TODO(issue 8): the peek sends it once edge/tcp/proxyproto.py lands.
-                    log.warning("tcp service %s: proxyProtocol is not sent to servers yet", name)
                 servers = [
                     (
                         TCPServer(

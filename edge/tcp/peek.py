@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from edge.tcp.proxyproto import encode_v1, encode_v2
 from edge.tcp.splice import DialError, Pending, Splice, dial_splice
 from edge.tls.clienthello import (
     NEED_MORE,
@@ -251,13 +252,21 @@ class Peek(asyncio.Protocol):
         # and the holder remembers the client's EOF or loss while the dial runs.
         held = Pending.attach(client)
         if server.proxy_protocol:
-            # TODO(issue 8): prefix proxyproto.encode_v1/encode_v2(client, local) once
-            # edge/tcp/proxyproto.py is committed; until then no PROXY header is sent.
-            pass
+            # The server learns who the client is: a PROXY header before any client byte.
+            first = self._proxy_header(server.proxy_protocol, client) + first
         relay = Relay(self.ctx.connections, held)
         task = self.ctx.loop.create_task(relay.run(route, server, first))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
+
+
+    def _proxy_header(self, version: int, client: asyncio.BaseTransport) -> bytes:
+        """PROXY protocol ``version`` header: the client's address and the one it reached."""
+        local = client.get_extra_info("sockname")
+        if self.client is None or not local:
+            return encode_v2(None, None, command="LOCAL") if version == 2 else b"PROXY UNKNOWN\r\n"
+        src, dst = self.client, (local[0], local[1])
+        return encode_v1(src, dst) if version == 1 else encode_v2(src, dst)
 
 
 class _Terminated(asyncio.Protocol):

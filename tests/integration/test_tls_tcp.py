@@ -685,6 +685,88 @@ def test_a_server_that_refuses_the_dial_closes_the_client(tmp_path):
         e.stop()
 
 
+@pytest.fixture
+def nginx_proxy_protocol(tmp_path):
+    """nginx with ``listen ... proxy_protocol``: answers with the address the PROXY header gave."""
+    nginx = need("nginx")
+    port = free_port()
+    folder = tmp_path / "nginx"
+    folder.mkdir()
+    conf = folder / "nginx.conf"
+    conf.write_text(
+        f"""
+worker_processes 1; daemon off; master_process off; pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy;
+    fastcgi_temp_path {folder}/fastcgi; uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
+    server {{
+        listen 127.0.0.1:{port} proxy_protocol;
+        location / {{ return 200 "$proxy_protocol_addr $proxy_protocol_port\n"; }}
+    }}
+}}
+"""
+    )
+    proc = subprocess.Popen(
+        [nginx, "-p", str(folder), "-c", str(conf), "-e", f"{folder}/error.log"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("nginx did not start:\n" + (folder / "error.log").read_text())
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_proxy_protocol_v1_and_v2_parsed_by_nginx(tmp_path, nginx_proxy_protocol):
+    def service(version: int) -> dict:
+        return {
+            "loadBalancer": {
+                "servers": [{"address": f"127.0.0.1:{nginx_proxy_protocol}"}],
+                "proxyProtocol": {"version": version},
+            }
+        }
+
+    dynamic = {
+        "tcp": {
+            "routers": {
+                "one": {"rule": "HostSNI(`*`)", "service": "v1", "entryPoints": ["one"]},
+                "two": {"rule": "HostSNI(`*`)", "service": "v2", "entryPoints": ["two"]},
+            },
+            "services": {"v1": service(1), "v2": service(2)},
+        }
+    }
+    eps = {"one": {"address": "127.0.0.1:0"}, "two": {"address": "127.0.0.1:0"}}
+    e = Edge(tmp_path, dynamic, entrypoints=eps)
+    try:
+        for ep in ("one", "two"):
+            with socket.create_connection(("127.0.0.1", e.ports[ep]), timeout=10) as s:
+                s.sendall(b"GET / HTTP/1.0\r\nHost: pp.test\r\n\r\n")
+                response = recv_all(s)
+                client_port = s.getsockname()[1]
+            assert response.startswith(b"HTTP/1.1 200"), response
+            assert response.endswith(f"127.0.0.1 {client_port}\n".encode()), (ep, response)
+    finally:
+        e.stop()
+
+
 # -- refusals and timeouts ---------------------------------------------------------------------
 
 
