@@ -5,8 +5,14 @@
 the marks of servers that refused, and the counters. Everything runs in reader
 callbacks that never await: the listener and every upstream socket are plain
 non-blocking sockets watched with ``loop.add_reader``; each callback reads until the
-socket is empty (at most :data:`BATCH` datagrams, then the loop goes round) and
-forwards each datagram whole, as received.
+socket holds no more or its budget is spent, and forwards each datagram whole, as
+received. The budget adapts (per socket): a callback that read all it was allowed
+doubles it, up to :data:`BATCH` (at a budget of 1, only every :data:`PROBE_EVERY`
+times); one that found the socket empty sets it to what it read. So a quiet socket
+(one datagram per wakeup, the ping-pong of DNS) is read once per wakeup and seldom
+pays for a read that finds nothing (a raised BlockingIOError costs more than
+forwarding a datagram), and a busy one is drained in batches. The loop's epoll is
+level-triggered: whatever a callback leaves is reported again at once.
 
 Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
 leave from the address the client wrote to when the entry point listens on a wildcard
@@ -45,6 +51,7 @@ __all__ = ["BATCH", "MAX_DATAGRAM", "REFUSED_DOWN", "DatagramProxy", "proxy_v2_h
 
 MAX_DATAGRAM = 65535  # read size: a UDP payload is at most 65,507 bytes over IPv4
 BATCH = 64  # datagrams read per readiness callback before the loop serves others
+PROBE_EVERY = 8  # at a budget of 1, every 8th full callback tries a budget of 2
 REFUSED_DOWN = 10.0  # seconds a server that refused (ICMP port unreachable) is not picked
 DRAIN_QUIET = 0.2  # drain ends once no session has seen a datagram for this long
 
@@ -136,6 +143,8 @@ class DatagramProxy:
         self.local: tuple | None = None  # the bound address (for a wildcard: when pktinfo lacks)
         self.port = 0
         self.reading = False
+        self._budget = 1  # datagrams the listener's next callback reads (see the module doc)
+        self._fills = 0  # callbacks in a row that read their budget of 1
         self.down: dict[str, float] = {}  # server address -> loop time it may be picked again
         # (router, service) -> counters; kept across reloads, so totals only grow
         self.counters: dict[tuple[str, str], Counters] = {}
@@ -256,14 +265,19 @@ class DatagramProxy:
         get = sessions.get
         move = sessions.move_to_end
         now = self.loop.time()
-        for _ in range(BATCH):
+        budget = self._budget
+        read = 0
+        while read < budget:
             try:
                 data, client = recvfrom(MAX_DATAGRAM)
             except (BlockingIOError, InterruptedError):
+                self._budget = read or 1
+                self._fills = 0
                 return
             except OSError as exc:
                 log.debug("entrypoint %s: receive failed: %s", self.name, exc)
                 return
+            read += 1
             session = get(client)
             if session is None:
                 session = self._open(client, now, None, None)
@@ -287,6 +301,13 @@ class DatagramProxy:
             counters = session.counters
             counters.datagrams_to_server += 1
             counters.bytes_to_server += len(data)
+        if budget > 1:
+            self._budget = budget * 2 if budget < BATCH else BATCH
+        else:
+            self._fills += 1
+            if self._fills >= PROBE_EVERY:
+                self._budget = 2
+                self._fills = 0
 
     def _wildcard_readable(self) -> None:
         """The listener (a wildcard address) has datagrams: read where each was sent to."""
@@ -295,14 +316,19 @@ class DatagramProxy:
         get = sessions.get
         move = sessions.move_to_end
         now = self.loop.time()
-        for _ in range(BATCH):
+        budget = self._budget
+        read = 0
+        while read < budget:
             try:
                 data, ancillary, _flags, client = recvmsg(MAX_DATAGRAM, CMSG_SIZE)
             except (BlockingIOError, InterruptedError):
+                self._budget = read or 1
+                self._fills = 0
                 return
             except OSError as exc:
                 log.debug("entrypoint %s: receive failed: %s", self.name, exc)
                 return
+            read += 1
             session = get(client)
             if session is None:
                 local, reply = local_from_pktinfo(ancillary, self.port)
@@ -327,6 +353,13 @@ class DatagramProxy:
             counters = session.counters
             counters.datagrams_to_server += 1
             counters.bytes_to_server += len(data)
+        if budget > 1:
+            self._budget = budget * 2 if budget < BATCH else BATCH
+        else:
+            self._fills += 1
+            if self._fills >= PROBE_EVERY:
+                self._budget = 2
+                self._fills = 0
 
     def _open(
         self, client: tuple, now: float, local: tuple | None, reply: list | None
@@ -459,14 +492,19 @@ class DatagramProxy:
         size = 0
         dropped = 0
         error: OSError | None = None
-        for _ in range(BATCH):
+        budget = session.budget
+        read = 0
+        while read < budget:
             try:
                 data = recv(MAX_DATAGRAM)
             except (BlockingIOError, InterruptedError):
+                session.budget = read or 1
+                session.fills = 0
                 break
             except OSError as exc:
                 error = exc
                 break
+            read += 1
             try:
                 if reply is None:
                     send(data, client)
@@ -477,6 +515,14 @@ class DatagramProxy:
                 continue
             count += 1
             size += len(data)
+        else:
+            if budget > 1:
+                session.budget = budget * 2 if budget < BATCH else BATCH
+            else:
+                session.fills += 1
+                if session.fills >= PROBE_EVERY:
+                    session.budget = 2
+                    session.fills = 0
         counters = session.counters
         if count:
             counters.datagrams_to_client += count

@@ -80,8 +80,10 @@ class Session:
     """
 
     __slots__ = (
+        "budget",
         "client",
         "counters",
+        "fills",
         "header",
         "last",
         "local",
@@ -109,6 +111,8 @@ class Session:
         self.sock: Any = None
         self.header: bytes | None = None
         self.last = 0.0
+        self.budget = 1  # datagrams the upstream socket's next callback reads
+        self.fills = 0
 
     def __repr__(self) -> str:
         return f"Session({self.client!r}, server={getattr(self.server, 'address', None)!r})"
