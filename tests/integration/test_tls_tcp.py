@@ -840,6 +840,37 @@ def test_certificate_change_applies_to_new_connections_without_restart(tmp_path,
         e.stop()
 
 
+def test_mutual_tls_refuses_a_client_without_certificate_and_serves_one_with_it(tmp_path, pki, certs, whoami):
+    client_cert = pki.issue(cn="client-1", client=True).write(tmp_path, "client")
+    dynamic = {
+        "http": {
+            "routers": {
+                "mtls": {"rule": "Host(`a.test`)", "service": "who", "tls": {"options": "mtls"}},
+                "open": {"rule": "Host(`echo.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": certificates(certs, "a.test", "echo.test"),
+            "options": {
+                "mtls": {"clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}}
+            },
+        },
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        base = ["--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"]]
+        refused = curl(*base, f"https://a.test:{e.port}/")
+        assert refused.returncode != 0  # the handshake (or the first read) fails: no certificate
+        accepted = curl(*base, "--cert", client_cert[0], "--key", client_cert[1], f"https://a.test:{e.port}/m")
+        assert accepted.returncode == 0, accepted.stderr
+        assert json.loads(accepted.stdout)["path"] == "/m"
+        # the other name on the same port asks for no client certificate
+        assert https_get(e.port, "echo.test", "/", certs["ca"])[0] == 200
+    finally:
+        e.stop()
+
+
 def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoami):
     missing = str(Path(tmp_path) / "missing.crt")
     dynamic = {
