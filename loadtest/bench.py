@@ -11,6 +11,10 @@ subjects, ...), so that drift on the machine hits every subject alike. Each figu
 median over ``--runs`` runs. Everything binds 127.0.0.1 on free ports; every process the
 harness starts is in its own session and is stopped (SIGTERM, then SIGKILL) at the end.
 
+UDP scenarios (``protocol="udp"``) use ``udpload``, a small C load generator kept in
+this file (``UDPLOAD_C``) and compiled into the temp dir with ``cc``; its echo server is
+the backend of the echo scenarios and its sink that of the one-way scenario.
+
 Adding a scenario: one ``Scenario(...)`` entry in ``SCENARIOS``. Adding a subject: a
 ``Subject`` subclass (``start() -> "host:port"``, ``stop()``) registered in ``SUBJECTS``;
 a scenario lists the subjects it applies to and may run one subject under several
@@ -58,6 +62,8 @@ WRK_TIMEOUT = "5s"  # wrk's per-request timeout; slower responses count as timeo
 
 HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy")
 
+UDP_SUBJECTS = ("direct", "edge", "nginx")
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -74,8 +80,12 @@ class Scenario:
     baseline: str = "nginx"  # label the ratio columns divide by
     # what subjects must proxy: "http"; "https" (wrk speaks TLS to the subject, which
     # terminates it and proxies HTTP); "tls-passthrough" (TLS relayed untouched to the
-    # backend's TLS port); later "udp"
+    # backend's TLS port); "udp" (udpload instead of wrk; ``connections`` client sockets)
     protocol: str = "http"
+    udp_mode: str = "echo"  # "echo": round trips through an echo server; "oneway": to a sink
+    udp_window: int = 1  # datagrams each client keeps in flight (echo)
+    udp_size: int = 64  # payload bytes
+    udp_listen: str = HOST  # the proxy's UDP listening address ("": every address)
     workers: int = 1  # nginx worker_processes / haproxy nbthread / edge `workers` (if > 1)
     edge_routers: int = 0  # extra `Host(`hN.example.com`)` routers in edge's dynamic file
     edge_static_extra: dict[str, Any] = field(
@@ -154,6 +164,31 @@ SCENARIOS: tuple[Scenario, ...] = (
         path="/1m",
         subjects=("direct", "edge-httptools", "haproxy"),
         baseline="haproxy",
+    ),
+    Scenario(
+        "udp-echo-1",
+        "UDP echo round trips, one client, one datagram in flight (the DNS ping-pong)",
+        protocol="udp",
+        connections=1,
+        subjects=UDP_SUBJECTS,
+    ),
+    Scenario(
+        "udp-echo-100",
+        "UDP echo round trips, 100 clients (100 sessions), one datagram in flight each; "
+        "@wildcard: the proxy listens on every address and replies from the one written to",
+        protocol="udp",
+        connections=100,
+        subjects=(*UDP_SUBJECTS, "edge@wildcard", "nginx@wildcard"),
+        variants={"wildcard": {"udp_listen": ""}},
+    ),
+    Scenario(
+        "udp-oneway",
+        "UDP datagrams one way as fast as 100 clients send them; req/s: datagrams that "
+        "reached the sink per second",
+        protocol="udp",
+        udp_mode="oneway",
+        connections=100,
+        subjects=UDP_SUBJECTS,
     ),
     Scenario(
         "workers-2",
@@ -316,6 +351,9 @@ class Context:
     backend_tls_port: int = 0  # the backend's TLS server (passthrough scenarios)
     cert: Path | None = None  # the bench certificate and key (PEM), for every TLS server
     key: Path | None = None
+    udp_echo_port: int = 0  # udpload echo-server (UDP echo scenarios)
+    udp_sink_port: int = 0  # udpload sink (one-way scenario), and its counter's port
+    udp_sink_ctrl: int = 0
 
     def path(self, name: str) -> Path:
         return self.workdir / name
@@ -481,9 +519,11 @@ class Subject:
 class Direct(Subject):
     """No proxy: wrk straight to the backend (its TLS port for passthrough scenarios)."""
 
-    protocols = ("http", "tls-passthrough")
+    protocols = ("http", "tls-passthrough", "udp")
 
     def start(self) -> str:
+        if self.scenario.protocol == "udp":
+            return f"{HOST}:{udp_backend_port(self.ctx, self.scenario)}"
         if self.scenario.protocol == "tls-passthrough":
             return f"{HOST}:{self.ctx.backend_tls_port}"
         return f"{HOST}:{self.ctx.backend_port}"
@@ -491,9 +531,11 @@ class Direct(Subject):
 
 class NginxProxy(Subject):
     tools = ("nginx",)
-    protocols = ("http", "https")
+    protocols = ("http", "https", "udp")
 
     def start(self) -> str:
+        if self.scenario.protocol == "udp":
+            return self._start_udp()
         port = free_port()
         tls = ";"
         if self.scenario.protocol == "https":
@@ -523,6 +565,35 @@ class NginxProxy(Subject):
         conf = nginx_conf(self.ctx, self.slug, self.scenario.workers, body)
         self.proc = start_nginx(self.ctx, self.slug, conf)
         self._wait(port, [self.ctx.path(f"{self.slug}-error.log")])
+        return f"{HOST}:{port}"
+
+    def _start_udp(self) -> str:
+        """The ``stream`` module (a dynamic module on Debian) proxying UDP to the backend."""
+        sc = self.scenario
+        port = free_udp_port()
+        module = next((str(p) for p in NGINX_STREAM_MODULES if p.exists()), None)
+        d = self.ctx.workdir
+        conf = f"""\
+{f"load_module {module};" if module else ""}
+worker_processes {sc.workers};
+daemon off;
+master_process on;
+pid {d}/{self.slug}.pid;
+error_log {d}/{self.slug}-error.log warn;
+events {{ worker_connections 4096; }}
+stream {{
+    server {{
+        listen {f"{sc.udp_listen}:" if sc.udp_listen else ""}{port} udp;
+        proxy_pass {HOST}:{udp_backend_port(self.ctx, sc)};
+        proxy_timeout 3s;
+    }}
+}}
+"""
+        path = self.ctx.path(f"{self.slug}.conf")
+        path.write_text(conf)
+        self.proc = start_nginx(self.ctx, self.slug, path)
+        logs = [*self.logs(), self.ctx.path(f"{self.slug}-error.log")]
+        wait_until(self.proc, udp_check(self.ctx, sc, port), sc.ready_timeout, "routing", logs)
         return f"{HOST}:{port}"
 
     def _wait(self, port: int, extra_logs: list[Path]) -> None:
@@ -624,10 +695,12 @@ class Edge(Subject):
     """``python -m edge run`` with a generated static and dynamic (file provider) config."""
 
     parser = "httptools"
-    protocols = ("http", "https", "tls-passthrough")
+    protocols = ("http", "https", "tls-passthrough", "udp")
 
     def configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
         sc = self.scenario
+        if sc.protocol == "udp":
+            return self.udp_configs(port, ping_port)
         dynamic_file = self.ctx.path(f"{self.slug}-dynamic.yaml")
         static: dict[str, Any] = {
             "entryPoints": {
@@ -689,8 +762,31 @@ class Edge(Subject):
             }
         return static, deep_merge(dynamic, sc.edge_dynamic_extra)
 
+    def udp_configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        sc = self.scenario
+        static: dict[str, Any] = {
+            "entryPoints": {
+                "udp": {"address": f"{sc.udp_listen}:{port}/udp"},
+                "traefik": {"address": f"{HOST}:{ping_port}"},
+            },
+            "providers": {"file": {"filename": str(self.ctx.path(f"{self.slug}-dynamic.yaml"))}},
+            "ping": {"entryPoint": "traefik"},
+            "log": {"level": "ERROR"},
+        }
+        if sc.workers > 1:
+            static["workers"] = sc.workers
+        backend = f"{HOST}:{udp_backend_port(self.ctx, sc)}"
+        dynamic = {
+            "udp": {
+                "routers": {"bench": {"service": "backend", "entryPoints": ["udp"]}},
+                "services": {"backend": {"loadBalancer": {"servers": [{"address": backend}]}}},
+            }
+        }
+        return deep_merge(static, sc.edge_static_extra), deep_merge(dynamic, sc.edge_dynamic_extra)
+
     def start(self) -> str:
-        port, ping_port = free_port(), free_port()
+        udp = self.scenario.protocol == "udp"
+        port, ping_port = (free_udp_port() if udp else free_port()), free_port()
         static, dynamic = self.configs(port, ping_port)
         static_path = self.ctx.path(f"{self.slug}-static.yaml")
         write_yaml(Path(static["providers"]["file"]["filename"]), dynamic)
@@ -719,7 +815,8 @@ class Edge(Subject):
             raise
         # /ready may precede the file provider's first configuration: wait for the route too
         left = max(1.0, deadline - time.monotonic())
-        wait_until(self.proc, expect_body(port, self.scenario), left, "routing", self.logs())
+        check = udp_check(self.ctx, self.scenario, port) if udp else expect_body(port, self.scenario)
+        wait_until(self.proc, check, left, "routing", self.logs())
         return f"{HOST}:{port}"
 
 
@@ -756,6 +853,7 @@ class Ceiling(Subject):
 
 SUBJECTS: dict[str, type[Subject]] = {
     "direct": Direct,
+    "edge": Edge,  # the UDP scenarios' name for it: no HTTP parser is involved
     "edge-httptools": Edge,
     "edge-h11": EdgeH11,
     "nginx": NginxProxy,
@@ -825,6 +923,360 @@ def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> 
     return res
 
 
+# --- udp ---------------------------------------------------------------------------
+
+NGINX_STREAM_MODULES = (
+    Path("/usr/lib/nginx/modules/ngx_stream_module.so"),
+    Path("/usr/share/nginx/modules/ngx_stream_module.so"),
+)
+
+UDPLOAD_C = r"""
+/* udpload: UDP load for bench.py (compiled by it into its temp dir).
+ *   udpload echo HOST PORT CLIENTS WINDOW SECONDS SIZE
+ *     CLIENTS connected sockets each keeping WINDOW datagrams in flight; prints replies,
+ *     their rate, p50/p99 round trip (us) and the datagrams sent again after 1 s of silence.
+ *   udpload oneway HOST PORT CLIENTS SECONDS SIZE SINK_CTRL_PORT
+ *     sends as fast as it can over CLIENTS sockets; asks the sink how many arrived.
+ *   udpload sink         binds two ports, prints "sink data=P ctrl=Q"; counts datagrams on
+ *                        data, answers any datagram on ctrl with the count.
+ *   udpload echo-server  binds a port, prints "echo port=P"; echoes every datagram. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 64
+#define MAXLAT 4000000
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static int bound_socket(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), size = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0) { perror("bind"); exit(2); }
+    return fd;
+}
+
+static int local_port(int fd) {
+    struct sockaddr_in a;
+    socklen_t n = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &n);
+    return ntohs(a.sin_port);
+}
+
+static int connected_socket(const char *host, int port) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) { fprintf(stderr, "bad host\n"); exit(2); }
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) { perror("connect"); exit(2); }
+    return fd;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void send_stamped(int fd, char *buf, int size, int *inflight) {
+    uint64_t t = now_ns();
+    memcpy(buf, &t, 8);
+    if (send(fd, buf, size, 0) == size) (*inflight)++;
+}
+
+static int run_echo(const char *host, int port, int clients, int window, double seconds, int size) {
+    if (size < 8) size = 8;
+    int ep = epoll_create1(0), *fds = calloc(clients, sizeof(int)), *inflight = calloc(clients, sizeof(int));
+    uint64_t *last = calloc(clients, sizeof(uint64_t)), replies = 0, resent = 0, nlat = 0;
+    uint32_t *lat = malloc(sizeof(uint32_t) * MAXLAT);
+    char *buf = calloc(1, 65536);
+    uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9), next_check = start;
+    for (int i = 0; i < clients; i++) {
+        fds[i] = connected_socket(host, port);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+        for (int k = 0; k < window; k++) send_stamped(fds[i], buf, size, &inflight[i]);
+        last[i] = start;
+    }
+    struct epoll_event evs[256];
+    for (;;) {
+        if (now_ns() >= end) break;
+        int n = epoll_wait(ep, evs, 256, 10);
+        for (int e = 0; e < n; e++) {
+            int i = evs[e].data.u32;
+            for (int k = 0; k < BATCH; k++) {
+                if (recv(fds[i], buf, 65536, 0) < 0) break;
+                uint64_t now = now_ns(), sent;
+                memcpy(&sent, buf, 8);
+                replies++;
+                inflight[i]--;
+                last[i] = now;
+                if (nlat < MAXLAT) lat[nlat++] = (uint32_t)((now - sent) / 1000);
+                send_stamped(fds[i], buf, size, &inflight[i]);
+            }
+        }
+        uint64_t t = now_ns();
+        if (t >= next_check) { /* a client silent for 1 s lost its datagrams: send again */
+            next_check = t + 100000000ull;
+            for (int i = 0; i < clients; i++) {
+                if (t > last[i] + 1000000000ull) {
+                    resent += inflight[i];
+                    inflight[i] = 0;
+                    last[i] = t;
+                    for (int k = 0; k < window; k++) send_stamped(fds[i], buf, size, &inflight[i]);
+                }
+            }
+        }
+    }
+    double elapsed = (now_ns() - start) / 1e9;
+    qsort(lat, nlat, sizeof *lat, cmp_u32);
+    printf("replies=%" PRIu64 " seconds=%.3f rate=%.1f p50_us=%u p99_us=%u resent=%" PRIu64 "\n",
+           replies, elapsed, replies / elapsed, nlat ? lat[nlat / 2] : 0,
+           nlat ? lat[nlat * 99 / 100] : 0, resent);
+    return 0;
+}
+
+static uint64_t ask_sink(int ctrl) {
+    char q = '?';
+    uint64_t count = 0;
+    send(ctrl, &q, 1, 0);
+    for (int tries = 0; tries < 2000; tries++) {
+        if (recv(ctrl, &count, sizeof count, 0) == sizeof count) return count;
+        usleep(1000);
+    }
+    fprintf(stderr, "the sink did not answer\n");
+    exit(3);
+}
+
+static int run_oneway(const char *host, int port, int clients, double seconds, int size, int ctrl_port) {
+    int ctrl = connected_socket("127.0.0.1", ctrl_port), *fds = calloc(clients, sizeof(int));
+    char *buf = calloc(1, 65536);
+    for (int i = 0; i < clients; i++) fds[i] = connected_socket(host, port);
+    uint64_t before = ask_sink(ctrl), sent = 0, failed = 0;
+    uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9);
+    for (int i = 0;; i = (i + 1) % clients) {
+        if ((sent & 255) == 0 && now_ns() >= end) break;
+        if (send(fds[i], buf, size, 0) == size) sent++; else failed++;
+    }
+    double elapsed = (now_ns() - start) / 1e9;
+    usleep(200000); /* what is still queued arrives */
+    uint64_t arrived = ask_sink(ctrl) - before;
+    printf("arrived=%" PRIu64 " sent=%" PRIu64 " seconds=%.3f rate=%.1f send_rate=%.1f failed=%" PRIu64 "\n",
+           arrived, sent, elapsed, arrived / elapsed, sent / elapsed, failed);
+    return 0;
+}
+
+static void run_sink(void) {
+    int data = bound_socket(), ctrl = bound_socket(), ep = epoll_create1(0);
+    printf("sink data=%d ctrl=%d\n", local_port(data), local_port(ctrl));
+    fflush(stdout);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = data};
+    epoll_ctl(ep, EPOLL_CTL_ADD, data, &ev);
+    ev.data.fd = ctrl;
+    epoll_ctl(ep, EPOLL_CTL_ADD, ctrl, &ev);
+    static char bufs[BATCH][2048];
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = sizeof bufs[i];
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    uint64_t count = 0;
+    struct epoll_event evs[4];
+    for (;;) {
+        int n = epoll_wait(ep, evs, 4, -1);
+        for (int e = 0; e < n; e++) {
+            if (evs[e].data.fd == data) {
+                int r;
+                while ((r = recvmmsg(data, msgs, BATCH, MSG_DONTWAIT, NULL)) > 0) count += r;
+            } else {
+                struct sockaddr_in from;
+                socklen_t len = sizeof from;
+                char q;
+                while (recvfrom(ctrl, &q, 1, 0, (struct sockaddr *)&from, &len) >= 0) {
+                    sendto(ctrl, &count, sizeof count, 0, (struct sockaddr *)&from, len);
+                    len = sizeof from;
+                }
+            }
+        }
+    }
+}
+
+static void run_echo_server(void) {
+    int fd = bound_socket(), ep = epoll_create1(0);
+    printf("echo port=%d\n", local_port(fd));
+    fflush(stdout);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd}, got;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    static char buf[65536];
+    for (;;) {
+        if (epoll_wait(ep, &got, 1, -1) < 1) continue;
+        for (;;) {
+            struct sockaddr_in6 from;
+            socklen_t len = sizeof from;
+            ssize_t r = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &len);
+            if (r < 0) break;
+            sendto(fd, buf, r, 0, (struct sockaddr *)&from, len);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 8 && !strcmp(argv[1], "echo"))
+        return run_echo(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atof(argv[6]), atoi(argv[7]));
+    if (argc >= 8 && !strcmp(argv[1], "oneway"))
+        return run_oneway(argv[2], atoi(argv[3]), atoi(argv[4]), atof(argv[5]), atoi(argv[6]), atoi(argv[7]));
+    if (argc >= 2 && !strcmp(argv[1], "sink")) run_sink();
+    if (argc >= 2 && !strcmp(argv[1], "echo-server")) run_echo_server();
+    fprintf(stderr, "usage: see the comment at the top of udpload.c\n");
+    return 2;
+}
+"""
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def build_udpload(ctx: Context) -> str | None:
+    """Compile udpload into the temp dir; None (UDP scenarios skipped) without a C compiler."""
+    cc = find_tool("cc") or find_tool("gcc")
+    if cc is None:
+        return None
+    source, binary = ctx.path("udpload.c"), ctx.path("udpload")
+    source.write_text(UDPLOAD_C)
+    done = subprocess.run([cc, "-O2", "-o", str(binary), str(source)], capture_output=True, text=True)
+    if done.returncode != 0:
+        say(f"  udpload did not compile: {done.stderr.strip()[-500:]}")
+        return None
+    return str(binary)
+
+
+class UDPBackends:
+    """The UDP scenarios' backends: udpload's echo server (a C echo, so that the proxies, not
+    the backend, are what is measured) and its sink."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.procs: list[Proc] = []
+
+    def start(self) -> None:
+        udpload = self.ctx.tools["udpload"]
+        assert udpload
+        for mode, pattern in (("echo-server", r"echo port=(\d+)"), ("sink", r"sink data=(\d+) ctrl=(\d+)")):
+            log = self.ctx.path(f"udp-{mode}.out")
+            proc = Proc([udpload, mode], log)
+            self.procs.append(proc)
+            found: list[re.Match] = []
+
+            def started(log: Path = log, pattern: str = pattern, found: list = found) -> bool:
+                m = re.search(pattern, log.read_text())
+                if m:
+                    found.append(m)
+                return m is not None
+
+            wait_until(proc, started, 5.0, f"udpload {mode} ready", [log])
+            m = found[-1]
+            if mode == "echo-server":
+                self.ctx.udp_echo_port = int(m.group(1))
+            else:
+                self.ctx.udp_sink_port, self.ctx.udp_sink_ctrl = int(m.group(1)), int(m.group(2))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+
+def udp_backend_port(ctx: Context, scenario: Scenario) -> int:
+    return ctx.udp_sink_port if scenario.udp_mode == "oneway" else ctx.udp_echo_port
+
+
+def sink_count(ctx: Context) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(1.0)
+        s.sendto(b"?", (HOST, ctx.udp_sink_ctrl))
+        return int.from_bytes(s.recv(8), "little")
+
+
+def udp_check(ctx: Context, scenario: Scenario, port: int) -> Callable[[], bool]:
+    """A check: a datagram sent to ``port`` comes back (echo) or reaches the sink (one-way)."""
+
+    def check() -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(0.5)
+            s.connect((HOST, port))
+            before = sink_count(ctx) if scenario.udp_mode == "oneway" else 0
+            s.send(b"probe-probe")
+            if scenario.udp_mode == "oneway":
+                time.sleep(0.1)
+                return sink_count(ctx) > before
+            try:
+                return s.recv(100) == b"probe-probe"
+            except TimeoutError:
+                return False
+
+    return check
+
+
+def run_udpload(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
+    """One udpload run, as run_wrk's result: rps is replies/s (echo) or arrivals/s (one-way)."""
+    udpload = ctx.tools["udpload"]
+    assert udpload
+    host, port = address.rsplit(":", 1)
+    seconds = f"{max(1.0, duration):g}"
+    sc = scenario
+    if sc.udp_mode == "oneway":
+        rest = [str(sc.connections), seconds, str(sc.udp_size), str(ctx.udp_sink_ctrl)]
+    else:
+        rest = [str(sc.connections), str(sc.udp_window), seconds, str(sc.udp_size)]
+    argv = [udpload, sc.udp_mode, host, port, *rest]
+    started = time.time()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
+        out, err, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired:
+        out, err, code = "", "udpload did not finish in time", -1
+    fields = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
+    latency = {}
+    if "p50_us" in fields:
+        latency = {"p50": fields["p50_us"] / 1000, "p99": fields["p99_us"] / 1000}
+    resent = int(fields.get("resent", 0))
+    return {
+        "rps": fields.get("rate"),
+        "requests": int(fields.get("replies", fields.get("arrived", 0))),
+        "latency_ms": latency,
+        "errors": {"resent": resent},
+        "error_total": resent,
+        "argv": argv,
+        "started": started,
+        "exit_code": code,
+        "stdout": out,
+        "stderr": err,
+    }
+
+
+def run_load(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
+    if scenario.protocol == "udp":
+        return run_udpload(ctx, scenario, address, duration)
+    return run_wrk(ctx, scenario, address, duration)
+
+
 # --- running -----------------------------------------------------------------------
 
 
@@ -878,9 +1330,11 @@ def run_scenario(
         cases = [c for c in cases if c.subject in wanted]
     for case in cases:
         cls = SUBJECTS[case.subject]
-        missing = [t for t in ("wrk", "nginx", *cls.tools) if not ctx.tools.get(t)]
+        load = ("udpload",) if scenario.protocol == "udp" else ("wrk", "nginx")
+        missing = [t for t in (*load, *cls.tools) if not ctx.tools.get(t)]
         if missing:
-            # nginx is the backend of every subject, wrk the load of every scenario
+            # nginx is the HTTP subjects' backend, wrk their load; udpload (built with cc)
+            # is the UDP scenarios' load and backend
             case.status, case.reason = "skipped", "missing " + ", ".join(missing)
         elif scenario.protocol not in cls.protocols:
             case.status, case.reason = "skipped", f"does not do {scenario.protocol}"
@@ -902,14 +1356,14 @@ def run_scenario(
         live = [c for c in cases if c.status == "ok"]
         if args.warmup > 0:
             for case in live:
-                case.warmup = run_wrk(ctx, case.scenario, case.address, args.warmup)
+                case.warmup = run_load(ctx, case.scenario, case.address, args.warmup)
         for rnd in range(args.runs):
             # rotate the order each round so no subject always runs first or last
             order = live[rnd % len(live) :] + live[: rnd % len(live)] if live else []
             for case in order:
                 if case.status != "ok":
                     continue
-                res = run_wrk(ctx, case.scenario, case.address, args.duration)
+                res = run_load(ctx, case.scenario, case.address, args.duration)
                 res["round"] = rnd + 1
                 case.runs.append(res)
                 rps = f"{res['rps']:,.0f} req/s" if res["rps"] is not None else "no result"
@@ -947,10 +1401,19 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
     base_case = next((c for c in cases if c.label == scenario.baseline), None)
     base = base_case.summary() if base_case else {}
     extra = shlex.join(scenario.wrk_args)
+    load = (
+        f"   wrk -t{scenario.threads} -c{scenario.connections} {extra + ' ' if extra else ''}"
+        f"GET {scenario.path}"
+    )
+    if scenario.protocol == "udp":
+        load = (
+            f"   udpload {scenario.udp_mode} clients={scenario.connections} "
+            f"window={scenario.udp_window} size={scenario.udp_size}"
+            + ("; errors: datagrams sent again after 1 s without a reply" if scenario.udp_mode == "echo" else "")
+        )
     lines = [
         f"== {scenario.name}: {scenario.description}",
-        f"   wrk -t{scenario.threads} -c{scenario.connections} {extra + ' ' if extra else ''}"
-        f"GET {scenario.path}; ratios vs {scenario.baseline}"
+        f"{load}; ratios vs {scenario.baseline}"
         + ("" if base else f" (no {scenario.baseline} result: ratios n/a)"),
         f"{'subject':<26}{'req/s':>10}{'spread':>8}{'p50':>10}{'p99':>10}{'errors':>8}"
         f"{'req/s ratio':>13}{'p99 ratio':>11}",
@@ -1103,6 +1566,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"header": header, "scenarios": {}, "complete": False}
     tables: list[str] = []
     backend = Backend(ctx)
+    udp_backends = UDPBackends(ctx)
+    if any(s.protocol == "udp" for s in scenarios):
+        tools["udpload"] = build_udpload(ctx)
 
     def on_term(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
@@ -1115,6 +1581,13 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"  backend nginx on {HOST}:{ctx.backend_port}")
             except SubjectFailed as exc:
                 say(f"backend failed: {exc}\n{exc.detail}")
+                return 1
+        if tools.get("udpload"):
+            try:
+                udp_backends.start()
+                say(f"  udp echo on {HOST}:{ctx.udp_echo_port}, sink on {HOST}:{ctx.udp_sink_port}")
+            except SubjectFailed as exc:
+                say(f"udp backends failed: {exc}\n{exc.detail}")
                 return 1
         for scenario in scenarios:
             say(f"\n-- {scenario.name} (load {os.getloadavg()[0]:.2f})")
@@ -1141,6 +1614,7 @@ def main(argv: list[str] | None = None) -> int:
         results["complete"] = True
     finally:
         backend.stop()
+        udp_backends.stop()
         stop_all()
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(results, indent=1, default=str))
