@@ -294,6 +294,13 @@ def wrk(port: int, duration: float, connections: int) -> dict[str, float]:
     }
 
 
+def parse_seconds(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(ms|s)?", text.strip())
+    if m is None:
+        raise SystemExit(f"--throttle {text!r}: expected e.g. 2s or 500ms")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
 # --- the run ------------------------------------------------------------------------------
 
 
@@ -384,6 +391,7 @@ def main() -> int:
         time.sleep(3)  # let the status-less first sync settle
         # idle: what the churn alone costs
         changes_source = Changes(args.ingresses, args.endpoints)
+        settle = parse_seconds(args.throttle) + 1.0
         idle: dict[str, list[float]] = {"quiet": [], "churn": []}
         for mode in ("quiet", "churn", "quiet", "churn"):
             c0 = cpu_seconds(edge.pid)
@@ -394,6 +402,7 @@ def main() -> int:
             ):
                 time.sleep(args.duration / 2)
             idle[mode].append((cpu_seconds(edge.pid) - c0) / (args.duration / 2))
+            time.sleep(settle)  # the last changes' round ends before the next phase
         results["idle_cpu_per_s"] = {k: round(statistics.median(v), 3) for k, v in idle.items()}
         print(
             f"idle edge CPU: quiet {results['idle_cpu_per_s']['quiet']:.3f} s/s, with "
@@ -419,6 +428,7 @@ def main() -> int:
                 if churn is not None:
                     changes += churn.changes
                 runs[mode].append(res)
+                time.sleep(settle)
                 print(f"  {mode:5}: {res['rps']:9.0f} req/s, edge CPU {res['edge_cpu_per_s']:.2f} s/s, "
                       f"{res['edge_cpu_us_per_request']:.1f} us/request, errors {res['errors']}")  # fmt: skip
         lines = log_lines(edge_log)

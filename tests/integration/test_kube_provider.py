@@ -11,9 +11,12 @@ processes, named in EndpointSlices as 127.0.0.1 and their port. Requests go thro
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import json
 import logging
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -715,3 +718,65 @@ def test_edge_check_lists_the_routes_left_out(emu, tmp_path: Path, whoami):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "ingress default/bad" in out.stdout and "service default/missing not found" in out.stdout
     assert "router default-good-a-test@kubernetes: enabled" in out.stdout
+
+
+# --- k8s/examples ----------------------------------------------------------------------------
+
+
+def _example_objects() -> list[dict]:
+    """k8s/examples and the IngressClass, as the API server would store them (Secret
+    stringData becomes data); kinds the emulator does not serve (Deployments) left out."""
+    served = {"Service", "Secret", "Ingress", "IngressClass", "EndpointSlice"}
+    paths = [ROOT / "k8s/ingressclass.yaml", *sorted((ROOT / "k8s/examples").glob("*.yaml"))]
+    out = []
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") not in served:
+                continue
+            if "stringData" in doc:
+                data = doc.setdefault("data", {})
+                for k, v in doc.pop("stringData").items():
+                    data[k] = base64.b64encode(v.encode()).decode()
+            out.append(doc)
+    return out
+
+
+def test_the_examples_route_two_hosts_a_path_split_and_tls(emu, start_edge):
+    objs = _example_objects()
+    assert {o["kind"] for o in objs} == {"Service", "Secret", "Ingress", "IngressClass"}
+    for obj in objs:
+        emu.create(obj)
+    web, api = Whoami("web"), Whoami("api")
+    try:
+        for service, backend in (("whoami-web", web), ("whoami-api", api)):
+            eps = slice_for(service, backend)
+            eps["metadata"]["namespace"] = "edge-demo"
+            emu.create(eps)
+        edge = start_edge()
+        port = edge.port()
+        assert served_by(port, "web.example.test") == "web"
+        assert served_by(port, "web.example.test", "/api/users") == "api"
+        assert served_by(port, "web.example.test", "/api") == "api"
+        assert served_by(port, "web.example.test", "/apixyz") == "web"
+        assert served_by(port, "api.example.test", "/anything") == "api"
+        assert served_by(port, "other.example.test") == "404"
+        routers = edge.app.runtime.configuration.http.routers
+        assert "edge-demo-demo-web-example-test-api@kubernetes" in routers
+        # HTTPS with the Secret's certificate, picked by SNI and verified against it
+        secret = next(o for o in objs if o["kind"] == "Secret")
+        ctx = ssl.create_default_context(
+            cadata=base64.b64decode(secret["data"]["tls.crt"]).decode()
+        )
+        for host, name in (("web.example.test", "web"), ("api.example.test", "api")):
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as raw_sock,
+                ctx.wrap_socket(raw_sock, server_hostname=host) as tls,
+            ):
+                tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                resp = http.client.HTTPResponse(tls)
+                resp.begin()
+                assert resp.status == 200
+                assert json.loads(resp.read())["name"] == name
+    finally:
+        web.stop()
+        api.stop()
