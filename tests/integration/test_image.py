@@ -7,9 +7,13 @@ host's CA bundle goes into that base with PIP_CERT pointing at it, so pip in the
 build stage trusts what this machine trusts (a TLS-inspecting proxy, say). The base
 is kept in podman's storage and reused; EDGE_TEST_BASE_IMAGE names another one.
 
-The container runs as the DaemonSet runs it: UID 10001, read-only root filesystem,
-every capability dropped but NET_BIND_SERVICE, no-new-privileges, the ConfigMap's
-edge.yaml mounted at /etc/edge. It must bind :80 and answer /ping.
+The container runs as the DaemonSet runs it: in the host's network, UID 10001,
+read-only root filesystem, every capability dropped but NET_BIND_SERVICE,
+no-new-privileges, the ConfigMap's edge.yaml mounted at /etc/edge (its addresses
+moved to free loopback ports, one below 1024), the Downward API's variables set, and
+the in-memory API server (tests/kube/emulator.py) standing in for the cluster. It
+must bind the port below 1024, answer /ping and /ready, and write the node's address
+into an Ingress' status.
 
 Two settings this machine needs, harmless elsewhere: the OCI runtime is runc when
 installed (crun refuses this kernel's hybrid cgroup v1/v2 layout: "cgroups in hybrid
@@ -36,7 +40,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_TAG = "localhost/edge-test-base:bookworm"
-IMAGE_TAG = "localhost/edge:test"
+IMAGE_TAG = f"localhost/edge:test-{os.getpid()}"  # one per run: runs may overlap on a machine
 MIRROR = os.environ.get("EDGE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
@@ -118,30 +122,22 @@ def _base_image(podman: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def image(podman) -> str:
+def image(podman):
+    """The image, built once for the module and removed after it.
+
+    --layers=false: no intermediate images are kept. edge/ changes between runs, so
+    a layer cache would rarely hit and would only pile up untagged images.
+    """
     started = time.monotonic()
     _run(
-        [*podman, "build", "--format", "docker", "--build-arg", f"BASE_IMAGE={_base_image(podman)}",
-         "--build-arg", "REVISION=test", "--tag", IMAGE_TAG, str(ROOT)],
+        [*podman, "build", "--format", "docker", "--layers=false", "--force-rm",
+         "--build-arg", f"BASE_IMAGE={_base_image(podman)}", "--build-arg", "REVISION=test",
+         "--tag", IMAGE_TAG, str(ROOT)],
         timeout=900,
     )  # fmt: skip
     print(f"image built in {time.monotonic() - started:.0f} s")
-    return IMAGE_TAG
-
-
-@pytest.fixture(scope="module")
-def config_dir(tmp_path_factory) -> Path:
-    """The ConfigMap's edge.yaml, as the DaemonSet mounts it."""
-    (cm,) = [
-        d
-        for d in yaml.safe_load_all((ROOT / "k8s/configmap.yaml").read_text())
-        if d["kind"] == "ConfigMap"
-    ]
-    folder = tmp_path_factory.mktemp("etc-edge")
-    for name, text in cm["data"].items():
-        (folder / name).write_text(text)
-    folder.chmod(0o755)
-    return folder
+    yield IMAGE_TAG
+    _run([*podman, "rmi", "--force", IMAGE_TAG], check=False)
 
 
 def _free_port() -> int:
@@ -197,38 +193,159 @@ def test_no_compilers_and_no_pip(podman, image):
     assert out.returncode == 0, f"found in the image: {out.stdout.strip()}"
 
 
-def test_serves_ping_as_non_root_on_port_80(podman, image, config_dir):
-    ping, web = _free_port(), _free_port()
-    name = f"edge-test-{os.getpid()}"
-    _run([
-        *podman, "run", "--detach", "--name", name, *LIMITS, *AS_THE_DAEMONSET,
-        "--volume", f"{config_dir}:/etc/edge:ro",
-        "--publish", f"127.0.0.1:{ping}:8082", "--publish", f"127.0.0.1:{web}:80",
-        image,
-    ])  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline:
+def _free_privileged_port(taken: set[int]) -> int:
+    """A port below 1024 free on 127.0.0.1 now (this test runs as root, so it may look)."""
+    for port in range(1000, 900, -1):
+        if port in taken:
+            continue
+        with socket.socket() as s:
             try:
-                status, body = _get(f"http://127.0.0.1:{ping}/ping")
-                if status == 200:
-                    break
+                s.bind(("127.0.0.1", port))
             except OSError:
-                pass
-            time.sleep(0.5)
-        logs = _run([*podman, "logs", name], check=False)
-        assert status == 200 and body == b"OK", (
-            f"/ping: {status}\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+                continue
+        return port
+    raise AssertionError("no free port in 901-1000 on 127.0.0.1")
+
+
+def _configmap_config() -> dict:
+    (cm,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "k8s/configmap.yaml").read_text())
+        if d["kind"] == "ConfigMap"
+    ]
+    return yaml.safe_load(cm["data"]["edge.yaml"])
+
+
+def test_runs_as_the_daemonset_runs_it(podman, image, tmp_path):
+    """The container in the host's network (hostNetwork), as UID 10001 with a read-only
+    root filesystem and NET_BIND_SERVICE alone, with the ConfigMap's configuration and the
+    DaemonSet's Downward API environment, against the in-memory API server
+    (tests/kube/emulator.py) on 127.0.0.1 holding k8s/ingressclass.yaml, an Ingress, and
+    the pod and node the DaemonSet would have. Only the addresses change: loopback, free
+    ports, and a free port below 1024 for each TCP entry point that has one, so binding
+    it shows the capability works."""
+    from tests.kube import objects as o
+    from tests.kube.emulator import Emulator
+
+    token, node_ip, pod_name = "edge-image-test", "172.18.0.3", "edge-abcde"
+    (ic,) = [d for d in yaml.safe_load_all((ROOT / "k8s/ingressclass.yaml").read_text()) if d]
+    static = _configmap_config()
+    ports: dict[str, int] = {}
+    for name, ep in static["entryPoints"].items():
+        if ep["address"].endswith("/udp"):
+            ep["address"] = "127.0.0.1:0/udp"
+            continue
+        port = int(ep["address"].rsplit(":", 1)[1])
+        ports[name] = _free_privileged_port(set(ports.values())) if port < 1024 else _free_port()
+        ep["address"] = f"127.0.0.1:{ports[name]}"
+    ping = ports[static["ping"]["entryPoint"]]
+    privileged = [p for p in ports.values() if p < 1024]
+    assert privileged, "the ConfigMap has no entry point below 1024"
+
+    name = f"edge-test-{os.getpid()}"
+    with Emulator(token=token) as emu:
+        static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=token)
+        etc = tmp_path / "etc-edge"
+        etc.mkdir()
+        (etc / "edge.yaml").write_text(yaml.safe_dump(static))
+        etc.chmod(0o755)
+        emu.create(ic)
+        emu.create(o.service("whoami"))
+        emu.create(o.endpoint_slice("whoami-1"))
+        emu.create(o.ingress("web", host="web.example", ingress_class=ic["metadata"]["name"]))
+        emu.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "edge-worker"},
+                "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
+            }
         )
-        # :80 is bound by UID 10001 (NET_BIND_SERVICE through the file capability): no route, 404.
-        assert _get(f"http://127.0.0.1:{web}/")[0] == 404
-        (state,) = json.loads(_run([*podman, "inspect", name]).stdout)
-        assert state["Config"]["User"] == "10001:10001"
-        # The image's HEALTHCHECK, run once by hand (podman schedules it through systemd).
-        assert _run([*podman, "healthcheck", "run", name], check=False).returncode == 0
-    finally:
-        _run([*podman, "rm", "--force", "--time", "5", name], check=False)
+        emu.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": "edge-system",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": "edge",
+                            "uid": "0b7c2b66-0000-4000-8000-000000000001",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "hostNetwork": True,
+                    "nodeName": "edge-worker",
+                    "containers": [{"name": "edge", "image": image}],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+        _run(
+            [
+                *podman,
+                "run",
+                "--detach",
+                "--name",
+                name,
+                *LIMITS,
+                *AS_THE_DAEMONSET,
+                "--network",
+                "host",
+                "--volume",
+                f"{etc}:/etc/edge:ro",
+                "--env",
+                f"POD_NAME={pod_name}",
+                "--env",
+                "POD_NAMESPACE=edge-system",
+                "--env",
+                "NODE_NAME=edge-worker",
+                "--env",
+                "EDGE_CPU_LIMIT=1",
+                "--env",
+                f"EDGE_PING_URL=http://127.0.0.1:{ping}/ping",
+                image,
+            ]
+        )
+        try:
+            deadline = time.monotonic() + 60
+            ready = status = None
+            while time.monotonic() < deadline:
+                try:
+                    status = _get(f"http://127.0.0.1:{ping}/ping")[0]
+                    ready = _get(f"http://127.0.0.1:{ping}/ready")[0]
+                    if status == ready == 200:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            logs = _run([*podman, "logs", name], check=False)
+            detail = f"\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+            assert status == 200, f"/ping: {status}{detail}"
+            # ready: the provider listed the API server with the ConfigMap's settings
+            assert ready == 200, f"/ready: {ready}{detail}"
+            # bound below 1024 by UID 10001 (NET_BIND_SERVICE through the file capability)
+            for port in privileged:
+                assert _get(f"http://127.0.0.1:{port}/")[0] == 404, port
+            # the Ingress status names the node, as in a hostNetwork DaemonSet
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                ing = emu.get("Ingress", "default", "web") or {}
+                if ing.get("status", {}).get("loadBalancer", {}).get("ingress"):
+                    break
+                time.sleep(0.2)
+            assert ing["status"]["loadBalancer"]["ingress"] == [{"ip": node_ip}], detail
+            (state,) = json.loads(_run([*podman, "inspect", name]).stdout)
+            assert state["Config"]["User"] == "10001:10001"
+            # The image's HEALTHCHECK, run once by hand (podman schedules it through systemd).
+            assert _run([*podman, "healthcheck", "run", name], check=False).returncode == 0
+        finally:
+            _run([*podman, "rm", "--force", "--time", "5", name], check=False)
 
 
 def test_refuses_to_start_without_net_bind_service(podman, image):

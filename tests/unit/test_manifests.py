@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -157,6 +158,8 @@ def test_yaml_parses(path):
     assert docs, f"{path}: no document"
     for doc in docs:
         assert isinstance(doc, dict), f"{path}: a document is not a mapping"
+        if path.name == "kustomization.yaml":  # kustomize reads one without apiVersion/kind
+            continue
         assert doc.get("apiVersion") and doc.get("kind"), (
             f"{path}: a document lacks apiVersion/kind"
         )
@@ -217,17 +220,36 @@ def test_kustomize_builds():
 
 
 def test_configmap_passes_edge_check(config_text, tmp_path):
-    path = tmp_path / "edge.yaml"
-    path.write_text(config_text)
-    out = subprocess.run(
-        [sys.executable, "-m", "edge", "check", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    """``edge check`` on the ConfigMap's edge.yaml as it is. Its provider lists the
+    cluster, so the check runs against the in-memory API server (tests/kube/emulator.py),
+    reached through KUBECONFIG as from a workstation, holding k8s/ingressclass.yaml and
+    one Ingress of that class."""
+    from tests.kube import objects as o
+    from tests.kube.emulator import Emulator
+
+    (tmp_path / "edge.yaml").write_text(config_text)
+    token = "edge-check-test"
+    with Emulator(token=token) as emu:
+        emu.create(one("ingressclass.yaml", "IngressClass"))
+        emu.create(o.service("whoami"))
+        emu.create(o.endpoint_slice("whoami-1"))
+        emu.create(o.ingress("web", host="web.example", ingress_class=INGRESS_CLASS))
+        kubeconfig = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+            "clusters": [{"name": "emulator", "cluster": {"server": emu.url}}],
+            "users": [{"name": "edge", "user": {"token": token}}],
+            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "edge"}}],
+        }  # fmt: skip
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+        out = subprocess.run(
+            [sys.executable, "-m", "edge", "check", "--config", str(tmp_path / "edge.yaml")],
+            capture_output=True, text=True, timeout=60, cwd=ROOT, env=env,
+        )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "configuration is valid" in out.stdout
+    assert re.search(r"^router .*web.*: enabled", out.stdout, re.M), out.stdout
 
 
 def test_configmap_entry_points(static):
@@ -385,6 +407,94 @@ def test_rbac_grants_exactly_what_edge_uses():
         f"extra: {sorted(granted - EXPECTED_RBAC)}; missing: {sorted(EXPECTED_RBAC - granted)}"
     )
     assert not [d for d in documents(K8S / "rbac.yaml") if d["kind"] in ("Role", "RoleBinding")]
+
+
+def _rbac_triple(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str] | None:
+    """The (group, resource, verb) RBAC checks for a request; None for non-resource paths."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api" and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None  # /version, /api, /apis: discovery, open to every authenticated user
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    if method == "GET":
+        verb = (
+            "get" if len(rest) > 1 else ("watch" if query.get("watch") in ("true", "1") else "list")
+        )
+    else:
+        verb = {"PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}[method]
+    return group, resource, verb
+
+
+def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path, config_text):
+    """edge run, with the ConfigMap's configuration and the DaemonSet's environment, against
+    the in-memory API server (tests/kube/emulator.py) until it has written an Ingress
+    status: every request it made is allowed by the ClusterRole, and every resource the
+    ClusterRole names was used."""
+    from tests.kube import objects as o
+    from tests.kube.emulator import Emulator
+
+    token, node_ip = "edge-rbac-test", "172.18.0.3"
+    static = yaml.safe_load(config_text)
+    for ep in static["entryPoints"].values():  # the same entry points on free loopback ports
+        ep["address"] = "127.0.0.1:0" + ("/udp" if ep["address"].endswith("/udp") else "")
+    static["providersThrottleDuration"] = "100ms"
+    with Emulator(token=token) as emu:
+        static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=token)
+        (tmp_path / "edge.yaml").write_text(yaml.safe_dump(static))
+        emu.create(one("ingressclass.yaml", "IngressClass"))
+        emu.create(o.service("whoami"))
+        emu.create(o.endpoint_slice("whoami-1"))
+        emu.create(o.secret("unused-tls"))
+        emu.create(o.ingress("web", ingress_class=INGRESS_CLASS))
+        emu.create({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-worker"},
+            "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
+        })  # fmt: skip
+        emu.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "edge-abcde", "namespace": NAMESPACE, "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "edge",
+                "uid": "0b7c2b66-0000-4000-8000-000000000001", "controller": True,
+            }]},
+            "spec": {"hostNetwork": True, "nodeName": "edge-worker", "containers": [{"name": "edge", "image": "x"}]},
+            "status": {"phase": "Running"},
+        })  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env.update(
+            POD_NAME="edge-abcde",
+            POD_NAMESPACE=NAMESPACE,
+            NODE_NAME="edge-worker",
+            EDGE_CPU_LIMIT="1",
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "edge", "run", "--config", str(tmp_path / "edge.yaml")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and proc.poll() is None:
+                ing = emu.get("Ingress", "default", "web") or {}
+                if ing.get("status", {}).get("loadBalancer", {}).get("ingress"):
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            output = proc.communicate(timeout=30)[0]
+        ing = emu.get("Ingress", "default", "web")
+        assert ing["status"]["loadBalancer"]["ingress"] == [{"ip": node_ip}], output[-3000:]
+        used = {t for r in emu.requests if (t := _rbac_triple(r.method, r.path, r.query))}
+
+    role = one("rbac.yaml", "ClusterRole")
+    granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for res in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    assert used <= granted, f"edge did what the ClusterRole forbids: {sorted(used - granted)}"
+    unused = {(g, res) for g, res, _ in granted} - {(g, res) for g, res, _ in used}
+    assert not unused, f"the ClusterRole grants resources edge never touched: {sorted(unused)}"
 
 
 def test_ingress_class():
