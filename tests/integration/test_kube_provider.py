@@ -15,6 +15,7 @@ import base64
 import http.client
 import json
 import logging
+import os
 import socket
 import ssl
 import subprocess
@@ -34,9 +35,11 @@ from edge.config.loader import decode_static
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import Timing
 from edge.providers.kubernetes.provider import (
+    ClusterUnavailable,
     KubernetesIngressProvider,
     Node,
     Pod,
+    check_cluster,
     node_addresses,
     service_addresses,
 )
@@ -780,3 +783,46 @@ def test_the_examples_route_two_hosts_a_path_split_and_tls(emu, start_edge):
     finally:
         web.stop()
         api.stop()
+
+
+# --- configuration errors and an unreachable cluster -----------------------------------------
+
+
+def test_bad_credentials_stop_edge_at_start_with_the_reason(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    static = {
+        "entryPoints": {"web": {"address": "127.0.0.1:0"}},
+        "providers": {"kubernetesIngress": {"endpoint": "ftp://127.0.0.1:1"}},
+    }
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static))
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "edge", "run", "-c", str(path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "endpoint 'ftp://127.0.0.1:1' is not an http:// or https:// URL" in out.stderr
+
+
+def test_check_cluster_names_what_it_could_not_list():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    config = decode_static(
+        {"providers": {"kubernetesIngress": {"endpoint": f"http://127.0.0.1:{dead}", "token": "x"}}}
+    ).providers.kubernetes_ingress
+    assert config is not None
+    started = time.monotonic()
+    with pytest.raises(ClusterUnavailable) as err:
+        check_cluster(config, timeout=1.0, timing=FAST)
+    assert time.monotonic() - started < 10
+    text = str(err.value)
+    assert f"127.0.0.1:{dead}: not listed within 1 s" in text
+    for kind in ("Ingress in all namespaces", "EndpointSlice in all namespaces", "Secret"):
+        assert kind in text
+    assert "Connection refused" in text or "refused" in text.lower()
