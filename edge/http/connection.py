@@ -315,7 +315,8 @@ class HTTPConnection(asyncio.Protocol):
     def _express(self, head: RequestHead) -> None:
         """A plain request alone in its read, on an idle connection (see RequestParser.quick)."""
         authority = head.host
-        host, forwarded_port = self.host_port(authority)
+        # A keep-alive client names the same host request after request.
+        host, forwarded_port = self.hostport if authority == self.authority else self.host_port(authority)
         route = self.ctx.router.by_host.get(host)
         ex = self._start(head)
         if route is None or not route.express or head.version != b"1.1" or not ex.express_start(route, authority, forwarded_port):
@@ -338,7 +339,8 @@ class HTTPConnection(asyncio.Protocol):
         """``ex`` is over: log it, then keep the connection for the next request or close it."""
         if self.out:
             self.flush()
-        ex.log()
+        if self.ctx.access_log is not None:
+            ex.log()
         keep_alive = ex.keep_alive and not self.ctx.closing
         self.ex = None
         transport = self.transport

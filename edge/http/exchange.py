@@ -370,7 +370,9 @@ class Exchange:
         self.resp_started = True
         self.resp_done = True
         self.status = head.status
-        out = forward.client_response(head, self.keep_alive, False, None)
+        # What forward.client_response gives: a quick head's cut when the client
+        # connection stays open (its first branch, here without the call).
+        out = head.cut if self.keep_alive else forward.client_response(head, False, False, None)
         size = len(head.raw)
         self.sent = len(data) - size
         transport = self.conn.transport
