@@ -5,17 +5,17 @@ Run: ``.venv/bin/python loadtest/locust_local.py [--duration 60] [--users 30]
 (locust comes with the ``load`` extra: ``.venv/bin/pip install -e '.[load]'``).
 
 In a temporary folder it writes a static and a dynamic configuration and a
-self-signed certificate (EC P-256, for ``echo.test``), and starts, all on
+self-signed certificate (EC P-256, for ``echo.example.test``), and starts, all on
 127.0.0.1 with ports the OS picks:
 
-- three ``edge whoami`` backends: ``alpha`` (HTTP, and the UDP echo), ``beta-v1``
-  and ``beta`` (HTTP);
+- two ``edge whoami`` backends: ``web`` (HTTP, and the UDP echo) and ``api`` (HTTP);
 - a TLS echo server with that certificate (``locust_local.py tls-echo``: asyncio,
   echoes what it reads);
 - ``edge run`` with the entry points of the kind cluster's edge node: ``web``
-  (HTTP: ``Host(`alpha.test`)`` -> alpha; ``Host(`beta.test`)`` split by
-  ``PathPrefix(`/v1`)`` -> beta-v1, the rest -> beta), ``websecure`` (TLS passthrough:
-  ``HostSNI(`echo.test`)`` -> the TLS echo), ``udp`` (-> alpha's UDP echo) and ``ping``.
+  (HTTP, the routes of k8s/examples' Ingress: ``Host(`web.example.test`)`` -> web,
+  split by ``PathPrefix(`/api`)`` -> api; ``Host(`api.example.test`)`` -> api),
+  ``websecure`` (TLS passthrough: ``HostSNI(`echo.example.test`)`` -> the TLS echo),
+  ``udp`` (-> web's UDP echo) and ``ping``.
 
 Once ``/ready`` answers 200 it runs locust headless with all three users at once
 (the environment variables of locustfile.py point them at those ports, and the
@@ -39,6 +39,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import ssl
@@ -51,7 +52,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 HOST = "127.0.0.1"
-TLS_NAME = "echo.test"
+TLS_NAME = "echo.example.test"
+BACKENDS = ("web", "api")  # edge whoami --name
+# what HTTPUser requests and who must answer: k8s/examples' Ingress, as locustfile.py's default
+HTTP_ROUTES = "web.example.test/=web web.example.test/api/users=api api.example.test/=api"
 READY_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
 USER_TYPES = ("GET", "TLS", "UDP")  # request_type of HTTPUser, TLSPassthroughUser, UDPUser
@@ -195,15 +199,23 @@ def configurations(folder: Path, ports: dict[str, int], workers: int) -> Path:
     dynamic = {
         "http": {
             "routers": {
-                "alpha": {"rule": "Host(`alpha.test`)", "service": "alpha", "entryPoints": ["web"]},
-                "beta-v1": {
-                    "rule": "Host(`beta.test`) && PathPrefix(`/v1`)",
-                    "service": "beta-v1",
+                "web": {
+                    "rule": "Host(`web.example.test`)",
+                    "service": "web",
                     "entryPoints": ["web"],
                 },
-                "beta": {"rule": "Host(`beta.test`)", "service": "beta", "entryPoints": ["web"]},
+                "web-api": {
+                    "rule": "Host(`web.example.test`) && PathPrefix(`/api`)",
+                    "service": "api",
+                    "entryPoints": ["web"],
+                },
+                "api": {
+                    "rule": "Host(`api.example.test`)",
+                    "service": "api",
+                    "entryPoints": ["web"],
+                },
             },
-            "services": {name: lb_url(name) for name in ("alpha", "beta-v1", "beta")},
+            "services": {name: lb_url(name) for name in BACKENDS},
         },
         "tcp": {
             "routers": {
@@ -236,6 +248,24 @@ def configurations(folder: Path, ports: dict[str, int], workers: int) -> Path:
     (folder / "dynamic.yaml").write_text(json.dumps(dynamic, indent=2))
     (folder / "static.yaml").write_text(json.dumps(static, indent=2))
     return folder / "static.yaml"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its descendants (edge's workers), from /proc; 0 elsewhere."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = entry.read_text().rpartition(")")[2].split()
+            stats[int(entry.parent.name)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            total += int(stats[p][11]) + int(stats[p][12])  # utime, stime
+        todo += children.get(p, [])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def wait_ready(port: int, edge: Started) -> None:
@@ -298,8 +328,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         crt, key, fingerprint = make_certificate(folder)
         ports: dict[str, int] = {}
-        for name in ("alpha", "beta-v1", "beta"):
-            proc, bound = whoami(name, folder, udp=name == "alpha")
+        for name in BACKENDS:
+            proc, bound = whoami(name, folder, udp=name == "web")
             started.append(proc)
             ports[name] = bound["http"]
             if "udp" in bound:
@@ -331,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         wait_ready(listening["ping"], edge)
 
         env = {
-            "EDGE_LOCUST_HTTP_ROUTES": "alpha.test/=alpha beta.test/v1/x=beta-v1 beta.test/=beta",
+            "EDGE_LOCUST_HTTP_ROUTES": HTTP_ROUTES,
             "EDGE_LOCUST_TLS_ADDR": f"{HOST}:{listening['websecure']}",
             "EDGE_LOCUST_TLS_SNI": TLS_NAME,
             "EDGE_LOCUST_TLS_SHA256": fingerprint,
@@ -357,9 +387,17 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         print("$", " ".join(f"{k}={v}" for k, v in env.items()), " ".join(command[1:]), flush=True)
+        before = {proc.name: cpu_seconds(proc.proc.pid) for proc in started}
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall = time.monotonic()
         locust = subprocess.run(
             command, cwd=ROOT, env=dict(os.environ, **env), timeout=args.duration + 120, check=False
         )
+        wall = time.monotonic() - wall
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = {proc.name: cpu_seconds(proc.proc.pid) - before[proc.name] for proc in started}
+        used["locust"] = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+        cpu_line = ", ".join(f"{name} {sec:.1f}" for name, sec in used.items())
         for proc in started:
             if proc.proc.poll() is not None:
                 print(
@@ -372,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         lines, problems = summarize(stats)
         print("\n".join(["", f"CSV: {csv_prefix}_*.csv", *lines]))
+        print(f"CPU seconds in {wall:.0f} s of locust ({os.cpu_count()} CPUs): {cpu_line}")
         if problems:
             print("FAILED: " + "; ".join(problems))
             return 1

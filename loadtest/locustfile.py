@@ -18,10 +18,12 @@ sets them all for its local set-up:
 
   EDGE_LOCUST_HTTP_ROUTES  "HOST/PATH=NAME ..." (whitespace-separated): a GET of PATH with
                            Host: HOST must be answered 200 by the whoami called NAME (an
-                           fnmatch pattern: "whoami-a-*" matches a Deployment's pods).
-                           Default: "alpha.test/=alpha beta.test/v1/x=beta-v1 beta.test/=beta"
+                           fnmatch pattern: "web-*" matches web-1 and web-2).
+                           Default: the routes of k8s/examples' Ingress (two hosts, a
+                           path split): "web.example.test/=web web.example.test/api/users=api
+                           api.example.test/=api"
   EDGE_LOCUST_TLS_ADDR     HOST:PORT of the entry point with the passthrough router (127.0.0.1:443)
-  EDGE_LOCUST_TLS_SNI      the server name sent; the router's HostSNI (echo.test)
+  EDGE_LOCUST_TLS_SNI      the server name sent; the router's HostSNI (echo.example.test)
   EDGE_LOCUST_TLS_SHA256   the backend certificate's SHA-256 fingerprint, hex (colons allowed)
   EDGE_LOCUST_TLS_CERT     or its PEM file, fingerprinted here; one of the two is required
   EDGE_LOCUST_UDP_ADDR     HOST:PORT of the UDP entry point (127.0.0.1:8053)
@@ -94,7 +96,7 @@ class Settings:
             tls_addr=parse_addr(
                 "EDGE_LOCUST_TLS_ADDR", env.get("EDGE_LOCUST_TLS_ADDR", "127.0.0.1:443")
             ),
-            tls_sni=env.get("EDGE_LOCUST_TLS_SNI", "echo.test"),
+            tls_sni=env.get("EDGE_LOCUST_TLS_SNI", "echo.example.test"),
             tls_sha256=expected_fingerprint(env),
             udp_addr=parse_addr(
                 "EDGE_LOCUST_UDP_ADDR", env.get("EDGE_LOCUST_UDP_ADDR", "127.0.0.1:8053")
@@ -105,7 +107,7 @@ class Settings:
         )
 
 
-DEFAULT_ROUTES = "alpha.test/=alpha beta.test/v1/x=beta-v1 beta.test/=beta"
+DEFAULT_ROUTES = "web.example.test/=web web.example.test/api/users=api api.example.test/=api"
 
 
 def parse_routes(text: str) -> tuple[Route, ...]:

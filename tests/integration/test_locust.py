@@ -1,6 +1,6 @@
 """loadtest/locust_local.py end to end: a short headless locust run against a local edge.
 
-The script starts three ``edge whoami`` backends, a TLS echo server and edge
+The script starts two ``edge whoami`` backends, a TLS echo server and edge
 (HTTP, TLS passthrough and UDP entry points) on loopback, runs the three users
 of loadtest/locustfile.py at once for a few seconds, writes locust's CSV files
 and stops everything. Every user checks its answers (which backend, whose
@@ -58,8 +58,12 @@ def test_short_run_of_all_three_users_has_no_failures(tmp_path):
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
     names = {kind: [n for (k, n) in rows if k == kind] for kind in ("GET", "TLS", "UDP")}
     # every route of the HTTP user, the passthrough name, and the UDP entry point
-    assert sorted(names["GET"]) == ["alpha.test/", "beta.test/", "beta.test/v1/x"], rows.keys()
-    assert names["TLS"] == ["echo.test"], rows.keys()
+    assert sorted(names["GET"]) == [
+        "api.example.test/",
+        "web.example.test/",
+        "web.example.test/api/users",
+    ], rows.keys()
+    assert names["TLS"] == ["echo.example.test"], rows.keys()
     assert len(names["UDP"]) == 1, rows.keys()
     for (kind, name), row in rows.items():
         if kind:  # the Aggregated row has no type
