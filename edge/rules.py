@@ -1,7 +1,9 @@
-"""The rule language: Traefik-style router rules, compiled once, and a host-indexed route table.
+"""The rule language: Traefik's router rules, compiled once, and a host-indexed route table.
 
-Owns the grammar (Traefik v3, plus v2's multi-argument forms), the matchers, the
-request view they read, and :class:`RouteTable`, which picks the winning route.
+Owns the grammar, the matchers of both syntaxes Traefik v3 reads (``v3``, its own, and
+``v2``, kept for migration: ``ruleSyntax`` on a router, ``core.defaultRuleSyntax``),
+the request view matchers read, the one host normalisation (:func:`split_authority`)
+and :class:`RouteTable`, which picks the winning route.
 
 Grammar (``&&`` binds tighter than ``||``, ``!`` tighter than both)::
 
@@ -11,16 +13,34 @@ Grammar (``&&`` binds tighter than ``||``, ``!`` tighter than both)::
     unary   := "!" unary | "(" or ")" | NAME "(" [ STRING ( "," STRING )* ] ")"
     STRING  := `raw`  |  "go-style \\"escaped\\""
 
+Meaning, as Traefik v3 (up to v3.7) gives it:
+
+* ``v3``: every matcher takes one value (``Header``, ``HeaderRegexp``: two; ``Query``,
+  ``QueryRegexp``: one or two); no value may be empty. ``Host(`*.a.com`)`` matches one
+  label under ``a.com``, ``Host(`*`)`` any host. ``{name:re}`` is not a template: the
+  braces are literal regexp text.
+* ``v2``: matchers take several values (any of them), ``Headers``/``Query`` take
+  key/value pairs (all of them); ``HostRegexp``, ``Path``, ``PathPrefix`` and the
+  ``Query`` values are gorilla/mux templates (``{name}``, ``{name:re}``).
+* Paths are matched on the *routing path*: the request path with percent-encoded
+  reserved characters (RFC 3986 gen-delims, sub-delims and ``%``) kept encoded, in
+  upper case, and every other escape decoded, so ``Path(`/a/b`)`` never matches
+  ``/a%2Fb``. What goes upstream is the client's path, untouched.
+* Regexps are RE2's (Go's ``regexp`` syntax: no backreferences, no lookaround), run
+  by the RE2 library: linear in the input, so no rule can stall the event loop.
+  ``HostRegexp`` reads the lowercased host and is case-sensitive (write ``(?i)``).
+
 Invariants:
 
 * A rule is parsed, validated and its regexps and networks compiled exactly once, in
   :func:`compile_rule`. Matching never parses or compiles; the only per-request work
-  beyond comparisons is the request view's lazily cached query map, decoded path and
+  beyond comparisons is the request view's lazily cached query map, routing path and
   parsed client address.
-* ``Rule.hosts`` is sound: when it is a set, every request the rule matches has
-  ``req.host`` (tcp rules: ``req.sni``) in that set. :class:`RouteTable` relies on it
-  to skip routes that cannot match, so its answer is always the answer of a linear
-  scan over all entries in priority order.
+* ``Rule.hosts`` is sound: when it is a set of keys (host names, or ``*.suffix``
+  wildcards), every request the rule matches has a host (tcp rules: SNI) that is a
+  key or whose :func:`wildcard_of` is one. :class:`RouteTable` relies on it to skip
+  routes that cannot match, so its answer is always that of a linear scan over all
+  entries in priority order.
 * Every problem with a rule is a :class:`~edge.errors.RuleError` naming the rule and
   the 1-based column (character offset into the rule text) of the offending token.
 """
@@ -34,23 +54,30 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote_to_bytes
+
+import re2  # google-re2: RE2 itself, the engine (and syntax) of Go's regexp
 
 from edge.errors import RuleError
 
 __all__ = [
+    "SYNTAXES",
     "RequestView",
     "RouteTable",
     "Rule",
     "canonical_host",
     "compile_rule",
     "default_priority",
+    "routing_path",
     "split_authority",
+    "wildcard_of",
 ]
 
 T = TypeVar("T")
 
 KINDS: Final = ("http", "tcp")
+SYNTAXES: Final = ("v3", "v2")
+"""Rule syntaxes, the default first."""
 MAX_NESTING: Final = 64
 """Deepest allowed nesting of ``(`` and ``!``; deeper rules are rejected, not recursed into."""
 
@@ -59,8 +86,15 @@ _GO_ESCAPES: Final = {
     "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
 }  # fmt: skip
 _WHITESPACE: Final = " \t\r\n"
-_HOSTNAME_RE: Final = re.compile(r"[A-Za-z0-9._:-]+")
-_V2_TEMPLATE_RE: Final = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*:")
+# Traefik's HostSNI check: word characters, '.', '-', ':' (and a leading '*.' in v3).
+_SNI_RE: Final = re.compile(r"(?:\*\.)?[0-9A-Za-z_.:-]+", re.ASCII)
+_SNI_V2_RE: Final = re.compile(r"[0-9A-Za-z_.:-]+", re.ASCII)
+_ACME_ALPN: Final = "acme-tls/1"
+# RFC 3986 reserved characters, and '%': their escapes keep their meaning in a path.
+_RESERVED: Final = frozenset(b":/?#[]@!$&'()*+,;=%")
+_ESCAPE_RE: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
+_BAD_ESCAPE_RE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_UNANCHORED: Final = re2._re2.RE2.Anchor.UNANCHORED
 
 Match = Callable[[Any], bool]
 
@@ -98,6 +132,74 @@ def canonical_host(authority: str) -> str:
     return split_authority(authority)[0]
 
 
+def wildcard_of(host: str) -> str | None:
+    """The wildcard key that covers ``host``: ``a.b.com`` -> ``*.b.com``; None without a dot.
+
+    Traefik's one-label wildcard: ``*.b.com`` matches ``a.b.com``, not ``b.com`` nor
+    ``x.a.b.com``.
+    """
+    dot = host.find(".")
+    return None if dot == -1 else "*" + host[dot:]
+
+
+def _text_bytes(text: str) -> bytes:
+    """The bytes a request string stands for.
+
+    The server decodes the bytes it got as latin-1; what a client sends beyond ASCII
+    is UTF-8, so a string whose latin-1 bytes are UTF-8 is taken as those bytes. Any
+    other string is text (a test, a caller with real text) and stands for its UTF-8.
+    """
+    try:
+        data = text.encode("latin-1")
+        data.decode("utf-8")
+    except UnicodeError:
+        return text.encode("utf-8", "surrogateescape")
+    return data
+
+
+def _keep_reserved(match: re.Match[bytes]) -> bytes:
+    byte = int(match.group(1), 16)
+    return b"%" + match.group(1).upper() if byte in _RESERVED else bytes((byte,))
+
+
+def routing_path(path: str) -> str:
+    """The path rules match: reserved escapes kept (upper case), every other one decoded.
+
+    ``path`` is the request target's path as the server got it (see :func:`_text_bytes`).
+    ``/a%2fb`` -> ``/a%2Fb``, ``/%61dmin`` -> ``/admin``, ``/caf%C3%A9`` -> ``/café``;
+    escaped bytes that are not UTF-8 become lone surrogates; a ``%`` that starts no
+    escape stays as it is.
+    """
+    if "%" not in path and path.isascii():
+        return path
+    data = _ESCAPE_RE.sub(_keep_reserved, _text_bytes(path))
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _unescape_query(text: str) -> str | None:
+    """Go's QueryUnescape: ``+`` is a space; None for a bad escape (the pair is dropped)."""
+    if "%" not in text and "+" not in text and text.isascii():
+        return text
+    if _BAD_ESCAPE_RE.search(text):
+        return None
+    raw = unquote_to_bytes(_text_bytes(text).replace(b"+", b" "))
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def parse_query(query: str) -> dict[str, list[str]]:
+    """Go's ``URL.Query()``: pairs split on ``&``; a pair holding ``;`` or a bad escape is
+    dropped; a key without ``=`` has the value ``""``."""
+    out: dict[str, list[str]] = {}
+    for pair in query.split("&"):
+        if not pair or ";" in pair:
+            continue
+        key, _, value = pair.partition("=")
+        k, v = _unescape_query(key), _unescape_query(value)
+        if k is not None and v is not None:
+            out.setdefault(k, []).append(v)
+    return out
+
+
 # --- the request as matchers see it ------------------------------------------------------
 
 
@@ -105,14 +207,14 @@ class RequestView:
     """What a rule can look at. Built by the server (or a test) once per request/connection.
 
     ``host`` must already be canonical (see :func:`canonical_host`), ``sni`` lowercased;
-    ``path`` and ``query`` are raw as received. Path matchers compare against the
-    percent-decoded path (:meth:`decoded_path`), as Traefik does with Go's ``URL.Path``.
+    ``path`` and ``query`` are raw as received (bytes as latin-1). Path matchers read
+    :meth:`routing_path`, query matchers the pairs as Go's ``URL.Query()`` finds them.
     """
 
     __slots__ = (
         "_client_addr",
-        "_decoded_path",
         "_query_map",
+        "_routing_path",
         "alpn",
         "client_ip",
         "headers",
@@ -144,15 +246,16 @@ class RequestView:
         self.sni = sni
         self.alpn = alpn
         self._query_map: dict[str, list[str]] | None = None
-        self._decoded_path: str | None = None
+        self._routing_path: str | None = None
         self._client_addr: ipaddress.IPv4Address | ipaddress.IPv6Address | bool | None = False
 
     def header_values(self, name: str) -> list[str]:
-        """Values of every header line called ``name`` (any case), decoded latin-1, trimmed."""
+        """Values of every header line called ``name`` (any case), trimmed; bytes as UTF-8
+        (a byte that is not becomes a lone surrogate, so it equals no rule text)."""
         target = name.lower().encode("latin-1")
         size = len(target)
         return [
-            value.decode("latin-1").strip(" \t")
+            value.strip(b" \t").decode("utf-8", "surrogateescape")
             for key, value in self.headers
             if len(key) == size and key.lower() == target
         ]
@@ -161,20 +264,15 @@ class RequestView:
         """Decoded values of query parameter ``key`` (``[]`` if absent); parsed once, lazily."""
         qmap = self._query_map
         if qmap is None:
-            qmap = {}
-            for k, v in parse_qsl(self.query, keep_blank_values=True):
-                qmap.setdefault(k, []).append(v)
-            self._query_map = qmap
+            qmap = self._query_map = parse_query(self.query) if self.query else {}
         return list(qmap.get(key, ()))
 
-    def decoded_path(self) -> str:
-        """The path with %XX escapes decoded (``%2F`` included), cached; raw if it has none."""
-        decoded = self._decoded_path
-        if decoded is None:
-            path = self.path
-            decoded = unquote(path, errors="surrogateescape") if "%" in path else path
-            self._decoded_path = decoded
-        return decoded
+    def routing_path(self) -> str:
+        """:func:`routing_path` of ``path``, cached."""
+        routed = self._routing_path
+        if routed is None:
+            routed = self._routing_path = routing_path(self.path)
+        return routed
 
     def client_address(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         """``client_ip`` parsed (``None`` if empty or invalid), cached."""
@@ -194,29 +292,113 @@ class RequestView:
         )
 
 
+# --- regexps ------------------------------------------------------------------------------
+
+
+class _RE2:
+    """A compiled RE2 regexp: ``search`` finds a match anywhere, as Go's ``MatchString``.
+
+    Calls RE2's own ``Match`` (``re2._re2``): the module's ``re``-like wrapper builds a
+    match object per call and costs about ten times more.
+    """
+
+    __slots__ = ("_match", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        options = re2.Options()
+        options.log_errors = False
+        options.never_capture = True
+        compiled = re2._re2.RE2(pattern.encode("utf-8", "surrogateescape"), options)
+        if not compiled.ok():
+            error = compiled.error()
+            raise ValueError(
+                error.decode("utf-8", "replace") if isinstance(error, bytes) else error
+            )
+        self.pattern = pattern
+        self._match = compiled.Match
+
+    def search(self, text: str) -> bool:
+        data = text.encode("utf-8", "surrogateescape")
+        return self._match(_UNANCHORED, data, 0, len(data))[0][0] >= 0
+
+    def __repr__(self) -> str:
+        return f"RE2({self.pattern!r})"
+
+
+# Go's regexp refuses \C (any byte), which RE2 accepts; everything else they share.
+_ANY_BYTE_RE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\C")
+
+
+def _compile_re2(pattern: str) -> _RE2:
+    if _ANY_BYTE_RE.search(pattern):
+        raise ValueError(r"invalid escape sequence: \C")
+    return _RE2(pattern)
+
+
+def _quote_meta(text: str) -> str:
+    """Go's ``regexp.QuoteMeta``."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text)
+
+
+def _template_regexp(template: str, default: str, *, host: bool, prefix: bool, query: bool) -> str:
+    """A gorilla/mux template (``/a/{id:[0-9]+}``) as the regexp Traefik v2 matches with.
+
+    Literal text is quoted; ``{name}`` is ``default``; anchored at both ends, at the start
+    only for a prefix; case-insensitive for hosts; an empty query value matches any.
+    """
+    spans: list[tuple[int, int]] = []
+    level = start = 0
+    for i, ch in enumerate(template):
+        if ch == "{":
+            level += 1
+            if level == 1:
+                start = i
+        elif ch == "}":
+            level -= 1
+            if level == 0:
+                spans.append((start, i + 1))
+            elif level < 0:
+                raise ValueError(f"unbalanced braces in {template!r}")
+    if level != 0:
+        raise ValueError(f"unbalanced braces in {template!r}")
+    out = ["(?i)^" if host else "^"]
+    end = 0
+    for begin, stop in spans:
+        name, colon, pattern = template[begin + 1 : stop - 1].partition(":")
+        pattern = pattern if colon else default
+        if not name or not pattern:
+            raise ValueError(f"missing name or pattern in {template[begin:stop]!r}")
+        _compile_re2(f"^{pattern}$")  # each variable's pattern must stand alone
+        out.append(f"{_quote_meta(template[end:begin])}(?:{pattern})")
+        end = stop
+    out.append(_quote_meta(template[end:]))
+    if query and template.partition("=")[2] == "":
+        out.append(default)
+    if not prefix:
+        out.append("$")
+    return "".join(out)
+
+
 # --- matcher nodes ------------------------------------------------------------------------
 # Each node has ``match(req) -> bool``. Combinators hold their children's bound ``match``
 # methods so a request costs one call per node and no allocation.
 
 
 class _Host:
-    __slots__ = ("names",)
+    """The host (``attr="host"``) or SNI (``attr="sni"``) is a key, or its wildcard is."""
 
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
+    __slots__ = ("attr", "keys", "wild")
 
-    def match(self, req: Any) -> bool:
-        return req.host in self.names
-
-
-class _HostSNI:
-    __slots__ = ("names",)
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
+    def __init__(self, attr: str, keys: frozenset[str]) -> None:
+        self.attr = attr
+        self.keys = keys
+        self.wild = any(k.startswith("*.") for k in keys)
 
     def match(self, req: Any) -> bool:
-        return req.sni in self.names
+        name = getattr(req, self.attr)
+        if name in self.keys:
+            return True
+        return self.wild and wildcard_of(name) in self.keys
 
 
 class _Always:
@@ -227,18 +409,18 @@ class _Always:
 
 
 class _Regexp:
-    """Some pattern finds a match (``re.search``, like Go's ``MatchString``) in one attribute."""
+    """Some regexp finds a match in one attribute (the host, the SNI)."""
 
     __slots__ = ("attr", "searches")
 
-    def __init__(self, attr: str, patterns: Sequence[re.Pattern[str]]) -> None:
+    def __init__(self, attr: str, patterns: Sequence[_RE2]) -> None:
         self.attr = attr
         self.searches = tuple(p.search for p in patterns)
 
     def match(self, req: Any) -> bool:
         value = getattr(req, self.attr)
         for search in self.searches:  # noqa: SIM110 (no generator per request)
-            if search(value) is not None:
+            if search(value):
                 return True
         return False
 
@@ -246,13 +428,13 @@ class _Regexp:
 class _PathRegexp:
     __slots__ = ("searches",)
 
-    def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
+    def __init__(self, patterns: Sequence[_RE2]) -> None:
         self.searches = tuple(p.search for p in patterns)
 
     def match(self, req: Any) -> bool:
-        path = req.decoded_path()
+        path = req.routing_path()
         for search in self.searches:  # noqa: SIM110 (no generator per request)
-            if search(path) is not None:
+            if search(path):
                 return True
         return False
 
@@ -264,7 +446,7 @@ class _Path:
         self.paths = paths
 
     def match(self, req: Any) -> bool:
-        return req.decoded_path() in self.paths
+        return req.routing_path() in self.paths
 
 
 class _PathPrefix:
@@ -274,7 +456,7 @@ class _PathPrefix:
         self.prefixes = prefixes
 
     def match(self, req: Any) -> bool:
-        return req.decoded_path().startswith(self.prefixes)
+        return req.routing_path().startswith(self.prefixes)
 
 
 class _Method:
@@ -288,23 +470,26 @@ class _Method:
 
 
 class _Header:
+    """Some line of the header has the value; with ``value=None``, the header is present."""
+
     __slots__ = ("name", "value")
 
-    def __init__(self, name: str, value: str) -> None:
+    def __init__(self, name: str, value: str | None) -> None:
         self.name = name
         self.value = value
 
     def match(self, req: Any) -> bool:
-        return self.value in req.header_values(self.name)
+        values = req.header_values(self.name)
+        return bool(values) if self.value is None else self.value in values
 
 
 class _ValuesRegexp:
     """Some value of a header (``source="header_values"``) or of a query key
-    (``source="query_values"``) matches the pattern."""
+    (``source="query_values"``) matches the regexp."""
 
     __slots__ = ("key", "search", "source")
 
-    def __init__(self, source: str, key: str, pattern: re.Pattern[str]) -> None:
+    def __init__(self, source: str, key: str, pattern: _RE2) -> None:
         self.source = source
         self.key = key
         self.search = pattern.search
@@ -312,25 +497,36 @@ class _ValuesRegexp:
     def match(self, req: Any) -> bool:
         search = self.search
         for value in getattr(req, self.source)(self.key):  # noqa: SIM110
-            if search(value) is not None:
+            if search(value):
                 return True
         return False
 
 
 class _Query:
-    """Key has the value; with ``value=None``, the key is present (with any value)."""
+    """Some value of the query key equals ``value`` (v3: ``Query(`k`)`` means ``""``)."""
 
     __slots__ = ("key", "value")
 
-    def __init__(self, key: str, value: str | None) -> None:
+    def __init__(self, key: str, value: str) -> None:
         self.key = key
         self.value = value
 
     def match(self, req: Any) -> bool:
+        return self.value in req.query_values(self.key)
+
+
+class _QueryTemplate:
+    """v2: ``key=`` + the key's first value matches the template's regexp."""
+
+    __slots__ = ("key", "search")
+
+    def __init__(self, key: str, pattern: _RE2) -> None:
+        self.key = key
+        self.search = pattern.search
+
+    def match(self, req: Any) -> bool:
         values = req.query_values(self.key)
-        if self.value is None:
-            return bool(values)
-        return self.value in values
+        return self.search(f"{self.key}={values[0]}" if values else "")
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -412,26 +608,39 @@ class _Not:
         return not self.fn(req)
 
 
+def _covered(key: str, keys: frozenset[str]) -> bool:
+    """Whether every host reaching ``key`` (itself, or any host under a wildcard key) is
+    matched by ``keys``."""
+    return key in keys or (not key.startswith("*") and wildcard_of(key) in keys)
+
+
 def _hosts_of(node: Any) -> frozenset[str] | None:
-    """The sound host set of a node (see ``Rule.hosts``); ``None`` when unconstrained."""
-    if isinstance(node, _Host | _HostSNI):
-        return node.names
+    """The sound key set of a node (see ``Rule.hosts``); ``None`` when unconstrained."""
+    if isinstance(node, _Host):
+        return node.keys
     if isinstance(node, _And):
-        # A request must satisfy every child, so it must be in every constrained child's set.
+        # A request must satisfy every child: keep the keys each constrained child covers.
         result: frozenset[str] | None = None
         for child in node.children:
-            hosts = _hosts_of(child)
-            if hosts is not None:
-                result = hosts if result is None else result & hosts
+            keys = _hosts_of(child)
+            if keys is None:
+                continue
+            if result is None:
+                result = keys
+            else:
+                first, second = result, keys
+                result = frozenset(k for k in first if _covered(k, second)) | frozenset(
+                    k for k in second if _covered(k, first)
+                )
         return result
     if isinstance(node, _Or):
         # A request satisfies some child; only bounded if every child is bounded.
         union: set[str] = set()
         for child in node.children:
-            hosts = _hosts_of(child)
-            if hosts is None:
+            keys = _hosts_of(child)
+            if keys is None:
                 return None
-            union |= hosts
+            union |= keys
         return frozenset(union)
     return None  # _Not, host-agnostic leaves, regexps
 
@@ -439,17 +648,17 @@ def _hosts_of(node: Any) -> frozenset[str] | None:
 def _without_host_conjuncts(root: Any) -> Any:
     """The rule minus its top-level Host/HostSNI conjuncts, for requests found via the index.
 
-    Sound because a request reaches a rule through the host index only if its host is in
-    ``Rule.hosts``, which is a subset of every top-level Host conjunct's names (``_And``
-    intersects them), so those conjuncts are already known to hold; for a disjunction of
-    Host matchers only, ``hosts`` is their union, so one of them holds.
+    Sound because a request reaches a rule through the host index only through one of
+    ``Rule.hosts``' keys, and ``_And`` keeps only the keys every top-level Host conjunct
+    covers, so those conjuncts are already known to hold; for a disjunction of Host
+    matchers only, ``hosts`` is the union of their keys, so one of them holds.
     """
-    if isinstance(root, _Host | _HostSNI):
+    if isinstance(root, _Host):
         return _Always()
-    if isinstance(root, _Or) and all(isinstance(c, _Host | _HostSNI) for c in root.children):
-        return _Always()  # ``hosts`` is the union of these names: one of them holds
+    if isinstance(root, _Or) and all(isinstance(c, _Host) for c in root.children):
+        return _Always()
     if isinstance(root, _And):
-        rest = [c for c in root.children if not isinstance(c, _Host | _HostSNI)]
+        rest = [c for c in root.children if not isinstance(c, _Host)]
         if len(rest) == len(root.children):
             return root
         if not rest:
@@ -464,11 +673,21 @@ def _without_host_conjuncts(root: Any) -> Any:
 class Rule:
     """A compiled rule. Immutable; safe to share between route tables and threads."""
 
-    __slots__ = ("_indexed_match", "_match", "host_only", "hosts", "kind", "root", "text")
+    __slots__ = (
+        "_indexed_match",
+        "_match",
+        "host_only",
+        "hosts",
+        "kind",
+        "root",
+        "syntax",
+        "text",
+    )
 
-    def __init__(self, text: str, kind: str, root: Any) -> None:
+    def __init__(self, text: str, kind: str, root: Any, syntax: str = "v3") -> None:
         self.text = text
         self.kind = kind
+        self.syntax = syntax
         self.root = root
         self._match: Match = root.match
         self.hosts: frozenset[str] | None = _hosts_of(root)
@@ -482,18 +701,20 @@ class Rule:
         return self._match(req)
 
     def __repr__(self) -> str:
-        return f"Rule({self.text!r}, kind={self.kind!r})"
+        return f"Rule({self.text!r}, kind={self.kind!r}, syntax={self.syntax!r})"
 
 
-def compile_rule(rule: str, *, kind: str = "http") -> Rule:
+def compile_rule(rule: str, *, kind: str = "http", syntax: str = "v3") -> Rule:
     """Parse and validate ``rule`` once; raise :class:`RuleError` (with a column) if it is bad."""
     if kind not in KINDS:
         raise ValueError(f"unknown rule kind {kind!r}; expected one of {KINDS}")
+    if syntax not in SYNTAXES:
+        raise ValueError(f"unknown rule syntax {syntax!r}; expected one of {SYNTAXES}")
     try:
-        root = _Parser(rule, kind).parse()
+        root = _Parser(rule, kind, syntax).parse()
     except _Fail as fail:
         raise RuleError(rule, fail.column, fail.message) from None
-    return Rule(rule, kind, root)
+    return Rule(rule, kind, root, syntax)
 
 
 # --- lexer ------------------------------------------------------------------------------
@@ -594,9 +815,11 @@ class _Lexer:
 
 
 class _Parser:
-    def __init__(self, text: str, kind: str) -> None:
+    def __init__(self, text: str, kind: str, syntax: str) -> None:
         self.text = text
         self.kind = kind
+        self.syntax = syntax
+        self.matchers = _MATCHERS[syntax]
         self.lexer = _Lexer(text)
         self._lookahead: _Token | None = None
 
@@ -661,17 +884,10 @@ class _Parser:
         raise _Fail(tok.column, f"expected a matcher, '!' or '(', found {tok.describe()}")
 
     def parse_matcher(self, name_tok: _Token) -> Any:
-        name = _MATCHER_SPELLINGS.get(name_tok.value)
-        if name is None:
-            message = f"unknown matcher {name_tok.value!r}"
-            allowed = [n for n, s in _MATCHERS.items() if self.kind in s.kinds]
-            close = difflib.get_close_matches(name_tok.value, allowed, n=1)
-            if close:
-                message += f" (did you mean {close[0]!r}?)"
-            raise _Fail(name_tok.column, message)
-        spec = _MATCHERS[name]
-        if self.kind not in spec.kinds:
-            raise _Fail(name_tok.column, f"matcher {name!r} is not allowed in {self.kind} rules")
+        name = _SPELLINGS.get(name_tok.value)
+        spec = self.matchers.get(name) if name is not None else None
+        if spec is None or self.kind not in spec.kinds:
+            raise _Fail(name_tok.column, self._unknown(name_tok.value, name))
         paren = self.advance()
         if paren.kind != "(":
             raise _Fail(paren.column, "expected '(' after matcher name")
@@ -692,9 +908,33 @@ class _Parser:
                         tok.column, f"expected ',' or ')' after argument, found {tok.describe()}"
                     )
                 tok = self.advance()
+        assert name is not None
         if not spec.min_args <= len(args) <= spec.max_args:
-            raise _Fail(name_tok.column, f"{name} {spec.arity()}, got {len(args)}")
+            message = f"{name} {spec.arity()}, got {len(args)}"
+            if self.syntax == "v3" and len(args) > spec.max_args:
+                message += f" (several values are v2 syntax: write {name}(...) || {name}(...))"
+            raise _Fail(name_tok.column, message)
+        for arg in args:  # Traefik's CheckRule, in both syntaxes
+            if not arg.value:
+                raise _Fail(arg.column, f"empty value for {name}")
         return spec.build(args)
+
+    def _unknown(self, written: str, name: str | None) -> str:
+        if name is not None and name in self.matchers:
+            return f"matcher {name!r} is not allowed in {self.kind} rules"
+        other = "v2" if self.syntax == "v3" else "v3"
+        if name is not None and self.kind in _MATCHERS[other].get(name, _NO_SPEC).kinds:
+            hint = _V3_INSTEAD.get(name, "") if self.syntax == "v3" else ""
+            return (
+                f"matcher {name!r} is {other} syntax and this rule is {self.syntax}{hint} "
+                f"(or set the router's ruleSyntax to {other})"
+            )
+        message = f"unknown matcher {written!r}"
+        allowed = [n for n, s in self.matchers.items() if self.kind in s.kinds]
+        close = difflib.get_close_matches(written, allowed, n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+        return message
 
 
 def _combine(cls: type[_And] | type[_Or], children: list[Any]) -> Any:
@@ -710,63 +950,45 @@ def _combine(cls: type[_And] | type[_Or], children: list[Any]) -> Any:
 
 
 # --- matcher builders ---------------------------------------------------------------------
-# Each takes the argument tokens (count already checked) and returns a node, raising _Fail
-# at the offending argument's column for a bad value.
+# Each takes the argument tokens (count checked, none empty) and returns a node, raising
+# _Fail at the offending argument's column for a bad value.
 
 
-def _require_nonempty(arg: _Token, what: str) -> str:
-    if not arg.value:
-        raise _Fail(arg.column, f"empty {what}")
+def _ascii(arg: _Token, what: str) -> str:
+    if not arg.value.isascii():
+        raise _Fail(
+            arg.column, f"invalid {what} {arg.value!r}: non-ASCII characters are not allowed"
+        )
     return arg.value
 
 
-def _host_name(arg: _Token) -> str:
-    value = _require_nonempty(arg, "host name")
-    if not value.isascii():
-        raise _Fail(arg.column, f"invalid host {value!r}: non-ASCII characters are not allowed")
-    return canonical_host(value) if value.startswith("[") else value.lower().removesuffix(".")
+def _host_key(arg: _Token, *, wildcard: bool) -> str:
+    value = _ascii(arg, "host")
+    name = canonical_host(value) if value.startswith("[") else value.lower().removesuffix(".")
+    if "*" in name:
+        if not wildcard:
+            raise _Fail(arg.column, f"invalid host {value!r}: v2 Host has no wildcards (v3 has)")
+        if not name.startswith("*.") or "*" in name[1:] or len(name) < 3:
+            raise _Fail(
+                arg.column,
+                f"invalid host {value!r}: a wildcard is '*.' and a domain (one label), or '*'",
+            )
+    return name
 
 
-def _regexp(arg: _Token) -> re.Pattern[str]:
-    pattern = _require_nonempty(arg, "regexp")
-    if _V2_TEMPLATE_RE.search(pattern):
-        raise _Fail(
-            arg.column,
-            "v2 '{name:regexp}' templates are not supported; write a plain regexp "
-            r"(e.g. `^[a-z]+\.example\.com$`)",
-        )
+def _regexp(arg: _Token) -> _RE2:
     try:
-        return re.compile(pattern)
-    except re.error as err:
-        raise _Fail(arg.column, f"invalid regexp {pattern!r}: {err}") from None
+        return _compile_re2(arg.value)
+    except ValueError as err:
+        raise _Fail(arg.column, f"invalid regexp {arg.value!r}: {err}") from None
 
 
-def _host_regexp(arg: _Token) -> re.Pattern[str]:
-    return re.compile(_regexp(arg).pattern, re.IGNORECASE)
-
-
-def _build_host(args: list[_Token]) -> Any:
-    return _Host(frozenset(_host_name(a) for a in args))
-
-
-def _build_host_sni(args: list[_Token]) -> Any:
-    names = []
-    for arg in args:
-        if arg.value == "*":
-            return _Always()
-        name = _host_name(arg)
-        if not _HOSTNAME_RE.fullmatch(name):
-            raise _Fail(arg.column, f"invalid HostSNI {arg.value!r}: not a host name or IP")
-        names.append(name)
-    return _HostSNI(frozenset(names))
-
-
-def _build_host_regexp(args: list[_Token]) -> Any:
-    return _Regexp("host", [_host_regexp(a) for a in args])
-
-
-def _build_host_sni_regexp(args: list[_Token]) -> Any:
-    return _Regexp("sni", [_host_regexp(a) for a in args])
+def _template(arg: _Token, default: str, **flags: bool) -> _RE2:
+    """A v2 template compiled (see :func:`_template_regexp`)."""
+    try:
+        return _compile_re2(_template_regexp(arg.value, default, **flags))
+    except ValueError as err:
+        raise _Fail(arg.column, f"invalid template {arg.value!r}: {err}") from None
 
 
 def _path_value(arg: _Token) -> str:
@@ -775,66 +997,210 @@ def _path_value(arg: _Token) -> str:
     return arg.value
 
 
-def _build_path(args: list[_Token]) -> Any:
-    return _Path(frozenset(_path_value(a) for a in args))
-
-
-def _build_path_prefix(args: list[_Token]) -> Any:
-    return _PathPrefix(tuple(_path_value(a) for a in args))
-
-
-def _build_path_regexp(args: list[_Token]) -> Any:
-    return _PathRegexp([_regexp(a) for a in args])
-
-
-def _build_method(args: list[_Token]) -> Any:
-    return _Method(frozenset(_require_nonempty(a, "method").upper() for a in args))
-
-
 def _header_name(arg: _Token) -> str:
-    name = _require_nonempty(arg, "header name")
+    name = arg.value
     if not name.isascii() or any(c in name for c in ' \t:"'):
         raise _Fail(arg.column, f"invalid header name {name!r}")
     return name.lower()
 
 
-def _build_header(args: list[_Token]) -> Any:
+def _network(arg: _Token) -> Network:
+    try:
+        return ipaddress.ip_network(arg.value.strip(), strict=False)
+    except ValueError:
+        raise _Fail(arg.column, f"invalid IP address or CIDR {arg.value!r}") from None
+
+
+def _alpn(arg: _Token) -> str:
+    if arg.value == _ACME_ALPN:
+        raise _Fail(arg.column, f"ALPN protocol {_ACME_ALPN!r} is not allowed")
+    return arg.value
+
+
+def _sni_key(arg: _Token, pattern: re.Pattern[str]) -> str:
+    if not pattern.fullmatch(arg.value):
+        raise _Fail(arg.column, f"invalid HostSNI {arg.value!r}: not a host name or IP")
+    return arg.value.lower().removesuffix(".")
+
+
+# v3: one value each (Header*: two; Query*: one or two).
+
+
+def _v3_host(args: list[_Token]) -> Any:
+    if args[0].value == "*":
+        return _Always()
+    return _Host("host", frozenset((_host_key(args[0], wildcard=True),)))
+
+
+def _v3_host_regexp(args: list[_Token]) -> Any:
+    _ascii(args[0], "HostRegexp")
+    return _Regexp("host", [_regexp(args[0])])
+
+
+def _v3_path(args: list[_Token]) -> Any:
+    return _Path(frozenset((_path_value(args[0]),)))
+
+
+def _v3_path_prefix(args: list[_Token]) -> Any:
+    return _PathPrefix((_path_value(args[0]),))
+
+
+def _v3_path_regexp(args: list[_Token]) -> Any:
+    return _PathRegexp([_regexp(args[0])])
+
+
+def _v3_method(args: list[_Token]) -> Any:
+    return _Method(frozenset((args[0].value.upper(),)))
+
+
+def _v3_header(args: list[_Token]) -> Any:
     return _Header(_header_name(args[0]), args[1].value)
 
 
-def _build_header_regexp(args: list[_Token]) -> Any:
+def _v3_header_regexp(args: list[_Token]) -> Any:
     return _ValuesRegexp("header_values", _header_name(args[0]), _regexp(args[1]))
 
 
-def _build_query(args: list[_Token]) -> Any:
-    # v3: Query(`key`, `value`). v2: Query(`key=value`, `key2`, ...), every pair required.
-    if len(args) == 2 and "=" not in args[0].value:
-        return _Query(_require_nonempty(args[0], "query key"), args[1].value)
-    nodes = []
+def _v3_query(args: list[_Token]) -> Any:
+    return _Query(args[0].value, args[1].value if len(args) == 2 else "")
+
+
+def _v3_query_regexp(args: list[_Token]) -> Any:
+    if len(args) == 1:
+        return _Query(args[0].value, "")
+    return _ValuesRegexp("query_values", args[0].value, _regexp(args[1]))
+
+
+def _v3_client_ip(args: list[_Token]) -> Any:
+    return _ClientIP([_network(args[0])])
+
+
+def _v3_host_sni(args: list[_Token]) -> Any:
+    if args[0].value == "*":
+        return _Always()
+    return _Host("sni", frozenset((_sni_key(args[0], _SNI_RE),)))
+
+
+def _v3_host_sni_regexp(args: list[_Token]) -> Any:
+    _ascii(args[0], "HostSNIRegexp")
+    return _Regexp("sni", [_regexp(args[0])])
+
+
+def _v3_alpn(args: list[_Token]) -> Any:
+    return _ALPN(frozenset((_alpn(args[0]),)))
+
+
+# v2: several values, any of them (Headers*, Query: pairs, all of them).
+
+
+def _v2_host(args: list[_Token]) -> Any:
+    return _Host("host", frozenset(_host_key(a, wildcard=False) for a in args))
+
+
+def _v2_host_regexp(args: list[_Token]) -> Any:
     for arg in args:
-        key, sep, value = arg.value.partition("=")
-        if not key:
-            raise _Fail(arg.column, f"empty query key in {arg.value!r}")
-        nodes.append(_Query(key, value if sep else None))
+        _ascii(arg, "HostRegexp")
+    return _Regexp(
+        "host", [_template(a, "[^.]+", host=True, prefix=False, query=False) for a in args]
+    )
+
+
+def _v2_paths(args: list[_Token], *, prefix: bool) -> Any:
+    literal: list[str] = []
+    templates: list[_RE2] = []
+    for arg in args:
+        _path_value(arg)
+        if "{" in arg.value or "}" in arg.value:
+            templates.append(_template(arg, "[^/]+", host=False, prefix=prefix, query=False))
+        else:  # a template without variables: its quoted, anchored text is a plain compare
+            literal.append(arg.value)
+    nodes: list[Any] = []
+    if literal:
+        nodes.append(_PathPrefix(tuple(literal)) if prefix else _Path(frozenset(literal)))
+    if templates:
+        nodes.append(_PathRegexp(templates))
+    return nodes[0] if len(nodes) == 1 else _Or(nodes)
+
+
+def _v2_path(args: list[_Token]) -> Any:
+    return _v2_paths(args, prefix=False)
+
+
+def _v2_path_prefix(args: list[_Token]) -> Any:
+    return _v2_paths(args, prefix=True)
+
+
+def _v2_method(args: list[_Token]) -> Any:
+    return _Method(frozenset(a.value.upper() for a in args))
+
+
+def _pairs(name: str, args: list[_Token]) -> list[tuple[_Token, _Token]]:
+    if len(args) % 2:
+        raise _Fail(args[-1].column, f"{name} takes name/value pairs, got {len(args)} values")
+    return [(args[i], args[i + 1]) for i in range(0, len(args), 2)]
+
+
+def _v2_headers(args: list[_Token]) -> Any:
+    # mux keeps the last value given for a name
+    pairs = {_header_name(k): v.value for k, v in _pairs("Headers", args)}
+    nodes = [_Header(k, v) for k, v in pairs.items()]
     return nodes[0] if len(nodes) == 1 else _And(nodes)
 
 
-def _build_query_regexp(args: list[_Token]) -> Any:
-    return _ValuesRegexp("query_values", _require_nonempty(args[0], "query key"), _regexp(args[1]))
+def _v2_headers_regexp(args: list[_Token]) -> Any:
+    pairs = {_header_name(k): _regexp(v) for k, v in _pairs("HeadersRegexp", args)}
+    nodes = [_ValuesRegexp("header_values", k, p) for k, p in pairs.items()]
+    return nodes[0] if len(nodes) == 1 else _And(nodes)
 
 
-def _build_client_ip(args: list[_Token]) -> Any:
-    networks: list[Network] = []
+def _v2_query(args: list[_Token]) -> Any:
+    # Traefik v2 splits every value at its first '=' and pairs up the pieces:
+    # Query(`a=1`, `b=`) is a=1 and b=(anything); an odd number of pieces is an error.
+    pieces: list[_Token] = []
     for arg in args:
-        try:
-            networks.append(ipaddress.ip_network(arg.value.strip(), strict=False))
-        except ValueError:
-            raise _Fail(arg.column, f"invalid IP address or CIDR {arg.value!r}") from None
-    return _ClientIP(networks)
+        key, eq, value = arg.value.partition("=")
+        pieces.append(_Token("string", key, arg.column))
+        if eq:
+            pieces.append(_Token("string", value, arg.column + len(key) + 1))
+    if len(pieces) % 2:
+        raise _Fail(
+            args[-1].column, "Query takes key=value values in v2 (a key alone is v3: Query(`key`))"
+        )
+    nodes = []
+    for i in range(0, len(pieces), 2):
+        key, value = pieces[i], pieces[i + 1]
+        template = _Token("string", f"{key.value}={value.value}", key.column)
+        nodes.append(
+            _QueryTemplate(
+                key.value, _template(template, ".*", host=False, prefix=False, query=True)
+            )
+        )
+    return nodes[0] if len(nodes) == 1 else _And(nodes)
 
 
-def _build_alpn(args: list[_Token]) -> Any:
-    return _ALPN(frozenset(_require_nonempty(a, "ALPN protocol") for a in args))
+def _v2_client_ip(args: list[_Token]) -> Any:
+    return _ClientIP([_network(a) for a in args])
+
+
+def _v2_host_sni(args: list[_Token]) -> Any:
+    if args[0].value == "*":
+        return _Always()
+    keys = []
+    for arg in args:
+        if arg.value == "*":  # after the first: any name, but a name there must be
+            return _Regexp("sni", [_compile_re2(".")])
+        keys.append(_sni_key(arg, _SNI_V2_RE))
+    return _Host("sni", frozenset(keys))
+
+
+def _v2_host_sni_regexp(args: list[_Token]) -> Any:
+    return _Regexp(
+        "sni", [_template(a, "[^.]+", host=True, prefix=False, query=False) for a in args]
+    )
+
+
+def _v2_alpn(args: list[_Token]) -> Any:
+    return _ALPN(frozenset(_alpn(a) for a in args))
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,9 +1211,11 @@ class _Spec:
     kinds: tuple[str, ...]
 
     def arity(self) -> str:
+        plural = "s" if self.max_args != 1 else ""
         if self.min_args == self.max_args:
-            plural = "s" if self.min_args != 1 else ""
             return f"takes exactly {self.min_args} argument{plural}"
+        if self.max_args < _MANY:
+            return f"takes {self.min_args} or {self.max_args} arguments"
         return f"takes at least {self.min_args} argument{'s' if self.min_args != 1 else ''}"
 
 
@@ -855,30 +1223,54 @@ _MANY: Final = 1 << 16
 _HTTP: Final = ("http",)
 _TCP: Final = ("tcp",)
 _BOTH: Final = ("http", "tcp")
+_NO_SPEC: Final = _Spec(lambda args: None, 0, 0, ())
 
-_MATCHERS: Final[dict[str, _Spec]] = {
-    "Host": _Spec(_build_host, 1, _MANY, _HTTP),
-    "HostRegexp": _Spec(_build_host_regexp, 1, _MANY, _HTTP),
-    "Path": _Spec(_build_path, 1, _MANY, _HTTP),
-    "PathPrefix": _Spec(_build_path_prefix, 1, _MANY, _HTTP),
-    "PathRegexp": _Spec(_build_path_regexp, 1, _MANY, _HTTP),
-    "Method": _Spec(_build_method, 1, _MANY, _HTTP),
-    "Header": _Spec(_build_header, 2, 2, _HTTP),
-    "HeaderRegexp": _Spec(_build_header_regexp, 2, 2, _HTTP),
-    "Headers": _Spec(_build_header, 2, 2, _HTTP),  # v2 name
-    "HeadersRegexp": _Spec(_build_header_regexp, 2, 2, _HTTP),  # v2 name
-    "Query": _Spec(_build_query, 1, _MANY, _HTTP),
-    "QueryRegexp": _Spec(_build_query_regexp, 2, 2, _HTTP),
-    "ClientIP": _Spec(_build_client_ip, 1, _MANY, _BOTH),
-    "HostSNI": _Spec(_build_host_sni, 1, _MANY, _TCP),
-    "HostSNIRegexp": _Spec(_build_host_sni_regexp, 1, _MANY, _TCP),
-    "ALPN": _Spec(_build_alpn, 1, _MANY, _TCP),
+_MATCHERS: Final[dict[str, dict[str, _Spec]]] = {
+    "v3": {
+        "Host": _Spec(_v3_host, 1, 1, _HTTP),
+        "HostRegexp": _Spec(_v3_host_regexp, 1, 1, _HTTP),
+        "Path": _Spec(_v3_path, 1, 1, _HTTP),
+        "PathPrefix": _Spec(_v3_path_prefix, 1, 1, _HTTP),
+        "PathRegexp": _Spec(_v3_path_regexp, 1, 1, _HTTP),
+        "Method": _Spec(_v3_method, 1, 1, _HTTP),
+        "Header": _Spec(_v3_header, 2, 2, _HTTP),
+        "HeaderRegexp": _Spec(_v3_header_regexp, 2, 2, _HTTP),
+        "Query": _Spec(_v3_query, 1, 2, _HTTP),
+        "QueryRegexp": _Spec(_v3_query_regexp, 1, 2, _HTTP),
+        "ClientIP": _Spec(_v3_client_ip, 1, 1, _BOTH),
+        "HostSNI": _Spec(_v3_host_sni, 1, 1, _TCP),
+        "HostSNIRegexp": _Spec(_v3_host_sni_regexp, 1, 1, _TCP),
+        "ALPN": _Spec(_v3_alpn, 1, 1, _TCP),
+    },
+    "v2": {
+        "Host": _Spec(_v2_host, 1, _MANY, _HTTP),
+        "HostHeader": _Spec(_v2_host, 1, _MANY, _HTTP),
+        "HostRegexp": _Spec(_v2_host_regexp, 1, _MANY, _HTTP),
+        "Path": _Spec(_v2_path, 1, _MANY, _HTTP),
+        "PathPrefix": _Spec(_v2_path_prefix, 1, _MANY, _HTTP),
+        "Method": _Spec(_v2_method, 1, _MANY, _HTTP),
+        "Headers": _Spec(_v2_headers, 1, _MANY, _HTTP),
+        "HeadersRegexp": _Spec(_v2_headers_regexp, 1, _MANY, _HTTP),
+        "Query": _Spec(_v2_query, 1, _MANY, _HTTP),
+        "ClientIP": _Spec(_v2_client_ip, 1, _MANY, _BOTH),
+        "HostSNI": _Spec(_v2_host_sni, 1, _MANY, _TCP),
+        "HostSNIRegexp": _Spec(_v2_host_sni_regexp, 1, _MANY, _TCP),
+        "ALPN": _Spec(_v2_alpn, 1, _MANY, _TCP),
+    },
+}
+
+# What a v2 name is in v3, for the message.
+_V3_INSTEAD: Final = {
+    "Headers": ": write Header(`name`, `value`)",
+    "HeadersRegexp": ": write HeaderRegexp(`name`, `regexp`)",
+    "HostHeader": ": write Host(`host`)",
 }
 
 # Traefik accepts each name as written, lowercased, uppercased, and Titlecased.
-_MATCHER_SPELLINGS: Final[dict[str, str]] = {
+_SPELLINGS: Final[dict[str, str]] = {
     spelling: name
-    for name in _MATCHERS
+    for names in _MATCHERS.values()
+    for name in names
     for spelling in (name, name.lower(), name.upper(), name.lower().title())
 }
 
@@ -893,14 +1285,16 @@ class RouteTable(Generic[T]):
     the value of the first entry in that order whose rule matches, exactly as a linear scan
     would, but only looks at entries that can match the request's host.
 
-    Index: for each host named by some rule's ``hosts``, a pre-merged tuple of that
-    host's entries and the host-agnostic entries ranked above the host's last entry,
-    followed by a shared tail of the remaining host-agnostic entries (so memory stays
-    near hosts + entries, not hosts x host-agnostic entries). Requests for any other
-    host scan only the host-agnostic entries. All sorting and merging happen here.
+    Index: for each key named by some rule's ``hosts`` (a host, or a ``*.suffix``
+    wildcard), a pre-merged tuple of that key's entries (for a host, those of the
+    wildcard covering it too) and the host-agnostic entries ranked above the last of
+    them, followed by a shared tail of the remaining host-agnostic entries (so memory
+    stays near hosts + entries, not hosts x host-agnostic entries). A request for a host
+    with no key of its own uses its wildcard's; any other scans only the host-agnostic
+    entries. All sorting and merging happen here.
     """
 
-    __slots__ = ("_agnostic", "_index", "_use_sni", "by_host", "entries")
+    __slots__ = ("_agnostic", "_index", "_use_sni", "_wild", "by_host", "entries")
 
     def __init__(self, entries: Iterable[tuple[str, Rule, int, T]]) -> None:
         items = list(entries)
@@ -917,13 +1311,14 @@ class RouteTable(Generic[T]):
         pairs = [(rule._indexed_match, value) for _, rule, _, value in ordered]
         host_only = [rule.host_only for _, rule, _, _ in ordered]
         agnostic_ranks: list[int] = []
-        host_ranks: dict[str, list[int]] = {}
+        key_ranks: dict[str, list[int]] = {}
         for rank, (_, rule, _, _) in enumerate(ordered):
             if rule.hosts is None:
                 agnostic_ranks.append(rank)
             else:  # an empty set (contradictory hosts) can never match: indexed nowhere
-                for host in rule.hosts:
-                    host_ranks.setdefault(host, []).append(rank)
+                for key in rule.hosts:
+                    key_ranks.setdefault(key, []).append(rank)
+        self._wild = any(key.startswith("*.") for key in key_ranks)
 
         agnostic = tuple(pairs[r] for r in agnostic_ranks)
         self._agnostic: tuple[tuple[Match, T], ...] = agnostic
@@ -932,17 +1327,19 @@ class RouteTable(Generic[T]):
         # Hosts whose answer the host alone decides: their first candidate has
         # nothing left to check once the index found it (see ``match_host``).
         by_host: dict[str, T] = {}
-        for host, ranks in host_ranks.items():
-            # Host-agnostic entries ranked above this host's last entry are interleaved;
-            # the rest follow as a tail shared by every host with the same cut.
+        for key, own in key_ranks.items():
+            wildcard = wildcard_of(key) if not key.startswith("*") else None
+            ranks = sorted(set(own) | set(key_ranks.get(wildcard, ()))) if wildcard else own
+            # Host-agnostic entries ranked above this key's last entry are interleaved;
+            # the rest follow as a tail shared by every key with the same cut.
             cut = bisect_left(agnostic_ranks, ranks[-1])
             merged = sorted(ranks + agnostic_ranks[:cut])
             if host_only[merged[0]]:
-                by_host[host] = ordered[merged[0]][3]
+                by_host[key] = ordered[merged[0]][3]
             tail = tails.get(cut)
             if tail is None:
                 tail = tails[cut] = agnostic[cut:]
-            index[host] = (tuple(pairs[r] for r in merged), tail)
+            index[key] = (tuple(pairs[r] for r in merged), tail)
         self._index = index
         self.by_host = by_host
 
@@ -957,6 +1354,10 @@ class RouteTable(Generic[T]):
     def match(self, req: Any) -> T | None:
         key = req.sni if self._use_sni else req.host
         slot = self._index.get(key)
+        if slot is None and self._wild:
+            wildcard = wildcard_of(key)
+            if wildcard is not None:
+                slot = self._index.get(wildcard)
         if slot is not None:
             head, tail = slot
             for fn, value in head:
@@ -973,4 +1374,4 @@ class RouteTable(Generic[T]):
         return len(self.entries)
 
     def __repr__(self) -> str:
-        return f"RouteTable({len(self.entries)} entries, {len(self._index)} indexed hosts)"
+        return f"RouteTable({len(self.entries)} entries, {len(self._index)} indexed keys)"

@@ -1,0 +1,325 @@
+"""Traefik v3's rule semantics, case by case: the rule, the request, and Traefik's answer.
+
+Each case names where Traefik documents its answer: the docs (``routing/routers``
+rules, the v2 -> v3 migration guide), or the table tests of ``pkg/muxer/http``
+(``matcher_test.go``, ``mux_test.go``) and ``pkg/muxer/tcp``. The same table runs
+through a real entrypoint in ``tests/integration/test_rules_entrypoint.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from edge.errors import RuleError
+from edge.rules import RequestView, RouteTable, canonical_host, compile_rule
+
+
+@dataclass(frozen=True)
+class Req:
+    target: str = "/"
+    host: str = "example.com"
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def view(self) -> RequestView:
+        """The request as the HTTP server hands it to the rules."""
+        path, _, query = self.target.partition("?")
+        return RequestView(
+            host=canonical_host(self.host),
+            path=path,
+            query=query,
+            method=self.method,
+            client_ip="127.0.0.1",
+            headers=[(k.encode(), v.encode("utf-8")) for k, v in self.headers],
+        )
+
+
+@dataclass(frozen=True)
+class Case:
+    bullet: str  # the item of issue 13 it checks
+    rule: str
+    req: Req
+    match: bool  # Traefik's answer
+    source: str
+    syntax: str = "v3"
+    entrypoint: bool = True  # also sent through a real entrypoint
+
+
+def C(bullet: str, rule: str, req: Req, match: bool, source: str, **kw: Any) -> Case:
+    return Case(bullet, rule, req, match, source, **kw)
+
+
+PATH = "path: reserved escapes kept (v3.4.1)"
+WILD = "Host wildcards (v3.7)"
+HOSTRE = "HostRegexp: lowercased host, case-sensitive"
+BRACES = "{name:re} is not a template in v3"
+ARITY = "arity, empty values, Query(`k`)"
+V2 = "ruleSyntax v2"
+RE2 = "RE2 semantics"
+
+MUX = "pkg/muxer/http/mux.go withRoutingPath + server normalizePath"
+MT = "pkg/muxer/http/matcher_test.go"
+MT2 = "pkg/muxer/http/matcher_v2_test.go"
+GO = "Go regexp (RE2) semantics"
+
+CASES: list[Case] = [
+    # -- reserved characters stay encoded, the rest is decoded ------------------------
+    C(PATH, "Path(`/foo/bar`)", Req("/foo%2Fbar"), False, MUX),
+    C(PATH, "Path(`/foo%2Fbar`)", Req("/foo%2Fbar"), True, MUX),
+    C(PATH, "Path(`/foo%2Fbar`)", Req("/foo%2fbar"), True, MUX + " (hex upper-cased)"),
+    C(PATH, "Path(`/foo/bar`)", Req("/foo/bar"), True, MUX),
+    C(PATH, "PathPrefix(`/foo bar`)", Req("/foo%20bar/x"), True, MUX + " (its doc's example)"),
+    C(PATH, "PathPrefix(`/admin`)", Req("/%61dmin/x"), True, MUX + " (unreserved decoded)"),
+    C(PATH, "PathPrefix(`/public/`)", Req("/public%2F..%2Fadmin"), False, MUX),
+    C(PATH, "PathRegexp(`^/foo/bar$`)", Req("/foo%2Fbar"), False, MUX),
+    C(PATH, "Path(`/a#b`)", Req("/a%23b"), False, MUX),
+    C(PATH, "Path(`/a%23b`)", Req("/a%23b"), True, MUX),
+    C(PATH, "Path(`/100%25`)", Req("/100%25"), True, MUX),
+    C(PATH, "Path(`/100%`)", Req("/100%25"), False, MUX),
+    C(PATH, "Path(`/a:b@c`)", Req("/a%3Ab%40c"), False, MUX),
+    C(PATH, "Path(`/caf\u00e9`)", Req("/caf%C3%A9"), True, MUX + " (non-reserved decoded)"),
+    C(PATH, "Path(`/css`)", Req("/css/"), False, MT + " TestPathMatcher"),
+    # -- Host(`*.example.com`) and Host(`*`) -------------------------------------------
+    C(WILD, "Host(`*.example.com`)", Req(host="test.example.com"), True, MT + " TestHostMatcher"),
+    C(WILD, "Host(`*.example.com`)", Req(host="other.example.com:8080"), True, MT),
+    C(WILD, "Host(`*.example.com`)", Req(host="example.com"), False, MT),
+    C(WILD, "Host(`*.example.com`)", Req(host="test.otherexample.com"), False, MT),
+    C(WILD, "Host(`*.example.com`)", Req(host="a.b.example.com"), False, "pkg/muxer/muxer.go"),
+    C(WILD, "Host(`*.example.com`)", Req(host="TEST.Example.COM"), True, "docs: case-insensitive"),
+    C(WILD, "Host(`*`)", Req(host="localhost"), True, MT),
+    C(WILD, "Host(`*`)", Req(host="test.otherexample.com"), True, MT),
+    C(WILD, "Host(`example.com.`)", Req(host="example.com"), True, MT),
+    C(WILD, "Host(`example.com`)", Req(host="example.com."), True, MT),
+    # -- HostRegexp reads the lowercased host, case-sensitively ------------------------
+    C(HOSTRE, r"HostRegexp(`^[A-Z]+\.com$`)", Req(host="EXAMPLE.com"), False, MT),
+    C(HOSTRE, r"HostRegexp(`^[a-zA-Z-]+\.com$`)", Req(host="example.com:8080"), True, MT),
+    C(HOSTRE, r"HostRegexp(`^[a-zA-Z-]+\.com$`)", Req(host="example.org"), False, MT),
+    C(HOSTRE, r"HostRegexp(`(?i)^EXAMPLE\.com$`)", Req(host="example.com"), True, GO),
+    # -- braces are regexp text, not templates -----------------------------------------
+    C(BRACES, r"HostRegexp(`{domain:[a-zA-Z-]+\.com}`)", Req(host="example.com"), False, MT),
+    C(BRACES, "PathRegexp(`/{path:(css|js)}`)", Req("/css"), False, MT),
+    C(BRACES, "PathRegexp(`/{path:(css|js)}`)", Req("/%7Bpath:css%7D"), True, MT),
+    C(
+        BRACES,
+        "HeaderRegexp(`X-Proto`, `http{secure:s?}`)",
+        Req(headers=(("X-Proto", "https"),)),
+        False,
+        MT,
+    ),
+    C(
+        BRACES,
+        "HeaderRegexp(`X-Proto`, `http{secure:s?}`)",
+        Req(headers=(("X-Proto", "http{secure:s}"),)),
+        True,
+        MT,
+    ),
+    C(BRACES, "QueryRegexp(`q`, `{value:(traefik|nginx)}`)", Req("/?q=traefik"), False, MT),
+    C(
+        BRACES,
+        "QueryRegexp(`q`, `{value:(traefik|nginx)}`)",
+        Req("/?q=%7Bvalue:traefik%7D"),
+        True,
+        MT,
+    ),
+    # -- one value per matcher, no empty value, Query(`k`) ------------------------------
+    C(ARITY, "Query(`mobile`)", Req("/?mobile"), True, MT + " TestQueryMatcher"),
+    C(ARITY, "Query(`mobile`)", Req("/?mobile=true"), False, MT),
+    C(ARITY, "Query(`mobile`)", Req("/"), False, MT),
+    C(ARITY, "Query(`q`, `traefik`)", Req("/?q=awesome&q=traefik"), True, MT),
+    C(ARITY, "Query(`q`, `traefik`)", Req("/?Q=traefik"), False, MT),
+    C(ARITY, "QueryRegexp(`q`, `^(traefik|nginx)$`)", Req("/?rel=ddg&q=nginx"), True, MT),
+    C(ARITY, "Method(`get`)", Req(method="GET"), True, MT + " TestMethodMatcher"),
+    C(ARITY, "Method(`GET`)", Req(method="POST"), False, MT),
+    C(
+        ARITY,
+        "Header(`x-forwarded-proto`, `https`)",
+        Req(headers=(("X-Forwarded-Proto", "https"),)),
+        True,
+        MT,
+    ),
+    C(
+        ARITY,
+        "Header(`X-Forwarded-Proto`, `https`)",
+        Req(headers=(("X-Forwarded-Proto", "HTTPS"),)),
+        False,
+        MT,
+    ),
+    C(ARITY, "ClientIP(`127.0.0.1`)", Req(), True, MT + " TestClientIPMatcher"),
+    C(ARITY, "ClientIP(`192.168.1.0/24`)", Req(), False, MT),
+    # -- ruleSyntax: v2 ------------------------------------------------------------------
+    C(V2, "Host(`a.com`, `b.com`)", Req(host="b.com"), True, MT2, syntax="v2"),
+    C(V2, "HostHeader(`a.com`)", Req(host="A.com"), True, MT2, syntax="v2"),
+    C(
+        V2,
+        r"HostRegexp(`{sub:[a-z]+}.example.com`)",
+        Req(host="foo.example.com"),
+        True,
+        MT2,
+        syntax="v2",
+    ),
+    C(
+        V2,
+        r"HostRegexp(`{sub:[a-z]+}.example.com`)",
+        Req(host="foo.bar.example.com"),
+        False,
+        MT2,
+        syntax="v2",
+    ),
+    C(V2, "HostRegexp(`{sub}.example.com`)", Req(host="x-1.example.com"), True, MT2, syntax="v2"),
+    C(V2, "HostRegexp(`{sub}.example.com`)", Req(host="example.com"), False, MT2, syntax="v2"),
+    C(V2, "Path(`/products/{id:[0-9]+}`)", Req("/products/12"), True, MT2, syntax="v2"),
+    C(V2, "Path(`/products/{id:[0-9]+}`)", Req("/products/12/x"), False, MT2, syntax="v2"),
+    C(V2, "Path(`/products/{id}`)", Req("/products/ab"), True, MT2, syntax="v2"),
+    C(V2, "Path(`/a`, `/b`)", Req("/b"), True, MT2, syntax="v2"),
+    C(V2, "PathPrefix(`/api/{version:v[0-9]+}`)", Req("/api/v2/items"), True, MT2, syntax="v2"),
+    C(V2, "PathPrefix(`/api/{version:v[0-9]+}`)", Req("/api/x/items"), False, MT2, syntax="v2"),
+    C(
+        V2,
+        "Path(`/foo/bar`)",
+        Req("/foo%2Fbar"),
+        False,
+        MUX + " (v2 reads the routing path too)",
+        syntax="v2",
+    ),
+    C(V2, "Method(`get`, `post`)", Req(method="POST"), True, MT2, syntax="v2"),
+    C(V2, "Headers(`X-A`, `1`)", Req(headers=(("x-a", "1"),)), True, MT2, syntax="v2"),
+    C(V2, "Headers(`X-A`, `1`, `X-B`, `2`)", Req(headers=(("x-a", "1"),)), False, MT2, syntax="v2"),
+    C(
+        V2,
+        "HeadersRegexp(`X-A`, `^[0-9]+$`)",
+        Req(headers=(("x-a", "12"),)),
+        True,
+        MT2,
+        syntax="v2",
+    ),
+    C(V2, "Query(`a=1`, `b=2`)", Req("/?b=2&a=1"), True, MT2, syntax="v2"),
+    C(V2, "Query(`a=1`, `b=2`)", Req("/?a=1"), False, MT2, syntax="v2"),
+    C(
+        V2,
+        "Query(`a=`)",
+        Req("/?a=anything"),
+        True,
+        "gorilla/mux: an empty value is any",
+        syntax="v2",
+    ),
+    C(V2, "Query(`id={id:[0-9]+}`)", Req("/?id=12"), True, MT2, syntax="v2"),
+    C(V2, "Query(`id={id:[0-9]+}`)", Req("/?id=x"), False, MT2, syntax="v2"),
+    C(V2, "Query(`a=1`)", Req("/?a=2&a=1"), False, "gorilla/mux: the first value", syntax="v2"),
+    C(V2, "ClientIP(`10.0.0.0/8`, `127.0.0.1`)", Req(), True, MT2, syntax="v2"),
+    # -- RE2: linear time, Go's syntax and classes ------------------------------------
+    C(RE2, "PathRegexp(`^/(a+)+$`)", Req("/" + "a" * 5000 + "b"), False, GO + ": linear time"),
+    C(RE2, r"QueryRegexp(`q`, `^a$`)", Req("/?q=a%0A"), False, GO + ": $ is the end of text"),
+    C(RE2, r"QueryRegexp(`q`, `^\d$`)", Req("/?q=%D9%A3"), False, GO + r": \d is ASCII"),
+    C(RE2, r"QueryRegexp(`q`, `^\pN$`)", Req("/?q=%D9%A3"), True, GO + r": \pN is Unicode"),
+    C(RE2, r"PathRegexp(`^/[[:alpha:]]+$`)", Req("/abc"), True, GO + ": POSIX classes"),
+]
+
+# (rule, syntax, kind, a fragment of edge's message): Traefik refuses these too.
+REFUSED: list[tuple[str, str, str, str]] = [
+    ("Host(`a.com`, `b.com`)", "v3", "http", "takes exactly 1 argument, got 2"),
+    ("Path(`/css`, `/js`)", "v3", "http", "takes exactly 1 argument, got 2"),
+    ("Header(`X-Forwarded-Host`)", "v3", "http", "takes exactly 2 arguments, got 1"),
+    ("Query(`q`, `traefik`, `proxy`)", "v3", "http", "takes 1 or 2 arguments, got 3"),
+    ("Host(``)", "v3", "http", "empty value for Host"),
+    ("Query(`q`, ``)", "v3", "http", "empty value for Query"),
+    ("Header(``, `example.com`)", "v3", "http", "empty value for Header"),
+    ("Method(``)", "v3", "http", "empty value for Method"),
+    ("Path(`css`)", "v3", "http", "does not start with '/'"),
+    ("Host(`\U0001f9ad.com`)", "v3", "http", "non-ASCII"),
+    ("HostRegexp(`\U0001f9ad.com`)", "v3", "http", "non-ASCII"),
+    ("HostRegexp(`(example.com`)", "v3", "http", "invalid regexp"),
+    ("ClientIP(`1`)", "v3", "http", "invalid IP address or CIDR"),
+    ("Headers(`X`, `1`)", "v3", "http", "v2 syntax"),
+    ("HostHeader(`a`)", "v3", "http", "v2 syntax"),
+    ("Header(`X`, `1`)", "v2", "http", "v3 syntax"),
+    ("PathRegexp(`/a`)", "v2", "http", "v3 syntax"),
+    ("Headers(`X`)", "v2", "http", "name/value pairs"),
+    ("Query(`a`)", "v2", "http", "key=value"),
+    ("Path(`/{id`)", "v2", "http", "unbalanced braces"),
+    ("Path(`/{:[0-9]}`)", "v2", "http", "missing name or pattern"),
+    ("PathRegexp(`(a)\\1`)", "v3", "http", "invalid regexp"),  # no backreferences
+    ("PathRegexp(`(?=a)`)", "v3", "http", "invalid regexp"),  # no lookaround
+    ("PathRegexp(`a{1001}`)", "v3", "http", "invalid regexp"),
+    ("HostSNI(`a.com`, `b.com`)", "v3", "tcp", "takes exactly 1 argument"),
+    ("HostSNI(`*.a.com`)", "v2", "tcp", "invalid HostSNI"),
+    ("ALPN(`acme-tls/1`)", "v3", "tcp", "not allowed"),
+]
+
+# (rule, syntax, sni, Traefik's answer): pkg/muxer/tcp matcher tests.
+TCP_CASES: list[tuple[str, str, str, bool]] = [
+    ("HostSNI(`*.example.com`)", "v3", "foo.example.com", True),
+    ("HostSNI(`*.example.com`)", "v3", "example.com", False),
+    ("HostSNI(`*.example.com`)", "v3", "a.foo.example.com", False),
+    ("HostSNI(`*`)", "v3", "", True),
+    ("HostSNI(`example.com`)", "v3", "", False),
+    (r"HostSNIRegexp(`^[a-z]+\.example\.com$`)", "v3", "foo.example.com", True),
+    ("HostSNIRegexp(`{sub:[a-z]+}.example.com`)", "v3", "foo.example.com", False),
+    ("HostSNIRegexp(`{sub:[a-z]+}.example.com`)", "v2", "foo.example.com", True),
+    ("HostSNI(`a.com`, `b.com`)", "v2", "b.com", True),
+    ("HostSNI(`*`, `a.com`)", "v2", "", True),
+]
+
+
+def case_id(case: Case) -> str:
+    return f"{case.syntax}:{case.rule} {case.req.host}{case.req.target[:40]}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_rule_engine_gives_traefiks_answer(case: Case) -> None:
+    rule = compile_rule(case.rule, syntax=case.syntax)
+    assert rule.syntax == case.syntax
+    started = time.perf_counter()
+    assert rule.match(case.req.view()) is case.match, case.source
+    assert time.perf_counter() - started < 1.0  # RE2: no input makes a regexp slow
+    # And through a route table, where host rules are found through the index.
+    table = RouteTable([("r", rule, 1, "r")])
+    assert (table.match(case.req.view()) == "r") is case.match
+
+
+@pytest.mark.parametrize(("rule", "syntax", "kind", "fragment"), REFUSED)
+def test_traefik_refuses_and_so_does_edge(rule: str, syntax: str, kind: str, fragment: str) -> None:
+    with pytest.raises(RuleError, match=re.escape(fragment)):
+        compile_rule(rule, kind=kind, syntax=syntax)
+
+
+@pytest.mark.parametrize(("rule", "syntax", "sni", "expected"), TCP_CASES)
+def test_tcp_rules(rule: str, syntax: str, sni: str, expected: bool) -> None:
+    assert compile_rule(rule, kind="tcp", syntax=syntax).match(RequestView(sni=sni)) is expected
+
+
+def test_the_backtracking_pattern_would_stall_pythons_re() -> None:
+    """Why RE2: the same pattern and path take Python's backtracking ``re`` exponential
+    time (here bounded to a short input to keep the test fast)."""
+    text = "/" + "a" * 18 + "b"
+    started = time.perf_counter()
+    assert re.search(r"^/(a+)+$", text) is None
+    slow = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(100):
+        assert not compile_rule("PathRegexp(`^/(a+)+$`)").match(RequestView(path=text))
+    fast = (time.perf_counter() - started) / 100
+    assert fast * 100 < slow, (fast, slow)
+
+
+def test_wildcard_hosts_are_indexed_not_scanned() -> None:
+    rule = compile_rule("Host(`*.example.com`) && PathPrefix(`/api`)")
+    assert rule.hosts == frozenset({"*.example.com"})
+    table = RouteTable(
+        [
+            ("wild", rule, 10, "wild"),
+            ("exact", compile_rule("Host(`a.example.com`)"), 5, "exact"),
+            ("star", compile_rule("Host(`*`)"), 1, "star"),
+        ]
+    )
+    assert table.match(Req("/api/x", host="a.example.com").view()) == "wild"
+    assert table.match(Req("/other", host="a.example.com").view()) == "exact"
+    assert table.match(Req("/api/x", host="b.example.com").view()) == "wild"
+    assert table.match(Req("/other", host="b.example.com").view()) == "star"
+    assert table.match(Req("/api", host="example.com").view()) == "star"
+    wild_only = RouteTable([("w", compile_rule("Host(`*.example.com`)"), 1, "w")])
+    assert wild_only.match_host("*.example.com") == "w"
