@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
@@ -52,6 +53,7 @@ __all__ = [
     "StaticConfig",
     "Transport",
     "parse_address",
+    "usable_cpus",
 ]
 
 INTERNAL_ENTRY_POINT = "traefik"
@@ -340,11 +342,45 @@ class StaticConfig(Base):
 
     @property
     def worker_count(self) -> int:
-        """:attr:`workers` as a number: ``"auto"`` is the number of CPUs."""
+        """:attr:`workers` as a number: ``"auto"`` is the CPUs this process may use (see :func:`usable_cpus`)."""
         if self.workers == "auto":
-            return max(1, os.cpu_count() or 1)
+            return usable_cpus()
         return int(self.workers)
 
     def entry_point_protocols(self) -> dict[str, str]:
         """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need."""
         return {name: ep.protocol for name, ep in self.entry_points.items()}
+
+
+def usable_cpus(environ: Mapping[str, str] = os.environ, cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """The CPUs this process may use: the least of its CPU affinity, its cgroup's CPU
+    quota (rounded up) and ``EDGE_CPU_LIMIT`` (a pod's CPU limit, passed through the
+    Downward API by the DaemonSet). In a container the CPU count alone is the node's."""
+    counts = [len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1]
+    quota = _cgroup_quota(cgroup_root)
+    if quota:
+        counts.append(quota)
+    limit = environ.get("EDGE_CPU_LIMIT", "").strip()
+    if limit.isdigit() and int(limit) > 0:
+        counts.append(int(limit))
+    return max(1, min(counts))
+
+
+def _cgroup_quota(root: str) -> int:
+    """The cgroup CPU quota in whole CPUs, rounded up; 0 without one (v2 ``cpu.max``, v1 cfs)."""
+    try:
+        with open(f"{root}/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota == "max":
+            return 0
+        return -(-int(quota) // int(period))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"{root}/cpu/cpu.cfs_quota_us") as f:
+            quota_us = int(f.read())
+        with open(f"{root}/cpu/cpu.cfs_period_us") as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return 0
+    return -(-quota_us // period_us) if quota_us > 0 and period_us > 0 else 0

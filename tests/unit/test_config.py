@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import msgspec
 import pytest
@@ -710,3 +711,27 @@ def test_is_empty() -> None:
     assert not decode_dynamic(
         {"tls": {"certificates": [{"certFile": "a", "keyFile": "b"}]}}
     ).is_empty()
+
+
+def test_workers_auto_follows_the_cpus_a_pod_may_use(tmp_path):
+    """``workers: auto`` in a container: the cgroup quota and the pod's CPU limit bound the count."""
+    from edge.config.static import usable_cpus
+
+    affinity = len(os.sched_getaffinity(0))
+    none = tmp_path / "none"
+    none.mkdir()
+    assert usable_cpus({}, str(none)) == affinity
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs: 2 workers
+    assert usable_cpus({}, str(v2)) == min(affinity, 2)
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus({}, str(v2)) == affinity
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus({}, str(v1)) == 1
+    assert usable_cpus({"EDGE_CPU_LIMIT": "1"}, str(none)) == 1
+    assert usable_cpus({"EDGE_CPU_LIMIT": "64"}, str(none)) == affinity
+    assert usable_cpus({"EDGE_CPU_LIMIT": "0"}, str(none)) == affinity
