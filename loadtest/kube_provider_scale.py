@@ -323,6 +323,7 @@ def main() -> int:
             print(f"{tool} is not installed", file=sys.stderr)
             return 2
 
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     workdir = Path(tempfile.mkdtemp(prefix="kube-scale-"))
     workdir.chmod(0o755)
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
@@ -456,6 +457,8 @@ def main() -> int:
               f"({summary['churn']['rps']} vs {summary['quiet']['rps']} req/s, medians of {args.runs}); "
               f"{changes} changes applied as {in_place} in-place updates, {rebuilds} router rebuilds")  # fmt: skip
         print(f"memory at the end: {results['memory_at_end_mib']}")
+        results["load_average_at_end"] = os.getloadavg()[0]
+        print(f"load average at the end: {results['load_average_at_end']:.2f}")
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
         return 0

@@ -50,7 +50,8 @@ Where the addresses come from (``providers.kubernetesIngress.ingressEndpoint``):
   deleted, phase Running (this pod counts at once); per node its ExternalIP addresses,
   else its InternalIP ones. Pods in ``POD_NAMESPACE`` and Nodes are watched for it.
 - otherwise no status is written (logged once at start).
-With no address known yet (a LoadBalancer still pending) nothing is written.
+With no address known yet (a LoadBalancer still pending) nothing is written, and an
+Ingress edge stops serving keeps the status last written (as with Traefik).
 
 Errors: :class:`~edge.providers.kubernetes.client.CredentialsError` at construction when
 no API server can be found (a configuration error, edge does not start);
@@ -404,6 +405,8 @@ class KubernetesIngressProvider:
     def stop(self, timeout: float = 3.0) -> None:
         """Stop every thread (blocking, bounded by about ``timeout``); idempotent."""
         with self._cond:
+            if self._stopping:
+                return
             self._stopping = True
             self._cond.notify_all()
         with self._status_cond:
