@@ -15,6 +15,10 @@ UDP scenarios (``protocol="udp"``) use ``udpload``, a small C load generator kep
 this file (``UDPLOAD_C``) and compiled into the temp dir with ``cc``; its echo server is
 the backend of the echo scenarios and its sink that of the one-way scenario.
 
+Before and after a change, in one run: ``git worktree add /tmp/before <commit>``, then
+``EDGE_BASELINE=/tmp/before .venv/bin/python loadtest/bench.py ...`` adds the subject
+``edge-baseline`` (that checkout's edge) to every HTTP scenario.
+
 Adding a scenario: one ``Scenario(...)`` entry in ``SCENARIOS``. Adding a subject: a
 ``Subject`` subclass (``start() -> "host:port"``, ``stop()``) registered in ``SUBJECTS``;
 a scenario lists the subjects it applies to and may run one subject under several
@@ -60,7 +64,9 @@ WRK_TIMEOUT = "5s"  # wrk's per-request timeout; slower responses count as timeo
 
 # --- scenarios ---------------------------------------------------------------------
 
-HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy")
+HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy") + (
+    ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
+)  # EDGE_BASELINE=DIR: also run the edge of that checkout (before/after a change, one run)
 
 UDP_SUBJECTS = ("direct", "edge", "nginx")
 
@@ -696,6 +702,7 @@ class Edge(Subject):
 
     parser = "httptools"
     protocols = ("http", "https", "tls-passthrough", "udp")
+    root = ROOT  # the checkout whose edge runs
 
     def configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
         sc = self.scenario
@@ -795,7 +802,7 @@ class Edge(Subject):
         self.proc = Proc(
             [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)],
             self.ctx.path(f"{self.slug}.out"),
-            cwd=ROOT,
+            cwd=self.root,
             env=env,
         )
         deadline = time.monotonic() + self.scenario.ready_timeout
@@ -822,6 +829,13 @@ class Edge(Subject):
 
 class EdgeH11(Edge):
     parser = "h11"
+
+
+class EdgeBaseline(Edge):
+    """edge from another checkout (``EDGE_BASELINE=DIR``: e.g. a git worktree of the
+    commit before a change), measured in the same rounds as this checkout's edge."""
+
+    root = Path(os.environ.get("EDGE_BASELINE", ROOT))
 
 
 class Ceiling(Subject):
@@ -856,6 +870,7 @@ SUBJECTS: dict[str, type[Subject]] = {
     "edge": Edge,  # the UDP scenarios' name for it: no HTTP parser is involved
     "edge-httptools": Edge,
     "edge-h11": EdgeH11,
+    "edge-baseline": EdgeBaseline,
     "nginx": NginxProxy,
     "haproxy": Haproxy,
     "ceiling": Ceiling,
