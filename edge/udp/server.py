@@ -12,7 +12,9 @@ times); one that found the socket empty sets it to what it read. So a quiet sock
 (one datagram per wakeup, the ping-pong of DNS) is read once per wakeup and seldom
 pays for a read that finds nothing (a raised BlockingIOError costs more than
 forwarding a datagram), and a busy one is drained in batches. The loop's epoll is
-level-triggered: whatever a callback leaves is reported again at once.
+level-triggered: whatever a callback leaves is reported again at once. A reply at a
+budget of 1 takes a short path of its own (``_upstream_readable``): it is most of
+the work of a DNS-like load.
 
 Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
 leave from the address the client wrote to when the entry point listens on a wildcard
@@ -26,7 +28,8 @@ Invariants:
 * a datagram is never split, merged or queued: it is sent on at once or dropped and
   counted (UDP is lossy; a full socket buffer drops, as the kernel would);
 * a session's upstream socket is registered with the loop exactly while the session
-  has a server; closing a session removes the reader before closing the socket;
+  has a server, and a session with an upstream socket is in the table (every way out
+  of the table goes through ``_detach``); closing removes the reader, then the socket;
 * the router is read once per new session (or re-pick after a refusal); a swap is one
   assignment plus a pass that keeps each session on its server while that server
   stays in the router's service, and ends it otherwise.
@@ -40,7 +43,6 @@ import logging
 import socket
 import struct
 import sys
-from collections.abc import Callable
 
 from edge.router.udp import UDPRouter, UDPServer
 from edge.udp.sessions import Counters, Session, SessionTable
@@ -51,7 +53,7 @@ __all__ = ["BATCH", "MAX_DATAGRAM", "REFUSED_DOWN", "DatagramProxy", "proxy_v2_h
 
 MAX_DATAGRAM = 65535  # read size: a UDP payload is at most 65,507 bytes over IPv4
 BATCH = 64  # datagrams read per readiness callback before the loop serves others
-PROBE_EVERY = 8  # at a budget of 1, every 8th full callback tries a budget of 2
+PROBE_EVERY = 16  # at a budget of 1, every 16th full callback tries a budget of 2
 REFUSED_DOWN = 10.0  # seconds a server that refused (ICMP port unreachable) is not picked
 DRAIN_QUIET = 0.2  # drain ends once no session has seen a datagram for this long
 
@@ -165,9 +167,7 @@ class DatagramProxy:
 
     def start_reading(self) -> None:
         if self.sock is not None and not self.reading:
-            self.loop.add_reader(
-                self.sock.fileno(), self._wildcard_readable if self.wildcard else self._readable
-            )
+            self.loop.add_reader(self.sock.fileno(), self._readable)
             self.reading = True
 
     def stop_reading(self) -> None:
@@ -259,17 +259,19 @@ class DatagramProxy:
     # -- datagrams from clients ----------------------------------------------------------
 
     def _readable(self) -> None:
-        """The listener (a specific address) has datagrams."""
-        recvfrom = self.sock.recvfrom
-        sessions = self.table.sessions
-        get = sessions.get
-        move = sessions.move_to_end
-        now = self.loop.time()
+        """The listener has datagrams: read up to the budget (where each was sent to, on a
+        wildcard listener), forward each."""
+        sock = self.sock
+        wildcard = self.wildcard
         budget = self._budget
         read = 0
         while read < budget:
             try:
-                data, client = recvfrom(MAX_DATAGRAM)
+                if wildcard:
+                    data, ancillary, _flags, client = sock.recvmsg(MAX_DATAGRAM, CMSG_SIZE)
+                else:
+                    data, client = sock.recvfrom(MAX_DATAGRAM)
+                    ancillary = None
             except (BlockingIOError, InterruptedError):
                 self._budget = read or 1
                 self._fills = 0
@@ -278,92 +280,43 @@ class DatagramProxy:
                 log.debug("entrypoint %s: receive failed: %s", self.name, exc)
                 return
             read += 1
-            session = get(client)
-            if session is None:
-                session = self._open(client, now, None, None)
-                if session is None:
-                    continue
-            else:
-                session.last = now
-                move(client)
-            sock = session.sock
-            if sock is None or session.header is not None:
-                self._forward_slow(session, data)
-                continue
-            try:
-                sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                session.counters.dropped += 1
-                continue
-            except OSError as exc:
-                self._send_failed(session, data, exc)
-                continue
-            counters = session.counters
-            counters.datagrams_to_server += 1
-            counters.bytes_to_server += len(data)
+            self._from_client(data, client, ancillary)
         if budget > 1:
-            self._budget = budget * 2 if budget < BATCH else BATCH
+            self._budget = min(budget * 2, BATCH)
         else:
             self._fills += 1
             if self._fills >= PROBE_EVERY:
                 self._budget = 2
                 self._fills = 0
 
-    def _wildcard_readable(self) -> None:
-        """The listener (a wildcard address) has datagrams: read where each was sent to."""
-        recvmsg = self.sock.recvmsg
+    def _from_client(self, data: bytes, client: tuple, ancillary: list | None) -> None:
+        """One datagram from ``client``: to its session's server (a new session if needed)."""
         sessions = self.table.sessions
-        get = sessions.get
-        move = sessions.move_to_end
-        now = self.loop.time()
-        budget = self._budget
-        read = 0
-        while read < budget:
-            try:
-                data, ancillary, _flags, client = recvmsg(MAX_DATAGRAM, CMSG_SIZE)
-            except (BlockingIOError, InterruptedError):
-                self._budget = read or 1
-                self._fills = 0
-                return
-            except OSError as exc:
-                log.debug("entrypoint %s: receive failed: %s", self.name, exc)
-                return
-            read += 1
-            session = get(client)
+        session = sessions.get(client)
+        if session is None:
+            session = self._open(client, ancillary)
             if session is None:
-                local, reply = local_from_pktinfo(ancillary, self.port)
-                session = self._open(client, now, local, reply)
-                if session is None:
-                    continue
-            else:
-                session.last = now
-                move(client)
-            sock = session.sock
-            if sock is None or session.header is not None:
-                self._forward_slow(session, data)
-                continue
-            try:
-                sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                session.counters.dropped += 1
-                continue
-            except OSError as exc:
-                self._send_failed(session, data, exc)
-                continue
-            counters = session.counters
-            counters.datagrams_to_server += 1
-            counters.bytes_to_server += len(data)
-        if budget > 1:
-            self._budget = budget * 2 if budget < BATCH else BATCH
+                return
         else:
-            self._fills += 1
-            if self._fills >= PROBE_EVERY:
-                self._budget = 2
-                self._fills = 0
+            session.last = self.loop.time()
+            sessions.move_to_end(client)
+        sock = session.sock
+        if sock is None or session.header is not None:
+            self._forward_slow(session, data)
+            return
+        try:
+            sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            session.counters.dropped += 1
+            return
+        except OSError as exc:
+            self._send_failed(session, data, exc)
+            return
+        counters = session.counters
+        counters.datagrams_to_server += 1
+        counters.bytes_to_server += len(data)
 
-    def _open(
-        self, client: tuple, now: float, local: tuple | None, reply: list | None
-    ) -> Session | None:
+    def _open(self, client: tuple, ancillary: list | None) -> Session | None:
         """A session for a new client, its server picked and its upstream open; None: dropped."""
         router = self.router
         if router is None:
@@ -374,10 +327,13 @@ class DatagramProxy:
         if server is None:
             counters.dropped += 1
             return None
+        local, reply = None, None
+        if ancillary is not None:
+            local, reply = local_from_pktinfo(ancillary, self.port)
         session = Session(
             client, counters, timeout=self.timeout, local=local or self.local, reply=reply
         )
-        evicted = self.table.add(session, now)
+        evicted = self.table.add(session, self.loop.time())
         if evicted is not None:
             evicted.counters.sessions_evicted += 1
             self._evicted += 1
@@ -483,11 +439,42 @@ class DatagramProxy:
         sock = session.sock
         if sock is None:
             return
+        if session.budget == 1:
+            # One datagram per wakeup (the common case) takes the shortest path.
+            try:
+                data = sock.recv(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._upstream_failed(session, exc)
+                return
+            try:
+                if session.reply is None:
+                    self.sock.sendto(data, session.client)
+                else:
+                    self.sock.sendmsg((data,), session.reply, 0, session.client)
+            except OSError:
+                session.counters.dropped += 1
+                return
+            counters = session.counters
+            counters.datagrams_to_client += 1
+            counters.bytes_to_client += len(data)
+            # A session with an upstream socket is in the table (see _detach).
+            session.last = self.loop.time()
+            self.table.sessions.move_to_end(session.client)
+            session.fills += 1
+            if session.fills >= PROBE_EVERY:
+                session.budget = 2
+                session.fills = 0
+            return
+        self._upstream_batch(session, sock)
+
+    def _upstream_batch(self, session: Session, sock: socket.socket) -> None:
+        """Up to the session's budget of datagrams from its server, back to the client."""
         recv = sock.recv
         client = session.client
         reply = session.reply
         listener = self.sock
-        send: Callable = listener.sendto if reply is None else listener.sendmsg
         count = 0
         size = 0
         dropped = 0
@@ -507,33 +494,30 @@ class DatagramProxy:
             read += 1
             try:
                 if reply is None:
-                    send(data, client)
+                    listener.sendto(data, client)
                 else:
-                    send((data,), reply, 0, client)
+                    listener.sendmsg((data,), reply, 0, client)
             except OSError:
                 dropped += 1
                 continue
             count += 1
             size += len(data)
         else:
-            if budget > 1:
-                session.budget = budget * 2 if budget < BATCH else BATCH
-            else:
-                session.fills += 1
-                if session.fills >= PROBE_EVERY:
-                    session.budget = 2
-                    session.fills = 0
+            session.budget = min(budget * 2, BATCH)
         counters = session.counters
         if count:
             counters.datagrams_to_client += count
             counters.bytes_to_client += size
-            if self.table.sessions.get(client) is session:
-                session.last = self.loop.time()
-                self.table.sessions.move_to_end(client)
+            session.last = self.loop.time()
+            self.table.sessions.move_to_end(client)
         if dropped:
             counters.dropped += dropped
         if error is not None:
-            if session.server is not None:
-                self._mark_down(session.server, error)
-            # The next datagram from the client picks a server again.
-            self._detach(session)
+            self._upstream_failed(session, error)
+
+    def _upstream_failed(self, session: Session, error: OSError) -> None:
+        """The upstream socket reported an error: a refusal marks the server down; either
+        way the next datagram from the client picks a server again."""
+        if session.server is not None:
+            self._mark_down(session.server, error)
+        self._detach(session)
