@@ -122,8 +122,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     for err in errors:
         print(f"dynamic configuration: {err}")
     left_out = _check_kubernetes(static, configs)
-    runtime = build_runtime(merge(configs), static.entry_point_protocols())
+    default_syntax = static.core.default_rule_syntax
+    runtime = build_runtime(
+        merge(configs), static.entry_point_protocols(), default_rule_syntax=default_syntax
+    )
     bad = bool(errors) or left_out
+    print(f"rule syntax: {default_syntax} unless a router says otherwise (core.defaultRuleSyntax)")
     for kind, table in (
         ("router", runtime.http_routers),
         ("service", runtime.http_services),
@@ -135,6 +139,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     ):
         for name, info in sorted(table.items()):
             line = f"{kind} {name}: {info.status}"
+            syntax = getattr(info, "rule_syntax", "")
+            if syntax and syntax != default_syntax:
+                line = f"{kind} {name} (rule syntax {syntax}): {info.status}"
             if info.errors:
                 line += ": " + "; ".join(info.errors)
             if info.status == "disabled":

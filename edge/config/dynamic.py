@@ -155,6 +155,7 @@ class Router(Base):
     service: str
     entry_points: list[str] = []  # empty: every (non-internal) TCP entry point
     priority: int = 0  # 0: default priority, len(rule)
+    rule_syntax: str = ""  # "v3" or "v2"; "": core.defaultRuleSyntax (checked by runtime)
     middlewares: list[str] = []
     tls: RouterTLS | None = None
 
@@ -303,6 +304,7 @@ class TCPRouter(Base):
     service: str
     entry_points: list[str] = []
     priority: int = 0
+    rule_syntax: str = ""  # as Router.rule_syntax
     tls: TCPRouterTLS | None = None
 
 

@@ -47,7 +47,7 @@ from edge.config.dynamic import (
 from edge.config.merge import DEFAULT_TLS, split_name
 from edge.config.static import INTERNAL_ENTRY_POINT
 from edge.errors import RuleError
-from edge.rules import Rule, compile_rule, default_priority
+from edge.rules import SYNTAXES, Rule, compile_rule, default_priority
 
 __all__ = [
     "DEFAULT_TRANSPORT",
@@ -110,13 +110,14 @@ class ServiceInfo(ElementInfo[C]):
 
 
 class RouterInfo(ElementInfo[C]):
-    """A router with what validation resolved: compiled rule, priority, entry points."""
+    """A router with what validation resolved: compiled rule, its syntax, priority, entry points."""
 
-    __slots__ = ("entry_points", "priority", "rule")
+    __slots__ = ("entry_points", "priority", "rule", "rule_syntax")
 
     def __init__(self, name: str, config: C) -> None:
         super().__init__(name, config)
         self.rule: Rule | None = None
+        self.rule_syntax = ""  # "v3" or "v2" once resolved (UDP routers have no rule)
         self.priority: int = 0
         self.entry_points: list[str] = []
 
@@ -191,6 +192,8 @@ def _dump(info: ElementInfo[Any]) -> dict[str, Any]:
     }
     if isinstance(info, RouterInfo):
         d["priority"] = info.priority
+        if info.rule_syntax:
+            d["ruleSyntax"] = info.rule_syntax
         d["entryPoints"] = list(info.entry_points)
     else:
         d["usedBy"] = list(info.used_by)
@@ -206,14 +209,16 @@ def build_runtime(
     entry_points: Mapping[str, str],
     *,
     previous: RuntimeConfig | None = None,
+    default_rule_syntax: str = "v3",
 ) -> RuntimeConfig:
     """Validate the merged ``conf`` against the entry points (name -> ``"tcp"``/``"udp"``).
 
-    ``previous``, when given, lends its compiled rules: a rule whose text did not change
-    is not compiled again.
+    ``previous``, when given, lends its compiled rules: a rule whose text and syntax did
+    not change is not compiled again. ``default_rule_syntax`` (``core.defaultRuleSyntax``)
+    is the syntax of routers whose ``ruleSyntax`` is empty.
     """
     rt = RuntimeConfig(conf, entry_points)
-    rules = _RuleCache(previous)
+    rules = _RuleCache(previous, default_rule_syntax)
     tcp_defaults = sorted(
         n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
     )
@@ -361,29 +366,38 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
 
 
 class _RuleCache:
-    """Compiled rules of the previous snapshot, by (kind, text)."""
+    """Compiled rules of the previous snapshot, by (kind, syntax, text), and the default syntax."""
 
-    def __init__(self, previous: RuntimeConfig | None) -> None:
-        self._rules: dict[tuple[str, str], Rule] = {}
+    def __init__(self, previous: RuntimeConfig | None, default_syntax: str) -> None:
+        if default_syntax not in SYNTAXES:
+            raise ValueError(f"unknown default rule syntax {default_syntax!r}")
+        self.default_syntax = default_syntax
+        self._rules: dict[tuple[str, str, str], Rule] = {}
         if previous is not None:
             for table in (previous.http_routers, previous.tcp_routers):
                 for info in table.values():
-                    if info.rule is not None:
-                        self._rules[(info.rule.kind, info.rule.text)] = info.rule
+                    rule = info.rule
+                    if rule is not None:
+                        self._rules[(rule.kind, rule.syntax, rule.text)] = rule
 
-    def compile(self, text: str, kind: str) -> Rule:
-        rule = self._rules.get((kind, text))
+    def compile(self, text: str, kind: str, syntax: str) -> Rule:
+        rule = self._rules.get((kind, syntax, text))
         if rule is None:
-            rule = self._rules[(kind, text)] = compile_rule(text, kind=kind)
+            rule = self._rules[(kind, syntax, text)] = compile_rule(text, kind=kind, syntax=syntax)
         return rule
 
 
 def _check_rule(r: RouterInfo[Any], text: str, kind: str, rules: _RuleCache) -> None:
     r.priority = r.config.priority or default_priority(text)
+    syntax = r.config.rule_syntax or rules.default_syntax
+    if syntax not in SYNTAXES:
+        r.add_error(f"ruleSyntax {syntax!r}: expected one of {', '.join(SYNTAXES)}")
+        return
+    r.rule_syntax = syntax
     try:
-        r.rule = rules.compile(text, kind)
+        r.rule = rules.compile(text, kind, syntax)
     except RuleError as exc:
-        r.add_error(str(exc))
+        r.add_error(f"{exc} (rule syntax {syntax})" if syntax != "v3" else str(exc))
 
 
 def _check_entry_points(

@@ -12,6 +12,9 @@ entry point ``traefik`` and none is defined, one is added on ``:8080``.
 ``providersThrottleDuration`` is accepted at the top level (as documented for edge) and
 under ``providers`` (where Traefik reads it); the top-level field holds the result.
 
+``core.defaultRuleSyntax``: the rule syntax of routers that name none (``v3``, or
+``v2``, which Traefik v3 keeps for migration; see :mod:`edge.rules`).
+
 ``workers`` (edge's own key, not Traefik's): how many processes serve the entry points,
 a number >= 1 or ``"auto"`` (one per CPU); 1 runs everything in one process, more runs
 a supervisor with the providers and that many worker processes (:mod:`edge.supervisor`).
@@ -35,6 +38,7 @@ __all__ = [
     "INTERNAL_ENTRY_POINT",
     "AccessLog",
     "Api",
+    "Core",
     "EntryPoint",
     "EntryPointHTTP",
     "EntryPointUDP",
@@ -290,6 +294,10 @@ class AccessLog(Base):
     buffering_size: NonNegativeInt = 0
 
 
+class Core(Base):
+    default_rule_syntax: Literal["v3", "v2"] = "v3"
+
+
 # --- the whole --------------------------------------------------------------------
 
 
@@ -302,6 +310,7 @@ class StaticConfig(Base):
     metrics: Metrics | None = None
     log: Log = msgspec.field(default_factory=Log)
     access_log: AccessLog | None = None
+    core: Core = msgspec.field(default_factory=Core)
     workers: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = 1
 
     def __post_init__(self) -> None:

@@ -323,3 +323,67 @@ def test_wildcard_hosts_are_indexed_not_scanned() -> None:
     assert table.match(Req("/api", host="example.com").view()) == "star"
     wild_only = RouteTable([("w", compile_rule("Host(`*.example.com`)"), 1, "w")])
     assert wild_only.match_host("*.example.com") == "w"
+
+
+# --- ruleSyntax and core.defaultRuleSyntax, through validation -----------------------------
+
+
+def runtime_for(routers: dict[str, Any], tcp: dict[str, Any] | None = None, **kw: Any) -> Any:
+    from edge.config.loader import decode_dynamic
+    from edge.config.merge import merge
+    from edge.config.runtime import build_runtime
+
+    lb = {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:1"}]}}
+    doc: dict[str, Any] = {"http": {"routers": routers, "services": {"s": lb}}}
+    if tcp is not None:
+        tlb = {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}]}}
+        doc["tcp"] = {"routers": tcp, "services": {"s": tlb}}
+    return build_runtime(merge({"file": decode_dynamic(doc)}), {"web": "tcp"}, **kw)
+
+
+def test_rule_syntax_per_router_and_by_default() -> None:
+    routers = {
+        "v3": {"rule": "Host(`a.com`)", "service": "s"},
+        "v2": {"rule": "Host(`a.com`, `b.com`)", "service": "s", "ruleSyntax": "v2"},
+        "v2-in-v3": {"rule": "Host(`a.com`, `b.com`)", "service": "s"},
+        "odd": {"rule": "Host(`a.com`)", "service": "s", "ruleSyntax": "v4"},
+    }
+    rt = runtime_for(
+        routers,
+        tcp={"t": {"rule": "HostSNI(`x`, `y`)", "service": "s", "tls": {}, "ruleSyntax": "v2"}},
+    )
+    info = rt.http_routers
+    assert (info["v3@file"].status, info["v3@file"].rule_syntax) == ("enabled", "v3")
+    assert (info["v2@file"].status, info["v2@file"].rule.syntax) == ("enabled", "v2")
+    assert info["v2@file"].rule.match(RequestView(host="b.com"))
+    assert info["v2-in-v3@file"].status == "disabled"
+    assert "several values are v2 syntax" in info["v2-in-v3@file"].errors[0]
+    assert info["odd@file"].errors == ["ruleSyntax 'v4': expected one of v3, v2"]
+    assert rt.tcp_routers["t@file"].status == "enabled"
+    assert rt.to_builtins()["http"]["routers"]["v2@file"]["ruleSyntax"] == "v2"
+
+    # core.defaultRuleSyntax: v2 reads unmarked routers as v2; a router saying v3 stays v3.
+    routers["v3"]["ruleSyntax"] = "v3"
+    rt = runtime_for(routers, default_rule_syntax="v2")
+    assert rt.http_routers["v2-in-v3@file"].status == "enabled"
+    assert rt.http_routers["v2-in-v3@file"].rule_syntax == "v2"
+    assert rt.http_routers["v3@file"].rule.syntax == "v3"
+
+
+def test_a_changed_syntax_compiles_the_rule_again() -> None:
+    routers = {"r": {"rule": "PathPrefix(`/a/{x}`)", "service": "s"}}
+    first = runtime_for(routers)
+    assert not first.http_routers["r@file"].rule.match(RequestView(path="/a/b"))
+    routers["r"]["ruleSyntax"] = "v2"
+    second = runtime_for(routers, previous=first)
+    assert second.http_routers["r@file"].rule.match(RequestView(path="/a/b"))
+
+
+def test_default_rule_syntax_in_the_static_configuration() -> None:
+    from edge.config.loader import decode_static
+    from edge.errors import ConfigError
+
+    assert decode_static({}).core.default_rule_syntax == "v3"
+    assert decode_static({"core": {"defaultRuleSyntax": "v2"}}).core.default_rule_syntax == "v2"
+    with pytest.raises(ConfigError, match=r"\$\.core\.defaultRuleSyntax"):
+        decode_static({"core": {"defaultRuleSyntax": "v1"}})
