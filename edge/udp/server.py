@@ -49,7 +49,15 @@ from edge.udp.sessions import Counters, Session, SessionTable
 
 log = logging.getLogger("edge.udp")
 
-__all__ = ["BATCH", "MAX_DATAGRAM", "REFUSED_DOWN", "DatagramProxy", "proxy_v2_header"]
+__all__ = [
+    "BATCH",
+    "MAX_DATAGRAM",
+    "REFUSED_DOWN",
+    "DatagramProxy",
+    "default_source",
+    "local_from_pktinfo",
+    "proxy_v2_header",
+]
 
 MAX_DATAGRAM = 65535  # read size: a UDP payload is at most 65,507 bytes over IPv4
 BATCH = 64  # datagrams read per readiness callback before the loop serves others
@@ -121,6 +129,21 @@ def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list |
                 (socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + address + bytes(4))
             ]
     return None, None
+
+
+def default_source(family: int, client: tuple) -> str | None:
+    """The source address the kernel picks to reach ``client`` (None if it cannot).
+
+    A reply from a wildcard listener needs IP_PKTINFO only when the address the client
+    wrote to is not this one (a VIP, a second address): sendmsg with ancillary data
+    costs more than sendto on every datagram, this costs four system calls per session.
+    """
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(client)
+            return probe.getsockname()[0]
+    except OSError:
+        return None
 
 
 class DatagramProxy:
@@ -330,6 +353,8 @@ class DatagramProxy:
         local, reply = None, None
         if ancillary is not None:
             local, reply = local_from_pktinfo(ancillary, self.port)
+            if reply is not None and local[0] == default_source(self.sock.family, client):
+                reply = None  # the kernel's own choice: a plain sendto says the same, for less
         session = Session(
             client, counters, timeout=self.timeout, local=local or self.local, reply=reply
         )

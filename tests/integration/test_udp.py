@@ -556,6 +556,13 @@ def test_reply_leaves_from_the_address_the_client_wrote_to():
                 c = await client(edge.port, host)
                 assert await c.ask(host.encode()) == b"a|" + host.encode()
                 c.close()
+            # 127.0.0.1 is the kernel's own choice to answer 127.0.0.1: a plain sendto;
+            # 127.0.0.2 is not: sendmsg with IP_PKTINFO (IPV6_PKTINFO, dual-stack)
+            replies = {
+                s.local[0].removeprefix("::ffff:"): s.reply for s in edge.entrypoint.proxy.table
+            }
+            assert replies["127.0.0.1"] is None
+            assert replies["127.0.0.2"] is not None
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setblocking(False)
             sock.sendto(b"raw", ("127.0.0.2", edge.port))
