@@ -43,7 +43,7 @@ from edge.providers.kubernetes.provider import (
     node_addresses,
     service_addresses,
 )
-from tests.harness import ROOT, Whoami
+from tests.harness import LISTEN_RE, ROOT, Proc, Whoami
 from tests.kube import objects as o
 from tests.kube.emulator import Emulator
 
@@ -826,3 +826,36 @@ def test_check_cluster_names_what_it_could_not_list():
     for kind in ("Ingress in all namespaces", "EndpointSlice in all namespaces", "Secret"):
         assert kind in text
     assert "Connection refused" in text or "refused" in text.lower()
+
+
+# --- workers: N ------------------------------------------------------------------------------
+
+
+def test_workers_2_run_the_provider_once_in_the_supervisor(emu, tmp_path: Path, whoami, whoami2):
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    static = static_config(emu)
+    static["workers"] = 2
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static))
+    edge = Proc(["run", "-c", str(path)])
+    try:
+        ports: dict[str, int] = {}
+        assert until(lambda: _ports(edge, ports) >= 2, 20.0), edge.log
+        assert until(lambda: request(ports["traefik"], "/ready")[0] == 200, 20.0), edge.log
+        assert served_by(ports["web"], "a.test") == "w1"
+        emu.create(slice_for("app", whoami2))
+        emu.delete("EndpointSlice", "default", "app-w1")
+        assert until(lambda: all(served_by(ports["web"], "a.test") == "w2" for _ in range(6)))
+        # one set of reflectors, in the supervisor: one LIST per kind so far
+        assert emu.count("/apis/networking.k8s.io/v1/ingresses", watch=False) == 1
+        assert len(edge.all_matches(r"kubernetes: first sync after")) == 1
+    finally:
+        edge.stop()
+
+
+def _ports(proc: Proc, ports: dict[str, int]) -> int:
+    for m in proc.all_matches(LISTEN_RE.pattern):
+        ports[m.group(1)] = int(m.group(3))
+    return len(ports)
