@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -216,10 +217,21 @@ class ControlPlane:
         """Every provider's first configuration went through the listeners."""
         return self.watcher.ready
 
+    def waiting_for(self) -> bytes:
+        """Why this process is not ready yet, a line per provider that says (its sources without a first sync)."""
+        lines = []
+        for provider in self.providers:
+            waiting = getattr(provider, "waiting_for", None)
+            for what, why in (waiting() if waiting is not None else {}).items():
+                lines.append(f"\n{provider.name}: waiting for {what}: {why}".encode())
+        return b"".join(lines)
+
     def start(self) -> None:
         for provider in self.providers:
             self.watcher.expect(provider.name)
-            task = self.loop.create_task(provider.run(self.watcher.publish))
+            # The provider's own window (throttleDuration) when it has one, else the global one.
+            publish = functools.partial(self.watcher.publish, throttle=provider.throttle)
+            task = self.loop.create_task(provider.run(publish))
             self._tasks.add(task)
             task.add_done_callback(self._provider_done)
 
@@ -307,7 +319,9 @@ class Edge(Stoppable):
         if path == b"/ping":
             return (503, b"Service Unavailable") if self._stopping else (200, b"OK")
         if path == b"/ready":
-            return (200, b"ready") if self.control.ready and not self._stopping else (503, b"not ready")
+            if self.control.ready and not self._stopping:
+                return 200, b"ready"
+            return 503, b"not ready" + self.control.waiting_for()
         return None
 
     # -- life cycle ----------------------------------------------------------------

@@ -360,7 +360,8 @@ def test_ready_only_after_the_first_sync_and_retrying_meanwhile(emu, start_edge,
     assert served_by(edge.port(), "a.test") == "404"
     assert until(lambda: messages(caplog, "still waiting for the first LIST"), 5.0)
     assert "503" in messages(caplog, "still waiting for the first LIST")[0]
-    assert edge.ready() == 503
+    status, body = request(edge.port("traefik"), "/ready")
+    assert status == 503 and b"kubernetes: waiting for" in body, "/ready says what it waits for"
     assert edge.provider.published == 0
     assert until(lambda: edge.ready() == 200, 10.0)
     assert time.monotonic() - started >= 2.0
