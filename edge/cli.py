@@ -29,11 +29,14 @@ def _uvloop_run(coro):
     return uvloop.run(coro)
 
 
-def load_static(path: str):
-    """Load the static configuration; relative provider paths are resolved against its folder."""
+def load_static(path: str, notices: list | None = None):
+    """Load the static configuration; relative provider paths are resolved against its folder.
+
+    ``notices``: the Traefik options edge lacks (:mod:`edge.config.loader`) go there.
+    """
     from edge.config.loader import load_static as _load
 
-    static = _load(path)
+    static = _load(path, notices)
     base = os.path.dirname(os.path.abspath(path))
     f = static.providers.file
     if f is not None:
@@ -51,8 +54,11 @@ def load_static(path: str):
 def cmd_run(args: argparse.Namespace) -> int:
     from edge.logs import setup_logging
 
-    static = load_static(args.config)
+    notices: list = []
+    static = load_static(args.config, notices)
     setup_logging(static.log)
+    if not _report_static(notices):
+        return 1
     workers = static.worker_count
     if workers > 1:
         from edge.supervisor import run_supervisor
@@ -74,18 +80,40 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return _uvloop_run(run_worker(args.id))
 
 
-def _load_dynamic(static) -> tuple[dict, list[str]]:
-    """Each provider's configuration read once, for ``check`` and ``demo``."""
+def _report_static(notices: list) -> bool:
+    """Log the Traefik options of the static configuration edge lacks; False when one
+    must stop the start (what holds it would run without it)."""
+    for notice in notices:
+        if notice.ignored:
+            log.warning("static configuration: %s", notice)
+        else:
+            log.error("static configuration: %s", notice)
+    if any(not n.ignored for n in notices):
+        log.error("cannot start: remove the options this version of edge does not support")
+        return False
+    return True
+
+
+def _load_dynamic(static, notices: list | None = None) -> tuple[dict, list[str]]:
+    """Each provider's configuration read once, for ``check`` and ``demo``; a directory's
+    files that cannot be served are left out, each with its error."""
     from edge.providers.file import load_file_provider
 
     configs = {}
     errors: list[str] = []
     f = static.providers.file
     if f is not None:
+        failed: list[ConfigError] = []
         try:
-            configs["file"] = load_file_provider(filename=f.filename or None, directory=f.directory or None)
+            configs["file"] = load_file_provider(
+                filename=f.filename or None,
+                directory=f.directory or None,
+                errors=failed,
+                notices=notices,
+            )
         except ConfigError as exc:
-            errors.append(str(exc))
+            failed.append(exc)
+        errors += [str(exc) for exc in failed]
     return configs, errors
 
 
@@ -113,20 +141,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     from edge.config.merge import merge
     from edge.config.runtime import build_runtime
 
+    notices: list = []
     try:
-        static = load_static(args.config)
+        static = load_static(args.config, notices)
     except ConfigError as exc:
         print(f"static configuration: {exc}")
         return 1
-    configs, errors = _load_dynamic(static)
+    for notice in notices:
+        print(f"static configuration: {notice}")
+    dynamic_notices: list = []
+    configs, errors = _load_dynamic(static, dynamic_notices)
     for err in errors:
         print(f"dynamic configuration: {err}")
+    for notice in dynamic_notices:
+        print(f"dynamic configuration: {notice}")
+    notices += dynamic_notices
     left_out = _check_kubernetes(static, configs)
     default_syntax = static.core.default_rule_syntax
     runtime = build_runtime(
         merge(configs), static.entry_point_protocols(), default_rule_syntax=default_syntax
     )
-    bad = bool(errors) or left_out
+    bad = bool(errors) or left_out or any(not n.ignored for n in notices)
     print(f"rule syntax: {default_syntax} unless a router says otherwise (core.defaultRuleSyntax)")
     for kind, table in (
         ("router", runtime.http_routers),

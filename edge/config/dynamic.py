@@ -6,7 +6,8 @@ the file provider, the Kubernetes providers and the API's dump.
 
 Invariants kept by decoding (``__post_init__`` raises ``ValueError``, which msgspec
 reports with the key path): a service, UDP/TCP service and middleware have exactly one
-kind set; server URLs are ``http(s)://host[:port]``; TCP/UDP server addresses are
+kind set (unless it holds Traefik options edge lacks, see :class:`Element`); server URLs
+are ``http(s)://host[:port]``; TCP/UDP server addresses are
 ``host:port``. Element names written in files contain no ``@`` (``@`` separates a name from its
 provider, see :mod:`edge.config.merge`; checked by the loader, since merged
 configurations hold qualified names). References between elements (router ->
@@ -36,6 +37,7 @@ __all__ = [
     "ClientAuth",
     "Configuration",
     "Domain",
+    "Element",
     "ForwardingTimeouts",
     "HTTPConfiguration",
     "Headers",
@@ -71,6 +73,9 @@ __all__ = [
     "split_host_port",
 ]
 
+UNSUPPORTED = "not supported by this version of edge"
+"""What edge says of a Traefik option it does not implement (see :class:`Element`)."""
+
 
 class Base(
     msgspec.Struct,
@@ -88,6 +93,19 @@ class Base(
       the field says ``msgspec.field(name=...)``.
     * ``omit_defaults``: encoding writes only what differs from the defaults.
     """
+
+
+class Element(Base, kw_only=True):
+    """Base of the named elements validation judges one by one (routers, services,
+    middlewares, serversTransports, TLS options).
+
+    ``unsupported``: the key paths of Traefik options this version of edge does not
+    implement, found in the element by the loader (:mod:`edge.config.loader`), which
+    takes them out so the rest decodes; :mod:`edge.config.runtime` disables the
+    element for them, so nothing is served without what the user asked for.
+    """
+
+    unsupported: list[str] = []
 
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -150,7 +168,7 @@ class RouterTLS(Base):
     domains: list[Domain] = []
 
 
-class Router(Base):
+class Router(Element):
     rule: str
     service: str
     entry_points: list[str] = []  # empty: every (non-internal) TCP entry point
@@ -200,12 +218,13 @@ class Weighted(Base):
     services: list[WRRService] = []
 
 
-class Service(Base):
+class Service(Element):
     load_balancer: LoadBalancer | None = None
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if not self.unsupported:  # else disabled anyway; it may have lost its only kind
+            _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class StripPrefix(Base):
@@ -237,13 +256,15 @@ class RedirectScheme(Base):
             raise ValueError(f"redirectScheme: invalid port {self.port!r}")
 
 
-class Middleware(Base):
+class Middleware(Element):
     strip_prefix: StripPrefix | None = None
     add_prefix: AddPrefix | None = None
     headers: Headers | None = None
     redirect_scheme: RedirectScheme | None = None
 
     def __post_init__(self) -> None:
+        if self.unsupported:  # disabled anyway; it may have lost its only kind
+            return
         _exactly_one(
             "a middleware",
             stripPrefix=self.strip_prefix,
@@ -272,7 +293,7 @@ class ForwardingTimeouts(Base):
     idle_conn_timeout: Duration = Duration(90.0)
 
 
-class ServersTransport(Base):
+class ServersTransport(Element):
     """How edge talks to HTTP upstreams."""
 
     server_name: str = ""
@@ -299,7 +320,7 @@ class TCPRouterTLS(Base):
     domains: list[Domain] = []
 
 
-class TCPRouter(Base):
+class TCPRouter(Element):
     rule: str
     service: str
     entry_points: list[str] = []
@@ -328,12 +349,13 @@ class TCPLoadBalancer(Base):
     proxy_protocol: ProxyProtocol | None = None
 
 
-class TCPService(Base):
+class TCPService(Element):
     load_balancer: TCPLoadBalancer | None = None
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        _exactly_one("a TCP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if not self.unsupported:
+            _exactly_one("a TCP service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class TLSClientConfig(Base):
@@ -342,7 +364,7 @@ class TLSClientConfig(Base):
     root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
 
 
-class TCPServersTransport(Base):
+class TCPServersTransport(Element):
     dial_timeout: Duration = Duration(30.0)
     dial_keep_alive: Duration = Duration(15.0)
     termination_delay: Duration = Duration(0.1)
@@ -358,7 +380,7 @@ class TCPConfiguration(Base):
 # --- udp ----------------------------------------------------------------------
 
 
-class UDPRouter(Base):
+class UDPRouter(Element):
     service: str
     entry_points: list[str] = []  # empty: every UDP entry point
 
@@ -384,7 +406,7 @@ class UDPLoadBalancer(Base):
             raise ValueError("sessionTimeout must be greater than 0")
 
 
-class UDPServersTransport(Base):
+class UDPServersTransport(Element):
     """How edge talks to UDP upstreams: an optional PROXY protocol header (version 2 only)."""
 
     proxy_protocol: ProxyProtocol | None = None
@@ -394,12 +416,13 @@ class UDPServersTransport(Base):
             raise ValueError("proxyProtocol: UDP needs version 2 (version 1 has no UDP form)")
 
 
-class UDPService(Base):
+class UDPService(Element):
     load_balancer: UDPLoadBalancer | None = None
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        _exactly_one("a UDP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if not self.unsupported:
+            _exactly_one("a UDP service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class UDPConfiguration(Base):
@@ -441,7 +464,7 @@ class ClientAuth(Base):
     client_auth_type: ClientAuthType = ""
 
 
-class TLSOptions(Base):
+class TLSOptions(Element):
     """Traefik's TLS options; names (cipher suites, curves) are Go's, as in Traefik.
 
     Checked (and mapped to OpenSSL) by :mod:`edge.tls.certs`, which reports a bad

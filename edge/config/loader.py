@@ -8,29 +8,46 @@ keys included (msgspec itself writes ``$.entryPoints[...]``; we say
 ``ConfigError`` carrying ``source`` (the file) and, when the content is at fault, ``path``.
 
 An empty file is an empty configuration.
+
+Traefik options edge does not implement are named as such, not as typos
+(:data:`TRAEFIK_KEYS`): decoding takes them out, so the rest is still checked, and
+reports each with its key path as an :class:`Unsupported`. In a dynamic configuration
+one inside an element (router, service, middleware, serversTransport, TLS options)
+goes into that element's ``unsupported`` and validation disables the element, so no
+route is served without what its user asked for; an option that only adds something
+beside the traffic (the API, metrics, tracing, log rotation, other providers) is
+*ignored*: edge runs without it and says so. Callers passing ``notices`` report
+them; otherwise an ignored one is logged and any other fails the load.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 import tomllib
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import yaml
 
+from edge.config import dynamic as dyn
+from edge.config import static as sta
 from edge.config.durations import dec_hook
-from edge.config.dynamic import Configuration
+from edge.config.dynamic import UNSUPPORTED, Configuration, Element
 from edge.config.static import StaticConfig
 from edge.errors import ConfigError
 
 __all__ = [
     "EXTENSIONS",
+    "TRAEFIK_KEYS",
+    "Unsupported",
     "decode_dynamic",
     "decode_static",
     "load_dynamic",
@@ -43,6 +60,8 @@ EXTENSIONS = (".yml", ".yaml", ".toml", ".json")
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _JSON = msgspec.json.Decoder()  # untyped: JSON -> Python objects, then msgspec.convert
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _AT = re.compile(r"^(?P<message>.*?)(?: - at (?P<key>`key` in )?`(?P<path>\$[^`]*)`)?$", re.S)
@@ -54,28 +73,41 @@ _JSON_BYTE = re.compile(r"\(byte (\d+)\)$")
 # --- public API -------------------------------------------------------------------
 
 
-def load_static(path: str | os.PathLike[str]) -> StaticConfig:
+Notices = list["Unsupported"]
+
+
+def load_static(path: str | os.PathLike[str], notices: Notices | None = None) -> StaticConfig:
     """Read and decode a static configuration file; raises ``ConfigError``."""
     source = os.fspath(path)
-    return decode_static(read_document(source), source=source)
+    return decode_static(read_document(source), source=source, notices=notices)
 
 
-def load_dynamic(path: str | os.PathLike[str]) -> Configuration:
+def load_dynamic(path: str | os.PathLike[str], notices: Notices | None = None) -> Configuration:
     """Read and decode one dynamic configuration file; raises ``ConfigError``."""
     source = os.fspath(path)
-    return decode_dynamic(read_document(source), source=source)
+    return decode_dynamic(read_document(source), source=source, notices=notices)
 
 
-def decode_static(obj: object, *, source: str | None = None) -> StaticConfig:
-    """A :class:`StaticConfig` from plain Python data (``None`` is empty)."""
-    return _convert(obj, StaticConfig, source)
+def decode_static(
+    obj: object, *, source: str | None = None, notices: Notices | None = None
+) -> StaticConfig:
+    """A :class:`StaticConfig` from plain Python data (``None`` is empty).
+
+    Traefik options edge lacks go to ``notices`` when given (see the module doc).
+    """
+    return _convert(_without_unsupported(obj, StaticConfig, source, notices), StaticConfig, source)
 
 
-def decode_dynamic(obj: object, *, source: str | None = None) -> Configuration:
+def decode_dynamic(
+    obj: object, *, source: str | None = None, notices: Notices | None = None
+) -> Configuration:
     """A dynamic :class:`Configuration` from plain Python data (``None`` is empty).
 
     Element names must be non-empty and free of ``@`` (which qualifies names by provider).
+    Traefik options edge lacks go into their element's ``unsupported``, or, outside any
+    element, to ``notices`` when given (see the module doc).
     """
+    obj = _without_unsupported(obj, Configuration, source, notices)
     conf = _convert(obj, Configuration, source)
     _check_names(conf, source)
     return conf
@@ -145,12 +177,28 @@ def _parse_yaml(data: bytes, source: str) -> object:
     try:
         return yaml.load(data, Loader=_YAML_LOADER)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "syntax error"
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"invalid YAML{where}: {problem}", source=source) from None
+        # The parser's own positions: where the construct it was reading began (an
+        # unterminated quote's opening), then where it found the problem, which for a
+        # construct that runs off the end is the end of the file, not a line of it.
+        first = exc.context_mark or exc.problem_mark
+        message = "invalid YAML"
+        if first is not None:
+            message += f" at {_yaml_mark(first, data)}"
+        if exc.context:
+            message += f" ({exc.context})"
+        message += f": {exc.problem or 'syntax error'}"
+        then = exc.problem_mark
+        if then is not None and first is not None and then.index != first.index:
+            message += f" (at {_yaml_mark(then, data)})"
+        raise ConfigError(message, source=source) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=source) from None
+
+
+def _yaml_mark(mark: Any, data: bytes) -> str:
+    if mark.index >= len(data.rstrip()):
+        return "the end of the file"
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _parse_toml(data: bytes, source: str) -> object:
@@ -178,6 +226,184 @@ def _parse_json(data: bytes, source: str) -> object:
             message = f"{message[: m.start()].rstrip()} at line {line}, column {column}"
         message = message.removeprefix("JSON is malformed: ")
         raise ConfigError(f"invalid JSON: {message}", source=source) from None
+
+
+# --- Traefik options edge does not implement ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """A Traefik option this version of edge does not implement, where it was found.
+
+    ``ignored``: edge runs without it (it only adds something beside the traffic);
+    otherwise what holds it must not run without it.
+    """
+
+    path: str
+    ignored: bool
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.path}: {UNSUPPORTED} ({'ignored' if self.ignored else 'refused'})"
+
+
+def _keys(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_ = ""  # no key of this kind
+TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
+    cls: (_keys(refused), _keys(ignored))
+    for cls, refused, ignored in (
+        # -- dynamic configuration --
+        (dyn.Router, "parentRefs", "observability"),
+        (
+            dyn.Middleware,
+            "basicAuth buffering chain circuitBreaker compress contentType digestAuth "
+            "encodedCharacters errors forwardAuth grpcWeb inFlightReq ipAllowList ipWhiteList "
+            "passTLSClientCert plugin rateLimit redirectRegex replacePath replacePathRegex "
+            "retry stripPrefixRegex",
+            _,
+        ),
+        (
+            dyn.Headers,
+            "accessControlAllowCredentials accessControlAllowHeaders accessControlAllowMethods "
+            "accessControlAllowOriginList accessControlAllowOriginListRegex "
+            "accessControlExposeHeaders accessControlMaxAge addVaryHeader allowedHosts "
+            "browserXssFilter contentSecurityPolicy contentSecurityPolicyReportOnly "
+            "contentTypeNosniff customBrowserXSSValue customFrameOptionsValue featurePolicy "
+            "forceSTSHeader frameDeny hostsProxyHeaders isDevelopment permissionsPolicy "
+            "publicKey referrerPolicy sslForceHost sslHost sslProxyHeaders sslRedirect "
+            "sslTemporaryRedirect stsIncludeSubdomains stsPreload stsSeconds",
+            _,
+        ),
+        (dyn.StripPrefix, "forceSlash", _),
+        (dyn.Service, "failover highestRandomWeight mirroring", _),
+        (
+            dyn.LoadBalancer,
+            "healthCheck passiveHealthCheck responseForwarding sticky strategy",
+            _,
+        ),
+        (dyn.Server, "preservePath", _),
+        (dyn.Weighted, "healthCheck sticky", _),
+        (
+            dyn.ServersTransport,
+            "certificates cipherSuites disableHTTP2 maxVersion minVersion peerCertURI spiffe",
+            _,
+        ),
+        (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),
+        (dyn.TCPConfiguration, _, "middlewares"),  # a router naming one is refused
+        (dyn.TCPRouter, "middlewares", _),
+        (dyn.TCPServer, "tls", _),
+        (dyn.TCPLoadBalancer, "terminationDelay", _),
+        (dyn.TCPServersTransport, "proxyProtocol", _),
+        (dyn.TLSClientConfig, "certificates peerCertURI spiffe", _),
+        (dyn.TLSOptions, "disableSessionTickets preferServerCipherSuites", _),
+        (dyn.TLSStore, _, "defaultGeneratedCert"),
+        # -- static configuration --
+        (
+            StaticConfig,
+            "certificatesResolvers experimental hostResolver ocsp serversTransport spiffe "
+            "tcpServersTransport",
+            "api global hub metrics pilot tracing",  # api, metrics: read, and unused
+        ),
+        (
+            sta.EntryPoint,
+            "allowACMEByPass asDefault http2 http3 proxyProtocol reusePort",
+            "observability",
+        ),
+        (
+            sta.EntryPointHTTP,
+            "encodeQuerySemicolons encodedCharacters middlewares redirections sanitizePath tls "
+            "underscoreHeadersStrategy",
+            _,
+        ),
+        (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),
+        (sta.Transport, "keepAliveMaxRequests keepAliveMaxTime", _),
+        (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),
+        (sta.AccessLog, _, "addInternals fields filters otlp"),
+        (sta.Ping, _, "terminatingStatusCode"),
+        (sta.Api, _, "basePath disableDashboardAd"),
+        (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),
+        (sta.Prometheus, _, "headerLabels"),
+        (
+            sta.Providers,
+            _,
+            "consul consulCatalog docker ecs etcd http kubernetesCRD kubernetesIngressNGINX "
+            "nomad plugin redis rest swarm zooKeeper",
+        ),
+        (sta.FileProviderConfig, _, "debugLogGeneratedTemplate"),
+        (
+            sta.KubernetesIngressConfig,
+            "disableClusterScopeResources disableIngressClassLookup nativeLBByDefault "
+            "strictPrefixMatching",
+            _,
+        ),
+        (sta.KubernetesGatewayConfig, "nativeLBByDefault", "statusAddress"),
+    )
+}
+"""Per model: the Traefik keys edge does not implement, (refused, ignored). A key the
+model declares is never one of them (it is implemented, however partly), except the
+ignored keys a model reads but edge does nothing with (``api``, ``metrics``)."""
+
+
+def _without_unsupported(
+    obj: object, type_: Any, source: str | None, notices: Notices | None
+) -> object:
+    """``obj`` without the Traefik keys edge lacks; each reported as the module doc says."""
+    found: Notices = []
+    obj = _strip(obj, type_, "$", found, source)
+    if notices is not None:
+        notices.extend(found)
+        return obj
+    refused = [n.path for n in found if not n.ignored]
+    if refused:
+        raise ConfigError(f"{UNSUPPORTED}: {', '.join(refused)}", source=source)
+    for notice in found:
+        log.warning("%s", notice)
+    return obj
+
+
+@functools.cache
+def _struct_fields(tp: type) -> dict[str, Any]:
+    return {f.encode_name: f.type for f in msgspec.structs.fields(tp)}
+
+
+def _strip(obj: object, tp: Any, path: str, found: Notices, source: str | None) -> object:
+    tp = _unwrap(tp, obj)
+    if isinstance(obj, Mapping):
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            refused, ignored = TRAEFIK_KEYS.get(tp, (frozenset(), frozenset()))
+            fields = _struct_fields(tp)
+            start = len(found)
+            out: dict[Any, object] = {}
+            for key, value in obj.items():
+                where = path + _render_key(key)
+                if key in fields:
+                    if key in ignored:
+                        found.append(Unsupported(where, True, source))
+                    out[key] = _strip(value, fields[key], where, found, source)
+                elif key in refused or key in ignored:
+                    found.append(Unsupported(where, key in ignored, source))
+                else:
+                    out[key] = value  # conversion names it: an unknown key
+            if issubclass(tp, Element):
+                mine = [n.path for n in found[start:] if not n.ignored]
+                if mine:  # the element holds them; validation disables it
+                    found[start:] = [n for n in found[start:] if n.ignored]
+                    out["unsupported"] = mine
+            return out
+        if typing.get_origin(tp) is dict:
+            value_type = _dict_value_type(tp)
+            return {
+                k: _strip(v, value_type, path + _render_key(k), found, source)
+                for k, v in obj.items()
+            }
+    if isinstance(obj, list) and typing.get_origin(tp) in (list, tuple):
+        item_type = _item_type(tp)
+        return [_strip(v, item_type, f"{path}[{i}]", found, source) for i, v in enumerate(obj)]
+    return obj
 
 
 # --- decoding and error translation ------------------------------------------------------

@@ -31,6 +31,7 @@ import msgspec
 
 from edge.config.durations import enc_hook
 from edge.config.dynamic import (
+    UNSUPPORTED,
     Configuration,
     Middleware,
     Router,
@@ -40,6 +41,7 @@ from edge.config.dynamic import (
     TCPServersTransport,
     TCPService,
     TLSConfiguration,
+    TLSOptions,
     UDPRouter,
     UDPService,
     Weighted,
@@ -84,6 +86,8 @@ class ElementInfo(Generic[C]):
         self.status: Status = ENABLED
         self.errors: list[str] = []
         self.used_by: list[str] = []  # routers (or weighted services) referring to it
+        for path in getattr(config, "unsupported", ()):  # Traefik options edge lacks
+            self.add_error(f"{path}: {UNSUPPORTED}")
 
     @property
     def provider(self) -> str:
@@ -249,12 +253,17 @@ def build_runtime(
                 m = rt.http_middlewares.get(mw)
                 if m is None:
                     r.add_error(f"middleware {mw!r} does not exist")
-                elif name not in m.used_by:
+                    continue
+                if name not in m.used_by:
                     m.used_by.append(name)
+                if m.status == DISABLED:
+                    r.add_error(f"middleware {mw!r} is disabled: {'; '.join(m.errors)}")
             if router.tls is not None:
                 options = router.tls.options or DEFAULT_TLS
                 if options not in tls_options:
                     r.add_error(f"TLS options {options!r} do not exist")
+                else:
+                    _check_options(r, options, tls_options[options])
 
     if conf.tcp is not None:
         tcp = conf.tcp
@@ -283,6 +292,8 @@ def build_runtime(
                 options = router.tls.options or DEFAULT_TLS
                 if options not in rt.tls.options:
                     r.add_error(f"TLS options {options!r} do not exist")
+                else:
+                    _check_options(r, options, rt.tls.options[options])
 
     if conf.udp is not None:
         udp = conf.udp
@@ -441,6 +452,15 @@ def _check_transport(info: ServiceInfo[Any], name: str, transports: Mapping[str,
     transport = name or DEFAULT_TRANSPORT
     if transport not in transports:
         info.add_error(f"serversTransport {transport!r} does not exist")
+        return
+    unsupported = getattr(transports[transport], "unsupported", ())
+    if unsupported:
+        info.add_error(f"serversTransport {transport!r}: {', '.join(unsupported)}: {UNSUPPORTED}")
+
+
+def _check_options(r: RouterInfo[Any], name: str, options: TLSOptions) -> None:
+    if options.unsupported:
+        r.add_error(f"TLS options {name!r}: {', '.join(options.unsupported)}: {UNSUPPORTED}")
 
 
 def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:

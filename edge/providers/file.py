@@ -7,13 +7,17 @@ two files is an error naming both). With ``watch``, changes are found by polling
 ``os.stat`` (inode, mtime_ns, size) of every file and the listing itself; no new
 dependency, no thread.
 
-Invariants: only a configuration that decoded completely is ever published, and only
-when it differs from the last one published; an invalid source is logged once per
-change (file and key path) and the last good configuration stays in force. A file
-caught mid-rewrite cannot be published half-written: a change is read only once its
-stat has been stable for one poll interval (or is older than that, or the source has
-kept changing for MAX_SETTLE), and a read during which the stat changed is discarded
-and retried at the next poll.
+Invariants: only configurations that decoded completely are ever published, and only
+when the result differs from the last one published; an invalid source is logged once
+per change (file and key path) and the last good configuration stays in force. In a
+directory each file stands alone: one that does not decode (or repeats a name an
+earlier file defines) is left out with its error, or keeps its last good version,
+and the other files are served. A file caught mid-rewrite cannot be published
+half-written: a change is read only once its stat has been stable for one poll
+interval (or is older than that, or the source has kept changing for MAX_SETTLE),
+and a read during which the stat changed is discarded and retried at the next poll.
+Traefik options edge lacks that belong to no element are logged with the errors
+(see :mod:`edge.config.loader`); those inside an element disable it at validation.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from edge.config.dynamic import (
     TLSConfiguration,
     UDPConfiguration,
 )
-from edge.config.loader import EXTENSIONS, load_dynamic
+from edge.config.loader import EXTENSIONS, Unsupported, load_dynamic
 from edge.errors import ConfigError
 from edge.providers.base import Message, Publish
 
@@ -48,16 +52,84 @@ MAX_SETTLE = 0.5  # seconds a continuously changing source waits at most before 
 _Stat = tuple[tuple[str, int, int, int], ...]  # (path, inode, mtime_ns, size) per file
 
 
-def load_file_provider(filename: str | None = None, directory: str | None = None) -> Configuration:
-    """Read the provider's source once; raises ``ConfigError`` naming the file at fault."""
+def load_file_provider(
+    filename: str | None = None,
+    directory: str | None = None,
+    *,
+    errors: list[ConfigError] | None = None,
+    notices: list[Unsupported] | None = None,
+) -> Configuration:
+    """Read the provider's source once; raises ``ConfigError`` naming the file at fault.
+
+    With ``errors``, a directory's files that cannot be served are left out and their
+    errors appended there (see :func:`read_directory`); without it the first one raises.
+    ``notices``: as for :func:`edge.config.loader.load_dynamic`.
+    """
     if (filename is None) == (directory is None):
         raise ValueError("set exactly one of filename, directory")
     if filename is not None:
-        return load_dynamic(filename)
+        return load_dynamic(filename, notices)
     assert directory is not None
+    failed: list[ConfigError] = [] if errors is None else errors
+    conf, _ = read_directory(directory, failed, notices)
+    if errors is None and failed:
+        raise failed[0]
+    return conf
+
+
+def read_directory(
+    directory: str,
+    errors: list[ConfigError],
+    notices: list[Unsupported] | None = None,
+    previous: Mapping[str, Configuration] | None = None,
+) -> tuple[Configuration, dict[str, Configuration]]:
+    """Every file of ``directory`` merged, and what each file contributed.
+
+    A file that does not decode is left out, or, when ``previous`` (what each file
+    contributed to the last read) has it, keeps that version; one that defines a name
+    an earlier file (in sorted order) defines is left out. Each such file's error is
+    appended to ``errors``, saying which it was. Raises ``ConfigError`` only when
+    ``directory`` is not one.
+    """
     if not os.path.isdir(directory):
         raise ConfigError("not a directory", source=directory)
-    return merge_files([(path, load_dynamic(path)) for path in _files(directory)])
+    used: dict[str, Configuration] = {}
+    seen: dict[tuple[str, str], str] = {}  # (table, name) -> file
+    for path in _files(directory):
+        try:
+            conf = load_dynamic(path, notices)
+        except ConfigError as exc:
+            last = previous.get(path) if previous is not None else None
+            if last is None:
+                errors.append(_noted(exc, "left out"))
+                continue
+            errors.append(_noted(exc, "its last good version is kept"))
+            conf = last
+        names = [(table, name) for table, elements in _tables(conf) for name in elements]
+        clash = next((key for key in names if key in seen), None)
+        if clash is not None:
+            table, name = clash
+            message = f"{table} {name!r} is defined in both {seen[clash]} and {path}"
+            errors.append(ConfigError(f"{message} (left out)", source=path))
+            continue
+        seen.update(dict.fromkeys(names, path))
+        used[path] = conf
+    return merge_files(list(used.items())), used
+
+
+def _noted(exc: ConfigError, what: str) -> ConfigError:
+    return ConfigError(f"{exc.message} ({what})", path=exc.path, source=exc.source)
+
+
+def _tables(conf: Configuration) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each named table of ``conf`` with Traefik's key name (``http.routers``, ...)."""
+    for section, label in ((conf.http, "http"), (conf.tcp, "tcp"), (conf.udp, "udp")):
+        if section is not None:
+            for field in msgspec.structs.fields(section):
+                yield f"{label}.{field.encode_name}", getattr(section, field.name)
+    if conf.tls is not None:
+        yield "tls.options", conf.tls.options
+        yield "tls.stores", conf.tls.stores
 
 
 def merge_files(files: list[tuple[str, Configuration]]) -> Configuration:
@@ -141,6 +213,7 @@ class FileProvider:
         self._seen: _Stat | None = None  # stat of the last content read (good or bad)
         self._previous_poll: _Stat | None = None
         self._changing_since: float | None = None
+        self._files: dict[str, Configuration] = {}  # a directory: each file's last good part
 
     @property
     def source(self) -> str:
@@ -201,8 +274,14 @@ class FileProvider:
     def _read(self, before: _Stat) -> None:
         """Read the source; publish it if valid, changed and not modified while reading."""
         self._seen = before
+        errors: list[ConfigError] = []
+        notices: list[Unsupported] = []
+        files = self._files
         try:
-            conf = load_file_provider(self.filename, self.directory)
+            if self.filename is not None:
+                conf = load_dynamic(self.filename, notices)
+            else:
+                conf, files = read_directory(str(self.directory), errors, notices, self._files)
         except ConfigError as exc:
             if self._stat() != before:  # changed under us: judge the next version instead
                 self._seen = None
@@ -212,6 +291,11 @@ class FileProvider:
         if self._stat() != before:
             self._seen = None
             return
+        for exc in errors:
+            log.error("file provider %s: %s", self.name, exc)
+        for notice in notices:
+            log.warning("file provider %s: %s", self.name, notice)
+        self._files = files
         if conf == self._published:
             log.debug("file provider %s: %s unchanged", self.name, self.source)
             return
