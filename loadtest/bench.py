@@ -68,7 +68,7 @@ HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy") + (
     ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
 )  # EDGE_BASELINE=DIR: also run the edge of that checkout (before/after a change, one run)
 
-UDP_SUBJECTS = ("direct", "edge", "nginx")
+UDP_SUBJECTS = ("direct", "edge", "nginx", "udp-ceiling")
 
 
 @dataclass(frozen=True)
@@ -865,6 +865,68 @@ class Ceiling(Subject):
         return f"{HOST}:{port}"
 
 
+UDP_CEILING_PY = r"""
+# The least a Python UDP proxy does per datagram (bench.py's udp-ceiling subject): uvloop,
+# add_reader on plain sockets, one connected upstream socket per client, one datagram
+# read per wakeup, no routing, no timeouts, no counters.
+import asyncio, socket, sys
+import uvloop
+
+listen, backend = int(sys.argv[1]), ("127.0.0.1", int(sys.argv[2]))
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    lsock.bind(("127.0.0.1", listen))
+    lsock.setblocking(False)
+    sessions = {}
+
+    def reply(up, client):
+        try:
+            lsock.sendto(up.recv(65535), client)
+        except BlockingIOError:
+            pass
+
+    def request():
+        try:
+            data, client = lsock.recvfrom(65535)
+        except BlockingIOError:
+            return
+        up = sessions.get(client)
+        if up is None:
+            up = sessions[client] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            up.setblocking(False)
+            up.connect(backend)
+            loop.add_reader(up.fileno(), reply, up, client)
+        up.send(data)
+
+    loop.add_reader(lsock.fileno(), request)
+    await asyncio.Event().wait()
+
+
+uvloop.run(main())
+"""
+
+
+class UDPCeiling(Subject):
+    """``UDP_CEILING_PY``: the least a Python (uvloop) UDP proxy does per datagram."""
+
+    protocols = ("udp",)
+
+    def start(self) -> str:
+        port = free_udp_port()
+        backend = str(udp_backend_port(self.ctx, self.scenario))
+        self.proc = Proc(
+            [self.ctx.python, "-c", UDP_CEILING_PY, str(port), backend],
+            self.ctx.path(f"{self.slug}.out"),
+            cwd=ROOT,
+        )
+        check = udp_check(self.ctx, self.scenario, port)
+        wait_until(self.proc, check, self.scenario.ready_timeout, "serving", self.logs())
+        return f"{HOST}:{port}"
+
+
 SUBJECTS: dict[str, type[Subject]] = {
     "direct": Direct,
     "edge": Edge,  # the UDP scenarios' name for it: no HTTP parser is involved
@@ -874,6 +936,7 @@ SUBJECTS: dict[str, type[Subject]] = {
     "nginx": NginxProxy,
     "haproxy": Haproxy,
     "ceiling": Ceiling,
+    "udp-ceiling": UDPCeiling,
 }
 
 
