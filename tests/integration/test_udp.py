@@ -970,3 +970,29 @@ def test_a_reserved_udp_port_takes_no_datagram(host):
     finally:
         for s in (*reserved, *workers, *clients):
             s.close()
+
+
+@linux_only
+def test_max_sessions_fit_the_open_file_limit():
+    """The soft RLIMIT_NOFILE is raised to fit maxSessions, or maxSessions lowered to fit."""
+    script = """
+import logging, resource, sys
+from edge.entrypoints.udp import FD_MARGIN, fit_sessions
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (FD_MARGIN + 10, FD_MARGIN + 500))
+print("fit", fit_sessions("dns", 400), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+print("fit", fit_sessions("dns", 2000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "fit 400 1424" in lines  # soft limit raised to maxSessions + the margin
+    assert "fit 500 1524" in lines  # the hard limit caps it: maxSessions lowered
+    assert any("maxSessions 2000 lowered to 500" in line for line in lines)
