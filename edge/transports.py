@@ -2,7 +2,12 @@
 
 A :class:`Transport` owns the idle keep-alive connections to every server it has
 been used for (one LIFO pool per server), the dial and response timeouts, and
-the TLS context for ``https://`` servers. The :class:`TransportRegistry` holds
+the TLS context for ``https://`` servers (serverName, insecureSkipVerify, rootCAs,
+client certificates: :func:`edge.config.runtime.client_tls_context`). A transport
+with its own TLS settings builds its context when it is planned (off the loop);
+one without shares the registry's context over the system's CAs, built at the
+first ``https://`` dial. A context that cannot be built (a file validation
+already reported) fails that transport's TLS dials with the reason: 502. The :class:`TransportRegistry` holds
 one Transport per configured ServersTransport and is updated by diff on every
 new configuration: a transport whose configuration did not change is kept as
 is, with its pools, so a reload costs no reconnection; a changed or removed one
@@ -22,6 +27,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from edge.config.dynamic import ServersTransport
+from edge.config.runtime import client_tls_context
 from edge.errors import ConfigError, UpstreamConnectError
 
 log = logging.getLogger("edge.transports")
@@ -67,7 +73,13 @@ class ServerURL:
 class Transport:
     """One ServersTransport: its pools, timeouts and TLS settings."""
 
-    def __init__(self, name: str, config: ServersTransport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: ServersTransport,
+        loop: asyncio.AbstractEventLoop,
+        system_context: Callable[[], ssl.SSLContext] | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.loop = loop
@@ -80,6 +92,20 @@ class Transport:
         self.pools = self.max_idle > 0 and self.idle_timeout > 0
         self._pools: dict[tuple, list[Pooled]] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._system_context = system_context
+        self.tls_error: str | None = None  # why this transport's TLS context cannot be built
+        if config.root_cas or config.certificates or config.insecure_skip_verify:
+            try:
+                self._ssl = client_tls_context(
+                    insecure_skip_verify=config.insecure_skip_verify,
+                    root_cas=config.root_cas,
+                    certificates=config.certificates,
+                )
+            except ConfigError as exc:
+                self.tls_error = str(exc)
+                log.error("serversTransport %s: %s", name, exc)
+            else:
+                self._ssl.set_alpn_protocols(["http/1.1"])
 
     # -- pools -------------------------------------------------------------------
 
@@ -129,15 +155,11 @@ class Transport:
     # -- dialing -----------------------------------------------------------------
 
     def ssl_context(self) -> ssl.SSLContext:
+        """The context for ``https://`` servers; UpstreamConnectError when it cannot be built."""
         if self._ssl is None:
-            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-            for ca in self.config.root_cas:
-                ctx.load_verify_locations(cafile=ca)
-            if self.config.insecure_skip_verify:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            ctx.set_alpn_protocols(["http/1.1"])
-            self._ssl = ctx
+            if self.tls_error is not None:
+                raise UpstreamConnectError(f"serversTransport {self.name}: {self.tls_error}")
+            self._ssl = self._system_context() if self._system_context is not None else system_tls_context()
         return self._ssl
 
     async def dial(self, server: ServerURL, factory: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
@@ -145,6 +167,8 @@ class Transport:
         kwargs = {}
         if server.tls:
             kwargs["ssl"] = self.ssl_context()
+            # serverName: the name sent (SNI) and verified; else the URL's host
+            # (an IP is sent no SNI and checked against the certificate's IP SANs).
             kwargs["server_hostname"] = self.config.server_name or server.host
         try:
             async with asyncio.timeout(self.dial_timeout):
@@ -156,13 +180,28 @@ class Transport:
         return protocol
 
 
+def system_tls_context() -> ssl.SSLContext:
+    """TLS to ``https://`` servers verified against the system's CAs (HTTP/1.1 offered)."""
+    ctx = client_tls_context()
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
 class TransportRegistry:
     """All ServersTransports by qualified name, updated by diff."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._transports: dict[str, Transport] = {}
+        self._system: ssl.SSLContext | None = None
         self.update({})
+
+    def system_context(self) -> ssl.SSLContext:
+        """One context over the system's CAs for every transport without TLS settings
+        of its own (loading the CAs costs tens of milliseconds: once per process)."""
+        if self._system is None:
+            self._system = system_tls_context()
+        return self._system
 
     def get(self, name: str) -> Transport:
         return self._transports[name]
@@ -182,7 +221,7 @@ class TransportRegistry:
             if current is not None and current.config == config:
                 new[name] = current
             else:
-                new[name] = Transport(name, config, self.loop)
+                new[name] = Transport(name, config, self.loop, self.system_context)
         return new
 
     def commit(self, new: dict[str, Transport]) -> None:

@@ -34,6 +34,7 @@ from edge.config.dynamic import (
     Service,
     TCPConfiguration,
     TCPLoadBalancer,
+    TCPMiddleware,
     TCPRouter,
     TCPServersTransport,
     TCPService,
@@ -77,6 +78,7 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
     transports: dict[str, ServersTransport] = {}
     tcp_routers: dict[str, TCPRouter] = {}
     tcp_services: dict[str, TCPService] = {}
+    tcp_middlewares: dict[str, TCPMiddleware] = {}
     tcp_transports: dict[str, TCPServersTransport] = {}
     udp_routers: dict[str, UDPRouter] = {}
     udp_services: dict[str, UDPService] = {}
@@ -105,6 +107,7 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
             has_tcp = True
             tcp_routers.update((q(n), _tcp_router(r, q)) for n, r in conf.tcp.routers.items())
             tcp_services.update((q(n), _tcp_service(s, q)) for n, s in conf.tcp.services.items())
+            tcp_middlewares.update((q(n), m) for n, m in conf.tcp.middlewares.items())
             tcp_transports.update((q(n), t) for n, t in conf.tcp.servers_transports.items())
 
         if conf.udp is not None:
@@ -154,7 +157,10 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
         if has_http
         else None,
         tcp=TCPConfiguration(
-            routers=tcp_routers, services=tcp_services, servers_transports=tcp_transports
+            routers=tcp_routers,
+            services=tcp_services,
+            middlewares=tcp_middlewares,
+            servers_transports=tcp_transports,
         )
         if has_tcp
         else None,
@@ -197,7 +203,9 @@ def _tcp_router(router: TCPRouter, q: _Qualifier) -> TCPRouter:
     tls = router.tls
     if tls is not None and tls.options:
         tls = _replace(tls, options=_tls_name(tls.options, q))
-    return _replace(router, service=q(router.service), tls=tls)
+    return _replace(
+        router, service=q(router.service), middlewares=[q(m) for m in router.middlewares], tls=tls
+    )
 
 
 def _tcp_service(service: TCPService, q: _Qualifier) -> TCPService:

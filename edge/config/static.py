@@ -12,6 +12,16 @@ entry point ``traefik`` and none is defined, one is added on ``:8080``.
 ``providersThrottleDuration`` is accepted at the top level (as documented for edge) and
 under ``providers`` (where Traefik reads it); the top-level field holds the result.
 
+Entry point options for what arrives (Traefik's): ``http.redirections.entryPoint``
+(every plain HTTP request is answered with a redirect to another entry point:
+``to`` names it or is ``":port"``; ``scheme`` https and ``permanent`` by default; the
+Location's port is the target's, resolved here into ``port``, which may also be
+given to name a public port that differs), ``http.tls`` (every HTTP router on the
+entry point terminates TLS with these defaults unless it has its own ``tls``; see
+:class:`EntryPointKind`), and ``proxyProtocol`` (``trustedIPs`` / ``insecure``: whose
+PROXY protocol v1/v2 headers are read; the connection then belongs to the address
+the header names. A header from anyone else is refused: the connection is closed).
+
 ``core.defaultRuleSyntax``: the rule syntax of routers that name none (``v3``, or
 ``v2``, which Traefik v3 keeps for migration; see :mod:`edge.rules`).
 
@@ -31,7 +41,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from edge.config.durations import Duration
-from edge.config.dynamic import Base, NonNegativeInt, split_host_port
+from edge.config.dynamic import Base, Domain, NonNegativeInt, split_host_port
 
 __all__ = [
     "DEFAULT_THROTTLE",
@@ -41,6 +51,9 @@ __all__ = [
     "Core",
     "EntryPoint",
     "EntryPointHTTP",
+    "EntryPointKind",
+    "EntryPointProxyProtocol",
+    "EntryPointTLS",
     "EntryPointUDP",
     "FileProviderConfig",
     "ForwardedHeaders",
@@ -53,6 +66,8 @@ __all__ = [
     "Ping",
     "Prometheus",
     "Providers",
+    "RedirectEntryPoint",
+    "Redirections",
     "RespondingTimeouts",
     "StaticConfig",
     "Transport",
@@ -130,9 +145,60 @@ class ForwardedHeaders(Base):
         return tuple(ipaddress.ip_network(entry, strict=False) for entry in self.trusted_ips)
 
 
+class EntryPointProxyProtocol(ForwardedHeaders):
+    """``proxyProtocol`` of an entry point: whose PROXY protocol headers to read.
+
+    Same keys and checks as ``forwardedHeaders``: ``trustedIPs`` (IPs or CIDRs) or
+    ``insecure`` (everyone). A trusted peer may send a v1 or v2 header (or none);
+    a header from any other peer closes the connection.
+    """
+
+
+class RedirectEntryPoint(Base):
+    """``http.redirections.entryPoint``: answer every plain HTTP request with a redirect.
+
+    ``to``: the target entry point's name, or ``":port"``. ``port`` (edge's own key):
+    the port the Location names; resolved from ``to`` when not given (a target
+    on port 0 has no port to name until it binds: the Location then names none).
+    Status as Traefik's: 301 (GET) / 308 (other methods) when ``permanent``,
+    else 302 / 307.
+    """
+
+    to: str
+    scheme: str = "https"
+    permanent: bool = True
+    port: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.to:
+            raise ValueError("redirections.entryPoint.to must name an entry point or a :port")
+        if not self.scheme:
+            raise ValueError("redirections.entryPoint.scheme must not be empty")
+        if self.port and not (self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535):
+            raise ValueError(f"redirections.entryPoint.port {self.port!r} is not a port")
+
+
+class Redirections(Base):
+    entry_point: RedirectEntryPoint | None = None
+
+
+class EntryPointTLS(Base):
+    """``http.tls`` of an entry point: the ``tls`` of every HTTP router on it that has none."""
+
+    options: str = ""
+    cert_resolver: str = ""
+    domains: list[Domain] = []
+
+
 class EntryPointHTTP(Base):
     max_header_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1048576
     parser: Literal["httptools", "h11"] = "httptools"
+    redirections: Redirections | None = None
+    tls: EntryPointTLS | None = None
+
+    @property
+    def redirect(self) -> RedirectEntryPoint | None:
+        return self.redirections.entry_point if self.redirections is not None else None
 
 
 class EntryPointUDP(Base):
@@ -155,6 +221,7 @@ class EntryPoint(Base):
     forwarded_headers: ForwardedHeaders = msgspec.field(default_factory=ForwardedHeaders)
     http: EntryPointHTTP = msgspec.field(default_factory=EntryPointHTTP)
     udp: EntryPointUDP = msgspec.field(default_factory=EntryPointUDP)
+    proxy_protocol: EntryPointProxyProtocol | None = None
 
     def __post_init__(self) -> None:
         parse_address(self.address)
@@ -348,6 +415,39 @@ class StaticConfig(Base):
                 raise ValueError(f"{what}: entryPoint {ep!r} is not defined in entryPoints")
             if entry_point.protocol != "tcp":
                 raise ValueError(f"{what}: entryPoint {ep!r} is a UDP entry point")
+        self._resolve_redirects()
+
+    def _resolve_redirects(self) -> None:
+        """Check every ``http.redirections.entryPoint.to`` and give it the port to name."""
+        changed = {}
+        for name, ep in self.entry_points.items():
+            redirect = ep.http.redirect
+            if redirect is None:
+                continue
+            where = f"entryPoints.{name}.http.redirections.entryPoint"
+            if ep.protocol != "tcp":
+                raise ValueError(f"{where}: {name!r} is a UDP entry point")
+            to = redirect.to
+            if to.startswith(":"):
+                port = to[1:]
+                if not (port.isascii() and port.isdigit() and 0 < int(port) <= 65535):
+                    raise ValueError(f"{where}.to {to!r}: not a port")
+            else:
+                target = self.entry_points.get(to)
+                if target is None:
+                    raise ValueError(f"{where}.to {to!r}: no such entry point")
+                if target.protocol != "tcp":
+                    raise ValueError(f"{where}.to {to!r} is a UDP entry point")
+                port = str(target.port) if target.port else ""
+            if redirect.port or not port:
+                continue
+            redirect = msgspec.structs.replace(redirect, port=port)
+            http = msgspec.structs.replace(
+                ep.http, redirections=msgspec.structs.replace(ep.http.redirections, entry_point=redirect)
+            )
+            changed[name] = msgspec.structs.replace(ep, http=http)
+        if changed:
+            msgspec.structs.force_setattr(self, "entry_points", {**self.entry_points, **changed})
 
     @property
     def worker_count(self) -> int:
@@ -357,8 +457,33 @@ class StaticConfig(Base):
         return int(self.workers)
 
     def entry_point_protocols(self) -> dict[str, str]:
-        """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need."""
-        return {name: ep.protocol for name, ep in self.entry_points.items()}
+        """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need.
+
+        Each value is an :class:`EntryPointKind`: the protocol, carrying the entry
+        point's ``http.tls`` for the runtime's validation to apply.
+        """
+        return {name: EntryPointKind(ep.protocol, ep.http.tls) for name, ep in self.entry_points.items()}
+
+
+class EntryPointKind(str):
+    """An entry point's protocol (``"tcp"``/``"udp"``, compares as that string) with
+    the HTTP defaults its routers inherit: ``http_tls`` (Traefik's entry point model).
+
+    It travels where the protocols go (the watcher, a worker's validation, ``edge
+    check``) so that :func:`edge.config.runtime.build_runtime` can give every HTTP
+    router of an entry point with ``http.tls`` that TLS. Plain strings (no model)
+    work as well.
+    """
+
+    http_tls: EntryPointTLS | None
+
+    def __new__(cls, protocol: str, http_tls: EntryPointTLS | None = None) -> EntryPointKind:
+        kind = super().__new__(cls, protocol)
+        kind.http_tls = http_tls
+        return kind
+
+    def __reduce__(self):  # pickles (and copies) keep the model
+        return (EntryPointKind, (str(self), self.http_tls))
 
 
 def usable_cpus(environ: Mapping[str, str] = os.environ, cgroup_root: str = "/sys/fs/cgroup") -> int:

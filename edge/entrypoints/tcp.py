@@ -15,6 +15,22 @@ contexts share the entrypoint's connections: ``http`` for plain requests and
 ``https`` for requests on TLS edge terminated (X-Forwarded-Proto https, port 443
 by default).
 
+Entry point options decided here, before routing:
+
+- ``proxyProtocol``: every connection first goes through
+  :class:`~edge.tcp.proxied.ProxyHeaderReader`, which reads a PROXY protocol
+  header from a trusted peer (refuses one from anyone else) and then makes the
+  connection what it would have been, with the client address the header named
+  (``Arrival(client=...)`` for HTTP, the peek's source for TCP routers).
+- ``http.redirections.entryPoint``: the plain HTTP router slot holds a
+  :class:`RedirectRouter`, which answers every request naming a host with a
+  redirect to the target entry point (Traefik's internal router
+  ``HostRegexp(`^.+$`)`` at the highest priority but one); the express path
+  defers to it as to any route with a middleware. HTTPS on this entry point is
+  routed as usual.
+- ``http.tls`` is applied to the routers by the runtime validation
+  (:class:`~edge.config.static.EntryPointKind`).
+
 With ``reuse_port`` (worker processes, ``workers: N``) each process binds the same
 port with SO_REUSEPORT and the kernel spreads new connections among them.
 """
@@ -26,14 +42,19 @@ import logging
 import socket
 from collections.abc import Callable
 
-from edge.config.static import EntryPoint
+from edge.config.static import EntryPoint, RedirectEntryPoint
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.http.connection import Arrival, HTTPConnection, HTTPContext
+from edge.http.middlewares import Answer, Forward, Pipeline
+from edge.http.middlewares.builtin import RedirectScheme
 from edge.http.parsers import parser_classes
-from edge.router.http import EMPTY_ROUTER, HTTPRouter
+from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.tcp.peek import Peek, PeekContext
+from edge.tcp.proxied import ProxyContext, ProxyHeaderReader, trust
 from edge.tls.clienthello import PEEK_TIMEOUT
+
+Address = tuple[str, int]
 
 log = logging.getLogger("edge.entrypoints")
 
@@ -82,14 +103,30 @@ class TCPEntryPoint:
         # The first bytes are part of the first request's head: a client gets at
         # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide.
         read = timeouts.read_timeout
+        peek_timeout = min(PEEK_TIMEOUT, read) if read > 0 else PEEK_TIMEOUT
         self.peek = PeekContext(
             name=name,
             loop=loop,
             connections=self.connections,
-            http=lambda: HTTPConnection(self.http),
-            https=lambda sni: HTTPConnection(self.https, Arrival(sni=sni)),
-            timeout=min(PEEK_TIMEOUT, read) if read > 0 else PEEK_TIMEOUT,
+            http=lambda client: HTTPConnection(self.http, Arrival(client=client) if client else None),
+            https=lambda sni, client: HTTPConnection(self.https, Arrival(client=client, sni=sni)),
+            timeout=peek_timeout,
         )
+        # proxyProtocol: a header from a trusted peer names the client.
+        pp = config.proxy_protocol
+        self.proxied = (
+            ProxyContext(
+                name=name,
+                loop=loop,
+                connections=self.connections,
+                trusted=trust(pp.trusted_ips, pp.insecure),
+                arrive=self._arrive,
+                timeout=peek_timeout,
+            )
+            if pp is not None
+            else None
+        )
+        self.redirect = config.http.redirect
         self.server: asyncio.Server | None = None
 
     @property
@@ -106,7 +143,7 @@ class TCPEntryPoint:
     def switch(self, routers: RouterSet) -> None:
         """Serve ``routers`` from now on (each slot is one assignment)."""
         self.routers = routers
-        self.http.router = routers.http
+        self.http.router = RedirectRouter(self.name, self.redirect, routers.http) if self.redirect else routers.http
         self.https.router = routers.https or EMPTY_ROUTER
 
     def arrive(self) -> asyncio.Protocol:
@@ -115,11 +152,22 @@ class TCPEntryPoint:
         No connection-level router (no TCP router, no HTTPS router: see
         :class:`~edge.router.set.RouterSet`): HTTP, as the accepted connection's own
         protocol, with no peek stage. Otherwise the peek, with the router read now.
+        With ``proxyProtocol``, the PROXY header reader first, which then makes
+        the connection one of those (:meth:`_arrive`) with the client it names.
         """
+        if self.proxied is not None:
+            return ProxyHeaderReader(self.proxied)
         tcp = self.routers.tcp
         if tcp is None:
             return HTTPConnection(self.http)
         return Peek(self.peek, tcp)
+
+    def _arrive(self, source: Address | None, destination: Address | None) -> asyncio.Protocol:
+        """What a connection becomes once its PROXY header (or its absence) is known."""
+        tcp = self.routers.tcp
+        if tcp is None:
+            return HTTPConnection(self.http, Arrival(client=source) if source else None)
+        return Peek(self.peek, tcp, source, destination)
 
     async def start(self) -> None:
         host = self.config.host or None
@@ -171,3 +219,67 @@ class TCPEntryPoint:
             conn.abort()
         if left:
             log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, left)
+
+
+# -- http.redirections.entryPoint ------------------------------------------------------------
+
+
+class _Redirect(RedirectScheme):
+    """A redirect to the target entry point with a fixed status (one per kind of method)."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, name: str, redirect: RedirectEntryPoint, status: int) -> None:
+        super().__init__(name, redirect.scheme, redirect.port, redirect.permanent)
+        self.status = status
+
+    def request(self, fwd: Forward) -> Answer | None:
+        target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+        location = self.location(fwd.host, target)
+        return Answer(self.status, b"Location: %s\r\n" % location, _REASONS[self.status])
+
+
+_REASONS = {301: b"Moved Permanently", 302: b"Found", 307: b"Temporary Redirect", 308: b"Permanent Redirect"}
+
+
+class _NoService:
+    """The service of the redirect route: never picked (the redirect answers first)."""
+
+    __slots__ = ()
+    name = "noop@internal"
+    pass_host = True
+    pooled = False
+    single = None
+
+    def pick(self) -> None:
+        return None
+
+
+class RedirectRouter:
+    """The plain HTTP router of an entry point with ``http.redirections.entryPoint``.
+
+    Every request with a host gets the redirect (Traefik's router for it matches
+    ``HostRegexp(`^.+$`)`` at priority MaxInt-1: above every router a user
+    writes); a request without one falls through to the entry point's routers.
+    Status as Traefik's redirect: 301 for GET and 308 for other methods when
+    permanent, else 302 and 307.
+    """
+
+    __slots__ = ("by_host", "inner", "get", "other")
+
+    def __init__(self, entry_point: str, redirect: RedirectEntryPoint, inner: HTTPRouter) -> None:
+        name = f"{entry_point}-to-{redirect.to.lstrip(':')}@internal"
+        middleware = f"redirect-{name}"
+        get, other = (301, 308) if redirect.permanent else (302, 307)
+        self.get = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, get)]))  # type: ignore[arg-type]
+        self.other = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, other)]))  # type: ignore[arg-type]
+        self.inner = inner
+        self.by_host: dict = {}  # no host routes by itself: every request is matched below
+
+    def match(self, view) -> Route | None:
+        if not view.host:
+            return self.inner.match(view)
+        return self.get if view.method == "GET" else self.other
+
+    def __len__(self) -> int:
+        return len(self.inner) + 1

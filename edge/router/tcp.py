@@ -10,7 +10,14 @@ of Traefik's precedence (:meth:`TCPRouter.at_once`, :meth:`~TCPRouter.plain`,
 :class:`TCPLoadBalancer` (smooth weighted round robin over servers) and
 :class:`TCPWeighted` (over services), whose ``pick()`` gives a
 :class:`TCPServer` carrying what a dial needs (address, ``dialTimeout``,
-``terminationDelay``, the PROXY protocol version).
+``terminationDelay``, the PROXY protocol version, and for ``tls: true`` servers
+the serversTransport's TLS context and server name). A route carries its
+router's TCP middlewares (:mod:`edge.tcp.middlewares`), built per router.
+
+Where the PROXY protocol version and terminationDelay come from follows Traefik
+v3: a load balancer naming a serversTransport takes them from it; one naming
+none takes ``loadBalancer.proxyProtocol`` (deprecated there) and the default
+transport's delay.
 
 Invariants: built whole by :func:`build_tcp_routers` for every applied
 configuration and never changed afterwards (the balancers' round-robin scores
@@ -22,13 +29,16 @@ never changes a connection already routed.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.config.dynamic import split_host_port
 from edge.config.merge import DEFAULT_TLS
-from edge.config.runtime import DEFAULT_TRANSPORT, DISABLED, RuntimeConfig
+from edge.config.runtime import DEFAULT_TRANSPORT, DISABLED, RuntimeConfig, client_tls_context
+from edge.errors import ConfigError
 from edge.rules import RequestView, RouteTable, Rule, compile_rule
+from edge.tcp.middlewares import TCPChain, build_chain
 from edge.tls.certs import TLSCertificates
 from edge.tls.clienthello import ClientHello
 
@@ -70,23 +80,37 @@ def is_catch_all(rule: Rule) -> bool:
 class TCPServer:
     """One server of a TCP load balancer, with the settings of its serversTransport."""
 
-    __slots__ = ("address", "dial_timeout", "host", "port", "proxy_protocol", "service", "termination_delay")
+    __slots__ = (
+        "address",
+        "dial_timeout",
+        "host",
+        "port",
+        "proxy_protocol",
+        "server_name",
+        "service",
+        "termination_delay",
+        "tls",
+    )
 
     def __init__(
         self,
         service: str,
         address: str,
         *,
-        dial_timeout: float,
+        dial_timeout: float | None,
         termination_delay: float,
         proxy_protocol: int = 0,
+        tls: ssl.SSLContext | None = None,
+        server_name: str = "",
     ) -> None:
         self.service = service
         self.address = address
         self.host, self.port = split_host_port(address)
-        self.dial_timeout = dial_timeout
+        self.dial_timeout = dial_timeout  # None: no bound (dialTimeout 0)
         self.termination_delay = termination_delay
         self.proxy_protocol = proxy_protocol  # 0: none, else the version (1 or 2)
+        self.tls = tls  # the client context when edge speaks TLS to this server
+        self.server_name = server_name or self.host  # the name sent (SNI) and verified
 
     def __repr__(self) -> str:
         return f"TCPServer({self.service!r}, {self.address!r})"
@@ -131,16 +155,25 @@ class TCPRoute:
 
     ``mode``: :data:`PLAIN`, :data:`PASSTHROUGH`, :data:`TERMINATE` or :data:`HTTPS`;
     ``service``: where the bytes go (None for HTTPS: the HTTPS routers decide per
-    request); ``options``: the TLS options to terminate with (TERMINATE, HTTPS).
+    request); ``options``: the TLS options to terminate with (TERMINATE, HTTPS);
+    ``middlewares``: the router's TCP middlewares (None: none).
     """
 
-    __slots__ = ("mode", "name", "options", "service")
+    __slots__ = ("middlewares", "mode", "name", "options", "service")
 
-    def __init__(self, name: str, mode: str, service: TCPService | None, options: str = DEFAULT_TLS) -> None:
+    def __init__(
+        self,
+        name: str,
+        mode: str,
+        service: TCPService | None,
+        options: str = DEFAULT_TLS,
+        middlewares: TCPChain | None = None,
+    ) -> None:
         self.name = name
         self.mode = mode
         self.service = service
         self.options = options
+        self.middlewares = middlewares
 
     def __repr__(self) -> str:
         return f"TCPRoute({self.name!r}, {self.mode})"
@@ -234,6 +267,23 @@ class _Builder:
     def __init__(self, runtime: RuntimeConfig) -> None:
         self.runtime = runtime
         self.services: dict[str, TCPService | None] = {}
+        self.contexts: dict[str, ssl.SSLContext] = {}  # serversTransport -> its TLS client context
+
+    def context(self, name: str) -> ssl.SSLContext:
+        """The TLS client context of serversTransport ``name``, built once per configuration."""
+        ctx = self.contexts.get(name)
+        if ctx is None:
+            tls = self.runtime.tcp_servers_transports[name].tls
+            if tls is None:
+                ctx = client_tls_context()
+            else:
+                ctx = client_tls_context(
+                    insecure_skip_verify=tls.insecure_skip_verify,
+                    root_cas=tls.root_cas,
+                    certificates=tls.certificates,
+                )
+            self.contexts[name] = ctx
+        return ctx
 
     def service(self, name: str) -> TCPService | None:
         if name in self.services:
@@ -245,22 +295,32 @@ class _Builder:
             config = info.config
             if config.load_balancer is not None:
                 lb = config.load_balancer
-                transport = self.runtime.tcp_servers_transports[lb.servers_transport or DEFAULT_TRANSPORT]
-                version = lb.proxy_protocol.version if lb.proxy_protocol is not None else 0
-                servers = [
-                    (
-                        TCPServer(
-                            name,
-                            s.address,
-                            dial_timeout=float(transport.dial_timeout),
-                            termination_delay=float(transport.termination_delay),
-                            proxy_protocol=version,
-                        ),
-                        s.weight,
-                    )
-                    for s in lb.servers
-                ]
-                built = TCPLoadBalancer(name, servers)
+                transport_name = lb.servers_transport or DEFAULT_TRANSPORT
+                transport = self.runtime.tcp_servers_transports[transport_name]
+                # Traefik v3: a named serversTransport's proxyProtocol, else the load balancer's.
+                proxy = transport.proxy_protocol if lb.servers_transport else lb.proxy_protocol
+                version = proxy.version if proxy is not None else 0
+                server_name = transport.tls.server_name if transport.tls is not None else ""
+                try:
+                    servers = [
+                        (
+                            TCPServer(
+                                name,
+                                s.address,
+                                dial_timeout=float(transport.dial_timeout) or None,
+                                termination_delay=float(transport.termination_delay),
+                                proxy_protocol=version,
+                                tls=self.context(transport_name) if s.tls else None,
+                                server_name=server_name,
+                            ),
+                            s.weight,
+                        )
+                        for s in lb.servers
+                    ]
+                except ConfigError as exc:  # reported by validation, which disabled the service
+                    log.error("tcp service %s: serversTransport %s: %s", name, transport_name, exc)
+                    servers = None
+                built = TCPLoadBalancer(name, servers) if servers is not None else None
             elif config.weighted is not None:
                 children = []
                 for child in config.weighted.services:
@@ -286,6 +346,7 @@ def build_tcp_routers(
     eps = list(entry_points)
     plain: dict[str, list] = {ep: [] for ep in eps}
     tls: dict[str, list] = {ep: [] for ep in eps}
+    middlewares = {name: info.config for name, info in runtime.tcp_middlewares.items()}
     for name, info in runtime.tcp_routers.items():
         if info.status == DISABLED or info.rule is None:
             continue
@@ -294,12 +355,13 @@ def build_tcp_routers(
             log.error("tcp router %s: service %s could not be built; router skipped", name, info.config.service)
             continue
         rt = info.config.tls
+        chain = build_chain(info.config.middlewares, middlewares)
         if rt is None:
-            route = TCPRoute(name, PLAIN, service)
+            route = TCPRoute(name, PLAIN, service, middlewares=chain)
         elif rt.passthrough:
-            route = TCPRoute(name, PASSTHROUGH, service)
+            route = TCPRoute(name, PASSTHROUGH, service, middlewares=chain)
         else:
-            route = TCPRoute(name, TERMINATE, service, rt.options or DEFAULT_TLS)
+            route = TCPRoute(name, TERMINATE, service, rt.options or DEFAULT_TLS, chain)
         for ep in info.entry_points:
             if ep not in plain:
                 continue

@@ -22,6 +22,13 @@ Invariants:
   entrypoint's ``connections`` with that deadline, which the entrypoint's sweep
   enforces (closed when it passes), and a drain closes it at once.
 - A connection reads its router once, at arrival.
+- The client is the peer, or the address a trusted PROXY protocol header named
+  (``source``/``destination``, read before the peek by :mod:`edge.tcp.proxied`):
+  ClientIP rules, TCP middlewares, the PROXY header edge sends on and the HTTP
+  connection's Arrival all see that one.
+- A route's TCP middlewares (:mod:`edge.tcp.middlewares`) admit the connection
+  before a server is picked (after the handshake for a terminating router) and
+  the relay leaves them exactly once when it ends.
 - Every connection is tracked by the entrypoint while it lives: a peeking one by
   its :class:`Peek`, a relayed one by its :class:`Relay` (from the dial to the
   splice's end), an HTTP one by the HTTP protocol itself. A TLS handshake in
@@ -40,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edge.tcp.proxyproto import encode_v1, encode_v2
+from edge.tcp.reencrypt import dial_tls_splice
 from edge.tcp.splice import DialError, Pending, Splice, dial_splice
 from edge.tls.clienthello import (
     NEED_MORE,
@@ -60,6 +68,7 @@ from edge.tls.terminate import (
 
 if TYPE_CHECKING:
     from edge.router.tcp import TCPRoute, TCPRouter
+    from edge.tcp.middlewares import TCPChain
 
 log = logging.getLogger("edge.tcp")
 
@@ -67,13 +76,16 @@ __all__ = ["Peek", "PeekContext", "Relay"]
 
 NO_DEADLINE, PEEKING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
 
+Address = tuple[str, int]
+
 
 class PeekContext:
     """What every connection of one entrypoint needs to become something.
 
-    ``http()`` makes the HTTP protocol for a plain connection; ``https(sni)`` the one
-    for a connection edge terminated (X-Forwarded-Proto https). ``connections`` is
-    the entrypoint's set of live connections.
+    ``http(client)`` makes the HTTP protocol for a plain connection; ``https(sni,
+    client)`` the one for a connection edge terminated (X-Forwarded-Proto https);
+    ``client`` is the (ip, port) a PROXY protocol header named, or None (the
+    peer). ``connections`` is the entrypoint's set of live connections.
     """
 
     def __init__(
@@ -82,8 +94,8 @@ class PeekContext:
         name: str,
         loop: asyncio.AbstractEventLoop,
         connections: set,
-        http: Callable[[], asyncio.Protocol],
-        https: Callable[[str | None], asyncio.Protocol],
+        http: Callable[[Address | None], asyncio.Protocol],
+        https: Callable[[str | None, Address | None], asyncio.Protocol],
         timeout: float = PEEK_TIMEOUT,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
@@ -100,12 +112,20 @@ class PeekContext:
 class Peek(asyncio.Protocol):
     """The protocol of an accepted connection until its first bytes decide what it becomes."""
 
-    def __init__(self, ctx: PeekContext, router: TCPRouter) -> None:
+    def __init__(
+        self,
+        ctx: PeekContext,
+        router: TCPRouter,
+        source: Address | None = None,
+        destination: Address | None = None,
+    ) -> None:
         self.ctx = ctx
         self.router = router
         self.transport: asyncio.Transport | None = None
         self.client_ip = ""
-        self.client: tuple[str, int] | None = None
+        self.client: Address | None = None
+        self.source = source  # the client a PROXY protocol header named (None: the peer)
+        self.destination = destination  # the address it reached, per that header
         self.buf = b""
         self.parser = ClientHelloParser()
         self.deadline_kind = NO_DEADLINE
@@ -115,7 +135,7 @@ class Peek(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
+        peer = self.source or transport.get_extra_info("peername")
         ip = peer[0] if peer else ""
         if ip.startswith("::ffff:") and "." in ip:
             ip = ip[7:]
@@ -200,7 +220,7 @@ class Peek(asyncio.Protocol):
             return
         # Otherwise HTTP: the HTTP routers, whose 404 answers what none of them matches.
         # The HTTP protocol takes the transport as if it had been its own from the start.
-        protocol = self.ctx.http()
+        protocol = self.ctx.http(self.source)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         protocol.data_received(peeked)
@@ -232,7 +252,7 @@ class Peek(asyncio.Protocol):
             refuse(transport, ALERT_INTERNAL_ERROR if broken else ALERT_UNRECOGNIZED_NAME)
             return
         if route.service is None:
-            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name)
+            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source)
         else:
             app = _Terminated(self, route)
         start_tls(transport, context, app, peeked, handshake_timeout=self.ctx.handshake_timeout)
@@ -243,26 +263,37 @@ class Peek(asyncio.Protocol):
         """Dial a server of ``route``'s service and splice ``client`` (the raw transport by default) to it."""
         client = client or self.transport
         assert client is not None and route.service is not None
+        chain = route.middlewares
+        if chain is not None:
+            refused = chain.enter(self.client_ip)
+            if refused is not None:
+                log.debug(
+                    "tcp router %s: middleware %s refuses %s; connection closed",
+                    route.name, refused.name, self.client_ip,
+                )
+                client.close()
+                return
         server = route.service.pick()
         if server is None:
             log.warning("tcp router %s: service %s has no server; connection closed", route.name, route.service.name)
+            if chain is not None:
+                chain.leave(self.client_ip)
             client.close()
             return
         # Park the client now: bytes that arrive before the splice exists are kept,
         # and the holder remembers the client's EOF or loss while the dial runs.
         held = Pending.attach(client)
-        if server.proxy_protocol:
-            # The server learns who the client is: a PROXY header before any client byte.
-            first = self._proxy_header(server.proxy_protocol, client) + first
-        relay = Relay(self.ctx.connections, held)
-        task = self.ctx.loop.create_task(relay.run(route, server, first))
+        # The server learns who the client is: a PROXY header before any client byte
+        # (and before TLS, to a server edge speaks TLS to).
+        header = self._proxy_header(server.proxy_protocol, client) if server.proxy_protocol else b""
+        relay = Relay(self.ctx.connections, held, chain, self.client_ip)
+        task = self.ctx.loop.create_task(relay.run(route, server, header, first))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
 
-
     def _proxy_header(self, version: int, client: asyncio.BaseTransport) -> bytes:
         """PROXY protocol ``version`` header: the client's address and the one it reached."""
-        local = client.get_extra_info("sockname")
+        local = self.destination or client.get_extra_info("sockname")
         if self.client is None or not local:
             return encode_v2(None, None, command="LOCAL") if version == 2 else b"PROXY UNKNOWN\r\n"
         src, dst = self.client, (local[0], local[1])
@@ -282,40 +313,66 @@ class _Terminated(asyncio.Protocol):
 
 
 class Relay:
-    """A connection relayed to a TCP server, as the entrypoint tracks it (dial, then splice)."""
+    """A connection relayed to a TCP server, as the entrypoint tracks it (dial, then splice).
 
-    __slots__ = ("client", "connections", "splice")
+    ``chain`` (the route's TCP middlewares, which admitted the connection) is left
+    once, when the relay ends: dial failed, or both sides of the splice gone.
+    """
+
+    __slots__ = ("chain", "client", "client_ip", "connections", "splice")
     deadline_kind = NO_DEADLINE
     deadline = 0.0
 
-    def __init__(self, connections: set, client: Pending) -> None:
+    def __init__(self, connections: set, client: Pending, chain: TCPChain | None = None, client_ip: str = "") -> None:
         self.connections = connections
         self.client = client  # the client's transport, parked until the splice takes it
         self.splice: Splice | None = None
+        self.chain = chain
+        self.client_ip = client_ip
         connections.add(self)
 
-    async def run(self, route: TCPRoute, server: Any, first: bytes) -> None:
+    async def run(self, route: TCPRoute, server: Any, header: bytes, first: bytes) -> None:
         try:
-            self.splice = await dial_splice(
-                self.client,
-                server.host,
-                server.port,
-                first=first,
-                timeout=server.dial_timeout,
-                termination_delay=server.termination_delay,
-                on_close=self._closed,
-            )
+            if server.tls is None:
+                self.splice = await dial_splice(
+                    self.client,
+                    server.host,
+                    server.port,
+                    first=header + first,
+                    timeout=server.dial_timeout,
+                    termination_delay=server.termination_delay,
+                    on_close=self._closed,
+                )
+            else:
+                self.splice = await dial_tls_splice(
+                    self.client,
+                    server.host,
+                    server.port,
+                    context=server.tls,
+                    server_hostname=server.server_name,
+                    header=header,
+                    first=first,
+                    timeout=server.dial_timeout,
+                    termination_delay=server.termination_delay,
+                    on_close=self._closed,
+                )
         except DialError as exc:
             log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
-            self.connections.discard(self)
+            self._end()
             if self.client.transport is not None:
                 self.client.transport.close()
             return
         if self.splice.closed:
-            self.connections.discard(self)
+            self._end()
 
     def _closed(self, _: Splice) -> None:
+        self._end()
+
+    def _end(self) -> None:
         self.connections.discard(self)
+        chain, self.chain = self.chain, None  # left once, however the relay ends
+        if chain is not None:
+            chain.leave(self.client_ip)
 
     def deadline_passed(self) -> None: ...
 

@@ -1,0 +1,187 @@
+"""Entry points behind a proxy: the PROXY protocol header a connection starts with.
+
+Owns :class:`ProxyHeaderReader`, the first protocol of every connection on an
+entry point with ``proxyProtocol`` (``trustedIPs`` / ``insecure``). It reads the
+first bytes with the pure parser (:func:`edge.tcp.proxyproto.parse`) and then
+hands the connection to what it becomes on that entry point (HTTP, or the peek),
+told the client's address: the one the header names, else the peer's.
+
+Who may send a header:
+- a trusted peer (in ``trustedIPs``, or anyone with ``insecure``) may send a v1 or
+  v2 header, or none (then the peer is the client). A v2 ``LOCAL`` header (a
+  health check from the proxy itself) or v1 ``UNKNOWN`` keeps the peer's address.
+- anyone else's header is refused: the connection is closed, nothing is sent
+  (Traefik ignores such a header and serves the peer; a header from a peer not
+  trusted to send it is a spoofing attempt or a misconfigured proxy, and both
+  are better seen failing). Connections without a header are served as usual.
+- a malformed header closes the connection.
+
+Invariants:
+- No byte is lost: whatever followed the header in the read that completed it
+  goes to the protocol the connection became, before any later read.
+- Bounded: a header must be complete within ``timeout`` (the entry point's peek
+  timeout) and within the parser's size caps; the reader is in the entry point's
+  ``connections`` with that deadline until it hands over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable
+
+from edge.tcp.proxyproto import NEED_MORE, NOT_PROXY, ProxyProtocolError, parse
+from edge.tls.clienthello import PEEK_TIMEOUT
+
+log = logging.getLogger("edge.tcp")
+
+__all__ = ["ProxyContext", "ProxyHeaderReader", "trust"]
+
+NO_DEADLINE, READING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
+
+Address = tuple[str, int]
+
+
+class ProxyContext:
+    """What every connection of one entry point with ``proxyProtocol`` shares.
+
+    ``trusted(ip)``: may this peer send a header. ``arrive(source, destination)``:
+    the protocol the connection becomes, given the client and the address it
+    reached as the header names them (both None: the connection's own).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        connections: set,
+        trusted: Callable[[str], bool],
+        arrive: Callable[[Address | None, Address | None], asyncio.Protocol],
+        timeout: float = PEEK_TIMEOUT,
+    ) -> None:
+        self.name = name
+        self.loop = loop
+        self.connections = connections
+        self.trusted = trusted
+        self.arrive = arrive
+        self.timeout = timeout
+
+
+class ProxyHeaderReader(asyncio.Protocol):
+    """The protocol of a connection until its PROXY protocol header (or its absence) is known."""
+
+    __slots__ = ("buf", "ctx", "deadline", "deadline_kind", "peer", "transport", "trusted")
+
+    def __init__(self, ctx: ProxyContext) -> None:
+        self.ctx = ctx
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.trusted = False
+        self.buf = b""
+        self.deadline_kind = NO_DEADLINE
+        self.deadline = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        ip = peer[0] if peer else ""
+        if ip.startswith("::ffff:") and "." in ip:
+            ip = ip[7:]
+        self.peer = ip
+        self.trusted = self.ctx.trusted(ip)
+        self.ctx.connections.add(self)
+        self.deadline_kind = READING
+        self.deadline = self.ctx.loop.time() + self.ctx.timeout
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf = self.buf + data if self.buf else data
+        try:
+            header = parse(buf)
+        except ProxyProtocolError as exc:
+            log.debug("%s: %s: malformed PROXY protocol header: %s; closed", self.ctx.name, self.peer, exc)
+            self._close()
+            return
+        if header is NEED_MORE:
+            return
+        if header is NOT_PROXY:
+            self._hand_over(None, None, buf)
+            return
+        if not self.trusted:
+            log.debug(
+                "%s: %s sent a PROXY protocol header but is not in proxyProtocol.trustedIPs; closed",
+                self.ctx.name, self.peer,
+            )
+            self._close()
+            return
+        rest = buf[header.length :]  # type: ignore[union-attr]
+        # LOCAL (v2) and UNKNOWN carry no addresses: the connection's own stand.
+        self._hand_over(header.source, header.destination, rest)  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool:
+        log.debug("%s: %s closed before its first bytes were read", self.ctx.name, self.peer)
+        self._leave()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._leave()
+        self.transport = None
+
+    # -- deadlines and drain (read by the entrypoint) -----------------------------------
+
+    def deadline_passed(self) -> None:
+        log.debug("%s: %s sent no complete first bytes within %gs; closed", self.ctx.name, self.peer, self.ctx.timeout)
+        self._close()
+
+    def shutdown(self) -> None:
+        self._close()
+
+    def abort(self) -> None:
+        self._leave()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _leave(self) -> None:
+        self.deadline_kind = NO_DEADLINE
+        self.ctx.connections.discard(self)
+
+    def _close(self) -> None:
+        self._leave()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _hand_over(self, source: Address | None, destination: Address | None, rest: bytes) -> None:
+        """The connection becomes what its entry point makes of it, with ``rest`` replayed."""
+        self._leave()
+        self.buf = b""
+        transport = self.transport
+        assert transport is not None
+        protocol = self.ctx.arrive(source, destination)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        # The protocol may have handed the transport on already (a TCP router that
+        # takes connections at once parks it for its relay): the bytes go to whoever
+        # holds it now.
+        if rest and not transport.is_closing():
+            transport.get_protocol().data_received(rest)
+
+
+def trust(trusted_ips: list[str], insecure: bool) -> Callable[[str], bool]:
+    """``trusted(ip)`` for an entry point's ``proxyProtocol`` (IPs or CIDRs, or everyone)."""
+    if insecure:
+        return lambda ip: True
+    networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_ips)
+
+    def trusted(ip: str) -> bool:
+        try:
+            addr = ipaddress.ip_address(ip.split("%", 1)[0])
+        except ValueError:
+            return False
+        if addr.version == 6 and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in networks)
+
+    return trusted
