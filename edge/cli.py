@@ -139,7 +139,8 @@ def _check_kubernetes(static, configs: dict) -> bool:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from edge.config.merge import merge
-    from edge.config.runtime import build_runtime
+    from edge.config.runtime import build_runtime, check_tls
+    from edge.tls.certs import TLSCertificates
 
     notices: list = []
     try:
@@ -161,6 +162,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     runtime = build_runtime(
         merge(configs), static.entry_point_protocols(), default_rule_syntax=default_syntax
     )
+    # Certificates and TLS options as the data plane reads them: a broken file disables its routers.
+    check_tls(runtime, TLSCertificates(runtime.tls))
     bad = bool(errors) or left_out or any(not n.ignored for n in notices)
     print(f"rule syntax: {default_syntax} unless a router says otherwise (core.defaultRuleSyntax)")
     for kind, table in (

@@ -35,6 +35,7 @@ __all__ = [
     "Base",
     "CertAndStores",
     "ClientAuth",
+    "ClientCertificate",
     "Configuration",
     "Domain",
     "Element",
@@ -53,7 +54,10 @@ __all__ = [
     "StoreCertificate",
     "StripPrefix",
     "TCPConfiguration",
+    "TCPIPAllowList",
+    "TCPInFlightConn",
     "TCPLoadBalancer",
+    "TCPMiddleware",
     "TCPRouter",
     "TCPRouterTLS",
     "TCPServer",
@@ -293,12 +297,30 @@ class ForwardingTimeouts(Base):
     idle_conn_timeout: Duration = Duration(90.0)
 
 
+class ClientCertificate(Base):
+    """A certificate edge presents to upstream servers that ask for one (mutual TLS).
+
+    ``certFile`` / ``keyFile``: paths or inline PEM, as in ``tls.certificates``.
+    """
+
+    cert_file: str
+    key_file: str
+
+
 class ServersTransport(Element):
-    """How edge talks to HTTP upstreams."""
+    """How edge talks to HTTP upstreams.
+
+    TLS settings apply to ``https://`` servers: ``serverName`` (SNI and the name
+    verified), ``insecureSkipVerify``, ``rootCAs`` (paths or inline PEM; when set,
+    they replace the system's CAs, as Go's RootCAs do) and ``certificates``
+    (client certificates). What each does under Python's ssl is in
+    :func:`edge.config.runtime.client_tls_context`.
+    """
 
     server_name: str = ""
     insecure_skip_verify: bool = False
     root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+    certificates: list[ClientCertificate] = []
     max_idle_conns_per_host: NonNegativeInt = 200
     forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
 
@@ -326,12 +348,16 @@ class TCPRouter(Element):
     entry_points: list[str] = []
     priority: int = 0
     rule_syntax: str = ""  # as Router.rule_syntax
+    middlewares: list[str] = []
     tls: TCPRouterTLS | None = None
 
 
 class TCPServer(Base):
+    """A TCP server; ``tls``: edge speaks TLS to it (its serversTransport's ``tls`` says how)."""
+
     address: str
     weight: NonNegativeInt = 1
+    tls: bool = False
 
     def __post_init__(self) -> None:
         host, port = split_host_port(self.address)
@@ -346,6 +372,8 @@ class ProxyProtocol(Base):
 class TCPLoadBalancer(Base):
     servers: list[TCPServer] = []
     servers_transport: str = ""
+    # Traefik v3 reads proxyProtocol here only when no serversTransport is named
+    # (deprecated there); a named serversTransport's own proxyProtocol wins.
     proxy_protocol: ProxyProtocol | None = None
 
 
@@ -359,21 +387,56 @@ class TCPService(Element):
 
 
 class TLSClientConfig(Base):
+    """``tls`` of a TCP serversTransport: how edge speaks TLS to servers with ``tls: true``."""
+
     server_name: str = ""
     insecure_skip_verify: bool = False
     root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+    certificates: list[ClientCertificate] = []
 
 
 class TCPServersTransport(Element):
+    """How edge dials TCP servers. ``proxyProtocol``: a PROXY header (version 1 or 2)
+    goes to every server of the load balancers using this transport, before any
+    byte of the client (and before TLS to a server with ``tls: true``)."""
+
     dial_timeout: Duration = Duration(30.0)
     dial_keep_alive: Duration = Duration(15.0)
     termination_delay: Duration = Duration(0.1)
+    proxy_protocol: ProxyProtocol | None = None
     tls: TLSClientConfig | None = None
+
+
+class TCPIPAllowList(Base):
+    """Connections from these IPs or CIDRs only; the others are closed.
+
+    Checked by :mod:`edge.config.runtime` (an empty or invalid range disables the
+    middleware and the routers using it, as Traefik refuses to build it).
+    """
+
+    source_range: list[str] = []
+
+
+class TCPInFlightConn(Base):
+    """At most ``amount`` simultaneous connections per client IP; more are closed."""
+
+    amount: int
+
+
+class TCPMiddleware(Base):
+    ip_allow_list: TCPIPAllowList | None = None
+    in_flight_conn: TCPInFlightConn | None = None
+
+    def __post_init__(self) -> None:
+        _exactly_one(
+            "a TCP middleware", ipAllowList=self.ip_allow_list, inFlightConn=self.in_flight_conn
+        )
 
 
 class TCPConfiguration(Base):
     routers: dict[str, TCPRouter] = {}
     services: dict[str, TCPService] = {}
+    middlewares: dict[str, TCPMiddleware] = {}
     servers_transports: dict[str, TCPServersTransport] = {}
 
 

@@ -126,6 +126,7 @@ def _check_names(conf: Configuration, source: str | None) -> None:
         sections += [
             ("tcp.routers", conf.tcp.routers),
             ("tcp.services", conf.tcp.services),
+            ("tcp.middlewares", conf.tcp.middlewares),
             ("tcp.serversTransports", conf.tcp.servers_transports),
         ]
     if conf.udp is not None:

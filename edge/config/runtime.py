@@ -2,7 +2,12 @@
 
 Owns the cross-reference checks no single file can make: rules parse, routers point at
 existing, working services, middlewares and entry points of the right protocol,
-weighted services have no missing members and no cycles, serversTransports exist.
+weighted services have no missing members and no cycles, serversTransports exist
+and their TLS files can be used (:func:`client_tls_context`), TCP middlewares can
+be built. Entry point models are applied first: an HTTP router on an entry point
+with ``http.tls`` gets that ``tls`` when it has none (Traefik's ``applyModel``: a
+router on several entry points becomes one router per model entry point, named
+``<entrypoint>-<router>``).
 
 Invariants of :func:`build_runtime`'s :class:`RuntimeConfig`:
 
@@ -24,7 +29,12 @@ Messages in ``errors`` are bare (``service 'x@file' does not exist``);
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextlib
+import ipaddress
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
@@ -32,11 +42,14 @@ import msgspec
 from edge.config.durations import enc_hook
 from edge.config.dynamic import (
     UNSUPPORTED,
+    ClientCertificate,
     Configuration,
     Middleware,
     Router,
+    RouterTLS,
     ServersTransport,
     Service,
+    TCPMiddleware,
     TCPRouter,
     TCPServersTransport,
     TCPService,
@@ -46,9 +59,9 @@ from edge.config.dynamic import (
     UDPService,
     Weighted,
 )
-from edge.config.merge import DEFAULT_TLS, split_name
+from edge.config.merge import DEFAULT_TLS, qualify, split_name
 from edge.config.static import INTERNAL_ENTRY_POINT
-from edge.errors import RuleError
+from edge.errors import ConfigError, RuleError
 from edge.rules import SYNTAXES, Rule, compile_rule, default_priority
 
 __all__ = [
@@ -62,6 +75,7 @@ __all__ = [
     "ServiceInfo",
     "build_runtime",
     "check_tls",
+    "client_tls_context",
 ]
 
 ENABLED: Literal["enabled"] = "enabled"
@@ -135,12 +149,13 @@ class RuntimeConfig:
         entry_points: Mapping[str, str],
     ) -> None:
         self.configuration = configuration
-        self.entry_points: dict[str, str] = dict(entry_points)
+        self.entry_points: dict[str, str] = {name: str(kind) for name, kind in entry_points.items()}
         self.http_routers: dict[str, RouterInfo[Router]] = {}
         self.http_services: dict[str, ServiceInfo[Service]] = {}
         self.http_middlewares: dict[str, ServiceInfo[Middleware]] = {}
         self.tcp_routers: dict[str, RouterInfo[TCPRouter]] = {}
         self.tcp_services: dict[str, ServiceInfo[TCPService]] = {}
+        self.tcp_middlewares: dict[str, ServiceInfo[TCPMiddleware]] = {}
         self.udp_routers: dict[str, RouterInfo[UDPRouter]] = {}
         self.udp_services: dict[str, ServiceInfo[UDPService]] = {}
         self.servers_transports: dict[str, ServersTransport] = {}
@@ -154,6 +169,7 @@ class RuntimeConfig:
         yield "middleware", "http", "middlewares", self.http_middlewares
         yield "tcp router", "tcp", "routers", self.tcp_routers
         yield "tcp service", "tcp", "services", self.tcp_services
+        yield "tcp middleware", "tcp", "middlewares", self.tcp_middlewares
         yield "udp router", "udp", "routers", self.udp_routers
         yield "udp service", "udp", "services", self.udp_services
 
@@ -235,15 +251,22 @@ def build_runtime(
         rt.servers_transports.update(http.servers_transports)
         rt.http_services = {n: ServiceInfo(n, s) for n, s in http.services.items()}
         rt.http_middlewares = {n: ServiceInfo(n, m) for n, m in http.middlewares.items()}
+        tls_errors = _TransportTLS()
         for info in rt.http_services.values():
             lb = info.config.load_balancer
             if lb is not None:
                 _check_transport(info, lb.servers_transport, rt.servers_transports)
                 if not lb.servers:
                     info.add_error("no servers: requests get 503", critical=False)
+                name = lb.servers_transport or DEFAULT_TRANSPORT
+                transport = rt.servers_transports.get(name)
+                if transport is not None and any(s.url[:6].lower() == "https:" for s in lb.servers):
+                    error = tls_errors.check(name, transport)
+                    if error is not None:
+                        info.add_error(f"serversTransport {name!r}: {error}")
         _check_weighted(rt.http_services)
         tls_options = rt.tls.options
-        for name, router in http.routers.items():
+        for name, router in _apply_models(http.routers, entry_points, tcp_defaults).items():
             r = RouterInfo(name, router)
             rt.http_routers[name] = r
             _check_rule(r, router.rule, "http", rules)
@@ -269,13 +292,20 @@ def build_runtime(
         tcp = conf.tcp
         rt.tcp_servers_transports.update(tcp.servers_transports)
         rt.tcp_services = {n: ServiceInfo(n, s) for n, s in tcp.services.items()}
+        tls_errors = _TransportTLS()
         for info in rt.tcp_services.values():
             lb = info.config.load_balancer
             if lb is not None:
                 _check_transport(info, lb.servers_transport, rt.tcp_servers_transports)
                 if not lb.servers:
                     info.add_error("no servers: connections are closed", critical=False)
+                transport = rt.tcp_servers_transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
+                if transport is not None:
+                    _check_tcp_transport(info, lb.servers_transport, transport, tls_errors)
         _check_weighted(rt.tcp_services)
+        rt.tcp_middlewares = {n: ServiceInfo(n, m) for n, m in tcp.middlewares.items()}
+        for info in rt.tcp_middlewares.values():
+            _check_tcp_middleware(info)
         for name, router in tcp.routers.items():
             r = RouterInfo(name, router)
             rt.tcp_routers[name] = r
@@ -288,6 +318,15 @@ def build_runtime(
                 )
             _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
             _check_service(r, router.service, rt.tcp_services)
+            for mw in router.middlewares:
+                m = rt.tcp_middlewares.get(mw)
+                if m is None:
+                    r.add_error(f"middleware {mw!r} does not exist")
+                    continue
+                if name not in m.used_by:
+                    m.used_by.append(name)
+                if m.status == DISABLED:
+                    r.add_error(f"middleware {mw!r} is disabled: {'; '.join(m.errors)}")
             if router.tls is not None and not router.tls.passthrough:
                 options = router.tls.options or DEFAULT_TLS
                 if options not in rt.tls.options:
@@ -374,6 +413,211 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
                 info.add_error(reason)
                 added.append(f"{label} {info.name}: {reason}")
     return added
+
+
+# --- entry point models ------------------------------------------------------------
+
+
+def _apply_models(
+    routers: Mapping[str, Router], entry_points: Mapping[str, str], defaults: list[str]
+) -> Mapping[str, Router]:
+    """The HTTP routers with their entry points' ``http.tls`` applied (Traefik's applyModel).
+
+    A router on an entry point whose kind carries ``http_tls`` (see
+    :class:`edge.config.static.EntryPointKind`) serves there with that ``tls``
+    unless it has its own. A router on several entry points of which some have a
+    model is split: one router per model entry point, named ``<entrypoint>-<name>``,
+    and the router itself keeps the other entry points.
+    """
+    models = {name: tls for name, kind in entry_points.items() if (tls := getattr(kind, "http_tls", None))}
+    if not models:
+        return routers
+    out: dict[str, Router] = {}
+    for name, router in routers.items():
+        eps = router.entry_points or defaults
+        if not any(ep in models for ep in eps):
+            out[name] = router
+            continue
+        rest = []
+        for ep in eps:
+            model = models.get(ep)
+            if model is None:
+                rest.append(ep)
+                continue
+            tls = router.tls
+            if tls is None:
+                options = model.options
+                if options and options != DEFAULT_TLS:
+                    options = qualify(options, split_name(name)[1] or "internal")
+                tls = RouterTLS(cert_resolver=model.cert_resolver, options=options, domains=list(model.domains))
+            out[f"{ep}-{name}" if len(eps) > 1 else name] = msgspec.structs.replace(
+                router, entry_points=[ep], tls=tls
+            )
+        if rest:
+            out[name] = msgspec.structs.replace(router, entry_points=rest)
+    return out
+
+
+# --- TLS to upstream servers ----------------------------------------------------------
+
+PEM_MARK = "-----BEGIN"
+
+
+def client_tls_context(
+    *,
+    insecure_skip_verify: bool = False,
+    root_cas: Sequence[str] = (),
+    certificates: Sequence[ClientCertificate] = (),
+    system_roots: bool = True,
+) -> ssl.SSLContext:
+    """The client side of TLS to upstream servers, as a serversTransport describes it.
+
+    As Go's crypto/tls does for Traefik: the server's certificate is verified
+    against ``rootCAs`` (paths or inline PEM) when given, else the system's CAs
+    (``system_roots``; validation passes False: loading them costs tens of ms and
+    cannot fail), and its name checked (the caller passes serverName or the host
+    as ``server_hostname``); ``insecureSkipVerify`` verifies nothing.
+    ``certificates`` are offered to a server that asks for a client certificate;
+    OpenSSL keeps one per key type, so the first of each type listed is the one
+    offered (Go picks the first that suits the server). Raises ConfigError
+    naming the file (or "inline PEM") that cannot be used; a key is never read
+    with a password (an encrypted one is an error, not a prompt).
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    for i, value in enumerate(root_cas):
+        what = f"rootCAs[{i}] {_describe(value)}"
+        try:
+            if PEM_MARK in value:
+                ctx.load_verify_locations(cadata=value)
+            else:
+                ctx.load_verify_locations(cafile=value)
+        except FileNotFoundError:
+            raise ConfigError(f"{what}: no such file") from None
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ConfigError(f"{what}: no CA certificate could be read ({_reason(exc)})") from None
+    if not root_cas and system_roots and not insecure_skip_verify:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    for i, cert in reversed(list(enumerate(certificates))):  # the first of each key type wins
+        what = f"certificates[{i}]"
+        chain_pem = _read_pem(f"{what}: certFile", cert.cert_file)
+        key_pem = _read_pem(f"{what}: keyFile", cert.key_file)
+        try:
+            with _pem_file(chain_pem) as chain, _pem_file(key_pem) as key:
+                ctx.load_cert_chain(chain, key, password=_no_password)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"{what}: certFile {_describe(cert.cert_file)} / keyFile {_describe(cert.key_file)}: "
+                f"cannot be used ({_reason(exc)})"
+            ) from None
+    if insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _no_password() -> bytes:
+    return b""  # an encrypted key fails to load instead of prompting on the terminal
+
+
+def _describe(value: str) -> str:
+    return "inline PEM" if PEM_MARK in value else value
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc)
+
+
+def _read_pem(what: str, value: str) -> bytes:
+    """The PEM text of a path or inline value; ConfigError naming the file."""
+    if PEM_MARK in value:
+        return value.encode()
+    if not value:
+        raise ConfigError(f"{what} is empty")
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {value}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {value}: cannot read: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _pem_file(data: bytes) -> Iterator[str]:
+    """A path OpenSSL can read ``data`` from: an anonymous memory file (a private
+    temporary file where the OS has none); a key never touches a disk."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("edge-tls", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="edge-tls-") as f:
+        f.write(data)
+        f.flush()
+        yield f.name
+
+
+class _TransportTLS:
+    """Each transport's TLS files checked once per validation: name -> error or None."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str | None] = {}
+
+    def check(self, name: str, config: ServersTransport | TCPServersTransport) -> str | None:
+        if name not in self._seen:
+            tls = config.tls if isinstance(config, TCPServersTransport) else config
+            error = None
+            if tls is not None and (tls.root_cas or tls.certificates):
+                try:
+                    client_tls_context(root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False)
+                except ConfigError as exc:
+                    error = str(exc)
+            self._seen[name] = error
+        return self._seen[name]
+
+
+def _check_tcp_transport(
+    info: ServiceInfo[TCPService], named: str, transport: TCPServersTransport, tls_errors: _TransportTLS
+) -> None:
+    lb = info.config.load_balancer
+    assert lb is not None
+    name = named or DEFAULT_TRANSPORT
+    if named and lb.proxy_protocol is not None and transport.proxy_protocol is None:
+        info.add_error(
+            f"loadBalancer.proxyProtocol is not used with serversTransport {name!r} "
+            "(its own proxyProtocol is, as in Traefik v3): no PROXY header is sent",
+            critical=False,
+        )
+    if any(s.tls for s in lb.servers):
+        error = tls_errors.check(name, transport)
+        if error is not None:
+            info.add_error(f"serversTransport {name!r}: tls: {error}")
+    elif transport.tls is not None and named:
+        info.add_error(
+            f"serversTransport {name!r} has tls, but no server has tls: true: nothing is encrypted",
+            critical=False,
+        )
+
+
+def _check_tcp_middleware(info: ServiceInfo[TCPMiddleware]) -> None:
+    config = info.config
+    if config.ip_allow_list is not None:
+        ranges = config.ip_allow_list.source_range
+        if not ranges:
+            info.add_error("ipAllowList: sourceRange is empty")
+        for entry in ranges:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                info.add_error(f"ipAllowList: sourceRange {entry!r} is not an IP address or CIDR")
+    elif config.in_flight_conn is not None and config.in_flight_conn.amount < 1:
+        info.add_error(f"inFlightConn: amount {config.in_flight_conn.amount} admits no connection")
 
 
 class _RuleCache:
