@@ -4,6 +4,14 @@
 The access log is buffered: lines are formatted only when it is enabled, kept
 in memory and written in one call per flush (every 100 ms, or when
 ``bufferingSize`` lines are waiting), so a request costs no syscall.
+
+The access log's ``common`` format is Traefik's CLF, field for field::
+
+    <client> - - [<time>] "<method> <path> <protocol>" <status> <size> "<referer>"
+    "<user agent>" <requests since start> "<router>" "<server URL>" <duration>ms
+
+(one line): ``<size>`` is the body bytes sent, the referer and user agent are the
+client's (``"-"`` without one, ``"`` escaped), the count is this process's.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class AccessLogger:
         self.lines: list[bytes] = []
         self.limit = max(config.buffering_size, 1)
         self._timer: asyncio.TimerHandle | None = None
+        self.count = 0  # requests logged since start (Traefik's RequestCount)
 
     def __call__(self, ex, duration: float) -> None:
         """One line for a finished :class:`~edge.http.exchange.Exchange`."""
@@ -66,6 +75,7 @@ class AccessLogger:
         route = ex.route
         backend = ex.backend
         conn = ex.conn
+        self.count += 1
         if self.json:
             line = orjson.dumps(
                 {
@@ -79,12 +89,14 @@ class AccessLogger:
                     "ServiceURL": backend.server.url if backend else "",
                     "EntryPointName": conn.ctx.name,
                     "Duration": int(duration * 1e9),
+                    "RequestCount": self.count,
                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 },
                 option=orjson.OPT_APPEND_NEWLINE,
             )
         else:
-            line = b'%s - - [%s] "%s %s HTTP/%s" %d %d "-" "-" "%s" "%s" %dms\n' % (
+            referer, agent = _quoted(head.headers)
+            line = b'%s - - [%s] "%s %s HTTP/%s" %d %d %s %s %d "%s" "%s" %dms\n' % (
                 conn.client_ip.encode(),
                 time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()).encode(),
                 head.method,
@@ -92,6 +104,9 @@ class AccessLogger:
                 head.version,
                 ex.status,
                 ex.sent,
+                referer,
+                agent,
+                self.count,
                 (route.name if route else "-").encode(),
                 (backend.server.url if backend else "-").encode(),
                 int(duration * 1000),
@@ -117,3 +132,17 @@ class AccessLogger:
 
     def close(self) -> None:
         self.flush()
+
+
+def _quoted(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+    """The request's Referer and User-Agent as CLF writes them (values joined by ``,``)."""
+    found: dict[bytes, list[bytes]] = {b"referer": [], b"user-agent": []}
+    for name, value in headers:
+        values = found.get(name.lower())
+        if values is not None:
+            values.append(value.strip(b" \t"))
+    referer, agent = (b",".join(v) for v in found.values())
+    return (
+        b'"%s"' % referer.replace(b'"', b'\\"') if referer else b'"-"',
+        b'"%s"' % agent.replace(b'"', b'\\"') if agent else b'"-"',
+    )

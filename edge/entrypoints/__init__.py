@@ -35,8 +35,12 @@ class EntryPoints:
         self.all[entrypoint.name] = entrypoint
 
     async def start(self) -> None:
-        for ep in self.all.values():
-            await ep.start()
+        """Bind every entrypoint; an ``OSError`` names the entrypoint that could not bind."""
+        for name, ep in self.all.items():
+            try:
+                await ep.start()
+            except OSError as exc:
+                raise OSError(exc.errno, f"entrypoint {name}: {exc.strerror or exc}") from exc
         self._schedule_sweep()
 
     def switch(self, routers: dict[str, RouterSet]) -> None:

@@ -1,0 +1,88 @@
+"""The access log's common format is Traefik's CLF, field for field, through a real edge."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.harness import Edge, get, lb
+from tests.integration.test_logs import dyn, wait_lines
+
+CLF = re.compile(
+    r'^(?P<client>\S+) - - \[(?P<time>[^\]]+)\] "(?P<method>\S+) (?P<path>\S+) (?P<proto>[^"]+)" '
+    r"(?P<status>\d+) (?P<size>\d+) "
+    r'"(?P<referer>(?:[^"\\]|\\.)*)" "(?P<agent>(?:[^"\\]|\\.)*)" (?P<count>\d+) '
+    r'"(?P<router>[^"]*)" "(?P<url>[^"]*)" (?P<ms>\d+)ms$'
+)
+
+
+def test_common_format_fields(tmp_path, whoami):
+    log_path = tmp_path / "access.log"
+    e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path)}})
+    try:
+        status, _, body = get(
+            e.port,
+            "/x",
+            host="a.test",
+            headers={"Referer": "http://r.test/", "User-Agent": 'say "hi"'},
+        )
+        assert status == 200
+        assert get(e.port, "/y", host="a.test")[0] == 200
+        lines = wait_lines(log_path, 2)
+    finally:
+        e.stop()
+    first, second = (CLF.match(line) for line in lines[:2])
+    assert first is not None and second is not None, lines
+    assert first["referer"] == "http://r.test/" and first["agent"] == r"say \"hi\""
+    assert int(first["size"]) == len(body)
+    assert (first["router"], first["url"]) == ("a@file", whoami.url)
+    assert (second["referer"], second["agent"]) == ("-", "-")
+    assert int(second["count"]) == int(first["count"]) + 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="edge/http/exchange.py: Exchange._answer does not set self.sent (issue 13; "
+    "owner told the one-line change)",
+)
+def test_own_answers_log_their_size(tmp_path, whoami):
+    log_path = tmp_path / "access.log"
+    e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path)}})
+    try:
+        status, _, body = get(e.port, "/", host="nobody.test")
+        assert status == 404
+        (line,) = wait_lines(log_path, 1)
+    finally:
+        e.stop()
+    fields = CLF.match(line)
+    assert fields is not None and fields["status"] == "404"
+    assert int(fields["size"]) == len(body) > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="edge/http/exchange.py times a request with loop.time(), whose resolution under "
+    "uvloop is 1 ms (issue 13; owner told the change)",
+)
+def test_durations_are_not_rounded_to_milliseconds(tmp_path, whoami):
+    log_path = tmp_path / "access.log"
+    static = {"accessLog": {"filePath": str(log_path), "format": "json"}}
+    e = Edge(
+        tmp_path,
+        {
+            "http": {
+                "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+                "services": {"s": lb(whoami.url)},
+            }
+        },
+        static_extra=static,
+    )
+    try:
+        for _ in range(5):
+            assert get(e.port, "/", host="a.test")[0] == 200
+        records = [json.loads(line) for line in wait_lines(log_path, 5)]
+    finally:
+        e.stop()
+    assert any(r["Duration"] % 1_000_000 for r in records), [r["Duration"] for r in records]
