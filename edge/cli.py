@@ -59,6 +59,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(static.log)
     if not _report_static(notices):
         return 1
+    if static.core.default_rule_syntax == "v2":
+        log.warning(
+            "core.defaultRuleSyntax: v2: routers without ruleSyntax read Traefik v2 rules "
+            "(deprecated since Traefik v3; rewrite them in v3 syntax)"
+        )
     workers = static.worker_count
     if workers > 1:
         from edge.supervisor import run_supervisor
