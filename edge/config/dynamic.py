@@ -423,11 +423,13 @@ class TCPInFlightConn(Base):
     amount: int
 
 
-class TCPMiddleware(Base):
+class TCPMiddleware(Element):
     ip_allow_list: TCPIPAllowList | None = None
     in_flight_conn: TCPInFlightConn | None = None
 
     def __post_init__(self) -> None:
+        if self.unsupported:  # disabled anyway; it may have lost its only kind
+            return
         _exactly_one(
             "a TCP middleware", ipAllowList=self.ip_allow_list, inFlightConn=self.in_flight_conn
         )

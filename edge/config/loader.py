@@ -290,16 +290,13 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Weighted, "healthCheck sticky", _),
         (
             dyn.ServersTransport,
-            "certificates cipherSuites disableHTTP2 maxVersion minVersion peerCertURI spiffe",
+            "cipherSuites disableHTTP2 maxVersion minVersion peerCertURI spiffe",
             _,
         ),
         (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),
-        (dyn.TCPConfiguration, _, "middlewares"),  # a router naming one is refused
-        (dyn.TCPRouter, "middlewares", _),
-        (dyn.TCPServer, "tls", _),
+        (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
         (dyn.TCPLoadBalancer, "terminationDelay", _),
-        (dyn.TCPServersTransport, "proxyProtocol", _),
-        (dyn.TLSClientConfig, "certificates peerCertURI spiffe", _),
+        (dyn.TLSClientConfig, "peerCertURI spiffe", _),
         (dyn.TLSOptions, "disableSessionTickets preferServerCipherSuites", _),
         (dyn.TLSStore, _, "defaultGeneratedCert"),
         # -- static configuration --
@@ -311,15 +308,15 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (
             sta.EntryPoint,
-            "allowACMEByPass asDefault http2 http3 proxyProtocol reusePort",
+            "allowACMEByPass asDefault http2 http3 reusePort",
             "observability",
         ),
         (
             sta.EntryPointHTTP,
-            "encodeQuerySemicolons encodedCharacters middlewares redirections sanitizePath tls "
-            "underscoreHeadersStrategy",
+            "encodeQuerySemicolons encodedCharacters middlewares sanitizePath underscoreHeadersStrategy",
             _,
         ),
+        (sta.RedirectEntryPoint, _, "priority"),  # the redirect comes first anyway
         (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),
         (sta.Transport, "keepAliveMaxRequests keepAliveMaxTime", _),
         (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),
