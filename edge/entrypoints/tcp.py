@@ -265,7 +265,7 @@ class RedirectRouter:
     permanent, else 302 and 307.
     """
 
-    __slots__ = ("by_host", "inner", "get", "other")
+    __slots__ = ("by_host", "get", "inner", "other")
 
     def __init__(self, entry_point: str, redirect: RedirectEntryPoint, inner: HTTPRouter) -> None:
         name = f"{entry_point}-to-{redirect.to.lstrip(':')}@internal"

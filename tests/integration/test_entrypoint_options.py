@@ -284,7 +284,7 @@ backend untrusted
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_haproxy_header_names_the_client_for_http(proxied, version):
-    e, ports, access_log = proxied
+    _, ports, access_log = proxied
     response = http_get(ports[version], "a.test", source="127.0.0.2")
     assert response.startswith(b"HTTP/1.1 200"), response
     info = json_body(response)
@@ -300,7 +300,7 @@ def test_haproxy_header_names_the_client_for_http(proxied, version):
 
 
 def test_haproxy_header_names_the_client_for_https_edge_terminates(proxied, certs):
-    e, ports, _ = proxied
+    _, ports, _ = proxied
     status, info = tls_get(ports["v2"], "s.test", certs["ca"], "/tls", source="127.0.0.2")
     assert status == 200 and info["headers"]["X-Forwarded-For"] == ["127.0.0.2"]
     assert info["headers"]["X-Forwarded-Proto"] == ["https"]
