@@ -41,10 +41,10 @@ import asyncio
 import errno
 import logging
 import socket
-import struct
 import sys
 
 from edge.router.udp import UDPRouter, UDPServer
+from edge.tcp.proxyproto import encode_v2
 from edge.udp.sessions import Counters, Session, SessionTable
 
 log = logging.getLogger("edge.udp")
@@ -75,40 +75,10 @@ CMSG_SIZE = socket.CMSG_SPACE(20)  # room for one in6_pktinfo (in_pktinfo is sma
 # ICMP port unreachable (ECONNREFUSED), host or network unreachable.
 UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
-PROXY_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
-
-
 def proxy_v2_header(client: tuple, local: tuple) -> bytes:
-    """A PROXY protocol v2 header (command PROXY, UDP) for ``client`` -> ``local``.
-
-    IPv4-mapped IPv6 addresses (a dual-stack listener) are written as IPv4.
-    TODO: use edge.tcp.proxyproto.encode_v2(src, dst, transport="udp") once that
-    module lands; this private copy covers UDP only.
-    """
-    src, dst = _unmapped(client[0]), _unmapped(local[0])
-    v4 = ":" not in src and ":" not in dst
-    if v4:
-        family, size = 0x12, 12
-        addresses = socket.inet_pton(socket.AF_INET, src) + socket.inet_pton(socket.AF_INET, dst)
-    else:
-        family, size = 0x22, 36
-        addresses = socket.inet_pton(socket.AF_INET6, _mapped(src)) + socket.inet_pton(
-            socket.AF_INET6, _mapped(dst)
-        )
-    return (
-        PROXY_V2_SIGNATURE
-        + struct.pack("!BBH", 0x21, family, size)
-        + addresses
-        + struct.pack("!HH", client[1], local[1])
-    )
-
-
-def _unmapped(host: str) -> str:
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
-
-
-def _mapped(host: str) -> str:
-    return host if ":" in host else "::ffff:" + host
+    """The PROXY protocol v2 header (PROXY, UDP) for ``client`` -> ``local``; socket
+    addresses of either family (IPv4-mapped ones, from a dual-stack listener, as IPv4)."""
+    return encode_v2(client[:2], local[:2], transport="udp")
 
 
 def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list | None]:
