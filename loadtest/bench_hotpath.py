@@ -5,11 +5,24 @@ router, pools) through a keep-alive GET with fake transports that only record
 what is written, so the figure is edge's own per-request work, free of kernel
 and load-generator noise. ``--profile`` prints where it goes.
 
-    python loadtest/bench_hotpath.py [--parser h11] [--varied] [--requests 200000] [--profile]
+    python loadtest/bench_hotpath.py [--parser h11] [--varied | --new-connection]
+                                     [--requests 200000] [--profile | --instructions]
 
 ``--varied`` makes every request and response head differ from the one before
 (a counter header each way), as ``bench.py``'s keepalive-varied scenario does:
 the quick paths then parse each head rather than recognize it.
+
+``--new-connection``: each request on a connection of its own, as ``bench.py``'s
+new-connection scenario sends it (``Connection: close``): the connection is
+made (what the entrypoint's ``arrive()`` makes for plain HTTP), takes one
+request, is closed after its response and lost; the upstream connection stays
+pooled from client to client. What uvloop and the kernel do per connection is
+not in the figure.
+
+``--instructions``: instructions per request, counted by callgrind (valgrind),
+which is deterministic where timings on a shared machine are not: the run is
+made twice under callgrind, at two request counts, and the difference divided
+by the difference in requests (start-up and warm-up cancel out).
 """
 
 from __future__ import annotations
@@ -17,8 +30,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import msgspec
 import uvloop
@@ -33,6 +53,7 @@ from edge.router.factory import build_http_routers
 from edge.transports import TransportRegistry
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n"
+REQUEST_CLOSE = b"GET / HTTP/1.1\r\nHost: bench.local\r\nConnection: close\r\n\r\n"  # wrk -H 'Connection: close'
 RESPONSE = (
     b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 21 Nov 2026 07:05:32 GMT\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\nhello world\n"
@@ -76,11 +97,12 @@ def setup(
     host: str = "bench.local",
     client_ip: str = "127.0.0.1",
     transport: type = FakeTransport,
+    **context: object,
 ) -> tuple[HTTPConnection, UpstreamConnection]:
     """A client connection on an entrypoint with one ``Host(host)`` router, and the
     upstream connection to its only server waiting in the pool, as after a first
-    request; both on ``transport`` objects (``transport(peer)``). The unit tests of
-    the express path use it too."""
+    request; both on ``transport`` objects (``transport(peer)``). ``context``: more
+    HTTPContext settings. The unit tests of the express path use it too."""
     conf = msgspec.convert(
         {
             "http": {
@@ -96,7 +118,7 @@ def setup(
     router = build_http_routers(runtime, transports, ["web"])["web"]
     request_parser, response_parser = parser_classes(parser)
     ctx = HTTPContext(
-        name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser
+        name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser, **context
     )
     ctx.router = router
     client = HTTPConnection(ctx)
@@ -116,22 +138,41 @@ def variants(varied: bool) -> tuple[list[bytes], list[bytes]]:
     return requests, responses
 
 
-def run(parser: str, n: int, profile: bool, varied: bool = False) -> float:
+def run(parser: str, n: int, profile: bool, varied: bool = False, new_connection: bool = False) -> float:
     loop = uvloop.new_event_loop()
     try:
         client, upstream = setup(loop, parser)
         requests, responses = variants(varied)
         count = len(requests)
         turn = iter(range(1 << 62))
+        written = [0]
 
-        def one() -> None:
-            i = next(turn) % count
-            client.data_received(requests[i])
-            upstream.data_received(responses[i])
+        if new_connection:
+            ctx = client.ctx
+            peer = ("127.0.0.1", 40001)
+
+            def one() -> None:
+                conn = HTTPConnection(ctx)  # what TCPEntryPoint.arrive() makes for plain HTTP
+                transport = FakeTransport(peer)
+                conn.connection_made(transport)
+                conn.data_received(REQUEST_CLOSE)
+                upstream.data_received(RESPONSE)
+                assert transport.closing
+                conn.connection_lost(None)
+                written[0] += transport.written
+
+        else:
+
+            def one() -> None:
+                i = next(turn) % count
+                client.data_received(requests[i])
+                upstream.data_received(responses[i])
+                written[0] = client.transport.written
 
         for _ in range(1000):  # warm-up, and a check that the loop really proxies
             one()
-        assert client.transport.written >= 1000 * len(RESPONSE) - 1000 * 40, "responses not written"
+        assert written[0] >= 1000 * len(RESPONSE) - 1000 * 40, "responses not written"
+        assert not upstream.transport.closing, "the upstream connection serves every request"
         prof = cProfile.Profile() if profile else None
         if prof:
             prof.enable()
@@ -147,16 +188,48 @@ def run(parser: str, n: int, profile: bool, varied: bool = False) -> float:
         loop.close()
 
 
+def instructions(flags: list[str], small: int = 2_000, large: int = 12_000) -> float:
+    """Instructions per request: callgrind totals at two request counts, differenced."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind")
+    totals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (small, large):
+            out = Path(tmp) / f"callgrind.{n}"
+            subprocess.run(
+                [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+                 "--requests", str(n), *flags],
+                check=True,
+                capture_output=True,
+                env=dict(os.environ, PYTHONHASHSEED="0"),
+            )
+            m = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.M)
+            assert m, "no totals in the callgrind output"
+            totals.append(int(m.group(1)))
+    return (totals[1] - totals[0]) / (large - small)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parser", default="httptools", choices=["httptools", "h11"])
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--varied", action="store_true", help="every head differs from the one before")
+    p.add_argument("--new-connection", action="store_true", help="a connection per request (Connection: close)")
+    p.add_argument("--instructions", action="store_true", help="count instructions per request with callgrind")
     args = p.parse_args()
-    us = run(args.parser, args.requests, args.profile, args.varied)
-    kind = "varied heads" if args.varied else "repeated heads"
-    print(f"{args.parser}: {us:.2f} us of Python per proxied keep-alive GET, {kind} ({args.requests} requests)")
+    if args.varied and args.new_connection:
+        p.error("--varied and --new-connection are separate scenarios")
+    kind = "new connection per request" if args.new_connection else "varied heads" if args.varied else "repeated heads"
+    if args.instructions:
+        flags = ["--parser", args.parser, *(["--varied"] if args.varied else []),
+                 *(["--new-connection"] if args.new_connection else [])]
+        per = instructions(flags)
+        print(f"{args.parser}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
+        return
+    us = run(args.parser, args.requests, args.profile, args.varied, args.new_connection)
+    print(f"{args.parser}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
 
 
 if __name__ == "__main__":

@@ -191,7 +191,15 @@ class EntryPointTLS(Base):
 
 
 class EntryPointHTTP(Base):
+    """``http`` of an entry point: the request head's bounds and the parser.
+
+    ``maxHeaderCount``: header fields in a request head; past it the request is
+    refused with 431 (100, as Apache's LimitRequestFields and HAProxy's
+    tune.http.maxhdr).
+    """
+
     max_header_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1048576
+    max_header_count: Annotated[int, msgspec.Meta(gt=0)] = 100
     parser: Literal["httptools", "h11"] = "httptools"
     redirections: Redirections | None = None
     tls: EntryPointTLS | None = None

@@ -89,6 +89,7 @@ class TCPEntryPoint:
             request_parser=request_parser,
             response_parser=response_parser,
             max_header_bytes=config.http.max_header_bytes,
+            max_header_count=config.http.max_header_count,
             read_timeout=timeouts.read_timeout,
             write_timeout=timeouts.write_timeout,
             idle_timeout=timeouts.idle_timeout,

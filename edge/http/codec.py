@@ -22,8 +22,9 @@ Errors raise :class:`edge.errors.ProtocolError` (status 400) or
 refuse Content-Length together with Transfer-Encoding, more than one
 Content-Length header, any Transfer-Encoding but exactly ``chunked``, an invalid
 chunk size, obs-fold, a bare LF line ending, a request line that is not
-HTTP/1.0 or HTTP/1.1, HTTP/1.1 without Host, a CONNECT request, and a head
-larger than ``max_header_bytes``. After an error the parser is dead.
+HTTP/1.0 or HTTP/1.1, HTTP/1.1 without Host, a CONNECT request, a head
+larger than ``max_header_bytes``, and a request head with more than
+``max_header_count`` fields. After an error the parser is dead.
 
 Heads are plain slotted objects (not msgspec Structs): they are built once per
 message on the hot path.
@@ -246,12 +247,20 @@ class Handler(Protocol):
 
 
 class RequestParser(Protocol):
-    """Parses the client side of a connection: a stream of requests (pipelining)."""
+    """Parses the client side of a connection: a stream of requests (pipelining).
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None: ...
+    A request head with more than ``max_header_count`` field lines is refused
+    with HeadersTooLarge (431), as one over ``max_header_bytes`` is.
+    """
+
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None: ...
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; call the handler for each event. Raises ProtocolError."""
+
+    @property
+    def head_started(self) -> bool:
+        """Bytes of a request head not complete yet are buffered."""
 
 
 class ResponseParser(Protocol):
@@ -271,3 +280,10 @@ class ResponseParser(Protocol):
     def feed(self, data: bytes) -> None: ...
 
     def feed_eof(self) -> None: ...
+
+    @property
+    def held(self) -> bytes | bytearray:
+        """Bytes received but not yet part of a reported message: the start of a
+        head, or bytes waiting for the next ``expect()``. After a feed that ended a
+        response, anything here but empty lines arrived before the next request
+        was sent: a response to nothing (see ``UpstreamConnection``)."""

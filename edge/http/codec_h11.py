@@ -30,6 +30,7 @@ from edge.http.headers import (
     METHODS,
     ChunkLine,
     TrailerLines,
+    check_header_count,
     check_oversize_head,
     check_partial_head,
     check_reason,
@@ -305,19 +306,26 @@ def _h11_event(conn: h11.Connection, head: bytes) -> object:
 class RequestParser(_Base):
     """Client side of a connection: a stream of (possibly pipelined) requests."""
 
-    __slots__ = ()
+    __slots__ = ("_count",)
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None:
         super().__init__(handler, max_header_bytes)
+        self._count = max_header_count
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; call the handler for each event. Raises ProtocolError."""
         self._feed(data)
 
+    @property
+    def head_started(self) -> bool:
+        """Bytes of a request head not complete yet are buffered."""
+        return self._state == _HEAD and bool(self._buf)
+
     def _step_head(self) -> bool:
         head = self._take_head()
         if head is None:
             return False
+        check_header_count(head, 0, len(head), self._count)  # scanned already: 431
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=len(head) + 64)
         event = _h11_event(conn, head)
         if type(event) is not h11.Request:
@@ -383,6 +391,11 @@ class ResponseParser(_Base):
 
     def feed(self, data: bytes) -> None:
         self._feed(data)
+
+    @property
+    def held(self) -> bytes | bytearray:
+        """Bytes kept after the last complete response (see the interface)."""
+        return self._buf if self._state == _HEAD else b""
 
     def feed_eof(self) -> None:
         """The upstream closed: end a body delimited by close, or refuse a cut message."""

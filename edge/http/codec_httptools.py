@@ -36,7 +36,9 @@ from edge.http.codec import (
 )
 from edge.http.headers import (
     HEAD_END,
+    MIN_LINE,
     QUICK_HEADERS,
+    check_header_count,
     check_oversize_head,
     check_partial_head,
     check_reason,
@@ -154,6 +156,7 @@ class _Base:
         "_searched",
         "_state",
         "_tail",
+        "head_started",
     )
 
     def __init__(self, handler: Handler, max_header_bytes: int) -> None:
@@ -168,6 +171,7 @@ class _Base:
         self._idle = 0
         self._body_bytes = 0  # body bytes llhttp gave in the current chunked piece
         self._partial: bytearray | None = None
+        self.head_started = False  # _partial holds a head begun (a plain attribute: read per exchange)
         self._searched = 0
         self._scanned = 0
 
@@ -203,6 +207,7 @@ class _Base:
                 raise
             return None
         self._partial = None
+        self.head_started = False
         return bytes(buf)
 
     def _keep_partial(self, data: bytes, pos: int) -> None:
@@ -210,6 +215,7 @@ class _Base:
         self._scanned = check_partial_head(buf, 0, 0, self._max)
         self._searched = max(0, len(buf) - 3)
         self._partial = buf
+        self.head_started = True
 
     def _chunk_piece(self, data: bytes, pos: int, cut: int) -> None:
         """Bookkeeping after a chunked-body piece that did not end the message."""
@@ -233,10 +239,12 @@ class _Base:
 class RequestParser(_Base):
     """Client side of a connection: a stream of (possibly pipelined) requests."""
 
-    __slots__ = ("_check", "_feed", "_get_method", "_seen", "_url")
+    __slots__ = ("_check", "_count", "_feed", "_get_method", "_many", "_seen", "_url")
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
+    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None:
         super().__init__(handler, max_header_bytes)
+        self._count = max_header_count
+        self._many = MIN_LINE * max_header_count  # a head longer than this may hold too many fields
         self._url = b""
         self._parser = _new_parser(httptools.HttpRequestParser, self)
         self._feed = self._parser.feed_data
@@ -377,6 +385,8 @@ class RequestParser(_Base):
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
             return None
+        if n > self._many and data.count(b"\r\n") - 2 > self._count:
+            return None  # too many fields: the full path refuses it
         plain = _plain_headers(QUICK_HEADERS.findall(data), _HOST)
         if plain is None:
             return None
@@ -430,6 +440,7 @@ class RequestParser(_Base):
                 end += 4
                 if end - pos > max_bytes:
                     check_oversize_head(data, pos, pos, max_bytes)
+                check_header_count(data, pos, end, self._count)
                 head = data if pos == 0 and end == n else data[pos:end]
                 self._head = head
                 try:
@@ -622,6 +633,12 @@ class ResponseParser(_Base):
             raise
         finally:
             self._feeding = False
+
+    @property
+    def held(self) -> bytes | bytearray:
+        """Bytes kept after the last complete response: for a response not asked for
+        yet, or the start of one's head (see the interface)."""
+        return self._pending or self._partial or b""
 
     def feed_eof(self) -> None:
         """The upstream closed: end a body delimited by close, or refuse a cut message."""

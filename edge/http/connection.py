@@ -67,6 +67,7 @@ class HTTPContext:
         request_parser: type,
         response_parser: type,
         max_header_bytes: int = 1 << 20,
+        max_header_count: int = 100,
         read_timeout: float = 60.0,
         write_timeout: float = 0.0,
         idle_timeout: float = 180.0,
@@ -83,6 +84,7 @@ class HTTPContext:
         self.request_parser = request_parser
         self.response_parser = response_parser
         self.max_header_bytes = max_header_bytes
+        self.max_header_count = max_header_count
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
         self.idle_timeout = idle_timeout
@@ -153,7 +155,7 @@ class HTTPConnection(asyncio.Protocol):
         self.ctx = ctx
         self.loop = ctx.loop
         self.arrival = arrival
-        self.parser = ctx.request_parser(self, ctx.max_header_bytes)
+        self.parser = ctx.request_parser(self, ctx.max_header_bytes, ctx.max_header_count)
         self.transport: asyncio.Transport | None = None
         self.client_ip = ""
         self.client_ip_b = b""
@@ -210,7 +212,7 @@ class HTTPConnection(asyncio.Protocol):
         try:
             self.parser.feed(data)
         except HTTPError as exc:
-            self.up_out = None
+            # What the requests before the broken one wrote upstream still goes.
             self._bad_request(exc)
         finally:
             self.flush_upstream()
@@ -350,7 +352,11 @@ class HTTPConnection(asyncio.Protocol):
             self.pending = None
             transport.close()
             return
-        self._set_deadline(IDLE, self.ctx.idle_timeout)
+        if self.parser.head_started:
+            # The next head began to arrive during this exchange: readTimeout bounds it.
+            self._set_deadline(HEAD, self.ctx.read_timeout)
+        else:
+            self._set_deadline(IDLE, self.ctx.idle_timeout)
         if self.pending is not None and not self.draining:
             self._drain_pending()
 
@@ -446,14 +452,16 @@ class HTTPConnection(asyncio.Protocol):
         if ex is not None and not ex.req_done and self.pending is None:
             # Broken inside the body of the request being forwarded: what the
             # upstream got so far is incomplete, so that exchange is abandoned.
+            self.up_out = None
             ex.abandon()
             if ex.resp_started:
                 self.abort()
                 return
         elif ex is not None or self.pending is not None:
-            # Broken in a pipelined request: answer the ones before it first.
-            if ex is not None:
-                ex.keep_alive = False
+            # Broken in a request that came after complete ones (pipelined, or
+            # in the same read): those are answered first, as they would have
+            # been had the bad bytes come later, and their responses keep the
+            # connection open for the refusal that follows them.
             self._queue((self._reject, exc))
             return
         self._reject(exc)

@@ -5,6 +5,15 @@ exchange that currently owns this connection (``owner``), through the explicit
 :class:`UpstreamOwner` interface and nothing else. While idle in a pool nobody
 owns it; any byte or EOF then makes it unusable and it closes itself. After a
 101 the owner hands the transport over to a splice, and this protocol is done.
+
+Invariant: a response answers the one request sent before it. edge sends the
+next request on a connection only after the response before it ended, so bytes
+that arrive in the same read as the end of a response (other than empty lines)
+answer nothing; were they kept, they would be taken as the response to the next
+request, maybe another client's (response queue poisoning). Their events are
+dropped and the connection is aborted: pooled, it is gone; taken again already,
+its new owner sees it lost before any byte of its response (and retries a
+request without a body on a fresh connection).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ class UpstreamOwner(Protocol):
 
 class UpstreamConnection(asyncio.Protocol):
     __slots__ = (
+        "ended",
         "idle_deadline",
         "owner",
         "parser",
@@ -58,6 +68,7 @@ class UpstreamConnection(asyncio.Protocol):
         "quick",
         "received",
         "reused",
+        "stray",
         "transport",
     )
 
@@ -70,6 +81,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.reused = False
         self.received = False  # a byte of the current response arrived
         self.paused = False
+        self.ended = False  # a response ended in the read being parsed
+        self.stray = False  # ...and a later message began in it
 
     # -- pool interface ----------------------------------------------------------
 
@@ -112,7 +125,11 @@ class UpstreamConnection(asyncio.Protocol):
                 self.owner = None
             self.abort()
             owner.upstream_failed(exc, self)
+        else:
+            if self.ended and (self.stray or self.parser.held.lstrip(b"\r\n")):
+                self.abort()  # more than the response asked for: see the module's invariant
         finally:
+            self.ended = self.stray = False
             owner.release_writes()
 
     def eof_received(self) -> bool | None:
@@ -143,19 +160,30 @@ class UpstreamConnection(asyncio.Protocol):
     # The owner may let go of this connection in the middle of a feed (an
     # error answered, a timeout): later events of that feed are then dropped.
 
+    # Events after the end of a response in the same read answer nothing: dropped.
+
     def on_head(self, head) -> None:
-        if self.owner is not None:
+        if self.ended:
+            self.stray = True
+        elif self.owner is not None:
             self.owner.upstream_head(head)
 
     def on_body(self, data: bytes) -> None:
-        if self.owner is not None:
+        if not self.ended and self.owner is not None:
             self.owner.upstream_body(data)
 
     def on_end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True  # before the owner may give this connection to the next request
         if self.owner is not None:
             self.owner.upstream_end(self)
 
     def on_upgrade(self, rest: bytes) -> None:
+        # Follows the end of its own 101 (unless that 101 was stray).
+        if self.stray:
+            return
+        self.ended = False
         owner = self.owner
         if owner is not None:
             self.owner = None

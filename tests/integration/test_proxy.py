@@ -5,8 +5,11 @@ Every test here runs under both codecs (the ``parser`` fixture).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -306,3 +309,105 @@ def test_middlewares_headers_add_prefix_and_redirect(tmp_path, parser, whoami):
         assert headers["Location"] == "https://r.test/a?b=c"
     finally:
         e.stop()
+
+
+# -- hardening: a broken request after valid ones, header counts, responses to nothing
+
+
+@pytest.mark.parametrize(
+    "broken, status",
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /2 HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", 400),
+        (b"GET /2 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+        (b"GET /2 HTTP/1.1\r\nHost: a.test\r\n" + b"X: 1\r\n" * 200 + b"\r\n", 431),
+    ],
+    ids=["garbage", "bare-lf", "two-cl", "too-many-fields"],
+)
+def test_a_valid_request_then_a_broken_one_in_the_same_read(edge, broken, status):
+    # Twice: the second time the upstream connection comes from the pool.
+    for _ in range(2):
+        resp = raw(edge.port, b"GET /first HTTP/1.1\r\nHost: a.test\r\n\r\n" + broken)
+        head, _, rest = resp.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), resp[:200]
+        assert b"Connection: close" not in head  # the refusal still has to follow
+        info, _, refusal = rest.partition(b"\n")
+        assert json.loads(info)["path"] == "/first"
+        assert refusal.startswith(b"HTTP/1.1 %d " % status), resp[-200:]
+        assert b"Connection: close" in refusal and refusal.count(b"HTTP/1.1") == 1
+
+
+def test_max_header_count(tmp_path, parser, whoami, whoami2):
+    eps = {"web": {"address": "127.0.0.1:0", "http": {"maxHeaderCount": 5}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    try:
+        head = b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n" + b"X: 1\r\n" * 3  # 5 fields
+        assert raw(e.port, head + b"\r\n").startswith(b"HTTP/1.1 200 ")
+        assert raw(e.port, head + b"X: 1\r\n\r\n").startswith(b"HTTP/1.1 431 ")
+    finally:
+        e.stop()
+
+
+def test_ten_thousand_header_fields_are_refused_by_default(edge):
+    resp = raw(edge.port, b"GET / HTTP/1.1\r\nHost: a.test\r\n" + b"X: 1\r\n" * 10_000 + b"\r\n")
+    assert resp.startswith(b"HTTP/1.1 431 ") and resp.count(b"HTTP/1.1") == 1
+
+
+def test_a_head_begun_during_a_request_is_bounded_by_read_timeout(tmp_path, parser, whoami, whoami2):
+    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "300ms"}}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    try:
+        resp = raw(e.port, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET / HTTP/1.1\r\nHo", timeout=5)
+        assert resp.startswith(b"HTTP/1.1 200 ")
+        assert resp.partition(b"\r\n\r\n")[2].partition(b"\n")[2].startswith(b"HTTP/1.1 408 ")
+    finally:
+        e.stop()
+
+
+class TwoAnswers:
+    """A broken server: every request gets its response and a second one in the same write."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn, contextlib.suppress(OSError):
+            while data := conn.recv(65536):
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    _, _, buf = buf.partition(b"\r\n\r\n")
+                    self.requests += 1
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood"
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"
+                    )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_response_to_nothing_never_reaches_a_client(tmp_path, parser):
+    """An upstream that answers twice: the second answer must not become the answer
+    to the next request on that pooled connection (response queue poisoning)."""
+    server = TwoAnswers()
+    e = Edge(tmp_path, {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}}, "services": {"s": lb(server.url)}}}, parser=parser)
+    try:
+        assert [get(e.port, "/", host="a.test")[2] for _ in range(4)] == [b"good"] * 4
+        pipelined = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n" * 3
+        resp = raw(e.port, pipelined + b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        assert resp.count(b"good") == 4 and b"evil" not in resp
+    finally:
+        e.stop()
+        server.close()

@@ -497,6 +497,56 @@ def test_a_defect_within_the_limit_wins_over_431(codec):
         assert type(info.value) is ProtocolError
 
 
+def fields(n: int) -> bytes:
+    return b"".join(b"X-%d: v\r\n" % i for i in range(n))
+
+
+def test_header_count_at_the_limit_is_accepted(codec):
+    data = b"GET / HTTP/1.1\r\nHost: a\r\n" + fields(99) + b"\r\n"  # 100 fields with Host
+    for pieces in ([data], [data[:50], data[50:]]):
+        rec = requests(codec, *pieces)
+        assert rec.kinds() == ["head", "end"]
+        assert len(rec.heads[0].headers) == 100
+
+
+@pytest.mark.parametrize("count", [101, 10_000])
+def test_431_past_the_header_count(codec, count):
+    data = b"GET / HTTP/1.1\r\nHost: a\r\n" + fields(count - 1) + b"\r\n"
+    for pieces in ([data], [data[:50], data[50:]], [data[:-1], data[-1:]]):
+        with pytest.raises(HeadersTooLarge) as info:
+            requests(codec, *pieces)
+        assert info.value.status == 431
+
+
+def test_header_count_is_the_parser_argument(codec):
+    three = b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n"
+    rec = Recorder()
+    codec[0](rec, 1 << 20, 3).feed(three)
+    assert rec.kinds() == ["head", "end"]
+    rec = Recorder()
+    parser = codec[0](rec, 1 << 20, 2)
+    with pytest.raises(HeadersTooLarge):
+        parser.feed(GET + three)  # after a request within the limit: that one is delivered
+    assert rec.kinds() == ["head", "end"]
+
+
+def test_a_defect_wins_over_the_header_count(codec):
+    data = b"GET / HTTP/1.1\r\nHost: a\r\nX: a\nb\r\n" + fields(200) + b"\r\n"
+    with pytest.raises(ProtocolError) as info:
+        requests(codec, data)
+    assert type(info.value) is ProtocolError
+
+
+def test_head_started_tells_a_partial_head(codec):
+    rec = Recorder()
+    parser = codec[0](rec)
+    assert not parser.head_started
+    parser.feed(GET + b"GET / HT")
+    assert rec.kinds() == ["head", "end"] and parser.head_started
+    parser.feed(b"TP/1.1\r\nHost: a\r\n\r\n\r\n")
+    assert rec.kinds() == ["head", "end", "head", "end"] and not parser.head_started
+
+
 def test_huge_trailers_are_refused(codec):
     data = (
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n"
@@ -671,6 +721,26 @@ def test_bytes_after_a_response_wait_for_the_next_expect(codec):
     parser.expect(b"HEAD")
     assert rec.kinds() == ["head", "body", "end", "head", "end"]
     assert rec.heads[1].has_body is False
+
+
+@pytest.mark.parametrize(
+    "after, held",
+    [
+        (b"", False),
+        (b"\r\n", False),  # an empty line: ignored before a response
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\ny", True),
+        (b"HTTP/1.1 2", True),
+        (b"junk", True),
+    ],
+)
+def test_held_shows_bytes_beyond_the_response(codec, after, held):
+    """What an upstream connection reads to refuse a response to nothing (see UpstreamConnection)."""
+    rec = Recorder()
+    parser = codec[1](rec)
+    parser.expect(b"GET")
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx" + after)
+    assert rec.kinds() == ["head", "body", "end"]
+    assert bool(bytes(parser.held).lstrip(b"\r\n")) is held
 
 
 @pytest.mark.parametrize(

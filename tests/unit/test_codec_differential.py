@@ -201,6 +201,22 @@ REQUESTS = [
     ("nul-in-value", GET[:-2] + b"X: a\x00b\r\n\r\n", BIG),
     ("space-before-colon", GET[:-2] + b"X : b\r\n\r\n", BIG),
     ("double-space", b"GET  / HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    # A valid request, then a broken one in the same bytes: the first is delivered.
+    ("valid-then-garbage", GET + b"GARBAGE\r\n\r\n", BIG),
+    ("valid-then-no-host", GET + b"GET /2 HTTP/1.1\r\n\r\n", BIG),
+    ("valid-then-cl-te", GET + b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", BIG),
+    ("body-then-garbage", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\nokGARBAGE\r\n\r\n", BIG),
+    ("chunked-then-ctl", CHUNKED + b"2\r\nok\r\n0\r\n\r\n\x00\x01\r\n\r\n", BIG),
+    ("bad-name-char", GET[:-2] + b"X(A): 1\r\n\r\n", BIG),
+    ("lowercase-method", b"get / HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("nul-in-target", b"GET /a\x00b HTTP/1.1\r\n" + H + b"\r\n", BIG),
+    ("cl-plus-sign", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: +1\r\n\r\nx", BIG),
+    ("te-chunked-twice", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", BIG),
+    # maxHeaderCount (100, the parsers' default): 100 fields pass, 101 are refused (431)
+    # unless the scan finds a defect first (400), whichever way the bytes arrive.
+    ("header-count-at-limit", b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(99)) + b"\r\n", BIG),
+    ("header-count-over", GET + b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(100)) + b"\r\n", BIG),
+    ("header-count-over-defect", b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(100)) + b"y: \x01\r\n\r\n", BIG),
     # 431
     (
         "head-too-large",
