@@ -11,6 +11,13 @@ subjects, ...), so that drift on the machine hits every subject alike. Each figu
 median over ``--runs`` runs. Everything binds 127.0.0.1 on free ports; every process the
 harness starts is in its own session and is stopped (SIGTERM, then SIGKILL) at the end.
 
+CPU per request: over each measured run, the user and system CPU time of every process
+in the subject's session (``/proc/<pid>/stat``; a proxy's workers included) is divided
+by the requests served. Unlike req/s it does not depend on what else shares the cores,
+so it is the figure to compare across machines. ``--pin`` (machines with at least 8
+cores) gives the subject, wrk and the backend cores of their own with ``taskset``: the
+subject ``workers`` cores, wrk 4 (4 threads), the backend 4 (4 nginx workers).
+
 UDP scenarios (``protocol="udp"``) use ``udpload``, a small C load generator kept in
 this file (``UDPLOAD_C``) and compiled into the temp dir with ``cc``; its echo server is
 the backend of the echo scenarios and its sink that of the one-way scenario.
@@ -205,6 +212,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         workers=2,
         subjects=("direct", "edge-httptools", "nginx", "haproxy"),
     ),
+    Scenario(
+        "workers-4",
+        "four workers each, keep-alive small (meant for --pin on a machine with 12+ cores: "
+        "four for the subject, four for wrk, four for the backend)",
+        connections=200,
+        threads=4,
+        workers=4,
+        subjects=("direct", "edge-httptools", "nginx", "haproxy"),
+    ),
 )
 
 
@@ -360,9 +376,72 @@ class Context:
     udp_echo_port: int = 0  # udpload echo-server (UDP echo scenarios)
     udp_sink_port: int = 0  # udpload sink (one-way scenario), and its counter's port
     udp_sink_ctrl: int = 0
+    backend_session: int = 0  # the backend's session (what ``direct`` measures)
+    pin: Pinning | None = None  # --pin on a machine with enough cores
 
     def path(self, name: str) -> Path:
         return self.workdir / name
+
+    def pinned(self, role: str, argv: list[str], workers: int = 1) -> list[str]:
+        """``argv`` run on the cores of ``role`` ("subject", "load", "backend") under --pin."""
+        if self.pin is None:
+            return argv
+        return ["taskset", "-c", self.pin.cores(role, workers), *argv]
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Cores of their own for the subject, the load generator and the backend (``--pin``)."""
+
+    cpus: tuple[int, ...]
+    load_cores: int = 4
+    backend_cores: int = 4
+
+    MIN_CORES: ClassVar[int] = 8
+
+    @classmethod
+    def plan(cls) -> Pinning | None:
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        return cls(cpus) if len(cpus) >= cls.MIN_CORES and shutil.which("taskset") else None
+
+    def cores(self, role: str, workers: int = 1) -> str:
+        # backend first (fixed), then the load generator, then the subject on what is left
+        backend = self.cpus[: self.backend_cores]
+        load = self.cpus[self.backend_cores : self.backend_cores + self.load_cores]
+        subject = self.cpus[self.backend_cores + self.load_cores :][: max(1, workers)]
+        chosen = {"backend": backend, "load": load, "subject": subject}[role]
+        return ",".join(map(str, chosen))
+
+
+# --- CPU time per request -----------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def session_cpu(session: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of every live process in ``session`` (/proc/<pid>/stat)."""
+    user = system = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat.rpartition(b")")[2].split()  # after "(comm)", which may hold spaces
+        if int(fields[3]) == session:  # state ppid pgrp session ... utime(11) stime(12)
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / CLOCK_TICKS, system / CLOCK_TICKS
+
+
+def cpu_per_request(before: tuple[float, float], after: tuple[float, float], requests: int | None) -> dict[str, Any]:
+    user, system = after[0] - before[0], after[1] - before[1]
+    out: dict[str, Any] = {"user_s": user, "system_s": system}
+    if requests:
+        out.update(user_us=user / requests * 1e6, system_us=system / requests * 1e6, us=(user + system) / requests * 1e6)
+    return out
 
 
 NGINX_TEMP = """\
@@ -399,11 +478,11 @@ http {{
     return path
 
 
-def start_nginx(ctx: Context, name: str, conf: Path) -> Proc:
+def start_nginx(ctx: Context, name: str, conf: Path, role: str = "subject", workers: int = 1) -> Proc:
     nginx = ctx.tools["nginx"]
     assert nginx
     return Proc(
-        [nginx, "-p", str(ctx.workdir), "-c", str(conf), "-e", str(ctx.path(f"{name}-error.log"))],
+        ctx.pinned(role, [nginx, "-p", str(ctx.workdir), "-c", str(conf), "-e", str(ctx.path(f"{name}-error.log"))], workers),
         ctx.path(f"{name}.out"),
     )
 
@@ -443,7 +522,8 @@ class Backend:
         location = / {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
         location / {{ root {www}; }}
     }}"""
-        self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", 1, body))
+        workers = ctx.pin.backend_cores if ctx.pin else 1  # pinned: one worker per backend core
+        self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", workers, body), "backend", workers)
         logs = [self.proc.log, ctx.path("backend-error.log")]
         for path in ("/", "/varied", *(f"/{n}" for n in BODY_FILES)):
             probe = Scenario("probe", "", path=path)
@@ -452,6 +532,7 @@ class Backend:
         wait_until(self.proc, expect_body(tls_port, probe), 10.0, "serving TLS", logs)
         ctx.backend_port = port
         ctx.backend_tls_port = tls_port
+        ctx.backend_session = self.proc.pid
 
     def stop(self) -> None:
         if self.proc:
@@ -521,6 +602,10 @@ class Subject:
     def logs(self) -> list[Path]:
         return [self.proc.log] if self.proc else []
 
+    def session(self) -> int | None:
+        """The session whose processes' CPU time is this subject's (None: not measured)."""
+        return self.proc.pid if self.proc else None
+
 
 class Direct(Subject):
     """No proxy: wrk straight to the backend (its TLS port for passthrough scenarios)."""
@@ -533,6 +618,9 @@ class Direct(Subject):
         if self.scenario.protocol == "tls-passthrough":
             return f"{HOST}:{self.ctx.backend_tls_port}"
         return f"{HOST}:{self.ctx.backend_port}"
+
+    def session(self) -> int | None:
+        return self.ctx.backend_session or None if self.scenario.protocol != "udp" else None
 
 
 class NginxProxy(Subject):
@@ -569,7 +657,7 @@ class NginxProxy(Subject):
         }}
     }}"""
         conf = nginx_conf(self.ctx, self.slug, self.scenario.workers, body)
-        self.proc = start_nginx(self.ctx, self.slug, conf)
+        self.proc = start_nginx(self.ctx, self.slug, conf, workers=self.scenario.workers)
         self._wait(port, [self.ctx.path(f"{self.slug}-error.log")])
         return f"{HOST}:{port}"
 
@@ -597,7 +685,7 @@ stream {{
 """
         path = self.ctx.path(f"{self.slug}.conf")
         path.write_text(conf)
-        self.proc = start_nginx(self.ctx, self.slug, path)
+        self.proc = start_nginx(self.ctx, self.slug, path, workers=sc.workers)
         logs = [*self.logs(), self.ctx.path(f"{self.slug}-error.log")]
         wait_until(self.proc, udp_check(self.ctx, sc, port), sc.ready_timeout, "routing", logs)
         return f"{HOST}:{port}"
@@ -644,7 +732,10 @@ backend be
         path.write_text(conf)
         haproxy = self.ctx.tools["haproxy"]
         assert haproxy
-        self.proc = Proc([haproxy, "-db", "-f", str(path)], self.ctx.path(f"{self.slug}.out"))
+        self.proc = Proc(
+            self.ctx.pinned("subject", [haproxy, "-db", "-f", str(path)], self.scenario.workers),
+            self.ctx.path(f"{self.slug}.out"),
+        )
         self._wait(port, [])
         return f"{HOST}:{port}"
 
@@ -672,7 +763,10 @@ backend be
         path.write_text(conf)
         haproxy = self.ctx.tools["haproxy"]
         assert haproxy
-        self.proc = Proc([haproxy, "-db", "-f", str(path)], self.ctx.path(f"{self.slug}.out"))
+        self.proc = Proc(
+            self.ctx.pinned("subject", [haproxy, "-db", "-f", str(path)], self.scenario.workers),
+            self.ctx.path(f"{self.slug}.out"),
+        )
         self._wait(port, [])
         return f"{HOST}:{port}"
 
@@ -800,7 +894,9 @@ class Edge(Subject):
         write_yaml(static_path, static)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = Proc(
-            [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)],
+            self.ctx.pinned(
+                "subject", [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)], self.scenario.workers
+            ),
             self.ctx.path(f"{self.slug}.out"),
             cwd=self.root,
             env=env,
@@ -844,14 +940,17 @@ class Ceiling(Subject):
     def start(self) -> str:
         port = free_port()
         self.proc = Proc(
-            [
-                self.ctx.python,
-                str(ROOT / "loadtest" / "ceiling.py"),
-                "--listen",
-                f"{HOST}:{port}",
-                "--backend",
-                f"{HOST}:{self.ctx.backend_port}",
-            ],
+            self.ctx.pinned(
+                "subject",
+                [
+                    self.ctx.python,
+                    str(ROOT / "loadtest" / "ceiling.py"),
+                    "--listen",
+                    f"{HOST}:{port}",
+                    "--backend",
+                    f"{HOST}:{self.ctx.backend_port}",
+                ],
+            ),
             self.ctx.path(f"{self.slug}.out"),
             cwd=ROOT,
         )
@@ -974,9 +1073,10 @@ def parse_wrk(out: str) -> dict[str, Any]:
 def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
     wrk = ctx.tools["wrk"]
     assert wrk
-    argv = [
+    threads = max(scenario.threads, ctx.pin.load_cores) if ctx.pin else scenario.threads
+    argv = ctx.pinned("load", [
         wrk,
-        f"-t{scenario.threads}",
+        f"-t{threads}",
         f"-c{scenario.connections}",
         f"-d{max(1, round(duration))}s",
         "--latency",
@@ -986,7 +1086,7 @@ def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> 
         f"Host: {BENCH_HOST}",
         *scenario.wrk_args,
         f"{'http' if scenario.protocol == 'http' else 'https'}://{address}{scenario.path}",
-    ]
+    ])
     started = time.time()
     try:
         done = subprocess.run(
@@ -1323,7 +1423,7 @@ def run_udpload(ctx: Context, scenario: Scenario, address: str, duration: float)
         rest = [str(sc.connections), seconds, str(sc.udp_size), str(ctx.udp_sink_ctrl)]
     else:
         rest = [str(sc.connections), str(sc.udp_window), seconds, str(sc.udp_size)]
-    argv = [udpload, sc.udp_mode, host, port, *rest]
+    argv = ctx.pinned("load", [udpload, sc.udp_mode, host, port, *rest])
     started = time.time()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
@@ -1383,7 +1483,15 @@ class Case:
 
         rps = [r["rps"] for r in ok]
         median = statistics.median(rps)
+
+        def cpu(key: str) -> float | None:
+            values = [r["cpu"][key] for r in ok if key in r.get("cpu", {})]
+            return statistics.median(values) if values else None
+
         return {
+            "cpu_us": cpu("us"),  # user + system CPU per request of the subject's processes
+            "cpu_user_us": cpu("user_us"),
+            "cpu_system_us": cpu("system_us"),
             "rps": median,
             "rps_min": min(rps),
             "rps_max": max(rps),
@@ -1441,14 +1549,20 @@ def run_scenario(
             for case in order:
                 if case.status != "ok":
                     continue
+                assert case.instance
+                session = case.instance.session()
+                before = session_cpu(session) if session else None
                 res = run_load(ctx, case.scenario, case.address, args.duration)
+                if before is not None:
+                    res["cpu"] = cpu_per_request(before, session_cpu(session), res["requests"])
                 res["round"] = rnd + 1
                 case.runs.append(res)
                 rps = f"{res['rps']:,.0f} req/s" if res["rps"] is not None else "no result"
+                cpu = res.get("cpu", {})
+                cpu = f", CPU {cpu['us']:.1f} us/req" if "us" in cpu else ""
                 say(
-                    f"  round {rnd + 1}/{args.runs} {case.label:<26} {rps}, errors {res['error_total']}"
+                    f"  round {rnd + 1}/{args.runs} {case.label:<26} {rps}{cpu}, errors {res['error_total']}"
                 )
-                assert case.instance
                 if not case.instance.alive():
                     case.status, case.reason = "failed", "died during the run"
                     case.detail = "\n".join(t for t in (tail(p) for p in case.instance.logs()) if t)
@@ -1469,6 +1583,14 @@ def fmt_ms(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v * 1000:.0f}us" if v < 1 else f"{v:.2f}ms"
+
+
+def fmt_us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def fmt_split(user: float | None, system: float | None) -> str:
+    return "-" if user is None or system is None else f"{user:.1f}+{system:.1f}"
 
 
 def fmt_ratio(a: float | None, b: float | None) -> str:
@@ -1494,7 +1616,7 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
         f"{load}; ratios vs {scenario.baseline}"
         + ("" if base else f" (no {scenario.baseline} result: ratios n/a)"),
         f"{'subject':<26}{'req/s':>10}{'spread':>8}{'p50':>10}{'p99':>10}{'errors':>8}"
-        f"{'req/s ratio':>13}{'p99 ratio':>11}",
+        f"{'req/s ratio':>13}{'p99 ratio':>11}{'CPU us/req':>12}{'usr+sys':>12}{'CPU ratio':>11}",
     ]
     notes = []
     for c in cases:
@@ -1504,6 +1626,8 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
                 f"{c.label:<26}{s['rps']:>10,.0f}{s['spread_pct']:>7.1f}%{fmt_ms(s['p50_ms']):>10}"
                 f"{fmt_ms(s['p99_ms']):>10}{s['errors']:>8}"
                 f"{fmt_ratio(s['rps'], base.get('rps')):>13}{fmt_ratio(s['p99_ms'], base.get('p99_ms')):>11}"
+                f"{fmt_us(s['cpu_us']):>12}{fmt_split(s['cpu_user_us'], s['cpu_system_us']):>12}"
+                f"{fmt_ratio(s['cpu_us'], base.get('cpu_us')):>11}"
             )
         if c.status != "ok":
             word = "SKIPPED" if c.status == "skipped" else "FAILED"
@@ -1571,6 +1695,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", help="output file (default loadtest/results/bench-<timestamp>.json)")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="cores of their own (taskset) for the subject, wrk (4) and the backend (4): needs 8 cores",
+    )
     p.add_argument("--list", action="store_true", help="list scenarios and subjects, then exit")
     args = p.parse_args(argv)
     if args.duration is None:
@@ -1609,6 +1738,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir.chmod(0o755)  # nginx workers may run as another user (nobody) and read from here
     (workdir / "tmp").mkdir()
     ctx = Context(workdir=workdir, tools=tools, python=python)
+    if args.pin:
+        ctx.pin = Pinning.plan()
+        if ctx.pin is None:
+            say(f"--pin: {len(os.sched_getaffinity(0))} cores (or no taskset): not pinned; CPU per request still holds")
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_path = Path(args.json) if args.json else HERE / "results" / f"bench-{stamp}.json"
@@ -1630,6 +1763,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "quick": args.quick,
             "wrk_timeout": WRK_TIMEOUT,
+            "pinned": dataclasses.asdict(ctx.pin) if ctx.pin else None,
         },
     }
     say(f"edge bench: {os.cpu_count()} cores, {platform.platform()}, load {os.getloadavg()[0]:.2f}")
@@ -1707,7 +1841,9 @@ def main(argv: list[str] | None = None) -> int:
         + "; ".join(f"{k}: {v}" for k, v in versions.items() if k != "python")
     )
     say(
-        "req/s and latencies: median of runs; spread: (max-min)/median of req/s; errors: sum over runs"
+        "req/s and latencies: median of runs; spread: (max-min)/median of req/s; errors: sum over runs; "
+        "CPU us/req: user+system CPU of the subject's processes per request, median of runs"
+        + (" (pinned: subject, wrk and backend on cores of their own)" if ctx.pin else " (not pinned)")
     )
     for t in tables:
         say("\n" + t)
