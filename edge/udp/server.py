@@ -132,6 +132,7 @@ class DatagramProxy:
         self.timeout = timeout  # the entry point's udp.timeout
         self.shortest = timeout  # the shortest timeout any live session can have
         self.table = SessionTable(max_sessions)
+        self.sessions = self.table.sessions  # the hot path's way in (same object, never replaced)
         self.router: UDPRouter | None = None
         self.sock: socket.socket | None = None
         self.wildcard = False
@@ -170,7 +171,7 @@ class DatagramProxy:
 
     def last_activity(self) -> float:
         """Loop time of the most recent datagram of any session (0.0: no session)."""
-        sessions = self.table.sessions
+        sessions = self.sessions
         return next(reversed(sessions.values())).last if sessions else 0.0
 
     def close(self) -> None:
@@ -252,8 +253,30 @@ class DatagramProxy:
     # -- datagrams from clients ----------------------------------------------------------
 
     def _readable(self) -> None:
-        """The listener has datagrams: read up to the budget (where each was sent to, on a
-        wildcard listener), forward each."""
+        """The listener has datagrams (where each was sent to, on a wildcard listener)."""
+        if self._budget > 1:
+            self._read_batch()
+            return
+        # One datagram per wakeup (the common case) takes the shortest path.
+        try:
+            if self.wildcard:
+                data, ancillary, _flags, client = self.sock.recvmsg(MAX_DATAGRAM, CMSG_SIZE)
+            else:
+                data, client = self.sock.recvfrom(MAX_DATAGRAM)
+                ancillary = None
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.debug("entrypoint %s: receive failed: %s", self.name, exc)
+            return
+        self._fills += 1
+        if self._fills >= PROBE_EVERY:
+            self._budget = 2
+            self._fills = 0
+        self._from_client(data, client, ancillary)
+
+    def _read_batch(self) -> None:
+        """Up to the listener's budget of datagrams, each forwarded."""
         sock = self.sock
         wildcard = self.wildcard
         budget = self._budget
@@ -274,17 +297,11 @@ class DatagramProxy:
                 return
             read += 1
             self._from_client(data, client, ancillary)
-        if budget > 1:
-            self._budget = min(budget * 2, BATCH)
-        else:
-            self._fills += 1
-            if self._fills >= PROBE_EVERY:
-                self._budget = 2
-                self._fills = 0
+        self._budget = min(budget * 2, BATCH)
 
     def _from_client(self, data: bytes, client: tuple, ancillary: list | None) -> None:
         """One datagram from ``client``: to its session's server (a new session if needed)."""
-        sessions = self.table.sessions
+        sessions = self.sessions
         session = sessions.get(client)
         if session is None:
             session = self._open(client, ancillary)
@@ -456,7 +473,7 @@ class DatagramProxy:
             counters.bytes_to_client += len(data)
             # A session with an upstream socket is in the table (see _detach).
             session.last = self.loop.time()
-            self.table.sessions.move_to_end(session.client)
+            self.sessions.move_to_end(session.client)
             session.fills += 1
             if session.fills >= PROBE_EVERY:
                 session.budget = 2
@@ -504,7 +521,7 @@ class DatagramProxy:
             counters.datagrams_to_client += count
             counters.bytes_to_client += size
             session.last = self.loop.time()
-            self.table.sessions.move_to_end(client)
+            self.sessions.move_to_end(client)
         if dropped:
             counters.dropped += dropped
         if error is not None:
