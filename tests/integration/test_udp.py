@@ -996,3 +996,47 @@ print("fit", fit_sessions("dns", 2000), resource.getrlimit(resource.RLIMIT_NOFIL
     assert "fit 400 1424" in lines  # soft limit raised to maxSessions + the margin
     assert "fit 500 1524" in lines  # the hard limit caps it: maxSessions lowered
     assert any("maxSessions 2000 lowered to 500" in line for line in lines)
+
+
+def test_proxy_protocol_v2_from_the_file_provider(tmp_path):
+    """``udp.serversTransports`` written in a file reaches the data plane (through merge)."""
+    from edge.config.merge import merge
+
+    probe = decode_dynamic(
+        {"udp": {"serversTransports": {"pp": {"proxyProtocol": {"version": 2}}}}}
+    )
+    if not merge({"file": probe}).udp.servers_transports:
+        pytest.skip(
+            "edge/config/merge.py drops udp.serversTransports (the change is in issue 9's "
+            "report); this test runs once merge carries them"
+        )
+    backends = NamedEchoThread("a")
+    dynamic = {
+        "udp": {
+            "routers": {"r": {"service": "svc"}},
+            "services": {"svc": lb(backends.addresses["a"], serversTransport="pp")},
+            "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+        }
+    }
+    edge = udp_edge(tmp_path, dynamic)
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("127.0.0.1", edge.ports["dns"]))
+        s.settimeout(3)
+        s.send(b"first")
+        reply = s.recv(200)
+        host, port = s.getsockname()
+        header = (
+            b"\r\n\r\n\x00\r\nQUIT\n\x21\x12\x00\x0c"
+            + socket.inet_aton(host)
+            + socket.inet_aton("127.0.0.1")
+            + port.to_bytes(2, "big")
+            + edge.ports["dns"].to_bytes(2, "big")
+        )
+        assert reply == b"a|" + header + b"first"
+        s.send(b"second")
+        assert s.recv(200) == b"a|second"
+        s.close()
+    finally:
+        edge.stop()
+        backends.stop()
