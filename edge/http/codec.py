@@ -253,7 +253,14 @@ class RequestParser(Protocol):
     with HeadersTooLarge (431), as one over ``max_header_bytes`` is.
     """
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None: ...
+    def __init__(
+        self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100, memo: object = None
+    ) -> None: ...
+
+    @staticmethod
+    def memo() -> object:
+        """What the parsers of one entrypoint may share (made once, passed to each as
+        ``memo``; None when nothing): what would otherwise be made per connection."""
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; call the handler for each event. Raises ProtocolError."""

@@ -308,9 +308,16 @@ class RequestParser(_Base):
 
     __slots__ = ("_count",)
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None:
+    def __init__(
+        self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100, memo: None = None
+    ) -> None:
         super().__init__(handler, max_header_bytes)
         self._count = max_header_count
+
+    @staticmethod
+    def memo() -> None:
+        """Nothing is shared between the parsers of an entrypoint (see the interface)."""
+        return None
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; call the handler for each event. Raises ProtocolError."""

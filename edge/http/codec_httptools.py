@@ -236,22 +236,63 @@ class _Base:
         return ProtocolError(str(exc) or "invalid HTTP/1.1")
 
 
+class Memo:
+    """What the request parsers of one entrypoint share (see ``RequestParser.memo``).
+
+    ``check``: the llhttp parser without callbacks that validates quick heads.
+    It is only ever fed one complete message at a time, synchronously, after
+    which it is back at its start, so one serves every connection (one that
+    refused a head is replaced). ``seen``: the last quick head's header lines
+    and what was read from them (see ``RequestParser.quick``): a pure function
+    of those bytes, so a new connection may start from the last one's.
+    """
+
+    __slots__ = ("check", "seen")
+
+    def __init__(self) -> None:
+        self.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+        # (header lines, Host, Connection, cut)
+        self.seen: tuple[bytes, bytes, bool | None, bytes] | None = None
+
+
 class RequestParser(_Base):
-    """Client side of a connection: a stream of (possibly pipelined) requests."""
+    """Client side of a connection: a stream of (possibly pipelined) requests.
 
-    __slots__ = ("_check", "_count", "_feed", "_get_method", "_many", "_seen", "_url")
+    Per connection, only what is the connection's own is made: llhttp's parser
+    for the full path waits until a head needs it (``_llhttp``), and the quick
+    path's validator and remembered head come from the entrypoint's ``memo``.
+    """
 
-    def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100) -> None:
+    __slots__ = ("_count", "_feed", "_get_method", "_many", "_memo", "_seen", "_url")
+
+    def __init__(
+        self,
+        handler: Handler,
+        max_header_bytes: int = 1 << 20,
+        max_header_count: int = 100,
+        memo: Memo | None = None,
+    ) -> None:
         super().__init__(handler, max_header_bytes)
         self._count = max_header_count
         self._many = MIN_LINE * max_header_count  # a head longer than this may hold too many fields
         self._url = b""
+        if memo is None:
+            memo = Memo()
+        self._memo = memo
+        self._seen = memo.seen  # (header lines, Host, Connection, cut) of the last quick head
+        # _parser, _feed and _get_method: set by _llhttp when the full path first runs
+
+    @staticmethod
+    def memo() -> Memo:
+        """What the parsers of one entrypoint share: pass it to each (``memo=``)."""
+        return Memo()
+
+    def _llhttp(self) -> object:
+        """llhttp's parser for the full path, made on first use; its feed_data."""
         self._parser = _new_parser(httptools.HttpRequestParser, self)
-        self._feed = self._parser.feed_data
         self._get_method = self._parser.get_method
-        self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
-        # (header lines, Host, Connection, cut) of the last quick head (see quick)
-        self._seen: tuple[bytes, bytes, bool | None, bytes] | None = None
+        feed = self._feed = self._parser.feed_data
+        return feed
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -398,13 +439,14 @@ class RequestParser(_Base):
             if span is None:
                 return None
             cut = data[line_end : span[0]] + data[span[1] :]
+        memo = self._memo
         try:
-            self._check(data)
+            memo.check(data)
         except httptools.HttpParserError:
             # Refused: the full path refuses it the same way, with the reason.
-            self._check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+            memo.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
             return None
-        self._seen = (data[line_end:], host, connection, cut)
+        self._seen = memo.seen = (data[line_end:], host, connection, cut)
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
         if not keep_alive:
@@ -420,7 +462,10 @@ class RequestParser(_Base):
         )
 
     def _run(self, data: bytes) -> None:
-        feed = self._feed
+        try:
+            feed = self._feed
+        except AttributeError:
+            feed = self._llhttp()
         max_bytes = self._max
         n = len(data)
         pos = 0

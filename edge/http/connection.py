@@ -48,6 +48,11 @@ log = logging.getLogger("edge.http")
 # deadline kinds
 NO_DEADLINE, IDLE, HEAD, WRITE = 0, 1, 2, 3
 
+# Host values an entrypoint remembers the parse of (HTTPContext.host_port), and the
+# longest it remembers: a bound on what clients can make it keep.
+MAX_REMEMBERED_HOSTS = 1024
+MAX_REMEMBERED_HOST = 256
+
 
 class HTTPContext:
     """What every HTTP connection of one entrypoint and one scheme shares.
@@ -82,6 +87,7 @@ class HTTPContext:
         self.port = port
         self.loop = loop
         self.request_parser = request_parser
+        self.request_memo = request_parser.memo()  # what this entrypoint's request parsers share
         self.response_parser = response_parser
         self.max_header_bytes = max_header_bytes
         self.max_header_count = max_header_count
@@ -97,6 +103,23 @@ class HTTPContext:
         self.router: HTTPRouter = EMPTY_ROUTER
         self.connections: set = set() if connections is None else connections
         self.closing = False
+        # What every connection would otherwise work out for itself:
+        self.quick_parse = internal is None and hasattr(request_parser, "quick")  # the express path
+        self.trust_some = bool(self.trusted_networks)
+        self.hosts: dict[bytes, tuple[str, bytes]] = {}  # Host value -> (host, forwarded port)
+
+    def host_port(self, authority: bytes) -> tuple[str, bytes]:
+        """(host, forwarded port) of a Host value, remembered for the next connection
+        that names it (the one normalisation: :func:`edge.rules.split_authority`)."""
+        hostport = self.hosts.get(authority)
+        if hostport is None:
+            host, port = forward.split_host_port(authority)
+            hostport = (host, port.encode() if port else self.default_port)
+            if len(authority) <= MAX_REMEMBERED_HOST:
+                if len(self.hosts) >= MAX_REMEMBERED_HOSTS:
+                    self.hosts.clear()
+                self.hosts[authority] = hostport
+        return hostport
 
     def is_trusted(self, ip: str) -> bool:
         if self.insecure:
@@ -155,7 +178,7 @@ class HTTPConnection(asyncio.Protocol):
         self.ctx = ctx
         self.loop = ctx.loop
         self.arrival = arrival
-        self.parser = ctx.request_parser(self, ctx.max_header_bytes, ctx.max_header_count)
+        self.parser = ctx.request_parser(self, ctx.max_header_bytes, ctx.max_header_count, ctx.request_memo)
         self.transport: asyncio.Transport | None = None
         self.client_ip = ""
         self.client_ip_b = b""
@@ -173,7 +196,7 @@ class HTTPConnection(asyncio.Protocol):
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
         # The parser's quick path (httptools only), for the express path; not on
         # the entrypoint that answers /ping and /ready itself.
-        self.quick = getattr(self.parser, "quick", None) if ctx.internal is None else None
+        self.quick = self.parser.quick if ctx.quick_parse else None
 
     # -- asyncio callbacks ------------------------------------------------------------
 
@@ -186,10 +209,14 @@ class HTTPConnection(asyncio.Protocol):
             ip = ip[7:]
         self.client_ip = ip
         self.client_ip_b = ip.encode()
-        self.trusted = self.ctx.is_trusted(ip)
-        self.ctx.connections.add(self)
-        self._set_deadline(IDLE, self.ctx.idle_timeout)
-        if self.ctx.closing:
+        ctx = self.ctx
+        if ctx.insecure or ctx.trust_some:
+            self.trusted = ctx.is_trusted(ip)
+        ctx.connections.add(self)
+        if ctx.idle_timeout > 0:
+            self.deadline_kind = IDLE
+            self.deadline = self.loop.time() + ctx.idle_timeout
+        if ctx.closing:
             transport.close()
 
     def data_received(self, data: bytes) -> None:
@@ -332,9 +359,8 @@ class HTTPConnection(asyncio.Protocol):
     def host_port(self, authority: bytes) -> tuple[str, bytes]:
         """(host, forwarded port) of a Host value; a keep-alive client names the same one request after request."""
         if authority != self.authority:
-            host, port = forward.split_host_port(authority)
+            self.hostport = self.ctx.host_port(authority)
             self.authority = authority
-            self.hostport = (host, port.encode() if port else self.ctx.default_port)
         return self.hostport
 
     def exchange_done(self, ex: Exchange) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from edge.http.codec import Header, RequestHead, ResponseHead
+from edge.http.codec import Header, QuickResponseHead, RequestHead, ResponseHead
 from edge.http.headers import FORWARDED, HOP_BY_HOP, connection_line
 from edge.rules import split_authority
 
@@ -258,6 +258,15 @@ def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: 
     if edits is None and head.version == b"1.1" and head.status != 101 and (chunked or not head.chunked):
         if keep_alive and head.cut is not None:
             return head.cut
+        if type(head) is QuickResponseHead:  # closing (a kept-alive one returned its cut)
+            # Its framing is plain (one Content-Length, at most one Connection of
+            # keep-alive or close, nothing else hop-by-hop): what passthrough and
+            # cut_connection work out from the header list, without the list.
+            raw = head.raw
+            span = connection_line(raw, len(raw))
+            if span is not None:
+                raw = raw[: span[0]] + raw[span[1] :]
+            return raw[:-2] + b"Connection: close\r\n\r\n"
         through = head.passthrough
         if through is not None:
             raw = cut_connection(head.raw, through, keep_alive)
