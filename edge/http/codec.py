@@ -219,9 +219,14 @@ class QuickRequestHead(RequestHead):
 
 
 class QuickResponseHead(ResponseHead):
-    """A ResponseHead from a quick parse: HTTP/1.1, a Content-Length body (see QuickRequestHead)."""
+    """A ResponseHead from a quick parse: HTTP/1.1, a Content-Length body (see QuickRequestHead).
 
-    __slots__ = ()
+    ``closing``: the head as written to a client whose connection closes after
+    it, kept by :func:`edge.http.forward.client_response` the first time it is
+    asked (the parser hands the same head out again for a repeated response).
+    """
+
+    __slots__ = ("closing",)
     version = b"1.1"
     chunked = False
     has_body = True
@@ -237,6 +242,7 @@ class QuickResponseHead(ResponseHead):
         self.cut = cut
         self._headers = None
         self._through = UNKNOWN
+        self.closing: bytes | None = None
 
 
 class Handler(Protocol):

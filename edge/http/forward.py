@@ -262,11 +262,14 @@ def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: 
             # Its framing is plain (one Content-Length, at most one Connection of
             # keep-alive or close, nothing else hop-by-hop): what passthrough and
             # cut_connection work out from the header list, without the list.
-            raw = head.raw
-            span = connection_line(raw, len(raw))
-            if span is not None:
-                raw = raw[: span[0]] + raw[span[1] :]
-            return raw[:-2] + b"Connection: close\r\n\r\n"
+            out = head.closing
+            if out is None:
+                raw = head.raw
+                span = connection_line(raw, len(raw))
+                if span is not None:
+                    raw = raw[: span[0]] + raw[span[1] :]
+                out = head.closing = raw[:-2] + b"Connection: close\r\n\r\n"
+            return out
         through = head.passthrough
         if through is not None:
             raw = cut_connection(head.raw, through, keep_alive)
