@@ -170,6 +170,30 @@ class Tunnel:
 
 
 class HTTPConnection(asyncio.Protocol):
+    # Slots: one made per connection, its attributes read on every request.
+    __slots__ = (
+        "arrival",
+        "authority",
+        "client_ip",
+        "client_ip_b",
+        "ctx",
+        "deadline",
+        "deadline_kind",
+        "draining",
+        "ex",
+        "hostport",
+        "loop",
+        "out",
+        "parser",
+        "paused",
+        "pending",
+        "quick",
+        "transport",
+        "trusted",
+        "up_out",
+        "write_paused",
+    )
+
     PAUSE_UPSTREAM = 1  # the upstream does not read the request body fast enough
     PAUSE_PIPELINE = 2  # a pipelined request waits for the response before it
     PAUSE_BUFFER = 4  # request body buffered while the upstream is being dialed
