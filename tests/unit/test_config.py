@@ -604,8 +604,8 @@ def test_configurations_compare_by_value() -> None:
             "found stripPrefix, addPrefix",
         ),
         (
-            {"http": {"middlewares": {"m": {"basicAuth": {}}}}},
-            "$.http.middlewares.m.basicAuth",
+            {"http": {"middlewares": {"m": {"basicAuthh": {}}}}},  # basicAuth itself: "not supported" (issue 13)
+            "$.http.middlewares.m.basicAuthh",
             "unknown key",
         ),
         (
@@ -674,7 +674,9 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
         load_dynamic(path)
     assert info.value.source == str(path)
-    assert "invalid YAML at line 4, column 1" in info.value.message
+    # The parser's own position: the unterminated mapping on line 3 (issue 13), not a line past the end.
+    assert "invalid YAML at line 3, column 8" in info.value.message
+    assert "(at the end of the file)" in info.value.message
 
 
 def test_toml_and_json_syntax_errors(tmp_path) -> None:

@@ -140,7 +140,8 @@ def test_reserve_a_taken_port_fails_with_the_address():
         taken.close()
 
 
-def test_reserve_ports_rewrites_tcp_entrypoints_only():
+def test_reserve_ports_rewrites_every_entrypoint():
+    # UDP ports are reserved too (issue 9): a connected reservation socket gets no datagrams.
     # ping needs "traefik": defined here on port 0 (the default :8080 may be taken).
     static = decode_static(
         {
@@ -154,13 +155,14 @@ def test_reserve_ports_rewrites_tcp_entrypoints_only():
     )
     worker_static, reserved = reserve_ports(static)
     try:
-        assert set(reserved) == {"web", "traefik"}
-        for name in ("web", "traefik"):
+        assert set(reserved) == {"web", "traefik", "dns"}
+        for name in ("web", "traefik", "dns"):
             ep = worker_static.entry_points[name]
             assert ep.host == "127.0.0.1"
             assert ep.port == reserved[name][0].getsockname()[1] != 0
         assert worker_static.entry_points["web"].transport.life_cycle.grace_time_out == 2.0
-        assert worker_static.entry_points["dns"] == static.entry_points["dns"]
+        assert worker_static.entry_points["dns"].protocol == "udp"
+        assert reserved["dns"][0].type == socket.SOCK_DGRAM
         assert worker_static.entry_points["web"].port != worker_static.entry_points["traefik"].port
     finally:
         for socks in reserved.values():
