@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
@@ -96,7 +97,7 @@ class Exchange:
         self.retried = False
         self.status = 0
         self.sent = 0
-        self.started = conn.loop.time() if conn.ctx.access_log is not None else 0.0
+        self.started = time.perf_counter() if conn.ctx.access_log is not None else 0.0  # loop.time() has 1 ms steps under uvloop
 
     # -- starting -------------------------------------------------------------------
 
@@ -489,6 +490,7 @@ class Exchange:
     def _answer(self, data: bytes, status: int) -> None:
         """Send a complete response of edge's own for this request."""
         self.status = status
+        self.sent = len(data) - data.index(b"\r\n\r\n") - 4  # the body's size, for the access log
         self.resp_started = True
         self.resp_done = True
         self.conn.send(data)
@@ -508,4 +510,4 @@ class Exchange:
     def log(self) -> None:
         access_log = self.conn.ctx.access_log
         if access_log is not None:
-            access_log(self, self.conn.loop.time() - self.started)
+            access_log(self, time.perf_counter() - self.started)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from tests.harness import Edge, get, lb
 from tests.integration.test_logs import dyn, wait_lines
 
@@ -42,11 +40,6 @@ def test_common_format_fields(tmp_path, whoami):
     assert int(second["count"]) == int(first["count"]) + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="edge/http/exchange.py: Exchange._answer does not set self.sent (issue 13; "
-    "owner told the one-line change)",
-)
 def test_own_answers_log_their_size(tmp_path, whoami):
     log_path = tmp_path / "access.log"
     e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path)}})
@@ -61,11 +54,6 @@ def test_own_answers_log_their_size(tmp_path, whoami):
     assert int(fields["size"]) == len(body) > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="edge/http/exchange.py times a request with loop.time(), whose resolution under "
-    "uvloop is 1 ms (issue 13; owner told the change)",
-)
 def test_durations_are_not_rounded_to_milliseconds(tmp_path, whoami):
     log_path = tmp_path / "access.log"
     static = {"accessLog": {"filePath": str(log_path), "format": "json"}}
