@@ -209,6 +209,7 @@ class ControlPlane:
             listeners=listeners,
             loop=loop,
             offload=True,  # merge, validation and router builds off the loop
+            default_rule_syntax=static.core.default_rule_syntax,
         )
         self._tasks: set[asyncio.Task] = set()
 

@@ -601,6 +601,7 @@ class Worker:
         self.loop = asyncio.get_running_loop()
         self.dataplane: Dataplane | None = None
         self.protocols: dict[str, str] = {}
+        self.default_rule_syntax = "v3"  # core.defaultRuleSyntax, from the Start message
         self.runtime: RuntimeConfig | None = None
         self.channel: Channel | None = None
         self.ready = False
@@ -662,7 +663,12 @@ class Worker:
     def _prepare(self, msg: Apply) -> tuple[RuntimeConfig, Callable[[], None]]:
         """Validate and build (in the preparer's thread)."""
         assert self.dataplane is not None
-        runtime = build_runtime(msg.configuration, self.protocols, previous=self.runtime)
+        runtime = build_runtime(
+            msg.configuration,
+            self.protocols,
+            previous=self.runtime,
+            default_rule_syntax=self.default_rule_syntax,
+        )
         return runtime, self.dataplane.prepare(runtime)
 
     def _on_lost(self) -> None:
@@ -699,6 +705,7 @@ class Worker:
         setup_logging(start.static.log)
         tag_worker_logs(self.id)
         self.protocols = start.static.entry_point_protocols()
+        self.default_rule_syntax = start.static.core.default_rule_syntax
         self.dataplane = Dataplane(
             start.static, self.loop, parser=start.parser, internal=self._internal, reuse_port=True
         )

@@ -103,6 +103,7 @@ class Watcher:
         listeners: Sequence[Listener],
         loop: asyncio.AbstractEventLoop | None = None,
         offload: bool = False,
+        default_rule_syntax: str = "v3",
     ) -> None:
         self._entry_points = dict(entry_points)
         self._throttle = float(throttle)
@@ -120,6 +121,7 @@ class Watcher:
         self._again = False
         self._closed = False
         self._preparer = Preparer() if offload else None
+        self._default_rule_syntax = default_rule_syntax  # core.defaultRuleSyntax
         self._task: asyncio.Task | None = None
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
@@ -231,7 +233,12 @@ class Watcher:
     def _prepare(self, configs: dict[str, Configuration]) -> Prepared | None:
         """The heavy half of a round: merge, validate, listeners' preparations (any thread)."""
         try:
-            runtime = build_runtime(merge(configs), self._entry_points, previous=self.runtime)
+            runtime = build_runtime(
+                merge(configs),
+                self._entry_points,
+                previous=self.runtime,
+                default_rule_syntax=self._default_rule_syntax,
+            )
         except Exception:
             log.exception("configuration could not be validated; keeping the previous one")
             return None

@@ -343,3 +343,27 @@ def test_closing_during_an_offloaded_round_applies_nothing() -> None:
         assert w.applied == 0 and building.routers == [] and building.prepared_in
 
     run(main())
+
+
+def test_the_default_rule_syntax_reaches_validation() -> None:
+    """core.defaultRuleSyntax: v2 reads a router without its own ruleSyntax as v2."""
+
+    def v2_only() -> Configuration:
+        return decode_dynamic(
+            {
+                "http": {
+                    "routers": {"r": {"rule": "Host(`a.test`, `b.test`)", "service": "app"}},
+                    "services": {"app": {"loadBalancer": {"servers": [{"url": "http://10.0.0.1:9000"}]}}},
+                }
+            }
+        )
+
+    async def main() -> None:
+        for syntax, status in (("v2", "enabled"), ("v3", "disabled")):
+            rec = Recorder()
+            w = Watcher(entry_points=EPS, throttle=0.0, listeners=[rec], default_rule_syntax=syntax)
+            w.publish(Message("file", v2_only()))
+            assert rec.snapshots[-1].http_routers["r@file"].status == status, syntax
+            await w.close()
+
+    run(main())
