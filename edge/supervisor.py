@@ -178,7 +178,10 @@ def reserve_ports(static: StaticConfig) -> tuple[StaticConfig, dict[str, list[so
     try:
         for name, ep in static.entry_points.items():
             udp = ep.protocol == "udp"
-            socks = reserve(ep.host, ep.port, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
+            try:
+                socks = reserve(ep.host, ep.port, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
+            except OSError as exc:
+                raise OSError(exc.errno, f"entrypoint {name}: {exc.strerror or exc}") from None
             reserved[name] = socks
             address = join_host_port(ep.host, socks[0].getsockname()[1]) + ("/udp" if udp else "")
             entry_points[name] = msgspec.structs.replace(ep, address=address)

@@ -199,3 +199,16 @@ def test_worker_json_lines_have_a_worker_field(root_handler):
     logging.getLogger("edge.test").warning('quote " and brace }')
     entry = json.loads(stream.getvalue())
     assert entry["worker"] == 2 and entry["msg"] == 'quote " and brace }' and entry["logger"] == "edge.test"
+
+
+def test_reserve_ports_names_the_entrypoint_it_cannot_bind():
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        port = busy.getsockname()[1]
+        static = decode_static({"entryPoints": {"web": {"address": f"127.0.0.1:{port}"}}})
+        with pytest.raises(OSError, match=rf"entrypoint web: .*127\.0\.0\.1:{port}"):
+            reserve_ports(static)
+    finally:
+        busy.close()
