@@ -43,6 +43,7 @@ from edge.config.dynamic import (
     TLSStore,
     UDPConfiguration,
     UDPRouter,
+    UDPServersTransport,
     UDPService,
     Weighted,
 )
@@ -82,6 +83,7 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
     tcp_transports: dict[str, TCPServersTransport] = {}
     udp_routers: dict[str, UDPRouter] = {}
     udp_services: dict[str, UDPService] = {}
+    udp_transports: dict[str, UDPServersTransport] = {}
     certificates: list[CertAndStores] = []
     options: dict[str, TLSOptions] = {}
     stores: dict[str, TLSStore] = {}
@@ -116,6 +118,7 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
                 (q(n), _replace(r, service=q(r.service))) for n, r in conf.udp.routers.items()
             )
             udp_services.update((q(n), _udp_service(s, q)) for n, s in conf.udp.services.items())
+            udp_transports.update((q(n), t) for n, t in conf.udp.servers_transports.items())
 
         if conf.tls is not None:
             for cert in conf.tls.certificates:
@@ -164,7 +167,9 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
         )
         if has_tcp
         else None,
-        udp=UDPConfiguration(routers=udp_routers, services=udp_services) if has_udp else None,
+        udp=UDPConfiguration(routers=udp_routers, services=udp_services, servers_transports=udp_transports)
+        if has_udp
+        else None,
         tls=TLSConfiguration(certificates=certificates, options=options, stores=stores),
     )
 
@@ -222,4 +227,7 @@ def _tcp_service(service: TCPService, q: _Qualifier) -> TCPService:
 def _udp_service(service: UDPService, q: _Qualifier) -> UDPService:
     if service.weighted is not None:
         return _replace(service, weighted=_weighted(service.weighted, q))
+    lb = service.load_balancer
+    if lb is not None and lb.servers_transport:
+        return _replace(service, load_balancer=_replace(lb, servers_transport=q(lb.servers_transport)))
     return service

@@ -1005,11 +1005,7 @@ def test_proxy_protocol_v2_from_the_file_provider(tmp_path):
     probe = decode_dynamic(
         {"udp": {"serversTransports": {"pp": {"proxyProtocol": {"version": 2}}}}}
     )
-    if not merge({"file": probe}).udp.servers_transports:
-        pytest.skip(
-            "edge/config/merge.py drops udp.serversTransports (the change is in issue 9's "
-            "report); this test runs once merge carries them"
-        )
+    assert list(merge({"file": probe}).udp.servers_transports) == ["pp@file"]
     backends = NamedEchoThread("a")
     dynamic = {
         "udp": {
