@@ -16,6 +16,7 @@ from edge.config.runtime import RuntimeConfig
 from edge.http.middlewares import Middleware, Pipeline
 from edge.http.middlewares.builtin import from_config
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
+from edge.router.services import build_service
 from edge.router.set import RouterSet
 from edge.router.tcp import build_tcp_routers
 from edge.router.udp import build_udp_routers
@@ -34,26 +35,11 @@ class _Builder:
         self.middlewares: dict[str, Middleware] = {}
 
     def service(self, name: str) -> Service | None:
-        if name in self.services:
-            return self.services[name]
-        self.services[name] = None  # a cycle resolves to None (validation reports it)
-        info = self.runtime.http_services.get(name)
-        built: Service | None = None
-        if info is not None and info.status != "disabled":
-            config = info.config
-            if config.load_balancer is not None:
-                lb = config.load_balancer
-                transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
-                built = LoadBalancer(name, self.backends(name, lb), lb.pass_host_header, transport.pools)
-            elif config.weighted is not None:
-                children = []
-                for child in config.weighted.services:
-                    svc = self.service(child.name)
-                    if svc is not None:
-                        children.append((svc, child.weight))
-                built = Weighted(name, children)
-        self.services[name] = built
-        return built
+        return build_service(name, self.services, self.runtime.http_services, self.load_balancer, Weighted)
+
+    def load_balancer(self, name: str, lb) -> LoadBalancer:
+        transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
+        return LoadBalancer(name, self.backends(name, lb), lb.pass_host_header, transport.pools)
 
     def backends(self, name: str, lb) -> list[tuple[Backend, int]]:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)

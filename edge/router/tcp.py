@@ -33,10 +33,12 @@ import ssl
 from collections.abc import Callable, Iterable
 
 from edge.balancer import SmoothWeightedRoundRobin
+from edge.config.dynamic import TCPLoadBalancer as TCPLoadBalancerConfig
 from edge.config.dynamic import split_host_port
 from edge.config.merge import DEFAULT_TLS
 from edge.config.runtime import DEFAULT_TRANSPORT, DISABLED, RuntimeConfig, client_tls_context
 from edge.errors import ConfigError
+from edge.router.services import build_service
 from edge.rules import RequestView, RouteTable, Rule, compile_rule
 from edge.tcp.middlewares import TCPChain, build_chain
 from edge.tls.certs import TLSCertificates
@@ -286,50 +288,37 @@ class _Builder:
         return ctx
 
     def service(self, name: str) -> TCPService | None:
-        if name in self.services:
-            return self.services[name]
-        self.services[name] = None  # a cycle resolves to None (validation reports it)
-        info = self.runtime.tcp_services.get(name)
-        built: TCPService | None = None
-        if info is not None and info.status != DISABLED:
-            config = info.config
-            if config.load_balancer is not None:
-                lb = config.load_balancer
-                transport_name = lb.servers_transport or DEFAULT_TRANSPORT
-                transport = self.runtime.tcp_servers_transports[transport_name]
-                # Traefik v3: a named serversTransport's proxyProtocol, else the load balancer's.
-                proxy = transport.proxy_protocol if lb.servers_transport else lb.proxy_protocol
-                version = proxy.version if proxy is not None else 0
-                server_name = transport.tls.server_name if transport.tls is not None else ""
-                try:
-                    servers = [
-                        (
-                            TCPServer(
-                                name,
-                                s.address,
-                                dial_timeout=float(transport.dial_timeout) or None,
-                                termination_delay=float(transport.termination_delay),
-                                proxy_protocol=version,
-                                tls=self.context(transport_name) if s.tls else None,
-                                server_name=server_name,
-                            ),
-                            s.weight,
-                        )
-                        for s in lb.servers
-                    ]
-                except ConfigError as exc:  # reported by validation, which disabled the service
-                    log.error("tcp service %s: serversTransport %s: %s", name, transport_name, exc)
-                    servers = None
-                built = TCPLoadBalancer(name, servers) if servers is not None else None
-            elif config.weighted is not None:
-                children = []
-                for child in config.weighted.services:
-                    svc = self.service(child.name)
-                    if svc is not None:
-                        children.append((svc, child.weight))
-                built = TCPWeighted(name, children)
-        self.services[name] = built
-        return built
+        return build_service(
+            name, self.services, self.runtime.tcp_services, self.load_balancer, TCPWeighted
+        )
+
+    def load_balancer(self, name: str, lb: TCPLoadBalancerConfig) -> TCPLoadBalancer | None:
+        transport_name = lb.servers_transport or DEFAULT_TRANSPORT
+        transport = self.runtime.tcp_servers_transports[transport_name]
+        # Traefik v3: a named serversTransport's proxyProtocol, else the load balancer's.
+        proxy = transport.proxy_protocol if lb.servers_transport else lb.proxy_protocol
+        version = proxy.version if proxy is not None else 0
+        server_name = transport.tls.server_name if transport.tls is not None else ""
+        try:
+            servers = [
+                (
+                    TCPServer(
+                        name,
+                        s.address,
+                        dial_timeout=float(transport.dial_timeout) or None,
+                        termination_delay=float(transport.termination_delay),
+                        proxy_protocol=version,
+                        tls=self.context(transport_name) if s.tls else None,
+                        server_name=server_name,
+                    ),
+                    s.weight,
+                )
+                for s in lb.servers
+            ]
+        except ConfigError as exc:  # reported by validation, which disabled the service
+            log.error("tcp service %s: serversTransport %s: %s", name, transport_name, exc)
+            return None
+        return TCPLoadBalancer(name, servers)
 
 
 def build_tcp_routers(
