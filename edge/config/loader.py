@@ -316,7 +316,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "encodeQuerySemicolons encodedCharacters middlewares sanitizePath underscoreHeadersStrategy",
             _,
         ),
-        (sta.RedirectEntryPoint, _, "priority"),  # the redirect comes first anyway
         (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),
         (sta.Transport, "keepAliveMaxRequests keepAliveMaxTime", _),
         (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),

@@ -80,6 +80,9 @@ INTERNAL_ENTRY_POINT = "traefik"
 
 DEFAULT_THROTTLE = Duration(2.0)
 
+REDIRECT_PRIORITY = 2**31 - 2
+"""Traefik's priority for an entry point's redirect router (MaxInt32 - 1)."""
+
 LOG_LEVELS: dict[str, int] = {
     "DEBUG": logging.DEBUG,
     "INFO": logging.INFO,
@@ -159,15 +162,18 @@ class RedirectEntryPoint(Base):
 
     ``to``: the target entry point's name, or ``":port"``. ``port`` (edge's own key):
     the port the Location names; resolved from ``to`` when not given (a target
-    on port 0 has no port to name until it binds: the Location then names none).
+    on port 0 has none until it binds: the entry point then names the bound one).
     Status as Traefik's: 301 (GET) / 308 (other methods) when ``permanent``,
-    else 302 / 307.
+    else 302 / 307. ``priority``: the redirect's router priority (Traefik's
+    default, MaxInt32 - 1); a router of the entry point ranked above it is served
+    instead of the redirect (an ACME challenge path, say).
     """
 
     to: str
     scheme: str = "https"
     permanent: bool = True
     port: str = ""
+    priority: int = REDIRECT_PRIORITY
 
     def __post_init__(self) -> None:
         if not self.to:

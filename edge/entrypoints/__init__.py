@@ -41,6 +41,9 @@ class EntryPoints:
                 await ep.start()
             except OSError as exc:
                 raise OSError(exc.errno, f"entrypoint {name}: {exc.strerror or exc}") from exc
+        ports = {name: ep.port for name, ep in self.all.items()}
+        for ep in self.all.values():
+            ep.bound(ports)
         self._schedule_sweep()
 
     def switch(self, routers: dict[str, RouterSet]) -> None:

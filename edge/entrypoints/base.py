@@ -26,6 +26,9 @@ class EntryPoint(Protocol):
     def switch(self, routers: RouterSet) -> None:
         """Serve ``routers`` from now on: one assignment."""
 
+    def bound(self, ports: dict[str, int]) -> None:
+        """Every entry point of the process is bound; ``ports``: name -> bound port."""
+
     def sweep(self, now: float) -> None:
         """Enforce deadlines that passed by ``now`` (loop time)."""
 

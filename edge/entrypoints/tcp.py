@@ -25,9 +25,11 @@ Entry point options decided here, before routing:
 - ``http.redirections.entryPoint``: the plain HTTP router slot holds a
   :class:`RedirectRouter`, which answers every request naming a host with a
   redirect to the target entry point (Traefik's internal router
-  ``HostRegexp(`^.+$`)`` at the highest priority but one); the express path
-  defers to it as to any route with a middleware. HTTPS on this entry point is
-  routed as usual.
+  ``HostRegexp(`^.+$`)`` at its ``priority``, the highest but one by default:
+  routers ranked above it still answer); the express path defers to it as to
+  any route with a middleware. A target entry point on port 0 is named with
+  the port it was bound to (:meth:`TCPEntryPoint.bound`). HTTPS on this entry
+  point is routed as usual.
 - ``http.tls`` is applied to the routers by the runtime validation
   (:class:`~edge.config.static.EntryPointKind`).
 
@@ -42,6 +44,8 @@ import logging
 import socket
 from collections.abc import Callable
 
+import msgspec
+
 from edge.config.static import EntryPoint, RedirectEntryPoint
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.http.connection import Arrival, HTTPConnection, HTTPContext
@@ -50,6 +54,7 @@ from edge.http.middlewares.builtin import RedirectScheme
 from edge.http.parsers import parser_classes
 from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
+from edge.rules import RouteTable
 from edge.tcp.peek import Peek, PeekContext
 from edge.tcp.proxied import ProxyContext, ProxyHeaderReader, trust
 from edge.tls.clienthello import PEEK_TIMEOUT
@@ -146,6 +151,16 @@ class TCPEntryPoint:
         self.routers = routers
         self.http.router = RedirectRouter(self.name, self.redirect, routers.http) if self.redirect else routers.http
         self.https.router = routers.https or EMPTY_ROUTER
+
+    def bound(self, ports: dict[str, int]) -> None:
+        """Every entry point is bound (``ports``: name -> bound port): a redirect to
+        an entry point configured on port 0 names the port it got."""
+        redirect = self.redirect
+        if redirect is None or redirect.port or redirect.to.startswith(":"):
+            return
+        if ports.get(redirect.to):
+            self.redirect = msgspec.structs.replace(redirect, port=str(ports[redirect.to]))
+            self.switch(self.routers)
 
     def arrive(self) -> asyncio.Protocol:
         """What a new connection becomes: the arrival seam.
@@ -260,13 +275,14 @@ class RedirectRouter:
     """The plain HTTP router of an entry point with ``http.redirections.entryPoint``.
 
     Every request with a host gets the redirect (Traefik's router for it matches
-    ``HostRegexp(`^.+$`)`` at priority MaxInt-1: above every router a user
-    writes); a request without one falls through to the entry point's routers.
-    Status as Traefik's redirect: 301 for GET and 308 for other methods when
-    permanent, else 302 and 307.
+    ``HostRegexp(`^.+$`)`` at ``priority``, MaxInt32-1 by default: above every
+    router a user writes with a default priority), unless a router of the entry
+    point ranked above that priority matches it; a request without a host falls
+    through to the entry point's routers. Status as Traefik's redirect: 301 for
+    GET and 308 for other methods when permanent, else 302 and 307.
     """
 
-    __slots__ = ("by_host", "get", "inner", "other")
+    __slots__ = ("above", "by_host", "get", "inner", "other")
 
     def __init__(self, entry_point: str, redirect: RedirectEntryPoint, inner: HTTPRouter) -> None:
         name = f"{entry_point}-to-{redirect.to.lstrip(':')}@internal"
@@ -275,11 +291,19 @@ class RedirectRouter:
         self.get = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, get)]))  # type: ignore[arg-type]
         self.other = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, other)]))  # type: ignore[arg-type]
         self.inner = inner
-        self.by_host: dict = {}  # no host routes by itself: every request is matched below
+        # The routers ranked above the redirect, in their own table (usually none).
+        above = [entry for entry in inner.table.entries if entry[2] > redirect.priority]
+        self.above: RouteTable | None = RouteTable(above) if above else None
+        # Hosts the host alone routes: only above the redirect (it takes every other host).
+        self.by_host: dict = self.above.by_host if self.above is not None else {}
 
     def match(self, view) -> Route | None:
         if not view.host:
             return self.inner.match(view)
+        if self.above is not None:
+            route = self.above.match(view)
+            if route is not None:
+                return route
         return self.get if view.method == "GET" else self.other
 
     def __len__(self) -> int:

@@ -63,6 +63,9 @@ class UDPEntryPoint:
         """The bound port (the configured one, or the one the OS chose for port 0)."""
         return self.proxy.port or self.config.port
 
+    def bound(self, ports: dict[str, int]) -> None:
+        """Nothing of a UDP entry point names another one's port."""
+
     def switch(self, routers: RouterSet) -> None:
         """Serve ``routers.udp`` from now on (one assignment, then the sessions are re-checked)."""
         self.routers = routers

@@ -191,6 +191,58 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
         e.stop()
 
 
+def test_redirect_names_a_port_0_target_bound_port_and_yields_to_routers_ranked_above_it(tmp_path, whoami, certs):
+    eps = {
+        "web": {"address": "127.0.0.1:0", "http": {"redirections": {"entryPoint": {"to": "websecure"}}}},
+        "low": {
+            "address": "127.0.0.1:0",
+            "http": {"redirections": {"entryPoint": {"to": "websecure", "priority": 10, "permanent": False}}},
+        },
+        "websecure": {"address": "127.0.0.1:0"},
+    }
+    dynamic = {
+        "http": {
+            "routers": {
+                # Ranked above Traefik's default redirect priority (MaxInt32 - 1): served on web.
+                "acme": {"rule": "PathPrefix(`/.well-known/`)", "service": "who", "priority": 2**31 - 1},
+                # A default priority (the rule's length) is below it on web, above 10 on low.
+                "app": {"rule": "Host(`a.test`) && Path(`/app`)", "service": "who"},
+                "secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}, "entryPoints": ["websecure"]},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": certs["tls"],
+    }
+    e = Edge(tmp_path, dynamic, entrypoints=eps)
+    try:
+        web, low, secure = e.ports["web"], e.ports["low"], e.ports["websecure"]
+        assert secure not in (0, 443)
+        # websecure was configured on port 0: the Location names the port it was bound to.
+        status, headers, _ = get(web, "/p?q=1", host="a.test")
+        assert (status, headers["Location"]) == (301, f"https://a.test:{secure}/p?q=1")
+        # The router ranked above the redirect answers, on a new connection and on a kept one.
+        status, _, body = get(web, "/.well-known/acme-challenge/x", host="a.test")
+        assert status == 200 and json.loads(body)["path"] == "/.well-known/acme-challenge/x"
+        with socket.create_connection(("127.0.0.1", web), timeout=10) as s:
+            s.sendall(b"GET /.well-known/y HTTP/1.1\r\nHost: a.test\r\n\r\nGET /z HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            data = b""
+            deadline = time.monotonic() + 10
+            while b"HTTP/1.1 301" not in data and time.monotonic() < deadline:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 301" in data
+        assert get(web, "/app", host="a.test")[0] == 301
+        # Priority 10: the app router (priority 27) is above it and answers; other paths redirect.
+        status, _, body = get(low, "/app", host="a.test")
+        assert status == 200 and json.loads(body)["path"] == "/app"
+        status, headers, _ = get(low, "/other", host="a.test")
+        assert (status, headers["Location"]) == (302, f"https://a.test:{secure}/other")
+    finally:
+        e.stop()
+
+
 # -- http.tls ---------------------------------------------------------------------------------------
 
 
