@@ -85,11 +85,13 @@ def load(path: Path) -> Case:
     return msgspec.convert(msgspec.yaml.decode(path.read_bytes()), Case)
 
 
-def validate(conf: Configuration, file: dict[str, Any] | None = None) -> RuntimeConfig:
+def validate(
+    conf: Configuration, file: dict[str, Any] | None = None, default_syntax: str = "v3"
+) -> RuntimeConfig:
     configs = {PROVIDER: conf}
     if file is not None:
         configs["file"] = decode_dynamic(file)
-    return build_runtime(merge(configs), ENTRY_POINTS)
+    return build_runtime(merge(configs), ENTRY_POINTS, default_rule_syntax=default_syntax)
 
 
 def route(rt: RuntimeConfig, req: Request) -> str | None:
@@ -123,14 +125,17 @@ def test_case(path: Path) -> None:
     if case.selected is not None:
         assert sorted(f"{ns}/{name}" for ns, name in result.selected) == sorted(case.selected)
 
-    rt = validate(result.configuration, case.file)
-    disabled = sorted(n for n, info in rt.http_routers.items() if info.status == "disabled")
-    assert disabled == sorted(f"{n}@{PROVIDER}" for n in case.disabled), rt.errors()
-    assert all(s.status != "disabled" for s in rt.http_services.values()), rt.errors()
+    # The routers say ruleSyntax v3: core.defaultRuleSyntax v2 changes nothing.
+    for default_syntax in ("v3", "v2"):
+        rt = validate(result.configuration, case.file, default_syntax)
+        disabled = sorted(n for n, info in rt.http_routers.items() if info.status == "disabled")
+        assert disabled == sorted(f"{n}@{PROVIDER}" for n in case.disabled), rt.errors()
+        assert all(s.status != "disabled" for s in rt.http_services.values()), rt.errors()
+        assert all(info.rule_syntax == "v3" for info in rt.http_routers.values() if info.rule)
 
-    for req in case.requests:
-        expected = None if req.router is None else f"{req.router}@{PROVIDER}"
-        assert route(rt, req) == expected, req
+        for req in case.requests:
+            expected = None if req.router is None else f"{req.router}@{PROVIDER}"
+            assert route(rt, req) == expected, (default_syntax, req)
 
 
 def test_conversion_is_deterministic() -> None:

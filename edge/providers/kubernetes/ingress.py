@@ -22,10 +22,12 @@ Which Ingresses (IngressClass)
     Anything else (a foreign class, a class that does not exist) is ignored silently.
 
 Rules
-    Host ``foo.com`` -> ``Host(`foo.com`)``; ``*.foo.com`` matches exactly one label
-    more (``a.foo.com``, not ``foo.com`` nor ``a.b.foo.com``); edge's ``Host`` matcher is
-    exact, so it becomes ``HostRegexp(`^[^.]+\\.foo\\.com$`)`` (not host-indexed: many
-    wildcard hosts cost a regexp each per request). No host: any host.
+    Every router says ``ruleSyntax: v3``: its rule means the same whatever
+    ``core.defaultRuleSyntax`` the user chose. Host ``foo.com`` -> ``Host(`foo.com`)``;
+    ``*.foo.com`` matches exactly one label more (``a.foo.com``, not ``foo.com`` nor
+    ``a.b.foo.com``), which is what v3's ``Host(`*.foo.com`)`` means: it is written so,
+    and the route table indexes it by its wildcard (no regexp per request). No host: any
+    host.
     ``Exact /foo`` -> ``Path(`/foo`)``. ``Prefix`` matches path elements: ``/foo`` (or
     ``/foo/``: a trailing slash is ignored) -> ``(Path(`/foo`) || PathPrefix(`/foo/`))``,
     so ``/foo``, ``/foo/`` and ``/foo/bar`` match and ``/foobar`` does not. ``Prefix /``
@@ -165,6 +167,7 @@ __all__ = [
     "CONTROLLER",
     "DEFAULT_CLASS",
     "MAX_PATH_LENGTH",
+    "RULE_SYNTAX",
     "TIER",
     "Conversion",
     "IngressOptions",
@@ -195,6 +198,9 @@ MAX_PATH_LENGTH = (TIER - 3) // 2
 """The longest rule path whose rank still fits in its tier."""
 
 _EXACT_HOST, _WILDCARD_HOST, _ANY_HOST = 3 * TIER, 2 * TIER, TIER
+
+RULE_SYNTAX = "v3"
+"""The ``ruleSyntax`` of every router the conversion makes (the rules are written in it)."""
 
 ServiceKey = tuple[str, str, str]
 """(namespace, service, the Service port's name, or its number when unnamed)."""
@@ -412,9 +418,7 @@ def _shown(text: str, limit: int = 100) -> str:
 
 
 def _host_rule(host: str) -> str:
-    if host.startswith("*."):
-        return f"HostRegexp(`^[^.]+{re.escape(host[1:])}$`)"
-    return f"Host(`{host}`)"
+    return f"Host(`{host}`)"  # v3: a "*." host matches one label more
 
 
 def _path_match(path_type: str, path: str) -> tuple[bool, str]:
@@ -879,6 +883,7 @@ class _Converter:
                 priority=route.priority,
                 middlewares=list(route.middlewares),
                 tls=RouterTLS() if route.tls else None,
+                rule_syntax=RULE_SYNTAX,
             )
             for name, route in zip(router_names, self.routes, strict=True)
         }
