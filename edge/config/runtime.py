@@ -29,11 +29,8 @@ Messages in ``errors`` are bare (``service 'x@file' does not exist``);
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import os
 import ssl
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -60,6 +57,7 @@ from edge.config.dynamic import (
     Weighted,
 )
 from edge.config.merge import DEFAULT_TLS, qualify, split_name
+from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.static import INTERNAL_ENTRY_POINT
 from edge.errors import ConfigError, RuleError
 from edge.rules import SYNTAXES, Rule, compile_rule, default_priority
@@ -460,8 +458,6 @@ def _apply_models(
 
 # --- TLS to upstream servers ----------------------------------------------------------
 
-PEM_MARK = "-----BEGIN"
-
 
 def client_tls_context(
     *,
@@ -486,7 +482,7 @@ def client_tls_context(
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.options |= ssl.OP_NO_RENEGOTIATION
     for i, value in enumerate(root_cas):
-        what = f"rootCAs[{i}] {_describe(value)}"
+        what = f"rootCAs[{i}] {describe(value)}"
         try:
             if PEM_MARK in value:
                 ctx.load_verify_locations(cadata=value)
@@ -500,14 +496,14 @@ def client_tls_context(
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     for i, cert in reversed(list(enumerate(certificates))):  # the first of each key type wins
         what = f"certificates[{i}]"
-        chain_pem = _read_pem(f"{what}: certFile", cert.cert_file)
-        key_pem = _read_pem(f"{what}: keyFile", cert.key_file)
+        chain_pem = read_pem(f"{what}: certFile", cert.cert_file)
+        key_pem = read_pem(f"{what}: keyFile", cert.key_file)
         try:
-            with _pem_file(chain_pem) as chain, _pem_file(key_pem) as key:
+            with pem_file(chain_pem) as chain, pem_file(key_pem) as key:
                 ctx.load_cert_chain(chain, key, password=_no_password)
         except (OSError, ValueError) as exc:
             raise ConfigError(
-                f"{what}: certFile {_describe(cert.cert_file)} / keyFile {_describe(cert.key_file)}: "
+                f"{what}: certFile {describe(cert.cert_file)} / keyFile {describe(cert.key_file)}: "
                 f"cannot be used ({_reason(exc)})"
             ) from None
     if insecure_skip_verify:
@@ -520,47 +516,8 @@ def _no_password() -> bytes:
     return b""  # an encrypted key fails to load instead of prompting on the terminal
 
 
-def _describe(value: str) -> str:
-    return "inline PEM" if PEM_MARK in value else value
-
-
 def _reason(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc)
-
-
-def _read_pem(what: str, value: str) -> bytes:
-    """The PEM text of a path or inline value; ConfigError naming the file."""
-    if PEM_MARK in value:
-        return value.encode()
-    if not value:
-        raise ConfigError(f"{what} is empty")
-    try:
-        with open(value, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {value}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{what} {value}: cannot read: {exc.strerror}") from None
-
-
-@contextlib.contextmanager
-def _pem_file(data: bytes) -> Iterator[str]:
-    """A path OpenSSL can read ``data`` from: an anonymous memory file (a private
-    temporary file where the OS has none); a key never touches a disk."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("edge-tls", os.MFD_CLOEXEC)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    with tempfile.NamedTemporaryFile(prefix="edge-tls-") as f:
-        f.write(data)
-        f.flush()
-        yield f.name
 
 
 class _TransportTLS:

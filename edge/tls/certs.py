@@ -42,15 +42,11 @@ option cannot be honoured exactly, edge does the nearest safe thing:
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import logging
-import os
 import secrets
 import ssl
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cryptography import x509
@@ -60,6 +56,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from edge.config.dynamic import TLSConfiguration, TLSOptions
+from edge.config.pem import describe, pem_file, read_pem
 from edge.errors import ConfigError
 
 log = logging.getLogger("edge.tls")
@@ -76,7 +73,6 @@ __all__ = [
 
 DEFAULT = "default"  # the options and store every router gets unless it names others
 DEFAULT_CERT_CN = "EDGE DEFAULT CERT"  # subject of the self-signed certificate edge generates
-PEM_MARK = "-----BEGIN"
 
 VERSIONS = {
     "VersionTLS10": ssl.TLSVersion.TLSv1,
@@ -339,22 +335,11 @@ class TLSCertificates:
 # -- certificates -----------------------------------------------------------------
 
 
-def _describe(value: str) -> str:
-    return "inline PEM" if PEM_MARK in value else value
-
-
 def _read(where: str, what: str, value: str) -> bytes:
-    if PEM_MARK in value:
-        return value.encode()
-    if not value:
-        raise CertificateError(f"{what} is empty", path=where)
     try:
-        with open(value, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise CertificateError(f"{what} {value}: no such file", path=where) from None
-    except OSError as exc:
-        raise CertificateError(f"{what} {value}: cannot read: {exc.strerror}", path=where) from None
+        return read_pem(what, value)
+    except ConfigError as exc:
+        raise CertificateError(exc.message, path=where) from None
 
 
 def _load(where: str, cert_file: str, key_file: str) -> Certificate:
@@ -365,7 +350,7 @@ def _load(where: str, cert_file: str, key_file: str) -> Certificate:
         chain = x509.load_pem_x509_certificates(chain_pem)
     except ValueError:
         raise CertificateError(
-            f"certFile {_describe(cert_file)}: no PEM certificate could be read", path=where
+            f"certFile {describe(cert_file)}: no PEM certificate could be read", path=where
         ) from None
     leaf = chain[0]
     names = _names(leaf)
@@ -373,20 +358,20 @@ def _load(where: str, cert_file: str, key_file: str) -> Certificate:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
         raise CertificateError(
-            f"keyFile {_describe(key_file)}: the key is encrypted (edge takes unencrypted keys)",
+            f"keyFile {describe(key_file)}: the key is encrypted (edge takes unencrypted keys)",
             path=where,
             names=names,
         ) from None
     except (ValueError, UnsupportedAlgorithm):
         raise CertificateError(
-            f"keyFile {_describe(key_file)}: no PEM private key could be read",
+            f"keyFile {describe(key_file)}: no PEM private key could be read",
             path=where,
             names=names,
         ) from None
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
         raise CertificateError(
-            f"keyFile {_describe(key_file)} does not match certFile {_describe(cert_file)}",
+            f"keyFile {describe(key_file)} does not match certFile {describe(cert_file)}",
             path=where,
             names=names,
         )
@@ -408,28 +393,8 @@ def _names(cert: x509.Certificate) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.lower().rstrip(".") for n in names if n))
 
 
-@contextlib.contextmanager
-def _pem_path(data: bytes) -> Iterator[str]:
-    """A path OpenSSL can read ``data`` from: an anonymous memory file where the OS has
-    them (the key never touches a disk), else a private temporary file."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("edge-tls", os.MFD_CLOEXEC)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    with tempfile.NamedTemporaryFile(prefix="edge-tls-") as f:  # created 0600
-        f.write(data)
-        f.flush()
-        yield f.name
-
-
 def _load_chain(ctx: ssl.SSLContext, cert: Certificate) -> None:
-    with _pem_path(cert.chain_pem) as chain, _pem_path(cert.key_pem) as key:
+    with pem_file(cert.chain_pem) as chain, pem_file(cert.key_pem) as key:
         ctx.load_cert_chain(chain, key)
 
 
@@ -521,7 +486,7 @@ def _options(name: str, opts: TLSOptions) -> _Options:
             except CertificateError as exc:
                 raise fail(exc.message) from None
             except ValueError:
-                raise fail(f"{what} {_describe(value)}: no PEM certificate could be read") from None
+                raise fail(f"{what} {describe(value)}: no PEM certificate could be read") from None
             parts.append(data.decode("ascii", "replace"))
         ca_pem = "\n".join(parts)
     if kind in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert", "RequireAnyClientCert") and not ca_pem:
