@@ -317,6 +317,14 @@ def main() -> int:
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep-tmp", action="store_true")
+    ap.add_argument(
+        "--first-swap-only", action="store_true", help="stop after the first swap and memory"
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="run edge under py-spy (in the venv): a flame graph (.svg) or folded stacks here",
+    )
     args = ap.parse_args()
     for tool in ("wrk", "nginx"):
         if not (shutil.which(tool) or Path(f"/usr/sbin/{tool}").exists()):
@@ -349,9 +357,15 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
         first_request = len(emu.requests)
         started = time.monotonic()
+        command = [sys.executable, "-m", "edge", "run", "-c", str(workdir / "edge.yaml")]
+        if args.profile:
+            spy = Path(sys.executable).parent / "py-spy"
+            fmt = "flamegraph" if args.profile.suffix == ".svg" else "raw"  # raw: folded stacks
+            command = [str(spy), "record", "-r", "200", "-t", "-f", fmt, "-o", str(args.profile),
+                       "--", *command]  # fmt: skip
         with open(edge_log, "w") as logf:
             edge = subprocess.Popen(
-                [sys.executable, "-m", "edge", "run", "-c", str(workdir / "edge.yaml")],
+                command,
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logf, env=env, start_new_session=True,
             )  # fmt: skip
         procs.append(edge)
@@ -384,6 +398,10 @@ def main() -> int:
               f"{ready_at - first_list:.2f} s after its first LIST "
               f"(conversion {results['first_swap']['conversion_s']} s)")  # fmt: skip
         print(f"memory after the first swap: {results['memory_after_first_swap_mib']}")
+        if args.first_swap_only:
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2))
+            return 0
 
         port = ports["web"]
         probe = wrk(port, 1, 1)
@@ -463,6 +481,10 @@ def main() -> int:
             args.json.write_text(json.dumps(results, indent=2))
         return 0
     finally:
+        if args.profile and len(procs) > 1 and procs[1].poll() is None:
+            procs[1].send_signal(signal.SIGINT)  # py-spy writes its graph on SIGINT
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs[1].wait(30)
         for p in reversed(procs):
             stop(p)
         emu.stop()

@@ -117,6 +117,17 @@ def test_list_paging_is_a_consistent_snapshot(emu, net):
     assert "ing-4" not in names(net.list_namespaced_ingress("default"))
 
 
+def test_list_at_resource_version_0_is_answered_whole(emu, net):
+    # the API server's watch cache answers rv=0 in one piece, whatever the limit
+    for i in range(5):
+        emu.create(o.ingress(f"ing-{i}"))
+    page = net.list_namespaced_ingress("default", limit=2, resource_version="0")
+    assert names(page) == [f"ing-{i}" for i in range(5)]
+    assert not page.metadata._continue
+    assert page.metadata.resource_version == str(emu.resource_version)
+    assert names(net.list_namespaced_ingress("default", limit=2)) == ["ing-0", "ing-1"]
+
+
 def test_list_continue_token_expires_after_compaction(emu, net):
     for i in range(4):
         emu.create(o.ingress(f"ing-{i}"))

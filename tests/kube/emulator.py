@@ -19,7 +19,11 @@ Invariants, as in etcd and the API server:
 - A watch delivers every write after its start version, in order, exactly once,
   filtered by namespace and selectors (an object that stops matching is DELETED,
   one that starts matching is ADDED, as the API server's watch cache does).
+- A LIST with ``resourceVersion=0`` (and no ``continue``) is answered whole,
+  ignoring ``limit``, as the API server's watch cache answers it (kubernetes#70735);
+  any other LIST pages by ``limit``.
 - All state is guarded by one condition; no socket is written while holding it.
+  Stored objects are never changed in place (a write stores a new dict).
 
 Not served (not needed by edge): json-patch, server-side apply, finalizers,
 admission, discovery beyond ``/version``, watch of a single object by name
@@ -665,6 +669,8 @@ class Emulator:
                     raise ApiError(400, "BadRequest", f"unknown resourceVersionMatch {match!r}")
                 if rv_q and int(rv_q) > self._rv:
                     raise ApiError(504, "Timeout", f"Too large resource version: {rv_q}")
+            if q.get("resourceVersion") == "0" and not q.get("continue"):
+                limit = 0  # the watch cache answers rv=0 whole, whatever the limit
             state = self._state_at(kind, at)
             keys = sorted(k for k in state if after is None or k > after)
             items, remaining, last = [], 0, None
@@ -677,10 +683,12 @@ class Emulator:
                     continue
                 items.append(obj)
                 last = key
-            body = orjson.loads(orjson.dumps(items))  # copies, taken under the lock
-        for item in body:
-            item.pop("apiVersion", None)
-            item.pop("kind", None)
+            # Stored objects are never changed in place (a write stores a new one), so
+            # a shallow copy without the item's kind is enough to encode outside the lock.
+            body = [
+                {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+                for obj in items
+            ]
         meta: Obj = {"resourceVersion": str(at)}
         if remaining and last is not None:
             meta["continue"] = base64.urlsafe_b64encode(

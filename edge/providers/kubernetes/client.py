@@ -10,6 +10,8 @@ the client's model classes (``EndpointSlice`` events cost several times less).
 
 Invariants:
 
+- A reflector's first LIST reads the API server's watch cache (``resourceVersion=0``:
+  one answer, no paging through etcd); a re-LIST reads the latest version, paged.
 - A reflector's part of the cache is its last LIST plus every watch event after
   it, applied in order; its resourceVersion is that of the last thing applied
   (page, event or bookmark), so a re-watch misses nothing and repeats nothing.
@@ -645,6 +647,12 @@ class _Reflector:
         return resp
 
     def _list(self) -> None:
+        """LIST every object into the cache. The first LIST asks for ``resourceVersion=0``
+        (any version, as client-go's reflectors do): the API server answers it from its
+        watch cache, in one answer whatever ``limit`` says, instead of paging through
+        etcd; the watch that follows brings anything newer. A re-LIST (after 410 Gone
+        or a failure) asks for the latest version, page by page, so it never goes back
+        in time."""
         timing = self.owner.timing
         items: dict[Key, Any] = {}
         cont, rv = "", ""
@@ -652,6 +660,8 @@ class _Reflector:
             query = [("limit", str(timing.page_size)), *self._selectors()]
             if cont:
                 query.append(("continue", cont))
+            elif not self.rv:
+                query.append(("resourceVersion", "0"))
             resp = self._get(query, timing.request_timeout)
             try:
                 data = resp.read()
