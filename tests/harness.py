@@ -172,7 +172,10 @@ class Edge(Proc):
         raise TimeoutError("edge never became ready:\n" + self.log)
 
     def applied(self) -> int:
-        return len(self.all_matches(r"configuration applied"))
+        """Configurations the data plane took: one line each (app.py logs a full
+        switch or an in-place update), whatever the log level; the watcher's
+        DEBUG line for the same round is not counted again."""
+        return len(self.all_matches(r"configuration applied(:| in place)"))
 
     def wait_applied(self, count: int, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
