@@ -24,7 +24,7 @@ the backend of the echo scenarios and its sink that of the one-way scenario.
 
 Before and after a change, in one run: ``git worktree add /tmp/before <commit>``, then
 ``EDGE_BASELINE=/tmp/before .venv/bin/python loadtest/bench.py ...`` adds the subject
-``edge-baseline`` (that checkout's edge) to every HTTP scenario.
+``edge-baseline`` (that checkout's edge) to every HTTP, HTTPS and passthrough scenario.
 
 Adding a scenario: one ``Scenario(...)`` entry in ``SCENARIOS``. Adding a subject: a
 ``Subject`` subclass (``start() -> "host:port"``, ``stop()``) registered in ``SUBJECTS``;
@@ -71,9 +71,9 @@ WRK_TIMEOUT = "5s"  # wrk's per-request timeout; slower responses count as timeo
 
 # --- scenarios ---------------------------------------------------------------------
 
-HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy") + (
-    ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
-)  # EDGE_BASELINE=DIR: also run the edge of that checkout (before/after a change, one run)
+BASELINE_SUBJECT = ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
+# EDGE_BASELINE=DIR: also run the edge of that checkout (before/after a change, one run)
+HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy", *BASELINE_SUBJECT)
 
 UDP_SUBJECTS = ("direct", "edge", "nginx", "udp-ceiling")
 
@@ -152,14 +152,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         "https-keepalive",
         "keep-alive HTTPS, 12-byte body: the subject terminates TLS (the same certificate)",
         protocol="https",
-        subjects=("edge-httptools", "edge-h11", "nginx"),
+        subjects=("edge-httptools", "edge-h11", "nginx", *BASELINE_SUBJECT),
     ),
     Scenario(
         "https-handshake",
-        "a new TLS connection and full handshake per request (Connection: close)",
+        "a new TLS connection and handshake per request (Connection: close); wrk keeps its "
+        "session, so each is a TLS 1.3 resumption with a new X25519 exchange",
         protocol="https",
         wrk_args=("-H", "Connection: close"),
-        subjects=("edge-httptools", "nginx"),
+        subjects=("edge-httptools", "nginx", *BASELINE_SUBJECT),
     ),
     Scenario(
         "passthrough-1m-1conn",
@@ -167,7 +168,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         protocol="tls-passthrough",
         path="/1m",
         connections=1,
-        subjects=("direct", "edge-httptools", "haproxy"),
+        subjects=("direct", "edge-httptools", "haproxy", *BASELINE_SUBJECT),
         baseline="haproxy",
     ),
     Scenario(
@@ -175,7 +176,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "TLS passthrough, 1 MiB bodies over 50 connections in parallel",
         protocol="tls-passthrough",
         path="/1m",
-        subjects=("direct", "edge-httptools", "haproxy"),
+        subjects=("direct", "edge-httptools", "haproxy", *BASELINE_SUBJECT),
         baseline="haproxy",
     ),
     Scenario(
@@ -328,6 +329,40 @@ def http_get(
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def tls_probe(address: str, host: str = BENCH_HOST) -> str:
+    """What a TLS subject negotiates, as wrk's OpenSSL client does it: version, cipher,
+    key exchange group (``openssl s_client``, when there is one), and whether a second
+    connection resumes the first one's session (wrk keeps its session)."""
+    addr, _, port = address.rpartition(":")
+    context = ssl._create_unverified_context()
+    session, parts = None, []
+    try:
+        for _ in range(2):
+            with socket.create_connection((addr, int(port)), timeout=5) as sock, context.wrap_socket(
+                sock, server_hostname=host, session=session
+            ) as s:
+                s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                while s.recv(65536):
+                    pass
+                if session is None:
+                    parts += [s.version() or "?", s.cipher()[0]]
+                else:
+                    parts.append("resumed" if s.session_reused else "not resumed")
+                session = s.session
+    except (OSError, ssl.SSLError) as exc:
+        return f"probe failed: {exc}"
+    openssl = shutil.which("openssl")
+    if openssl:
+        out = subprocess.run(
+            [openssl, "s_client", "-connect", address, "-servername", host, "-brief"],
+            input=b"", capture_output=True, timeout=10,
+        )
+        m = re.search(rb"(?:Server Temp Key|Negotiated TLS1.3 group): ([^\n]+)", out.stdout + out.stderr)
+        if m:
+            parts.insert(2, m.group(1).decode().strip())
+    return ", ".join(parts)
 
 
 def wait_until(
@@ -633,9 +668,14 @@ class NginxProxy(Subject):
         port = free_port()
         tls = ";"
         if self.scenario.protocol == "https":
+            # nginx 1.22 offers TLS 1.0-1.2 unless told (1.23.4 added 1.3 to the default):
+            # TLS 1.2 resumption skips the key exchange TLS 1.3's makes every time, so the
+            # comparison with edge (TLS 1.3) was of two protocols. Both now negotiate TLS
+            # 1.3 with the same ECDSA key and OpenSSL's defaults (X25519, 2 tickets).
             tls = f"""ssl;
         ssl_certificate {self.ctx.cert};
-        ssl_certificate_key {self.ctx.key};"""
+        ssl_certificate_key {self.ctx.key};
+        ssl_protocols TLSv1.2 TLSv1.3;"""
         body = f"""\
     upstream backend {{
         server {HOST}:{self.ctx.backend_port};
@@ -1470,6 +1510,7 @@ class Case:
     warmup: dict[str, Any] | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
     instance: Subject | None = None
+    negotiated: str = ""  # TLS subjects: what tls_probe saw
 
     def summary(self) -> dict[str, Any]:
         ok = [r for r in self.runs if r["rps"] is not None]
@@ -1534,6 +1575,9 @@ def run_scenario(
                 case.address = case.instance.start()
                 case.status = "ok"
                 say(f"  started {case.label} on {case.address} ({time.monotonic() - t0:.1f}s)")
+                if scenario.protocol == "https":
+                    case.negotiated = tls_probe(case.address)
+                    say(f"  {case.label} negotiates {case.negotiated}")
             except (SubjectFailed, OSError) as exc:
                 detail = getattr(exc, "detail", "")
                 case.status, case.reason, case.detail = "failed", str(exc), detail
@@ -1637,6 +1681,10 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
                 notes.append(f"{c.label}: {word}: {c.reason}")
             if c.detail and details:
                 notes.append(f"--- {c.label} log tail ---\n{c.detail}")
+    negotiated = [f"   {c.label}: {c.negotiated}" for c in cases if c.negotiated]
+    if negotiated:
+        lines.append("negotiated (the same ECDSA P-256 certificate and key for every subject):")
+        lines.extend(negotiated)
     lines.extend(notes)
     return "\n".join(lines)
 
@@ -1816,6 +1864,7 @@ def main(argv: list[str] | None = None) -> int:
                         "summary": c.summary(),
                         "warmup": c.warmup,
                         "runs": c.runs,
+                        "negotiated": c.negotiated,
                     }
                     for c in cases
                 ],
