@@ -13,14 +13,18 @@ new configuration: a transport whose configuration did not change is kept as
 is, with its pools, so a reload costs no reconnection; a changed or removed one
 has its idle connections closed.
 
-Pooled connections are asyncio protocols that offer ``is_reusable()`` and
-``close()``; this module does not know HTTP (it sits below ``edge.http``).
+Pooled connections are asyncio protocols that offer ``is_reusable()``,
+``close()`` and an ``idle_deadline`` the pool sets, which a connection zeroes
+itself when it can no longer serve (closed by either side): taking one from the
+pool is then a compare; this module does not know HTTP (it sits below
+``edge.http``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -36,6 +40,7 @@ DEFAULT_TRANSPORT = "default@internal"
 
 
 class Pooled(Protocol):
+    # Set by put_idle; 0 once the connection cannot serve (it zeroes it itself).
     idle_deadline: float
 
     def is_reusable(self) -> bool: ...
@@ -49,16 +54,15 @@ class ServerURL:
     __slots__ = ("authority", "host", "key", "port", "tls", "url")
 
     def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"server url {url!r}: expected http://host[:port] or https://host[:port]")
+        plain = _PLAIN_URL.fullmatch(url)
+        if plain is not None and 0 < int(plain[3]) <= 65535:
+            # The common form (every server a Kubernetes sync makes), read without urlsplit.
+            scheme, host, port = plain[1], plain[2].lower(), int(plain[3])
+        else:
+            scheme, host, port = _split(url)
         self.url = url
-        self.tls = parts.scheme == "https"
-        self.host = parts.hostname
-        try:
-            port = parts.port
-        except ValueError as exc:
-            raise ConfigError(f"server url {url!r}: {exc}") from None
+        self.tls = scheme == "https"
+        self.host = host
         self.port = port or (443 if self.tls else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.tls else 80
@@ -68,6 +72,22 @@ class ServerURL:
 
     def __repr__(self) -> str:
         return f"ServerURL({self.url!r})"
+
+
+_PLAIN_URL = re.compile(r"(https?)://([A-Za-z0-9.-]+):([0-9]{1,5})")
+"""``scheme://name-or-IPv4:port`` and nothing else: what :func:`_split` makes of it is plain
+to see (a bracketed IPv6 address goes through urlsplit, which checks it)."""
+
+
+def _split(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port or None) of any server URL; ConfigError when it has none."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"server url {url!r}: expected http://host[:port] or https://host[:port]")
+    try:
+        return parts.scheme, parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"server url {url!r}: {exc}") from None
 
 
 class Transport:
@@ -110,14 +130,15 @@ class Transport:
     # -- pools -------------------------------------------------------------------
 
     def take_idle(self, server: ServerURL) -> Pooled | None:
-        """The most recently used idle connection to ``server`` that is still usable."""
+        """The most recently used idle connection to ``server`` that is still usable
+        (one that closed while pooled zeroed its ``idle_deadline``)."""
         pool = self._pools.get(server.key)
         if not pool:
             return None
         now = self.loop.time()
         while pool:
             conn = pool.pop()
-            if conn.idle_deadline > now and conn.is_reusable():
+            if conn.idle_deadline > now:
                 return conn
             conn.close()
         return None

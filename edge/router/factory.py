@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 
 from edge.config.runtime import RuntimeConfig
-from edge.http.middlewares import Middleware, Pipeline
+from edge.http.middlewares import EMPTY_PIPELINE, Middleware, Pipeline
 from edge.http.middlewares.builtin import from_config
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
 from edge.router.services import build_service
@@ -33,6 +33,7 @@ class _Builder:
         self.transports = transports
         self.services: dict[str, Service | None] = {}
         self.middlewares: dict[str, Middleware] = {}
+        self.pipelines: dict[tuple[str, ...], Pipeline] = {}
 
     def service(self, name: str) -> Service | None:
         return build_service(name, self.services, self.runtime.http_services, self.load_balancer, Weighted)
@@ -51,12 +52,21 @@ class _Builder:
             built = self.middlewares[name] = from_config(name, self.runtime.http_middlewares[name].config)
         return built
 
+    def pipeline(self, names: list[str]) -> Pipeline:
+        """The pipeline of these middlewares, one per list of names (pipelines are immutable)."""
+        if not names:
+            return EMPTY_PIPELINE
+        key = tuple(names)
+        built = self.pipelines.get(key)
+        if built is None:
+            built = self.pipelines[key] = Pipeline([self.middleware(m) for m in names])
+        return built
+
     def route(self, name: str, info) -> Route | None:
         service = self.service(info.config.service)
         if service is None:
             return None
-        pipeline = Pipeline([self.middleware(m) for m in info.config.middlewares])
-        return Route(name, service, pipeline)
+        return Route(name, service, self.pipeline(info.config.middlewares))
 
 
 def build_router_sets(
