@@ -19,6 +19,12 @@ request, is closed after its response and lost; the upstream connection stays
 pooled from client to client. What uvloop and the kernel do per connection is
 not in the figure.
 
+``--ceiling``: the same load through ``loadtest/ceiling.py``'s protocols (the
+least a uvloop + httptools proxy can do per request) instead of edge's, so the
+gap is counted the same way. With ``--new-connection`` each client makes its
+ceiling objects and parsers; its upstream connection is attached, not dialed
+(edge's stays pooled; the ceiling dials one per client, which is not counted).
+
 ``--instructions``: instructions per request, counted by callgrind (valgrind),
 which is deterministic where timings on a shared machine are not: the run is
 made twice under callgrind, at two request counts, and the difference divided
@@ -38,8 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httptools
 import msgspec
 import uvloop
 
@@ -138,7 +146,50 @@ def variants(varied: bool) -> tuple[list[bytes], list[bytes]]:
     return requests, responses
 
 
-def run(parser: str, n: int, profile: bool, varied: bool = False, new_connection: bool = False) -> float:
+def ceiling_load(varied: bool, new_connection: bool) -> tuple[object, Callable[[], int]]:
+    """``loadtest/ceiling.py``'s client and upstream protocols on fake transports, and
+    one request through them (what it wrote to clients so far)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import ceiling  # a script beside this one, not a package
+
+    def connect() -> tuple[ceiling.Client, ceiling.Upstream]:
+        client = ceiling.Client()  # connection_made without its dial:
+        client.transport = FakeTransport(("127.0.0.1", 40001))
+        client.waiting, client.chunks = [], []
+        client.parser = httptools.HttpRequestParser(client)
+        upstream = client.upstream = ceiling.Upstream(client)
+        upstream.connection_made(FakeTransport(("127.0.0.1", 9)))
+        return client, upstream
+
+    client, upstream = connect()
+    requests, responses = variants(varied)
+    count = len(requests)
+    turn = iter(range(1 << 62))
+    written = [0]
+    if new_connection:
+
+        def one() -> int:
+            c, u = connect()
+            c.data_received(REQUEST_CLOSE)
+            u.data_received(RESPONSE)
+            c.connection_lost(None)
+            written[0] += c.transport.written
+            return written[0]
+
+    else:
+
+        def one() -> int:
+            i = next(turn) % count
+            client.data_received(requests[i])
+            upstream.data_received(responses[i])
+            return client.transport.written
+
+    return upstream, one
+
+
+def run(
+    parser: str, n: int, profile: bool, varied: bool = False, new_connection: bool = False, ceiling: bool = False
+) -> float:
     loop = uvloop.new_event_loop()
     try:
         client, upstream = setup(loop, parser)
@@ -147,7 +198,13 @@ def run(parser: str, n: int, profile: bool, varied: bool = False, new_connection
         turn = iter(range(1 << 62))
         written = [0]
 
-        if new_connection:
+        if ceiling:
+            upstream, step = ceiling_load(varied, new_connection)
+
+            def one() -> None:
+                written[0] = step()
+
+        elif new_connection:
             ctx = client.ctx
             peer = ("127.0.0.1", 40001)
 
@@ -217,19 +274,21 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--varied", action="store_true", help="every head differs from the one before")
     p.add_argument("--new-connection", action="store_true", help="a connection per request (Connection: close)")
+    p.add_argument("--ceiling", action="store_true", help="loadtest/ceiling.py's protocols instead of edge's")
     p.add_argument("--instructions", action="store_true", help="count instructions per request with callgrind")
     args = p.parse_args()
     if args.varied and args.new_connection:
         p.error("--varied and --new-connection are separate scenarios")
     kind = "new connection per request" if args.new_connection else "varied heads" if args.varied else "repeated heads"
+    who = "ceiling" if args.ceiling else args.parser
     if args.instructions:
         flags = ["--parser", args.parser, *(["--varied"] if args.varied else []),
-                 *(["--new-connection"] if args.new_connection else [])]
+                 *(["--new-connection"] if args.new_connection else []), *(["--ceiling"] if args.ceiling else [])]
         per = instructions(flags)
-        print(f"{args.parser}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
+        print(f"{who}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
         return
-    us = run(args.parser, args.requests, args.profile, args.varied, args.new_connection)
-    print(f"{args.parser}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
+    us = run(args.parser, args.requests, args.profile, args.varied, args.new_connection, args.ceiling)
+    print(f"{who}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
 
 
 if __name__ == "__main__":

@@ -251,8 +251,8 @@ class Memo:
 
     def __init__(self) -> None:
         self.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
-        # (header lines, Host, Connection, cut)
-        self.seen: tuple[bytes, bytes, bool | None, bytes] | None = None
+        # (header lines, Host, Connection, cut, request, head)
+        self.seen: tuple[bytes, bytes, bool | None, bytes, bytes, QuickRequestHead] | None = None
 
 
 class RequestParser(_Base):
@@ -279,7 +279,7 @@ class RequestParser(_Base):
         if memo is None:
             memo = Memo()
         self._memo = memo
-        self._seen = memo.seen  # (header lines, Host, Connection, cut) of the last quick head
+        self._seen = memo.seen  # (header lines, Host, Connection, cut, request, head) of the last quick head
         # _parser, _feed and _get_method: set by _llhttp when the full path first runs
 
     @staticmethod
@@ -400,7 +400,9 @@ class RequestParser(_Base):
         A keep-alive client often repeats its header lines request after request
         (API clients, health checks, a browser fetching assets): when they are the
         bytes of the last quick head's, only the request line is new, and the
-        strict pattern it must match is all it needs.
+        strict pattern it must match is all it needs. When the whole request is
+        the last quick head's bytes, it is that head (heads are never written
+        after they are built, and a quick head is a pure function of its bytes).
         """
         if self._state != _HEAD or self._partial is not None:
             return None
@@ -408,10 +410,19 @@ class RequestParser(_Base):
         if n > self._max:
             return None
         seen = self._seen
-        if seen is not None and data.endswith(seen[0]):
+        if seen is None:
+            pass
+        elif data == seen[4]:
+            # The very request of the last quick head (a client repeating itself,
+            # or the next connection of the same client): the same head.
+            head = seen[5]
+            if not head.keep_alive:
+                self._state = _CLOSED
+            return head
+        elif data.endswith(seen[0]):
             line = _PLAIN_REQUEST_LINE.match(data)
             if line is not None and line.end() - 2 == n - len(seen[0]):
-                _, host, connection, cut = seen
+                _, host, connection, cut, _, _ = seen
                 method, target, minor = line.groups()
                 keep_alive = minor == b"1" if connection is None else connection
                 if not keep_alive:
@@ -446,12 +457,11 @@ class RequestParser(_Base):
             # Refused: the full path refuses it the same way, with the reason.
             memo.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
             return None
-        self._seen = memo.seen = (data[line_end:], host, connection, cut)
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
         if not keep_alive:
             self._state = _CLOSED
-        return QuickRequestHead(
+        head = QuickRequestHead(
             method,
             target,
             b"1.1" if minor == b"1" else b"1.0",
@@ -460,6 +470,8 @@ class RequestParser(_Base):
             host,
             data[:line_end] + cut if cut else data,
         )
+        self._seen = memo.seen = (data[line_end:], host, connection, cut, data, head)
+        return head
 
     def _run(self, data: bytes) -> None:
         try:

@@ -181,6 +181,7 @@ class HTTPConnection(asyncio.Protocol):
         "deadline_kind",
         "draining",
         "ex",
+        "forwarding",
         "hostport",
         "loop",
         "out",
@@ -214,8 +215,9 @@ class HTTPConnection(asyncio.Protocol):
         self.ex: Exchange | None = None  # the exchange in progress
         self.pending: deque | None = None
         self.draining = False
-        self.authority = b""  # the last Host of this connection, and its parse
+        self.authority = b""  # the last Host of this connection, its parse,
         self.hostport: tuple[str, bytes] = ("", b"")
+        self.forwarding = b""  # ...and the forwarding lines of a passthrough head (made on first use)
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
         # The parser's quick path (httptools only), for the express path; not on
@@ -369,10 +371,25 @@ class HTTPConnection(asyncio.Protocol):
         """A plain request alone in its read, on an idle connection (see RequestParser.quick)."""
         authority = head.host
         # A keep-alive client names the same host request after request.
-        host, forwarded_port = self.hostport if authority == self.authority else self.host_port(authority)
-        route = self.ctx.router.by_host.get(host)
-        ex = self._start(head)
-        if route is None or not route.express or head.version != b"1.1" or not ex.express_start(route, authority, forwarded_port):
+        if authority != self.authority:
+            self.host_port(authority)
+        ctx = self.ctx
+        route = ctx.router.by_host.get(self.hostport[0])
+        ex = self.ex = Exchange(self, head)  # what _start does, without the call
+        if ctx.write_timeout:
+            self._set_deadline(WRITE, ctx.write_timeout)
+        else:
+            self.deadline_kind = NO_DEADLINE
+        if route is None or not route.express or head.version != b"1.1":
+            express = False
+        else:
+            forwarding = self.forwarding
+            if not forwarding:
+                forwarding = self.forwarding = forward.forwarding_lines(
+                    self.client_ip_b, ctx.scheme, authority, self.hostport[1]
+                )
+            express = ex.express_start(route, forwarding)
+        if not express:
             ex.begin()
             if self.ex is ex:
                 ex.request_end()
@@ -385,6 +402,7 @@ class HTTPConnection(asyncio.Protocol):
         if authority != self.authority:
             self.hostport = self.ctx.host_port(authority)
             self.authority = authority
+            self.forwarding = b""
         return self.hostport
 
     def exchange_done(self, ex: Exchange) -> None:
@@ -405,8 +423,11 @@ class HTTPConnection(asyncio.Protocol):
         if self.parser.head_started:
             # The next head began to arrive during this exchange: readTimeout bounds it.
             self._set_deadline(HEAD, self.ctx.read_timeout)
+        elif self.ctx.idle_timeout > 0:  # _set_deadline(IDLE, ...) without the call
+            self.deadline_kind = IDLE
+            self.deadline = self.loop.time() + self.ctx.idle_timeout
         else:
-            self._set_deadline(IDLE, self.ctx.idle_timeout)
+            self.deadline_kind = NO_DEADLINE
         if self.pending is not None and not self.draining:
             self._drain_pending()
 

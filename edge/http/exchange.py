@@ -101,26 +101,33 @@ class Exchange:
 
     # -- starting -------------------------------------------------------------------
 
-    def express_start(self, route: Route, authority: bytes, forwarded_port: bytes) -> bool:
-        """The express path: a quick request whose route does nothing to it (``Route.express``).
+    def express_start(self, route: Route, forwarding: bytes) -> bool:
+        """The express path: a quick HTTP/1.1 request whose route does nothing to it (``Route.express``).
 
-        Goes upstream as its own bytes plus edge's forwarding headers, and its
-        response may take the quick path too (:meth:`upstream_quick`). False when
-        it cannot (no server to pick): the caller takes the general path.
+        Goes upstream as its own bytes plus edge's forwarding headers
+        (``forwarding``: :func:`edge.http.forward.forwarding_lines` for its
+        client and Host), and its response may take the quick path too
+        (:meth:`upstream_quick`). False when it cannot (no server to pick): the
+        caller takes the general path.
         """
         service = route.service
         backend = service.single or service.pick()
         if backend is None:
             return False
-        conn = self.conn
         self.express = True
         self.req_done = True
         self.route = route
         self.backend = backend
-        self.up_head = forward.upstream_request(
-            self.head, True, conn.client_ip_b, conn.ctx.scheme, authority, forwarded_port
-        )
-        self._connect()
+        # What forward.upstream_request writes for it (a quick HTTP/1.1 head in
+        # origin-form, to a connection kept alive: its cut, passed through), without
+        # the calls; test_express compares the bytes with the general path's.
+        self.up_head = self.head.cut[:-2] + forwarding
+        upstream = backend.transport.take_idle(backend.server)  # what _connect does
+        if upstream is not None:
+            upstream.reused = True
+            self._attach(upstream)
+        else:
+            self.dial_task = self.conn.loop.create_task(self._dial())
         return True
 
     def begin(self) -> None:
@@ -401,7 +408,19 @@ class Exchange:
 
     def _response_done(self) -> None:
         """The response is complete: the upstream connection goes back or away."""
-        self.release_upstream(self.req_done and self.resp_head.keep_alive)
+        upstream = self.upstream
+        if upstream is not None:  # release_upstream, without the call
+            self.upstream = None
+            upstream.owner = None
+            conn = self.conn
+            if conn.up_out:
+                conn.up_out = []  # the exchange is over: nothing more goes to that connection
+            if upstream.paused:
+                upstream.resume_reading()
+            if self.req_done and self.resp_head.keep_alive:
+                self.backend.transport.put_idle(self.backend.server, upstream)
+            else:
+                upstream.abort()
         if not self.req_done:
             # The upstream answered before the whole request body arrived: the
             # rest of it cannot be told from the next request.

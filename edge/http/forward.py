@@ -195,9 +195,16 @@ def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes,
     hop-by-hop or X-Forwarded-* header of the client's, an origin-form HTTP/1.1
     request line, no rewrite by a middleware.
     """
+    return raw[:-2] + forwarding_lines(client_ip, proto, host, port)
+
+
+def forwarding_lines(client_ip: bytes, proto: bytes, host: bytes, port: bytes) -> bytes:
+    """The end of a passthrough head (:func:`passthrough_request`): edge's forwarding
+    headers and the empty line. The same for every request of a connection that
+    names the same Host, so a connection keeps it (``HTTPConnection.forwarding``)."""
     return (
-        b"%sX-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Host: %s\r\n"
-        b"X-Forwarded-Port: %s\r\nX-Real-Ip: %s\r\n\r\n" % (raw[:-2], client_ip, proto, host, port, client_ip)
+        b"X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Host: %s\r\n"
+        b"X-Forwarded-Port: %s\r\nX-Real-Ip: %s\r\n\r\n" % (client_ip, proto, host, port, client_ip)
     )
 
 

@@ -91,11 +91,13 @@ class UpstreamConnection(asyncio.Protocol):
         return t is not None and not t.is_closing() and self.owner is None
 
     def close(self) -> None:
+        self.idle_deadline = 0.0  # not to be taken from a pool (see edge.transports.Pooled)
         t = self.transport
         if t is not None and not t.is_closing():
             t.close()
 
     def abort(self) -> None:
+        self.idle_deadline = 0.0
         t = self.transport
         if t is not None:
             t.abort()
@@ -133,6 +135,7 @@ class UpstreamConnection(asyncio.Protocol):
             owner.release_writes()
 
     def eof_received(self) -> bool | None:
+        self.idle_deadline = 0.0  # the transport closes
         owner = self.owner
         if owner is not None:
             # A body cut short is reported by connection_lost, which follows.
@@ -142,6 +145,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.idle_deadline = 0.0
         owner = self.owner
         if owner is not None:
             self.owner = None

@@ -845,3 +845,35 @@ def test_httptools_quick_path_refusal_leaves_the_full_path_to_explain():
     with pytest.raises(ProtocolError):
         parser.feed(b"GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n")
     assert rec.kinds() == ["head", "end"]
+
+
+def test_httptools_a_repeated_request_is_the_same_head_and_keeps_its_framing():
+    """The very bytes of the last quick head give that head again, on the same connection
+    or the next one of the entrypoint; a closing one still closes its parser."""
+    from edge.http import codec_httptools
+
+    memo = codec_httptools.RequestParser.memo()
+    rec = Recorder()
+    parser = codec_httptools.RequestParser(rec, memo=memo)
+    parser.feed(GET)
+    parser.feed(GET)
+    assert rec.kinds() == ["head", "end"] * 2
+    assert rec.heads[0] is rec.heads[1]
+    assert rec.heads[1].keep_alive and rec.heads[1].host == b"example.com"
+
+    close = b"GET /c HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+    for _ in range(2):  # a connection per request, as a closing client makes them
+        rec = Recorder()
+        parser = codec_httptools.RequestParser(rec, memo=memo)
+        parser.feed(close)
+        parser.feed(GET)  # after a closing request: ignored
+        assert rec.kinds() == ["head", "end"]
+        assert not rec.heads[0].keep_alive and rec.heads[0].target == b"/c"
+        assert rec.heads[0].cut == b"GET /c HTTP/1.1\r\nHost: example.com\r\n\r\n"
+
+    # The same bytes after a refused head are still judged afresh when they differ by one byte.
+    rec = Recorder()
+    parser = codec_httptools.RequestParser(rec, memo=memo)
+    with pytest.raises(ProtocolError):
+        parser.feed(close.replace(b"/c", b"/\x01"))
+    assert rec.kinds() == []

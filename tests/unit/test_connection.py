@@ -147,3 +147,22 @@ def test_a_head_begun_during_an_exchange_is_bounded_by_read_timeout(pair):
     upstream.data_received(OK)
     assert client.deadline_kind == IDLE
     assert bytes(client.transport.data) == OK + OK
+
+
+@pytest.mark.parametrize("ends", ["eof", "bytes", "lost"])
+def test_an_upstream_connection_that_ends_while_pooled_is_not_lent_again(pair, ends):
+    """The pool takes a connection by its idle deadline alone: one that its server
+    closed (or broke) while pooled has zeroed it, so the next request dials."""
+    client, upstream = pair()
+    client.data_received(get())
+    upstream.data_received(OK)
+    assert client.ex is None and upstream.idle_deadline > 0  # back in the pool
+    if ends == "eof":
+        upstream.eof_received()
+    elif ends == "bytes":
+        upstream.data_received(b"HTTP/1.1 200 OK\r\n")
+    else:
+        upstream.connection_lost(None)
+    assert upstream.idle_deadline == 0
+    client.data_received(get(b"/2"))
+    assert client.ex.upstream is None and client.ex.dial_task is not None
