@@ -57,6 +57,7 @@ class UDPEntryPoint:
             name, loop, timeout=config.udp.timeout, max_sessions=config.udp.max_sessions
         )
         self._tasks: set[asyncio.Task] = set()
+        self._swept = loop.time()  # the last sweep (or the start)
 
     @property
     def port(self) -> int:
@@ -157,7 +158,10 @@ class UDPEntryPoint:
         self.proxy.stop_reading()
 
     def sweep(self, now: float) -> None:
-        self.proxy.sweep(now)
+        # The tick lags the clock by at most the time since the last sweep (the interval,
+        # or more when this sweep is late): a session's stamp by no more than that.
+        last, self._swept = self._swept, now
+        self.proxy.sweep(now, slack=max(self.sweep_interval(), now - last))
 
     def sweep_interval(self) -> float:
         return max(SWEEP_MIN, min(SWEEP_MAX, self.proxy.shortest / 4))
@@ -165,10 +169,12 @@ class UDPEntryPoint:
     async def drain(self, grace: float) -> None:
         """Let replies still coming back reach their clients (until quiet, within ``grace``)."""
         deadline = self.loop.time() + grace
+        poll = 0.02
         while self.loop.time() < deadline and self.proxy.table:
-            if self.loop.time() - self.proxy.last_activity() >= DRAIN_QUIET:
+            now = self.proxy.refresh()  # stamps to within a poll
+            if now - self.proxy.last_activity() >= DRAIN_QUIET + poll:
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(poll)
         for task in list(self._tasks):
             task.cancel()
         self.proxy.close()

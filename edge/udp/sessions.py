@@ -1,26 +1,37 @@
-"""UDP sessions: who talks to which server, kept in least-recently-active order.
+"""UDP sessions: who talks to which server, and which has been idle longest.
 
 Owns :class:`Session` (one client address and its upstream), :class:`SessionTable`
-and :class:`Counters`. No sockets are touched here: the table only orders, bounds
+and :class:`Counters`. No sockets are touched here: the table only bounds, evicts
 and expires, so it is tested without a loop.
+
+Recency is a stamp, not an order kept per datagram: the data plane writes a coarse
+clock (``session.last = tick``; the tick is the loop time of the last sweep or new
+session) and nothing else, so a datagram costs one attribute store. The table keeps
+a heap of (stamp, sequence, session) entries, one per live session, refreshed lazily:
+an entry popped with a stamp older than its session's ``last`` is pushed again with
+the newer one, so the session popped with an unchanged stamp is the least recently
+active (at the tick's resolution; ties: the one stamped first). Every re-push follows
+a datagram, so eviction is O(log n) amortized. Entries of sessions that left the
+table are skipped when popped, and the heap is rebuilt when they outnumber the live.
 
 Invariants of :class:`SessionTable`:
 
 * at most ``max_sessions`` sessions; adding one more evicts the least recently
   active session first (and hands it back, so its socket is closed and it is counted);
-* the table's order is the order of last activity, oldest first: :meth:`touch` moves
-  a session to the end in O(1), so eviction is O(1) and expiry stops at the first
-  session younger than the shortest timeout in use, not scanning the whole table;
+* every live session has exactly one heap entry whose stamp is at most its ``last``;
 * a session leaves the table exactly once (evicted, expired or removed), and the
   caller that takes it out closes it.
 
 Expiry is a sweep: nothing is scheduled per session; the entry point calls
-:meth:`SessionTable.expire` every quarter of the shortest timeout.
+:meth:`SessionTable.expire` every quarter of the shortest timeout, with the tick's
+lag (``slack``: a stamp is at most that much older than the datagram it records) so
+that no session ends before its timeout; it pops only entries old enough to expire.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+import itertools
 from collections.abc import Hashable
 from typing import Any
 
@@ -76,7 +87,10 @@ class Session:
     datagram (which picks another server). ``reply`` is the ancillary data that makes
     replies leave from ``local``, the address the client wrote to (wildcard
     listeners); ``header`` the PROXY protocol header still to prepend to the first
-    datagram sent to ``server``.
+    datagram sent to ``server``. ``ready`` is ``sock`` while a client's datagram can
+    go to it as it is (no header to prepend, no server to pick), else None: the one
+    check the hot path makes. ``last`` is the tick of the session's latest datagram
+    (either way).
     """
 
     __slots__ = (
@@ -87,6 +101,7 @@ class Session:
         "header",
         "last",
         "local",
+        "ready",
         "reply",
         "server",
         "sock",
@@ -109,6 +124,7 @@ class Session:
         self.reply = reply
         self.server: Any = None
         self.sock: Any = None
+        self.ready: Any = None
         self.header: bytes | None = None
         self.last = 0.0
         self.budget = 1  # datagrams the upstream socket's next callback reads
@@ -119,16 +135,19 @@ class Session:
 
 
 class SessionTable:
-    """Live sessions by client address, least recently active first, at most ``max_sessions``."""
+    """Live sessions by client address, at most ``max_sessions``, least recently active
+    evicted first (see the module docstring)."""
 
-    __slots__ = ("max_sessions", "sessions")
+    __slots__ = ("_heap", "_seq", "max_sessions", "sessions")
 
     def __init__(self, max_sessions: int) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.max_sessions = max_sessions
-        # The data plane reads this directly (get, move_to_end) on its hot path.
-        self.sessions: OrderedDict[Hashable, Session] = OrderedDict()
+        # The data plane reads this directly (get) on its hot path.
+        self.sessions: dict[Hashable, Session] = {}
+        self._heap: list[tuple[float, int, Session]] = []
+        self._seq = itertools.count()
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -140,47 +159,81 @@ class SessionTable:
         return self.sessions.get(client)
 
     def touch(self, session: Session, now: float) -> None:
-        """``session`` was active at ``now``: it becomes the most recently active."""
+        """``session`` was active at ``now`` (what the data plane writes inline)."""
         session.last = now
-        self.sessions.move_to_end(session.client)
 
     def add(self, session: Session, now: float) -> Session | None:
-        """Insert ``session`` as the most recently active; returns the session evicted for it."""
+        """Insert ``session``, active at ``now``; returns the session evicted for it."""
         if session.client in self.sessions:
             raise KeyError(f"a session for {session.client!r} exists")
-        evicted = None
-        if len(self.sessions) >= self.max_sessions:
-            _, evicted = self.sessions.popitem(last=False)
+        evicted = self._pop_oldest() if len(self.sessions) >= self.max_sessions else None
         session.last = now
         self.sessions[session.client] = session
+        heapq.heappush(self._heap, (now, next(self._seq), session))
+        if len(self._heap) > 2 * len(self.sessions) + 64:
+            self._rebuild()
         return evicted
+
+    def _live(self, session: Session) -> bool:
+        return self.sessions.get(session.client) is session
+
+    def _pop_oldest(self) -> Session | None:
+        """Take out the least recently active session."""
+        heap = self._heap
+        while heap:
+            stamp, _, session = heapq.heappop(heap)
+            if not self._live(session):
+                continue  # it left the table
+            if session.last != stamp:  # active since: back in, at its newer stamp
+                heapq.heappush(heap, (session.last, next(self._seq), session))
+                continue
+            del self.sessions[session.client]
+            return session
+        return None
+
+    def _rebuild(self) -> None:
+        self._heap = [(s.last, next(self._seq), s) for s in self.sessions.values()]
+        heapq.heapify(self._heap)
 
     def remove(self, session: Session) -> bool:
         """Take ``session`` out; False when it was not in the table (already gone)."""
-        if self.sessions.get(session.client) is session:
+        if self._live(session):
             del self.sessions[session.client]
             return True
         return False
 
-    def expire(self, now: float, shortest: float) -> list[Session]:
+    def expire(self, now: float, shortest: float, slack: float = 0.0) -> list[Session]:
         """Take out and return every session idle for at least its timeout at ``now``.
 
-        ``shortest`` is at most every live session's timeout: the scan stops at the
-        first session idle for less than that (all later ones are younger).
+        ``shortest`` is at most every live session's timeout; ``slack`` bounds how much
+        older a stamp may be than the datagram it records (0: stamps are exact). Only
+        entries stamped at least ``shortest + slack`` ago are popped.
         """
+        heap = self._heap
+        limit = now - slack  # the latest a stamp's datagram can have been before ``now``
         gone: list[Session] = []
-        for session in self.sessions.values():
-            idle = now - session.last
-            if idle < shortest:
-                break
-            if idle >= session.timeout:
+        keep: list[tuple[float, int, Session]] = []
+        while heap and limit - heap[0][0] >= shortest:
+            entry = heapq.heappop(heap)
+            stamp, _, session = entry
+            if not self._live(session):
+                continue
+            if session.last != stamp:
+                heapq.heappush(heap, (session.last, next(self._seq), session))
+            elif limit - stamp >= session.timeout:
+                del self.sessions[session.client]
                 gone.append(session)
-        for session in gone:
-            del self.sessions[session.client]
+            else:
+                keep.append(entry)  # a longer timeout than the shortest: not yet
+        for entry in keep:
+            heapq.heappush(heap, entry)
+        if len(heap) > 2 * len(self.sessions) + 64:
+            self._rebuild()
         return gone
 
     def clear(self) -> list[Session]:
         """Take out and return every session."""
         gone = list(self.sessions.values())
         self.sessions.clear()
+        self._heap = []
         return gone

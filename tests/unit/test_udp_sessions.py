@@ -47,7 +47,12 @@ def test_full_table_evicts_the_least_recently_active():
     assert table.add(d, now=6.0) is b
     assert len(table) == 3
     assert table.get(b.client) is None
-    assert [s.client[1] for s in table] == [3, 1, 4]
+    assert {s.client[1] for s in table} == {1, 3, 4}
+    # stamps within one tick: the one stamped first goes first
+    e = session(("10.0.0.1", 5))
+    table.touch(c, now=6.0)
+    assert table.add(e, now=6.0) is a  # a (5.0) is older than c and d (6.0)
+    assert table.add(session(("10.0.0.1", 6)), now=6.0) is d  # stamped 6.0 before c was
 
 
 def test_expire_uses_each_session_timeout():
@@ -63,19 +68,33 @@ def test_expire_uses_each_session_timeout():
     assert len(table) == 0
 
 
-def test_expire_stops_at_the_first_young_session():
+def test_expire_waits_out_the_slack():
+    """A stamp may lag its datagram by ``slack``: no session ends before its timeout."""
     table = SessionTable(10)
-    old = session(("a", 1), timeout=1.0)
-    young = session(("a", 2), timeout=1.0)
-    behind = session(("a", 3), timeout=1.0)
-    table.add(old, now=0.0)
-    table.add(young, now=5.0)
-    table.add(behind, now=5.0)
-    # A session placed out of order (last older than its place says) is not reached:
-    # the scan stops at ``young``; the order is the invariant it relies on, kept by touch().
-    behind.last = 0.0
-    assert table.expire(now=5.5, shortest=1.0) == [old]
-    assert table.get(behind.client) is behind
+    s = session(("a", 1), timeout=1.0)
+    table.add(s, now=0.0)
+    assert table.expire(now=1.4, shortest=1.0, slack=0.5) == []
+    assert table.expire(now=1.5, shortest=1.0, slack=0.5) == [s]
+
+
+def test_expire_pops_only_what_is_old_enough():
+    """Entries younger than the shortest timeout are not visited; a longer timeout is
+    kept for a later sweep; a stamp refreshed since its entry goes back in."""
+    table = SessionTable(10)
+    long = session(("a", 1), timeout=10.0)
+    busy = session(("a", 2), timeout=1.0)
+    young = session(("a", 3), timeout=1.0)
+    table.add(long, now=0.0)
+    table.add(busy, now=0.0)
+    table.add(young, now=4.5)
+    table.touch(busy, now=4.2)
+    young.last = -100.0  # not a stamp the data plane writes: shows the entry is not reached
+    assert table.expire(now=5.0, shortest=1.0) == []
+    assert len(table) == 3
+    young.last = 4.5
+    assert table.expire(now=5.5, shortest=1.0) == [busy, young]
+    assert table.expire(now=9.9, shortest=1.0) == []
+    assert table.expire(now=10.0, shortest=1.0) == [long]
 
 
 def test_touch_keeps_a_session_alive():
@@ -121,37 +140,34 @@ ops = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(ops, st.integers(1, 5))
 def test_table_matches_a_model(operations, bound):
-    """Against a dict of last-activity times: same members, same evictions, same expiries."""
+    """Against a dict of last-activity times: same members, same expiries, and each
+    eviction takes a least recently active session (the first touched among equals)."""
     table = SessionTable(bound)
-    model: dict[int, tuple[float, float]] = {}  # client -> (last, timeout)
-    order: list[int] = []  # least recently active first
+    model: dict[int, tuple[float, float, int]] = {}  # client -> (last, timeout, touch number)
     now = 0.0
-    for op, client, step in operations:
-        now += step
+    for number, (op, client, step) in enumerate(operations):
+        now += step if op != "touch" or step > 1 else 0  # equal stamps happen: one tick
         if op == "add" and client not in model:
             evicted = table.add(session(client, timeout=float(step + 1)), now)
-            if len(order) >= bound:
-                oldest = order.pop(0)
-                del model[oldest]
+            if len(model) >= bound:
+                oldest = min(model, key=lambda c: (model[c][0], model[c][2]))
                 assert evicted is not None and evicted.client == oldest
+                del model[oldest]
             else:
                 assert evicted is None
-            model[client] = (now, float(step + 1))
-            order.append(client)
+            model[client] = (now, float(step + 1), number)
         elif op == "touch" and client in model:
-            table.touch(table.get(client), now)
-            model[client] = (now, model[client][1])
-            order.remove(client)
-            order.append(client)
+            if table.get(client).last != now:  # a second datagram in one tick changes nothing
+                table.touch(table.get(client), now)
+                model[client] = (now, model[client][1], number)
         elif op == "expire":
             gone = {s.client for s in table.expire(now, shortest=1.0)}
-            want = {c for c, (last, timeout) in model.items() if now - last >= timeout}
+            want = {c for c, (last, timeout, _) in model.items() if now - last >= timeout}
             assert gone == want
             for c in want:
                 del model[c]
-                order.remove(c)
         assert len(table) == len(model) <= bound
-        assert [s.client for s in table] == order
+        assert {s.client for s in table} == set(model)
 
 
 def test_counters_add_and_dict():

@@ -1,0 +1,272 @@
+"""The Python cost of one proxied datagram: edge's UDP data plane on real sockets, one process.
+
+A :class:`~edge.udp.server.DatagramProxy` (the entry point's data plane, as
+``edge run`` makes it) on a uvloop, with its clients and its backend as plain
+sockets on the same loop, so every datagram's path is deterministic: loopback
+delivers a datagram into the receiving socket within the ``send`` call, and one
+thread runs everything. ``--direct`` runs the same clients and backend with no proxy
+between them: what the proxy costs is the difference.
+
+    python loadtest/bench_udp.py [--mode echo|oneway] [--clients 1] [--wildcard]
+                                 [--datagrams 100000] [--direct] [--profile | --instructions]
+
+``echo``: each client keeps one datagram in flight through an echo backend (bench.py's
+udp-echo-1 and udp-echo-100); the unit is a round trip (two datagrams through the
+proxy). ``oneway``: the clients send bursts (one datagram each, round robin) to a
+sink that counts them (bench.py's udp-oneway); the unit is a datagram.
+``--wildcard``: the proxy listens on every address (IP_PKTINFO), as ``":port/udp"``.
+
+``--instructions``: instructions per unit, counted by callgrind (valgrind), proxied
+and direct, each made at two counts and differenced (start-up cancels out); the
+proxy's own figure is proxied minus direct. Deterministic where timings on a
+shared machine are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+from edge.entrypoints.udp import enable_pktinfo
+from edge.router.udp import UDPLoadBalancer, UDPRouter, UDPServer
+from edge.udp.server import DatagramProxy
+
+HOST = "127.0.0.1"
+PAYLOAD = b"x" * 64  # bench.py's udp_size
+BURST = 100  # oneway: datagrams sent per burst (one per client at 100 clients)
+
+
+def bound(host: str = HOST, family: int = socket.AF_INET) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((host, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def proxy_for(
+    loop: asyncio.AbstractEventLoop, backend: tuple, wildcard: bool
+) -> tuple[DatagramProxy, int]:
+    """A DatagramProxy to ``backend`` on a fresh listener (dual-stack wildcard or 127.0.0.1)."""
+    server = UDPServer("backend", f"{backend[0]}:{backend[1]}")
+    router = UDPRouter("bench", UDPLoadBalancer("backend", [(server, 1)]))
+    proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=10_000)
+    proxy.switch(router)
+    if wildcard:
+        listener = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        listener.bind(("::", 0))
+        listener.setblocking(False)
+        wildcard = enable_pktinfo("udp", listener)
+    else:
+        listener = bound()
+    proxy.attach(listener, wildcard=wildcard)
+    return proxy, listener.getsockname()[1]
+
+
+async def echo(n: int, clients: int, direct: bool, wildcard: bool) -> None:
+    """``n`` round trips, ``clients`` sockets each with one datagram in flight."""
+    loop = asyncio.get_running_loop()
+    backend = bound()
+
+    def echoed() -> None:  # the echo server: one datagram per wakeup (epoll reports the rest)
+        try:
+            data, peer = backend.recvfrom(65535)
+        except BlockingIOError:
+            return
+        backend.sendto(data, peer)
+
+    loop.add_reader(backend.fileno(), echoed)
+    proxy = None
+    if direct:
+        target = backend.getsockname()
+    else:
+        proxy, port = proxy_for(loop, backend.getsockname(), wildcard)
+        target = (HOST, port)
+    done = loop.create_future()
+    left = [n]
+    socks = []
+
+    def replied(sock: socket.socket) -> None:
+        try:
+            data = sock.recv(65535)
+        except BlockingIOError:
+            return
+        left[0] -= 1
+        if left[0] > 0:
+            sock.send(data)
+        elif not done.done():
+            done.set_result(None)
+
+    for _ in range(clients):
+        sock = bound()
+        sock.connect(target)
+        loop.add_reader(sock.fileno(), replied, sock)
+        socks.append(sock)
+    for sock in socks:
+        sock.send(PAYLOAD)
+    await asyncio.wait_for(done, 600)
+    for sock in socks:
+        loop.remove_reader(sock.fileno())
+        sock.close()
+    loop.remove_reader(backend.fileno())
+    backend.close()
+    if proxy is not None:
+        proxy.close()
+
+
+async def oneway(n: int, clients: int, direct: bool, wildcard: bool) -> None:
+    """``n`` datagrams to a sink, sent in bursts of BURST round robin over ``clients``."""
+    loop = asyncio.get_running_loop()
+    sink = bound()
+    proxy = None
+    if direct:
+        target = sink.getsockname()
+    else:
+        proxy, port = proxy_for(loop, sink.getsockname(), wildcard)
+        target = (HOST, port)
+    socks = []
+    for _ in range(clients):
+        sock = bound()
+        sock.connect(target)
+        socks.append(sock)
+    done = loop.create_future()
+    state = {"arrived": 0, "sent": 0, "burst_end": 0}
+
+    def burst() -> None:
+        count = min(BURST, n - state["sent"])
+        start = state["sent"]
+        for i in range(start, start + count):
+            socks[i % clients].send(PAYLOAD)
+        state["sent"] += count
+        state["burst_end"] = state["sent"]
+
+    def arrived() -> None:  # the sink: one datagram per wakeup
+        try:
+            sink.recv(65535)
+        except BlockingIOError:
+            return
+        state["arrived"] += 1
+        if state["arrived"] >= n:
+            if not done.done():
+                done.set_result(None)
+        elif state["arrived"] == state["burst_end"]:
+            burst()
+
+    loop.add_reader(sink.fileno(), arrived)
+    burst()
+    await asyncio.wait_for(done, 600)
+    loop.remove_reader(sink.fileno())
+    sink.close()
+    for sock in socks:
+        sock.close()
+    if proxy is not None:
+        proxy.close()
+
+
+def run(mode: str, n: int, clients: int, direct: bool, wildcard: bool, profile: bool) -> float:
+    """Seconds per unit (a round trip or a datagram) over ``n`` units after a warm-up."""
+    main = echo if mode == "echo" else oneway
+
+    async def measured() -> float:
+        await main(min(n, 2_000), clients, direct, wildcard)  # warm-up: caches, specialization
+        prof = cProfile.Profile() if profile else None
+        if prof:
+            prof.enable()
+        start = time.perf_counter()
+        await main(n, clients, direct, wildcard)
+        elapsed = time.perf_counter() - start
+        if prof:
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+        return elapsed / n
+
+    return uvloop.run(measured())
+
+
+def instructions(flags: list[str], small: int, large: int) -> float:
+    """Instructions per unit: callgrind totals at two counts, differenced."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind")
+    totals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (small, large):
+            out = Path(tmp) / f"callgrind.{n}"
+            subprocess.run(
+                [
+                    valgrind,
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    __file__,
+                    "--datagrams",
+                    str(n),
+                    *flags,
+                ],
+                check=True,
+                capture_output=True,
+                env=dict(os.environ, PYTHONHASHSEED="0"),
+            )
+            m = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.M)
+            assert m, "no totals in the callgrind output"
+            totals.append(int(m.group(1)))
+    return (totals[1] - totals[0]) / (large - small)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", default="echo", choices=["echo", "oneway"])
+    p.add_argument("--clients", type=int, default=1)
+    p.add_argument(
+        "--datagrams", type=int, default=100_000, help="round trips (echo) or datagrams (oneway)"
+    )
+    p.add_argument("--wildcard", action="store_true", help="the proxy listens on every address")
+    p.add_argument(
+        "--direct", action="store_true", help="no proxy: the clients' and backend's own cost"
+    )
+    p.add_argument("--profile", action="store_true")
+    p.add_argument(
+        "--instructions", action="store_true", help="count instructions per unit with callgrind"
+    )
+    args = p.parse_args()
+    unit = "round trip" if args.mode == "echo" else "datagram"
+    what = f"{args.mode}, {args.clients} client{'s' if args.clients > 1 else ''}" + (
+        ", wildcard" if args.wildcard else ""
+    )
+    flags = [
+        "--mode",
+        args.mode,
+        "--clients",
+        str(args.clients),
+        *(["--wildcard"] if args.wildcard else []),
+    ]
+    if args.instructions:
+        small, large = 2_000, 12_000
+        proxied = instructions(flags, small, large)
+        direct = instructions([*flags, "--direct"], small, large)
+        print(
+            f"{what}: {proxied - direct:,.0f} instructions per {unit} in the proxy "
+            f"({proxied:,.0f} proxied - {direct:,.0f} direct; callgrind)"
+        )
+        return
+    per = run(args.mode, args.datagrams, args.clients, args.direct, args.wildcard, args.profile)
+    print(
+        f"{what}{', direct' if args.direct else ''}: {per * 1e6:.2f} us per {unit} ({args.datagrams} {unit}s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
