@@ -167,6 +167,16 @@ def reserve(host: str, port: int, kind: int = socket.SOCK_STREAM) -> list[socket
     raise AssertionError("unreachable")
 
 
+def reserved_address(sock: socket.socket, host: str) -> tuple:
+    """The address ``sock``, a reservation for ``host``, holds. A UDP reservation is
+    connected (see :func:`reserve`), and a connected socket is named by the address it
+    sends from: loopback, for one bound to every address."""
+    name = sock.getsockname()
+    if sock.type == socket.SOCK_DGRAM and host in ("", "0.0.0.0", "::"):
+        return ("::" if sock.family == socket.AF_INET6 else "0.0.0.0", *name[1:])
+    return name
+
+
 def reserve_ports(static: StaticConfig) -> tuple[StaticConfig, dict[str, list[socket.socket]]]:
     """Reserve every entrypoint's port; the static configuration for the workers.
 
@@ -408,7 +418,10 @@ class Supervisor(Stoppable):
             log.info(
                 "entrypoint %s: listening on %s (%d workers, SO_REUSEPORT)",
                 name,
-                ", ".join(format_address(s.getsockname()) for s in socks),
+                ", ".join(
+                    format_address(reserved_address(s, self.static.entry_points[name].host))
+                    for s in socks
+                ),
                 len(self.slots),
             )
 

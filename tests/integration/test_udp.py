@@ -937,6 +937,39 @@ def test_workers_share_a_udp_port_and_keep_sessions(tmp_path):
 
 
 @linux_only
+def test_workers_announce_the_wildcard_a_udp_port_is_bound_to(tmp_path):
+    """``workers: 2`` on ``":0/udp"``: the supervisor's line names the wildcard address
+    (its reservation is connected to loopback, which renames it), and datagrams to a
+    second address of the host arrive."""
+    backends = NamedEchoThread("a")
+    dynamic = {
+        "udp": {
+            "routers": {"r": {"service": "svc"}},
+            "services": {"svc": lb(backends.addresses["a"])},
+        }
+    }
+    edge = Edge(
+        tmp_path,
+        dynamic,
+        entrypoints={"dns": {"address": ":0/udp"}},
+        static_extra={"workers": 2},
+    )
+    try:
+        port = edge.ports["dns"]
+        (line,) = [x for x in edge.log.splitlines() if "entrypoint dns: listening on" in x]
+        assert re.search(rf"listening on (0\.0\.0\.0|\[::\]):{port}\b", line), line
+        assert "127.0.0.1" not in line and "[::1]" not in line, line
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(3)
+            s.sendto(b"vip", ("127.0.0.2", port))
+            data, source = s.recvfrom(100)
+            assert (data, source) == (b"a|vip", ("127.0.0.2", port))
+    finally:
+        edge.stop()
+        backends.stop()
+
+
+@linux_only
 @pytest.mark.parametrize("host", ["127.0.0.1", ""])
 def test_a_reserved_udp_port_takes_no_datagram(host):
     """The supervisor's reservation shares the port with the workers but receives nothing."""
