@@ -65,6 +65,7 @@ __all__ = [
     "RequestView",
     "RouteTable",
     "Rule",
+    "RuleCompiler",
     "canonical_host",
     "compile_rule",
     "default_priority",
@@ -854,21 +855,21 @@ class _Parser:
         while self.current.kind == "||":
             self.advance()
             children.append(self.parse_and(depth))
-        return _combine(_Or, children)
+        return self.combine(_Or, children)
 
     def parse_and(self, depth: int) -> Any:
         children = [self.parse_unary(depth)]
         while self.current.kind == "&&":
             self.advance()
             children.append(self.parse_unary(depth))
-        return _combine(_And, children)
+        return self.combine(_And, children)
 
     def parse_unary(self, depth: int) -> Any:
         tok = self.advance()
         if depth >= MAX_NESTING:
             raise _Fail(tok.column, f"rule nested deeper than {MAX_NESTING} levels")
         if tok.kind == "!":
-            return _Not(self.parse_unary(depth + 1))
+            return self.negate(self.parse_unary(depth + 1))
         if tok.kind == "(":
             node = self.parse_or(depth + 1)
             close = self.advance()
@@ -917,7 +918,18 @@ class _Parser:
         for arg in args:  # Traefik's CheckRule, in both syntaxes
             if not arg.value:
                 raise _Fail(arg.column, f"empty value for {name}")
+        return self.build(spec, args)
+
+    # What the parse makes of what it read: matcher nodes (a _Planner makes a plan).
+
+    def build(self, spec: _Spec, args: list[_Token]) -> Any:
         return spec.build(args)
+
+    def negate(self, node: Any) -> Any:
+        return _Not(node)
+
+    def combine(self, cls: type[_And] | type[_Or], children: list[Any]) -> Any:
+        return _combine(cls, children)
 
     def _unknown(self, written: str, name: str | None) -> str:
         if name is not None and name in self.matchers:
@@ -935,6 +947,81 @@ class _Parser:
         if close:
             message += f" (did you mean {close[0]!r}?)"
         return message
+
+
+class _Planner(_Parser):
+    """Parses as :class:`_Parser` does and returns the rule's plan instead of its nodes:
+    ``("m", spec, (i, ...))`` a matcher built from the i-th string literals of the rule,
+    ``("!", plan)``, ``("c", _And or _Or, [plan, ...])``."""
+
+    def __init__(self, text: str, kind: str, syntax: str, columns: Sequence[int]) -> None:
+        super().__init__(text, kind, syntax)
+        self.ordinal = {column: i for i, column in enumerate(columns)}
+
+    def build(self, spec: _Spec, args: list[_Token]) -> Any:
+        return ("m", spec, tuple(self.ordinal[arg.column] for arg in args))
+
+    def negate(self, node: Any) -> Any:
+        return ("!", node)
+
+    def combine(self, cls: type[_And] | type[_Or], children: list[Any]) -> Any:
+        return children[0] if len(children) == 1 else ("c", cls, children)
+
+
+def _instantiate(plan: Any, values: list[str], columns: list[int]) -> Any:
+    """The nodes of ``plan`` for these literal values; _Fail as the parser would fail."""
+    if plan[0] == "m":
+        args = [_Token("string", values[i], columns[i]) for i in plan[2]]
+        for arg in args:
+            if not arg.value:
+                raise _Fail(arg.column, "empty value")  # the caller parses again for the text
+        return plan[1].build(args)
+    if plan[0] == "!":
+        return _Not(_instantiate(plan[1], values, columns))
+    return _combine(plan[1], [_instantiate(child, values, columns) for child in plan[2]])
+
+
+_LITERAL_RE: Final = re.compile(r"`[^`]*`")
+
+
+class RuleCompiler:
+    """:func:`compile_rule` for many rules written alike (a provider's: ``Host(`a`)``,
+    ``Host(`b`)``, ...): a rule whose text differs from one compiled before only inside
+    its backquoted strings takes that rule's parse (its *shape*) and builds the matchers
+    of its own values, without lexing and parsing it. The result is the same
+    :class:`Rule`; any value the matchers refuse, and any rule with a double-quoted
+    string, is compiled by :func:`compile_rule`, so errors read the same. Holds one
+    plan per shape seen; use one per configuration.
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, str, str], Any] = {}
+
+    def compile(self, rule: str, *, kind: str = "http", syntax: str = "v3") -> Rule:
+        if '"' in rule:
+            return compile_rule(rule, kind=kind, syntax=syntax)
+        values: list[str] = []
+        columns: list[int] = []
+        pieces: list[str] = []
+        last = 0
+        for m in _LITERAL_RE.finditer(rule):
+            start, end = m.span()
+            pieces.append(rule[last:start])
+            values.append(rule[start + 1 : end - 1])
+            columns.append(start + 1)
+            last = end
+        pieces.append(rule[last:])
+        key = (kind, syntax, "``".join(pieces))
+        plan = self._plans.get(key)
+        if plan is None:
+            compiled = compile_rule(rule, kind=kind, syntax=syntax)  # raises for a bad rule
+            self._plans[key] = _Planner(rule, kind, syntax, columns).parse()
+            return compiled
+        try:
+            root = _instantiate(plan, values, columns)
+        except _Fail:
+            return compile_rule(rule, kind=kind, syntax=syntax)  # the error, as it reads
+        return Rule(rule, kind, root, syntax)
 
 
 def _combine(cls: type[_And] | type[_Or], children: list[Any]) -> Any:

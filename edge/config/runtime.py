@@ -60,7 +60,7 @@ from edge.config.merge import DEFAULT_TLS, qualify, split_name
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.static import INTERNAL_ENTRY_POINT
 from edge.errors import ConfigError, RuleError
-from edge.rules import SYNTAXES, Rule, compile_rule, default_priority
+from edge.rules import SYNTAXES, Rule, RuleCompiler, default_priority
 
 __all__ = [
     "DEFAULT_TRANSPORT",
@@ -585,6 +585,7 @@ class _RuleCache:
             raise ValueError(f"unknown default rule syntax {default_syntax!r}")
         self.default_syntax = default_syntax
         self._rules: dict[tuple[str, str, str], Rule] = {}
+        self._compiler = RuleCompiler()
         if previous is not None:
             for table in (previous.http_routers, previous.tcp_routers):
                 for info in table.values():
@@ -595,7 +596,10 @@ class _RuleCache:
     def compile(self, text: str, kind: str, syntax: str) -> Rule:
         rule = self._rules.get((kind, syntax, text))
         if rule is None:
-            rule = self._rules[(kind, syntax, text)] = compile_rule(text, kind=kind, syntax=syntax)
+            # Rules written alike (a provider's thousands) share one parse.
+            rule = self._rules[(kind, syntax, text)] = self._compiler.compile(
+                text, kind=kind, syntax=syntax
+            )
         return rule
 
 
