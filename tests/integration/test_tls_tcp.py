@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import socket
 import ssl
@@ -898,4 +899,115 @@ def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoa
         assert https_get(e.port, "bad.test")[0] == 404  # disabled: not served, TLS or not
         assert get(e.port, "/", host="bad.test")[0] == 404
     finally:
+        e.stop()
+
+
+# -- memory under a slow reader ---------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def vm_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class TLSSource:
+    """A TLS server in a thread (the backend CA's pt.test): sends ``total`` bytes as fast
+    as the connection takes them, a 32-byte trailer last, then closes; notes when it
+    finished writing."""
+
+    def __init__(self, certs: dict, total: int) -> None:
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(*certs["backend_files"])
+        self.total = total
+        self.trailer = hashlib.sha256(str(total).encode()).digest()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(30)
+        self.port = self.sock.getsockname()[1]
+        self.finished = 0.0  # monotonic time the last byte was handed to the kernel
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+            with self.ctx.wrap_socket(conn, server_side=True) as tls:
+                tls.settimeout(60)
+                block = os.urandom(MIB)
+                left = self.total - len(self.trailer)
+                while left > 0:
+                    n = min(left, len(block))
+                    tls.sendall(block[:n])
+                    left -= n
+                tls.sendall(self.trailer)
+                self.finished = time.monotonic()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def close(self) -> None:
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.mark.slow
+def test_1_gib_through_passthrough_to_a_slow_reader_keeps_edge_memory_bounded(tmp_path, certs):
+    """The issue's check: 1 GiB through a passthrough router to a client that reads at a
+    paced 48 MiB/s (the backend could send many times faster). Edge's flow control must
+    hold the backend back rather than buffer: its RSS, sampled every 20 ms, stays within
+    32 MiB of what it was before the transfer, and the backend finishes writing only
+    when the reader is within a few MiB of the end (the kernel's socket buffers and
+    edge's high-water marks are all that may sit between them)."""
+    total, rate = 1 << 30, 48 * MIB
+    source = TLSSource(certs, total)
+    dynamic = {
+        "tcp": {
+            "routers": {"pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}},
+            "services": {"b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{source.port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic, static_extra={"log": {"level": "INFO"}})
+    peak = {"rss": 0}
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.02):
+            peak["rss"] = max(peak["rss"], vm_rss(e.proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        base = vm_rss(e.proc.pid)
+        sampler.start()
+        got, tail, behind = 0, b"", None
+        ctx = ssl._create_unverified_context()  # the backend's own certificate, checked below
+        with socket.create_connection(("127.0.0.1", e.port), timeout=30) as raw_sock, ctx.wrap_socket(
+            raw_sock, server_hostname="pt.test"
+        ) as s:
+            assert hashlib.sha256(s.getpeercert(True)).hexdigest() == certs["backend"].fingerprint
+            start = time.monotonic()
+            while True:
+                chunk = s.recv(256 * 1024)
+                if not chunk:
+                    break
+                got += len(chunk)
+                tail = (tail + chunk)[-32:]
+                if behind is None and source.finished:
+                    behind = total - got  # what was in flight when the backend was done
+                ahead = got / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            elapsed = time.monotonic() - start
+        sampling.set()
+        sampler.join(5)
+        assert source.error is None, source.error
+        assert got == total and tail == source.trailer
+        assert elapsed >= total / rate * 0.95  # the reader set the pace
+        assert behind is not None and behind < 24 * MIB, behind
+        assert peak["rss"] - base < 32 * MIB, (peak["rss"], base)
+    finally:
+        sampling.set()
+        source.close()
         e.stop()
