@@ -7,6 +7,7 @@ knobs and watch the cache and the change callback follow. Every wait is bounded.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from edge.providers.kubernetes.client import (
     KubeClient,
     Timing,
     WatchSpec,
+    gc_paused,
     load_api_config,
 )
 from tests.kube import models as m
@@ -556,3 +558,35 @@ def test_missing_credentials_are_named(no_ambient_credentials, tmp_path, monkeyp
     bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
     with pytest.raises(CredentialsError, match=r"kubeconfig .*bad.yaml"):
         load_api_config(kubeconfig=str(bad))
+
+
+def test_gc_paused_by_several_threads_is_on_again_when_all_are_done():
+    assert gc.isenabled()
+    inside = threading.Barrier(3, timeout=5)
+    leave = threading.Event()
+    seen: list[bool] = []
+
+    def worker() -> None:
+        with gc_paused():
+            inside.wait()
+            seen.append(gc.isenabled())
+            leave.wait(5)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    with gc_paused():
+        inside.wait()
+        assert not gc.isenabled()
+        leave.set()
+        for t in threads:
+            t.join(5)
+    assert seen == [False, False]
+    assert gc.isenabled()
+    gc.disable()  # found off, left off
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

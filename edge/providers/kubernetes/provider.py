@@ -61,13 +61,11 @@ no API server can be found (a configuration error, edge does not start);
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -89,6 +87,7 @@ from edge.providers.kubernetes.client import (
     KubernetesError,
     Timing,
     WatchSpec,
+    gc_paused,
     load_api_config,
 )
 from edge.providers.kubernetes.ingress import (
@@ -260,21 +259,6 @@ def _status_of(ing: objects.Ingress) -> set[Address]:
     for lb in ing.status.load_balancer.ingress:
         out.update(_address(lb.ip, lb.hostname))
     return out
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The automatic cyclic GC waits while a whole cluster is converted: the conversion
-    makes a hundred thousand objects and none is garbage, and each full pass would walk
-    the cache and every router live (a 5,000-Ingress conversion takes about a third
-    longer with it). As the watcher's Preparer does; it is on again once neither runs."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _same_servers(old: Configuration, new: Configuration) -> bool:
@@ -514,7 +498,7 @@ class KubernetesIngressProvider:
             self.patches += 1
             how = "endpoints updated in place"
         else:
-            with _gc_paused():
+            with gc_paused():
                 conversion = convert(state, self.options)
             self.conversions += 1
             self._report(conversion.problems)
