@@ -5,10 +5,13 @@ A :class:`~edge.udp.server.DatagramProxy` (the entry point's data plane, as
 sockets on the same loop, so every datagram's path is deterministic: loopback
 delivers a datagram into the receiving socket within the ``send`` call, and one
 thread runs everything. ``--direct`` runs the same clients and backend with no proxy
-between them: what the proxy costs is the difference.
+between them: what the proxy costs is the difference. ``--ceiling``: bench.py's
+udp-ceiling instead of edge (the least a uvloop proxy does per datagram: add_reader,
+one read per wakeup, a dict of connected upstream sockets, nothing else).
 
     python loadtest/bench_udp.py [--mode echo|oneway] [--clients 1] [--wildcard]
-                                 [--datagrams 100000] [--direct] [--profile | --instructions]
+                                 [--datagrams 100000] [--direct | --ceiling]
+                                 [--profile | --instructions]
 
 ``echo``: each client keeps one datagram in flight through an echo backend (bench.py's
 udp-echo-1 and udp-echo-100); the unit is a round trip (two datagrams through the
@@ -56,10 +59,52 @@ def bound(host: str = HOST, family: int = socket.AF_INET) -> socket.socket:
     return sock
 
 
+class Ceiling:
+    """bench.py's UDP_CEILING_PY as an object: the least a uvloop UDP proxy does."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend: tuple) -> None:
+        self.loop = loop
+        self.listener = bound()
+        self.sessions: dict[tuple, socket.socket] = {}
+        listener = self.listener
+
+        def reply(up: socket.socket, client: tuple) -> None:
+            try:  # noqa: SIM105 (as bench.py's: suppress() would cost more than the rest)
+                listener.sendto(up.recv(65535), client)
+            except BlockingIOError:
+                pass
+
+        def request() -> None:
+            try:
+                data, client = listener.recvfrom(65535)
+            except BlockingIOError:
+                return
+            up = self.sessions.get(client)
+            if up is None:
+                up = self.sessions[client] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                up.setblocking(False)
+                up.connect(backend)
+                loop.add_reader(up.fileno(), reply, up, client)
+            up.send(data)
+
+        loop.add_reader(listener.fileno(), request)
+
+    def close(self) -> None:
+        for up in self.sessions.values():
+            self.loop.remove_reader(up.fileno())
+            up.close()
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+
+
 def proxy_for(
-    loop: asyncio.AbstractEventLoop, backend: tuple, wildcard: bool
-) -> tuple[DatagramProxy, int]:
-    """A DatagramProxy to ``backend`` on a fresh listener (dual-stack wildcard or 127.0.0.1)."""
+    loop: asyncio.AbstractEventLoop, backend: tuple, subject: str, wildcard: bool
+) -> tuple[DatagramProxy | Ceiling, int]:
+    """A DatagramProxy to ``backend`` on a fresh listener (dual-stack wildcard or
+    127.0.0.1), or the ceiling's."""
+    if subject == "ceiling":
+        ceiling = Ceiling(loop, backend)
+        return ceiling, ceiling.listener.getsockname()[1]
     server = UDPServer("backend", f"{backend[0]}:{backend[1]}")
     router = UDPRouter("bench", UDPLoadBalancer("backend", [(server, 1)]))
     proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=10_000)
@@ -76,7 +121,7 @@ def proxy_for(
     return proxy, listener.getsockname()[1]
 
 
-async def echo(n: int, clients: int, direct: bool, wildcard: bool) -> None:
+async def echo(n: int, clients: int, subject: str, wildcard: bool) -> None:
     """``n`` round trips, ``clients`` sockets each with one datagram in flight."""
     loop = asyncio.get_running_loop()
     backend = bound()
@@ -90,10 +135,10 @@ async def echo(n: int, clients: int, direct: bool, wildcard: bool) -> None:
 
     loop.add_reader(backend.fileno(), echoed)
     proxy = None
-    if direct:
+    if subject == "direct":
         target = backend.getsockname()
     else:
-        proxy, port = proxy_for(loop, backend.getsockname(), wildcard)
+        proxy, port = proxy_for(loop, backend.getsockname(), subject, wildcard)
         target = (HOST, port)
     done = loop.create_future()
     left = [n]
@@ -127,15 +172,15 @@ async def echo(n: int, clients: int, direct: bool, wildcard: bool) -> None:
         proxy.close()
 
 
-async def oneway(n: int, clients: int, direct: bool, wildcard: bool) -> None:
+async def oneway(n: int, clients: int, subject: str, wildcard: bool) -> None:
     """``n`` datagrams to a sink, sent in bursts of BURST round robin over ``clients``."""
     loop = asyncio.get_running_loop()
     sink = bound()
     proxy = None
-    if direct:
+    if subject == "direct":
         target = sink.getsockname()
     else:
-        proxy, port = proxy_for(loop, sink.getsockname(), wildcard)
+        proxy, port = proxy_for(loop, sink.getsockname(), subject, wildcard)
         target = (HOST, port)
     socks = []
     for _ in range(clients):
@@ -176,17 +221,17 @@ async def oneway(n: int, clients: int, direct: bool, wildcard: bool) -> None:
         proxy.close()
 
 
-def run(mode: str, n: int, clients: int, direct: bool, wildcard: bool, profile: bool) -> float:
+def run(mode: str, n: int, clients: int, subject: str, wildcard: bool, profile: bool) -> float:
     """Seconds per unit (a round trip or a datagram) over ``n`` units after a warm-up."""
     main = echo if mode == "echo" else oneway
 
     async def measured() -> float:
-        await main(min(n, 2_000), clients, direct, wildcard)  # warm-up: caches, specialization
+        await main(min(n, 2_000), clients, subject, wildcard)  # warm-up: caches, specialization
         prof = cProfile.Profile() if profile else None
         if prof:
             prof.enable()
         start = time.perf_counter()
-        await main(n, clients, direct, wildcard)
+        await main(n, clients, subject, wildcard)
         elapsed = time.perf_counter() - start
         if prof:
             prof.disable()
@@ -237,14 +282,20 @@ def main() -> None:
     p.add_argument(
         "--direct", action="store_true", help="no proxy: the clients' and backend's own cost"
     )
+    p.add_argument("--ceiling", action="store_true", help="the least uvloop proxy, not edge")
     p.add_argument("--profile", action="store_true")
     p.add_argument(
         "--instructions", action="store_true", help="count instructions per unit with callgrind"
     )
     args = p.parse_args()
+    if args.direct and args.ceiling:
+        p.error("--direct and --ceiling are two subjects: one at a time")
+    subject = "direct" if args.direct else "ceiling" if args.ceiling else "edge"
     unit = "round trip" if args.mode == "echo" else "datagram"
-    what = f"{args.mode}, {args.clients} client{'s' if args.clients > 1 else ''}" + (
-        ", wildcard" if args.wildcard else ""
+    what = (
+        f"{args.mode}, {args.clients} client{'s' if args.clients > 1 else ''}"
+        + (", wildcard" if args.wildcard else "")
+        + (", ceiling" if args.ceiling else "")
     )
     flags = [
         "--mode",
@@ -255,16 +306,17 @@ def main() -> None:
     ]
     if args.instructions:
         small, large = 2_000, 12_000
-        proxied = instructions(flags, small, large)
+        proxied = instructions([*flags, *(["--ceiling"] if args.ceiling else [])], small, large)
         direct = instructions([*flags, "--direct"], small, large)
         print(
             f"{what}: {proxied - direct:,.0f} instructions per {unit} in the proxy "
             f"({proxied:,.0f} proxied - {direct:,.0f} direct; callgrind)"
         )
         return
-    per = run(args.mode, args.datagrams, args.clients, args.direct, args.wildcard, args.profile)
+    per = run(args.mode, args.datagrams, args.clients, subject, args.wildcard, args.profile)
     print(
-        f"{what}{', direct' if args.direct else ''}: {per * 1e6:.2f} us per {unit} ({args.datagrams} {unit}s)"
+        f"{what}{', direct' if args.direct else ''}: {per * 1e6:.2f} us per {unit} "
+        f"({args.datagrams} {unit}s)"
     )
 
 

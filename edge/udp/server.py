@@ -62,7 +62,7 @@ __all__ = [
 
 MAX_DATAGRAM = 65535  # read size: a UDP payload is at most 65,507 bytes over IPv4
 BATCH = 64  # datagrams read per readiness callback before the loop serves others
-PROBE_EVERY = 16  # at a budget of 1, every 16th full callback tries a budget of 2
+PROBE_EVERY = 64  # at a budget of 1, every 64th full callback tries a budget of 2
 REFUSED_DOWN = 10.0  # seconds a server that refused (ICMP port unreachable) is not picked
 DRAIN_QUIET = 0.2  # drain ends once no session has seen a datagram for this long
 
