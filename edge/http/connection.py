@@ -48,8 +48,8 @@ log = logging.getLogger("edge.http")
 # deadline kinds
 NO_DEADLINE, IDLE, HEAD, WRITE = 0, 1, 2, 3
 
-# Host values an entrypoint remembers the parse of (HTTPContext.host_port), and the
-# longest it remembers: a bound on what clients can make it keep.
+# Host values (and client, Host pairs) an entrypoint remembers the parse of (HTTPContext.host_port,
+# HTTPContext.forwarding), and the longest it remembers: a bound on what clients can make it keep.
 MAX_REMEMBERED_HOSTS = 1024
 MAX_REMEMBERED_HOST = 256
 
@@ -107,6 +107,7 @@ class HTTPContext:
         self.quick_parse = internal is None and hasattr(request_parser, "quick")  # the express path
         self.trust_some = bool(self.trusted_networks)
         self.hosts: dict[bytes, tuple[str, bytes]] = {}  # Host value -> (host, forwarded port)
+        self.forwardings: dict[tuple[bytes, bytes], bytes] = {}  # (client IP, Host value) -> forwarding lines
 
     def host_port(self, authority: bytes) -> tuple[str, bytes]:
         """(host, forwarded port) of a Host value, remembered for the next connection
@@ -120,6 +121,20 @@ class HTTPContext:
                     self.hosts.clear()
                 self.hosts[authority] = hostport
         return hostport
+
+    def forwarding(self, client_ip: bytes, authority: bytes, port: bytes) -> bytes:
+        """The forwarding lines of a passthrough head (:func:`edge.http.forward.forwarding_lines`)
+        for a client and a Host value, remembered for the next connection of that
+        client (bounded as :meth:`host_port` is)."""
+        key = (client_ip, authority)
+        lines = self.forwardings.get(key)
+        if lines is None:
+            lines = forward.forwarding_lines(client_ip, self.scheme, authority, port)
+            if len(authority) <= MAX_REMEMBERED_HOST:
+                if len(self.forwardings) >= MAX_REMEMBERED_HOSTS:
+                    self.forwardings.clear()
+                self.forwardings[key] = lines
+        return lines
 
     def is_trusted(self, ip: str) -> bool:
         if self.insecure:
@@ -385,9 +400,7 @@ class HTTPConnection(asyncio.Protocol):
         else:
             forwarding = self.forwarding
             if not forwarding:
-                forwarding = self.forwarding = forward.forwarding_lines(
-                    self.client_ip_b, ctx.scheme, authority, self.hostport[1]
-                )
+                forwarding = self.forwarding = ctx.forwarding(self.client_ip_b, authority, self.hostport[1])
             express = ex.express_start(route, forwarding)
         if not express:
             ex.begin()

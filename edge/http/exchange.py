@@ -381,14 +381,13 @@ class Exchange:
         # What forward.client_response gives: a quick head's cut when the client
         # connection stays open (its first branch, here without the call).
         out = head.cut if self.keep_alive else forward.client_response(head, False, False, None)
-        size = len(head.raw)
-        self.sent = len(data) - size
+        self.sent = head.content_length  # data holds exactly the head and its body
         transport = self.conn.transport
         if transport is not None and not transport.is_closing():
             if out is head.raw:
                 transport.write(data)
             else:
-                transport.writelines((out, data[size:]))
+                transport.writelines((out, data[len(head.raw) :]))
         self._response_done()
 
     def upstream_body(self, data: bytes) -> None:

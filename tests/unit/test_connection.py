@@ -166,3 +166,27 @@ def test_an_upstream_connection_that_ends_while_pooled_is_not_lent_again(pair, e
     assert upstream.idle_deadline == 0
     client.data_received(get(b"/2"))
     assert client.ex.upstream is None and client.ex.dial_task is not None
+
+
+def test_forwarding_lines_are_each_client_s_own_for_each_host(pair):
+    """What an entrypoint remembers of the forwarding lines (per client and Host)
+    never lends one client's address, or one Host, to another."""
+    from edge.http.connection import HTTPConnection
+
+    client, upstream = pair()
+    cases = [("10.0.0.7", b"a.test"), ("10.0.0.8", b"a.test"), ("10.0.0.7", b"A.test:80"), ("10.0.0.8", b"a.test")]
+    sent = []
+    for ip, host in cases:
+        conn = HTTPConnection(client.ctx)
+        conn.connection_made(Recorder((ip, 40001)))
+        before = len(upstream.transport.data)
+        conn.data_received(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+        sent.append(bytes(upstream.transport.data[before:]))
+        upstream.data_received(OK)
+        assert conn.transport.closing
+        conn.connection_lost(None)
+    for (ip, host), out in zip(cases, sent, strict=True):
+        assert b"X-Forwarded-For: %s\r\n" % ip.encode() in out, out
+        assert b"X-Real-Ip: %s\r\n" % ip.encode() in out
+        assert b"X-Forwarded-Host: %s\r\n" % host in out
+    assert sent[1] == sent[3]
