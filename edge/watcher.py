@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edge.config.dynamic import Configuration
-from edge.config.merge import merge
+from edge.config.merge import RouterMemo, merge
 from edge.config.runtime import DISABLED, RuntimeConfig, build_runtime
 from edge.providers.base import Message
 
@@ -122,6 +122,7 @@ class Watcher:
         self._closed = False
         self._preparer = Preparer() if offload else None
         self._default_rule_syntax = default_rule_syntax  # core.defaultRuleSyntax
+        self._merged: RouterMemo = {}  # what merge made of each provider's routers (rounds never overlap)
         self._task: asyncio.Task | None = None
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
@@ -234,7 +235,7 @@ class Watcher:
         """The heavy half of a round: merge, validate, listeners' preparations (any thread)."""
         try:
             runtime = build_runtime(
-                merge(configs),
+                merge(configs, self._merged),
                 self._entry_points,
                 previous=self.runtime,
                 default_rule_syntax=self._default_rule_syntax,

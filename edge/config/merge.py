@@ -48,7 +48,7 @@ from edge.config.dynamic import (
     Weighted,
 )
 
-__all__ = ["DEFAULT_TLS", "merge", "qualify", "split_name"]
+__all__ = ["DEFAULT_TLS", "RouterMemo", "merge", "qualify", "split_name"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,23 @@ def split_name(qualified: str) -> tuple[str, str]:
     return (name, provider) if name else (qualified, "")
 
 
-def merge(configs: Mapping[str, Configuration]) -> Configuration:
-    """One configuration from every provider's (provider name -> its configuration)."""
+RouterMemo = dict[str, tuple[Mapping[str, Router], list[tuple[str, Router]]]]
+"""What :func:`merge` made of each provider's HTTP routers: provider -> (the routers it
+was given, what they became)."""
+
+
+def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) -> Configuration:
+    """One configuration from every provider's (provider name -> its configuration).
+
+    ``memo`` (kept by the caller from one merge to the next) spares qualifying again a
+    provider's HTTP routers when its configuration holds the very same routers table
+    as last time: a provider that changed only its services (the Kubernetes provider's
+    endpoint churn: 5,000 routers) passes the table on, and configurations are never
+    changed once published.
+    """
+    if memo is not None:
+        for gone in memo.keys() - configs.keys():
+            del memo[gone]
     has_http = has_tcp = has_udp = False
     routers: dict[str, Router] = {}
     services: dict[str, Service] = {}
@@ -100,7 +115,14 @@ def merge(configs: Mapping[str, Configuration]) -> Configuration:
 
         if conf.http is not None:
             has_http = True
-            routers.update((q(n), _http_router(r, q)) for n, r in conf.http.routers.items())
+            last = memo.get(provider) if memo is not None else None
+            if last is not None and last[0] is conf.http.routers:
+                qualified = last[1]
+            else:
+                qualified = [(q(n), _http_router(r, q)) for n, r in conf.http.routers.items()]
+                if memo is not None:
+                    memo[provider] = (conf.http.routers, qualified)
+            routers.update(qualified)
             services.update((q(n), _http_service(s, q)) for n, s in conf.http.services.items())
             middlewares.update((q(n), m) for n, m in conf.http.middlewares.items())
             transports.update((q(n), t) for n, t in conf.http.servers_transports.items())
