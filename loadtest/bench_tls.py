@@ -338,13 +338,15 @@ def instructions(flags: list[str], small: int, large: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             out = Path(tmp) / f"callgrind.{n}"
-            subprocess.run(
+            done = subprocess.run(
                 [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
                  "--connections", str(n), *flags],
-                check=True,
                 capture_output=True,
+                text=True,
                 env=dict(os.environ, PYTHONHASHSEED="0"),
             )
+            if done.returncode != 0:
+                raise SystemExit(f"callgrind run of {n} failed:\n{done.stderr[-3000:]}")
             m = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.M)
             assert m, "no totals in the callgrind output"
             totals.append(int(m.group(1)))

@@ -84,8 +84,8 @@ class PeekContext:
 
     ``http(client)`` makes the HTTP protocol for a plain connection; ``https(sni,
     client)`` the one for a connection edge terminated (X-Forwarded-Proto https);
-    ``client`` is the (ip, port) a PROXY protocol header named, or None (the
-    peer). ``connections`` is the entrypoint's set of live connections.
+    ``client`` is the (ip, port) a PROXY protocol header named, or the peer's
+    (``https``; None for ``http``: the peer). ``connections`` is the entrypoint's set of live connections.
     """
 
     def __init__(
@@ -145,7 +145,8 @@ class Peek(asyncio.Protocol):
         # needs to see a ClientHello: the connection is that router's now. A client
         # that waits for the server to speak first (SMTP, MySQL, SSH) would
         # otherwise wait out the peek (Traefik handles this case first for that reason).
-        route = self.router.at_once(ip)
+        router = self.router
+        route = router.at_once(ip) if router.immediate else None
         if route is not None:
             self._relay(route, b"")
             return
@@ -252,7 +253,8 @@ class Peek(asyncio.Protocol):
             refuse(transport, ALERT_INTERNAL_ERROR if broken else ALERT_UNRECOGNIZED_NAME)
             return
         if route.service is None:
-            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source)
+            # The client as read above (the HTTP connection need not ask the TLS transport).
+            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source or self.client)
         else:
             app = _Terminated(self, route)
         start_tls(transport, context, app, peeked, handshake_timeout=self.ctx.handshake_timeout)

@@ -4,8 +4,9 @@ Owns :func:`dial_tls_splice`, the TLS counterpart of
 :func:`edge.tcp.splice.dial_splice`: connect, write the PROXY protocol header in
 the clear (as Traefik's dialer does: the header is for the server's TCP stack,
 before its TLS), run the client side of the handshake with the serversTransport's
-context (``loop.start_tls``), then splice the client to the TLS stream. The
-bytes already read from the client (peeked ones) go to the server inside TLS.
+context (:func:`edge.tls.terminate.connect_tls`: edge's own TLS transport, the
+terminator's, as a client), then splice the client to the TLS stream. The bytes
+already read from the client (peeked ones) go to the server inside TLS.
 
 Invariants:
 - The whole dial (connect and handshake) is bounded by ``timeout`` (None: no
@@ -13,10 +14,13 @@ Invariants:
   names the address and the reason; the client is left parked for the caller.
 - Nothing the server sends is lost: bytes decrypted before the splice exists
   are held by the upstream's :class:`Pending` and replayed first.
-
-Known limit: asyncio's TLS transports cannot half-close (``can_write_eof()`` is
-false), so a client's EOF ends both directions of such a splice, gracefully
-(what is buffered is written) but without waiting for the server's answer.
+- Half-close as a plain splice has it, under TLS 1.3: the client's EOF reaches
+  the server as close_notify (and FIN) while the server's answer keeps coming
+  until it ends or ``termination_delay`` passes; the server's close_notify
+  reaches the client as EOF while the client may go on sending. (asyncio's
+  ``loop.start_tls`` transports cannot half-close: a client's EOF used to end
+  both directions at once.) TLS 1.2 has no half-close: an EOF either way
+  closes both, gracefully.
 """
 
 from __future__ import annotations
@@ -26,19 +30,9 @@ import ssl
 from collections.abc import Callable
 
 from edge.tcp.splice import TERMINATION_DELAY, DialError, Pending, Splice, splice
+from edge.tls.terminate import connect_tls
 
 __all__ = ["dial_tls_splice"]
-
-
-class _Upstream(Pending):
-    """The upstream's holder: its TLS transport is known only once ``start_tls`` returns."""
-
-    __slots__ = ()
-
-    def data_received(self, data: bytes) -> None:
-        self.data.append(data)
-        if self.transport is not None:
-            self.transport.pause_reading()
 
 
 async def dial_tls_splice(
@@ -66,13 +60,17 @@ async def dial_tls_splice(
         old = client.get_protocol()
         held = old if isinstance(old, Pending) else Pending.attach(client)
     raw: asyncio.Transport | None = None
-    upstream = _Upstream()
+    upstream = Pending()  # connection_made once the handshake is done; keeps what comes first
     try:
         async with asyncio.timeout(timeout):
             raw, _ = await loop.create_connection(asyncio.Protocol, host, port)
             if header:
                 raw.write(header)
-            tls = await loop.start_tls(raw, upstream, context, server_hostname=server_hostname or None)
+            # No bound of its own when the dial has one (asyncio's start_tls: 60 s).
+            await connect_tls(
+                raw, context, upstream, server_hostname or host,
+                handshake_timeout=0 if timeout is not None else 60.0,
+            )
     except TimeoutError:
         if raw is not None:
             raw.abort()
@@ -85,7 +83,4 @@ async def dial_tls_splice(
         if raw is not None:
             raw.abort()
         raise DialError(f"dial {host}:{port} (tls): {exc.strerror or exc}") from exc
-    upstream.transport = tls  # type: ignore[assignment]
-    if upstream.data:
-        tls.pause_reading()
     return splice(held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close)

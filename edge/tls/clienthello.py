@@ -129,6 +129,24 @@ class ClientHelloParser:
         if self._error is not None:
             raise self._error
         try:
+            if (
+                self._pos == 0
+                and len(data) > 8
+                and data[0] == _HANDSHAKE
+                and data[1] == 3
+                and data[5] == _CLIENT_HELLO
+            ):
+                # The common case, decided without the record walk: the first read holds
+                # one record that is exactly the whole ClientHello (what _parse would find).
+                end = 5 + ((data[3] << 8) | data[4])
+                if (
+                    end <= len(data)
+                    and end - 5 <= MAX_RECORD
+                    and end <= self.max_size
+                    and int.from_bytes(data[6:9], "big") + 9 == end
+                ):
+                    answer = self._answer = _parse_message(bytes(data[5:end]), end)
+                    return answer
             answer = self._parse(data)
         except ClientHelloError as e:
             self._error = e

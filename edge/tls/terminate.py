@@ -41,7 +41,6 @@ is the caller's to bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from typing import Any
@@ -54,6 +53,7 @@ __all__ = [
     "ALERT_UNRECOGNIZED_NAME",
     "HANDSHAKE_TIMEOUT",
     "TLSTransport",
+    "connect_tls",
     "refuse",
     "start_tls",
 ]
@@ -100,8 +100,59 @@ def start_tls(
     return tls
 
 
+async def connect_tls(
+    raw: asyncio.Transport,
+    context: ssl.SSLContext,
+    protocol: asyncio.BaseProtocol,
+    server_hostname: str | None,
+    *,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+) -> TLSTransport:
+    """The client side: speak TLS as a client on ``raw`` (a connection just made) and
+    return once the handshake is done; ``protocol.connection_made`` has then been called.
+
+    Unlike asyncio's ``loop.start_tls``, the transport can half-close under TLS 1.3
+    (``write_eof``: close_notify, then FIN, and reading goes on). Raises the
+    ``ssl.SSLError`` of a failed handshake, ``ConnectionError`` when the server
+    closes during it, ``TimeoutError`` past ``handshake_timeout`` (0: none; the
+    caller may bound it instead); the raw transport is then closed or aborted.
+    """
+    waiter = asyncio.get_running_loop().create_future()
+    tls = TLSTransport(
+        raw, context, protocol, handshake_timeout, server_hostname=server_hostname, waiter=waiter
+    )
+    raw.set_protocol(tls)
+    if not raw.is_reading():
+        raw.resume_reading()
+    tls._handshake()  # the ClientHello
+    await waiter
+    return tls
+
+
 class TLSTransport(asyncio.Transport):
     """The application's transport over one TLS connection; the raw transport's protocol."""
+
+    __slots__ = (
+        "_app",
+        "_closing",
+        "_connected",
+        "_context",
+        "_encrypt",
+        "_eof",
+        "_eof_written",
+        "_failed",
+        "_in",
+        "_out",
+        "_raw",
+        "_raw_eof",
+        "_read_record",
+        "_reading_paused",
+        "_ssl",
+        "_sslobj",
+        "_timer",
+        "_waiter",
+        "_writing_paused",
+    )
 
     def __init__(
         self,
@@ -109,18 +160,33 @@ class TLSTransport(asyncio.Transport):
         context: ssl.SSLContext,
         protocol: asyncio.BaseProtocol,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        *,
+        server_hostname: str | None = None,
+        waiter: asyncio.Future | None = None,
     ) -> None:
-        super().__init__()
+        """Server side unless ``server_hostname`` is given (see :func:`connect_tls`);
+        ``waiter`` gets the handshake's outcome (None, or the exception)."""
+        # (asyncio.BaseTransport.__init__ only makes the extra-info dict, unused here.)
         self._raw = raw
         self._context = context
         self._app = protocol
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._ssl = context.wrap_bio(self._in, self._out, server_side=True)
-        # The hot path calls the C object under ssl.SSLObject (CPython's ``_sslobj``),
-        # one Python frame less per call; its read/write are what SSLObject's call.
-        self._read_record = self._ssl._sslobj.read
-        self._encrypt = self._ssl._sslobj.write
+        # Edge calls the C object under ssl.SSLObject (CPython's ``_sslobj``): the
+        # wrapper's methods are these calls, one Python frame more each. A server side
+        # is made without the wrapper (three Python calls per connection), which is
+        # made if the application asks for it (``get_extra_info("ssl_object")``).
+        self._ssl: ssl.SSLObject | None
+        if server_hostname is None:
+            self._ssl = None
+            sslobj = context._wrap_bio(self._in, self._out, server_side=True, server_hostname=None)
+        else:
+            self._ssl = context.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
+            sslobj = self._ssl._sslobj
+        self._sslobj = sslobj
+        self._waiter = waiter
+        self._read_record = sslobj.read
+        self._encrypt = sslobj.write
         self._connected = False  # handshake done, app protocol told
         self._failed = False  # handshake failed or timed out: ignore whatever comes
         self._closing = False
@@ -140,11 +206,29 @@ class TLSTransport(asyncio.Transport):
         """Not called: the raw transport was made before this protocol was installed."""
 
     def data_received(self, data: bytes) -> None:
-        self._in.write(data)
-        if self._connected:
+        incoming = self._in
+        incoming.write(data)
+        if not self._connected:
+            if not self._failed:
+                self._handshake()
+            return
+        if self._reading_paused:
+            return  # left in the BIOs until resume_reading
+        # The common case in this frame: the read was whole records of application
+        # data, and reading them made OpenSSL answer nothing: hand them on.
+        try:
+            chunk = self._read_record(READ_SIZE)
+        except ssl.SSLWantReadError:  # not a whole record yet
+            if self._out.pending:
+                self._flush()
+            return
+        except ssl.SSLError:  # close_notify after ours, or a fatal error: _read says which
             self._read()
-        elif not self._failed:
-            self._handshake()
+            return
+        if chunk and not incoming.pending and not self._out.pending:
+            self._app.data_received(chunk)
+            return
+        self._read(chunk)
 
     def eof_received(self) -> bool | None:
         # TCP EOF: with or after close_notify, or a truncation; the application
@@ -165,6 +249,8 @@ class TLSTransport(asyncio.Transport):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._waiter is not None:
+            self._settle(exc or ConnectionResetError("connection lost during the TLS handshake"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -186,13 +272,13 @@ class TLSTransport(asyncio.Transport):
 
     def _handshake(self) -> None:
         try:
-            self._ssl.do_handshake()
+            self._sslobj.do_handshake()
         except ssl.SSLWantReadError:
             self._flush()
             return
         except ssl.SSLError as exc:
             self._flush()  # the alert OpenSSL produced
-            self._fail(f"handshake failed: {exc.reason or exc}")
+            self._fail(f"handshake failed: {exc.reason or exc}", exc)
             return
         self._flush()  # the server's last flight, and TLS 1.3 session tickets
         if self._timer is not None:
@@ -200,6 +286,8 @@ class TLSTransport(asyncio.Transport):
             self._timer = None
         self._connected = True
         self._app.connection_made(self)
+        if self._waiter is not None:
+            self._settle(None)
         if self._writing_paused:
             self._app.pause_writing()
         if self._in.pending and not self._closing:
@@ -209,13 +297,24 @@ class TLSTransport(asyncio.Transport):
         self._timer = None
         if not self._connected and not self._failed:
             self._failed = True
-            log.debug("TLS from %s: no handshake within its timeout; aborted", self._peer())
+            log.debug("TLS with %s: no handshake within its timeout; aborted", self._peer())
+            self._settle(TimeoutError("no TLS handshake within its timeout"))
             self._raw.abort()
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str, exc: BaseException | None = None) -> None:
         self._failed = True
-        log.debug("TLS from %s: %s", self._peer(), why)
+        log.debug("TLS with %s: %s", self._peer(), why)
+        self._settle(exc or ConnectionResetError(why))
         self._raw.close()
+
+    def _settle(self, exc: BaseException | None) -> None:
+        """Tell :func:`connect_tls` how the handshake ended (once)."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
 
     def _peer(self) -> str:
         peer = self._raw.get_extra_info("peername")
@@ -223,7 +322,8 @@ class TLSTransport(asyncio.Transport):
 
     # -- reading --------------------------------------------------------------------
 
-    def _read(self) -> None:
+    def _read(self, first: bytes | None = None) -> None:
+        """Read every whole record in the incoming BIO; ``first``: one read already."""
         if self._reading_paused:
             return  # left in the BIOs until resume_reading
         read = self._read_record
@@ -231,16 +331,21 @@ class TLSTransport(asyncio.Transport):
         chunks = []
         peer_closed = False
         try:
+            chunk = read(READ_SIZE) if first is None else first
             while True:
-                chunk = read(READ_SIZE)
                 if not chunk:  # close_notify
                     peer_closed = True
                     break
                 chunks.append(chunk)
                 if not incoming.pending:  # READ_SIZE takes a whole record: nothing is left
                     break
+                chunk = read(READ_SIZE)
         except ssl.SSLWantReadError:
             pass
+        except ssl.SSLZeroReturnError:
+            # close_notify after ours (write_eof): CPython returns b"" for a close_notify
+            # only while ours is unsent, and raises this once both are.
+            peer_closed = True
         except ssl.SSLError as exc:
             if self._out.pending:
                 self._flush()
@@ -281,7 +386,7 @@ class TLSTransport(asyncio.Transport):
     def can_write_eof(self) -> bool:
         # TLS 1.3 lets a side close its half with close_notify and keep reading;
         # TLS 1.2 expects the peer to close at once.
-        return self._connected and self._ssl.version() == "TLSv1.3"
+        return self._connected and self._sslobj.version() == "TLSv1.3"
 
     def write_eof(self) -> None:
         if self._closing or self._eof_written:
@@ -294,9 +399,12 @@ class TLSTransport(asyncio.Transport):
             self._raw.write_eof()
 
     def _send_close_notify(self) -> None:
-        # SSLWantReadError: ours is sent, the peer's is not read (edge does not wait for it).
-        with contextlib.suppress(ssl.SSLError):
-            self._ssl.unwrap()
+        # SSLWantReadError: ours is sent, the peer's is not read (edge does not wait for
+        # it). try/except, not contextlib.suppress: a context manager per connection costs more.
+        try:  # noqa: SIM105
+            self._sslobj.shutdown()
+        except ssl.SSLError:
+            pass
         self._flush()
 
     # -- the application's transport --------------------------------------------------
@@ -326,7 +434,7 @@ class TLSTransport(asyncio.Transport):
         if self._reading_paused:
             self._reading_paused = False
             self._raw.resume_reading()
-            if self._connected and (self._in.pending or self._ssl.pending()):
+            if self._connected and (self._in.pending or self._sslobj.pending()):
                 self._read()
 
     def is_reading(self) -> bool:
@@ -349,11 +457,20 @@ class TLSTransport(asyncio.Transport):
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "ssl_object":
-            return self._ssl
+            return self._ssl_object()
         if name == "sslcontext":
             return self._context
         if name == "peercert":
-            return self._ssl.getpeercert() if self._connected else default
+            return self._sslobj.getpeercert() if self._connected else default
         if name == "cipher":
-            return self._ssl.cipher() if self._connected else default
+            return self._sslobj.cipher() if self._connected else default
         return self._raw.get_extra_info(name, default)
+
+    def _ssl_object(self) -> ssl.SSLObject:
+        """The ``ssl.SSLObject`` over this connection's C object, made on first use."""
+        obj = self._ssl
+        if obj is None:
+            obj = self._ssl = ssl.SSLObject.__new__(ssl.SSLObject)
+            obj._sslobj = self._sslobj
+            self._sslobj.owner = obj
+        return obj

@@ -14,9 +14,12 @@ made when the tests run; edge trusts it only where a transport says so.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -414,3 +417,192 @@ def test_tcp_transport_proxy_protocol_clear_and_under_tls(tcp_edge, entry_point,
     if expect == "pp-tls":
         assert text.rstrip().endswith("TLSv1.3")
 
+
+
+# -- TCP: half-close through re-encryption (TLS 1.3) --------------------------------------------
+
+
+class HalfCloseServer:
+    """A TLS 1.3 server on a real socket, driven by hand (``ssl.SSLObject`` over memory
+    BIOs) so that it can half-close, which blocking ``ssl`` sockets cannot.
+
+    ``answer_after_eof``: reads until the client's close_notify, then answers with
+    what it got, reversed, and closes. ``close_first``: sends a greeting and its
+    close_notify at once, then reads on until the client's close_notify. ``hold``:
+    reads until the client's close_notify, then neither answers nor closes. ``got``:
+    what the client sent; ``close_notify``: whether the client's end came as a
+    close_notify (not a bare FIN).
+    """
+
+    def __init__(self, files: dict, mode: str) -> None:
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(*files["server"])
+        self.ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        self.mode = mode
+        self.got = b""
+        self.close_notify = False
+        self.error: BaseException | None = None
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(20)
+        self.port = self.sock.getsockname()[1]
+        self.done = threading.Event()
+        self.release = threading.Event()  # ends ``hold``
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+            with conn:
+                conn.settimeout(20)
+                self._serve(conn)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def _serve(self, conn: socket.socket) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = self.ctx.wrap_bio(incoming, outgoing, server_side=True)
+
+        def flush() -> None:
+            if outgoing.pending:
+                conn.sendall(outgoing.read())
+
+        def pump() -> bool:
+            data = conn.recv(65536)
+            if data:
+                incoming.write(data)
+            return bool(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                if not pump():
+                    raise ConnectionError("closed during the handshake") from None
+        flush()
+        if self.mode == "close_first":
+            tls.write(b"hello; that is all from me\n")
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.unwrap()  # our close_notify; the client's comes later
+            flush()
+        while True:  # read until the client's close_notify
+            try:
+                chunk = tls.read(65536)
+            except ssl.SSLWantReadError:
+                flush()
+                if not pump():
+                    return  # a FIN without close_notify
+                continue
+            except ssl.SSLZeroReturnError:
+                chunk = b""
+            if not chunk:
+                self.close_notify = True
+                break
+            self.got += chunk
+        if self.mode == "answer_after_eof":
+            tls.write(self.got[::-1] + b"\n")
+            with contextlib.suppress(ssl.SSLError):
+                tls.unwrap()
+            flush()
+        elif self.mode == "hold":  # neither answers nor closes: the half-open pair stays
+            self.release.wait(10)
+
+
+@pytest.fixture
+def half_close_edge(tmp_path, files):
+    servers: dict[str, HalfCloseServer] = {}
+
+    def start(mode: str, termination_delay: str = "10s") -> tuple[Edge, HalfCloseServer]:
+        server = servers[mode] = HalfCloseServer(files, mode)
+        dynamic = {
+            "tcp": {
+                "routers": {"t": {"rule": "HostSNI(`*`)", "service": "t"}},
+                "services": {
+                    "t": {
+                        "loadBalancer": {
+                            "servers": [{"address": f"127.0.0.1:{server.port}", "tls": True}],
+                            "serversTransport": "tls",
+                        }
+                    }
+                },
+                "serversTransports": {
+                    "tls": {
+                        "tls": {"rootCAs": [files["ca"]], "serverName": "up.test"},
+                        "terminationDelay": termination_delay,
+                    }
+                },
+            }
+        }
+        e = edges.append(Edge(tmp_path / mode, dynamic)) or edges[-1]
+        return e, server
+
+    edges: list[Edge] = []
+    for mode in ("answer_after_eof", "close_first", "hold"):
+        (tmp_path / mode).mkdir()
+    yield start
+    for e in edges:
+        e.stop()
+    for server in servers.values():
+        server.release.set()
+        server.sock.close()
+
+
+def read_to_eof(s: socket.socket, timeout: float = 15) -> bytes:
+    got = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        chunk = s.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+    raise TimeoutError(f"no EOF within {timeout}s; got {got!r}")
+
+
+def test_reencrypt_client_eof_reaches_the_server_as_close_notify_and_its_answer_still_comes(half_close_edge):
+    e, server = half_close_edge("answer_after_eof")
+    with socket.create_connection(("127.0.0.1", e.port), timeout=15) as s:
+        s.sendall(b"ping one, ")
+        time.sleep(0.2)  # two reads at the server, the EOF after them
+        s.sendall(b"ping two")
+        s.shutdown(socket.SHUT_WR)
+        answer = read_to_eof(s)
+    assert server.done.wait(15) and server.error is None, server.error
+    # The server saw everything, then a close_notify (not a truncation), then answered.
+    assert server.got == b"ping one, ping two" and server.close_notify
+    assert answer == b"owt gnip ,eno gnip\n"
+
+
+def test_reencrypt_server_close_notify_reaches_the_client_as_eof_and_it_may_still_send(half_close_edge):
+    e, server = half_close_edge("close_first")
+    with socket.create_connection(("127.0.0.1", e.port), timeout=15) as s:
+        greeting = read_to_eof(s)  # the server's close_notify arrives as EOF
+        assert greeting == b"hello; that is all from me\n"
+        s.sendall(b"still here, ")
+        time.sleep(0.2)
+        s.sendall(b"and done")
+        s.shutdown(socket.SHUT_WR)
+        assert read_to_eof(s) == b""
+    assert server.done.wait(15) and server.error is None, server.error
+    assert server.got == b"still here, and done" and server.close_notify
+
+
+def test_reencrypt_half_open_pair_closes_after_the_termination_delay(half_close_edge):
+    # After the client's EOF the server neither answers nor closes: the other direction
+    # may flow for terminationDelay (300 ms here), then edge closes both sides.
+    e, server = half_close_edge("hold", termination_delay="300ms")
+    with socket.create_connection(("127.0.0.1", e.port), timeout=15) as s:
+        s.sendall(b"x")
+        time.sleep(0.2)
+        start = time.monotonic()
+        s.shutdown(socket.SHUT_WR)
+        assert read_to_eof(s) == b""
+        waited = time.monotonic() - start
+    assert 0.25 < waited < 5, waited  # the delay, not the server's 10 s
+    assert not server.done.is_set()  # the server still holds its side
+    server.release.set()
+    assert server.done.wait(15) and server.error is None, server.error
+    assert server.got == b"x" and server.close_notify
