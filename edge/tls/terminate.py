@@ -5,6 +5,9 @@ peek that found the ClientHello), installs a :class:`TLSTransport` as its
 protocol, replays those bytes into the handshake, and once the handshake is
 done hands the application protocol (the HTTP server's connection, a splice) a
 transport it cannot tell from a socket's: plaintext in, plaintext out.
+:func:`connect_tls` is the same transport as a client (``servers[].tls``: edge
+re-encrypting to a TCP server), awaited until its handshake is done; unlike
+asyncio's ``start_tls`` transports it half-closes under TLS 1.3.
 
 :class:`TLSTransport` is both sides of the seam: to the raw transport it is the
 protocol (``data_received``, ``eof_received``, ``connection_lost``,
