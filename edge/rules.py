@@ -1414,13 +1414,13 @@ class RouteTable(Generic[T]):
         # Hosts whose answer the host alone decides: their first candidate has
         # nothing left to check once the index found it (see ``match_host``).
         by_host: dict[str, T] = {}
-        for key, own in key_ranks.items():
-            wildcard = wildcard_of(key) if not key.startswith("*") else None
-            ranks = sorted(set(own) | set(key_ranks.get(wildcard, ()))) if wildcard else own
+        for key, own in key_ranks.items():  # each ``own`` is in rank order
+            wildcard = wildcard_of(key) if self._wild and not key.startswith("*") else None
+            ranks = sorted(set(own) | set(key_ranks[wildcard])) if wildcard in key_ranks else own
             # Host-agnostic entries ranked above this key's last entry are interleaved;
             # the rest follow as a tail shared by every key with the same cut.
             cut = bisect_left(agnostic_ranks, ranks[-1])
-            merged = sorted(ranks + agnostic_ranks[:cut])
+            merged = sorted(ranks + agnostic_ranks[:cut]) if cut else ranks
             if host_only[merged[0]]:
                 by_host[key] = ordered[merged[0]][3]
             tail = tails.get(cut)
