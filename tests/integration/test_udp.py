@@ -284,6 +284,55 @@ def test_bursts_pass_whole_and_in_order_both_ways():
     run(main)
 
 
+class Late(asyncio.DatagramProtocol):
+    """A backend answering ``late|payload`` after ``delay`` seconds, and ``later|payload``
+    after twice that."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.delay, self.transport.sendto, b"late|" + data, addr)
+        loop.call_later(2 * self.delay, self.transport.sendto, b"later|" + data, addr)
+
+
+def test_stop_drains_replies_still_coming_then_ends_once_quiet():
+    """Replies arriving after stop began reach their client, each keeping the drain
+    going (the second comes more than DRAIN_QUIET after the client's datagram); the
+    drain then ends once no datagram has passed for a while, long before the grace."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        _, late = await loop.create_datagram_endpoint(
+            lambda: Late(0.15), local_addr=("127.0.0.1", 0)
+        )
+        address = f"127.0.0.1:{late.transport.get_extra_info('sockname')[1]}"
+        edge = InProcess()
+        await edge.__aenter__()
+        edge.apply(
+            {"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(address)}}}
+        )
+        c = await client(edge.port)
+        c.send(b"q")
+        proxy = edge.entrypoint.proxy
+        await eventually(lambda: len(proxy.table) == 1, "forwarded")
+        started = loop.time()
+        stopping = asyncio.ensure_future(edge.dataplane.stop())
+        assert await c.recv(2.0) == b"late|q"
+        assert await c.recv(2.0) == b"later|q"
+        await asyncio.wait_for(stopping, 5.0)
+        took = loop.time() - started
+        assert 0.3 <= took < 2.0, took  # the grace is 10 s
+        c.close()
+        late.transport.close()
+
+    run(main)
+
+
 def test_sessions_are_sticky_and_balanced():
     """Each client keeps one server; new clients are spread by weight (3:1)."""
 
