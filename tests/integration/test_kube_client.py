@@ -563,6 +563,7 @@ def test_missing_credentials_are_named(no_ambient_credentials, tmp_path, monkeyp
 def test_gc_paused_by_several_threads_is_on_again_when_all_are_done():
     assert gc.isenabled()
     inside = threading.Barrier(3, timeout=5)
+    looked = threading.Barrier(3, timeout=5)
     leave = threading.Event()
     seen: list[bool] = []
 
@@ -570,6 +571,7 @@ def test_gc_paused_by_several_threads_is_on_again_when_all_are_done():
         with gc_paused():
             inside.wait()
             seen.append(gc.isenabled())
+            looked.wait()
             leave.wait(5)
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
@@ -577,12 +579,12 @@ def test_gc_paused_by_several_threads_is_on_again_when_all_are_done():
         t.start()
     with gc_paused():
         inside.wait()
-        assert not gc.isenabled()
+        looked.wait()  # all three inside: off for each of them
+        assert seen == [False, False] and not gc.isenabled()
         leave.set()
         for t in threads:
             t.join(5)
-    assert seen == [False, False]
-    assert gc.isenabled()
+    assert gc.isenabled()  # and on again once none is inside
     gc.disable()  # found off, left off
     try:
         with gc_paused():
