@@ -114,7 +114,7 @@ Endpoint churn
     :func:`endpoints_only` tells that two states differ in EndpointSlices alone;
     :func:`update_endpoints` then derives the new conversion from the previous one by
     rebuilding only the services whose slices changed (10 changed slices among 5,000:
-    about 15 ms, mostly comparing the tables; a full conversion: 0.5 to 1 s), or says a
+    7-9 ms, mostly comparing the tables; a full conversion: about 0.2 s), or says a
     full conversion is needed. Either way the result differs from the last one in server
     lists only, which :func:`edge.config.diff.changed_servers` confirms for the data
     plane's in-place update: names and every other field depend on the other kinds
