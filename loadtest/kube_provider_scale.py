@@ -462,7 +462,9 @@ def main() -> int:
             mode: {
                 "rps": round(statistics.median(r["rps"] for r in rs)),
                 "edge_cpu_per_s": round(statistics.median(r["edge_cpu_per_s"] for r in rs), 3),
-                "harness_cpu_per_s": round(statistics.median(r["harness_cpu_per_s"] for r in rs), 3),
+                "harness_cpu_per_s": round(
+                    statistics.median(r["harness_cpu_per_s"] for r in rs), 3
+                ),
                 "us_per_request": round(
                     statistics.median(r["edge_cpu_us_per_request"] for r in rs), 2
                 ),

@@ -18,7 +18,9 @@ from edge.config.merge import RouterMemo, merge
 
 
 def conf(routers: dict[str, Router], servers: list[str]) -> Configuration:
-    services = {"svc": Service(load_balancer=LoadBalancer(servers=[Server(url=u) for u in servers]))}
+    services = {
+        "svc": Service(load_balancer=LoadBalancer(servers=[Server(url=u) for u in servers]))
+    }
     return Configuration(http=HTTPConfiguration(routers=routers, services=services))
 
 
@@ -32,7 +34,9 @@ def test_the_same_routers_table_is_qualified_once_and_merges_the_same() -> None:
     assert second == merge({"kubernetes": churned})
     assert second.http.routers["r@kubernetes"] is first.http.routers["r@kubernetes"]
     assert second.http.routers["r@kubernetes"].middlewares == ["m@kubernetes", "x@file"]
-    assert second.http.services["svc@kubernetes"].load_balancer.servers[0].url == "http://10.0.0.2:80"
+    assert (
+        second.http.services["svc@kubernetes"].load_balancer.servers[0].url == "http://10.0.0.2:80"
+    )
 
 
 def test_another_routers_table_is_merged_afresh() -> None:
