@@ -22,6 +22,7 @@ Each ``tests/fixtures/kubernetes/ingress/*.yaml`` holds:
 from __future__ import annotations
 
 import base64
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import KubernetesIngressConfig
 from edge.errors import ConfigError
+from edge.providers.kubernetes import ingress as conversion
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.ingress import (
     IngressOptions,
@@ -570,3 +572,17 @@ def test_options_from_the_static_configuration_and_problem_text() -> None:
         "ingress default/app: spec.rules[0].http.paths[0] (host a.example.com, path /): "
         "service default/gone not found"
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from("aZ09-./_*~ \u00e9:"), max_size=16),
+    host=st.text(alphabet=st.sampled_from("ab09-.*"), max_size=12),
+)
+def test_names_and_hosts_read_as_their_regexps_say(text: str, host: str) -> None:
+    """Names: every run of characters other than ASCII letters and digits is one '-',
+    none at either end; hosts: DNS labels (alphanumerics, inner hyphens), '*.' first."""
+    assert conversion._normalize(text) == re.sub(r"[^0-9A-Za-z]+", "-", text).strip("-")
+    label = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+    dns = re.fullmatch(rf"(?:\*\.)?{label}(?:\.{label})*", host) is not None
+    assert (conversion._HOST_RE.fullmatch(host) is not None) == dns
