@@ -19,8 +19,10 @@ import socket
 from collections.abc import Container, Iterable, Iterator
 
 from edge.balancer import SmoothWeightedRoundRobin
+from edge.config.dynamic import UDPLoadBalancer as UDPLoadBalancerConfig
 from edge.config.dynamic import split_host_port
 from edge.config.runtime import DISABLED, RuntimeConfig
+from edge.router.services import build_service
 
 log = logging.getLogger("edge.router")
 
@@ -166,38 +168,22 @@ def build_udp_routers(
     udp_transports = udp.servers_transports if udp is not None else {}
     built: dict[str, UDPService | None] = {}
 
-    def service(name: str) -> UDPService | None:
-        if name in built:
-            return built[name]
-        built[name] = None  # a cycle resolves to None (validation reports it)
-        info = runtime.udp_services.get(name)
-        result: UDPService | None = None
-        if info is not None and info.status != DISABLED:
-            lb = info.config.load_balancer
-            if lb is not None:
-                transport = udp_transports.get(lb.servers_transport)
-                proxy = transport is not None and transport.proxy_protocol is not None
-                result = UDPLoadBalancer(
-                    name,
-                    (
-                        (
-                            UDPServer(
-                                name, s.address, timeout=lb.session_timeout, proxy_protocol=proxy
-                            ),
-                            s.weight,
-                        )
-                        for s in lb.servers
-                    ),
+    def load_balancer(name: str, lb: UDPLoadBalancerConfig) -> UDPLoadBalancer:
+        transport = udp_transports.get(lb.servers_transport)
+        proxy = transport is not None and transport.proxy_protocol is not None
+        return UDPLoadBalancer(
+            name,
+            (
+                (
+                    UDPServer(name, s.address, timeout=lb.session_timeout, proxy_protocol=proxy),
+                    s.weight,
                 )
-            elif info.config.weighted is not None:
-                children = []
-                for child in info.config.weighted.services:
-                    built_child = service(child.name)
-                    if built_child is not None:
-                        children.append((built_child, child.weight))
-                result = UDPWeighted(name, children)
-        built[name] = result
-        return result
+                for s in lb.servers
+            ),
+        )
+
+    def service(name: str) -> UDPService | None:
+        return build_service(name, built, runtime.udp_services, load_balancer, UDPWeighted)
 
     routers: dict[str, UDPRouter] = {}
     for name in sorted(runtime.udp_routers):  # the first by name serves an entry point
