@@ -502,6 +502,52 @@ def test_tls13_half_close(pki_files):
         assert server.apps[-1].events == ["eof can_write_eof=True", "lost"]
 
 
+class CloseFirst(asyncio.Protocol):
+    """Answers the first bytes and ends its half at once (close_notify), then reads on."""
+
+    def __init__(self) -> None:
+        self.transport = None
+        self.data = b""
+        self.events: list[str] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self.data:
+            self.transport.write(b"bye")
+            self.transport.write_eof()
+        self.data += data
+
+    def eof_received(self):
+        self.events.append(f"eof after {self.data!r}")
+        return False  # both halves are done: close
+
+    def connection_lost(self, exc) -> None:
+        self.events.append("lost")
+
+
+def test_tls13_half_close_server_first_then_data_and_close_notify_in_one_read(pki_files):
+    """edge's close_notify first; the client's last bytes and its close_notify then
+    arrive in one read: the bytes reach the app, then its EOF (CPython raises
+    SSLZeroReturnError for a close_notify once ours is sent, which is not an error)."""
+    with TLSServer(snapshot(pki_files), lambda loop: CloseFirst) as server:
+        client = BioClient(server.port, "a.test", pki_files["ca"])
+        client.send(b"hello")
+        data, notified = client.read_all()
+        assert (data, notified) == (b"bye", True)
+        client.tls.write(b" and the rest")
+        with contextlib.suppress(ssl.SSLError):
+            client.tls.unwrap()
+        client._pump(receive=False)  # both records in one segment
+        deadline = time.monotonic() + 5
+        while "lost" not in server.call(lambda: list(server.apps[-1].events)):
+            assert time.monotonic() < deadline, server.apps[-1].events
+            time.sleep(0.02)
+        client.sock.close()
+        assert server.apps[-1].events == ["eof after b'hello and the rest'", "lost"]
+
+
 def test_tcp_eof_without_close_notify_reaches_http(pki_files, whoami):
     """A request then a bare TCP FIN: HTTPConnection keeps the connection open to answer."""
     counters: dict = {}
