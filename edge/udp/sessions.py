@@ -5,12 +5,13 @@ and :class:`Counters`. No sockets are touched here: the table only bounds, evict
 and expires, so it is tested without a loop.
 
 Recency is a stamp, not an order kept per datagram: the data plane writes a coarse
-clock (``session.last = tick``; the tick is the loop time of the last sweep or new
-session) and nothing else, so a datagram costs one attribute store. The table keeps
-a heap of (stamp, sequence, session) entries, one per live session, refreshed lazily:
-an entry popped with a stamp older than its session's ``last`` is pushed again with
-the newer one, so the session popped with an unchanged stamp is the least recently
-active (at the tick's resolution; ties: the one stamped first). Every re-push follows
+clock (``session.last = tick``; the tick is ``time.monotonic()`` at the last sweep,
+new session or drain poll) and nothing else, so a datagram costs one attribute
+store. The table keeps a heap of (stamp, sequence, session) entries, one per live
+session, refreshed lazily: an entry popped with a stamp older than its session's
+``last`` is pushed again with the newer one, so the session popped with an unchanged
+stamp is the least recently active (at the tick's resolution; among equal stamps,
+the one whose entry was pushed first). Every re-push follows
 a datagram, so eviction is O(log n) amortized. Entries of sessions that left the
 table are skipped when popped, and the heap is rebuilt when they outnumber the live.
 
