@@ -35,12 +35,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import os
 import pstats
-import re
-import shutil
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +53,9 @@ from edge.entrypoints.tcp import TCPEntryPoint
 from edge.http.upstream import UpstreamConnection
 from edge.router.factory import build_router_sets
 from edge.transports import TransportRegistry
+
+sys.path.insert(0, str(Path(__file__).parent))
+import callgrind  # a module beside this script
 
 HOST = "bench.local"
 REQUEST = b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n"
@@ -231,8 +230,9 @@ def edge_connection(ep: TCPEntryPoint, upstream: UpstreamConnection, client: Cli
     return len(body)
 
 
-def bare_connection(sctx: ssl.SSLContext, client: Client) -> int:
-    """The same exchange against a bare SSLObject server: OpenSSL's floor."""
+def bare_handshake(sctx: ssl.SSLContext, client: Client, first: bytes = b""):
+    """A client and a bare SSLObject server, handshake done on the client's side;
+    the client's Finished (and ``first``, written after it) not yet delivered."""
     obj, cin, cout = client.open()
     step(obj)
     sin, sout = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -241,7 +241,14 @@ def bare_connection(sctx: ssl.SSLContext, client: Client) -> int:
     step(srv)
     cin.write(sout.read())
     assert step(obj)
-    obj.write(REQUEST_CLOSE)
+    if first:
+        obj.write(first)
+    return obj, cin, cout, srv, sin, sout
+
+
+def bare_connection(sctx: ssl.SSLContext, client: Client) -> int:
+    """The same exchange against a bare SSLObject server: OpenSSL's floor."""
+    obj, cin, cout, srv, sin, sout = bare_handshake(sctx, client, REQUEST_CLOSE)
     sin.write(cout.read())
     step(srv)
     srv.read(65536)
@@ -263,14 +270,7 @@ async def measure(n: int, *, bare: bool, keepalive: bool, full: bool, profile: b
         sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         sctx.load_cert_chain(cert, key)
         if keepalive:
-            obj, cin, cout = client.open()
-            step(obj)
-            sin, sout = ssl.MemoryBIO(), ssl.MemoryBIO()
-            srv = sctx.wrap_bio(sin, sout, server_side=True)
-            sin.write(cout.read())
-            step(srv)
-            cin.write(sout.read())
-            step(obj)
+            obj, cin, cout, srv, sin, sout = bare_handshake(sctx, client)
             sin.write(cout.read())
             step(srv)
 
@@ -329,30 +329,6 @@ async def measure(n: int, *, bare: bool, keepalive: bool, full: bool, profile: b
     return elapsed / n * 1e6
 
 
-def instructions(flags: list[str], small: int, large: int) -> float:
-    """Instructions per unit: callgrind totals at two counts, differenced."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("--instructions needs valgrind")
-    totals = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (small, large):
-            out = Path(tmp) / f"callgrind.{n}"
-            done = subprocess.run(
-                [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                 "--connections", str(n), *flags],
-                capture_output=True,
-                text=True,
-                env=dict(os.environ, PYTHONHASHSEED="0"),
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"callgrind run of {n} failed:\n{done.stderr[-3000:]}")
-            m = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.M)
-            assert m, "no totals in the callgrind output"
-            totals.append(int(m.group(1)))
-    return (totals[1] - totals[0]) / (large - small)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--connections", type=int, default=2_000, help="units measured (connections, or requests)")
@@ -370,7 +346,7 @@ def main() -> None:
     if args.instructions:
         flags = [f for f, on in (("--bare", args.bare), ("--keepalive", args.keepalive), ("--full", args.full)) if on]
         small, large = (2_000, 12_000) if args.keepalive else (200, 1_200)
-        per = instructions(flags, small, large)
+        per = callgrind.per_unit(__file__, "--connections", flags, small, large)
         print(f"{who}: {per:,.0f} instructions per {kind} (callgrind)")
         return
     with tempfile.TemporaryDirectory() as tmp:
