@@ -99,6 +99,7 @@ class Scenario:
     udp_window: int = 1  # datagrams each client keeps in flight (echo)
     udp_size: int = 64  # payload bytes
     udp_listen: str = HOST  # the proxy's UDP listening address ("": every address)
+    tls_tickets: bool = True  # https: False = no session tickets on any subject (full handshakes)
     workers: int = 1  # nginx worker_processes / haproxy nbthread / edge `workers` (if > 1)
     edge_routers: int = 0  # extra `Host(`hN.example.com`)` routers in edge's dynamic file
     edge_static_extra: dict[str, Any] = field(
@@ -161,6 +162,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         protocol="https",
         wrk_args=("-H", "Connection: close"),
         subjects=("edge-httptools", "nginx", *BASELINE_SUBJECT),
+    ),
+    Scenario(
+        "https-handshake-full",
+        "https-handshake with no session tickets on either side (edge: tls.options "
+        "disableSessionTickets; nginx: ssl_session_tickets off, NumTickets 0): every "
+        "connection a full TLS 1.3 handshake (X25519, an ECDSA P-256 signature)",
+        protocol="https",
+        wrk_args=("-H", "Connection: close"),
+        subjects=("edge-httptools", "nginx", *BASELINE_SUBJECT),
+        tls_tickets=False,
+        edge_dynamic_extra={"tls": {"options": {"default": {"disableSessionTickets": True}}}},
     ),
     Scenario(
         "passthrough-1m-1conn",
@@ -676,6 +688,10 @@ class NginxProxy(Subject):
         ssl_certificate {self.ctx.cert};
         ssl_certificate_key {self.ctx.key};
         ssl_protocols TLSv1.2 TLSv1.3;"""
+            if not self.scenario.tls_tickets:
+                tls += """
+        ssl_session_tickets off;
+        ssl_conf_command NumTickets 0;"""
         body = f"""\
     upstream backend {{
         server {HOST}:{self.ctx.backend_port};

@@ -297,7 +297,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
         (dyn.TCPLoadBalancer, "terminationDelay", _),
         (dyn.TLSClientConfig, "peerCertURI spiffe", _),
-        (dyn.TLSOptions, "disableSessionTickets preferServerCipherSuites", _),
+        (dyn.TLSOptions, "preferServerCipherSuites", _),
         (dyn.TLSStore, _, "defaultGeneratedCert"),
         # -- static configuration --
         (

@@ -178,6 +178,7 @@ class _Options:
     sni_strict: bool
     verify_mode: ssl.VerifyMode
     ca_pem: str | None = field(default=None, repr=False)
+    tickets: bool = True
 
     def apply(self, ctx: ssl.SSLContext) -> None:
         ctx.minimum_version = self.minimum
@@ -193,6 +194,10 @@ class _Options:
             ctx.load_verify_locations(cadata=self.ca_pem)
         ctx.verify_mode = self.verify_mode
         ctx.options |= ssl.OP_NO_RENEGOTIATION
+        if not self.tickets:
+            # Neither stateless tickets nor (TLS 1.3 with OP_NO_TICKET) stateful ones.
+            ctx.options |= ssl.OP_NO_TICKET
+            ctx.num_tickets = 0
 
 
 _BROKEN = object()  # a context that could not be built (logged once)
@@ -508,6 +513,7 @@ def _options(name: str, opts: TLSOptions) -> _Options:
         sni_strict=opts.sni_strict,
         verify_mode=verify_mode,
         ca_pem=ca_pem,
+        tickets=not opts.disable_session_tickets,
     )
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:

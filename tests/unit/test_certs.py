@@ -6,6 +6,7 @@ memory BIOs (no sockets): what a client sees is what a client would see.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ssl
 
@@ -347,6 +348,43 @@ def test_curve_preferences_offer_the_first_curve(pairs):
     handshake(ctx, "a.test", client=client_context(curve="secp384r1"))
     with pytest.raises(ssl.SSLError):
         handshake(ctx, "a.test", client=client_context(curve="X25519"))
+
+
+def resumed(server: ssl.SSLContext, server_name: str) -> bool:
+    """Two handshakes from one client that keeps its session: was the second resumed?"""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    session = None
+    for _ in range(2):
+        c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+        c = client.wrap_bio(c_in, c_out, server_hostname=server_name, session=session)
+        s = server.wrap_bio(s_in, s_out, server_side=True)
+        for _ in range(5):
+            for obj in (c, s):
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    obj.do_handshake()
+            s_in.write(c_out.read())
+            c_in.write(s_out.read())
+        with contextlib.suppress(ssl.SSLWantReadError):
+            c.read(1)  # takes the TLS 1.3 tickets the server sent, if any
+        session = c.session
+    return c.session_reused
+
+
+def test_disable_session_tickets_makes_every_handshake_a_full_one(pairs):
+    certs = TLSCertificates(
+        tls(
+            {
+                "certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}],
+                "options": {"full": {"disableSessionTickets": True}},
+            }
+        )
+    )
+    assert resumed(certs.context_for("a.test"), "a.test")  # tickets by default (2, OpenSSL's)
+    full = certs.context_for("a.test", "full@file")
+    assert full.num_tickets == 0 and full.options & ssl.OP_NO_TICKET
+    assert not resumed(full, "a.test")
 
 
 def test_alpn(pairs):
