@@ -22,10 +22,10 @@ sink that counts them (bench.py's udp-oneway); the unit is a datagram.
 ``--instructions``: instructions per unit, counted by callgrind (valgrind, through
 ``loadtest/callgrind.py``), proxied and direct, each made at two counts and
 differenced (start-up cancels out); the proxy's own figure is proxied minus direct.
-Repeatable to a few dozen instructions where timings on a shared machine are not;
-but when the machine is so busy that the kernel defers loopback delivery to
-ksoftirqd, a datagram may not be there yet when the loop looks, and a run counts
-up to about 4 % more (seen once at load 5): repeat a figure that moved.
+Repeatable to a few dozen instructions where timings on a shared machine are not,
+with one exception seen once at load 5: a run counted 4 % more (likely the kernel
+deferring loopback delivery to ksoftirqd, so a datagram is not there yet when the
+loop looks); repeat a figure that moved.
 """
 
 from __future__ import annotations
