@@ -36,6 +36,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
+from edge.config.diff import changed_servers
 from edge.config.durations import enc_hook
 from edge.config.dynamic import (
     UNSUPPORTED,
@@ -113,6 +114,15 @@ class ElementInfo(Generic[C]):
         elif self.status == ENABLED:
             self.status = WARNING
 
+    def copy(self) -> ElementInfo[C]:
+        """The same element and outcome in a new object (its lists copied, its config shared)."""
+        new = object.__new__(type(self))
+        for cls in type(self).__mro__:
+            for slot in getattr(cls, "__slots__", ()):
+                value = getattr(self, slot)
+                setattr(new, slot, list(value) if isinstance(value, list) else value)
+        return new
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.name!r}, status={self.status!r}, errors={self.errors!r})"
@@ -159,6 +169,7 @@ class RuntimeConfig:
         self.servers_transports: dict[str, ServersTransport] = {}
         self.tcp_servers_transports: dict[str, TCPServersTransport] = {}
         self.tls: TLSConfiguration = configuration.tls or TLSConfiguration()
+        self._basis: _Basis | None = None  # what the next endpoints-only round reuses
 
     def _tables(self) -> Iterator[tuple[str, str, str, Mapping[str, ElementInfo[Any]]]]:
         """(label for messages, section, kind) and the table, in a stable order."""
@@ -232,10 +243,21 @@ def build_runtime(
     """Validate the merged ``conf`` against the entry points (name -> ``"tcp"``/``"udp"``).
 
     ``previous``, when given, lends its compiled rules: a rule whose text and syntax did
-    not change is not compiled again. ``default_rule_syntax`` (``core.defaultRuleSyntax``)
-    is the syntax of routers whose ``ruleSyntax`` is empty.
+    not change is not compiled again. When ``conf`` differs from ``previous``'s only in
+    HTTP load balancers' servers (:func:`edge.config.diff.changed_servers`: Kubernetes
+    endpoint churn), it lends its verdicts too: only those services are validated again
+    (see :func:`_endpoints_only`), with the same outcome as a full validation.
+    ``default_rule_syntax`` (``core.defaultRuleSyntax``) is the syntax of routers whose
+    ``ruleSyntax`` is empty.
     """
+    if previous is not None:
+        shortcut = _endpoints_only(conf, entry_points, previous, default_rule_syntax)
+        if shortcut is not None:
+            return shortcut
     rt = RuntimeConfig(conf, entry_points)
+    http_tls = _TransportTLS()
+    tcp_tls = _TransportTLS()
+    rt._basis = _Basis(entry_points, default_rule_syntax, http_tls, tcp_tls)
     rules = _RuleCache(previous, default_rule_syntax)
     tcp_defaults = sorted(
         n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
@@ -249,19 +271,8 @@ def build_runtime(
         rt.servers_transports.update(http.servers_transports)
         rt.http_services = {n: ServiceInfo(n, s) for n, s in http.services.items()}
         rt.http_middlewares = {n: ServiceInfo(n, m) for n, m in http.middlewares.items()}
-        tls_errors = _TransportTLS()
         for info in rt.http_services.values():
-            lb = info.config.load_balancer
-            if lb is not None:
-                _check_transport(info, lb.servers_transport, rt.servers_transports)
-                if not lb.servers:
-                    info.add_error("no servers: requests get 503", critical=False)
-                name = lb.servers_transport or DEFAULT_TRANSPORT
-                transport = rt.servers_transports.get(name)
-                if transport is not None and any(s.url[:6].lower() == "https:" for s in lb.servers):
-                    error = tls_errors.check(name, transport)
-                    if error is not None:
-                        info.add_error(f"serversTransport {name!r}: {error}")
+            _check_http_service(info, rt.servers_transports, http_tls)
         _check_weighted(rt.http_services)
         tls_options = rt.tls.options
         for name, router in _apply_models(http.routers, entry_points, tcp_defaults).items():
@@ -290,7 +301,6 @@ def build_runtime(
         tcp = conf.tcp
         rt.tcp_servers_transports.update(tcp.servers_transports)
         rt.tcp_services = {n: ServiceInfo(n, s) for n, s in tcp.services.items()}
-        tls_errors = _TransportTLS()
         for info in rt.tcp_services.values():
             lb = info.config.load_balancer
             if lb is not None:
@@ -299,7 +309,7 @@ def build_runtime(
                     info.add_error("no servers: connections are closed", critical=False)
                 transport = rt.tcp_servers_transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
                 if transport is not None:
-                    _check_tcp_transport(info, lb.servers_transport, transport, tls_errors)
+                    _check_tcp_transport(info, lb.servers_transport, transport, tcp_tls)
         _check_weighted(rt.tcp_services)
         rt.tcp_middlewares = {n: ServiceInfo(n, m) for n, m in tcp.middlewares.items()}
         for info in rt.tcp_middlewares.values():
@@ -366,6 +376,119 @@ def build_runtime(
     return rt
 
 
+# --- endpoints-only rounds -------------------------------------------------------------
+
+
+class _Basis:
+    """What a snapshot lends the next round's :func:`_endpoints_only`: the inputs its
+    verdicts rest on besides the configuration (entry points with their models, the
+    default rule syntax, each serversTransport's TLS files' verdict) and, for the routers
+    :func:`check_tls` gave errors, the info as validation left it."""
+
+    __slots__ = ("checked", "entry_points", "http_tls", "rule_syntax", "tcp_tls")
+
+    def __init__(
+        self,
+        entry_points: Mapping[str, str],
+        rule_syntax: str,
+        http_tls: _TransportTLS,
+        tcp_tls: _TransportTLS,
+    ) -> None:
+        self.entry_points = _kinds(entry_points)
+        self.rule_syntax = rule_syntax
+        self.http_tls = http_tls
+        self.tcp_tls = tcp_tls
+        self.checked: dict[tuple[str, str], RouterInfo[Any]] = {}  # (label, name) -> info
+
+
+def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[str, object]]:
+    """Entry points as validation reads them: protocol and HTTP model (EntryPointKind
+    compares as its protocol only)."""
+    return {n: (str(k), getattr(k, "http_tls", None)) for n, k in entry_points.items()}
+
+
+def _endpoints_only(
+    conf: Configuration,
+    entry_points: Mapping[str, str],
+    previous: RuntimeConfig,
+    default_rule_syntax: str,
+) -> RuntimeConfig | None:
+    """``conf`` validated from ``previous`` when only HTTP load balancers' servers changed;
+    None when a full validation must run.
+
+    A service's servers decide its own verdict only (no servers: a warning; an
+    ``https`` server: its serversTransport's TLS files are checked), so the changed
+    services are validated again; when each gets the status and errors it had, no
+    router, weighted service or middleware can judge otherwise and their infos are
+    ``previous``'s (shared: nothing changes an info once built, :func:`check_tls`
+    replaces the ones it gives errors, and those are taken as validation left them).
+    The TLS files of every serversTransport ``previous`` checked are checked again (a
+    file may have changed): any other verdict, a new entry point, default rule syntax or
+    an element in another order, and the answer is None.
+    """
+    basis = previous._basis
+    if basis is None or basis.rule_syntax != default_rule_syntax:
+        return None
+    changed = changed_servers(previous.configuration, conf)
+    if changed is None or basis.entry_points != _kinds(entry_points):
+        return None
+    if not _same_order(previous.configuration, conf):
+        return None  # the tables would list elements in another order
+    rt = RuntimeConfig(conf, entry_points)
+    http_tls = _TransportTLS()
+    tcp_tls = _TransportTLS()
+    rt.servers_transports[DEFAULT_TRANSPORT] = ServersTransport()
+    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = TCPServersTransport()
+    if conf.http is not None:
+        rt.servers_transports.update(conf.http.servers_transports)
+    if conf.tcp is not None:
+        rt.tcp_servers_transports.update(conf.tcp.servers_transports)
+    for seen, now, transports in (
+        (basis.http_tls, http_tls, rt.servers_transports),
+        (basis.tcp_tls, tcp_tls, rt.tcp_servers_transports),
+    ):
+        for name, error in seen.verdicts.items():
+            if now.check(name, transports[name]) != error:
+                return None
+    services = dict(previous.http_services)
+    if changed:
+        assert conf.http is not None  # changed_servers names HTTP services only
+        for name in changed:
+            before = services[name]
+            info = ServiceInfo(name, conf.http.services[name])
+            _check_http_service(info, rt.servers_transports, http_tls)
+            if info.status != before.status or info.errors != before.errors:
+                return None
+            info.used_by = list(before.used_by)
+            services[name] = info
+    rt.http_services = services
+    rt.http_middlewares = dict(previous.http_middlewares)
+    rt.tcp_services = dict(previous.tcp_services)
+    rt.tcp_middlewares = dict(previous.tcp_middlewares)
+    rt.udp_routers = dict(previous.udp_routers)
+    rt.udp_services = dict(previous.udp_services)
+    rt.http_routers = dict(previous.http_routers)
+    rt.tcp_routers = dict(previous.tcp_routers)
+    tables = {"router": rt.http_routers, "tcp router": rt.tcp_routers}
+    for (label, name), info in basis.checked.items():
+        tables[label][name] = info
+    rt._basis = _Basis(entry_points, default_rule_syntax, http_tls, tcp_tls)
+    return rt
+
+
+def _same_order(old: Configuration, new: Configuration) -> bool:
+    """Whether every table of ``old`` lists its names in ``new``'s order (their contents
+    were compared already)."""
+    for a, b in ((old.http, new.http), (old.tcp, new.tcp), (old.udp, new.udp)):
+        if a is None or b is None or a is b:
+            continue
+        for field in a.__struct_fields__:
+            x, y = getattr(a, field), getattr(b, field)
+            if isinstance(x, dict) and x is not y and list(x) != list(y):
+                return False
+    return True
+
+
 class CertificateCheck(Protocol):
     """What :func:`check_tls` asks of a configuration's certificate snapshot
     (:class:`edge.tls.certs.TLSCertificates`, which sits above this layer)."""
@@ -385,14 +508,17 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
     has no certificate because the certificate meant for it is broken; the reason
     names the file. TLS passthrough terminates nothing and is not concerned.
     Returns the messages added, prefixed as :meth:`RuntimeConfig.errors` does.
+
+    A router given errors gets a new info in ``rt`` (:meth:`ElementInfo.copy`): the one
+    validation made stays as it was, for the next round to reuse (:func:`_endpoints_only`).
     """
     added: list[str] = []
-    tables: list[tuple[str, Mapping[str, RouterInfo[Any]]]] = [
+    tables: list[tuple[str, dict[str, RouterInfo[Any]]]] = [
         ("router", rt.http_routers),
         ("tcp router", rt.tcp_routers),
     ]
     for label, table in tables:
-        for info in table.values():
+        for key, info in list(table.items()):
             tls = info.config.tls
             if tls is None or info.status == DISABLED or getattr(tls, "passthrough", False):
                 continue
@@ -407,6 +533,11 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
                 names += [n for n in (domain.main, *domain.sans) if n]
             for name in dict.fromkeys(n.lower() for n in names):
                 reasons += [f"no certificate for {name}: {error}" for error in certs.errors_for(name)]
+            if not reasons:
+                continue
+            if rt._basis is not None:
+                rt._basis.checked.setdefault((label, key), info)
+            info = table[key] = info.copy()
             for reason in reasons:
                 info.add_error(reason)
                 added.append(f"{label} {info.name}: {reason}")
@@ -524,10 +655,10 @@ class _TransportTLS:
     """Each transport's TLS files checked once per validation: name -> error or None."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, str | None] = {}
+        self.verdicts: dict[str, str | None] = {}
 
     def check(self, name: str, config: ServersTransport | TCPServersTransport) -> str | None:
-        if name not in self._seen:
+        if name not in self.verdicts:
             tls = config.tls if isinstance(config, TCPServersTransport) else config
             error = None
             if tls is not None and (tls.root_cas or tls.certificates):
@@ -535,8 +666,29 @@ class _TransportTLS:
                     client_tls_context(root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False)
                 except ConfigError as exc:
                     error = str(exc)
-            self._seen[name] = error
-        return self._seen[name]
+            self.verdicts[name] = error
+        return self.verdicts[name]
+
+
+def _check_http_service(
+    info: ServiceInfo[Service],
+    transports: Mapping[str, ServersTransport],
+    tls_errors: _TransportTLS,
+) -> None:
+    """A service's own checks: its transport exists and, for ``https`` servers, its TLS
+    files can be used; no servers is a warning. Weighted services are judged later."""
+    lb = info.config.load_balancer
+    if lb is None:
+        return
+    _check_transport(info, lb.servers_transport, transports)
+    if not lb.servers:
+        info.add_error("no servers: requests get 503", critical=False)
+    name = lb.servers_transport or DEFAULT_TRANSPORT
+    transport = transports.get(name)
+    if transport is not None and any(s.url[:6].lower() == "https:" for s in lb.servers):
+        error = tls_errors.check(name, transport)
+        if error is not None:
+            info.add_error(f"serversTransport {name!r}: {error}")
 
 
 def _check_tcp_transport(
