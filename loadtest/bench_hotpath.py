@@ -36,17 +36,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import callgrind  # a module beside this script
 import httptools
 import msgspec
 import uvloop
@@ -245,28 +241,6 @@ def run(
         loop.close()
 
 
-def instructions(flags: list[str], small: int = 2_000, large: int = 12_000) -> float:
-    """Instructions per request: callgrind totals at two request counts, differenced."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("--instructions needs valgrind")
-    totals = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (small, large):
-            out = Path(tmp) / f"callgrind.{n}"
-            subprocess.run(
-                [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                 "--requests", str(n), *flags],
-                check=True,
-                capture_output=True,
-                env=dict(os.environ, PYTHONHASHSEED="0"),
-            )
-            m = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.M)
-            assert m, "no totals in the callgrind output"
-            totals.append(int(m.group(1)))
-    return (totals[1] - totals[0]) / (large - small)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parser", default="httptools", choices=["httptools", "h11"])
@@ -284,7 +258,7 @@ def main() -> None:
     if args.instructions:
         flags = ["--parser", args.parser, *(["--varied"] if args.varied else []),
                  *(["--new-connection"] if args.new_connection else []), *(["--ceiling"] if args.ceiling else [])]
-        per = instructions(flags)
+        per = callgrind.per_unit(__file__, "--requests", flags, 2_000, 12_000)
         print(f"{who}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
         return
     us = run(args.parser, args.requests, args.profile, args.varied, args.new_connection, args.ceiling)
