@@ -42,7 +42,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import callgrind  # a module beside this script
 import httptools
 import msgspec
 import uvloop
@@ -258,6 +257,8 @@ def main() -> None:
     if args.instructions:
         flags = ["--parser", args.parser, *(["--varied"] if args.varied else []),
                  *(["--new-connection"] if args.new_connection else []), *(["--ceiling"] if args.ceiling else [])]
+        import callgrind  # a module beside this script (the tests import this one as loadtest.bench_hotpath)
+
         per = callgrind.per_unit(__file__, "--requests", flags, 2_000, 12_000)
         print(f"{who}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
         return
