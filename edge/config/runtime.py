@@ -382,10 +382,11 @@ def build_runtime(
 class _Basis:
     """What a snapshot lends the next round's :func:`_endpoints_only`: the inputs its
     verdicts rest on besides the configuration (entry points with their models, the
-    default rule syntax, each serversTransport's TLS files' verdict) and, for the routers
-    :func:`check_tls` gave errors, the info as validation left it."""
+    default rule syntax, each serversTransport's TLS files' verdict) and what
+    :func:`check_tls` made of it (``tls``); ``inherited``, in a snapshot made from the
+    previous one, is what check_tls made of that one."""
 
-    __slots__ = ("checked", "entry_points", "http_tls", "rule_syntax", "tcp_tls")
+    __slots__ = ("checks", "entry_points", "http_tls", "inherited", "rule_syntax", "tcp_tls", "tls")
 
     def __init__(
         self,
@@ -398,7 +399,22 @@ class _Basis:
         self.rule_syntax = rule_syntax
         self.http_tls = http_tls
         self.tcp_tls = tcp_tls
-        self.checked: dict[tuple[str, str], RouterInfo[Any]] = {}  # (label, name) -> info
+        self.checks = 0  # check_tls calls
+        self.tls = _Checked()
+        self.inherited: _Checked | None = None
+
+
+class _Checked:
+    """What :func:`check_tls` made of a snapshot: for each router it gave errors, the info
+    as validation left it and the one with the errors; the messages; the certificate
+    snapshot it was given (None unless the snapshot was checked exactly once)."""
+
+    __slots__ = ("certs", "infos", "messages")
+
+    def __init__(self) -> None:
+        self.certs: object | None = None
+        self.infos: dict[tuple[str, str], tuple[RouterInfo[Any], RouterInfo[Any]]] = {}
+        self.messages: list[str] = []  # (label, name) above: "router", "tcp router"
 
 
 def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[str, object]]:
@@ -470,9 +486,13 @@ def _endpoints_only(
     rt.http_routers = dict(previous.http_routers)
     rt.tcp_routers = dict(previous.tcp_routers)
     tables = {"router": rt.http_routers, "tcp router": rt.tcp_routers}
-    for (label, name), info in basis.checked.items():
+    for (label, name), (info, _) in basis.tls.infos.items():
         tables[label][name] = info
     rt._basis = _Basis(entry_points, default_rule_syntax, http_tls, tcp_tls)
+    if basis.tls.certs is not None:
+        # The same routers and tls section: check_tls with the same certificates will
+        # find what it found last round (only that is kept: no chain of snapshots).
+        rt._basis.inherited = basis.tls
     return rt
 
 
@@ -511,7 +531,23 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
 
     A router given errors gets a new info in ``rt`` (:meth:`ElementInfo.copy`): the one
     validation made stays as it was, for the next round to reuse (:func:`_endpoints_only`).
+    When that round's snapshot is checked with the very ``certs`` its previous one was,
+    the routers and their tls section being the same, so are the verdicts: the previous
+    round's infos and messages are taken as they are, without walking the routers.
     """
+    basis = rt._basis
+    if basis is not None:
+        basis.checks += 1
+        basis.tls.certs = certs if basis.checks == 1 else None  # checked twice: not reused
+        inherited, basis.inherited = basis.inherited, None
+        if inherited is not None and basis.checks == 1 and inherited.certs is certs:
+            tables = {"router": rt.http_routers, "tcp router": rt.tcp_routers}
+            for (label, key), (_, checked) in inherited.infos.items():
+                tables[label][key] = checked
+            basis.tls = _Checked()
+            basis.tls.certs, basis.tls.messages = certs, inherited.messages
+            basis.tls.infos = dict(inherited.infos)
+            return list(inherited.messages)
     added: list[str] = []
     tables: list[tuple[str, dict[str, RouterInfo[Any]]]] = [
         ("router", rt.http_routers),
@@ -535,13 +571,16 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
                 reasons += [f"no certificate for {name}: {error}" for error in certs.errors_for(name)]
             if not reasons:
                 continue
-            if rt._basis is not None:
-                rt._basis.checked.setdefault((label, key), info)
-            info = table[key] = info.copy()
+            checked = info.copy()
+            if basis is not None and (label, key) not in basis.tls.infos:
+                basis.tls.infos[(label, key)] = (info, checked)
+            info = table[key] = checked
             for reason in reasons:
                 info.add_error(reason)
                 added.append(f"{label} {info.name}: {reason}")
-    return added
+    if basis is not None and basis.checks == 1:
+        basis.tls.messages = added
+    return list(added)
 
 
 # --- entry point models ------------------------------------------------------------

@@ -11,7 +11,8 @@ certificates, round after round (each round's shortcut starts from the last one)
 The configurations are random and broken on purpose: missing and disabled services,
 weighted cycles, bad rules, missing entry points and TLS options, serversTransports
 whose CA file comes and goes between rounds, a certificate that cannot be read (every
-TLS router without a certificate of its own gets its error from ``check_tls``), entry
+TLS router without a certificate of its own gets its error from ``check_tls``) until
+its file is written and the certificates are read again, and deleted again, entry
 points with an ``http.tls`` model. The rounds change servers (to none, to ``https``
 ones, whose transport's files are then checked), and now and then something else, or
 a file. The test also counts how often the shortcut was taken and how often it
@@ -153,8 +154,9 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
         "flaky": str(flaky),
         "good.crt": good[0],
         "good.key": good[1],
-        "unreadable": str(tmp_path / "unreadable.crt"),  # never written
+        "unreadable": str(tmp_path / "unreadable.crt"),  # written now and then
     }
+    unreadable = Path(files["unreadable"])
     taken = declined = rounds = 0
     for seed in range(150):
         rng = random.Random(seed)
@@ -162,6 +164,7 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
             flaky.write_text(pki.cert_pem)
         else:
             flaky.unlink(missing_ok=True)
+        unreadable.unlink(missing_ok=True)
         doc = random_conf(rng, files)
         eps = entry_points(rng)
         conf = merge({"file": msgspec.convert(doc, Configuration)})
@@ -189,8 +192,12 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
                     taken += 1
                 else:
                     declined += 1
-            if rng.random() < 0.2:
-                certs = TLSCertificates(conf_now.tls)  # certificates read again
+            if rng.random() < 0.2:  # certificates read again, maybe changed
+                if rng.random() < 0.5:
+                    unreadable.unlink(missing_ok=True)
+                else:
+                    unreadable.write_text(Path(good[0]).read_text())
+                certs = TLSCertificates(conf_now.tls)
             short = validated(conf_now, eps, certs, previous)
             full = validated(conf_now, eps, certs, None)
             assert seen(*short) == seen(*full), f"seed {seed}"
