@@ -22,7 +22,6 @@ import logging
 import signal
 from collections.abc import Callable
 
-from edge.config.diff import changed_servers
 from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import StaticConfig
 from edge.entrypoints import EntryPoints
@@ -118,7 +117,7 @@ class Dataplane:
         """
         transports = self.transports.plan(runtime.servers_transports)
         previous = self.runtime
-        changed = changed_servers(previous.configuration, runtime.configuration) if previous is not None else None
+        changed = runtime.changed_servers(previous) if previous is not None else None
         if changed is not None and self.transports.is_current(transports):
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.

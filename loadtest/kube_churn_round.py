@@ -5,8 +5,8 @@ EndpointSlices, one Ingress in ten with TLS) and its first configuration as the
 provider and the data plane do, then runs R churn rounds: each replaces K
 EndpointSlices (a different set each round) and runs what follows in edge:
 ``update_endpoints``, ``merge`` with the watcher's memo, ``build_runtime`` with the
-previous snapshot, ``changed_servers``, ``check_tls`` with the live certificates and
-``servers_for`` (the in-place update).
+previous snapshot, ``changed_servers`` (the data plane's question), ``check_tls`` with
+the live certificates and ``servers_for`` (the in-place update).
 
     python loadtest/kube_churn_round.py [--ingresses 2000] [--changed 20] [--rounds 10]
     python loadtest/kube_churn_round.py --instructions   # callgrind: instructions per round
@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kube_scale import ENTRY_POINTS, decode_state, endpoint_slice, list_bodies
 
-from edge.config.diff import changed_servers
 from edge.config.merge import RouterMemo, merge
 from edge.config.runtime import build_runtime, check_tls
 from edge.providers.kubernetes import objects
@@ -87,7 +86,7 @@ def main() -> None:
         assert new_result is not None
         new_merged = merge({"kubernetes": new_result.configuration}, memo)
         new_runtime = build_runtime(new_merged, ENTRY_POINTS, previous=runtime)
-        names = changed_servers(runtime.configuration, new_merged)
+        names = new_runtime.changed_servers(runtime)  # as the data plane asks
         assert names is not None and len(names) == args.changed, names
         check_tls(new_runtime, certs)
         servers_for(services, new_runtime, names, transports)

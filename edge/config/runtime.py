@@ -196,6 +196,15 @@ class RuntimeConfig:
             for message in info.errors
         ]
 
+    def changed_servers(self, previous: RuntimeConfig) -> list[str] | None:
+        """:func:`edge.config.diff.changed_servers` from ``previous``'s configuration to
+        this one's, without comparing them again when this snapshot was validated from
+        ``previous`` (an endpoints-only round: :func:`build_runtime` compared them)."""
+        since = self._basis.since if self._basis is not None else None
+        if since is not None and since[0] is previous.configuration:
+            return list(since[1])
+        return changed_servers(previous.configuration, self.configuration)
+
     def to_builtins(self) -> dict[str, Any]:
         """A JSON-able dump (camelCase keys) with status and errors per element."""
         out: dict[str, Any] = {"http": {}, "tcp": {}, "udp": {}}
@@ -386,7 +395,16 @@ class _Basis:
     :func:`check_tls` made of it (``tls``); ``inherited``, in a snapshot made from the
     previous one, is what check_tls made of that one."""
 
-    __slots__ = ("checks", "entry_points", "http_tls", "inherited", "rule_syntax", "tcp_tls", "tls")
+    __slots__ = (
+        "checks",
+        "entry_points",
+        "http_tls",
+        "inherited",
+        "rule_syntax",
+        "since",
+        "tcp_tls",
+        "tls",
+    )
 
     def __init__(
         self,
@@ -402,6 +420,9 @@ class _Basis:
         self.checks = 0  # check_tls calls
         self.tls = _Checked()
         self.inherited: _Checked | None = None
+        # An endpoints-only round's: the previous configuration and the services changed
+        # since (it holds that configuration, not the snapshot: no chain of snapshots).
+        self.since: tuple[Configuration, list[str]] | None = None
 
 
 class _Checked:
@@ -489,6 +510,7 @@ def _endpoints_only(
     for (label, name), (info, _) in basis.tls.infos.items():
         tables[label][name] = info
     rt._basis = _Basis(entry_points, default_rule_syntax, http_tls, tcp_tls)
+    rt._basis.since = (previous.configuration, changed)
     if basis.tls.certs is not None:
         # The same routers and tls section: check_tls with the same certificates will
         # find what it found last round (only that is kept: no chain of snapshots).

@@ -201,6 +201,9 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
             short = validated(conf_now, eps, certs, previous)
             full = validated(conf_now, eps, certs, None)
             assert seen(*short) == seen(*full), f"seed {seed}"
+            assert short[0].changed_servers(previous) == changed_servers(
+                previous.configuration, conf_now
+            )
             previous = short[0]
     # Both ways were walked, the shortcut most of the time.
     assert taken > rounds // 2, (taken, declined, rounds)
