@@ -547,8 +547,13 @@ class _Services:
         self.built: dict[ServiceKey, Service] = {}
         self.refused: set[Key] = set()  # Services some backend could not use
         self.slices: dict[Key, list[EndpointSlice]] = {}  # of the Services in ``only``, or all
-        for key in sorted(state.endpoint_slices):
-            eps = state.endpoint_slices[key]
+        slices = state.endpoint_slices
+        if only is None:
+            keys = sorted(slices)
+        else:  # endpoint churn: a few Services of thousands, so only their slices are sorted
+            keys = sorted(k for k, eps in slices.items() if (k[0], eps.service_name) in only)
+        for key in keys:
+            eps = slices[key]
             owner = (key[0], eps.service_name)
             if eps.service_name and (only is None or owner in only):
                 self.slices.setdefault(owner, []).append(eps)
