@@ -70,9 +70,17 @@ def split_name(qualified: str) -> tuple[str, str]:
     return (name, provider) if name else (qualified, "")
 
 
-RouterMemo = dict[str, tuple[Mapping[str, Router], list[tuple[str, Router]]]]
-"""What :func:`merge` made of each provider's HTTP routers: provider -> (the routers it
-was given, what they became)."""
+RouterMemo = dict[
+    str,
+    tuple[
+        Mapping[str, Router],
+        list[tuple[str, Router]],
+        Mapping[str, Service],
+        list[tuple[str, Service]],
+    ],
+]
+"""What :func:`merge` made of each provider's HTTP routers and services: provider -> (the
+routers it was given, what they became, the services it was given, what they became)."""
 
 
 def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) -> Configuration:
@@ -82,7 +90,9 @@ def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) 
     provider's HTTP routers when its configuration holds the very same routers table
     as last time: a provider that changed only its services (the Kubernetes provider's
     endpoint churn: 5,000 routers) passes the table on, and configurations are never
-    changed once published.
+    changed once published. Likewise its HTTP services: when they are named in the
+    order they were last time, each one that is the very same object as last time
+    keeps what it became (endpoint churn replaces a few of thousands).
     """
     if memo is not None:
         for gone in memo.keys() - configs.keys():
@@ -120,10 +130,19 @@ def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) 
                 qualified = last[1]
             else:
                 qualified = [(q(n), _http_router(r, q)) for n, r in conf.http.routers.items()]
-                if memo is not None:
-                    memo[provider] = (conf.http.routers, qualified)
+            given = conf.http.services
+            if last is not None and (last[2] is given or list(last[2]) == list(given)):
+                was = last[2].values()
+                http_services = [
+                    done if s is before else (done[0], _http_service(s, q))
+                    for done, s, before in zip(last[3], given.values(), was, strict=True)
+                ]
+            else:
+                http_services = [(q(n), _http_service(s, q)) for n, s in given.items()]
+            if memo is not None:
+                memo[provider] = (conf.http.routers, qualified, given, http_services)
             routers.update(qualified)
-            services.update((q(n), _http_service(s, q)) for n, s in conf.http.services.items())
+            services.update(http_services)
             middlewares.update((q(n), m) for n, m in conf.http.middlewares.items())
             transports.update((q(n), t) for n, t in conf.http.servers_transports.items())
 
