@@ -10,6 +10,7 @@ as ``bench.py``'s https-handshake scenario (wrk) does.
 
     python loadtest/bench_tls.py [--bare] [--keepalive] [--full]
                                  [--connections N] [--profile | --instructions]
+    python loadtest/bench_tls.py --live nginx|edge
 
 ``--bare``: the same client against a bare ``SSLObject`` server in the same
 process (handshake, read the request, write a fixed response, close_notify):
@@ -23,6 +24,13 @@ https-keepalive): read a record, decrypt, proxy, encrypt, write.
 default the client resumes as wrk does (it keeps the session, TLS 1.3 PSK with
 a new X25519 exchange, and the server sends its tickets every time).
 
+``--live nginx|edge``: the server's side only, over real sockets: nginx (as
+bench.py's, proxying to a backend nginx) or ``python -m edge run`` (an HTTPS
+router to the same backend) under callgrind, a client in this process making
+resumed connections (GET, close) at two counts, differenced: instructions per
+connection in user space, and by library (libcrypto beside libcrypto). The
+kernel's share (syscalls, TCP) is not in it.
+
 ``--instructions``: instructions per unit, counted by callgrind (valgrind),
 deterministic where timings on a shared machine are not: two runs at two counts,
 differenced (start-up and warm-up cancel out). The client's work is in every
@@ -33,10 +41,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import cProfile
+import os
 import pstats
+import re
+import shutil
+import signal
+import socket
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -329,6 +344,152 @@ async def measure(n: int, *, bare: bool, keepalive: bool, full: bool, profile: b
     return elapsed / n * 1e6
 
 
+# -- --live: the server's side over real sockets, nginx beside edge --------------------
+
+NGINX = """daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/{name}.pid;
+error_log {d}/{name}-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/{name}-body;
+    proxy_temp_path {d}/{name}-proxy;
+    upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port} {ssl};
+        {tls}
+        location = / {{ {answer} }}
+    }}
+}}
+"""
+NGINX_TLS = "ssl_certificate {cert}; ssl_certificate_key {key}; ssl_protocols TLSv1.2 TLSv1.3;"
+NGINX_PROXY = "proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+EDGE_STATIC = """entryPoints: {{web: {{address: "127.0.0.1:{port}"}}}}
+providers: {{file: {{filename: {d}/dynamic.yaml}}}}
+log: {{level: ERROR}}
+"""
+EDGE_DYNAMIC = """http:
+  routers: {{bench: {{rule: "Host(`{host}`)", service: backend, tls: {{}}}}}}
+  services: {{backend: {{loadBalancer: {{servers: [{{url: "http://127.0.0.1:{backend}"}}]}}}}}}
+tls: {{stores: {{default: {{defaultCertificate: {{certFile: {cert}, keyFile: {key}}}}}}}}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def client_connection(port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[ssl.SSLSession, bool]:
+    """One resumed (when ``session``) connection: GET with Connection: close, the whole
+    answer; the session to offer next, and whether this one was resumed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        tls = ctx.wrap_socket(sock, server_hostname=HOST, session=session)
+        tls.sendall(REQUEST_CLOSE)
+        data = b""
+        for _ in range(100):
+            try:
+                chunk = tls.recv(65536)
+            except (ssl.SSLZeroReturnError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            data += chunk
+        kept = tls.session, tls.session_reused
+        tls.close()
+    if not data.endswith(b"hello world\n") or kept[0] is None:
+        raise SystemExit(f"unexpected answer: {data[:200]!r}")
+    return kept  # type: ignore[return-value]
+
+
+def live_run(who: str, n: int, tmp: Path, cert: str, key: str, backend: int) -> tuple[int, dict[str, int]]:
+    """The server's instructions (total, by library) over ``n`` resumed connections and a probe."""
+    port = free_port()
+    out = tmp / f"callgrind.{who}.{n}"
+    if who == "nginx":
+        conf = tmp / "nginx.conf"
+        tls = NGINX_TLS.format(cert=cert, key=key)
+        conf.write_text(NGINX.format(d=tmp, name="subject", backend=backend, port=port, ssl="ssl", tls=tls,
+                                     answer=NGINX_PROXY))
+        argv, stop, cwd = ["nginx", "-c", str(conf), "-p", str(tmp)], signal.SIGTERM, tmp
+    else:
+        (tmp / "dynamic.yaml").write_text(EDGE_DYNAMIC.format(host=HOST, backend=backend, cert=cert, key=key))
+        (tmp / "static.yaml").write_text(EDGE_STATIC.format(port=port, d=tmp))
+        argv = [sys.executable, "-m", "edge", "run", "--config", str(tmp / "static.yaml")]
+        stop, cwd = signal.SIGINT, Path(__file__).parent.parent
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONHASHSEED="0"),
+    )
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + 120
+        while True:  # the probe: until the route answers (under valgrind, seconds)
+            try:
+                session = client_connection(port, ctx, None)[0]
+                break
+            except (OSError, SystemExit):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"{who} under callgrind did not answer") from None
+                time.sleep(0.5)
+        reused = 0
+        for _ in range(n):
+            session, resumed = client_connection(port, ctx, session)
+            reused += resumed
+        if reused < n * 0.95:
+            raise SystemExit(f"{who}: sessions not resumed ({reused}/{n})")
+    finally:
+        proc.send_signal(stop)
+        proc.wait(60)
+    total = int(re.search(r"^totals: (\d+)", out.read_text(), re.M).group(1))  # type: ignore[union-attr]
+    return total, by_library(out)
+
+
+def by_library(out: Path) -> dict[str, int]:
+    """Instructions by shared object (callgrind_annotate, self cost)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", "--inclusive=no", str(out)], capture_output=True, text=True
+    ).stdout
+    libs: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?.*\[(.*)\]\s*$", line)
+        if m:
+            libs[m.group(2).rsplit("/", 1)[-1].split(".so")[0]] += int(m.group(1).replace(",", ""))
+    return dict(libs)
+
+
+def live(who: str, small: int = 100, large: int = 600) -> None:
+    for tool in ("valgrind", "nginx"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"--live needs {tool}")
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        cert, key = certificate(tmp)
+        backend = free_port()
+        (tmp / "backend.conf").write_text(NGINX.format(
+            d=tmp, name="backend", backend=free_port(), port=backend, ssl="", tls="",
+            answer='return 200 "hello world\\n";',
+        ))
+        server = subprocess.Popen(["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            (a, la), (b, lb) = (live_run(who, n, tmp, cert, key, backend) for n in (small, large))
+        finally:
+            server.send_signal(signal.SIGQUIT)
+            server.wait(30)
+    per = large - small
+    print(f"{who}: {(b - a) / per:,.0f} instructions per resumed TLS connection, server side (callgrind)")
+    for lib in sorted(set(la) | set(lb), key=lambda k: la.get(k, 0) - lb.get(k, 0)):
+        cost = (lb.get(lib, 0) - la.get(lib, 0)) / per
+        if abs(cost) >= 1000:
+            print(f"  {cost:12,.0f}  {lib}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--connections", type=int, default=2_000, help="units measured (connections, or requests)")
@@ -337,7 +498,11 @@ def main() -> None:
     p.add_argument("--full", action="store_true", help="full handshakes: the client never resumes")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--instructions", action="store_true", help="count instructions per unit with callgrind")
+    p.add_argument("--live", choices=("nginx", "edge"), help="the server's side over real sockets (callgrind)")
     args = p.parse_args()
+    if args.live:
+        live(args.live)
+        return
     who = "bare SSLObject" if args.bare else "edge"
     kind = (
         "HTTPS keep-alive request" if args.keepalive

@@ -24,7 +24,11 @@ Invariants:
 - Encrypted output is written to the raw transport as soon as it is produced,
   so the raw transport's write buffer is the only buffer: its flow control is
   the application's (``pause_writing`` passes through), and the application's
-  ``pause_reading`` pauses the raw transport.
+  ``pause_reading`` pauses the raw transport. One exception: a TLS 1.3 server's
+  session tickets (and anything OpenSSL produces while reading before edge
+  first sends) leave with edge's first write, close_notify or flush, not in a
+  write of their own (one write per connection less; a client has sent its
+  request by then, and nothing it waits for is held).
 - Per read: one BIO write, one ``SSLObject.read`` per record until the incoming
   BIO is empty (no read that can only fail), one ``data_received`` with
   everything decrypted; per ``write``/``writelines``: one ``SSLObject.write``
@@ -144,12 +148,14 @@ class TLSTransport(asyncio.Transport):
         "_eof",
         "_eof_written",
         "_failed",
+        "_held",
         "_in",
         "_out",
         "_raw",
         "_raw_eof",
         "_read_record",
         "_reading_paused",
+        "_server",
         "_ssl",
         "_sslobj",
         "_timer",
@@ -198,6 +204,11 @@ class TLSTransport(asyncio.Transport):
         self._eof_written = False  # write_eof: our close_notify and FIN are sent
         self._reading_paused = False  # by the application
         self._writing_paused = False  # by the raw transport
+        # Server side, from the handshake's end until edge first sends: OpenSSL's
+        # session tickets wait in the outgoing BIO to leave in one write with the
+        # first response (or close_notify) instead of a write of their own.
+        self._held = False
+        self._server = server_hostname is None
         self._timer: asyncio.TimerHandle | None = None
         if handshake_timeout > 0:
             loop = asyncio.get_running_loop()
@@ -222,7 +233,7 @@ class TLSTransport(asyncio.Transport):
         try:
             chunk = self._read_record(READ_SIZE)
         except ssl.SSLWantReadError:  # not a whole record yet
-            if self._out.pending:
+            if self._out.pending and not self._held:
                 self._flush()
             return
         except ssl.SSLError:  # close_notify after ours, or a fatal error: _read says which
@@ -283,7 +294,10 @@ class TLSTransport(asyncio.Transport):
             self._flush()  # the alert OpenSSL produced
             self._fail(f"handshake failed: {exc.reason or exc}", exc)
             return
-        self._flush()  # the server's last flight, and TLS 1.3 session tickets
+        if self._server and self._sslobj.version() == "TLSv1.3":
+            self._held = True  # TLS 1.3 session tickets: sent with the first response
+        else:
+            self._flush()  # the client's Finished; a TLS 1.2 server's last flight
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -356,7 +370,7 @@ class TLSTransport(asyncio.Transport):
             self._closing = True
             self._raw.close()
             return
-        if self._out.pending:  # e.g. an answer to a KeyUpdate
+        if self._out.pending and not self._held:  # e.g. an answer to a KeyUpdate
             self._flush()
         if chunks:
             self._app.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
@@ -368,6 +382,7 @@ class TLSTransport(asyncio.Transport):
     # -- writing --------------------------------------------------------------------
 
     def _flush(self) -> None:
+        self._held = False
         data = self._out.read()
         if data:
             self._raw.write(data)
@@ -381,6 +396,7 @@ class TLSTransport(asyncio.Transport):
             log.debug("TLS to %s: write failed: %s; aborted", self._peer(), exc.reason or exc)
             self.abort()
             return
+        self._held = False
         self._raw.write(self._out.read())
 
     def writelines(self, list_of_data) -> None:

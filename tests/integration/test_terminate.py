@@ -460,6 +460,71 @@ class BioClient:
         raise AssertionError("read_all: too many reads")
 
 
+class Wire:
+    """A raw transport's surface that records each write (one entry per write)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.protocol = None
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_reading(self) -> bool:
+        return True
+
+    def set_protocol(self, protocol) -> None:
+        self.protocol = protocol
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+    def get_extra_info(self, name: str, default=None):
+        return default
+
+
+def test_tls13_tickets_leave_with_the_first_response(pki_files):
+    """A TLS 1.3 server's session tickets are not a write of their own: they leave
+    with the first bytes edge sends, and a client that keeps them resumes."""
+    ctx = snapshot(pki_files).context_for("a.test")
+    assert ctx is not None
+    client_ctx = ssl.create_default_context(cafile=pki_files["ca"])
+
+    async def connection(session):
+        cin, cout = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = client_ctx.wrap_bio(cin, cout, server_hostname="a.test", session=session)
+        with pytest.raises(ssl.SSLWantReadError):
+            client.do_handshake()
+        wire, app = Wire(), Echo()
+        tls = start_tls(wire, ctx, app, cout.read(), handshake_timeout=0)  # type: ignore[arg-type]
+        assert len(wire.writes) == 1, "the server's flight"
+        cin.write(wire.writes[0])
+        client.do_handshake()
+        tls.data_received(cout.read())  # the client's Finished alone: the handshake ends
+        assert app.events == ["made"]
+        assert len(wire.writes) == 1, "the session tickets were written alone"
+        client.write(b"ping\n")
+        tls.data_received(cout.read())
+        assert len(wire.writes) == 2, "tickets and the answer: one write"
+        cin.write(wire.writes[1])
+        assert client.read(100) == b"ping\n"
+        tls.close()
+        assert len(wire.writes) == 3 and wire.closed  # close_notify
+        return client
+
+    async def run():
+        first = await connection(None)
+        assert first.version() == "TLSv1.3" and not first.session_reused
+        assert first.session is not None and first.session.has_ticket
+        second = await connection(first.session)
+        assert second.session_reused
+
+    asyncio.run(run())
+
+
 class HalfClose(asyncio.Protocol):
     """On the peer's EOF, answers and closes its own half when the transport can."""
 
