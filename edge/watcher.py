@@ -123,6 +123,7 @@ class Watcher:
         self._preparer = Preparer() if offload else None
         self._default_rule_syntax = default_rule_syntax  # core.defaultRuleSyntax
         self._merged: RouterMemo = {}  # what merge made of each provider's routers (rounds never overlap)
+        self._reported: set[tuple[int, str, str, str]] = set()  # the errors logged, while they last
         self._task: asyncio.Task | None = None
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
@@ -243,10 +244,7 @@ class Watcher:
         except Exception:
             log.exception("configuration could not be validated; keeping the previous one")
             return None
-        for label, info in runtime.elements():
-            for message in info.errors:
-                level = logging.ERROR if info.status == DISABLED else logging.WARNING
-                log.log(level, "%s %s: %s", label, info.name, message)
+        self._report(runtime)
         commits: list[Callable[[], None] | None] = []
         for listener in self._listeners:
             prepare = getattr(listener, "prepare", None)
@@ -259,6 +257,21 @@ class Watcher:
                     commit = _skip
             commits.append(commit)
         return list(configs), runtime, commits
+
+    def _report(self, runtime: RuntimeConfig) -> None:
+        """Log each element's error once, when it appears, and say when it is gone: a
+        round that changes nothing about a broken router (endpoint churn every second
+        or two) does not write its error again. The API shows the errors of now."""
+        current = {
+            (logging.ERROR if info.status == DISABLED else logging.WARNING, label, info.name, message)
+            for label, info in runtime.elements()
+            for message in info.errors
+        }
+        for level, label, name, message in sorted(current - self._reported, key=_by_element):
+            log.log(level, "%s %s: %s", label, name, message)
+        for _level, label, name, message in sorted(self._reported - current, key=_by_element):
+            log.info("%s %s: resolved: %s", label, name, message)
+        self._reported = current
 
     def _commit(self, prepared: Prepared) -> None:
         """The cheap half of a round, on the loop: every listener in order."""
@@ -294,6 +307,10 @@ class Watcher:
 
 def _skip() -> None:
     """The commit of a listener whose preparation failed: it keeps what it had."""
+
+
+def _by_element(error: tuple[int, str, str, str]) -> tuple[str, str, str]:
+    return error[1:]
 
 
 def _name(listener: Listener) -> str:

@@ -193,6 +193,40 @@ def test_validation_errors_are_logged_with_the_element(caplog) -> None:
     assert "router r@k8s: service 'nope@k8s' does not exist" in caplog.text
 
 
+def test_an_error_is_logged_once_while_it_lasts_and_its_end_is_said(caplog) -> None:
+    """Rounds that leave a broken router broken (endpoint churn elsewhere) do not log its
+    error again; the round that mends it says so; breaking it again logs it again."""
+    bad = decode_dynamic({"http": {"routers": {"r": {"rule": "Host(`x`)", "service": "nope"}}}})
+    fixed = decode_dynamic(
+        {
+            "http": {
+                "routers": {"r": {"rule": "Host(`x`)", "service": "nope"}},
+                "services": {"nope": {"loadBalancer": {"servers": [{"url": "http://10.0.0.9:80"}]}}},
+            }
+        }
+    )
+    error = "router r@k8s: service 'nope@k8s' does not exist"
+
+    def count(text: str) -> int:
+        return sum(text in r.getMessage() for r in caplog.records)
+
+    async def main() -> None:
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[Recorder()])
+        w.publish(Message("k8s", bad))
+        for i in range(1, 4):  # three rounds that change only the file provider's servers
+            w.publish(Message("file", config(1 + i)))
+        assert w.applied == 4
+        assert count(error) == 1
+        w.publish(Message("k8s", fixed))
+        assert count("router r@k8s: resolved: service 'nope@k8s' does not exist") == 1
+        w.publish(Message("k8s", bad))
+        assert count(error) == 2
+        await w.close()
+
+    with caplog.at_level(logging.INFO, logger="edge.watcher"):
+        run(main())
+
+
 def test_publish_threadsafe() -> None:
     async def main() -> None:
         rec = Recorder()
