@@ -560,23 +560,11 @@ def test_tls13_half_close(pki_files):
         data, notified = client.read_all()
         assert (data, notified) == (b"got ping", True)
         client.sock.close()
-        deadline = time.monotonic() + 5
-        while "lost" not in server.call(lambda: list(server.apps[-1].events)):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert server.apps[-1].events == ["eof can_write_eof=True", "lost"]
+        assert wait_lost(server) == ["eof can_write_eof=True", "lost"]
 
 
-class CloseFirst(asyncio.Protocol):
+class CloseFirst(HalfClose):
     """Answers the first bytes and ends its half at once (close_notify), then reads on."""
-
-    def __init__(self) -> None:
-        self.transport = None
-        self.data = b""
-        self.events: list[str] = []
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         if not self.data:
@@ -588,8 +576,14 @@ class CloseFirst(asyncio.Protocol):
         self.events.append(f"eof after {self.data!r}")
         return False  # both halves are done: close
 
-    def connection_lost(self, exc) -> None:
-        self.events.append("lost")
+
+def wait_lost(server) -> list[str]:
+    """The last app's events once its connection is lost (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while "lost" not in (events := server.call(lambda: list(server.apps[-1].events))):
+        assert time.monotonic() < deadline, events
+        time.sleep(0.02)
+    return events
 
 
 def test_tls13_half_close_server_first_then_data_and_close_notify_in_one_read(pki_files):
@@ -605,12 +599,9 @@ def test_tls13_half_close_server_first_then_data_and_close_notify_in_one_read(pk
         with contextlib.suppress(ssl.SSLError):
             client.tls.unwrap()
         client._pump(receive=False)  # both records in one segment
-        deadline = time.monotonic() + 5
-        while "lost" not in server.call(lambda: list(server.apps[-1].events)):
-            assert time.monotonic() < deadline, server.apps[-1].events
-            time.sleep(0.02)
+        events = wait_lost(server)
         client.sock.close()
-        assert server.apps[-1].events == ["eof after b'hello and the rest'", "lost"]
+        assert events == ["eof after b'hello and the rest'", "lost"]
 
 
 def test_tcp_eof_without_close_notify_reaches_http(pki_files, whoami):
