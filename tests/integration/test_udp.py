@@ -939,11 +939,8 @@ def wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None
         time.sleep(0.01)
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading is Linux's"
-)
-def test_workers_share_a_udp_port_and_keep_sessions(tmp_path):
-    """``workers: 2``: one port; every client keeps its session (one upstream socket)."""
+def two_workers(tmp_path, address: str) -> tuple[NamedEchoThread, Edge]:
+    """An echo backend "a" and edge with ``workers: 2`` routing entrypoint dns to it."""
     backends = NamedEchoThread("a")
     dynamic = {
         "udp": {
@@ -951,12 +948,22 @@ def test_workers_share_a_udp_port_and_keep_sessions(tmp_path):
             "services": {"svc": lb(backends.addresses["a"])},
         }
     }
-    edge = Edge(
-        tmp_path,
-        dynamic,
-        entrypoints={"dns": {"address": "127.0.0.1:0/udp"}},
-        static_extra={"workers": 2},
-    )
+    try:
+        edge = Edge(
+            tmp_path, dynamic, entrypoints={"dns": {"address": address}}, static_extra={"workers": 2}
+        )
+    except BaseException:
+        backends.stop()
+        raise
+    return backends, edge
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading is Linux's"
+)
+def test_workers_share_a_udp_port_and_keep_sessions(tmp_path):
+    """``workers: 2``: one port; every client keeps its session (one upstream socket)."""
+    backends, edge = two_workers(tmp_path, "127.0.0.1:0/udp")
     try:
         port = edge.ports["dns"]
         socks = []
@@ -990,19 +997,7 @@ def test_workers_announce_the_wildcard_a_udp_port_is_bound_to(tmp_path):
     """``workers: 2`` on ``":0/udp"``: the supervisor's line names the wildcard address
     (its reservation is connected to loopback, which renames it), and datagrams to a
     second address of the host arrive."""
-    backends = NamedEchoThread("a")
-    dynamic = {
-        "udp": {
-            "routers": {"r": {"service": "svc"}},
-            "services": {"svc": lb(backends.addresses["a"])},
-        }
-    }
-    edge = Edge(
-        tmp_path,
-        dynamic,
-        entrypoints={"dns": {"address": ":0/udp"}},
-        static_extra={"workers": 2},
-    )
+    backends, edge = two_workers(tmp_path, ":0/udp")
     try:
         port = edge.ports["dns"]
         (line,) = [x for x in edge.log.splitlines() if "entrypoint dns: listening on" in x]
