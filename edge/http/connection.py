@@ -266,7 +266,28 @@ class HTTPConnection(asyncio.Protocol):
             if self.quick is not None and self.pending is None:
                 head = self.quick(data)
                 if head is not None:
-                    self._express(head)
+                    # The express path: a plain request alone in its read, on an
+                    # idle connection (see RequestParser.quick); here, not in a
+                    # method of its own, to save the call on every request.
+                    authority = head.host
+                    if authority != self.authority:  # a keep-alive client names the same host again
+                        self.host_port(authority)
+                    ctx = self.ctx
+                    route = ctx.router.by_host.get(self.hostport[0])
+                    ex = self.ex = Exchange(self, head)  # what _start does, without the call
+                    if ctx.write_timeout:
+                        self._set_deadline(WRITE, ctx.write_timeout)
+                    else:
+                        self.deadline_kind = NO_DEADLINE
+                    if route is not None and route.express and head.version == b"1.1":
+                        forwarding = self.forwarding
+                        if not forwarding:
+                            forwarding = self.forwarding = ctx.forwarding(self.client_ip_b, authority, self.hostport[1])
+                        if ex.express_start(route, forwarding):
+                            return
+                    ex.begin()
+                    if self.ex is ex:
+                        ex.request_end()
                     return
         elif ex.upgrade_rest is not None:
             # Between an upgrade request and the upstream's answer.
@@ -296,6 +317,11 @@ class HTTPConnection(asyncio.Protocol):
         self.ctx.connections.discard(self)
         self.transport = None
         self.pending = None
+        # The parser refers to this connection (its handler): let go of it, so that
+        # the two are freed now rather than left for the cyclic GC to find (it
+        # traverses what is left in its youngest generation: 4,300 instructions
+        # per connection). No event follows connection_lost.
+        self.quick = self.parser = None
         if self.ex is not None:
             self.ex.abandon()
 
@@ -381,31 +407,6 @@ class HTTPConnection(asyncio.Protocol):
         else:
             self.deadline_kind = NO_DEADLINE
         return ex
-
-    def _express(self, head: RequestHead) -> None:
-        """A plain request alone in its read, on an idle connection (see RequestParser.quick)."""
-        authority = head.host
-        # A keep-alive client names the same host request after request.
-        if authority != self.authority:
-            self.host_port(authority)
-        ctx = self.ctx
-        route = ctx.router.by_host.get(self.hostport[0])
-        ex = self.ex = Exchange(self, head)  # what _start does, without the call
-        if ctx.write_timeout:
-            self._set_deadline(WRITE, ctx.write_timeout)
-        else:
-            self.deadline_kind = NO_DEADLINE
-        if route is None or not route.express or head.version != b"1.1":
-            express = False
-        else:
-            forwarding = self.forwarding
-            if not forwarding:
-                forwarding = self.forwarding = ctx.forwarding(self.client_ip_b, authority, self.hostport[1])
-            express = ex.express_start(route, forwarding)
-        if not express:
-            ex.begin()
-            if self.ex is ex:
-                ex.request_end()
 
     def _begin(self, head: RequestHead) -> None:
         self._start(head).begin()

@@ -121,13 +121,27 @@ class Exchange:
         # What forward.upstream_request writes for it (a quick HTTP/1.1 head in
         # origin-form, to a connection kept alive: its cut, passed through), without
         # the calls; test_express compares the bytes with the general path's.
-        self.up_head = self.head.cut[:-2] + forwarding
-        upstream = backend.transport.take_idle(backend.server)  # what _connect does
-        if upstream is not None:
-            upstream.reused = True
-            self._attach(upstream)
-        else:
+        up_head = self.up_head = self.head.cut[:-2] + forwarding
+        transport = backend.transport
+        upstream = transport.take_idle(backend.server)  # what _connect does
+        if upstream is None:
             self.dial_task = self.conn.loop.create_task(self._dial())
+            return True
+        # What _attach does with a pooled connection and no body buffered, without the call.
+        upstream.reused = True
+        upstream.owner = self
+        upstream.received = False
+        self.upstream = upstream
+        upstream.parser.expect(self.head.method)
+        conn = self.conn
+        if conn.up_out is not None:
+            conn.up_out.append(up_head)
+        else:
+            upstream.transport.write(up_head)
+        if conn.write_paused:
+            upstream.pause_reading()
+        if transport.response_header_timeout:
+            self.header_timer = conn.loop.call_later(transport.response_header_timeout, self._response_header_timeout)
         return True
 
     def begin(self) -> None:
@@ -378,17 +392,37 @@ class Exchange:
         self.resp_started = True
         self.resp_done = True
         self.status = head.status
-        # What forward.client_response gives: a quick head's cut when the client
-        # connection stays open (its first branch, here without the call).
-        out = head.cut if self.keep_alive else forward.client_response(head, False, False, None)
+        # What forward.client_response gives, here without the call: a quick head's
+        # cut when the client connection stays open, else its closing form once made.
+        if self.keep_alive:
+            out = head.cut
+        else:
+            out = head.closing or forward.client_response(head, False, False, None)
         self.sent = head.content_length  # data holds exactly the head and its body
-        transport = self.conn.transport
+        conn = self.conn
+        transport = conn.transport
         if transport is not None and not transport.is_closing():
             if out is head.raw:
                 transport.write(data)
             else:
                 transport.writelines((out, data[len(head.raw) :]))
-        self._response_done()
+        # What _response_done does, without the call: the upstream connection
+        # (``upstream`` is this exchange's: only its owner hears from it) goes back or away.
+        self.upstream = None
+        upstream.owner = None
+        if conn.up_out:
+            conn.up_out = []  # the exchange is over: nothing more goes to that connection
+        if upstream.paused:
+            upstream.resume_reading()
+        if self.req_done and head.keep_alive:
+            self.backend.transport.put_idle(self.backend.server, upstream)
+        else:
+            upstream.abort()
+            if not self.req_done:
+                # The upstream answered before the whole request body arrived: the
+                # rest of it cannot be told from the next request.
+                self.keep_alive = False
+        conn.exchange_done(self)
 
     def upstream_body(self, data: bytes) -> None:
         self.sent += len(data)
