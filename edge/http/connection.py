@@ -219,14 +219,11 @@ class HTTPConnection(asyncio.Protocol):
         self.loop = ctx.loop
         self.arrival = arrival
         self.parser = ctx.request_parser(self, ctx.max_header_bytes, ctx.max_header_count, ctx.request_memo)
-        self.transport: asyncio.Transport | None = None
-        self.client_ip = ""
-        self.client_ip_b = b""
+        # transport, client_ip, client_ip_b, deadline and deadline_kind: set by
+        # connection_made, which comes before any other call (not twice per connection).
         self.trusted = False
         self.paused = 0
         self.write_paused = False
-        self.deadline = 0.0
-        self.deadline_kind = NO_DEADLINE
         self.ex: Exchange | None = None  # the exchange in progress
         self.pending: deque | None = None
         self.draining = False
@@ -246,7 +243,7 @@ class HTTPConnection(asyncio.Protocol):
         arrival = self.arrival
         peer = arrival.client if arrival is not None and arrival.client else transport.get_extra_info("peername")
         ip = peer[0] if peer else ""
-        if ip.startswith("::ffff:") and "." in ip:
+        if ":" in ip and ip.startswith("::ffff:") and "." in ip:  # an IPv4 client of a dual-stack socket
             ip = ip[7:]
         self.client_ip = ip
         self.client_ip_b = ip.encode()
@@ -257,6 +254,9 @@ class HTTPConnection(asyncio.Protocol):
         if ctx.idle_timeout > 0:
             self.deadline_kind = IDLE
             self.deadline = self.loop.time() + ctx.idle_timeout
+        else:
+            self.deadline_kind = NO_DEADLINE
+            self.deadline = 0.0
         if ctx.closing:
             transport.close()
 
@@ -270,9 +270,11 @@ class HTTPConnection(asyncio.Protocol):
                     # idle connection (see RequestParser.quick); here, not in a
                     # method of its own, to save the call on every request.
                     authority = head.host
-                    if authority != self.authority:  # a keep-alive client names the same host again
-                        self.host_port(authority)
                     ctx = self.ctx
+                    if authority != self.authority:  # host_port, without the call
+                        self.hostport = ctx.host_port(authority)
+                        self.authority = authority
+                        self.forwarding = b""
                     route = ctx.router.by_host.get(self.hostport[0])
                     ex = self.ex = Exchange(self, head)  # what _start does, without the call
                     if ctx.write_timeout:
