@@ -10,7 +10,7 @@ as ``bench.py``'s https-handshake scenario (wrk) does.
 
     python loadtest/bench_tls.py [--bare] [--keepalive] [--full]
                                  [--connections N] [--profile | --instructions]
-    python loadtest/bench_tls.py --live nginx|edge
+    python loadtest/bench_tls.py --live nginx|edge [--named] [--full] [--keep DIR]
 
 ``--bare``: the same client against a bare ``SSLObject`` server in the same
 process (handshake, read the request, write a fixed response, close_notify):
@@ -29,7 +29,12 @@ bench.py's, proxying to a backend nginx) or ``python -m edge run`` (an HTTPS
 router to the same backend) under callgrind, a client in this process making
 resumed connections (GET, close) at two counts, differenced: instructions per
 connection in user space, and by library (libcrypto beside libcrypto). The
-kernel's share (syscalls, TCP) is not in it.
+kernel's share (syscalls, TCP) is not in it. edge serves the certificate as its
+default one, as bench.py does; ``--named``: as a ``tls.certificates`` entry, so
+each handshake runs OpenSSL's SNI callback in Python to pick it. ``--keep DIR``:
+the two callgrind files, for ``callgrind_annotate``. With ``--full``: full
+handshakes with no tickets on either side (https-handshake-full's settings). (callgrind may put part of
+libcrypto's count under ``_rust.abi3``, cryptography's module, run to run: add them.)
 
 ``--instructions``: instructions per unit, counted by callgrind (valgrind),
 deterministic where timings on a shared machine are not: two runs at two counts,
@@ -375,6 +380,9 @@ EDGE_DYNAMIC = """http:
   services: {{backend: {{loadBalancer: {{servers: [{{url: "http://127.0.0.1:{backend}"}}]}}}}}}
 tls: {{stores: {{default: {{defaultCertificate: {{certFile: {cert}, keyFile: {key}}}}}}}}}
 """
+# --named: the certificate as a tls.certificates entry, so OpenSSL's SNI callback picks it
+# for the name (edge's default certificate is then its own generated one).
+EDGE_NAMED = "tls: {{certificates: [{{certFile: {cert}, keyFile: {key}}}]}}\n"
 
 
 def free_port() -> int:
@@ -405,18 +413,28 @@ def client_connection(port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | 
     return kept  # type: ignore[return-value]
 
 
-def live_run(who: str, n: int, tmp: Path, cert: str, key: str, backend: int) -> tuple[int, dict[str, int]]:
-    """The server's instructions (total, by library) over ``n`` resumed connections and a probe."""
+def live_run(
+    who: str, n: int, tmp: Path, cert: str, key: str, backend: int, named: bool = False, full: bool = False
+) -> tuple[int, dict[str, int]]:
+    """The server's instructions (total, by library) over ``n`` resumed connections and a
+    probe (``full``: full handshakes, no tickets on either side, as https-handshake-full)."""
     port = free_port()
     out = tmp / f"callgrind.{who}.{n}"
     if who == "nginx":
         conf = tmp / "nginx.conf"
         tls = NGINX_TLS.format(cert=cert, key=key)
+        if full:
+            tls += " ssl_session_tickets off; ssl_conf_command NumTickets 0;"
         conf.write_text(NGINX.format(d=tmp, name="subject", backend=backend, port=port, ssl="ssl", tls=tls,
                                      answer=NGINX_PROXY))
         argv, stop, cwd = ["nginx", "-c", str(conf), "-p", str(tmp)], signal.SIGTERM, tmp
     else:
-        (tmp / "dynamic.yaml").write_text(EDGE_DYNAMIC.format(host=HOST, backend=backend, cert=cert, key=key))
+        dynamic = EDGE_DYNAMIC.format(host=HOST, backend=backend, cert=cert, key=key)
+        if named:
+            dynamic = dynamic[: dynamic.rindex("\ntls:") + 1] + EDGE_NAMED.format(cert=cert, key=key)
+        if full:  # the tls section is one flow mapping on the last line
+            dynamic = dynamic.rstrip()[:-1] + ", options: {default: {disableSessionTickets: true}}}\n"
+        (tmp / "dynamic.yaml").write_text(dynamic)
         (tmp / "static.yaml").write_text(EDGE_STATIC.format(port=port, d=tmp))
         argv = [sys.executable, "-m", "edge", "run", "--config", str(tmp / "static.yaml")]
         stop, cwd = signal.SIGINT, Path(__file__).parent.parent
@@ -439,10 +457,10 @@ def live_run(who: str, n: int, tmp: Path, cert: str, key: str, backend: int) -> 
                 time.sleep(0.5)
         reused = 0
         for _ in range(n):
-            session, resumed = client_connection(port, ctx, session)
+            session, resumed = client_connection(port, ctx, None if full else session)
             reused += resumed
-        if reused < n * 0.95:
-            raise SystemExit(f"{who}: sessions not resumed ({reused}/{n})")
+        if (reused > 0) if full else (reused < n * 0.95):
+            raise SystemExit(f"{who}: sessions {'resumed' if full else 'not resumed'} ({reused}/{n})")
     finally:
         proc.send_signal(stop)
         proc.wait(60)
@@ -463,7 +481,9 @@ def by_library(out: Path) -> dict[str, int]:
     return dict(libs)
 
 
-def live(who: str, small: int = 100, large: int = 600) -> None:
+def live(
+    who: str, small: int = 100, large: int = 600, keep: Path | None = None, named: bool = False, full: bool = False
+) -> None:
     for tool in ("valgrind", "nginx"):
         if shutil.which(tool) is None:
             raise SystemExit(f"--live needs {tool}")
@@ -478,12 +498,17 @@ def live(who: str, small: int = 100, large: int = 600) -> None:
         server = subprocess.Popen(["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            (a, la), (b, lb) = (live_run(who, n, tmp, cert, key, backend) for n in (small, large))
+            (a, la), (b, lb) = (live_run(who, n, tmp, cert, key, backend, named, full) for n in (small, large))
         finally:
             server.send_signal(signal.SIGQUIT)
             server.wait(30)
+        if keep is not None:  # the two callgrind files, for callgrind_annotate
+            keep.mkdir(parents=True, exist_ok=True)
+            for n in (small, large):
+                shutil.copy(tmp / f"callgrind.{who}.{n}", keep)
     per = large - small
-    print(f"{who}: {(b - a) / per:,.0f} instructions per resumed TLS connection, server side (callgrind)")
+    kind = "full-handshake" if full else "resumed"
+    print(f"{who}: {(b - a) / per:,.0f} instructions per {kind} TLS connection, server side (callgrind)")
     for lib in sorted(set(la) | set(lb), key=lambda k: la.get(k, 0) - lb.get(k, 0)):
         cost = (lb.get(lib, 0) - la.get(lib, 0)) / per
         if abs(cost) >= 1000:
@@ -499,9 +524,11 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--instructions", action="store_true", help="count instructions per unit with callgrind")
     p.add_argument("--live", choices=("nginx", "edge"), help="the server's side over real sockets (callgrind)")
+    p.add_argument("--keep", type=Path, help="--live: copy its two callgrind files into this folder")
+    p.add_argument("--named", action="store_true", help="--live edge: the certificate picked by name (SNI callback)")
     args = p.parse_args()
     if args.live:
-        live(args.live)
+        live(args.live, keep=args.keep, named=args.named, full=args.full)
         return
     who = "bare SSLObject" if args.bare else "edge"
     kind = (

@@ -58,6 +58,7 @@ from edge.rules import RouteTable
 from edge.tcp.peek import Peek, PeekContext
 from edge.tcp.proxied import ProxyContext, ProxyHeaderReader, trust
 from edge.tls.clienthello import PEEK_TIMEOUT
+from edge.tls.terminate import HANDSHAKE_TIMEOUT
 
 Address = tuple[str, int]
 
@@ -107,9 +108,12 @@ class TCPEntryPoint:
         self.http = HTTPContext(**shared)
         self.https = HTTPContext(**shared, scheme=b"https")
         # The first bytes are part of the first request's head: a client gets at
-        # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide.
+        # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide, and
+        # readTimeout (and HANDSHAKE_TIMEOUT) for a TLS handshake, as Traefik's read
+        # deadline bounds its handshakes.
         read = timeouts.read_timeout
         peek_timeout = min(PEEK_TIMEOUT, read) if read > 0 else PEEK_TIMEOUT
+        handshake_timeout = min(HANDSHAKE_TIMEOUT, read) if read > 0 else HANDSHAKE_TIMEOUT
         self.peek = PeekContext(
             name=name,
             loop=loop,
@@ -117,6 +121,7 @@ class TCPEntryPoint:
             http=lambda client: HTTPConnection(self.http, Arrival(client=client) if client else None),
             https=lambda sni, client: HTTPConnection(self.https, Arrival(client=client, sni=sni)),
             timeout=peek_timeout,
+            handshake_timeout=handshake_timeout,
         )
         # proxyProtocol: a header from a trusted peer names the client.
         pp = config.proxy_protocol
@@ -176,7 +181,7 @@ class TCPEntryPoint:
         tcp = self.routers.tcp
         if tcp is None:
             return HTTPConnection(self.http)
-        return Peek(self.peek, tcp)
+        return self.peek.protocol(tcp)  # the peek, or TLS at once where it needs no peek
 
     def _arrive(self, source: Address | None, destination: Address | None) -> asyncio.Protocol:
         """What a connection becomes once its PROXY header (or its absence) is known."""

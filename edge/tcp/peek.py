@@ -31,8 +31,13 @@ Invariants:
   the relay leaves them exactly once when it ends.
 - Every connection is tracked by the entrypoint while it lives: a peeking one by
   its :class:`Peek`, a relayed one by its :class:`Relay` (from the dial to the
-  splice's end), an HTTP one by the HTTP protocol itself. A TLS handshake in
-  progress is bounded by the terminator's own handshake timeout instead.
+  splice's end), an HTTP one by the HTTP protocol itself, a TLS handshake in
+  progress by its :class:`~edge.tls.terminate.TLSTransport` (the handshake
+  timeout, enforced by the same sweep).
+- An entrypoint whose precedence needs no ClientHello (no TCP router, one set of
+  TLS options for every HTTPS name) has no peek stage: its connections start as
+  :class:`~edge.tls.terminate.TLSAccept` (:meth:`PeekContext.protocol`), and
+  OpenSSL's SNI callback picks the certificate as the peek would have.
 
 This module is glue: it never imports the router or the HTTP server (they sit
 above it); the entrypoint hands it the router and the factories of the HTTP
@@ -62,6 +67,8 @@ from edge.tls.terminate import (
     ALERT_INTERNAL_ERROR,
     ALERT_UNRECOGNIZED_NAME,
     HANDSHAKE_TIMEOUT,
+    Acceptor,
+    TLSAccept,
     refuse,
     start_tls,
 )
@@ -107,6 +114,58 @@ class PeekContext:
         self.timeout = timeout
         self.handshake_timeout = handshake_timeout
         self.tasks: set[asyncio.Task] = set()  # dials in flight
+        # The router the acceptor below was made for (see protocol()).
+        self._router: TCPRouter | None = None
+        self._acceptor: Acceptor | None = None
+
+    def protocol(self, router: TCPRouter) -> asyncio.Protocol:
+        """What a connection accepted under ``router`` starts as: a :class:`Peek`, or
+        on an entrypoint that only terminates TLS into HTTPS under one set of TLS
+        options, a :class:`~edge.tls.terminate.TLSAccept` (no peek stage: OpenSSL's
+        SNI callback picks the certificate; see :meth:`acceptor`)."""
+        if router is not self._router:
+            self._router = router
+            self._acceptor = self.acceptor(router)
+        acceptor = self._acceptor
+        return Peek(self, router) if acceptor is None else TLSAccept(acceptor)
+
+    def acceptor(self, router: TCPRouter) -> Acceptor | None:
+        """The :class:`Acceptor` for ``router`` when its precedence needs no ClientHello.
+
+        That is: no TCP router (so nothing is relayed, and no TCP router on TLS
+        can claim a name or an ALPN value before HTTPS), and every server name
+        the HTTPS routers claim has the TLS options of the others (the default
+        route's; Python cannot change an SSL object's verify mode, versions or
+        ciphers once it exists, only its certificate). Then the precedence of
+        :meth:`TCPRouter.tls` is: every TLS connection is terminated into HTTPS
+        with those options and the certificate for its name; not TLS: HTTP.
+        """
+        route = router.https_any
+        if len(router) or route is None:
+            return None
+        options = route.options
+        if any(named.options != options for named in router.https_names.values()):
+            return None
+        context = router.certs.selecting_context(options)
+        if context is None:  # unusable options or default certificate: the peek refuses them
+            return None
+        return Acceptor(
+            context=context,
+            loop=self.loop,
+            connections=self.connections,
+            https=self.https,
+            plain=self.plain_http,
+            first_timeout=self.timeout,
+            handshake_timeout=self.handshake_timeout,
+        )
+
+    def plain_http(self, transport: asyncio.Transport, first: bytes, source: Address | None = None) -> None:
+        """HTTP on a connection whose ``first`` bytes are not TLS and no TCP router took:
+        the HTTP protocol takes the transport as if it had been its own from the start."""
+        protocol = self.http(source)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(first)
 
 
 class Peek(asyncio.Protocol):
@@ -220,11 +279,7 @@ class Peek(asyncio.Protocol):
             self._relay(route, peeked)
             return
         # Otherwise HTTP: the HTTP routers, whose 404 answers what none of them matches.
-        # The HTTP protocol takes the transport as if it had been its own from the start.
-        protocol = self.ctx.http(self.source)
-        transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-        protocol.data_received(peeked)
+        self.ctx.plain_http(transport, peeked, self.source)
 
     def _tls(self, hello: ClientHello, peeked: bytes) -> None:
         transport = self.transport
@@ -257,7 +312,10 @@ class Peek(asyncio.Protocol):
             app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source or self.client)
         else:
             app = _Terminated(self, route)
-        start_tls(transport, context, app, peeked, handshake_timeout=self.ctx.handshake_timeout)
+        start_tls(
+            transport, context, app, peeked,
+            handshake_timeout=self.ctx.handshake_timeout, connections=self.ctx.connections,
+        )
 
     # -- relaying to a TCP service ----------------------------------------------------------
 

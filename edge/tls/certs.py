@@ -73,6 +73,7 @@ __all__ = [
 
 DEFAULT = "default"  # the options and store every router gets unless it names others
 DEFAULT_CERT_CN = "EDGE DEFAULT CERT"  # subject of the self-signed certificate edge generates
+UNRECOGNIZED_NAME = int(ssl.AlertDescription.ALERT_DESCRIPTION_UNRECOGNIZED_NAME)  # 112
 
 VERSIONS = {
     "VersionTLS10": ssl.TLSVersion.TLSv1,
@@ -264,6 +265,7 @@ class TLSCertificates:
                 self._options_errors[name] = exc
                 log.error("TLS options left out: %s", exc)
         self._contexts: dict[tuple[int, str], object] = {}
+        self._selecting: dict[str, ssl.SSLContext | None] = {}
 
     # -- per connection -------------------------------------------------------------
 
@@ -281,11 +283,61 @@ class TLSCertificates:
             if opts.sni_strict:
                 return None
             cert = self.default
+        return self._context(cert, options, opts)
+
+    def _context(self, cert: Certificate, options: str, opts: _Options) -> ssl.SSLContext | None:
         key = (id(cert), options)
         ctx = self._contexts.get(key)
         if ctx is None:
             ctx = self._contexts[key] = self._build(cert, options, opts)
         return None if ctx is _BROKEN else ctx  # type: ignore[return-value]
+
+    def selecting_context(self, options: str = DEFAULT) -> ssl.SSLContext | None:
+        """A context that chooses each connection's certificate during the handshake,
+        as :meth:`context_for` would for its SNI, under ``options``; None when the
+        options are unusable or the default certificate cannot be served with them.
+
+        Built once per options name: its own context with the default certificate,
+        plus (when there are certificates to choose among, or ``sniStrict``) an SNI
+        callback that sets the connection's ``sni`` and, for another certificate,
+        its ``context`` (OpenSSL swaps the certificate in, as nginx does per server
+        name; everything else stays this context's, which is why one such context
+        serves one options name). ``sniStrict`` with no certificate for the name:
+        an ``unrecognized_name`` alert. The connection object the callback gets is
+        the SSL object's owner: edge's :class:`~edge.tls.terminate.TLSAccept`.
+        Session tickets are this context's, whatever certificate a connection got.
+        """
+        if options in self._selecting:
+            return self._selecting[options]
+        opts = self._options.get(options)
+        ctx = None
+        if opts is not None:
+            built = self._build(self.default, options, opts)
+            if built is not _BROKEN:
+                ctx = built
+                if self._exact or self._wildcard or opts.sni_strict:
+                    ctx.sni_callback = self._chooser(options, opts)  # type: ignore[attr-defined]
+        self._selecting[options] = ctx  # type: ignore[assignment]
+        return ctx  # type: ignore[return-value]
+
+    def _chooser(self, options: str, opts: _Options):
+        certificate_for = self.certificate_for
+        context = self._context
+        strict = opts.sni_strict
+
+        def choose(conn, server_name: str | None, _: ssl.SSLContext) -> int | None:
+            conn.sni = server_name
+            cert = certificate_for(server_name)
+            if cert is None:
+                # The default certificate (this context's own), or none under sniStrict.
+                return UNRECOGNIZED_NAME if strict else None
+            ctx = context(cert, options, opts)
+            if ctx is None:
+                return UNRECOGNIZED_NAME
+            conn.context = ctx
+            return None
+
+        return choose
 
     def certificate_for(self, server_name: str | None) -> Certificate | None:
         """The configured certificate for a name (exact, then wildcard), not the default."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("edge.tls")
@@ -59,6 +60,8 @@ __all__ = [
     "ALERT_INTERNAL_ERROR",
     "ALERT_UNRECOGNIZED_NAME",
     "HANDSHAKE_TIMEOUT",
+    "Acceptor",
+    "TLSAccept",
     "TLSTransport",
     "connect_tls",
     "refuse",
@@ -66,6 +69,8 @@ __all__ = [
 ]
 
 HANDSHAKE_TIMEOUT = 10.0
+# Deadline kinds, as the entrypoint's sweep reads them (0: none; edge.tcp.peek's PEEKING is 1).
+NO_DEADLINE, HANDSHAKING = 0, 2
 READ_SIZE = 16 * 1024 + 256  # SSLObject.read returns one record at most (16 KiB of plaintext)
 
 # TLS alert descriptions (RFC 8446 6.2) a caller may refuse a ClientHello with.
@@ -92,13 +97,17 @@ def start_tls(
     peeked: bytes = b"",
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    connections: set | None = None,
 ) -> TLSTransport:
     """Terminate TLS on ``raw``, starting with the bytes already read from it.
 
     ``protocol.connection_made(tls_transport)`` is called when the handshake is
     done; nothing is called on it if the handshake fails. Call on the loop's thread.
+    ``connections``: the entrypoint's set of live connections, whose sweep then
+    enforces the handshake deadline (the transport is in it until the handshake
+    ends); without it, a timer of the loop does.
     """
-    tls = TLSTransport(raw, context, protocol, handshake_timeout)
+    tls = TLSTransport(raw, context, protocol, handshake_timeout, connections=connections)
     raw.set_protocol(tls)
     if not raw.is_reading():
         raw.resume_reading()
@@ -143,6 +152,7 @@ class TLSTransport(asyncio.Transport):
         "_app",
         "_closing",
         "_connected",
+        "_connections",
         "_context",
         "_encrypt",
         "_eof",
@@ -161,6 +171,8 @@ class TLSTransport(asyncio.Transport):
         "_timer",
         "_waiter",
         "_writing_paused",
+        "deadline",
+        "deadline_kind",
     )
 
     def __init__(
@@ -172,9 +184,11 @@ class TLSTransport(asyncio.Transport):
         *,
         server_hostname: str | None = None,
         waiter: asyncio.Future | None = None,
+        connections: set | None = None,
     ) -> None:
         """Server side unless ``server_hostname`` is given (see :func:`connect_tls`);
-        ``waiter`` gets the handshake's outcome (None, or the exception)."""
+        ``waiter`` gets the handshake's outcome (None, or the exception); ``connections``
+        (see :func:`start_tls`) bounds the handshake instead of a timer."""
         # (asyncio.BaseTransport.__init__ only makes the extra-info dict, unused here.)
         self._raw = raw
         self._context = context
@@ -210,9 +224,20 @@ class TLSTransport(asyncio.Transport):
         self._held = False
         self._server = server_hostname is None
         self._timer: asyncio.TimerHandle | None = None
+        self._connections: set | None = None
+        self.deadline_kind = NO_DEADLINE
+        self.deadline = 0.0
         if handshake_timeout > 0:
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(handshake_timeout, self._handshake_timed_out)
+            if connections is None:
+                self._timer = loop.call_later(handshake_timeout, self._handshake_timed_out)
+            else:
+                # In the entrypoint's set, whose sweep reads the deadline (cheaper than
+                # a timer per connection); left when the handshake ends.
+                self._connections = connections
+                self.deadline_kind = HANDSHAKING
+                self.deadline = loop.time() + handshake_timeout
+                connections.add(self)
 
     # -- raw side: the protocol of the raw transport ---------------------------------
 
@@ -220,12 +245,12 @@ class TLSTransport(asyncio.Transport):
         """Not called: the raw transport was made before this protocol was installed."""
 
     def data_received(self, data: bytes) -> None:
-        incoming = self._in
-        incoming.write(data)
         if not self._connected:
             if not self._failed:
-                self._handshake()
+                self._handshake_data(data)
             return
+        incoming = self._in
+        incoming.write(data)
         if self._reading_paused:
             return  # left in the BIOs until resume_reading
         # The common case in this frame: the read was whole records of application
@@ -265,9 +290,8 @@ class TLSTransport(asyncio.Transport):
         self._closing = True
         if self._waiter is not None:
             self._settle(exc or ConnectionResetError("connection lost during the TLS handshake"))
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._timer is not None or self._connections is not None:
+            self._end_deadline()
         if self._connected:
             self._connected = False
             self._app.connection_lost(exc)
@@ -282,7 +306,31 @@ class TLSTransport(asyncio.Transport):
         if self._connected:
             self._app.resume_writing()
 
+    # -- deadlines and drain (read by the entrypoint while the handshake runs) ---------
+
+    def deadline_passed(self) -> None:
+        self._handshake_timed_out()
+
+    def shutdown(self) -> None:
+        """The entrypoint drains: nothing is in flight before the handshake's end."""
+        if self._raw is not None:
+            self._raw.close()
+
+    def _end_deadline(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        connections = self._connections
+        if connections is not None:
+            self._connections = None
+            self.deadline_kind = NO_DEADLINE
+            connections.discard(self)
+
     # -- handshake ------------------------------------------------------------------
+
+    def _handshake_data(self, data: bytes) -> None:
+        self._in.write(data)
+        self._handshake()
 
     def _handshake(self) -> None:
         try:
@@ -298,11 +346,13 @@ class TLSTransport(asyncio.Transport):
             self._held = True  # TLS 1.3 session tickets: sent with the first response
         else:
             self._flush()  # the client's Finished; a TLS 1.2 server's last flight
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._timer is not None or self._connections is not None:
+            self._end_deadline()
         self._connected = True
-        self._app.connection_made(self)
+        app = self._app
+        if app is None:  # TLSAccept: made now, with what the handshake said
+            app = self._app = self._make_app()
+        app.connection_made(self)
         if self._waiter is not None:
             self._settle(None)
         if self._writing_paused:
@@ -310,8 +360,12 @@ class TLSTransport(asyncio.Transport):
         if self._in.pending and not self._closing:
             self._read()  # data sent with the client's Finished
 
+    def _make_app(self) -> asyncio.BaseProtocol:
+        raise NotImplementedError  # only TLSAccept starts without its application
+
     def _handshake_timed_out(self) -> None:
         self._timer = None
+        self._end_deadline()
         if not self._connected and not self._failed:
             self._failed = True
             log.debug("TLS with %s: no handshake within its timeout; aborted", self._peer())
@@ -493,3 +547,107 @@ class TLSTransport(asyncio.Transport):
             obj._sslobj = self._sslobj
             self._sslobj.owner = obj
         return obj
+
+
+class Acceptor:
+    """What every connection :class:`TLSAccept` takes on one entrypoint needs (one per
+    router snapshot; see :class:`TLSAccept`).
+
+    ``context`` chooses each connection's certificate in OpenSSL's SNI callback
+    (:meth:`edge.tls.certs.TLSCertificates.selecting_context`); ``https(sni, None)``
+    makes the application once the handshake is done (None: the client is the peer); ``plain(raw, data)`` takes a
+    connection whose first bytes are not TLS. ``first_timeout``: seconds from the
+    accept for the first bytes; ``handshake_timeout``: from the accept for the
+    whole handshake (0: no bound once the first bytes are in).
+    """
+
+    __slots__ = ("connections", "context", "extend", "first_timeout", "https", "loop", "plain")
+
+    def __init__(
+        self,
+        *,
+        context: ssl.SSLContext,
+        loop: asyncio.AbstractEventLoop,
+        connections: set,
+        https: Callable[[str | None, None], asyncio.BaseProtocol],
+        plain: Callable[[asyncio.Transport, bytes], None],
+        first_timeout: float,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        self.context = context
+        self.loop = loop
+        self.connections = connections
+        self.https = https
+        self.plain = plain
+        self.first_timeout = first_timeout
+        # Added to the first bytes' deadline when they come (None: no deadline then).
+        self.extend = max(0.0, handshake_timeout - first_timeout) if handshake_timeout > 0 else None
+
+
+class TLSAccept(TLSTransport):
+    """A connection that is TLS from its first byte, terminated with no peek stage.
+
+    The accepted connection's own protocol (no handoff): on an entrypoint whose
+    every TLS connection is terminated into HTTPS under one set of TLS options,
+    the first bytes go straight into the handshake and OpenSSL's SNI callback
+    picks the certificate (``context``, ``sni``: set by that callback), so no
+    ClientHello is parsed in Python. With no certificate to choose among (only
+    the default one, no ``sniStrict``) the context has no callback and ``sni``
+    stays None (the HTTP connection's ``Arrival.sni``, which nothing reads yet). First bytes that are not a TLS record
+    (byte 22) are not TLS: the connection is ``Acceptor.plain``'s. The application
+    (``Acceptor.https``) is made when the handshake is done.
+
+    Deadlines, enforced by the entrypoint's sweep (the transport is in its
+    ``connections`` until the handshake ends): the first bytes within
+    ``first_timeout`` of the accept, the handshake done within
+    ``handshake_timeout`` of it.
+    """
+
+    __slots__ = ("__weakref__", "_acceptor", "_started", "sni")
+
+    def __init__(self, acceptor: Acceptor) -> None:
+        super().__init__(None, acceptor.context, None, 0)  # type: ignore[arg-type]
+        self._acceptor = acceptor
+        self._started = False  # the first bytes came, and were TLS
+        self.sni: str | None = None
+        if acceptor.context.sni_callback is not None:
+            # The SNI callback is handed this object (the C object's owner), whose
+            # ``sni`` and ``context`` it sets.
+            self._sslobj.owner = self
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        return self._context
+
+    @context.setter
+    def context(self, context: ssl.SSLContext) -> None:
+        """The certificate's context, chosen during the handshake (OpenSSL's SNI callback)."""
+        self._context = context
+        self._sslobj.context = context
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._raw = transport  # type: ignore[assignment]
+        acceptor = self._acceptor
+        self._connections = acceptor.connections
+        self.deadline_kind = HANDSHAKING
+        self.deadline = acceptor.loop.time() + acceptor.first_timeout
+        acceptor.connections.add(self)
+
+    def _handshake_data(self, data: bytes) -> None:
+        if not self._started:  # the first bytes
+            acceptor = self._acceptor
+            if data[0] != 22:  # not a TLS handshake record: not TLS
+                self._failed = True  # nothing more comes here
+                self._end_deadline()
+                acceptor.plain(self._raw, data)
+                return
+            self._started = True
+            if acceptor.extend is None:
+                self.deadline_kind = NO_DEADLINE  # tracked still, for a drain
+            else:
+                self.deadline += acceptor.extend
+        self._in.write(data)
+        self._handshake()
+
+    def _make_app(self) -> asyncio.BaseProtocol:
+        return self._acceptor.https(self.sni, None)

@@ -80,7 +80,9 @@ class Peek(asyncio.Protocol):
             refuse(self.transport)
             return
         app = server.app_factory()
-        tls = start_tls(self.transport, ctx, app, data, handshake_timeout=server.handshake_timeout)
+        tls = start_tls(
+            self.transport, ctx, app, data, handshake_timeout=server.handshake_timeout, connections=server.connections
+        )
         server.adapters.append(tls)
         server.apps.append(app)
 
@@ -95,10 +97,14 @@ class TLSServer:
         *,
         options: str = "default",
         handshake_timeout: float = 10.0,
+        connections: set | None = None,
     ) -> None:
         self.certs = certs
         self.options = options
         self.handshake_timeout = handshake_timeout
+        # Given: handshakes are bounded as on an entrypoint (in its set, swept every 50 ms).
+        self.connections = connections
+        self.swept = 0
         self.setup = setup
         self.accepted = 0
         self.adapters: list[TLSTransport] = []
@@ -114,6 +120,8 @@ class TLSServer:
         self.app_factory = self.setup(loop)
         server = loop.run_until_complete(loop.create_server(lambda: Peek(self), "127.0.0.1", 0))
         self.port = server.sockets[0].getsockname()[1]
+        if self.connections is not None:
+            self._sweep()
         self._ready.set()
         loop.run_forever()
         server.close()
@@ -121,6 +129,15 @@ class TLSServer:
             tls.abort()
         loop.run_until_complete(asyncio.sleep(0.05))
         loop.close()
+
+    def _sweep(self) -> None:
+        """TCPEntryPoint.sweep's loop over the set (edge.entrypoints.tcp)."""
+        now = self.loop.time()
+        for conn in list(self.connections):
+            if conn.deadline_kind and conn.deadline <= now:
+                conn.deadline_passed()
+                self.swept += 1
+        self.loop.call_later(0.05, self._sweep)
 
     def __enter__(self) -> TLSServer:
         self._thread.start()
@@ -389,6 +406,33 @@ def test_handshake_timeout(pki_files):
         assert got[:1] == b"\x16"  # the server's flight came
         assert 0.2 < elapsed < 4, elapsed
         assert server.apps[-1].events == []
+
+
+def test_handshake_deadline_from_the_entrypoints_sweep(pki_files):
+    # start_tls(connections=...): no timer; the transport is in the set until its handshake
+    # ends, and the sweep closes it past its deadline.
+    connections: set = set()
+    with TLSServer(snapshot(pki_files), echo_setup, handshake_timeout=0.3, connections=connections) as server:
+        with tls_socket(server.port, "a.test", ca=str(pki_files["ca"])) as done:
+            done.sendall(b"hi\n")
+            assert done.recv(10) == b"hi\n"
+            assert server.call(lambda: len(connections)) == 0  # the handshake ended: left the set
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(client_hello("a.test"))  # and never the rest of the handshake
+            start = time.monotonic()
+            assert sock.recv(1)[:1] == b"\x16"  # the server's flight
+            assert server.call(lambda: len(connections)) == 1
+            got = b"x"
+            while got:
+                try:
+                    got = sock.recv(65536)
+                except ConnectionResetError:
+                    break
+            elapsed = time.monotonic() - start
+        assert 0.2 < elapsed < 4, elapsed
+        assert server.call(lambda: (len(connections), server.swept)) == (0, 1)
+        assert server.apps[-1].events == []
+        assert all(tls._timer is None for tls in server.adapters)
 
 
 def client_hello(server_name: str) -> bytes:

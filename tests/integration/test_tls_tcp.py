@@ -24,6 +24,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -31,8 +32,10 @@ from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime, check_tls
 from edge.router.tcp import HTTPS, PASSTHROUGH, PLAIN, TERMINATE, build_tcp_routers
+from edge.tcp.peek import Peek, PeekContext
 from edge.tls.certs import TLSCertificates
 from edge.tls.clienthello import ClientHello
+from edge.tls.terminate import TLSAccept
 from tests.fixtures.tls.pki import PKI
 from tests.harness import WHOAMI_RE, Edge, Proc, get, lb, need, raw
 
@@ -127,6 +130,37 @@ def test_no_tcp_router_and_no_https_router_means_no_connection_router():
         {"http": {"routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}}}
     )
     assert routers == {"web": None}
+
+
+def test_only_an_entrypoint_that_terminates_every_tls_connection_into_https_under_one_options_skips_the_peek():
+    def first_protocol(dynamic: dict) -> type:
+        _, routers = tcp_routers(dynamic)
+        ctx = PeekContext(name="web", loop=None, connections=set(), http=None, https=None)  # type: ignore[arg-type]
+        protocol = ctx.protocol(routers["web"])
+        assert type(ctx.protocol(routers["web"])) is type(protocol)  # one decision per router
+        return type(protocol)
+
+    https = {
+        "routers": {
+            "a": {"rule": "Host(`a.test`)", "service": "h", "tls": {}},
+            "paths": {"rule": "PathPrefix(`/p`)", "service": "h", "tls": {}},
+            "plain": {"rule": "Host(`plain.test`)", "service": "h"},
+        },
+        "services": {"h": HTTP_SVC},
+    }
+    assert first_protocol({"http": https}) is TLSAccept
+    # Any TCP router: the peek decides (a name, ALPN, cleartext may be a TCP router's).
+    for tcp in (
+        {"rule": "HostSNI(`*`)", "service": "t"},
+        {"rule": "HostSNI(`db.test`)", "service": "t", "tls": {"passthrough": True}},
+        {"rule": "ALPN(`x`)", "service": "t", "tls": {}},
+    ):
+        dynamic = {"http": https, "tcp": {"routers": {"t": tcp}, "services": {"t": TCP_SVC}}}
+        assert first_protocol(dynamic) is Peek, tcp
+    # A name with TLS options of its own: the SSL object's settings depend on the name.
+    mtls = dict(https, routers={**https["routers"], "b": {"rule": "Host(`b.test`)", "service": "h", "tls": {"options": "v13"}}})
+    dynamic = {"http": mtls, "tls": {"options": {"v13": {"minVersion": "VersionTLS13"}}}}
+    assert first_protocol(dynamic) is Peek
 
 
 def test_hostsni_name_without_tls_is_disabled_with_its_reason():
@@ -243,7 +277,12 @@ def certs(tmp_path_factory, pki) -> dict:
 
 
 def certificates(certs: dict, *names: str) -> list[dict]:
-    return [{"certFile": certs["files"][n][0], "keyFile": certs["files"][n][1]} for n in names]
+    return [pair(certs["files"][n]) for n in names]
+
+
+def pair(files: tuple[str, str]) -> dict:
+    """A certificate entry: ``files`` are (certFile, keyFile)."""
+    return {"certFile": files[0], "keyFile": files[1]}
 
 
 class Process:
@@ -809,6 +848,111 @@ def test_silent_client_is_closed_after_the_peek_timeout(passthrough_only):
         start = time.monotonic()
         assert s.recv(100) == b""
         assert 0.9 <= time.monotonic() - start < 3.5
+
+
+# -- an entrypoint with HTTPS routers only: no peek stage (TLSAccept) ------------------------
+
+
+@pytest.fixture(scope="module")
+def https_only(tmp_path_factory, pki, certs, whoami):
+    folder = tmp_path_factory.mktemp("https_only")
+    wild, default = pki.issue("*.wild.test"), pki.issue("default.test")
+    dynamic = {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}},
+                "wild": {"rule": "Host(`x.wild.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": [*certificates(certs, "a.test"), pair(wild.write(folder, "wild"))],
+            "stores": {"default": {"defaultCertificate": pair(default.write(folder, "default"))}},
+        },
+    }
+    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s"}}}}
+    e = Edge(folder, dynamic, entrypoints=eps)
+    e.fingerprints = {"a.test": certs["pairs"]["a.test"].fingerprint, "wild": wild.fingerprint, "default": default.fingerprint}
+    yield e
+    e.stop()
+
+
+class Got(NamedTuple):
+    answer: bytes
+    fingerprint: str  # of the certificate served
+    session: ssl.SSLSession | None  # to offer next
+    reused: bool  # this connection resumed the session offered
+
+
+def resumed_get(
+    port: int, server_name: str | None, session: ssl.SSLSession | None = None, ctx: ssl.SSLContext | None = None
+) -> Got:
+    """GET / with Connection: close over TLS, offering ``session`` (made with ``ctx``)."""
+    ctx = ctx or ssl._create_unverified_context()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        tls = ctx.wrap_socket(sock, server_hostname=server_name, session=session)
+        fingerprint = hashlib.sha256(tls.getpeercert(True)).hexdigest()
+        host = server_name or "nobody.test"
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        answer = recv_all(tls)
+        got = Got(answer, fingerprint, tls.session, tls.session_reused)
+        tls.close()
+    return got
+
+
+def test_https_only_serves_the_certificate_for_each_name_and_resumes_sessions(https_only):
+    fp = https_only.fingerprints
+    cases = (("a.test", fp["a.test"]), ("x.wild.test", fp["wild"]), ("nobody.test", fp["default"]), (None, fp["default"]))
+    for name, expected in cases:
+        status = b"HTTP/1.1 200" if name in ("a.test", "x.wild.test") else b"HTTP/1.1 404"  # routed by Host
+        ctx = ssl._create_unverified_context()
+        got = resumed_get(https_only.port, name, ctx=ctx)
+        assert got.fingerprint == expected and got.answer.startswith(status), (name, got.answer)
+        assert got.session is not None and not got.reused
+        # The session (its tickets came with the answer) resumes, and the request is served.
+        for _ in range(2):
+            got = resumed_get(https_only.port, name, got.session, ctx)
+            assert got.reused and got.answer.startswith(status), (name, got.answer)
+    status, info = https_get(https_only.port, "a.test")
+    assert status == 200 and info["headers"]["X-Forwarded-Proto"] == ["https"]
+
+
+def test_https_only_serves_plain_http_on_the_same_port(https_only):
+    assert get(https_only.port, "/", host="a.test")[0] == 404  # its routers are HTTPS routers
+
+
+def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_read_timeout(https_only):
+    for first in (b"", b"\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):
+        with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
+            start = time.monotonic()
+            s.sendall(first)
+            try:
+                data = s.recv(100)
+            except ConnectionResetError:
+                data = b""
+            elapsed = time.monotonic() - start
+        assert data == b"", first  # closed, nothing sent
+        assert 0.9 <= elapsed < 3.5, (first, elapsed)  # readTimeout 1s; the sweep runs every 0.25s
+
+
+def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path, certs, whoami):
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {"certificates": certificates(certs, "a.test"), "options": {"default": {"sniStrict": True}}},
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        for name in ("nobody.test", None):
+            with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+                resumed_get(e.port, name)
+        got = resumed_get(e.port, "a.test")
+        assert got.answer.startswith(b"HTTP/1.1 200")
+        assert got.fingerprint == certs["pairs"]["a.test"].fingerprint
+    finally:
+        e.stop()
 
 
 # -- certificates from the dynamic configuration ------------------------------------------------
