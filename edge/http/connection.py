@@ -425,23 +425,23 @@ class HTTPConnection(asyncio.Protocol):
         """``ex`` is over: log it, then keep the connection for the next request or close it."""
         if self.out:
             self.flush()
-        if self.ctx.access_log is not None:
+        ctx = self.ctx
+        if ctx.access_log is not None:
             ex.log()
-        keep_alive = ex.keep_alive and not self.ctx.closing
         self.ex = None
         transport = self.transport
         if transport is None:
             return
-        if not keep_alive:
+        if not ex.keep_alive or ctx.closing:
             self.pending = None
             transport.close()
             return
         if self.parser.head_started:
             # The next head began to arrive during this exchange: readTimeout bounds it.
-            self._set_deadline(HEAD, self.ctx.read_timeout)
-        elif self.ctx.idle_timeout > 0:  # _set_deadline(IDLE, ...) without the call
+            self._set_deadline(HEAD, ctx.read_timeout)
+        elif ctx.idle_timeout > 0:  # _set_deadline(IDLE, ...) without the call
             self.deadline_kind = IDLE
-            self.deadline = self.loop.time() + self.ctx.idle_timeout
+            self.deadline = self.loop.time() + ctx.idle_timeout
         else:
             self.deadline_kind = NO_DEADLINE
         if self.pending is not None and not self.draining:
