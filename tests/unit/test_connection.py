@@ -15,6 +15,7 @@ under both codecs. What is checked is what reaches each side:
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 import uvloop
@@ -190,3 +191,33 @@ def test_forwarding_lines_are_each_client_s_own_for_each_host(pair):
         assert b"X-Real-Ip: %s\r\n" % ip.encode() in out
         assert b"X-Forwarded-Host: %s\r\n" % host in out
     assert sent[1] == sent[3]
+
+
+def test_a_closed_connection_is_freed_at_once(pair):
+    """connection_lost lets go of the request parser, which refers back to the
+    connection: a connection that served a quick request and closed is freed by
+    reference counting at once, with its parser and exchange, not left in a cycle
+    for the cyclic GC (whose passes over its youngest generation every new
+    connection would pay for)."""
+    from edge.http.connection import HTTPConnection
+    from edge.http.exchange import Exchange
+
+    client, upstream = pair()
+    kinds = (HTTPConnection, Exchange, type(client.parser))
+    gc.collect()
+    gc.disable()
+    try:
+        before = [o for o in gc.get_objects() if type(o) in kinds]  # alive, so their ids stay theirs
+        for ip in ("10.0.0.8", "10.0.0.9"):
+            conn = HTTPConnection(client.ctx)
+            conn.connection_made(Recorder((ip, 40001)))
+            conn.data_received(get(b"/", b"Connection: close\r\n"))
+            upstream.data_received(OK)
+            assert conn.transport.closing
+            conn.connection_lost(None)
+        del conn
+        ids = {id(o) for o in before}
+        left = [o for o in gc.get_objects() if type(o) in kinds and id(o) not in ids]
+    finally:
+        gc.enable()
+    assert left == []
