@@ -55,7 +55,7 @@ from edge.http.parsers import parser_classes
 from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.rules import RouteTable
-from edge.tcp.peek import Peek, PeekContext
+from edge.tcp.peek import PeekContext
 from edge.tcp.proxied import ProxyContext, ProxyHeaderReader, trust
 from edge.tls.clienthello import PEEK_TIMEOUT
 from edge.tls.terminate import HANDSHAKE_TIMEOUT
@@ -188,7 +188,7 @@ class TCPEntryPoint:
         tcp = self.routers.tcp
         if tcp is None:
             return HTTPConnection(self.http, Arrival(client=source) if source else None)
-        return Peek(self.peek, tcp, source, destination)
+        return self.peek.protocol(tcp, source, destination)
 
     async def start(self) -> None:
         host = self.config.host or None

@@ -36,7 +36,8 @@ Invariants:
   timeout, enforced by the same sweep).
 - An entrypoint whose precedence needs no ClientHello (no TCP router, one set of
   TLS options for every HTTPS name) has no peek stage: its connections start as
-  :class:`~edge.tls.terminate.TLSAccept` (:meth:`PeekContext.protocol`), and
+  :class:`~edge.tls.terminate.TLSAccept` (:meth:`PeekContext.protocol`; after a
+  PROXY protocol header too, with the client it named), and
   OpenSSL's SNI callback picks the certificate as the peek would have.
 
 This module is glue: it never imports the router or the HTTP server (they sit
@@ -118,16 +119,21 @@ class PeekContext:
         self._router: TCPRouter | None = None
         self._acceptor: Acceptor | None = None
 
-    def protocol(self, router: TCPRouter) -> asyncio.Protocol:
+    def protocol(
+        self, router: TCPRouter, source: Address | None = None, destination: Address | None = None
+    ) -> asyncio.Protocol:
         """What a connection accepted under ``router`` starts as: a :class:`Peek`, or
         on an entrypoint that only terminates TLS into HTTPS under one set of TLS
         options, a :class:`~edge.tls.terminate.TLSAccept` (no peek stage: OpenSSL's
-        SNI callback picks the certificate; see :meth:`acceptor`)."""
+        SNI callback picks the certificate; see :meth:`acceptor`). ``source`` and
+        ``destination``: what a PROXY protocol header named (see :class:`Peek`)."""
         if router is not self._router:
             self._router = router
             self._acceptor = self.acceptor(router)
         acceptor = self._acceptor
-        return Peek(self, router) if acceptor is None else TLSAccept(acceptor)
+        if acceptor is None:
+            return Peek(self, router, source, destination)
+        return TLSAccept(acceptor, source)
 
     def acceptor(self, router: TCPRouter) -> Acceptor | None:
         """The :class:`Acceptor` for ``router`` when its precedence needs no ClientHello.

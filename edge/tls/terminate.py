@@ -71,6 +71,7 @@ __all__ = [
 HANDSHAKE_TIMEOUT = 10.0
 # Deadline kinds, as the entrypoint's sweep reads them (0: none; edge.tcp.peek's PEEKING is 1).
 NO_DEADLINE, HANDSHAKING = 0, 2
+Address = tuple[str, int]
 READ_SIZE = 16 * 1024 + 256  # SSLObject.read returns one record at most (16 KiB of plaintext)
 
 # TLS alert descriptions (RFC 8446 6.2) a caller may refuse a ClientHello with.
@@ -554,9 +555,10 @@ class Acceptor:
     router snapshot; see :class:`TLSAccept`).
 
     ``context`` chooses each connection's certificate in OpenSSL's SNI callback
-    (:meth:`edge.tls.certs.TLSCertificates.selecting_context`); ``https(sni, None)``
-    makes the application once the handshake is done (None: the client is the peer); ``plain(raw, data)`` takes a
-    connection whose first bytes are not TLS. ``first_timeout``: seconds from the
+    (:meth:`edge.tls.certs.TLSCertificates.selecting_context`); ``https(sni, client)``
+    makes the application once the handshake is done; ``plain(raw, data, client)``
+    takes a connection whose first bytes are not TLS (``client``: the address a PROXY
+    protocol header named, None for the peer). ``first_timeout``: seconds from the
     accept for the first bytes; ``handshake_timeout``: from the accept for the
     whole handshake (0: no bound once the first bytes are in).
     """
@@ -569,8 +571,8 @@ class Acceptor:
         context: ssl.SSLContext,
         loop: asyncio.AbstractEventLoop,
         connections: set,
-        https: Callable[[str | None, None], asyncio.BaseProtocol],
-        plain: Callable[[asyncio.Transport, bytes], None],
+        https: Callable[[str | None, Address | None], asyncio.BaseProtocol],
+        plain: Callable[[asyncio.Transport, bytes, Address | None], None],
         first_timeout: float,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
@@ -603,11 +605,13 @@ class TLSAccept(TLSTransport):
     ``handshake_timeout`` of it.
     """
 
-    __slots__ = ("__weakref__", "_acceptor", "_started", "sni")
+    __slots__ = ("__weakref__", "_acceptor", "_client", "_started", "sni")
 
-    def __init__(self, acceptor: Acceptor) -> None:
+    def __init__(self, acceptor: Acceptor, client: Address | None = None) -> None:
+        """``client``: the address a PROXY protocol header named (None: the peer)."""
         super().__init__(None, acceptor.context, None, 0)  # type: ignore[arg-type]
         self._acceptor = acceptor
+        self._client = client
         self._started = False  # the first bytes came, and were TLS
         self.sni: str | None = None
         if acceptor.context.sni_callback is not None:
@@ -639,7 +643,7 @@ class TLSAccept(TLSTransport):
             if data[0] != 22:  # not a TLS handshake record: not TLS
                 self._failed = True  # nothing more comes here
                 self._end_deadline()
-                acceptor.plain(self._raw, data)
+                acceptor.plain(self._raw, data, self._client)
                 return
             self._started = True
             if acceptor.extend is None:
@@ -650,4 +654,4 @@ class TLSAccept(TLSTransport):
         self._handshake()
 
     def _make_app(self) -> asyncio.BaseProtocol:
-        return self._acceptor.https(self.sni, None)
+        return self._acceptor.https(self.sni, self._client)

@@ -35,7 +35,7 @@ from edge.http.connection import HTTPConnection, HTTPContext
 from edge.http.parsers import parser_classes
 from edge.router.factory import build_http_routers
 from edge.tls.certs import TLSCertificates
-from edge.tls.terminate import TLSTransport, refuse, start_tls
+from edge.tls.terminate import Acceptor, TLSAccept, TLSTransport, refuse, start_tls
 from edge.transports import TransportRegistry
 from tests.fixtures.tls.pki import PKI
 from tests.harness import lb, need
@@ -433,6 +433,88 @@ def test_handshake_deadline_from_the_entrypoints_sweep(pki_files):
         assert server.call(lambda: (len(connections), server.swept)) == (0, 1)
         assert server.apps[-1].events == []
         assert all(tls._timer is None for tls in server.adapters)
+
+
+class Clock:
+    """The loop's clock, as TLSAccept reads it (``acceptor.loop.time()``)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def time(self) -> float:
+        return self.now
+
+
+class FakeRaw:
+    """A raw transport that records what is done to it."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.written = b""
+        self.protocol = None
+
+    def write(self, data) -> None:
+        self.written += bytes(data)
+
+    def close(self) -> None:
+        self.events.append("close")
+
+    def abort(self) -> None:
+        self.events.append("abort")
+
+    def set_protocol(self, protocol) -> None:
+        self.protocol = protocol
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+
+def test_tls_accept_deadlines_plain_first_bytes_and_drain(pki_files):
+    certs = snapshot(pki_files)
+    context = certs.selecting_context()
+    assert context is not None and context.sni_callback is not None  # named certificates: chosen by name
+    clock, connections, plain, made = Clock(), set(), [], []
+
+    def https(sni, client):
+        made.append((sni, client))
+        return Echo()
+
+    acceptor = Acceptor(
+        context=context, loop=clock, connections=connections, https=https,  # type: ignore[arg-type]
+        plain=lambda raw, data, client: plain.append((raw, data, client)), first_timeout=2.0, handshake_timeout=10.0,
+    )
+
+    def accepted(client=None) -> tuple[TLSAccept, FakeRaw]:
+        tls, raw = TLSAccept(acceptor, client), FakeRaw()
+        tls.connection_made(raw)  # type: ignore[arg-type]
+        return tls, raw
+
+    # Silent: in the entrypoint's set with the first bytes' deadline; the sweep's call aborts it.
+    tls, raw = accepted()
+    assert tls in connections and tls.deadline_kind and tls.deadline == 102.0
+    tls.deadline_passed()
+    assert raw.events == ["abort"] and tls not in connections
+    # A TLS record's first bytes: the deadline becomes the handshake's, from the accept.
+    hello = client_hello("a.test")
+    tls, raw = accepted()
+    clock.now = 101.0
+    tls.data_received(hello[:7])
+    assert tls.deadline == 110.0 and tls in connections and raw.written == b""
+    tls.data_received(hello[7:])  # the whole ClientHello: the server's flight, the certificate chosen
+    assert raw.written[:1] == b"\x16" and tls.sni == "a.test"
+    assert tls.get_extra_info("sslcontext") is certs.context_for("a.test")
+    assert tls in connections and made == []  # the handshake is not done: no application yet
+    tls.shutdown()  # a drain
+    assert raw.events == ["close"]
+    tls.connection_lost(None)
+    assert tls not in connections and made == []
+    # Not TLS: the connection is plain's, with its first bytes (and the client a PROXY
+    # protocol header named), and leaves the set.
+    tls, raw = accepted(("10.0.0.7", 1234))
+    tls.data_received(b"GET / HTTP/1.1\r\n")
+    assert plain == [(raw, b"GET / HTTP/1.1\r\n", ("10.0.0.7", 1234))] and tls not in connections
+    tls.data_received(b"Host: x\r\n\r\n")  # (never: the raw transport has another protocol now)
+    assert len(plain) == 1
 
 
 def client_hello(server_name: str) -> bytes:
