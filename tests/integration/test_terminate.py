@@ -19,6 +19,7 @@ import re
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -506,6 +507,19 @@ def test_tls_accept_deadlines_plain_first_bytes_and_drain(pki_files):
     assert tls in connections and made == []  # the handshake is not done: no application yet
     tls.shutdown()  # a drain
     assert raw.events == ["close"]
+    tls.connection_lost(None)
+    assert tls not in connections and made == []
+    # A server name that is not ASCII: CPython cannot hand it to the callback; refused
+    # with an alert (internal_error; CPython also reports it to sys.unraisablehook).
+    tls, raw = accepted()
+    hooked: list = []
+    hook, sys.unraisablehook = sys.unraisablehook, hooked.append
+    try:
+        tls.data_received(hello.replace(b"a.test", b"\xe9.test"))
+    finally:
+        sys.unraisablehook = hook
+    assert raw.written == bytes((21, 3, 3, 0, 2, 2, 80)) and raw.events == ["close"]
+    assert len(hooked) == 1 and hooked[0].exc_type is UnicodeDecodeError
     tls.connection_lost(None)
     assert tls not in connections and made == []
     # Not TLS: the connection is plain's, with its first bytes (and the client a PROXY
