@@ -48,6 +48,7 @@ from edge.http.headers import (
     request_framing,
     response_framing,
     skip_empty_lines,
+    volatile_line,
 )
 
 __all__ = ["RequestParser", "ResponseParser"]
@@ -236,6 +237,36 @@ class _Base:
         return ProtocolError(str(exc) or "invalid HTTP/1.1")
 
 
+class Varying:
+    """Where the quick heads of a parser (or an entrypoint's) differ: one field value.
+
+    ``cut``: the last quick head cut around the value of the line where it
+    differed from the one before (``headers.volatile_line``), the two parts'
+    lengths, then what the quick path read from it; None when there is none.
+    Finding that line costs about half a quick parse, so it is looked for again
+    only after ``wait`` more heads found the long way, a wait that doubles (up
+    to 255) each time a cut finds no head before the next long way and ends
+    when one does: traffic where several values change at once pays about
+    1/256 of a search per head.
+    """
+
+    __slots__ = ("cut", "misses", "wait")
+
+    def __init__(self) -> None:
+        self.cut: tuple | None = None
+        self.misses = 0
+        self.wait = 0
+
+    def learn(self, old: bytes, new: bytes, read: tuple) -> None:
+        """After a head found the long way, when not waiting (the caller counts
+        ``wait`` down, so a head costs no call then): ``new``'s cut from ``old``
+        (the bytes of the previous head found so), with ``read``."""
+        self.misses = misses = self.misses + 1
+        self.wait = (1 << min(misses, 8)) - 1
+        split = volatile_line(old, new)
+        self.cut = None if split is None else (*split, len(split[0]), len(split[1]), *read)
+
+
 class Memo:
     """What the request parsers of one entrypoint share (see ``RequestParser.memo``).
 
@@ -245,14 +276,19 @@ class Memo:
     refused a head is replaced). ``seen``: the last quick head's header lines
     and what was read from them (see ``RequestParser.quick``): a pure function
     of those bytes, so a new connection may start from the last one's.
+    ``vary``: the last quick heads' field lines cut around the one value that
+    changed between them, with their Host and Connection (see ``quick``).
     """
 
-    __slots__ = ("check", "seen")
+    __slots__ = ("check", "seen", "vary")
 
     def __init__(self) -> None:
         self.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
         # (header lines, Host, Connection, cut, request, head)
         self.seen: tuple[bytes, bytes, bool | None, bytes, bytes, QuickRequestHead] | None = None
+        # cut: (field lines up to the changing value, from its line's end, their
+        # lengths, Host, Connection)
+        self.vary = Varying()
 
 
 class RequestParser(_Base):
@@ -263,7 +299,7 @@ class RequestParser(_Base):
     path's validator and remembered head come from the entrypoint's ``memo``.
     """
 
-    __slots__ = ("_count", "_feed", "_get_method", "_many", "_memo", "_seen", "_url")
+    __slots__ = ("_count", "_feed", "_get_method", "_many", "_memo", "_seen", "_url", "_vary")
 
     def __init__(
         self,
@@ -280,6 +316,7 @@ class RequestParser(_Base):
             memo = Memo()
         self._memo = memo
         self._seen = memo.seen  # (header lines, Host, Connection, cut, request, head) of the last quick head
+        self._vary = memo.vary
         # _parser, _feed and _get_method: set by _llhttp when the full path first runs
 
     @staticmethod
@@ -403,6 +440,10 @@ class RequestParser(_Base):
         strict pattern it must match is all it needs. When the whole request is
         the last quick head's bytes, it is that head (heads are never written
         after they are built, and a quick head is a pure function of its bytes).
+        When two quick heads in a row differ in one field value only (a request
+        id, a trace header, a counter), a later head that has the second's lines
+        but for that value, and no line break in it, has its framing
+        (``headers.volatile_line``): llhttp's check is all it needs.
         """
         if self._state != _HEAD or self._partial is not None:
             return None
@@ -432,24 +473,39 @@ class RequestParser(_Base):
                 return QuickRequestHead(
                     method, target, b"1.1" if minor == b"1" else b"1.0", keep_alive, data, host, cut or data
                 )
-        if data.find(HEAD_END) != n - 4:
-            return None
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
             return None
-        if n > self._many and data.count(b"\r\n") - 2 > self._count:
-            return None  # too many fields: the full path refuses it
-        plain = _plain_headers(QUICK_HEADERS.findall(data), _HOST)
-        if plain is None:
-            return None
-        host, connection = plain
         line_end = line.end() - 2
+        varying = self._vary
+        vary = varying.cut
         cut = b""  # the header lines without the Connection line, when it says close
-        if connection is False:
-            span = connection_line(data, len(data))
-            if span is None:
+        if (
+            vary is not None
+            and data.startswith(vary[0], line_end)
+            and data.endswith(vary[1])
+            and n - vary[3] >= line_end + vary[2]
+            and data.find(b"\n", line_end + vary[2], n - vary[3]) < 0
+        ):
+            # The lines of the last varied head but for the one value between the
+            # two parts (the first CRLF CRLF ends the second: the head is complete).
+            host = vary[4]
+            connection = vary[5]
+        else:
+            vary = None
+            if data.find(HEAD_END) != n - 4:
                 return None
-            cut = data[line_end : span[0]] + data[span[1] :]
+            if n > self._many and data.count(b"\r\n") - 2 > self._count:
+                return None  # too many fields: the full path refuses it
+            plain = _plain_headers(QUICK_HEADERS.findall(data), _HOST)
+            if plain is None:
+                return None
+            host, connection = plain
+            if connection is False:
+                span = connection_line(data, len(data))
+                if span is None:
+                    return None
+                cut = data[line_end : span[0]] + data[span[1] :]
         memo = self._memo
         try:
             memo.check(data)
@@ -470,7 +526,18 @@ class RequestParser(_Base):
             host,
             data[:line_end] + cut if cut else data,
         )
-        self._seen = memo.seen = (data[line_end:], host, connection, cut, data, head)
+        if vary is not None:
+            if varying.misses:
+                varying.misses = varying.wait = 0
+            return head
+        lines = data[line_end:]
+        if seen is not None and connection is not False:
+            if varying.wait:
+                varying.wait -= 1
+                varying.cut = None
+            else:
+                varying.learn(seen[0], lines, (host, connection))
+        self._seen = memo.seen = (lines, host, connection, cut, data, head)
         return head
 
     def _run(self, data: bytes) -> None:
@@ -556,6 +623,7 @@ class ResponseParser(_Base):
         "_reason",
         "_seen",
         "_started",
+        "_vary",
     )
 
     def __init__(self, handler: Handler, max_header_bytes: int = 1 << 20) -> None:
@@ -571,6 +639,9 @@ class ResponseParser(_Base):
         self._parser = _new_parser(httptools.HttpResponseParser, self)
         self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
         self._seen: QuickResponseHead | None = None  # the last quick head (see quick)
+        # cut: (head up to the changing value, head from its line's end, their lengths,
+        # status, reason, Content-Length)
+        self._vary = Varying()
 
     # -- llhttp callbacks ------------------------------------------------------
 
@@ -719,6 +790,12 @@ class ResponseParser(_Base):
         second llhttp parser without callbacks, as requests are (see
         RequestParser.quick); the message is then complete: the next response
         needs an ``expect()``. No handler is called. None: nothing changed.
+
+        A keep-alive response that differs from the quick response before it in
+        one field value (a request id, an ETag, a Date) leaves that head cut
+        around the value (``headers.volatile_line``): a later response made of the
+        two parts with a value of no line break between, and the same body length,
+        has that head's framing; llhttp's check is all it needs.
         """
         method = self._method
         if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
@@ -732,50 +809,83 @@ class ResponseParser(_Base):
             self._method = None
             self._started = False
             return seen
-        if data.startswith(_200_OK):
-            status, reason = 200, b"OK"
+        varying = self._vary
+        vary = varying.cut
+        if (
+            vary is not None
+            and data.startswith(vary[0])
+            and (end := data.find(vary[1], vary[2])) >= 0
+            and data.find(b"\n", vary[2], end) < 0
+        ):
+            # The head of the last varied response but for the one value between
+            # the two parts (the first CRLF CRLF ends the second).
+            end += vary[3] - 4
+            size = len(data) - end - 4
+            if size != vary[6] or end + 4 > self._max:
+                return None
+            status = vary[4]
+            reason = vary[5]
+            keep_alive = True
+            i = j = end
         else:
-            line = _PLAIN_STATUS_LINE.match(data)
-            if line is None:
+            vary = None
+            if data.startswith(_200_OK):
+                status, reason = 200, b"OK"
+            else:
+                line = _PLAIN_STATUS_LINE.match(data)
+                if line is None:
+                    return None
+                status, reason = line.groups()
+                status = int(status)
+                if status == 204 or status == 304:
+                    return None
+            end = data.find(HEAD_END)
+            if end < 0 or end + 4 > self._max:
                 return None
-            status, reason = line.groups()
-            status = int(status)
-            if status == 204 or status == 304:
+            plain = _plain_headers(QUICK_HEADERS.findall(data, 0, end), _CONTENT_LENGTH)
+            if plain is None:
                 return None
-        end = data.find(HEAD_END)
-        if end < 0 or end + 4 > self._max:
-            return None
-        plain = _plain_headers(QUICK_HEADERS.findall(data, 0, end), _CONTENT_LENGTH)
-        if plain is None:
-            return None
-        length, connection = plain
-        keep_alive = connection is not False
-        i = j = end
-        if not keep_alive:
-            span = connection_line(data, end)
-            if span is None:
+            length, connection = plain
+            keep_alive = connection is not False
+            i = j = end
+            if not keep_alive:
+                span = connection_line(data, end)
+                if span is None:
+                    return None
+                i, j = span
+            size = len(data) - end - 4
+            if not length.isdigit() or len(length) > 18 or size != int(length):
                 return None
-            i, j = span
-        if not length.isdigit() or len(length) > 18 or len(data) - end - 4 != int(length):
-            return None
         try:
             self._check(data)
         except httptools.HttpParserError:
             self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
             return None
-        self._state = _HEAD if keep_alive else _CLOSED
+        if not keep_alive:
+            self._state = _CLOSED  # else _HEAD, as it is
         self._method = None
         self._started = False
         self._no_body = False
         raw = data[: end + 4]
-        head = self._seen = QuickResponseHead(
+        head = QuickResponseHead(
             status,
             reason,
             keep_alive,
-            len(data) - end - 4,
+            size,
             raw,
             raw if i == j else data[:i] + data[j : end + 4],
         )
+        if vary is not None:
+            if varying.misses:
+                varying.misses = varying.wait = 0
+            return head
+        self._seen = head
+        if seen is not None and keep_alive:
+            if varying.wait:
+                varying.wait -= 1
+                varying.cut = None
+            else:
+                varying.learn(seen.raw, raw, (status, reason, size))
         return head
 
     def _run(self, data: bytes) -> None:

@@ -122,6 +122,34 @@ QUICK_HEADERS = re.compile(
     rb"\r\n(?i:(host)|(connection)|(content-length)|" + _alternation(_QUICK_OTHERS) + rb")[ \t]*:[ \t]*([^\r\n]*)"
 )
 
+def volatile_line(old: bytes, new: bytes) -> tuple[bytes, bytes] | None:
+    """``new`` cut around the value of the field line where it last differs from ``old``.
+
+    ``old`` and ``new`` are heads (or their field lines from the CRLF that ends
+    the start line) that llhttp accepted, so every field line is ``name:value``
+    with no obs-fold and no bare CR or LF. The byte where they last differ,
+    aligned at their ends, picks the line of ``new``: then (``new`` up to and
+    including that line's colon, ``new`` from the CRLF that ends it). A head that
+    starts with the first, ends with the second and has no LF between them holds
+    ``new``'s field lines with one value changed, in a field the framing rules
+    never read: its framing is ``new``'s (the quick paths' varied heads). None
+    when the heads are equal or that byte lies in the start line, in a field
+    name, or in a line whose name the framing rules read.
+    """
+    diff = int.from_bytes(old, "big") ^ int.from_bytes(new, "big")
+    last = len(new) - 1 - (((diff & -diff).bit_length() - 1) >> 3)
+    if not diff or last < 0:
+        return None
+    start = new.rfind(b"\n", 0, last) + 1
+    colon = new.find(b":", start, last) if start else -1
+    if colon < 0 or new[start:colon].lower() in _FRAMING_NAMES:
+        return None
+    end = new.find(b"\r\n", colon)
+    if end < last:
+        return None
+    return new[: colon + 1], new[end:]
+
+
 def connection_line(head: bytes, end: int) -> tuple[int, int] | None:
     """(start, end) of the Connection line in ``head[:end]``, its leading CRLF included.
 

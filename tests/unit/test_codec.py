@@ -877,3 +877,72 @@ def test_httptools_a_repeated_request_is_the_same_head_and_keeps_its_framing():
     with pytest.raises(ProtocolError):
         parser.feed(close.replace(b"/c", b"/\x01"))
     assert rec.kinds() == []
+
+
+def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is():
+    """After two quick heads that differ in one field value, a head with the same
+    lines but another value there is quick through the lines around it alone (the
+    full parser is never fed); one where that value holds a line break, or whose
+    changed line is a framing header, is not quick."""
+    from edge.http import codec_httptools
+    from edge.http.codec import QuickRequestHead, QuickResponseHead
+
+    def request(value: bytes, line: bytes = b"GET /%d HTTP/1.1") -> bytes:
+        return line + b"\r\nHost: Example.com\r\nX-Trace: " + value + b"\r\nAccept: */*\r\n\r\n"
+
+    rec = Recorder()
+    parser = codec_httptools.RequestParser(rec)
+    parser._feed = None  # the full path would fail on its first feed
+    for i in range(1, 13):
+        parser.feed(request(b"%d" % i, b"GET /%d HTTP/1.%d" % (i, i < 12)))
+    assert rec.kinds() == ["head", "end"] * 12
+    assert [(h.target, h.version, h.keep_alive, h.host) for h in rec.heads[-2:]] == [
+        (b"/11", b"1.1", True, b"Example.com"),
+        (b"/12", b"1.0", False, b"Example.com"),
+    ]
+    assert all(h.raw == h.cut == request(b"%d" % i, h.raw[: h.raw.index(b"\r\n")]) for i, h in enumerate(rec.heads, 1))
+    assert parser._vary.cut is not None and parser._vary.misses == 0
+    for smuggled in (b"1\r\nX-Forwarded-For: 1.2.3.4", b"1\r\nTransfer-Encoding: chunked", b"1\r\nConnection: close"):
+        parser = codec_httptools.RequestParser(Recorder())
+        for i in range(2, 5):
+            assert type(parser.quick(request(b"%d" % i, b"GET / HTTP/1.1"))) is QuickRequestHead
+        head = parser.quick(request(smuggled, b"GET / HTTP/1.1"))
+        if b"close" in smuggled:  # plain, read whole: the line is cut, the connection closes
+            assert not head.keep_alive and head.cut == request(b"1", b"GET / HTTP/1.1")
+        else:
+            assert head is None
+    # The changed line is Host: nothing is remembered, each head is read whole.
+    parser = codec_httptools.RequestParser(Recorder())
+    hosts = [parser.quick(request(b"1").replace(b"Example.com", b"h%d" % i)).host for i in range(4)]
+    assert hosts == [b"h0", b"h1", b"h2", b"h3"] and parser._vary.cut is None
+
+    def response(value: bytes, body: bytes = b"hello") -> bytes:
+        return (
+            b"HTTP/1.1 201 Made\r\nServer: s\r\nETag: " + value
+            + b"\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body) + body
+        )
+
+    rec = ResponseRecorder([b"GET"] * 10)
+    parser = codec_httptools.ResponseParser(rec)
+    rec.parser = parser
+    parser.expect(b"GET")
+    parser._parser = None  # the full path would fail on its first feed
+    for i in range(10):
+        parser.feed(response(b'"%d"' % (i * 7)))
+    assert rec.kinds() == ["head", "body", "end"] * 10
+    assert {(h.status, h.reason, h.content_length, h.keep_alive) for h in rec.heads} == {(201, b"Made", 5, True)}
+    assert [h.raw for h in rec.heads] == [response(b'"%d"' % (i * 7))[:-5] for i in range(10)]
+    assert parser._vary.cut is not None
+    for data, expected in (
+        (response(b"1", b"hello!"), (6, True)),  # another length: read whole
+        (response(b"1\r\nConnection: close"), None),  # two Connection lines
+        (response(b"1\r\nKeep-Alive: timeout=5"), None),
+        (response(b"1\r\nTrailer: x"), None),
+    ):
+        parser = codec_httptools.ResponseParser(Recorder())
+        for i in range(2, 5):
+            parser.expect(b"GET")
+            assert type(parser.quick(response(b"%d" % i))) is QuickResponseHead
+        parser.expect(b"GET")
+        head = parser.quick(data)
+        assert (head and (head.content_length, head.keep_alive)) == expected

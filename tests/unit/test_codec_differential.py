@@ -13,6 +13,8 @@ import random
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge.errors import ProtocolError
 from edge.http.parsers import parser_classes
@@ -77,6 +79,16 @@ def run(
 H = b"Host: example.com\r\n"
 GET = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
 CHUNKED = b"POST /up HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
+
+
+
+def varied_request(value: bytes) -> bytes:
+    return b"GET /v HTTP/1.1\r\nHost: a\r\nX-Id: " + value + b"\r\nAccept: */*\r\n\r\n"
+
+
+def varied_response(value: bytes, length: bytes = b"0", body: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nX-Id: " + value + b"\r\nContent-Length: " + length + b"\r\n\r\n" + body
+
 
 # (id, bytes, max_header_bytes)
 REQUESTS = [
@@ -272,6 +284,20 @@ REQUESTS = [
     ("quick-repeated-del-in-target", GET + b"GET /\x7f HTTP/1.1\r\n" + H + b"\r\n", BIG),
     ("quick-repeated-fragment", GET + b"GET /a#b HTTP/1.1\r\n" + H + b"\r\n", BIG),
     ("quick-repeated-http2", GET + b"GET / HTTP/2.0\r\n" + H + b"\r\n", BIG),
+    # Heads that differ in one value: after two, the quick path checks only the
+    # lines around it (headers.volatile_line); what lies between must be a value.
+    ("quick-varied-values", b"".join(map(varied_request, [b"1", b"2", b"33", b"", b" 4 \t", b"5"])), BIG),
+    ("quick-varied-http10", varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"1.1", b"1.0"), BIG),
+    ("quick-varied-chunked", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nTransfer-Encoding: chunked") + b"0\r\n\r\n" + GET, BIG),
+    ("quick-varied-length", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nContent-Length: 2") + b"ok" + GET, BIG),
+    ("quick-varied-close", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nConnection: close") + GET, BIG),
+    ("quick-varied-forwarded", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nX-Forwarded-For: 1.2.3.4"), BIG),
+    ("quick-varied-bare-lf", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\nContent-Length: 2") + b"ok", BIG),
+    ("quick-varied-bare-cr", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\rX"), BIG),
+    ("quick-varied-ctl", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\x01"), BIG),
+    ("quick-varied-te-tab", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nTransfer-Encoding: chunked\t"), BIG),
+    ("quick-varied-host", b"".join(varied_request(b"1").replace(b"Host: a", b"Host: a" + v) for v in (b"1", b"2", b"3")), BIG),
+    ("quick-varied-name", varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"X-Id", b"Te"), BIG),
 ]
 
 # (id, bytes, methods, feed_eof, max_header_bytes)
@@ -382,6 +408,50 @@ RESPONSES = [
         BIG,
     ),
     ("quick-big-length", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", [b"GET"], False, BIG),
+    # Responses that differ in one value (see the requests' quick-varied cases).
+    (
+        "quick-varied-values",
+        b"".join(map(varied_response, [b"1", b"2", b"33", b"", b"5"])),
+        [b"GET"] * 5,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-chunked",
+        varied_response(b"1") + varied_response(b"2")
+        + varied_response(b"3\r\nTransfer-Encoding: chunked") + b"0\r\n\r\n",
+        [b"GET"] * 3,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-length",
+        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\r\nContent-Length: 2") + b"ok",
+        [b"GET"] * 3,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-close",
+        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\r\nConnection: close"),
+        [b"GET"] * 3,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-bare-lf",
+        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\nX: y"),
+        [b"GET"] * 3,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-head-answer",
+        varied_response(b"1") + varied_response(b"2") + varied_response(b"3", b"5"),
+        [b"GET", b"GET", b"HEAD"],
+        False,
+        BIG,
+    ),
     (
         "head-too-large",
         b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 150 + b"\r\n\r\n",
@@ -425,3 +495,54 @@ def test_corpus_covers_both_outcomes():
     outcomes = {run("h11", d, [], None, False, m)[-1][-1] for _, d, m in REQUESTS}
     assert {"ProtocolError", "HeadersTooLarge"} <= outcomes
     assert any(o not in ("ProtocolError", "HeadersTooLarge") for o in outcomes)
+
+
+# Varied heads (hypothesis): one field's value changes from head to head, as a
+# request id or an ETag does, now and then to a value holding a line break (a
+# line smuggled into it), a bare CR or LF, or a framing header's value; now and
+# then another field changes too, or the head holds a framing header.
+_NAMES = st.sampled_from([b"X-Id", b"ETag", b"Accept", b"User-Agent"])
+_FRAMING = st.sampled_from([b"Connection", b"Content-Length", b"Transfer-Encoding", b"TE", b"X-Forwarded-For",
+                            b"Keep-Alive", b"Trailer", b"Host"])
+_ODD_VALUES = [b"", b" 3 \t", b"keep-alive", b"close", b"chunked", b"0", b"2", b"a\r\nContent-Length: 2",
+               b"a\r\nTransfer-Encoding: chunked", b"a\r\nConnection: close", b"a\r\nX-Forwarded-For: b",
+               b"a\r\nHost: b", b"a\r\nConnection: keep-alive", b"x\ny", b"x\rz", b"\x01", b"chunked\t"]
+_COUNTER = st.integers(0, 10**9).map(b"%d".__mod__)
+_VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from(_ODD_VALUES))
+
+
+@st.composite
+def varied_messages(draw, response: bool) -> list[bytes]:
+    framing = [(b"Content-Length", b"0")] if response else [(b"Host", b"a.example")]
+    if draw(st.integers(0, 3)) == 0:
+        framing.append((draw(_FRAMING), draw(st.sampled_from([b"keep-alive", b"close", b"0", b"chunked"]))))
+    lines = draw(st.lists(st.tuples(_NAMES, _COUNTER), min_size=1, max_size=3))
+    for line in framing:
+        lines.insert(draw(st.integers(0, len(lines))), line)
+    volatile = draw(st.integers(0, len(lines) - 1))
+    messages = []
+    for n in range(draw(st.integers(3, 8))):
+        now = list(lines)
+        now[volatile] = (now[volatile][0], draw(_VALUE))
+        if draw(st.integers(0, 5)) == 0:
+            other = draw(st.integers(0, len(lines) - 1))
+            now[other] = (now[other][0], draw(_VALUE))
+        if response:
+            start = draw(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 404 Not Found"]))
+        else:
+            method = draw(st.sampled_from([b"GET", b"POST", b"HEAD"]))
+            start = b"%s /%d HTTP/1.%d" % (method, n, draw(st.integers(0, 1)) or n > 2)
+        messages.append(start + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in now) + b"\r\n")
+    return messages
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_codecs_agree_on_varied_heads(data):
+    response = data.draw(st.booleans())
+    messages = data.draw(varied_messages(response))
+    stream = b"".join(messages)
+    cuts = [sum(map(len, messages[:i])) for i in range(1, len(messages))]
+    methods = [b"GET"] * len(messages) if response else None
+    expected = run("h11", stream, cuts, methods, False, BIG)
+    assert run("httptools", stream, cuts, methods, False, BIG) == expected
