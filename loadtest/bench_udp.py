@@ -8,9 +8,15 @@ thread runs everything. ``--direct`` runs the same clients and backend with no p
 between them: what the proxy costs is the difference. ``--ceiling``: bench.py's
 udp-ceiling instead of edge (the least a uvloop proxy does per datagram: add_reader,
 one read per wakeup, a dict of connected upstream sockets, nothing else).
+``--ctypes``: that ceiling with all four calls made on libc through ctypes (raw
+sockaddr keys, one buffer, no exceptions); ``--mmsg``: the ceiling with its listener
+read by recvmmsg (edge.udp.mmsg), the rest on the socket module.
+``--socket-module``: edge with its listener read by the socket module, as before
+recvmmsg (the baseline of that change, in the same checkout).
 
     python loadtest/bench_udp.py [--mode echo|oneway] [--clients 1] [--wildcard]
-                                 [--datagrams 100000] [--direct | --ceiling]
+                                 [--datagrams 100000]
+                                 [--direct | --ceiling | --ctypes | --mmsg | --socket-module]
                                  [--profile | --instructions]
 
 ``echo``: each client keeps one datagram in flight through an echo backend (bench.py's
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import ctypes
 import pstats
 import socket
 import time
@@ -42,6 +49,7 @@ import uvloop
 
 from edge.entrypoints.udp import enable_pktinfo
 from edge.router.udp import UDPLoadBalancer, UDPRouter, UDPServer
+from edge.udp.mmsg import BatchReader, address_of, recvmmsg
 from edge.udp.server import DatagramProxy
 
 HOST = "127.0.0.1"
@@ -94,17 +102,113 @@ class Ceiling:
         self.listener.close()
 
 
+class CtypesCeiling:
+    """The ceiling below the socket module: libc's recvfrom / send / recv / sendto through
+    ctypes (PyDLL: the GIL is kept, every socket is non-blocking). A datagram lands in
+    one preallocated buffer and leaves from it (no bytes object), the client's raw
+    sockaddr bytes are the session key and the reply's destination (no inet_ntop, no
+    tuple, no address parse), and an empty socket is a -1 return, not an exception."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend: tuple) -> None:
+        self.loop = loop
+        self.listener = bound()
+        self.sessions: dict[bytes, socket.socket] = {}
+        libc = ctypes.PyDLL(None, use_errno=True)
+        recvfrom, send, recv, sendto = libc.recvfrom, libc.send, libc.recv, libc.sendto
+        buf = ctypes.create_string_buffer(65536)
+        name = ctypes.create_string_buffer(16)  # sockaddr_in
+        namelen = ctypes.byref(ctypes.c_uint32(16))  # the kernel writes 16 back, always
+        lfd = self.listener.fileno()
+        listener = self.listener
+        sessions = self.sessions
+
+        def reply(ufd: int, client: bytes) -> None:
+            n = recv(ufd, buf, 65535, 0)
+            if n >= 0:
+                sendto(lfd, buf, n, 0, client, 16)
+
+        def request() -> None:
+            n = recvfrom(lfd, buf, 65535, 0, name, namelen)
+            if n < 0:
+                return
+            client = name.raw
+            ufd = sessions.get(client)
+            if ufd is None:
+                up = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                up.setblocking(False)
+                up.connect(backend)
+                self.socks.append(up)
+                ufd = sessions[client] = up.fileno()
+                loop.add_reader(ufd, reply, ufd, client)
+            send(ufd, buf, n, 0)
+
+        self.socks: list[socket.socket] = []
+        self.listener = listener
+        loop.add_reader(lfd, request)
+
+    def close(self) -> None:
+        for up in self.socks:
+            self.loop.remove_reader(up.fileno())
+            up.close()
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+
+
+class MMsgCeiling(Ceiling):
+    """The ceiling with the listener read by recvmmsg (edge.udp.mmsg's BatchReader): one
+    ctypes call per wakeup whatever the datagrams waiting (up to 64), the sender's raw
+    sockaddr the session key; upstream sockets and replies stay on the socket module
+    (send a memoryview of the slot; recv, sendto the session's address tuple)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend: tuple) -> None:
+        # Ceiling's close, not its __init__: the listener path is this one's own.
+        self.loop = loop
+        self.listener = bound()
+        self.sessions: dict[bytes, socket.socket] = {}
+        self.reader = reader = BatchReader(self.listener, recvmmsg())
+        listener = self.listener
+        sessions = self.sessions
+        receive, names, views, lengths = reader.receive, reader.names, reader.views, reader.lengths
+        stride, at = reader.stride, reader.at
+
+        def reply(up: socket.socket, client: tuple) -> None:
+            try:  # noqa: SIM105
+                listener.sendto(up.recv(65535), client)
+            except BlockingIOError:
+                pass
+
+        def request() -> None:
+            for i in range(max(receive(), 0)):
+                key = names[i].raw
+                up = sessions.get(key)
+                if up is None:
+                    up = sessions[key] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    up.setblocking(False)
+                    up.connect(backend)
+                    loop.add_reader(up.fileno(), reply, up, address_of(key))
+                up.send(views[i][: lengths[stride * i + at]])
+
+        loop.add_reader(listener.fileno(), request)
+
+    def close(self) -> None:
+        super().close()
+        self.reader.close()
+
+
 def proxy_for(
     loop: asyncio.AbstractEventLoop, backend: tuple, subject: str, wildcard: bool
 ) -> tuple[DatagramProxy | Ceiling, int]:
     """A DatagramProxy to ``backend`` on a fresh listener (dual-stack wildcard or
-    127.0.0.1), or the ceiling's."""
-    if subject == "ceiling":
-        ceiling = Ceiling(loop, backend)
+    127.0.0.1; ``socket_module``: its listener read by the socket module, not recvmmsg),
+    or a ceiling's."""
+    if subject in ("ceiling", "ctypes", "mmsg"):
+        kind = {"ceiling": Ceiling, "ctypes": CtypesCeiling, "mmsg": MMsgCeiling}[subject]
+        ceiling = kind(loop, backend)
         return ceiling, ceiling.listener.getsockname()[1]
     server = UDPServer("backend", f"{backend[0]}:{backend[1]}")
     router = UDPRouter("bench", UDPLoadBalancer("backend", [(server, 1)]))
-    proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=10_000)
+    batch = subject != "socket_module"
+    proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=10_000, batch=batch)
     proxy.switch(router)
     if wildcard:
         listener = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -250,19 +354,33 @@ def main() -> None:
         "--direct", action="store_true", help="no proxy: the clients' and backend's own cost"
     )
     p.add_argument("--ceiling", action="store_true", help="the least uvloop proxy, not edge")
+    p.add_argument("--ctypes", action="store_true", help="the least proxy on libc through ctypes")
+    p.add_argument(
+        "--mmsg", action="store_true", help="the least proxy, its listener read by recvmmsg"
+    )
+    p.add_argument(
+        "--socket-module",
+        action="store_true",
+        help="edge with its listener read by the socket module (no recvmmsg)",
+    )
     p.add_argument("--profile", action="store_true")
     p.add_argument(
         "--instructions", action="store_true", help="count instructions per unit with callgrind"
     )
     args = p.parse_args()
-    if args.direct and args.ceiling:
-        p.error("--direct and --ceiling are two subjects: one at a time")
-    subject = "direct" if args.direct else "ceiling" if args.ceiling else "edge"
+    kinds = ("direct", "ceiling", "ctypes", "mmsg", "socket_module")
+    chosen = [k for k in kinds if getattr(args, k)]
+    if len(chosen) > 1:
+        p.error(f"{', '.join(chosen)}: one subject at a time")
+    subject = chosen[0] if chosen else "edge"
     unit = "round trip" if args.mode == "echo" else "datagram"
     what = (
         f"{args.mode}, {args.clients} client{'s' if args.clients > 1 else ''}"
         + (", wildcard" if args.wildcard else "")
         + (", ceiling" if args.ceiling else "")
+        + (", ctypes" if args.ctypes else "")
+        + (", recvmmsg" if args.mmsg else "")
+        + (", socket module" if args.socket_module else "")
     )
     flags = [
         "--mode",
@@ -273,7 +391,7 @@ def main() -> None:
     ]
     if args.instructions:
         small, large = 2_000, 12_000
-        subject = [*flags, *(["--ceiling"] if args.ceiling else [])]
+        subject = [*flags, *(["--" + subject.replace("_", "-")] if subject != "edge" else [])]
         proxied = callgrind.per_unit(__file__, "--datagrams", subject, small, large)
         direct = callgrind.per_unit(__file__, "--datagrams", [*flags, "--direct"], small, large)
         print(

@@ -16,6 +16,14 @@ level-triggered: whatever a callback leaves is reported again at once. A reply a
 budget of 1 takes a short path of its own (``_upstream_readable``): it is most of
 the work of a DNS-like load.
 
+A listener on one address is read by ``recvmmsg`` where libc has it
+(:mod:`edge.udp.mmsg`, ``_read_many``): one ctypes call per wakeup takes every
+datagram waiting (up to 64), so it needs no budget, and its sessions are filed under
+the sender's raw sockaddr bytes (``session.key``) with the address tuple, made once
+per session, in ``session.client`` for replies and headers. Wildcard listeners
+(IP_PKTINFO) and upstream sockets stay on the socket module: a ctypes call costs more
+than its ``recv``, ``send`` or ``sendto`` (see that module).
+
 Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
 leave from the address the client wrote to when the entry point listens on a wildcard
 address, which takes ``recvmsg`` / ``sendmsg`` with IP_PKTINFO / IPV6_PKTINFO, and
@@ -40,12 +48,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import socket
 import sys
 import time
 
 from edge.router.udp import UDPRouter, UDPServer
 from edge.tcp.proxyproto import encode_v2
+from edge.udp.mmsg import NAME_SIZE, BatchReader, address_of, recvmmsg
 from edge.udp.sessions import Counters, Session, SessionTable
 
 log = logging.getLogger("edge.udp")
@@ -128,7 +138,10 @@ class DatagramProxy:
         *,
         timeout: float,
         max_sessions: int,
+        batch: bool = True,
     ) -> None:
+        """``batch``: read a listener on one address with recvmmsg where libc has it
+        (:mod:`edge.udp.mmsg`); False keeps every read on the socket module."""
         self.name = name
         self.loop = loop
         self.timeout = timeout  # the entry point's udp.timeout
@@ -146,6 +159,8 @@ class DatagramProxy:
         self.local: tuple | None = None  # the bound address (for a wildcard: when pktinfo lacks)
         self.port = 0
         self.reading = False
+        self._recvmmsg = recvmmsg() if batch else None
+        self._reader: BatchReader | None = None  # the listener's, when it is read by recvmmsg
         self._budget = 1  # datagrams the listener's next callback reads (see the module doc)
         self._fills = 0  # callbacks in a row that read their budget of 1
         self.down: dict[str, float] = {}  # server address -> loop time it may be picked again
@@ -164,12 +179,15 @@ class DatagramProxy:
         self.wildcard = wildcard
         self.local = sock.getsockname()
         self.port = self.local[1]
+        if self._recvmmsg is not None and not wildcard and sock.family in NAME_SIZE:
+            self._reader = BatchReader(sock, self._recvmmsg)
         self.refresh()
         self.start_reading()
 
     def start_reading(self) -> None:
         if self.sock is not None and not self.reading:
-            self.loop.add_reader(self.sock.fileno(), self._readable)
+            readable = self._readable if self._reader is None else self._read_many
+            self.loop.add_reader(self.sock.fileno(), readable)
             self.reading = True
 
     def stop_reading(self) -> None:
@@ -191,6 +209,9 @@ class DatagramProxy:
         self.stop_reading()
         for session in self.table.clear():
             self._detach(session)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self.sock is not None:
             self.sock.close()
 
@@ -310,6 +331,65 @@ class DatagramProxy:
         counters.datagrams_to_server += 1
         counters.bytes_to_server += len(data)
 
+    def _read_many(self) -> None:
+        """The listener (one address) has datagrams: all of them, up to VLEN, in one
+        recvmmsg; each sender's raw sockaddr is its session key (edge.udp.mmsg)."""
+        reader = self._reader
+        count = reader.receive()
+        if count == 1:
+            # One datagram per wakeup (the ping-pong of DNS) takes the shortest path.
+            key = reader.names[0].raw
+            session = self.sessions.get(key)
+            if session is None or session.ready is None:
+                self._from_client(session, reader.datagram(0), key, None)
+                return
+            size = reader.lengths[reader.at]
+            session.last = self.tick
+            try:
+                session.ready.send(reader.views[0][:size])
+            except (BlockingIOError, InterruptedError):
+                session.counters.dropped += 1
+                return
+            except OSError as exc:
+                self._send_failed(session, reader.datagram(0), exc)
+                return
+            counters = session.counters
+            counters.datagrams_to_server += 1
+            counters.bytes_to_server += size
+            return
+        if count < 1:
+            error = reader.failed(count)
+            if error:
+                log.debug("entrypoint %s: receive failed: %s", self.name, os.strerror(error))
+            return
+        sessions = self.sessions
+        names = reader.names
+        views = reader.views
+        lengths = reader.lengths
+        stride = reader.stride
+        at = reader.at
+        tick = self.tick
+        for i in range(count):
+            key = names[i].raw
+            session = sessions.get(key)
+            if session is None or session.ready is None:
+                self._from_client(session, reader.datagram(i), key, None)
+                tick = self.tick  # a new session refreshes it
+                continue
+            size = lengths[stride * i + at]
+            session.last = tick
+            try:
+                session.ready.send(views[i][:size])
+            except (BlockingIOError, InterruptedError):
+                session.counters.dropped += 1
+                continue
+            except OSError as exc:
+                self._send_failed(session, reader.datagram(i), exc)
+                continue
+            counters = session.counters
+            counters.datagrams_to_server += 1
+            counters.bytes_to_server += size
+
     def _read_batch(self) -> None:
         """Up to the listener's budget of datagrams, each forwarded."""
         sock = self.sock
@@ -353,19 +433,21 @@ class DatagramProxy:
         self._budget = min(budget * 2, BATCH)
 
     def _from_client(
-        self, session: Session | None, data: bytes, client: tuple, ancillary: list | None
+        self, session: Session | None, data: bytes, key: tuple | bytes, ancillary: list | None
     ) -> None:
         """A datagram the short path does not take: a new client, or a session that must
-        pick a server again or send a PROXY header first."""
+        pick a server again or send a PROXY header first. ``key``: the session key, the
+        client's address as the socket module gives it, or its raw sockaddr bytes where
+        the listener is read by recvmmsg."""
         if session is None:
-            session = self._open(client, ancillary)
+            session = self._open(key, ancillary)
             if session is None:
                 return
         else:
             session.last = self.tick
         self._forward_slow(session, data)
 
-    def _open(self, client: tuple, ancillary: list | None) -> Session | None:
+    def _open(self, key: tuple | bytes, ancillary: list | None) -> Session | None:
         """A session for a new client, its server picked and its upstream open; None: dropped."""
         router = self.router
         if router is None:
@@ -377,13 +459,14 @@ class DatagramProxy:
             counters.dropped += 1
             return None
         now = self.refresh()
+        client = key if self._reader is None else address_of(key)
         local, reply = None, None
         if ancillary is not None:
             local, reply = local_from_pktinfo(ancillary, self.port)
             if reply is not None and local[0] == default_source(self.sock.family, client):
                 reply = None  # the kernel's own choice: a plain sendto says the same, for less
         session = Session(
-            client, counters, timeout=self.timeout, local=local or self.local, reply=reply
+            client, counters, timeout=self.timeout, local=local or self.local, reply=reply, key=key
         )
         evicted = self.table.add(session, now)
         if evicted is not None:

@@ -91,7 +91,8 @@ class Session:
     datagram sent to ``server``. ``ready`` is ``sock`` while a client's datagram can
     go to it as it is (no header to prepend, no server to pick), else None: the one
     check the hot path makes. ``last`` is the tick of the session's latest datagram
-    (either way).
+    (either way). ``key`` is what the table files it under: ``client`` itself, or the
+    raw sockaddr bytes the listener's recvmmsg gives (edge.udp.mmsg).
     """
 
     __slots__ = (
@@ -100,6 +101,7 @@ class Session:
         "counters",
         "fills",
         "header",
+        "key",
         "last",
         "local",
         "ready",
@@ -117,8 +119,10 @@ class Session:
         timeout: float,
         local: tuple | None = None,
         reply: list | None = None,
+        key: Hashable | None = None,
     ) -> None:
         self.client = client
+        self.key = client if key is None else key
         self.counters = counters
         self.timeout = timeout
         self.local = local
@@ -136,7 +140,7 @@ class Session:
 
 
 class SessionTable:
-    """Live sessions by client address, at most ``max_sessions``, least recently active
+    """Live sessions by key (the client's address), at most ``max_sessions``, least recently active
     evicted first (see the module docstring)."""
 
     __slots__ = ("_heap", "_seq", "max_sessions", "sessions")
@@ -165,18 +169,18 @@ class SessionTable:
 
     def add(self, session: Session, now: float) -> Session | None:
         """Insert ``session``, active at ``now``; returns the session evicted for it."""
-        if session.client in self.sessions:
+        if session.key in self.sessions:
             raise KeyError(f"a session for {session.client!r} exists")
         evicted = self._pop_oldest() if len(self.sessions) >= self.max_sessions else None
         session.last = now
-        self.sessions[session.client] = session
+        self.sessions[session.key] = session
         heapq.heappush(self._heap, (now, next(self._seq), session))
         if len(self._heap) > 2 * len(self.sessions) + 64:
             self._rebuild()
         return evicted
 
     def _live(self, session: Session) -> bool:
-        return self.sessions.get(session.client) is session
+        return self.sessions.get(session.key) is session
 
     def _pop_oldest(self) -> Session | None:
         """Take out the least recently active session."""
@@ -188,7 +192,7 @@ class SessionTable:
             if session.last != stamp:  # active since: back in, at its newer stamp
                 heapq.heappush(heap, (session.last, next(self._seq), session))
                 continue
-            del self.sessions[session.client]
+            del self.sessions[session.key]
             return session
         return None
 
@@ -199,7 +203,7 @@ class SessionTable:
     def remove(self, session: Session) -> bool:
         """Take ``session`` out; False when it was not in the table (already gone)."""
         if self._live(session):
-            del self.sessions[session.client]
+            del self.sessions[session.key]
             return True
         return False
 
@@ -222,7 +226,7 @@ class SessionTable:
             if session.last != stamp:
                 heapq.heappush(heap, (session.last, next(self._seq), session))
             elif limit - stamp >= session.timeout:
-                del self.sessions[session.client]
+                del self.sessions[session.key]
                 gone.append(session)
             else:
                 keep.append(entry)  # a longer timeout than the shortest: not yet

@@ -34,7 +34,9 @@ from edge.app import Dataplane
 from edge.config.loader import decode_dynamic, decode_static
 from edge.config.runtime import build_runtime
 from edge.entrypoints.udp import UDPEntryPoint
-from edge.udp.server import REFUSED_DOWN
+from edge.router.udp import UDPLoadBalancer, UDPRouter, UDPServer
+from edge.udp.mmsg import BatchReader, address_of, recvmmsg
+from edge.udp.server import REFUSED_DOWN, DatagramProxy
 from tests.harness import WHOAMI_RE, Edge, Proc, need
 
 LOOP_TIMEOUT = 30.0
@@ -1113,3 +1115,134 @@ def test_proxy_protocol_v2_from_the_file_provider(tmp_path):
     finally:
         edge.stop()
         backends.stop()
+
+
+# --- the listener's reads: recvmmsg (raw sockaddr keys) and the socket module ----------
+
+FAMILIES = [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+needs_recvmmsg = pytest.mark.skipif(recvmmsg() is None, reason="no recvmmsg in this libc")
+
+
+def bound_udp(family: int, host: str) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((host, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def read_when_there(reader: BatchReader, want: int, timeout: float = 5.0) -> int:
+    """One read once ``want`` datagrams are waiting (loopback delivers within send: at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = reader.read()
+        if count or time.monotonic() > deadline:
+            assert count == want, (count, want, reader.error)
+            return count
+        time.sleep(0.01)
+
+
+@needs_recvmmsg
+@pytest.mark.parametrize(("family", "host"), FAMILIES)
+def test_raw_sockaddr_key_round_trip(family, host):
+    """The raw sockaddr recvmmsg gives is the sender's address: address_of reads it as the
+    socket module's recvfrom does, and a reply sent to that reaches the sender."""
+    listener = bound_udp(family, host)
+    senders = [bound_udp(family, host) for _ in range(3)]
+    reader = BatchReader(listener, recvmmsg())
+    try:
+        for i, s in enumerate(senders):
+            s.sendto(b"from %d" % i, listener.getsockname())
+        read_when_there(reader, 3)
+        keys = [reader.names[i].raw for i in range(3)]
+        assert len(set(keys)) == 3 and {len(k) for k in keys} == {16 if family == socket.AF_INET else 28}
+        for i, (key, s) in enumerate(zip(keys, senders, strict=True)):
+            assert reader.datagram(i) == b"from %d" % i
+            assert address_of(key) == s.getsockname()
+            listener.sendto(b"back %d" % i, address_of(key))
+            assert s.recvfrom(100) == (b"back %d" % i, listener.getsockname())
+            s.sendto(b"again", listener.getsockname())  # the socket module's view of it
+            assert listener.recvfrom(100) == (b"again", address_of(key))
+    finally:
+        reader.close()
+        listener.close()
+        for s in senders:
+            s.close()
+
+
+@needs_recvmmsg
+def test_batch_reader_reads_whole_datagrams_in_batches_of_vlen():
+    """Sizes from 0 to the IPv4 maximum come out whole and in order, vlen per read at most;
+    an empty socket is a count of 0 with no error."""
+    listener = bound_udp(socket.AF_INET, "127.0.0.1")
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sender = bound_udp(socket.AF_INET, "127.0.0.1")
+    reader = BatchReader(listener, recvmmsg(), vlen=4)
+    sizes = [0, 1, 1472, 65_507, 9000, 3]
+    payloads = [bytes([n % 251]) * n for n in sizes]
+    try:
+        for p in payloads:
+            sender.sendto(p, listener.getsockname())
+        got = [reader.datagram(i) for i in range(read_when_there(reader, 4))]
+        got += [reader.datagram(i) for i in range(read_when_there(reader, 2))]
+        assert got == payloads
+        assert reader.read() == 0 and reader.error == 0
+    finally:
+        reader.close()
+        listener.close()
+        sender.close()
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+@pytest.mark.parametrize(("family", "host"), FAMILIES)
+def test_both_read_paths_serve_ipv4_and_ipv6_listeners(family, host, batch):
+    """DatagramProxy on one address, read by recvmmsg or by the socket module: every
+    client gets its own echoes, its session is filed under its raw sockaddr or its
+    address, and carries the address as the socket module writes it."""
+    if batch and recvmmsg() is None:
+        pytest.skip("no recvmmsg in this libc")
+    clients, rounds = 5, 20
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        backend = bound_udp(family, host)
+
+        def echo() -> None:
+            with contextlib.suppress(BlockingIOError):
+                data, peer = backend.recvfrom(65535)
+                backend.sendto(b"echo " + data, peer)
+
+        loop.add_reader(backend.fileno(), echo)
+        address = backend.getsockname()
+        server = UDPServer("backend", f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6
+                           else f"{address[0]}:{address[1]}")
+        proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=100, batch=batch)
+        proxy.switch(UDPRouter("r", UDPLoadBalancer("svc", [(server, 1)])))
+        proxy.attach(bound_udp(family, host), wildcard=False)
+        assert (proxy._reader is not None) == batch
+        socks = [bound_udp(family, host) for _ in range(clients)]
+        try:
+            for s in socks:
+                s.connect(proxy.sock.getsockname())
+            for n in range(rounds):
+                for i, s in enumerate(socks):  # all sent before any is read: batches
+                    s.send(b"%d-%d" % (i, n))
+                for i, s in enumerate(socks):
+                    data = await asyncio.wait_for(loop.sock_recv(s, 100), 5)
+                    assert data == b"echo %d-%d" % (i, n)
+            assert len(proxy.sessions) == clients
+            for key, session in proxy.sessions.items():
+                assert isinstance(key, bytes if batch else tuple)
+                assert key == session.key and (key == session.client) != batch
+            assert {s.client for s in proxy.sessions.values()} == {s.getsockname() for s in socks}
+            counters = proxy.counters[("r", "svc")]
+            assert counters.sessions_opened == clients
+            assert counters.datagrams_to_server == counters.datagrams_to_client == clients * rounds
+            assert counters.dropped == 0
+        finally:
+            for s in socks:
+                s.close()
+            proxy.close()
+            loop.remove_reader(backend.fileno())
+            backend.close()
+
+    run(main)

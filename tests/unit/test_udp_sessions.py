@@ -16,6 +16,7 @@ from edge.config.loader import decode_dynamic, decode_static
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from edge.router.udp import UDPServer, build_udp_routers
+from edge.udp.mmsg import address_of
 from edge.udp.server import IP_PKTINFO, local_from_pktinfo, proxy_v2_header
 from edge.udp.sessions import Counters, Session, SessionTable
 
@@ -25,6 +26,36 @@ def session(client, timeout: float = 3.0) -> Session:
 
 
 # --- the session table ------------------------------------------------------------
+
+
+def test_sessions_are_filed_under_their_key():
+    """A session read by recvmmsg is filed under its raw sockaddr, not its address tuple:
+    lookup, the duplicate check, eviction, removal and expiry all go by the key."""
+    table = SessionTable(max_sessions=2)
+    a = Session(("10.0.0.1", 1), Counters("r", "s"), timeout=1.0, key=b"raw-a")
+    b = Session(("10.0.0.1", 2), Counters("r", "s"), timeout=1.0, key=b"raw-b")
+    assert table.add(a, now=0.0) is None and table.add(b, now=1.0) is None
+    assert table.get(b"raw-a") is a and table.get(("10.0.0.1", 1)) is None
+    with pytest.raises(KeyError):
+        table.add(Session(("10.9.9.9", 9), Counters("r", "s"), timeout=1.0, key=b"raw-a"), 2.0)
+    c = Session(("10.0.0.1", 3), Counters("r", "s"), timeout=1.0, key=b"raw-c")
+    assert table.add(c, now=2.0) is a and table.get(b"raw-a") is None
+    assert table.remove(b) is True and table.get(b"raw-b") is None
+    assert table.expire(now=10.0, shortest=1.0) == [c] and len(table) == 0
+    assert session(("10.0.0.1", 4)).key == ("10.0.0.1", 4)  # no key: the address itself
+
+
+def test_address_of_raw_sockaddrs():
+    """sockaddr_in / sockaddr_in6 as the kernel writes them (port and flowinfo in network
+    order, scope id in host order) read as the socket module's recvfrom gives them."""
+    v4 = struct.pack("=H", socket.AF_INET) + struct.pack("!H", 5353)
+    v4 += socket.inet_pton(socket.AF_INET, "192.0.2.7") + bytes(8)
+    assert address_of(v4) == ("192.0.2.7", 5353)
+    v6 = struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", 53, 0x12345)
+    v6 += socket.inet_pton(socket.AF_INET6, "fe80::1") + struct.pack("=I", 3)
+    assert address_of(v6) == ("fe80::1", 53, 0x12345, 3)
+    mapped = v6[:8] + socket.inet_pton(socket.AF_INET6, "::ffff:192.0.2.7") + bytes(4)
+    assert address_of(mapped) == ("::ffff:192.0.2.7", 53, 0x12345, 0)
 
 
 def test_add_get_and_len():
