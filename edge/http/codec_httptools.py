@@ -164,6 +164,13 @@ class _Base:
         self._handler = handler
         self._max = max_header_bytes
         self._state = _HEAD
+        self._partial: bytearray | None = None
+        self.head_started = False  # _partial holds a head begun (a plain attribute: read per exchange)
+        self._llhttp_state()
+
+    def _llhttp_state(self) -> None:
+        """The fields only llhttp's path reads, set with its parser (RequestParser
+        makes that on first use: a connection served by quick parses never does)."""
         self._keep_alive = True
         self._headers: list[Header] = []
         self._head = b""  # the head being parsed (complete, from its first byte)
@@ -171,8 +178,6 @@ class _Base:
         self._tail = b""
         self._idle = 0
         self._body_bytes = 0  # body bytes llhttp gave in the current chunked piece
-        self._partial: bytearray | None = None
-        self.head_started = False  # _partial holds a head begun (a plain attribute: read per exchange)
         self._searched = 0
         self._scanned = 0
 
@@ -308,10 +313,15 @@ class RequestParser(_Base):
         max_header_count: int = 100,
         memo: Memo | None = None,
     ) -> None:
-        super().__init__(handler, max_header_bytes)
+        # What _Base.__init__ sets but the fields of llhttp's path, without the call
+        # (one request parser per connection): _llhttp sets those.
+        self._handler = handler
+        self._max = max_header_bytes
+        self._state = _HEAD
+        self._partial = None
+        self.head_started = False
         self._count = max_header_count
         self._many = MIN_LINE * max_header_count  # a head longer than this may hold too many fields
-        self._url = b""
         if memo is None:
             memo = Memo()
         self._memo = memo
@@ -326,6 +336,8 @@ class RequestParser(_Base):
 
     def _llhttp(self) -> object:
         """llhttp's parser for the full path, made on first use; its feed_data."""
+        self._llhttp_state()
+        self._url = b""
         self._parser = _new_parser(httptools.HttpRequestParser, self)
         self._get_method = self._parser.get_method
         feed = self._feed = self._parser.feed_data
