@@ -52,6 +52,27 @@ def setup_logging(config: Log) -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(config.python_level)
+    sys.unraisablehook = log_unraisable
+
+
+_unraisable_log = logging.getLogger("edge.unraisable")
+
+
+def log_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook``: what Python could not raise goes to the log, not stderr.
+
+    The one a client can cause at will is CPython's SNI callback failing to decode
+    a server name that is not ASCII (no host name is): OpenSSL refuses that
+    handshake with an alert, and a line per connection at WARNING would let a
+    client flood the log, so it is DEBUG. Anything else is a defect: ERROR, with
+    its traceback.
+    """
+    name = unraisable.object
+    if unraisable.exc_type is UnicodeDecodeError and isinstance(name, bytes):  # CPython's SNI callback
+        _unraisable_log.debug("TLS handshake refused: a server name that is not ASCII: %r", name[:255])
+        return
+    exc_info = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+    _unraisable_log.error("%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object, exc_info=exc_info)
 
 
 class AccessLogger:

@@ -935,6 +935,27 @@ def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_rea
         assert 0.9 <= elapsed < 3.5, (first, elapsed)  # readTimeout 1s; the sweep runs every 0.25s
 
 
+def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_one_log_line(https_only):
+    # CPython cannot decode such a name for the SNI callback: OpenSSL sends
+    # internal_error, and Python reports the failure to sys.unraisablehook, which
+    # setup_logging routes to the log at DEBUG (by default it prints a traceback on
+    # stderr, a line per connection any client could ask for).
+    ctx = ssl._create_unverified_context()
+    out = ssl.MemoryBIO()
+    hello = ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname="a.test")
+    with pytest.raises(ssl.SSLWantReadError):
+        hello.do_handshake()
+    first = out.read().replace(b"a.test", b"\xe9.test")
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
+            s.sendall(first)
+            assert recv_all(s) == bytes((21, 3, 3, 0, 2, 2, 80))  # alert: fatal, internal_error
+    lines = https_only.all_matches(r"TLS handshake refused: a server name that is not ASCII")
+    assert len(lines) == 2
+    assert "Traceback" not in https_only.log and "Exception ignored" not in https_only.log
+    assert resumed_get(https_only.port, "a.test").answer.startswith(b"HTTP/1.1 200")  # the rest serves
+
+
 def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path, certs, whoami):
     dynamic = {
         "http": {
