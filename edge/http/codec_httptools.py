@@ -538,12 +538,12 @@ class RequestParser(_Base):
             host,
             data[:line_end] + cut if cut else data,
         )
+        lines = data[line_end:]
         if vary is not None:
+            # Remembered as any quick head is: the same request again is this head.
             if varying.misses:
                 varying.misses = varying.wait = 0
-            return head
-        lines = data[line_end:]
-        if seen is not None and connection is not False:
+        elif seen is not None and connection is not False:
             if varying.wait:
                 varying.wait -= 1
                 varying.cut = None
@@ -887,12 +887,11 @@ class ResponseParser(_Base):
             raw,
             raw if i == j else data[:i] + data[j : end + 4],
         )
+        self._seen = head  # a varied head too: the same response again is this head
         if vary is not None:
             if varying.misses:
                 varying.misses = varying.wait = 0
-            return head
-        self._seen = head
-        if seen is not None and keep_alive:
+        elif seen is not None and keep_alive:
             if varying.wait:
                 varying.wait -= 1
                 varying.cut = None

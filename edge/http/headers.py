@@ -141,7 +141,7 @@ def volatile_line(old: bytes, new: bytes) -> tuple[bytes, bytes] | None:
     if not diff or last < 0:
         return None
     start = new.rfind(b"\n", 0, last) + 1
-    colon = new.find(b":", start, last) if start else -1
+    colon = new.find(b":", start, last + 1) if start else -1
     if colon < 0 or new[start:colon].lower() in _FRAMING_NAMES:
         return None
     end = new.find(b"\r\n", colon)

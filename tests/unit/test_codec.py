@@ -911,6 +911,10 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
             assert not head.keep_alive and head.cut == request(b"1", b"GET / HTTP/1.1")
         else:
             assert head is None
+    # A varied head is remembered as any quick head is: the same bytes again are that head.
+    parser = codec_httptools.RequestParser(Recorder())
+    heads = [parser.quick(request(b"%d" % i, b"GET / HTTP/1.1")) for i in (1, 2, 3, 3)]
+    assert heads[3] is heads[2] and parser._vary.cut is not None
     # The changed line is Host: nothing is remembered, each head is read whole.
     parser = codec_httptools.RequestParser(Recorder())
     hosts = [parser.quick(request(b"1").replace(b"Example.com", b"h%d" % i)).host for i in range(4)]
@@ -933,6 +937,12 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     assert {(h.status, h.reason, h.content_length, h.keep_alive) for h in rec.heads} == {(201, b"Made", 5, True)}
     assert [h.raw for h in rec.heads] == [response(b'"%d"' % (i * 7))[:-5] for i in range(10)]
     assert parser._vary.cut is not None
+    parser = codec_httptools.ResponseParser(Recorder())
+    heads = []
+    for i in (1, 2, 3, 3):  # the last again: the same head, as for requests
+        parser.expect(b"GET")
+        heads.append(parser.quick(response(b"%d" % i)))
+    assert heads[3] is heads[2] and parser._vary.cut is not None
     for data, expected in (
         (response(b"1", b"hello!"), (6, True)),  # another length: read whole
         (response(b"1\r\nConnection: close"), None),  # two Connection lines
@@ -946,3 +956,26 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
         parser.expect(b"GET")
         head = parser.quick(data)
         assert (head and (head.content_length, head.keep_alive)) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", None),  # equal
+        (b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", b"HTTP/1.1 201 OK\r\nA: 1\r\n\r\n", None),  # start line
+        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 1\r\nC: 2\r\n\r\n", None),  # a name
+        (b"\r\nHost: a\r\nB: 2\r\n\r\n", b"\r\nHost: b\r\nB: 2\r\n\r\n", None),  # Host
+        (b"\r\nA: 1\r\ncontent-LENGTH: 2\r\n\r\n", b"\r\nA: 1\r\ncontent-LENGTH: 3\r\n\r\n", None),
+        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 9\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n")),
+        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 10\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n")),
+        (b"\r\nA: 10\r\nB: 2\r\n\r\n", b"\r\nA:\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n")),
+        # Several lines differ: the last one is picked; a line added at the end is.
+        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 9\r\nB: 8\r\n\r\n", (b"\r\nA: 9\r\nB:", b"\r\n\r\n")),
+        (b"\r\nA: 1\r\n\r\n", b"\r\nA: 1\r\nB: 2\r\n\r\n", (b"\r\nA: 1\r\nB:", b"\r\n\r\n")),
+        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nB: 2\r\n\r\n", None),  # a line gone: nothing differs at the end
+    ],
+)
+def test_volatile_line_cuts_around_the_last_changed_value(old, new, expected):
+    from edge.http.headers import volatile_line
+
+    assert volatile_line(old, new) == expected
