@@ -8,25 +8,33 @@ the address of every datagram, about 2,400 instructions), and an empty socket is
 return of -1, not a raised BlockingIOError. A ctypes call costs about 2,900
 instructions whatever it does (libffi prepares the call each time), more than the
 socket module's ``send`` or ``recv`` (900 and 1,700), so only the listener's reads
-go this way, where one call serves a whole batch; upstream sockets, replies and
-wildcard listeners (IP_PKTINFO) stay on the socket module.
+go this way, where one call serves a whole batch; upstream sockets and replies stay
+on the socket module. A wildcard listener's IP_PKTINFO / IPV6_PKTINFO comes in a
+control slot per datagram (``control``), read only when a session needs it.
 
 Invariants: a slot holds a whole datagram (:data:`SLOT` exceeds the largest UDP
-payload, so nothing is truncated); a slot's bytes and name are valid until the next
-:meth:`BatchReader.read`; the library is loaded as ``PyDLL``, so the GIL is held
+payload, so nothing is truncated); a slot's bytes, name and ancillary data are valid
+until the next read, and a control slot a read used holds its full room again (by
+:meth:`BatchReader.rearm`) before the next; the library is loaded as ``PyDLL``, so the GIL is held
 through the call, which never blocks (the socket is non-blocking).
 """
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import functools
 import mmap
 import socket
+import struct
 import sys
 
 __all__ = ["NAME_SIZE", "SLOT", "VLEN", "BatchReader", "address_of", "recvmmsg"]
+
+_CMSGHDR = struct.Struct("@Nii")  # cmsg_len (size_t), cmsg_level, cmsg_type
+_WORD = ctypes.sizeof(ctypes.c_size_t)
+_WORD_CODE = {8: "Q", 4: "I"}[_WORD]  # an array / memoryview code for a size_t
 
 VLEN = 64  # datagrams one read takes at most
 SLOT = 65536  # bytes per datagram slot: more than any UDP payload (65,507 over IPv4)
@@ -80,14 +88,24 @@ class BatchReader:
     After ``count = reader.read()`` (0: nothing waiting, or an error, then in
     ``reader.error``), datagram ``i < count`` is ``reader.views[i][:reader.size(i)]``
     from ``reader.names[i].raw``. The hot path reads the fields directly.
+
+    ``control``: bytes of ancillary data kept per datagram (0: none), for a listener
+    with IP_PKTINFO / IPV6_RECVPKTINFO on: :meth:`ancillary` gives datagram ``i``'s as
+    ``recvmsg`` does. The kernel writes back how much of that room each datagram used,
+    so after a read :meth:`rearm` gives the used slots their full room again.
     """
 
     __slots__ = (
         "_buffer",
+        "_control",
+        "_first",
+        "_full",
         "_iovs",
         "_msgs",
         "_raw",
+        "_step",
         "at",
+        "control",
         "error",
         "fd",
         "lengths",
@@ -96,9 +114,10 @@ class BatchReader:
         "stride",
         "views",
         "vlen",
+        "words",
     )
 
-    def __init__(self, sock: socket.socket, call, vlen: int = VLEN) -> None:
+    def __init__(self, sock: socket.socket, call, vlen: int = VLEN, control: int = 0) -> None:
         """``call``: :func:`recvmmsg`'s function (not None)."""
         size = NAME_SIZE[sock.family]
         self.fd = sock.fileno()
@@ -112,6 +131,9 @@ class BatchReader:
         self._iovs = (_IOVec * vlen)()
         self._raw = bytearray(ctypes.sizeof(_MMsgHdr) * vlen)
         self._msgs = (_MMsgHdr * vlen).from_buffer(self._raw)
+        self.control = control
+        self._control = (ctypes.c_char * max(control * vlen, 1))()
+        cbase = ctypes.addressof(self._control)
         for i in range(vlen):
             self._iovs[i].base = base + i * SLOT
             self._iovs[i].len = SLOT
@@ -120,12 +142,20 @@ class BatchReader:
             hdr.namelen = size  # the kernel writes back the same size for this family
             hdr.iov = ctypes.addressof(self._iovs[i])
             hdr.iovlen = 1
+            if control:
+                hdr.control = cbase + i * control
+                hdr.controllen = control
         whole = memoryview(self._buffer)
         self.views = [whole[i * SLOT : (i + 1) * SLOT] for i in range(vlen)]
         # msg_len of datagram i is lengths[stride * i + at] (unsigned ints)
         self.lengths = memoryview(self._raw).cast("I")
         self.stride = ctypes.sizeof(_MMsgHdr) // 4
         self.at = _MMsgHdr.len.offset // 4
+        # msg_controllen of datagram i is words[step * i + first] (size_t); _full: the room
+        self.words = memoryview(self._raw).cast(_WORD_CODE)
+        self._full = memoryview(array.array(_WORD_CODE, [control] * vlen))
+        self._step = ctypes.sizeof(_MMsgHdr) // _WORD
+        self._first = (_MMsgHdr.hdr.offset + _MsgHdr.controllen.offset) // _WORD
         # The call with its arguments bound: what the hot path makes (the count read,
         # or -1 with errno set: EAGAIN when nothing is waiting).
         self.receive = functools.partial(call, self.fd, self._msgs, vlen, 0, None)
@@ -148,6 +178,28 @@ class BatchReader:
     def size(self, i: int) -> int:
         return self.lengths[self.stride * i + self.at]
 
+    def rearm(self, count: int) -> None:
+        """Give the first ``count`` datagrams' ancillary room back its full size."""
+        if count == 1:  # the common case: one store, not a strided copy
+            self.words[self._first] = self.control
+        else:
+            first, step = self._first, self._step
+            self.words[first : first + step * count : step] = self._full[:count]
+
+    def ancillary(self, i: int) -> list[tuple[int, int, bytes]]:
+        """Datagram ``i``'s ancillary data as ``recvmsg`` gives it: (level, type, data)."""
+        used = self.words[self._first + self._step * i]
+        raw = bytes(memoryview(self._control)[i * self.control : i * self.control + used])
+        items = []
+        at = 0
+        while at + _CMSGHDR.size <= len(raw):
+            length, level, kind = _CMSGHDR.unpack_from(raw, at)
+            if length < _CMSGHDR.size:
+                break
+            items.append((level, kind, raw[at + _CMSGHDR.size : at + length]))
+            at += (length + _WORD - 1) & -_WORD  # CMSG_ALIGN on Linux: to sizeof(size_t)
+        return items
+
     def datagram(self, i: int) -> bytes:
         """Datagram ``i`` of the last read, copied out of its slot."""
         return bytes(self.views[i][: self.size(i)])
@@ -158,6 +210,7 @@ class BatchReader:
             view.release()
         self.views = []
         self.lengths.release()
+        self.words.release()
         self._msgs = None
         self.receive = None
         self._buffer.close()

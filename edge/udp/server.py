@@ -16,13 +16,14 @@ level-triggered: whatever a callback leaves is reported again at once. A reply a
 budget of 1 takes a short path of its own (``_upstream_readable``): it is most of
 the work of a DNS-like load.
 
-A listener on one address is read by ``recvmmsg`` where libc has it
-(:mod:`edge.udp.mmsg`, ``_read_many``): one ctypes call per wakeup takes every
-datagram waiting (up to 64), so it needs no budget, and its sessions are filed under
-the sender's raw sockaddr bytes (``session.key``) with the address tuple, made once
-per session, in ``session.client`` for replies and headers. Wildcard listeners
-(IP_PKTINFO) and upstream sockets stay on the socket module: a ctypes call costs more
-than its ``recv``, ``send`` or ``sendto`` (see that module).
+The listener is read by ``recvmmsg`` where libc has it (:mod:`edge.udp.mmsg`,
+``_read_many``): one ctypes call per wakeup takes every datagram waiting (up to 64),
+so it needs no budget, and its sessions are filed under the sender's raw sockaddr
+bytes (``session.key``) with the address tuple, made once per session, in
+``session.client`` for replies and headers; a wildcard listener's pktinfo is read
+only for a new session. Upstream sockets and replies stay on the socket module: a
+ctypes call costs more than its ``recv``, ``send`` or ``sendto`` (see that module).
+Without recvmmsg, ``_readable`` / ``_read_batch`` read with the socket module.
 
 Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
 leave from the address the client wrote to when the entry point listens on a wildcard
@@ -179,14 +180,18 @@ class DatagramProxy:
         self.wildcard = wildcard
         self.local = sock.getsockname()
         self.port = self.local[1]
-        if self._recvmmsg is not None and not wildcard and sock.family in NAME_SIZE:
-            self._reader = BatchReader(sock, self._recvmmsg)
+        if self._recvmmsg is not None and sock.family in NAME_SIZE:
+            control = CMSG_SIZE if wildcard else 0  # room for each datagram's pktinfo
+            self._reader = BatchReader(sock, self._recvmmsg, control=control)
         self.refresh()
         self.start_reading()
 
     def start_reading(self) -> None:
         if self.sock is not None and not self.reading:
-            readable = self._readable if self._reader is None else self._read_many
+            if self._reader is None:
+                readable = self._readable
+            else:
+                readable = self._read_many_pktinfo if self.wildcard else self._read_many
             self.loop.add_reader(self.sock.fileno(), readable)
             self.reading = True
 
@@ -331,9 +336,9 @@ class DatagramProxy:
         counters.datagrams_to_server += 1
         counters.bytes_to_server += len(data)
 
-    def _read_many(self) -> None:
-        """The listener (one address) has datagrams: all of them, up to VLEN, in one
-        recvmmsg; each sender's raw sockaddr is its session key (edge.udp.mmsg)."""
+    def _read_many(self) -> int:
+        """The listener has datagrams: all of them, up to VLEN, in one recvmmsg; each
+        sender's raw sockaddr is its session key (edge.udp.mmsg). Returns how many."""
         reader = self._reader
         count = reader.receive()
         if count == 1:
@@ -341,27 +346,28 @@ class DatagramProxy:
             key = reader.names[0].raw
             session = self.sessions.get(key)
             if session is None or session.ready is None:
-                self._from_client(session, reader.datagram(0), key, None)
-                return
+                ancillary = reader.ancillary(0) if reader.control else None
+                self._from_client(session, reader.datagram(0), key, ancillary)
+                return 1
             size = reader.lengths[reader.at]
             session.last = self.tick
             try:
                 session.ready.send(reader.views[0][:size])
             except (BlockingIOError, InterruptedError):
                 session.counters.dropped += 1
-                return
+                return 1
             except OSError as exc:
                 self._send_failed(session, reader.datagram(0), exc)
-                return
+                return 1
             counters = session.counters
             counters.datagrams_to_server += 1
             counters.bytes_to_server += size
-            return
+            return 1
         if count < 1:
             error = reader.failed(count)
             if error:
                 log.debug("entrypoint %s: receive failed: %s", self.name, os.strerror(error))
-            return
+            return 0
         sessions = self.sessions
         names = reader.names
         views = reader.views
@@ -373,7 +379,8 @@ class DatagramProxy:
             key = names[i].raw
             session = sessions.get(key)
             if session is None or session.ready is None:
-                self._from_client(session, reader.datagram(i), key, None)
+                ancillary = reader.ancillary(i) if reader.control else None
+                self._from_client(session, reader.datagram(i), key, ancillary)
                 tick = self.tick  # a new session refreshes it
                 continue
             size = lengths[stride * i + at]
@@ -389,6 +396,15 @@ class DatagramProxy:
             counters = session.counters
             counters.datagrams_to_server += 1
             counters.bytes_to_server += size
+        return count
+
+    def _read_many_pktinfo(self) -> None:
+        """A wildcard listener read by recvmmsg: as ``_read_many`` (a new session takes its
+        first datagram's pktinfo), then the ancillary room of the slots read is made
+        whole again."""
+        count = self._read_many()
+        if count:
+            self._reader.rearm(count)
 
     def _read_batch(self) -> None:
         """Up to the listener's budget of datagrams, each forwarded."""

@@ -33,10 +33,10 @@ import uvloop
 from edge.app import Dataplane
 from edge.config.loader import decode_dynamic, decode_static
 from edge.config.runtime import build_runtime
-from edge.entrypoints.udp import UDPEntryPoint
+from edge.entrypoints.udp import UDPEntryPoint, enable_pktinfo
 from edge.router.udp import UDPLoadBalancer, UDPRouter, UDPServer
 from edge.udp.mmsg import BatchReader, address_of, recvmmsg
-from edge.udp.server import REFUSED_DOWN, DatagramProxy
+from edge.udp.server import CMSG_SIZE, REFUSED_DOWN, DatagramProxy, local_from_pktinfo
 from tests.harness import WHOAMI_RE, Edge, Proc, need
 
 LOOP_TIMEOUT = 30.0
@@ -190,6 +190,17 @@ class InProcess:
         return self.entrypoint.service_counters()[service]
 
 
+@pytest.fixture(params=["recvmmsg", "socket-module"])
+def read_path(request, monkeypatch) -> str:
+    """The tests that take it run with the listener read by recvmmsg (raw sockaddr keys)
+    and again by the socket module (as where libc has no recvmmsg)."""
+    if request.param == "socket-module":
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+    elif recvmmsg() is None:
+        pytest.skip("no recvmmsg in this libc")
+    return request.param
+
+
 def one_service(*backends: Named, router: str = "r", service: str = "svc", **extra) -> dict:
     return {
         "udp": {
@@ -199,11 +210,12 @@ def one_service(*backends: Named, router: str = "r", service: str = "svc", **ext
     }
 
 
-def test_round_trip_and_counters():
+def test_round_trip_and_counters(read_path):
     async def main() -> None:
         a = await named("a")
         async with InProcess() as edge:
             edge.apply(one_service(a))
+            assert (edge.entrypoint.proxy._reader is None) == (read_path == "socket-module")
             c = await client(edge.port)
             assert await c.ask(b"hello") == b"a|hello"
             assert await c.ask(b"again") == b"a|again"
@@ -217,7 +229,7 @@ def test_round_trip_and_counters():
     run(main)
 
 
-def test_largest_datagrams_pass_whole():
+def test_largest_datagrams_pass_whole(read_path):
     """65,507 bytes (the IPv4 maximum) each way, one datagram each, never split."""
 
     async def main() -> None:
@@ -257,7 +269,7 @@ class Burst(asyncio.DatagramProtocol):
                 self.transport.sendto(b"%d" % i, addr)
 
 
-def test_bursts_pass_whole_and_in_order_both_ways():
+def test_bursts_pass_whole_and_in_order_both_ways(read_path):
     """Many datagrams queued at once on either side: each read whole, none merged or lost
     (the reads switch from one per wakeup to batches)."""
 
@@ -335,7 +347,7 @@ def test_stop_drains_replies_still_coming_then_ends_once_quiet():
     run(main)
 
 
-def test_sessions_are_sticky_and_balanced():
+def test_sessions_are_sticky_and_balanced(read_path):
     """Each client keeps one server; new clients are spread by weight (3:1)."""
 
     async def main() -> None:
@@ -426,7 +438,7 @@ def test_service_session_timeout_outlives_the_entrypoint_timeout():
     run(main)
 
 
-def test_eviction_at_max_sessions_oldest_idle_first(caplog):
+def test_eviction_at_max_sessions_oldest_idle_first(caplog, read_path):
     async def main() -> None:
         a = await named("a")
         async with InProcess({"maxSessions": 5}) as edge:
@@ -457,7 +469,7 @@ def test_eviction_at_max_sessions_oldest_idle_first(caplog):
     assert any(re.search(r"\d+ UDP sessions evicted", r.getMessage()) for r in caplog.records)
 
 
-def test_refusing_server_is_marked_down_and_the_session_moves(caplog):
+def test_refusing_server_is_marked_down_and_the_session_moves(caplog, read_path):
     """ICMP port unreachable from a closed port: the session moves to the next server."""
 
     async def main() -> None:
@@ -563,7 +575,7 @@ def test_removed_router_stops_at_once_and_an_added_one_serves():
     run(main)
 
 
-def test_proxy_protocol_v2_header_on_the_first_datagram():
+def test_proxy_protocol_v2_header_on_the_first_datagram(read_path):
     async def main() -> None:
         a = await named("a")
         async with InProcess() as edge:
@@ -595,13 +607,14 @@ def test_proxy_protocol_v2_header_on_the_first_datagram():
     run(main)
 
 
-def test_reply_leaves_from_the_address_the_client_wrote_to():
+def test_reply_leaves_from_the_address_the_client_wrote_to(read_path):
     """A wildcard listener: clients of 127.0.0.1 and 127.0.0.2 each hear from that address."""
 
     async def main() -> None:
         a = await named("a")
         async with InProcess(address=":0/udp") as edge:
             edge.apply(one_service(a))
+            assert (edge.entrypoint.proxy._reader is None) == (read_path == "socket-module")
             for host in ("127.0.0.1", "127.0.0.2"):
                 # a connected socket drops datagrams from any other source
                 c = await client(edge.port, host)
@@ -1246,3 +1259,56 @@ def test_both_read_paths_serve_ipv4_and_ipv6_listeners(family, host, batch):
             backend.close()
 
     run(main)
+
+
+@needs_recvmmsg
+@pytest.mark.parametrize("dual_stack", [True, False], ids=["dual-stack", "ipv4"])
+def test_pktinfo_from_recvmmsg_equals_recvmsg(dual_stack):
+    """A wildcard listener's ancillary data per datagram, from a batch, equals what the
+    socket module's recvmsg gives for the same sender and destination; a read leaves each
+    used control slot at what it used, and rearm gives back the whole room."""
+    if dual_stack:
+        listener = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        listener.bind(("::", 0))
+        sends = [(socket.AF_INET, "127.0.0.2"), (socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
+    else:
+        listener = bound_udp(socket.AF_INET, "0.0.0.0")
+        sends = [(socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")]
+    listener.setblocking(False)
+    assert enable_pktinfo("test", listener)
+    port = listener.getsockname()[1]
+    senders = [bound_udp(family, "::1" if family == socket.AF_INET6 else "127.0.0.1")
+               for family, _ in sends]
+    reader = BatchReader(listener, recvmmsg(), vlen=8, control=CMSG_SIZE)
+    step = len(reader.words) // reader.vlen
+    first = next(i for i, w in enumerate(reader.words) if w == CMSG_SIZE)  # msg_controllen
+    try:
+        for (_, host), s in zip(sends, senders, strict=True):
+            s.sendto(b"x", (host, port))
+        count = read_when_there(reader, len(sends))
+        batch = [(reader.names[i].raw, reader.ancillary(i)) for i in range(count)]
+        used = [reader.words[first + step * i] for i in range(count)]
+        assert all(0 < u <= CMSG_SIZE for u in used)
+        assert reader.words[first + step * count] == CMSG_SIZE  # a slot no datagram used
+        if not dual_stack:  # an in_pktinfo takes less room than the slot's: rearm restores it
+            assert all(u < CMSG_SIZE for u in used)
+        reader.rearm(count)
+        assert [reader.words[first + step * i] for i in range(count)] == [CMSG_SIZE] * count
+        for (key, ancillary), (_, host), s in zip(batch, sends, senders, strict=True):
+            assert ancillary and local_from_pktinfo(ancillary, port)[0][0].endswith(host)
+            s.sendto(b"y", (host, port))
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    _, expected, _, source = listener.recvmsg(10, CMSG_SIZE)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the datagram never came"
+                    time.sleep(0.01)
+            assert (address_of(key), ancillary) == (source, expected)
+    finally:
+        reader.close()
+        listener.close()
+        for s in senders:
+            s.close()
