@@ -75,7 +75,7 @@ BASELINE_SUBJECT = ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
 # EDGE_BASELINE=DIR: also run the edge of that checkout (before/after a change, one run)
 HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy", *BASELINE_SUBJECT)
 
-UDP_SUBJECTS = ("direct", "edge", "nginx", "udp-ceiling")
+UDP_SUBJECTS = ("direct", "edge", "nginx", "udp-ceiling", *BASELINE_SUBJECT)
 
 
 @dataclass(frozen=True)
