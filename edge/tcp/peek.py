@@ -153,7 +153,7 @@ class PeekContext:
         if any(named.options != options for named in router.https_names.values()):
             return None
         context = router.certs.selecting_context(options)
-        if context is None:  # unusable options or default certificate: the peek refuses them
+        if context is None:  # unusable options or default certificate (the peek refuses them), or sniStrict with TLS 1.2
             return None
         return Acceptor(
             context=context,

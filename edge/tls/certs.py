@@ -283,14 +283,7 @@ class TLSCertificates:
             if opts.sni_strict:
                 return None
             cert = self.default
-        return self._context(cert, options, opts)
-
-    def _context(self, cert: Certificate, options: str, opts: _Options) -> ssl.SSLContext | None:
-        key = (id(cert), options)
-        ctx = self._contexts.get(key)
-        if ctx is None:
-            ctx = self._contexts[key] = self._build(cert, options, opts)
-        return None if ctx is _BROKEN else ctx  # type: ignore[return-value]
+        return _context(self._contexts, cert, options, opts)
 
     def selecting_context(self, options: str = DEFAULT) -> ssl.SSLContext | None:
         """A context that chooses each connection's certificate during the handshake,
@@ -306,13 +299,23 @@ class TLSCertificates:
         an ``unrecognized_name`` alert. The connection object the callback gets is
         the SSL object's owner: edge's :class:`~edge.tls.terminate.TLSAccept`.
         Session tickets are this context's, whatever certificate a connection got.
+
+        None too for ``sniStrict`` options that allow TLS 1.2: on a TLS 1.2
+        resumption OpenSSL hands the callback the session's server name, not the
+        one the client sent, and a ticket from any name of these options resumes,
+        so a client could come back with an unknown name (or none) and be served;
+        the peek reads the name from the ClientHello and refuses it.
+
+        The callback holds the certificate tables, not this snapshot: a context
+        whose callback held it would make a reference cycle, and the data plane
+        ``gc.freeze()``s after each switch, so a replaced snapshot would never be freed.
         """
         if options in self._selecting:
             return self._selecting[options]
         opts = self._options.get(options)
         ctx = None
-        if opts is not None:
-            built = self._build(self.default, options, opts)
+        if opts is not None and not (opts.sni_strict and opts.minimum < ssl.TLSVersion.TLSv1_3):
+            built = _build(self.default, options, opts)
             if built is not _BROKEN:
                 ctx = built
                 if self._exact or self._wildcard or opts.sni_strict:
@@ -321,17 +324,17 @@ class TLSCertificates:
         return ctx  # type: ignore[return-value]
 
     def _chooser(self, options: str, opts: _Options):
-        certificate_for = self.certificate_for
-        context = self._context
+        # Not self (nor its bound methods): see selecting_context.
+        exact, wildcard, contexts = self._exact, self._wildcard, self._contexts
         strict = opts.sni_strict
 
         def choose(conn, server_name: str | None, _: ssl.SSLContext) -> int | None:
             conn.sni = server_name
-            cert = certificate_for(server_name)
+            cert = _certificate(exact, wildcard, server_name)
             if cert is None:
                 # The default certificate (this context's own), or none under sniStrict.
                 return UNRECOGNIZED_NAME if strict else None
-            ctx = context(cert, options, opts)
+            ctx = _context(contexts, cert, options, opts)
             if ctx is None:
                 return UNRECOGNIZED_NAME
             conn.context = ctx
@@ -341,15 +344,7 @@ class TLSCertificates:
 
     def certificate_for(self, server_name: str | None) -> Certificate | None:
         """The configured certificate for a name (exact, then wildcard), not the default."""
-        if not server_name:
-            return None
-        name = server_name.lower().rstrip(".")
-        cert = self._exact.get(name)
-        if cert is None:
-            dot = name.find(".")
-            if dot > 0:
-                cert = self._wildcard.get(name[dot + 1 :])
-        return cert
+        return _certificate(self._exact, self._wildcard, server_name)
 
     # -- for the runtime ------------------------------------------------------------
 
@@ -376,17 +371,44 @@ class TLSCertificates:
             if not exc.names or name in exc.names or (parent and f"*.{parent}" in exc.names)
         )
 
-    # -- building -------------------------------------------------------------------
 
-    def _build(self, cert: Certificate, name: str, opts: _Options) -> object:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            opts.apply(ctx)
-            _load_chain(ctx, cert)
-        except OSError as exc:  # ssl.SSLError, or /proc missing for the memory file
-            log.error("%s with TLS options %s: cannot build a TLS context: %s", cert.where, name, exc)
-            return _BROKEN
-        return ctx
+
+# -- contexts -----------------------------------------------------------------------
+
+
+def _certificate(
+    exact: dict[str, Certificate], wildcard: dict[str, Certificate], server_name: str | None
+) -> Certificate | None:
+    """TLSCertificates.certificate_for over its two tables."""
+    if not server_name:
+        return None
+    name = server_name.lower().rstrip(".")
+    cert = exact.get(name)
+    if cert is None:
+        dot = name.find(".")
+        if dot > 0:
+            cert = wildcard.get(name[dot + 1 :])
+    return cert
+
+
+def _context(contexts: dict, cert: Certificate, options: str, opts: _Options) -> ssl.SSLContext | None:
+    """The context for (``cert``, ``options``) from a snapshot's ``contexts``, built on first use."""
+    key = (id(cert), options)
+    ctx = contexts.get(key)
+    if ctx is None:
+        ctx = contexts[key] = _build(cert, options, opts)
+    return None if ctx is _BROKEN else ctx  # type: ignore[return-value]
+
+
+def _build(cert: Certificate, name: str, opts: _Options) -> object:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        opts.apply(ctx)
+        _load_chain(ctx, cert)
+    except OSError as exc:  # ssl.SSLError, or /proc missing for the memory file
+        log.error("%s with TLS options %s: cannot build a TLS context: %s", cert.where, name, exc)
+        return _BROKEN
+    return ctx
 
 
 # -- certificates -----------------------------------------------------------------

@@ -1,0 +1,110 @@
+"""Review of the no-peek TLS path (TLSAccept, TLSCertificates.selecting_context).
+
+On an entrypoint that only terminates into HTTPS under one set of TLS options,
+OpenSSL's SNI callback picks the certificate. These tests pin what the review
+found that path must keep from the peek path it replaces:
+
+- ``sniStrict`` holds for resumed sessions too. Under TLS 1.2, OpenSSL hands the
+  SNI callback the *session's* server name on a resumption, not the one the client
+  sent, and one ticket key covers every name of the options: a client holding a
+  session for a known name could otherwise come back with an unknown name (or none)
+  and be served. The peek reads the name from the ClientHello and refuses.
+- A certificate snapshot is freed by reference counting: the data plane
+  ``gc.freeze()``s after every switch, so a reference cycle through a context's
+  SNI callback would keep every replaced snapshot (its contexts, certificates and
+  keys) for the life of the process.
+"""
+
+from __future__ import annotations
+
+import gc
+import ssl
+import weakref
+
+import msgspec
+import pytest
+
+from edge.config.dynamic import TLSConfiguration
+from edge.tls.certs import TLSCertificates
+from tests.harness import Edge, lb
+from tests.integration.test_tls_tcp import certificates, certs, pki, resumed_get  # noqa: F401 (fixtures)
+from tests.unit.test_certs import handshake
+
+
+def client(version: ssl.TLSVersion) -> ssl.SSLContext:
+    ctx = ssl._create_unverified_context()
+    ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+STRICT = {"sniStrict": True}
+STRICT_13 = {"sniStrict": True, "minVersion": "VersionTLS13"}  # the no-peek path still takes this one
+
+
+@pytest.fixture(scope="module", params=[STRICT, STRICT_13], ids=["strict", "strict-tls13-only"])
+def strict_edge(request, tmp_path_factory, certs, whoami):  # noqa: F811
+    dynamic = {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}},
+                "echo": {"rule": "Host(`echo.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": certificates(certs, "a.test", "echo.test"),
+            "options": {"default": request.param},
+        },
+    }
+    e = Edge(tmp_path_factory.mktemp("strict"), dynamic)
+    e.tls13_only = request.param is STRICT_13
+    yield e
+    e.stop()
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls12", "tls13"])
+def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(strict_edge, certs, version):  # noqa: F811
+    if strict_edge.tls13_only and version != ssl.TLSVersion.TLSv1_3:
+        pytest.skip("this edge offers TLS 1.3 only")
+    ctx = client(version)
+    first = resumed_get(strict_edge.port, "a.test", ctx=ctx)
+    assert first.answer.startswith(b"HTTP/1.1 200") and first.session is not None
+    assert first.fingerprint == certs["pairs"]["a.test"].fingerprint
+    again = resumed_get(strict_edge.port, "a.test", first.session, ctx)
+    assert again.reused and again.answer.startswith(b"HTTP/1.1 200")  # the session does resume
+    for name in ("nobody.test", None):
+        with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+            resumed_get(strict_edge.port, name, again.session, ctx)
+    # and without a session, as before
+    with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+        resumed_get(strict_edge.port, "nobody.test", ctx=ctx)
+
+
+def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_counting(certs):  # noqa: F811
+    section = msgspec.convert({"certificates": certificates(certs, "a.test", "echo.test")}, TLSConfiguration)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        snapshot = TLSCertificates(section)
+        context = snapshot.selecting_context()
+        assert context is not None and context.sni_callback is not None
+        for name in ("a.test", "echo.test", "nobody.test"):
+            handshake(context, name)  # the callback built and set each certificate's context
+        assert len(snapshot._contexts) == 2
+        gone = weakref.ref(snapshot)
+        del snapshot, context
+        assert gone() is None, "a reference cycle keeps the snapshot (gc.freeze() would keep it for good)"
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_the_no_peek_path_is_kept_for_sni_strict_only_where_tls_1_2_cannot_be_negotiated(certs):  # noqa: F811
+    def selecting(options: dict) -> ssl.SSLContext | None:
+        section = {"certificates": certificates(certs, "a.test"), "options": {"default": options}}
+        return TLSCertificates(msgspec.convert(section, TLSConfiguration)).selecting_context()
+
+    assert selecting({}) is not None
+    assert selecting(STRICT) is None  # the peek serves it
+    assert selecting({**STRICT, "maxVersion": "VersionTLS12"}) is None
+    assert selecting(STRICT_13) is not None
