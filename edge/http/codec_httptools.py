@@ -35,6 +35,7 @@ from edge.http.codec import (
     ResponseHead,
 )
 from edge.http.headers import (
+    FIELD_VALUE,
     HEAD_END,
     MIN_LINE,
     QUICK_HEADERS,
@@ -454,8 +455,9 @@ class RequestParser(_Base):
         after they are built, and a quick head is a pure function of its bytes).
         When two quick heads in a row differ in one field value only (a request
         id, a trace header, a counter), a later head that has the second's lines
-        but for that value, and no line break in it, has its framing
-        (``headers.volatile_line``): llhttp's check is all it needs.
+        but for that value has its framing (``headers.volatile_line``), and is
+        valid when the value's bytes are ones llhttp accepts (``FIELD_VALUE``):
+        that is all it is checked for.
         """
         if self._state != _HEAD or self._partial is not None:
             return None
@@ -496,11 +498,11 @@ class RequestParser(_Base):
             vary is not None
             and data.startswith(vary[0], line_end)
             and data.endswith(vary[1])
-            and n - vary[3] >= line_end + vary[2]
-            and data.find(b"\n", line_end + vary[2], n - vary[3]) < 0
+            and FIELD_VALUE.fullmatch(data, line_end + vary[2], n - vary[3]) is not None
         ):
             # The lines of the last varied head but for the one value between the
-            # two parts (the first CRLF CRLF ends the second: the head is complete).
+            # two parts, a value llhttp accepts (none when the parts overlap): a
+            # head as valid as that one, complete (its first CRLF CRLF ends it).
             host = vary[4]
             connection = vary[5]
         else:
@@ -519,12 +521,13 @@ class RequestParser(_Base):
                     return None
                 cut = data[line_end : span[0]] + data[span[1] :]
         memo = self._memo
-        try:
-            memo.check(data)
-        except httptools.HttpParserError:
-            # Refused: the full path refuses it the same way, with the reason.
-            memo.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
-            return None
+        if vary is None:
+            try:
+                memo.check(data)
+            except httptools.HttpParserError:
+                # Refused: the full path refuses it the same way, with the reason.
+                memo.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+                return None
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
         if not keep_alive:
@@ -806,8 +809,8 @@ class ResponseParser(_Base):
         A keep-alive response that differs from the quick response before it in
         one field value (a request id, an ETag, a Date) leaves that head cut
         around the value (``headers.volatile_line``): a later response made of the
-        two parts with a value of no line break between, and the same body length,
-        has that head's framing; llhttp's check is all it needs.
+        two parts with a value between of bytes llhttp accepts (``FIELD_VALUE``),
+        and the same body length, has that head's framing and is valid.
         """
         method = self._method
         if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
@@ -827,10 +830,11 @@ class ResponseParser(_Base):
             vary is not None
             and data.startswith(vary[0])
             and (end := data.find(vary[1], vary[2])) >= 0
-            and data.find(b"\n", vary[2], end) < 0
+            and FIELD_VALUE.fullmatch(data, vary[2], end) is not None
         ):
             # The head of the last varied response but for the one value between
-            # the two parts (the first CRLF CRLF ends the second).
+            # the two parts, a value llhttp accepts: a head as valid as that one
+            # (its first CRLF CRLF ends the second part); the body is counted.
             end += vary[3] - 4
             size = len(data) - end - 4
             if size != vary[6] or end + 4 > self._max:
@@ -868,11 +872,12 @@ class ResponseParser(_Base):
             size = len(data) - end - 4
             if not length.isdigit() or len(length) > 18 or size != int(length):
                 return None
-        try:
-            self._check(data)
-        except httptools.HttpParserError:
-            self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
-            return None
+        if vary is None:
+            try:
+                self._check(data)
+            except httptools.HttpParserError:
+                self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
+                return None
         if not keep_alive:
             self._state = _CLOSED  # else _HEAD, as it is
         self._method = None

@@ -45,6 +45,11 @@ MAX_CHUNK_SIZE = (1 << 64) - 1
 # Control bytes refused anywhere in a head (HTAB, CR and LF are checked apart).
 _CTL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
+# The bytes llhttp accepts in a field value, anywhere in it: HTAB, SP, VCHAR and
+# obs-text (no CR, LF, other control or DEL). A quick head that differs from a
+# checked one in one value only is checked with this alone (volatile_line).
+FIELD_VALUE = re.compile(rb"[\t -~\x80-\xff]*")
+
 # Header names the framing rules read, lowercased, mapped to a small tag.
 _CONTENT_LENGTH = 1
 _TRANSFER_ENCODING = 2
@@ -134,7 +139,9 @@ def volatile_line(old: bytes, new: bytes) -> tuple[bytes, bytes] | None:
     ``new``'s field lines with one value changed, in a field the framing rules
     never read: its framing is ``new``'s (the quick paths' varied heads). None
     when the heads are equal or that byte lies in the start line, in a field
-    name, or in a line whose name the framing rules read.
+    name, or in a line whose name the framing rules read. Such a head is valid
+    when ``new`` was and its value matches :data:`FIELD_VALUE` (llhttp checks
+    nothing else in a field it does not read).
     """
     diff = int.from_bytes(old, "big") ^ int.from_bytes(new, "big")
     last = len(new) - 1 - (((diff & -diff).bit_length() - 1) >> 3)

@@ -979,3 +979,24 @@ def test_volatile_line_cuts_around_the_last_changed_value(old, new, expected):
     from edge.http.headers import volatile_line
 
     assert volatile_line(old, new) == expected
+
+
+def test_field_value_bytes_are_llhttps():
+    """The varied quick paths check a changed value with headers.FIELD_VALUE instead of
+    llhttp: it accepts a byte, anywhere in a value, exactly when llhttp does."""
+    import httptools
+
+    from edge.http.headers import FIELD_VALUE
+
+    class Silent:
+        pass
+
+    for byte in range(256):
+        for value in (bytes([byte]), b"a" + bytes([byte]) + b"b", b"a" + bytes([byte])):
+            parser = httptools.HttpRequestParser(Silent())
+            try:
+                parser.feed_data(b"GET / HTTP/1.1\r\nHost: a\r\nX-V:" + value + b"\r\n\r\n")
+                accepted = True
+            except httptools.HttpParserError:
+                accepted = False
+            assert (FIELD_VALUE.fullmatch(value) is not None) == accepted, (byte, value)

@@ -446,6 +446,13 @@ RESPONSES = [
         BIG,
     ),
     (
+        "quick-varied-ctl",
+        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\x7f") + varied_response(b"4\r5"),
+        [b"GET"] * 4,
+        False,
+        BIG,
+    ),
+    (
         "quick-varied-head-answer",
         varied_response(b"1") + varied_response(b"2") + varied_response(b"3", b"5"),
         [b"GET", b"GET", b"HEAD"],
@@ -506,7 +513,8 @@ _FRAMING = st.sampled_from([b"Connection", b"Content-Length", b"Transfer-Encodin
                             b"Keep-Alive", b"Trailer", b"Host"])
 _ODD_VALUES = [b"", b" 3 \t", b"keep-alive", b"close", b"chunked", b"0", b"2", b"a\r\nContent-Length: 2",
                b"a\r\nTransfer-Encoding: chunked", b"a\r\nConnection: close", b"a\r\nX-Forwarded-For: b",
-               b"a\r\nHost: b", b"a\r\nConnection: keep-alive", b"x\ny", b"x\rz", b"\x01", b"chunked\t"]
+               b"a\r\nHost: b", b"a\r\nConnection: keep-alive", b"x\ny", b"x\rz", b"\x01", b"chunked\t",
+               b"\x7f", b"a\x00", b"\x80\xff\t", b"\x1b[0m"]
 _COUNTER = st.integers(0, 10**9).map(b"%d".__mod__)
 _VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from(_ODD_VALUES))
 
