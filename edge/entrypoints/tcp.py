@@ -49,11 +49,12 @@ import msgspec
 from edge.config.static import EntryPoint, RedirectEntryPoint
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.http.connection import Arrival, HTTPConnection, HTTPContext
-from edge.http.middlewares import Answer, Forward, Pipeline
+from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.http.middlewares.builtin import RedirectScheme
 from edge.http.parsers import parser_classes
 from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
+from edge.router.tcp import TCPRouter
 from edge.rules import RouteTable
 from edge.tcp.peek import PeekContext
 from edge.tcp.proxied import ProxyContext, ProxyHeaderReader, trust
@@ -107,6 +108,10 @@ class TCPEntryPoint:
         )
         self.http = HTTPContext(**shared)
         self.https = HTTPContext(**shared, scheme=b"https")
+        # Where HTTPS hosts differ in TLS options (clientAuth, versions): one HTTPS
+        # context per options name a handshake used, routing with SNICheckRouter.
+        self._shared = shared
+        self.https_checked: dict[str, HTTPContext] = {}
         # The first bytes are part of the first request's head: a client gets at
         # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide, and
         # readTimeout (and HANDSHAKE_TIMEOUT) for a TLS handshake, as Traefik's read
@@ -119,7 +124,7 @@ class TCPEntryPoint:
             loop=loop,
             connections=self.connections,
             http=lambda client: HTTPConnection(self.http, Arrival(client=client) if client else None),
-            https=lambda sni, client: HTTPConnection(self.https, Arrival(client=client, sni=sni)),
+            https=self._https_connection,
             timeout=peek_timeout,
             handshake_timeout=handshake_timeout,
         )
@@ -156,6 +161,24 @@ class TCPEntryPoint:
         self.routers = routers
         self.http.router = RedirectRouter(self.name, self.redirect, routers.http) if self.redirect else routers.http
         self.https.router = routers.https or EMPTY_ROUTER
+        for options, ctx in self.https_checked.items():
+            ctx.router = self._checked_router(options)
+
+    def _https_connection(self, sni: str | None, client: Address | None, options: str | None = None) -> HTTPConnection:
+        """The HTTP connection over TLS edge terminated for ``sni`` with TLS ``options``
+        (None: the entrypoint's only options, which every host shares)."""
+        ctx = self.https if options is None else self.https_checked.get(options)
+        if ctx is None:
+            ctx = self.https_checked[options] = HTTPContext(**self._shared, scheme=b"https")  # type: ignore[index]
+            ctx.port = self.https.port
+            ctx.closing = self.https.closing
+            ctx.router = self._checked_router(options)  # type: ignore[arg-type]
+        return HTTPConnection(ctx, Arrival(client=client, sni=sni))
+
+    def _checked_router(self, options: str) -> HTTPRouter | SNICheckRouter:
+        https = self.routers.https or EMPTY_ROUTER
+        tcp = self.routers.tcp
+        return SNICheckRouter(https, options, tcp) if tcp is not None and tcp.mixed_options else https
 
     def bound(self, ports: dict[str, int]) -> None:
         """Every entry point is bound (``ports``: name -> bound port): a redirect to
@@ -202,6 +225,8 @@ class TCPEntryPoint:
             reuse_port=self.reuse_port or None,
         )
         self.http.port = self.https.port = self.port
+        for ctx in self.https_checked.values():
+            ctx.port = self.port
         where = ", ".join(format_address(s.getsockname()) for s in self.server.sockets)
         if self.reuse_port:
             # One of several processes sharing the port: whoever owns the port (the
@@ -230,6 +255,8 @@ class TCPEntryPoint:
         # No keep-alive from now on: idle connections close now, busy ones after their response.
         self.http.closing = True
         self.https.closing = True
+        for ctx in self.https_checked.values():
+            ctx.closing = True
         for conn in list(self.connections):
             conn.shutdown()
         deadline = self.loop.time() + grace
@@ -240,6 +267,52 @@ class TCPEntryPoint:
             conn.abort()
         if left:
             log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, left)
+
+
+# -- TLS options and the Host: Traefik's snicheck -------------------------------------------
+
+
+class SNICheckRouter:
+    """The HTTPS router of connections whose handshake used TLS options ``options``,
+    on an entry point whose HTTPS hosts do not all share one options name.
+
+    A handshake is made under the options of its server name (client
+    certificates asked for and verified, versions, ciphers); the request's Host
+    then picks the router. A request whose Host needs other options (Traefik's
+    snicheck: those of the routers naming the host, else the default ones) is
+    answered 421 Misdirected Request, as Traefik does: otherwise a client could
+    skip a router's ``clientAuth`` by shaking hands for another name. Hosts that
+    need the handshake's options keep the host-only routing of the express path.
+    """
+
+    __slots__ = ("by_host", "inner", "misdirected", "options", "tcp")
+
+    def __init__(self, inner: HTTPRouter, options: str, tcp: TCPRouter) -> None:
+        self.inner = inner
+        self.options = options
+        self.tcp = tcp
+        self.by_host = {host: route for host, route in inner.by_host.items() if tcp.https_options(host) == options}
+        self.misdirected = Route("snicheck@internal", _NoService(), Pipeline([_Misdirected(options)]))  # type: ignore[arg-type]
+
+    def match(self, view) -> Route | None:
+        if self.tcp.https_options(view.host) != self.options:
+            return self.misdirected
+        return self.inner.match(view)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+class _Misdirected(Middleware):
+    __slots__ = ("options",)
+
+    def __init__(self, options: str) -> None:
+        super().__init__("snicheck@internal")
+        self.options = options
+
+    def request(self, fwd: Forward) -> Answer | None:
+        log.debug("TLS options differ: the connection's %s, host %s's others: 421", self.options, fwd.host)
+        return Answer(421, b"", b"Misdirected Request\n")
 
 
 # -- http.redirections.entryPoint ------------------------------------------------------------

@@ -189,7 +189,7 @@ class TCPRouter:
     plain router matches is relayed before it sends anything.
     """
 
-    __slots__ = ("_plain", "_tls", "certs", "https_any", "https_names", "immediate")
+    __slots__ = ("_plain", "_tls", "certs", "https_any", "https_names", "immediate", "mixed_options")
 
     def __init__(
         self,
@@ -208,6 +208,26 @@ class TCPRouter:
         self.https_any = https_any
         self.certs = certs if certs is not None else TLSCertificates(None)
         self.immediate = self._plain is not None and self._tls is None and https_any is None
+        # Some HTTPS host has TLS options of its own: a request's Host must then ask
+        # for the options its connection's handshake used (see https_options).
+        default = https_any.options if https_any is not None else DEFAULT_TLS
+        self.mixed_options = any(route.options != default for route in self.https_names.values())
+
+    def https_route(self, name: str) -> TCPRoute | None:
+        """The HTTPS route a server name claims: its own, else its ``*.`` parent's (a
+        ``Host(`*.example.com`)`` router's options cover one label, as its rule does)."""
+        route = self.https_names.get(name)
+        if route is None and "." in name:
+            route = self.https_names.get("*." + name.split(".", 1)[1])
+        return route
+
+    def https_options(self, host: str) -> str:
+        """The TLS options a request for ``host`` needs (Traefik's snicheck): those of
+        the HTTPS routers naming it, else the default route's."""
+        route = self.https_route(host) if host else None
+        if route is None:
+            route = self.https_any
+        return route.options if route is not None else DEFAULT_TLS
 
     def __len__(self) -> int:
         return sum(len(t) for t in (self._plain, self._tls) if t is not None)
@@ -230,7 +250,7 @@ class TCPRouter:
         # 1. An HTTPS router names this server: HTTPS wins over a TCP router that
         #    only catches everything (Traefik keeps 2.6's behaviour: only a specific
         #    HostSNI lets HTTPS take precedence over TCP on TLS).
-        https = self.https_names.get(sni) if sni else None
+        https = self.https_route(sni) if sni else None
         if https is not None:
             return https
         route = None

@@ -91,7 +91,8 @@ class PeekContext:
     """What every connection of one entrypoint needs to become something.
 
     ``http(client)`` makes the HTTP protocol for a plain connection; ``https(sni,
-    client)`` the one for a connection edge terminated (X-Forwarded-Proto https);
+    client, options)`` the one for a connection edge terminated under TLS
+    ``options`` (X-Forwarded-Proto https; a Host needing other options gets 421);
     ``client`` is the (ip, port) a PROXY protocol header named, or the peer's
     (``https``; None for ``http``: the peer). ``connections`` is the entrypoint's set of live connections.
     """
@@ -103,7 +104,7 @@ class PeekContext:
         loop: asyncio.AbstractEventLoop,
         connections: set,
         http: Callable[[Address | None], asyncio.Protocol],
-        https: Callable[[str | None, Address | None], asyncio.Protocol],
+        https: Callable[..., asyncio.Protocol],
         timeout: float = PEEK_TIMEOUT,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
@@ -315,7 +316,8 @@ class Peek(asyncio.Protocol):
             return
         if route.service is None:
             # The client as read above (the HTTP connection need not ask the TLS transport).
-            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source or self.client)
+            # Under the route's options: the request's Host must need those (snicheck).
+            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source or self.client, route.options)
         else:
             app = _Terminated(self, route)
         start_tls(
