@@ -35,7 +35,7 @@ from edge.http.codec import (
     ResponseHead,
 )
 from edge.http.headers import (
-    FIELD_VALUE,
+    FIELD_LINES,
     HEAD_END,
     MIN_LINE,
     QUICK_HEADERS,
@@ -49,7 +49,7 @@ from edge.http.headers import (
     request_framing,
     response_framing,
     skip_empty_lines,
-    volatile_line,
+    volatile_lines,
 )
 
 __all__ = ["RequestParser", "ResponseParser"]
@@ -244,11 +244,12 @@ class _Base:
 
 
 class Varying:
-    """Where the quick heads of a parser (or an entrypoint's) differ: one field value.
+    """Where the quick heads of a parser (or an entrypoint's) differ: field values.
 
-    ``cut``: the last quick head cut around the value of the line where it
-    differed from the one before (``headers.volatile_line``), the two parts'
-    lengths, then what the quick path read from it; None when there is none.
+    ``cut``: the last quick head cut around the values where it differed from
+    the one before (``headers.volatile_lines``), the two parts' lengths, how
+    many lines start between them, then what the quick path read from it; None
+    when there is none.
     Finding that line costs about half a quick parse, so it is looked for again
     only after ``wait`` more heads found the long way, a wait that doubles (up
     to 255) each time a cut finds no head before the next long way and ends
@@ -269,8 +270,8 @@ class Varying:
         (the bytes of the previous head found so), with ``read``."""
         self.misses = misses = self.misses + 1
         self.wait = (1 << min(misses, 8)) - 1
-        split = volatile_line(old, new)
-        self.cut = None if split is None else (*split, len(split[0]), len(split[1]), *read)
+        split = volatile_lines(old, new)
+        self.cut = None if split is None else (split[0], split[1], len(split[0]), len(split[1]), split[2], *read)
 
 
 class Memo:
@@ -292,8 +293,8 @@ class Memo:
         self.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
         # (header lines, Host, Connection, cut, request, head)
         self.seen: tuple[bytes, bytes, bool | None, bytes, bytes, QuickRequestHead] | None = None
-        # cut: (field lines up to the changing value, from its line's end, their
-        # lengths, Host, Connection)
+        # cut: (field lines up to the changing values, from their lines' end, their
+        # lengths, lines between, Host, Connection)
         self.vary = Varying()
 
 
@@ -453,11 +454,11 @@ class RequestParser(_Base):
         strict pattern it must match is all it needs. When the whole request is
         the last quick head's bytes, it is that head (heads are never written
         after they are built, and a quick head is a pure function of its bytes).
-        When two quick heads in a row differ in one field value only (a request
-        id, a trace header, a counter), a later head that has the second's lines
-        but for that value has its framing (``headers.volatile_line``), and is
-        valid when the value's bytes are ones llhttp accepts (``FIELD_VALUE``):
-        that is all it is checked for.
+        When two quick heads in a row differ in field values only (a request id,
+        trace headers, a counter), a later head that has the second's lines
+        around those has its framing (``headers.volatile_lines``) when what lies
+        between is field lines llhttp accepts, none a framing header
+        (``FIELD_LINES``): that is all it is checked for.
         """
         if self._state != _HEAD or self._partial is not None:
             return None
@@ -498,13 +499,14 @@ class RequestParser(_Base):
             vary is not None
             and data.startswith(vary[0], line_end)
             and data.endswith(vary[1])
-            and FIELD_VALUE.fullmatch(data, line_end + vary[2], n - vary[3]) is not None
+            and FIELD_LINES[vary[4]].fullmatch(data, line_end + vary[2], n - vary[3]) is not None
         ):
-            # The lines of the last varied head but for the one value between the
-            # two parts, a value llhttp accepts (none when the parts overlap): a
-            # head as valid as that one, complete (its first CRLF CRLF ends it).
-            host = vary[4]
-            connection = vary[5]
+            # The lines of the last varied head but for what lies between the two
+            # parts, values and lines llhttp accepts that no framing rule reads
+            # (none when the parts overlap): a head as valid as that one and as
+            # many fields, complete (its first CRLF CRLF ends it).
+            host = vary[5]
+            connection = vary[6]
         else:
             vary = None
             if data.find(HEAD_END) != n - 4:
@@ -654,8 +656,8 @@ class ResponseParser(_Base):
         self._parser = _new_parser(httptools.HttpResponseParser, self)
         self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
         self._seen: QuickResponseHead | None = None  # the last quick head (see quick)
-        # cut: (head up to the changing value, head from its line's end, their lengths,
-        # status, reason, Content-Length)
+        # cut: (head up to the changing values, head from their lines' end, their
+        # lengths, lines between, status, reason, Content-Length)
         self._vary = Varying()
 
     # -- llhttp callbacks ------------------------------------------------------
@@ -807,10 +809,11 @@ class ResponseParser(_Base):
         needs an ``expect()``. No handler is called. None: nothing changed.
 
         A keep-alive response that differs from the quick response before it in
-        one field value (a request id, an ETag, a Date) leaves that head cut
-        around the value (``headers.volatile_line``): a later response made of the
-        two parts with a value between of bytes llhttp accepts (``FIELD_VALUE``),
-        and the same body length, has that head's framing and is valid.
+        field values (a request id, an ETag, a Date) leaves that head cut around
+        them (``headers.volatile_lines``): a later response made of the two parts
+        with field lines between that llhttp accepts and no framing rule reads
+        (``FIELD_LINES``), and the same body length, has that head's framing and
+        is valid.
         """
         method = self._method
         if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
@@ -830,17 +833,18 @@ class ResponseParser(_Base):
             vary is not None
             and data.startswith(vary[0])
             and (end := data.find(vary[1], vary[2])) >= 0
-            and FIELD_VALUE.fullmatch(data, vary[2], end) is not None
+            and FIELD_LINES[vary[4]].fullmatch(data, vary[2], end) is not None
         ):
-            # The head of the last varied response but for the one value between
-            # the two parts, a value llhttp accepts: a head as valid as that one
-            # (its first CRLF CRLF ends the second part); the body is counted.
+            # The head of the last varied response but for what lies between the
+            # two parts, lines llhttp accepts that no framing rule reads: a head as
+            # valid as that one (its first CRLF CRLF ends the second part); the
+            # body is counted.
             end += vary[3] - 4
             size = len(data) - end - 4
-            if size != vary[6] or end + 4 > self._max:
+            if size != vary[7] or end + 4 > self._max:
                 return None
-            status = vary[4]
-            reason = vary[5]
+            status = vary[5]
+            reason = vary[6]
             keep_alive = True
             i = j = end
         else:

@@ -45,11 +45,6 @@ MAX_CHUNK_SIZE = (1 << 64) - 1
 # Control bytes refused anywhere in a head (HTAB, CR and LF are checked apart).
 _CTL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
-# The bytes llhttp accepts in a field value, anywhere in it: HTAB, SP, VCHAR and
-# obs-text (no CR, LF, other control or DEL). A quick head that differs from a
-# checked one in one value only is checked with this alone (volatile_line).
-FIELD_VALUE = re.compile(rb"[\t -~\x80-\xff]*")
-
 # Header names the framing rules read, lowercased, mapped to a small tag.
 _CONTENT_LENGTH = 1
 _TRANSFER_ENCODING = 2
@@ -127,34 +122,62 @@ QUICK_HEADERS = re.compile(
     rb"\r\n(?i:(host)|(connection)|(content-length)|" + _alternation(_QUICK_OTHERS) + rb")[ \t]*:[ \t]*([^\r\n]*)"
 )
 
-def volatile_line(old: bytes, new: bytes) -> tuple[bytes, bytes] | None:
-    """``new`` cut around the value of the field line where it last differs from ``old``.
+# What llhttp accepts between two parts of a checked head (see volatile_lines): a
+# field value (HTAB, SP, VCHAR and obs-text: no CR, LF, other control or DEL, at
+# any place in it), then exactly ``k`` field lines (CRLF, a token name, a colon, a
+# value; llhttp checks nothing else in a field it does not read), none named as a
+# field the framing rules read. FIELD_LINES[k] for k up to 8.
+_VALUE = rb"[\t -~\x80-\xff]*"
+_LINE = (
+    rb"\r\n(?!(?i:" + _alternation(sorted(_FRAMING_NAMES)) + rb"):)[!#$%&'*+\-.^_`|~0-9A-Za-z]+:" + _VALUE
+)
+FIELD_LINES = tuple(re.compile(_VALUE + (b"(?:" + _LINE + b"){%d}" % k if k else b"")) for k in range(9))
+
+
+def volatile_lines(old: bytes, new: bytes) -> tuple[bytes, bytes, int] | None:
+    """``new`` cut around the field values where it differs from ``old``.
 
     ``old`` and ``new`` are heads (or their field lines from the CRLF that ends
     the start line) that llhttp accepted, so every field line is ``name:value``
-    with no obs-fold and no bare CR or LF. The byte where they last differ,
-    aligned at their ends, picks the line of ``new``: then (``new`` up to and
-    including that line's colon, ``new`` from the CRLF that ends it). A head that
-    starts with the first, ends with the second and has no LF between them holds
-    ``new``'s field lines with one value changed, in a field the framing rules
-    never read: its framing is ``new``'s (the quick paths' varied heads). None
-    when the heads are equal or that byte lies in the start line, in a field
-    name, or in a line whose name the framing rules read. Such a head is valid
-    when ``new`` was and its value matches :data:`FIELD_VALUE` (llhttp checks
-    nothing else in a field it does not read).
+    with no obs-fold and no bare CR or LF. The first and the last byte where
+    they differ (aligned at their starts, then at their ends) pick the lines of
+    ``new``: then (``new`` up to and including the colon of the first such line,
+    or of the line before it when the first byte lies in a name; ``new`` from the
+    CRLF that ends the last; how many field lines start between). A head that
+    starts with the first part and ends with the second, with what
+    ``FIELD_LINES[k]`` accepts between, holds ``new``'s field lines but for those
+    values and lines, none a field the framing rules read: its framing is
+    ``new``'s, and it is valid (the quick paths' varied heads). When ``new``'s
+    own lines between are not such lines (a framing header lies between two
+    changed values), or more than 8, the cut is around the last changed line
+    alone. None when the heads are equal, or the line before the colon is the
+    start line or a framing header.
     """
     diff = int.from_bytes(old, "big") ^ int.from_bytes(new, "big")
-    last = len(new) - 1 - (((diff & -diff).bit_length() - 1) >> 3)
-    if not diff or last < 0:
+    if not diff:
         return None
-    start = new.rfind(b"\n", 0, last) + 1
-    colon = new.find(b":", start, last + 1) if start else -1
+    last = len(new) - 1 - (((diff & -diff).bit_length() - 1) >> 3)
+    diff = int.from_bytes(old, "little") ^ int.from_bytes(new, "little")
+    first = ((diff & -diff).bit_length() - 1) >> 3
+    if last < 0:
+        return None
+    return _cut(new, min(first, last), last) or _cut(new, last, last)
+
+
+def _cut(new: bytes, first: int, last: int) -> tuple[bytes, bytes, int] | None:
+    """volatile_lines' cut of ``new`` for changed bytes ``first`` to ``last``."""
+    start = new.rfind(b"\n", 0, first) + 1
+    colon = new.find(b":", start, first + 1) if start else -1
+    if colon < 0 and start:
+        start = new.rfind(b"\n", 0, start - 1) + 1  # in a name: from the line before
+        colon = new.find(b":", start) if start else -1
     if colon < 0 or new[start:colon].lower() in _FRAMING_NAMES:
         return None
-    end = new.find(b"\r\n", colon)
-    if end < last:
+    end = new.find(b"\r\n", max(colon, last - 1))
+    lines = new.count(b"\r\n", colon, end)
+    if lines >= len(FIELD_LINES) or FIELD_LINES[lines].fullmatch(new, colon + 1, end) is None:
         return None
-    return new[: colon + 1], new[end:]
+    return new[: colon + 1], new[end:], lines
 
 
 def connection_line(head: bytes, end: int) -> tuple[int, int] | None:

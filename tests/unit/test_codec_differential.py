@@ -298,6 +298,19 @@ REQUESTS = [
     ("quick-varied-te-tab", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nTransfer-Encoding: chunked\t"), BIG),
     ("quick-varied-host", b"".join(varied_request(b"1").replace(b"Host: a", b"Host: a" + v) for v in (b"1", b"2", b"3")), BIG),
     ("quick-varied-name", varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"X-Id", b"Te"), BIG),
+    # Two values vary: the lines between them are checked too (a framing header there
+    # in place of another line is not a varied head).
+    (
+        "quick-varied-two-lines",
+        b"".join(varied_request(b"%d\r\nAccept: %d" % (i, i)) for i in range(4))
+        + varied_request(b"4\r\nTransfer-Encoding: chunked")
+        + b"0\r\n\r\n"
+        + varied_request(b"5\r\nAccept: 5")
+        + varied_request(b"6\r\nContent-Length: 2")
+        + b"ok"
+        + varied_request(b"7\r\nX-Forwarded-For: a"),
+        BIG,
+    ),
 ]
 
 # (id, bytes, methods, feed_eof, max_header_bytes)
@@ -442,6 +455,15 @@ RESPONSES = [
         "quick-varied-bare-lf",
         varied_response(b"1") + varied_response(b"2") + varied_response(b"3\nX: y"),
         [b"GET"] * 3,
+        False,
+        BIG,
+    ),
+    (
+        "quick-varied-two-lines",
+        b"".join(varied_response(b"%d\r\nETag: %d" % (i, i)) for i in range(4))
+        + varied_response(b"4\r\nConnection: close")
+        + varied_response(b"5\r\nETag: 5"),
+        [b"GET"] * 6,
         False,
         BIG,
     ),
