@@ -87,6 +87,30 @@ CASES = [
         [request(b"Host: a\r\nConnection: close\r\n"), request(b"Host: a\r\nConnection: keep-alive\r\n")],
         False,
     ),
+    # Two values vary with a line between (the cut spans three lines): that line
+    # may become another field, never one the framing rules read.
+    *(
+        (
+            [request(b"Host: a\r\nX-A: %d\r\nAccept: */*\r\nX-B: %d\r\n" % (n, n)) for n in (1, 2)],
+            [request(b"Host: a\r\nX-A: 3\r\n" + between + b"\r\nX-B: 3\r\n"), request(b"Host: a\r\nX-A: 4\r\n")],
+            True,
+        )
+        for between in (
+            b"Transfer-Encoding: chunked",
+            b"content-length: 5",
+            b"Host: evil",
+            b"HOST: evil",
+            b"Connection: close",
+            b"TE: trailers",
+            b"X-Forwarded-For: 10.0.0.1",
+            b"Upgrade: websocket",
+            b"Expect: 100-continue",
+            b"Host : evil",
+            b"Accept\x00: x",
+            b"X-Other: \rTransfer-Encoding: chunked",
+            b"Accept: */*\r\nTransfer-Encoding: chunked",  # one line more
+        )
+    ),
     # Another start line (method, version) around the trainer's field lines.
     (
         [varied_request(b"1"), varied_request(b"2")],
