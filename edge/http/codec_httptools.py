@@ -243,6 +243,10 @@ class _Base:
         return ProtocolError(str(exc) or "invalid HTTP/1.1")
 
 
+# The largest head Varying.learn cuts.
+_VARY_MAX = 16384
+
+
 class Varying:
     """Where the quick heads of a parser (or an entrypoint's) differ: field values.
 
@@ -270,7 +274,9 @@ class Varying:
         (the bytes of the previous head found so), with ``read``."""
         self.misses = misses = self.misses + 1
         self.wait = (1 << min(misses, 8)) - 1
-        split = volatile_lines(old, new)
+        # The search is linear in the heads' size (a few passes): only heads of the
+        # usual sizes are cut, so a client's large heads cost no more than parsing.
+        split = volatile_lines(old, new) if len(new) <= _VARY_MAX else None
         self.cut = None if split is None else (split[0], split[1], len(split[0]), len(split[1]), split[2], *read)
 
 

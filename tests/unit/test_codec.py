@@ -1026,3 +1026,17 @@ def test_field_lines_bytes_are_llhttps():
         assert FIELD_LINES[1].fullmatch(b"v\r\n" + name + b": 1") is None
         assert FIELD_LINES[1].fullmatch(b"v\r\n" + name + b"x: 1") is not None
     assert FIELD_LINES[1].fullmatch(b"v\r\n: 1") is None and FIELD_LINES[1].fullmatch(b"v\r\n\r\n") is None
+
+
+def test_httptools_large_heads_are_not_cut():
+    """Heads over 16 KiB are parsed whole every time (the search for changed values is
+    linear in their size, and such heads are not keep-alive traffic's)."""
+    from edge.http import codec_httptools
+    from edge.http.codec import QuickRequestHead
+
+    for size, cut in ((16_000, True), (17_000, False)):
+        parser = codec_httptools.RequestParser(Recorder())
+        pad = b"X-Pad: " + b"p" * size + b"\r\n"
+        heads = [parser.quick(b"GET / HTTP/1.1\r\nHost: a\r\n" + pad + b"X-Id: %d\r\n\r\n" % i) for i in range(3)]
+        assert all(type(h) is QuickRequestHead for h in heads)
+        assert (parser._vary.cut is not None) == cut
