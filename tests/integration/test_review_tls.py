@@ -17,6 +17,8 @@ found that path must keep from the peek path it replaces:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import socket
 import ssl
@@ -24,9 +26,11 @@ import weakref
 
 import msgspec
 import pytest
+import uvloop
 
 from edge.config.dynamic import TLSConfiguration
 from edge.tls.certs import TLSCertificates
+from edge.tls.terminate import Acceptor, TLSAccept
 from tests.harness import Edge, lb
 from tests.integration.test_tls_tcp import certificates, certs, pki, recv_all, resumed_get  # noqa: F401 (fixtures)
 from tests.unit.test_certs import handshake
@@ -171,3 +175,76 @@ def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
             tls_get(e.port, "x.w.test", [get(b"x.w.test")])
     finally:
         e.stop()
+
+
+class _Echo(asyncio.Protocol):
+    """Echoes and closes after "bye"; lets go of its transport when lost, as HTTPConnection does."""
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+        if data.endswith(b"bye\n"):
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+
+
+def test_tls_accept_connections_are_freed_by_reference_counting(certs):  # noqa: F811
+    # Served (a named certificate, the default one, no SNI), refused (not TLS), or
+    # silent and dropped by the client: each TLSAccept is freed when its socket
+    # closes, with the cyclic GC off (gc.freeze() would keep a cycle's for good).
+    section = msgspec.convert({"certificates": certificates(certs, "a.test")}, TLSConfiguration)
+    snapshot = TLSCertificates(section)
+
+    async def main() -> tuple[list[bool], int]:
+        loop = asyncio.get_running_loop()
+        connections: set = set()
+        made: list[weakref.ref] = []
+        acceptor = Acceptor(
+            context=snapshot.selecting_context(), loop=loop, connections=connections,
+            https=lambda sni, client: _Echo(), plain=lambda raw, data, client: raw.close(),
+            first_timeout=5.0, handshake_timeout=10.0,
+        )
+
+        def accept() -> TLSAccept:
+            tls = TLSAccept(acceptor)
+            made.append(weakref.ref(tls))
+            return tls
+
+        server = await loop.create_server(accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            for name in ("a.test", "other.test", ""):
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=ssl._create_unverified_context(), server_hostname=name
+                )
+                writer.write(b"hi bye\n")
+                assert await asyncio.wait_for(reader.read(100), 10) == b"hi bye\n"
+                writer.close()
+                with contextlib.suppress(ssl.SSLError, ConnectionError):
+                    await writer.wait_closed()
+            for first in (b"GET / HTTP/1.1\r\n\r\n", b""):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(first)
+                await asyncio.sleep(0.05)
+                writer.close()
+                await writer.wait_closed()
+            for _ in range(100):  # bounded: the server side's closes run on the loop
+                if all(ref() is None for ref in made):
+                    break
+                await asyncio.sleep(0.02)
+            return [ref() is not None for ref in made], len(connections)
+        finally:
+            server.close()
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        alive, tracked = uvloop.run(main())
+    finally:
+        if enabled:
+            gc.enable()
+    assert alive == [False] * 5 and tracked == 0
