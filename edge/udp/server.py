@@ -182,7 +182,10 @@ class DatagramProxy:
         self.port = self.local[1]
         if self._recvmmsg is not None and sock.family in NAME_SIZE:
             control = CMSG_SIZE if wildcard else 0  # room for each datagram's pktinfo
-            self._reader = BatchReader(sock, self._recvmmsg, control=control)
+            try:
+                self._reader = BatchReader(sock, self._recvmmsg, control=control)
+            except OSError as exc:  # no memory for the slots: the socket module's reads serve
+                log.warning("entrypoint %s: reading datagrams one by one: %s", self.name, exc)
         self.refresh()
         self.start_reading()
 

@@ -1312,3 +1312,25 @@ def test_pktinfo_from_recvmmsg_equals_recvmsg(dual_stack):
         listener.close()
         for s in senders:
             s.close()
+
+
+def test_no_room_for_the_batch_falls_back_to_the_socket_module(monkeypatch, caplog):
+    """Where the slots cannot be mapped, the listener is read one datagram at a time (and
+    says so) instead of failing to start."""
+
+    def no_memory(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr("edge.udp.server.BatchReader", no_memory)
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            assert edge.entrypoint.proxy._reader is None
+            c = await client(edge.port)
+            assert await c.ask(b"hello") == b"a|hello"
+            c.close()
+
+    run(main)
+    assert "reading datagrams one by one" in caplog.text
