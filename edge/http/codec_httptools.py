@@ -253,12 +253,11 @@ class Varying:
     ``cut``: the last quick head cut around the values where it differed from
     the one before (``headers.volatile_lines``), the two parts' lengths, how
     many lines start between them, then what the quick path read from it; None
-    when there is none.
-    Finding that line costs about half a quick parse, so it is looked for again
-    only after ``wait`` more heads found the long way, a wait that doubles (up
-    to 255) each time a cut finds no head before the next long way and ends
-    when one does: traffic where several values change at once pays about
-    1/256 of a search per head.
+    when there is none. Finding those lines costs about half a quick parse, so
+    they are looked for again only after ``wait`` more heads found the long
+    way, a wait that doubles (up to 255) each time a cut finds no head before
+    the next long way and ends when one does: traffic whose heads a cut never
+    fits pays about 1/256 of a search per head.
     """
 
     __slots__ = ("cut", "misses", "wait")
@@ -289,8 +288,9 @@ class Memo:
     refused a head is replaced). ``seen``: the last quick head's header lines
     and what was read from them (see ``RequestParser.quick``): a pure function
     of those bytes, so a new connection may start from the last one's.
-    ``vary``: the last quick heads' field lines cut around the one value that
-    changed between them, with their Host and Connection (see ``quick``).
+    ``vary``: the last quick heads' field lines cut around the values that
+    changed between them, with their Host and Connection (a ``Varying``; see
+    ``RequestParser.quick``).
     """
 
     __slots__ = ("check", "seen", "vary")
