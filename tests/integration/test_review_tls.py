@@ -30,6 +30,12 @@ import pytest
 import uvloop
 
 from edge.config.dynamic import TLSConfiguration
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime, check_tls
+from edge.config.static import EntryPointKind, EntryPointTLS
+from edge.router.tcp import build_tcp_routers
+from edge.tcp.peek import Peek, PeekContext
 from edge.tls.certs import TLSCertificates
 from edge.tls.terminate import Acceptor, TLSAccept
 from tests.harness import Edge, lb
@@ -305,3 +311,25 @@ def test_read_timeout_bounds_an_unfinished_head_with_idle_timeout_zero(no_idle_t
                 closed = True
         elapsed = time.monotonic() - start
     assert closed and elapsed < 4, f"still open after {elapsed:.1f}s (readTimeout 1s)"
+
+
+def test_an_entrypoints_http_tls_options_and_a_wildcard_hosts_options_keep_the_peek():
+    # The no-peek path serves one options name (the default route's): the options an
+    # entry point's http.tls gives its routers, and a Host(`*.x`) router's own, are
+    # names with other options, so those entry points keep the peek.
+    def first_protocol(dynamic: dict, http_tls: EntryPointTLS | None = None) -> type:
+        runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": EntryPointKind("tcp", http_tls)})
+        snapshot = TLSCertificates(runtime.tls)
+        check_tls(runtime, snapshot)
+        router = build_tcp_routers(runtime, ("web",), snapshot)["web"]
+        ctx = PeekContext(name="web", loop=None, connections=set(), http=None, https=None)  # type: ignore[arg-type]
+        return type(ctx.protocol(router))
+
+    service = {"h": lb("http://127.0.0.1:9")}
+    options = {"options": {"v13": {"minVersion": "VersionTLS13"}}}
+    plain_routers = {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "h"}}, "services": service}}
+    assert first_protocol({**plain_routers, "tls": options}, EntryPointTLS()) is TLSAccept
+    assert first_protocol({**plain_routers, "tls": options}, EntryPointTLS(options="v13")) is Peek
+    wildcard = {"rule": "Host(`*.w.test`)", "service": "h", "tls": {"options": "v13"}}
+    routers = {"a": {"rule": "Host(`a.test`)", "service": "h", "tls": {}}, "w": wildcard}
+    assert first_protocol({"http": {"routers": routers, "services": service}, "tls": options}) is Peek
