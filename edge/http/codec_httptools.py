@@ -114,6 +114,30 @@ class _Silent:
 _SILENT = _Silent()
 
 
+class _Checker:
+    """llhttp without callbacks, validating the messages the quick paths take whole.
+
+    It is only ever fed one complete message at a time, synchronously, after
+    which it is back at its start; one that refused a message is replaced (an
+    llhttp parser stays failed), and the full path refuses that message the
+    same way, with the reason.
+    """
+
+    __slots__ = ("_cls", "_feed")
+
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+        self._feed = _new_parser(cls, _SILENT).feed_data
+
+    def valid(self, data: bytes) -> bool:
+        try:
+            self._feed(data)
+        except httptools.HttpParserError:
+            self._feed = _new_parser(self._cls, _SILENT).feed_data
+            return False
+        return True
+
+
 def _new_parser(cls: type, protocol: object) -> httptools.HttpRequestParser:
     parser = cls(protocol)
     # Keep-alive is decided by edge (request_framing / response_framing), which never
@@ -282,10 +306,8 @@ class Varying:
 class Memo:
     """What the request parsers of one entrypoint share (see ``RequestParser.memo``).
 
-    ``check``: the llhttp parser without callbacks that validates quick heads.
-    It is only ever fed one complete message at a time, synchronously, after
-    which it is back at its start, so one serves every connection (one that
-    refused a head is replaced). ``seen``: the last quick head's header lines
+    ``check``: the ``_Checker`` that validates quick heads; back at its start
+    after each, so one serves every connection. ``seen``: the last quick head's header lines
     and what was read from them (see ``RequestParser.quick``): a pure function
     of those bytes, so a new connection may start from the last one's.
     ``vary``: the last quick heads' field lines cut around the values that
@@ -296,7 +318,7 @@ class Memo:
     __slots__ = ("check", "seen", "vary")
 
     def __init__(self) -> None:
-        self.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
+        self.check = _Checker(httptools.HttpRequestParser)
         # (header lines, Host, Connection, cut, request, head)
         self.seen: tuple[bytes, bytes, bool | None, bytes, bytes, QuickRequestHead] | None = None
         # cut: (field lines up to the changing values, from their lines' end, their
@@ -529,13 +551,8 @@ class RequestParser(_Base):
                     return None
                 cut = data[line_end : span[0]] + data[span[1] :]
         memo = self._memo
-        if vary is None:
-            try:
-                memo.check(data)
-            except httptools.HttpParserError:
-                # Refused: the full path refuses it the same way, with the reason.
-                memo.check = _new_parser(httptools.HttpRequestParser, _SILENT).feed_data
-                return None
+        if vary is None and not memo.check.valid(data):
+            return None
         method, target, minor = line.groups()
         keep_alive = minor == b"1" if connection is None else connection
         if not keep_alive:
@@ -660,7 +677,7 @@ class ResponseParser(_Base):
         self._interim = False
         self._no_body = False
         self._parser = _new_parser(httptools.HttpResponseParser, self)
-        self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
+        self._check = _Checker(httptools.HttpResponseParser)
         self._seen: QuickResponseHead | None = None  # the last quick head (see quick)
         # cut: (head up to the changing values, head from their lines' end, their
         # lengths, lines between, status, reason, Content-Length)
@@ -882,12 +899,8 @@ class ResponseParser(_Base):
             size = len(data) - end - 4
             if not length.isdigit() or len(length) > 18 or size != int(length):
                 return None
-        if vary is None:
-            try:
-                self._check(data)
-            except httptools.HttpParserError:
-                self._check = _new_parser(httptools.HttpResponseParser, _SILENT).feed_data
-                return None
+        if vary is None and not self._check.valid(data):
+            return None
         if not keep_alive:
             self._state = _CLOSED  # else _HEAD, as it is
         self._method = None
