@@ -275,6 +275,10 @@ class RequestParser(Protocol):
     def head_started(self) -> bool:
         """Bytes of a request head not complete yet are buffered."""
 
+    def close(self) -> None:
+        """The connection is gone: let go of the handler and of anything that refers
+        back to this parser, so that neither waits for the cyclic GC. No call follows."""
+
 
 class ResponseParser(Protocol):
     """Parses the upstream side: one response per request sent, in order.

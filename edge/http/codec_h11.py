@@ -328,6 +328,10 @@ class RequestParser(_Base):
         """Bytes of a request head not complete yet are buffered."""
         return self._state == _HEAD and bool(self._buf)
 
+    def close(self) -> None:
+        """The connection is gone (see the interface): nothing here refers back to this parser."""
+        self._handler = None
+
     def _step_head(self) -> bool:
         head = self._take_head()
         if head is None:

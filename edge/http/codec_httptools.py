@@ -364,6 +364,13 @@ class RequestParser(_Base):
         """What the parsers of one entrypoint share: pass it to each (``memo=``)."""
         return Memo()
 
+    def close(self) -> None:
+        """The connection is gone (see the interface): llhttp's parser, once made, refers
+        back to this one (its callbacks); both let go, and of the handler."""
+        self._handler = None
+        self._state = _DEAD
+        self._parser = self._feed = self._get_method = None
+
     def _llhttp(self) -> object:
         """llhttp's parser for the full path, made on first use; its feed_data."""
         self._llhttp_state()

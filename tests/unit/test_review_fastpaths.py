@@ -205,12 +205,6 @@ def test_connections_interleaved_over_one_memo_each_agree_with_h11(conns, data):
         assert log.events == run("h11", stream, cuts, None, False, BIG)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HTTPConnection.connection_lost abandons the exchange in progress but keeps it (conn.ex), and the "
-    "exchange refers to the connection: a client lost mid-request leaves a cycle, which the data plane's "
-    "gc.freeze() after each switch keeps for good when the connection predates the switch (edge/http)",
-)
 @pytest.mark.parametrize("codec", ["httptools", "h11"])
 @pytest.mark.parametrize(
     "sent",
