@@ -196,6 +196,7 @@ class HTTPConnection(asyncio.Protocol):
         "deadline_kind",
         "draining",
         "ex",
+        "fed",
         "forwarding",
         "hostport",
         "loop",
@@ -227,6 +228,7 @@ class HTTPConnection(asyncio.Protocol):
         self.ex: Exchange | None = None  # the exchange in progress
         self.pending: deque | None = None
         self.draining = False
+        self.fed = False  # the parser's feed ran (not its quick path alone): it may hold a cycle
         self.authority = b""  # the last Host of this connection, its parse,
         self.hostport: tuple[str, bytes] = ("", b"")
         self.forwarding = b""  # ...and the forwarding lines of a passthrough head (made on first use)
@@ -300,6 +302,7 @@ class HTTPConnection(asyncio.Protocol):
         if self.deadline_kind == IDLE:
             self._set_deadline(HEAD, self.ctx.read_timeout)
         self.up_out = []
+        self.fed = True
         try:
             self.parser.feed(data)
         except HTTPError as exc:
@@ -326,7 +329,8 @@ class HTTPConnection(asyncio.Protocol):
         # plane's gc.freeze() would never be freed). No event follows connection_lost.
         parser = self.parser
         self.quick = self.parser = None
-        parser.close()
+        if self.fed:  # a parser only asked for quick heads holds no cycle: no call
+            parser.close()
         ex = self.ex
         if ex is not None:
             self.ex = None
