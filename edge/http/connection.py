@@ -299,7 +299,11 @@ class HTTPConnection(asyncio.Protocol):
             if len(ex.upgrade_rest) > HIGH_WATER:
                 self.pause_reading(self.PAUSE_BUFFER)
             return
-        if self.deadline_kind == IDLE:
+        if self.deadline_kind == IDLE or (ex is None and self.deadline_kind == NO_DEADLINE):
+            # The first bytes of a head: readTimeout bounds it from here, whether or
+            # not idleTimeout bounded the wait for it (with idleTimeout 0 there is
+            # no deadline between requests, and a head that never ends must not
+            # keep the connection: Go's server bounds a request's read the same way).
             self._set_deadline(HEAD, self.ctx.read_timeout)
         self.up_out = []
         self.fed = True
