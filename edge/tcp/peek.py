@@ -303,9 +303,10 @@ class Peek(asyncio.Protocol):
             self._relay(route, peeked)
             return
         # Termination (an HTTPS router or a terminating TCP router): the certificate
-        # for this name, under the route's TLS options, from this configuration's snapshot.
+        # for this name, under the route's TLS options, from this configuration's snapshot
+        # (into HTTPS: offering only the ALPN names edge speaks to HTTP clients).
         certs = self.router.certs
-        context = certs.context_for(hello.server_name, route.options)
+        context = certs.context_for(hello.server_name, route.options, tcp=route.service is not None)
         if context is None:
             broken = certs.options_error(route.options) is not None
             log.debug(

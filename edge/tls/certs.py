@@ -9,7 +9,8 @@ Invariants:
   certificate (exact SAN name, then a single-label wildcard ``*.example.com``, then
   ``tls.stores.default.defaultCertificate``, then edge's own self-signed certificate,
   generated once per process); the pair (certificate, options name) picks an
-  ``SSLContext`` built once, on first use, and reused for every later connection.
+  ``SSLContext`` built once, on first use, and reused for every later connection
+  (a terminating TCP router's is another one only where its ALPN list differs).
   A new configuration builds a new snapshot; connections keep the context they got.
 - A broken certificate never fails the snapshot: it is left out and its
   :class:`CertificateError` (naming the file) is kept in ``errors``; a broken
@@ -38,10 +39,19 @@ option cannot be honoured exactly, edge does the nearest safe thing:
   when ``caFiles`` are given, ``NoClientCert`` otherwise (Traefik's rule).
 - ``minVersion: VersionTLS10/11`` is set, but OpenSSL 3's default security
   level still refuses those versions; edge does not lower it.
+- ``alpnProtocols``: a context that terminates into HTTPS routers offers only
+  what edge speaks to HTTP clients (``http/1.1``, ``http/1.0``) from the list, and
+  no ALPN at all when none is listed (the client falls back to HTTP/1.1): Traefik's
+  default list starts with ``h2``, which Go's server speaks and edge does not, so
+  offering it would leave the client speaking HTTP/2 to an HTTP/1.1 server. A
+  warning names the options and what was left out. A TCP router that terminates
+  gets the list as configured (its server may speak anything; Traefik hands it
+  the protocol negotiated): ``context_for(..., tcp=True)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import logging
@@ -74,6 +84,9 @@ __all__ = [
 DEFAULT = "default"  # the options and store every router gets unless it names others
 DEFAULT_CERT_CN = "EDGE DEFAULT CERT"  # subject of the self-signed certificate edge generates
 UNRECOGNIZED_NAME = int(ssl.AlertDescription.ALERT_DESCRIPTION_UNRECOGNIZED_NAME)  # 112
+# What edge speaks to a client it terminates into HTTPS routers: the ALPN names an
+# HTTPS context may offer from an options entry's alpnProtocols.
+HTTP_ALPN = ("http/1.1", "http/1.0")
 
 VERSIONS = {
     "VersionTLS10": ssl.TLSVersion.TLSv1,
@@ -254,23 +267,33 @@ class TLSCertificates:
         for exc in self.errors:
             log.error("certificate left out: %s", exc)
 
-        self._options: dict[str, _Options] = {}
+        self._options: dict[str, _Options] = {}  # for HTTPS routers (HTTP/1.x ALPN only)
+        self._tcp_options: dict[str, _Options] = {}  # as configured, where that offers more
         self._options_errors: dict[str, TLSOptionsError] = {}
         # merge() always adds "default"; a snapshot built from a bare section gets it too.
         options = config.options if DEFAULT in config.options else {DEFAULT: TLSOptions(), **config.options}
         for name, opts in options.items():
             try:
-                self._options[name] = _options(name, opts)
+                configured = _options(name, opts)
             except TLSOptionsError as exc:
                 self._options_errors[name] = exc
                 log.error("TLS options left out: %s", exc)
+                continue
+            https = self._options[name] = _for_https(name, configured)
+            if https is not configured:
+                self._tcp_options[name] = configured
         self._contexts: dict[tuple[int, str], object] = {}
+        self._tcp_contexts: dict[tuple[int, str], object] = {}  # for _tcp_options
         self._selecting: dict[str, ssl.SSLContext | None] = {}
 
     # -- per connection -------------------------------------------------------------
 
-    def context_for(self, server_name: str | None, options: str = DEFAULT) -> ssl.SSLContext | None:
-        """The context to terminate a connection for ``server_name`` (the SNI, or None).
+    def context_for(
+        self, server_name: str | None, options: str = DEFAULT, *, tcp: bool = False
+    ) -> ssl.SSLContext | None:
+        """The context to terminate a connection for ``server_name`` (the SNI, or None)
+        into HTTPS routers, or with ``tcp`` for a TCP router (the configured ALPN list;
+        the same context where the two lists agree).
 
         ``None`` means refuse: the options are unknown or broken, or ``sniStrict``
         is set and no certificate has the name (or the client sent none).
@@ -283,11 +306,13 @@ class TLSCertificates:
             if opts.sni_strict:
                 return None
             cert = self.default
+        if tcp and options in self._tcp_options:
+            return _context(self._tcp_contexts, cert, options, self._tcp_options[options])
         return _context(self._contexts, cert, options, opts)
 
     def selecting_context(self, options: str = DEFAULT) -> ssl.SSLContext | None:
         """A context that chooses each connection's certificate during the handshake,
-        as :meth:`context_for` would for its SNI, under ``options``; None when the
+        as :meth:`context_for` would for its SNI into HTTPS, under ``options``; None when the
         options are unusable or the default certificate cannot be served with them.
 
         Built once per options name: its own context with the default certificate,
@@ -512,6 +537,22 @@ def generated_default() -> Certificate:
 
 
 # -- options ----------------------------------------------------------------------
+
+
+def _for_https(name: str, opts: _Options) -> _Options:
+    """``opts`` for HTTPS routers: the ALPN names edge speaks to HTTP clients (HTTP_ALPN),
+    in the configured order; ``opts`` itself when nothing is left out."""
+    alpn = tuple(p for p in opts.alpn if p in HTTP_ALPN)
+    if alpn == opts.alpn:
+        return opts
+    log.warning(
+        "TLS options %s: alpnProtocols %s left out on HTTPS routers (edge speaks HTTP/1.1 to HTTP clients),"
+        " which offer %s; TCP routers that terminate TLS offer the list as configured",
+        name,
+        ", ".join(p for p in opts.alpn if p not in HTTP_ALPN),
+        ", ".join(alpn) if alpn else "no ALPN (the client falls back to HTTP/1.1)",
+    )
+    return dataclasses.replace(opts, alpn=alpn)
 
 
 def _options(name: str, opts: TLSOptions) -> _Options:

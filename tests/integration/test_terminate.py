@@ -76,7 +76,7 @@ class Peek(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         server = self.server
-        ctx = server.certs.context_for(sni_of(data), server.options)
+        ctx = server.certs.context_for(sni_of(data), server.options, tcp=server.tcp)
         if ctx is None:
             refuse(self.transport)
             return
@@ -97,11 +97,13 @@ class TLSServer:
         setup: Callable[[asyncio.AbstractEventLoop], Callable[[], asyncio.Protocol]],
         *,
         options: str = "default",
+        tcp: bool = False,
         handshake_timeout: float = 10.0,
         connections: set | None = None,
     ) -> None:
         self.certs = certs
         self.options = options
+        self.tcp = tcp  # a terminating TCP router's contexts (the ALPN list as configured)
         self.handshake_timeout = handshake_timeout
         # Given: handshakes are bounded as on an entrypoint (in its set, swept every 50 ms).
         self.connections = connections
@@ -356,7 +358,10 @@ def test_alpn(pki_files):
     with TLSServer(certs, echo_setup) as server:
         result = s_client(server.port, "-servername", "a.test", "-alpn", "h2,http/1.1")
         assert b"ALPN protocol: http/1.1" in result.stdout
-    with TLSServer(certs, echo_setup, options="h2@file") as server:
+    with TLSServer(certs, echo_setup, options="h2@file") as server:  # into HTTPS: edge speaks HTTP/1.1
+        result = s_client(server.port, "-servername", "a.test", "-alpn", "h2,http/1.1")
+        assert b"ALPN protocol: http/1.1" in result.stdout
+    with TLSServer(certs, echo_setup, options="h2@file", tcp=True) as server:
         result = s_client(server.port, "-servername", "a.test", "-alpn", "h2,http/1.1")
         assert b"ALPN protocol: h2" in result.stdout
         result = s_client(server.port, "-servername", "a.test", "-alpn", "spdy/1")

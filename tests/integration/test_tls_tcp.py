@@ -394,11 +394,14 @@ def backend():
 PEM_RE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n", re.S)
 
 
-def s_client_until(port: int, server_name: str, data: bytes, expect: bytes, timeout: float = 15) -> bytes:
-    """``openssl s_client -showcerts``: send ``data``, read until ``expect`` (or timeout); its stdout."""
+def s_client_until(
+    port: int, server_name: str, data: bytes, expect: bytes, timeout: float = 15, options: tuple[str, ...] = ()
+) -> bytes:
+    """``openssl s_client -showcerts`` (and ``options``): send ``data``, read until ``expect``
+    (or timeout); its stdout."""
     proc = subprocess.Popen(
         [need("openssl"), "s_client", "-connect", f"127.0.0.1:{port}", "-servername", server_name,
-         "-showcerts", "-ign_eof"],
+         "-showcerts", "-ign_eof", *options],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -660,6 +663,78 @@ def test_https_router_with_curl_under_both_codecs(tmp_path, parser, certs, whoam
         assert result.stdout.decode().rstrip().endswith("0")  # the second reused the connection
         # the same router is not there over plain HTTP
         assert get(e.port, "/", host="a.test")[0] == 404
+    finally:
+        e.stop()
+
+
+# -- ALPN: HTTPS offers what edge speaks, a terminating TCP router the list as configured ----------
+
+TRAEFIK_ALPN = ["h2", "http/1.1", "acme-tls/1"]  # Traefik's default alpnProtocols, as users copy it
+
+
+def alpn_config(certs: dict, whoami, echo, with_tcp_router: bool) -> dict:
+    dynamic = {
+        "http": {
+            "routers": {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": certificates(certs, "a.test", "echo.test"),
+            "options": {"default": {"alpnProtocols": TRAEFIK_ALPN}},
+        },
+    }
+    if with_tcp_router:  # a terminating TCP router: the entrypoint peeks
+        dynamic["tcp"] = {
+            "routers": {"term": {"rule": "HostSNI(`echo.test`)", "service": "echo", "tls": {}}},
+            "services": {"echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}},
+        }
+    return dynamic
+
+
+@pytest.mark.parametrize("path", ["peek", "no-peek"])
+def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(tmp_path, path, certs, whoami, echo):
+    dynamic = alpn_config(certs, whoami, echo, with_tcp_router=path == "peek")
+    _, routers = tcp_routers(dynamic)
+    ctx = PeekContext(name="web", loop=None, connections=set(), http=None, https=None)  # type: ignore[arg-type]
+    assert type(ctx.protocol(routers["web"])) is (Peek if path == "peek" else TLSAccept)
+    e = Edge(tmp_path, dynamic)
+    try:
+        url = f"https://a.test:{e.port}/alpn"
+        # curl offers h2 first (and would speak HTTP/2 had edge accepted it).
+        result = curl(
+            "-v", "--http2", "--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"],
+            "-o", "/dev/null", "-w", "%{http_code} %{http_version}", url,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == b"200 1.1"
+        assert re.search(rb"ALPN: offers h2", result.stderr), result.stderr
+        assert re.search(rb"ALPN: server accepted http/1\.1", result.stderr), result.stderr
+        # A client offering h2 alone gets no ALPN and speaks HTTP/1.1.
+        out = subprocess.run(
+            [need("openssl"), "s_client", "-connect", f"127.0.0.1:{e.port}", "-servername", "a.test", "-alpn", "h2",
+             "-ign_eof"],
+            input=b"GET /alpn HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+            capture_output=True, timeout=15,
+        ).stdout
+        assert b"No ALPN negotiated" in out and b"HTTP/1.1 200" in out, out
+        # Said once, naming the options.
+        for _ in range(100):
+            if "alpnProtocols h2, acme-tls/1 left out on HTTPS routers" in e.log:
+                break
+            time.sleep(0.05)
+        assert e.log.count("TLS options default: alpnProtocols h2, acme-tls/1 left out on HTTPS routers") == 1, e.log
+    finally:
+        e.stop()
+
+
+def test_terminating_tcp_router_negotiates_h2_from_the_configured_list(tmp_path, certs, whoami, echo):
+    # Traefik hands a TCP router the connection under the options' list as it is: the
+    # TCP server behind it may speak HTTP/2 (or anything); edge only relays plaintext.
+    e = Edge(tmp_path, alpn_config(certs, whoami, echo, with_tcp_router=True))
+    try:
+        out = s_client_until(e.port, "echo.test", b"plaintext to the echo\n", b"echo\n", options=("-alpn", "h2"))
+        assert b"ALPN protocol: h2" in out, out
+        assert out.split(b"ALPN protocol: h2", 1)[1].endswith(b"plaintext to the echo\n"), out  # echoed
     finally:
         e.stop()
 
@@ -950,7 +1025,11 @@ def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_on
         with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
             s.sendall(first)
             assert recv_all(s) == bytes((21, 3, 3, 0, 2, 2, 80))  # alert: fatal, internal_error
-    lines = https_only.all_matches(r"TLS handshake refused: a server name that is not ASCII")
+    for _ in range(100):  # bounded: edge's log line may land after the alert
+        lines = https_only.all_matches(r"TLS handshake refused: a server name that is not ASCII")
+        if len(lines) >= 2:
+            break
+        time.sleep(0.05)
     assert len(lines) == 2
     assert "Traceback" not in https_only.log and "Exception ignored" not in https_only.log
     assert resumed_get(https_only.port, "a.test").answer.startswith(b"HTTP/1.1 200")  # the rest serves
