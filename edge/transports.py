@@ -16,8 +16,12 @@ has its idle connections closed.
 Pooled connections are asyncio protocols that offer ``is_reusable()``,
 ``close()`` and an ``idle_deadline`` the pool sets, which a connection zeroes
 itself when it can no longer serve (closed by either side): taking one from the
-pool is then a compare; this module does not know HTTP (it sits below
-``edge.http``).
+pool is then a compare, and so is giving one back (a nonzero ``idle_deadline``
+says it can serve; zero, and ``is_reusable()`` decides). A server's pool is a
+list that its :class:`ServerURL` holds once a transport has used it (a
+ServerURL belongs to one Backend, and so to one transport): a request reaches
+it with an attribute and an identity compare, not a dict lookup on a tuple.
+This module does not know HTTP (it sits below ``edge.http``).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class Pooled(Protocol):
 class ServerURL:
     """A server of a load balancer, parsed once per configuration."""
 
-    __slots__ = ("authority", "host", "key", "port", "tls", "url")
+    __slots__ = ("authority", "host", "idle", "key", "pooler", "port", "tls", "url")
 
     def __init__(self, url: str) -> None:
         plain = _PLAIN_URL.fullmatch(url)
@@ -69,6 +73,10 @@ class ServerURL:
         # The Host header to send when passHostHeader is false.
         self.authority = (host if self.port == default else f"{host}:{self.port}").encode()
         self.key = (self.tls, self.host, self.port)
+        # The pool of idle connections to this server in ``pooler``, the transport
+        # that used it last (Transport.idle_of): the same list as in its pools.
+        self.idle: list[Pooled] = []
+        self.pooler: Transport | None = None
 
     def __repr__(self) -> str:
         return f"ServerURL({self.url!r})"
@@ -110,6 +118,9 @@ class Transport:
         self.max_idle = config.max_idle_conns_per_host
         # Connections are kept for the next request (else closed after their response).
         self.pools = self.max_idle > 0 and self.idle_timeout > 0
+        # How many idle connections a server's pool keeps: 0 when this transport
+        # pools none, or once it is closed (what its requests in flight give back then is closed).
+        self.keep = self.max_idle if self.pools else 0
         self._pools: dict[tuple, list[Pooled]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._system_context = system_context
@@ -129,32 +140,36 @@ class Transport:
 
     # -- pools -------------------------------------------------------------------
 
+    def idle_of(self, server: ServerURL) -> list[Pooled]:
+        """``server``'s pool in this transport, bound to ``server`` for the requests after."""
+        idle = self._pools.get(server.key)
+        if idle is None:
+            idle = self._pools[server.key] = []
+        server.idle = idle
+        server.pooler = self
+        return idle
+
     def take_idle(self, server: ServerURL) -> Pooled | None:
         """The most recently used idle connection to ``server`` that is still usable
         (one that closed while pooled zeroed its ``idle_deadline``)."""
-        pool = self._pools.get(server.key)
-        if not pool:
-            return None
-        now = self.loop.time()
-        while pool:
-            conn = pool.pop()
-            if conn.idle_deadline > now:
-                return conn
-            conn.close()
+        idle = server.idle if server.pooler is self else self.idle_of(server)
+        if idle:
+            now = self.loop.time()
+            while idle:
+                conn = idle.pop()
+                if conn.idle_deadline > now:
+                    return conn
+                conn.close()
         return None
 
     def put_idle(self, server: ServerURL, conn: Pooled) -> None:
-        if not self.pools or not conn.is_reusable():
+        idle = server.idle if server.pooler is self else self.idle_of(server)
+        # A nonzero idle_deadline: the connection can serve (it zeroes it when it cannot).
+        if len(idle) < self.keep and (conn.idle_deadline or conn.is_reusable()):
+            conn.idle_deadline = self.loop.time() + self.idle_timeout
+            idle.append(conn)
+        else:
             conn.close()
-            return
-        pool = self._pools.get(server.key)
-        if pool is None:
-            pool = self._pools[server.key] = []
-        if len(pool) >= self.max_idle:
-            conn.close()
-            return
-        conn.idle_deadline = self.loop.time() + self.idle_timeout
-        pool.append(conn)
 
     def sweep(self, now: float) -> None:
         """Close idle connections past idleConnTimeout or no longer usable."""
@@ -168,9 +183,11 @@ class Transport:
             pool[:] = keep
 
     def close(self) -> None:
+        self.keep = 0
         for pool in self._pools.values():
             for conn in pool:
                 conn.close()
+            pool.clear()  # the lists its servers hold
         self._pools.clear()
 
     # -- dialing -----------------------------------------------------------------

@@ -7,10 +7,15 @@ pooled connection.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from edge.config.dynamic import ServersTransport
+from edge.http.parsers import parser_classes
+from edge.http.upstream import UpstreamConnection
+from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
 from tests.harness import Edge, get
 
 
@@ -121,3 +126,104 @@ def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(tmp_
             assert json.loads(body)["headers"].get("Connection") == expected, transport
         finally:
             e.stop()
+
+
+# -- the pool itself, over real sockets (a listener in the test's own loop) ---------------
+
+
+async def _pool_case(body) -> None:
+    """Run ``body(registry, server, dial, peers)``: ``dial(transport)`` makes an upstream
+    connection to a local listener, whose accepted sockets are ``peers`` (writers)."""
+    loop = asyncio.get_running_loop()
+    peers: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer)
+
+    listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    response_parser = parser_classes("httptools")[1]
+    registry = TransportRegistry(loop)
+    server = ServerURL(f"http://127.0.0.1:{port}")
+
+    async def dial(transport) -> UpstreamConnection:
+        conn = await transport.dial(server, lambda: UpstreamConnection(response_parser))
+        for _ in range(200):  # the listener's accept callback has run
+            if len(peers) == conn_count[0] + 1:
+                break
+            await asyncio.sleep(0.005)
+        conn_count[0] += 1
+        return conn
+
+    conn_count = [0]
+    try:
+        async with asyncio.timeout(10):
+            await body(registry, server, dial, peers)
+    finally:
+        registry.close()
+        for w in peers:
+            w.close()
+        listener.close()
+        await listener.wait_closed()
+
+
+async def _until(check, what: str) -> None:
+    for _ in range(400):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(what)
+
+
+def test_a_connection_the_server_closed_while_idle_is_never_handed_out():
+    async def body(registry, server, dial, peers):
+        t = registry.get(DEFAULT_TRANSPORT)
+        kept, dropped = await dial(t), await dial(t)
+        t.put_idle(server, kept)
+        t.put_idle(server, dropped)  # the most recent: taken first, unless it closed
+        peers[1].close()  # the server closes the second connection while it is idle
+        await _until(lambda: dropped.transport is None, "the connection saw its close")
+        assert t.take_idle(server) is kept
+        assert t.take_idle(server) is None
+
+    asyncio.run(_pool_case(body))
+
+
+def test_a_connection_given_back_after_its_transport_changed_is_closed():
+    """A request in flight across a reload that changed its ServersTransport gives its
+    connection back to the old transport: closed there, not kept where nobody sweeps."""
+
+    async def body(registry, server, dial, peers):
+        registry.update({"t": ServersTransport(max_idle_conns_per_host=10)})
+        old = registry.get("t")
+        in_flight, pooled = await dial(old), await dial(old)
+        old.put_idle(server, pooled)
+        registry.update({"t": ServersTransport(max_idle_conns_per_host=20)})
+        new = registry.get("t")
+        assert new is not old
+        await _until(lambda: pooled.transport is None, "the old transport closed its idle connection")
+        old.put_idle(server, in_flight)  # the request in flight ends
+        await _until(lambda: in_flight.transport is None, "the connection given back was closed")
+        assert old.take_idle(server) is None
+        assert new.take_idle(server) is None
+        # The same server through the new transport: a pool of its own.
+        fresh = await dial(new)
+        new.put_idle(server, fresh)
+        assert new.take_idle(server) is fresh
+
+    asyncio.run(_pool_case(body))
+
+
+def test_one_server_through_two_transports_has_a_pool_in_each():
+    async def body(registry, server, dial, peers):
+        registry.update({"t": ServersTransport(max_idle_conns_per_host=1)})
+        a, b = registry.get(DEFAULT_TRANSPORT), registry.get("t")
+        ca, cb, extra = await dial(a), await dial(b), await dial(b)
+        a.put_idle(server, ca)
+        b.put_idle(server, cb)
+        b.put_idle(server, extra)  # over t's maxIdleConnsPerHost of 1: closed
+        await _until(lambda: extra.transport is None, "the connection over the cap was closed")
+        assert a.take_idle(server) is ca and a.take_idle(server) is None
+        assert b.take_idle(server) is cb and b.take_idle(server) is None
+
+    asyncio.run(_pool_case(body))
