@@ -123,7 +123,14 @@ class Exchange:
         # the calls; test_express compares the bytes with the general path's.
         up_head = self.up_head = self.head.cut[:-2] + forwarding
         transport = backend.transport
-        upstream = transport.take_idle(backend.server)  # what _connect does
+        # What _connect does: transport.take_idle, without the call where the
+        # server's pool (bound to this transport) ends with a connection that serves.
+        server = backend.server
+        idle = server.idle
+        if idle and server.pooler is transport and idle[-1].idle_deadline > transport.loop.time():
+            upstream = idle.pop()
+        else:
+            upstream = transport.take_idle(server)
         if upstream is None:
             self.dial_task = self.conn.loop.create_task(self._dial())
             return True
@@ -415,7 +422,17 @@ class Exchange:
         if upstream.paused:
             upstream.resume_reading()
         if self.req_done and head.keep_alive:
-            self.backend.transport.put_idle(self.backend.server, upstream)
+            # transport.put_idle, without the call where the server's pool is bound
+            # to this transport and has room (a nonzero idle_deadline: it can serve).
+            backend = self.backend
+            transport = backend.transport
+            server = backend.server
+            idle = server.idle
+            if server.pooler is transport and len(idle) < transport.keep and upstream.idle_deadline:
+                upstream.idle_deadline = transport.loop.time() + transport.idle_timeout
+                idle.append(upstream)
+            else:
+                transport.put_idle(server, upstream)
         else:
             upstream.abort()
             if not self.req_done:
