@@ -113,12 +113,13 @@ class UpstreamConnection(asyncio.Protocol):
             # Bytes on an idle connection: the server broke the protocol.
             self.close()
             return
-        self.received = True
         if owner.express and self.quick is not None:
             head = self.quick(data)
             if head is not None:
+                # The whole response: nothing reads ``received`` before the next take resets it.
                 owner.upstream_quick(self, head, data)
                 return
+        self.received = True
         owner.hold_writes()  # what this parse writes to the client leaves in one call
         try:
             self.parser.feed(data)
