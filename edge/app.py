@@ -80,6 +80,7 @@ class Dataplane:
         self.runtime: RuntimeConfig | None = None
         self.services: dict = {}  # the HTTP services of the live routers, by name
         self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
+        self._tls_reported: set[str] = set()  # check_tls's messages logged, still true
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
@@ -132,8 +133,11 @@ class Dataplane:
 
             return in_place
         services: dict = {}
-        # This configuration's certificates, read now: a change applies to new connections.
-        certs = TLSCertificates(runtime.tls)
+        # This configuration's certificates: read now where the tls section or a file it
+        # names changed (a change applies to new connections), else the live snapshot:
+        # its SSL contexts, and the session-ticket keys clients resume with, stay.
+        live = self.certs
+        certs = live if live is not None and live.current(runtime.tls) else TLSCertificates(runtime.tls)
         self._check_tls(runtime, certs)
         routers = build_router_sets(runtime, transports, self.entrypoints.all, services, certs)
 
@@ -169,12 +173,19 @@ class Dataplane:
             return
         commit()
 
-    @staticmethod
-    def _check_tls(runtime: RuntimeConfig, certs: TLSCertificates | None) -> None:
-        """Disable the routers whose certificate or TLS options cannot serve (the reason names the file)."""
-        if certs is not None:
-            for message in check_tls(runtime, certs):
+    def _check_tls(self, runtime: RuntimeConfig, certs: TLSCertificates | None) -> None:
+        """Disable the routers whose certificate or TLS options cannot serve (the reason
+        names the file). Each reason is logged once, when it appears, and its end is
+        said, as the watcher does for validation errors: endpoint churn every second or
+        two rebuilds nothing here and must not write the same error again."""
+        messages = check_tls(runtime, certs) if certs is not None else []
+        for message in messages:
+            if message not in self._tls_reported:
                 log.error("%s", message)
+        current = set(messages)
+        for message in sorted(self._tls_reported - current):
+            log.info("resolved: %s", message)
+        self._tls_reported = current
 
     # -- life cycle ----------------------------------------------------------------
 

@@ -11,7 +11,10 @@ Invariants:
   generated once per process); the pair (certificate, options name) picks an
   ``SSLContext`` built once, on first use, and reused for every later connection
   (a terminating TCP router's is another one only where its ALPN list differs).
-  A new configuration builds a new snapshot; connections keep the context they got.
+  A new configuration builds a new snapshot when its ``tls`` section or a file it
+  names changed (:meth:`~TLSCertificates.current`; ``edge.app`` keeps the live one
+  otherwise, so its contexts and their session-ticket keys survive a route change
+  and clients keep resuming); connections keep the context they got.
 - A broken certificate never fails the snapshot: it is left out and its
   :class:`CertificateError` (naming the file) is kept in ``errors``; a broken
   options entry is kept in :meth:`~TLSCertificates.options_error` and refuses its
@@ -55,6 +58,7 @@ import dataclasses
 import datetime
 import functools
 import logging
+import os
 import secrets
 import ssl
 from dataclasses import dataclass, field
@@ -66,7 +70,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from edge.config.dynamic import TLSConfiguration, TLSOptions
-from edge.config.pem import describe, pem_file, read_pem
+from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.errors import ConfigError
 
 log = logging.getLogger("edge.tls")
@@ -225,6 +229,8 @@ class TLSCertificates:
     """
 
     def __init__(self, config: TLSConfiguration | None) -> None:
+        self.config = config
+        self.stamps = file_stamps(config)  # before reading: a file changed meanwhile is read again next time
         config = config or TLSConfiguration()
         self.errors: tuple[CertificateError, ...] = ()
         errors: list[CertificateError] = []
@@ -285,6 +291,11 @@ class TLSCertificates:
         self._contexts: dict[tuple[int, str], object] = {}
         self._tcp_contexts: dict[tuple[int, str], object] = {}  # for _tcp_options
         self._selecting: dict[str, ssl.SSLContext | None] = {}
+
+    def current(self, config: TLSConfiguration | None) -> bool:
+        """Whether a snapshot of ``config`` would be this one: the same section, and every
+        file it names as it was when this one read it."""
+        return config == self.config and file_stamps(config) == self.stamps
 
     # -- per connection -------------------------------------------------------------
 
@@ -437,6 +448,33 @@ def _build(cert: Certificate, name: str, opts: _Options) -> object:
 
 
 # -- certificates -----------------------------------------------------------------
+
+
+def file_stamps(config: TLSConfiguration | None) -> tuple:
+    """What the files ``config`` names are now: (path, inode, size, mtime, ctime) of each
+    certFile, keyFile and caFiles value that is a path ((path,) where it cannot be
+    read), in the order named. A file replaced (a Kubernetes Secret volume swaps a
+    symlink) or rewritten in place changes its stamp."""
+    if config is None:
+        return ()
+    paths = [v for c in config.certificates for v in (c.cert_file, c.key_file)]
+    for store in config.stores.values():
+        if store.default_certificate is not None:
+            paths += (store.default_certificate.cert_file, store.default_certificate.key_file)
+    for opts in config.options.values():
+        if opts.client_auth is not None:
+            paths += opts.client_auth.ca_files
+    stamps = []
+    for path in paths:
+        if not path or PEM_MARK in path:
+            continue
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            stamps.append((path,))
+            continue
+        stamps.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(stamps)
 
 
 def _read(where: str, what: str, value: str) -> bytes:

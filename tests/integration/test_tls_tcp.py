@@ -1146,6 +1146,79 @@ def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoa
         e.stop()
 
 
+def tls_dynamic(whoami, cert: tuple[str, str], *extra_routers: str, broken: str | None = None) -> dict:
+    """An HTTPS router for a.test with ``cert``, plus plain routers named ``extra_routers``;
+    ``broken``: a router for bad.test whose certificate file is that missing path."""
+    routers = {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}}
+    routers.update({name: {"rule": f"Host(`{name}.test`)", "service": "who"} for name in extra_routers})
+    certificates = [pair(cert)]
+    if broken is not None:
+        routers["bad"] = {"rule": "Host(`bad.test`)", "service": "who", "tls": {}}
+        certificates.append({"certFile": broken, "keyFile": cert[1]})
+    return {
+        "http": {"routers": routers, "services": {"who": lb(whoami.url)}},
+        "tls": {"certificates": certificates},
+    }
+
+
+def change(e: Edge, dynamic: dict) -> None:
+    applied = e.applied()
+    e.write_dynamic(dynamic)
+    e.wait_applied(applied + 1)
+
+
+def test_sessions_resume_across_a_route_change_that_leaves_tls_alone(tmp_path, certs, whoami):
+    # The live certificate snapshot stays while its tls section and files do: its SSL
+    # contexts keep their session-ticket keys, so clients keep resuming. A snapshot
+    # rebuilt on every change (Kubernetes endpoint churn: every second or two) would
+    # make every client pay a full handshake after each one.
+    e = Edge(tmp_path, tls_dynamic(whoami, certs["files"]["a.test"]))
+    try:
+        ctx = ssl._create_unverified_context()
+        got = resumed_get(e.port, "a.test", ctx=ctx)
+        assert got.answer.startswith(b"HTTP/1.1 200") and not got.reused
+        for round_ in range(2):
+            change(e, tls_dynamic(whoami, certs["files"]["a.test"], *[f"r{i}" for i in range(round_ + 1)]))
+            assert get(e.port, "/", host=f"r{round_}.test")[0] == 200  # the new routes serve
+            got = resumed_get(e.port, "a.test", got.session, ctx)
+            assert got.reused and got.answer.startswith(b"HTTP/1.1 200"), round_
+    finally:
+        e.stop()
+
+
+def test_certificate_file_rewritten_in_place_is_read_at_the_next_change(tmp_path, pki, certs, whoami):
+    # The same tls section naming the same paths, but the files hold a renewed
+    # certificate (cert-manager, a Secret volume): the next change reads them.
+    files = pki.issue("a.test").write(tmp_path, "inplace")
+    e = Edge(tmp_path, tls_dynamic(whoami, files))
+    try:
+        before = peer_fingerprint(e.port, "a.test", certs["ca"])
+        renewed = pki.issue("a.test")
+        renewed.write(tmp_path, "inplace")
+        change(e, tls_dynamic(whoami, files, "other"))
+        assert before != renewed.fingerprint
+        assert peer_fingerprint(e.port, "a.test", certs["ca"]) == renewed.fingerprint
+    finally:
+        e.stop()
+
+
+def test_a_broken_certificate_is_logged_once_while_routes_change_and_its_end_is_said(tmp_path, certs, whoami):
+    missing = str(tmp_path / "missing.crt")
+    cert = certs["files"]["a.test"]
+    e = Edge(tmp_path, tls_dynamic(whoami, cert, broken=missing))
+    try:
+        e.wait_for(r"router bad@file: .*no such file")
+        for round_ in range(2):  # unrelated routes come and go; the certificate stays broken
+            change(e, tls_dynamic(whoami, cert, f"r{round_}", broken=missing))
+        assert len(e.all_matches(r"certificate left out: .*missing\.crt")) == 1, e.log
+        assert len(e.all_matches(r"ERROR.*router bad@file: .*no such file")) == 1, e.log
+        change(e, tls_dynamic(whoami, cert))  # the broken entry and its router are gone
+        e.wait_for(r"resolved: router bad@file: .*no such file")
+        assert https_get(e.port, "a.test", "/", certs["ca"])[0] == 200
+    finally:
+        e.stop()
+
+
 # -- memory under a slow reader ---------------------------------------------------------------
 
 MIB = 1 << 20
