@@ -6,7 +6,8 @@ HTTP/1.1 on 127.0.0.1 (port 0) the way the API server does, so the official
 and selectors, chunked WATCH streams, object reads and writes, the status
 subresource. Tests write objects in-process (``create``, ``update``, ``patch``,
 ``delete``) and turn fault knobs (``drop_watches``, ``stall_watches``,
-``fail_for``, ``latency``, ``compact``); every request is recorded (``count``).
+``fail_for``, ``latency``, ``compact``, ``watch_limit``); every request is recorded
+(``count``).
 
 Invariants, as in etcd and the API server:
 
@@ -290,6 +291,9 @@ class Emulator:
         self.token = token
         self.bookmark_interval = bookmark_interval
         self.latency = 0.0  # seconds added before every answer
+        # seconds after which every watch ends cleanly whatever its timeoutSeconds (a
+        # proxy's idle cut, an API server's short --min-request-timeout); None: no cap
+        self.watch_limit: float | None = None
         self._cond = threading.Condition(threading.RLock())
         self._rv = 1
         self._compacted = 1  # every write at or below this version is forgotten
@@ -762,6 +766,8 @@ class Emulator:
             parse_field_selector(q.get("fieldSelector", "")),
         )
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else math.inf
+        if self.watch_limit is not None:
+            timeout = min(timeout, self.watch_limit)
         deadline = time.monotonic() + timeout
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         rv_q = q.get("resourceVersion", "")

@@ -20,7 +20,8 @@ Invariants:
 - Nothing ends a reflector but :meth:`KubeClient.stop`: any failure reconnects
   with capped exponential backoff and jitter (reset once a watch delivers), and a
   watch silent for ``Timing.read_timeout`` (a dead connection) is abandoned and
-  resumed. An object that does not decode into its type is logged, counted and
+  resumed. A watch that ends cleanly is resumed at once, unless it ended within
+  :data:`SHORT_WATCH` having delivered nothing: that is a failure too. An object that does not decode into its type is logged, counted and
   left out of the cache; it never stops the watch.
 - The change callback runs on the reflector's thread after the cache holds the
   change. Several reflectors may call it at once. Nothing here touches an event
@@ -69,6 +70,7 @@ __all__ = [
     "SECRETS",
     "SERVICES",
     "SERVICE_ACCOUNT_DIR",
+    "SHORT_WATCH",
     "ApiStatusError",
     "Backoff",
     "Change",
@@ -89,6 +91,8 @@ T = TypeVar("T")
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_KUBECONFIG = "~/.kube/config"
+SHORT_WATCH = 1.0
+"""Seconds: a watch that ends cleanly sooner, having delivered nothing, is a failure."""
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
 
@@ -626,9 +630,17 @@ class _Reflector:
                 if need_list:
                     self._list()
                     need_list = False
+                began = time.monotonic()
                 self._watch()
-                backoff.reset()  # a clean end (timeoutSeconds): watch again at once
-                continue
+                if self._delivered or time.monotonic() - began >= SHORT_WATCH:
+                    backoff.reset()  # a clean end (timeoutSeconds): watch again at once
+                    continue
+                # Ended cleanly at once with nothing delivered (a proxy's cut, a server
+                # shedding watches): as client-go's "very short watch", a failure, or the
+                # reflector would ask again and again with no pause.
+                raise KubernetesError(
+                    f"the watch ended after {time.monotonic() - began:.3f} s with nothing delivered"
+                )
             except Gone as e:
                 need_list = True
                 if not fresh:  # the usual case: history moved on while away; re-LIST now
