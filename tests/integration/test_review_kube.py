@@ -6,10 +6,13 @@ What was tried and held is listed in the issue's closing note, not here.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import yaml
 
 from edge.providers.kubernetes.client import (
     INGRESSES,
@@ -18,12 +21,15 @@ from edge.providers.kubernetes.client import (
     WatchSpec,
     load_api_config,
 )
+from tests.integration import test_kube_provider as KP
 from tests.kube import models as m
 from tests.kube import objects as o
-from tests.kube.emulator import Emulator
+from tests.kube.emulator import Access, Emulator
+from tests.kube.rbac import Grant, Policy
 
 TOKEN = "t0ken"
 ING_PATH = "/apis/networking.k8s.io/v1/ingresses"
+K8S = Path(__file__).resolve().parents[2] / "k8s"
 
 
 def wait_until(pred: Callable[[], object], timeout: float = 5.0, step: float = 0.02) -> bool:
@@ -80,3 +86,69 @@ def test_watches_that_end_at_once_are_retried_with_backoff(emu, make_client):
     emu.create(o.ingress("late"))
     assert wait_until(lambda: c.get("Ingress", "default", "late") is not None, timeout=5)
     assert emu.count(ING_PATH, since=t0, watch=False) == 0  # resumed by watch, no re-LIST
+
+
+# --- RBAC: the manifests grant what edge uses, and nothing more ----------------------------
+
+
+def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
+    """edge as k8s/ deploys it (the ConfigMap's provider options, the DaemonSet's
+    ServiceAccount and POD_NAME/POD_NAMESPACE) against an emulator enforcing k8s/rbac.yaml:
+    nothing it asks is refused, it serves and writes status; and every permission the
+    manifest grants is used ("get" beside list/watch aside). Before, pods were readable
+    in every namespace though edge lists them in its own only (pod specs carry
+    environment variables), and ingresses/status could be updated though edge only
+    patches it."""
+    ds = yaml.safe_load((K8S / "daemonset.yaml").read_text())
+    namespace = ds["metadata"]["namespace"]
+    account = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    policy = Policy.from_files([K8S / "rbac.yaml"], namespace, account)
+    cm = yaml.safe_load((K8S / "configmap.yaml").read_text())
+    kube = yaml.safe_load(cm["data"]["edge.yaml"])["providers"]["kubernetesIngress"]
+    seen: list[Access] = []
+    refused: list[Access] = []
+    lock = threading.Lock()
+
+    def authorize(access: Access) -> bool:
+        allowed = policy.allows(access)
+        with lock:
+            seen.append(access)
+            if not allowed:
+                refused.append(access)
+        return allowed
+
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as emu:
+        emu.authorizer = authorize
+        emu.create(o.ingress_class(kube["ingressClass"]))
+        KP.backend_service(emu, "app", whoami)
+        emu.create(KP.ingress("app", [("a.test", "/", "Prefix", "app")]))
+        emu.create(KP._node("n1", "10.1.0.1"))
+        emu.create(KP._pod("edge-a", "n1"))  # in edge-system, as the DaemonSet's
+        assert KP._pod("x", "n")["metadata"]["namespace"] == namespace
+        environ = {"POD_NAME": "edge-a", "POD_NAMESPACE": namespace, "NODE_NAME": "n1"}
+        edge = KP.InProcessEdge(KP.static_config(emu, **kube), tweak=KP.fast(environ)).start()
+        try:
+            assert KP.until(lambda: edge.ready() == 200, 10.0), refused
+            assert KP.follows(edge.port(), "a.test", whoami.name)
+
+            def status() -> list:
+                ing = emu.get("Ingress", "default", "app") or {}
+                return ing.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+
+            assert KP.until(lambda: status() == [{"ip": "10.1.0.1"}]), refused
+        finally:
+            edge.stop()
+    assert refused == []
+
+    def needed(g: Grant) -> bool:
+        """Some ask used it; a cluster-wide grant, an ask across namespaces or outside
+        edge's own namespace (an Ingress' status anywhere): edge's own is a Role's."""
+        return any(
+            Policy.covers(g, a) and (g.scope is not None or a.namespace != namespace) for a in seen
+        )
+
+    unused = {
+        g for g in policy.grants
+        if not needed(g) and not (g.verb == "get" and needed(g._replace(verb="list")))
+    }  # fmt: skip
+    assert unused == set()

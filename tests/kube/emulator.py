@@ -7,7 +7,8 @@ and selectors, chunked WATCH streams, object reads and writes, the status
 subresource. Tests write objects in-process (``create``, ``update``, ``patch``,
 ``delete``) and turn fault knobs (``drop_watches``, ``stall_watches``,
 ``fail_for``, ``latency``, ``compact``, ``watch_limit``); every request is recorded
-(``count``).
+(``count``), and with an ``authorizer`` set each is checked as RBAC would (``Access``:
+verb, group, resource, namespace), a refusal answered 403 Forbidden.
 
 Invariants, as in etcd and the API server:
 
@@ -51,7 +52,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
@@ -61,7 +62,7 @@ import orjson
 
 from edge.errors import EdgeError
 
-__all__ = ["KINDS", "ApiError", "Emulator", "Kind", "RequestRecord"]
+__all__ = ["KINDS", "Access", "ApiError", "Emulator", "Kind", "RequestRecord"]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,20 @@ class RequestRecord(NamedTuple):
     path: str  # without the query
     query: dict[str, str]
     authorization: str | None
+
+
+class Access(NamedTuple):
+    """What RBAC decides on: ``verb`` (get list watch create update patch delete), the
+    API ``group`` ("" core), ``resource`` (``ingresses``, ``ingresses/status``) and
+    ``namespace`` (None: cluster-scoped, or every namespace)."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 class _Event(NamedTuple):
@@ -294,6 +309,8 @@ class Emulator:
         # seconds after which every watch ends cleanly whatever its timeoutSeconds (a
         # proxy's idle cut, an API server's short --min-request-timeout); None: no cap
         self.watch_limit: float | None = None
+        # RBAC: None allows everything; else each request's Access must be allowed
+        self.authorizer: Callable[[Access], bool] | None = None
         self._cond = threading.Condition(threading.RLock())
         self._rv = 1
         self._compacted = 1  # every write at or below this version is forgotten
@@ -994,6 +1011,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
                 return
             kind, namespace, name, sub = emu._route(url.path)
+            if emu.authorizer is not None:
+                if method == "GET" and name is None:
+                    verb = "watch" if q.get("watch") in ("true", "1") else "list"
+                else:
+                    verb = _VERBS.get(method, "get")
+                resource = f"{kind.plural}/{sub}" if sub else kind.plural
+                if not emu.authorizer(Access(verb, kind.group, resource, namespace)):
+                    where = f' in the namespace "{namespace}"' if namespace else ""
+                    raise ApiError(
+                        403,
+                        "Forbidden",
+                        f'{resource} is forbidden: cannot {verb} resource "{resource}" in API '
+                        f'group "{kind.group}"{where}',
+                    )
             try:
                 body = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:

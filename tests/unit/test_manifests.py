@@ -60,13 +60,12 @@ EXPECTED_RBAC = {
             ("", "secrets"),
             ("discovery.k8s.io", "endpointslices"),
             ("", "nodes"),
-            ("", "pods"),
         ]
         for v in READ
     ),
-    ("networking.k8s.io", "ingresses/status", "update"),
     ("networking.k8s.io", "ingresses/status", "patch"),
 }
+EXPECTED_ROLE = {("", "pods", v) for v in READ}  # edge's own pods, in its namespace only
 
 # Documents that are not Kubernetes API objects; each has a test of its own below.
 NOT_API_OBJECTS = {"kind.x-k8s.io/v1alpha4", "kustomize.config.k8s.io/v1beta1"}
@@ -210,6 +209,8 @@ def test_kustomize_builds():
         ("ServiceAccount", "edge"),
         ("ClusterRole", "edge"),
         ("ClusterRoleBinding", "edge"),
+        ("Role", "edge"),
+        ("RoleBinding", "edge"),
         ("ConfigMap", "edge-config"),
         ("IngressClass", INGRESS_CLASS),
         ("DaemonSet", "edge"),
@@ -406,7 +407,17 @@ def test_rbac_grants_exactly_what_edge_uses():
     assert granted == EXPECTED_RBAC, (
         f"extra: {sorted(granted - EXPECTED_RBAC)}; missing: {sorted(EXPECTED_RBAC - granted)}"
     )
-    assert not [d for d in documents(K8S / "rbac.yaml") if d["kind"] in ("Role", "RoleBinding")]
+    role = one("rbac.yaml", "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
+            for res in rule["resources"] for v in rule["verbs"]} == EXPECTED_ROLE  # fmt: skip
+    binding = one("rbac.yaml", "RoleBinding")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "edge", "namespace": NAMESPACE}
+    ]
 
 
 def _rbac_triple(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str] | None:
@@ -489,8 +500,8 @@ def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path, config_text):
         assert ing["status"]["loadBalancer"]["ingress"] == [{"ip": node_ip}], output[-3000:]
         used = {t for r in emu.requests if (t := _rbac_triple(r.method, r.path, r.query))}
 
-    role = one("rbac.yaml", "ClusterRole")
-    granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
+    rules = one("rbac.yaml", "ClusterRole")["rules"] + one("rbac.yaml", "Role")["rules"]
+    granted = {(g, res, v) for rule in rules for g in rule["apiGroups"]
                for res in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert used <= granted, f"edge did what the ClusterRole forbids: {sorted(used - granted)}"
     unused = {(g, res) for g, res, _ in granted} - {(g, res) for g, res, _ in used}
