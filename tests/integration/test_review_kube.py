@@ -152,3 +152,33 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
         if not needed(g) and not (g.verb == "get" and needed(g._replace(verb="list")))
     }  # fmt: skip
     assert unused == set()
+
+
+# --- FQDN EndpointSlices are ExternalNames ---------------------------------------------------
+
+
+def test_an_fqdn_endpoint_slice_does_not_reach_localhost_unless_external_names_are_allowed(
+    whoami, caplog
+):
+    """A namespace's own EndpointSlice of addressType FQDN naming ``localhost`` made edge
+    (hostNetwork: the node's localhost) proxy there, though allowExternalNameServices, off,
+    exists to stop exactly that with ExternalName Services. Now the route is left out
+    with the reason; a Service with IP endpoints beside it still serves."""
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as emu:
+        emu.create(o.ingress_class("edge"))
+        emu.create(o.service("local"))
+        fqdn = o.endpoint_slice("local-1", service_name="local", port=whoami.port)
+        fqdn["addressType"] = "FQDN"
+        fqdn["endpoints"][0]["addresses"] = ["localhost"]
+        emu.create(fqdn)
+        KP.backend_service(emu, "app", whoami)
+        emu.create(KP.ingress("local", [("local.test", "/", "Prefix", "local")]))
+        emu.create(KP.ingress("app", [("app.test", "/", "Prefix", "app")]))
+        edge = KP.InProcessEdge(KP.static_config(emu), tweak=KP.fast()).start()
+        try:
+            assert KP.until(lambda: edge.ready() == 200, 10.0)
+            assert KP.follows(edge.port(), "app.test", whoami.name)
+            assert KP.served_by(edge.port(), "local.test") == "404"
+            assert KP.messages(caplog, "local-1 name hosts (addressType FQDN)")
+        finally:
+            edge.stop()

@@ -80,8 +80,12 @@ Services
     the Service port (the targetPort as resolved by Kubernetes): an endpoint counts
     unless ``ready`` is false or ``terminating`` is true (``ready`` unset means ready,
     per the API; Traefik keeps serving-but-terminating endpoints, edge drops them).
-    IPv6 addresses are bracketed; servers are de-duplicated and sorted. The scheme is
-    ``https`` for port 443 or a port name starting with ``https``, else ``http``.
+    IPv6 addresses are bracketed; servers are de-duplicated and sorted. A slice of
+    ``addressType: FQDN`` names hosts, as an ExternalName Service does (``localhost`` is
+    the node's own under hostNetwork), so it counts only when ``allowExternalNameServices``
+    is set; else it adds nothing, and a Service with only such slices is refused naming
+    them. The scheme is ``https`` for port 443 or a port name starting with ``https``,
+    else ``http``.
     ExternalName Services give one server ``externalName:port`` when
     ``allowExternalNameServices`` is set, else the route is left out. A Service with
     no ready endpoint gives a service with no servers (edge answers 503) when
@@ -629,6 +633,7 @@ class _Services:
             "https" if service_port.port == 443 or service_port.name.startswith("https") else "http"
         )
         urls: set[str] = set()
+        hosts: list[str] = []  # FQDN slices refused
         if external:
             url = _server_url(scheme, svc.spec.external_name, service_port.port)
             if url is None:
@@ -642,6 +647,9 @@ class _Services:
                 target = _slice_port(eps, service_port.name)
                 if target is None:
                     continue
+                if eps.address_type == "FQDN" and not self.options.allow_external_name_services:
+                    hosts.append(eps.metadata.name)  # names any host, as an ExternalName does
+                    continue
                 for endpoint in eps.endpoints:
                     cond = endpoint.conditions
                     if cond.ready is False or cond.terminating is True:
@@ -650,6 +658,12 @@ class _Services:
                         url = _server_url(scheme, address, target, eps.address_type)
                         if url is not None:
                             urls.add(url)
+        if not urls and hosts and not self.options.allow_empty_services:
+            raise _Refused(
+                "external-name-refused",
+                f"{what}: its EndpointSlices {', '.join(hosts)} name hosts (addressType FQDN) "
+                "and allowExternalNameServices is off",
+            )
         if not urls and not self.options.allow_empty_services:
             raise _Refused(
                 "no-endpoints",
