@@ -22,7 +22,8 @@ Errors raise :class:`edge.errors.ProtocolError` (status 400) or
 refuse Content-Length together with Transfer-Encoding, more than one
 Content-Length header, any Transfer-Encoding but exactly ``chunked``, an invalid
 chunk size, obs-fold, a bare LF line ending, a request line that is not
-HTTP/1.0 or HTTP/1.1, HTTP/1.1 without Host, a CONNECT request, a head
+HTTP/1.0 or HTTP/1.1, HTTP/1.1 without Host, a CONNECT request, an upgrade
+request with a body (its bytes would go to the tunnel, never as a body), a head
 larger than ``max_header_bytes``, and a request head with more than
 ``max_header_count`` fields. After an error the parser is dead.
 

@@ -477,8 +477,9 @@ def request_framing(
 
     Raises ProtocolError for: more than one Content-Length, a Content-Length
     that is not plain digits, Transfer-Encoding other than exactly one
-    ``chunked``, both of them, Transfer-Encoding in HTTP/1.0, and a Host count
-    other than one in HTTP/1.1 (or more than one in HTTP/1.0). ``passthrough``
+    ``chunked``, both of them, Transfer-Encoding in HTTP/1.0, a Host count
+    other than one in HTTP/1.1 (or more than one in HTTP/1.0), and an upgrade
+    request with a body (chunked, or a Content-Length other than 0). ``passthrough``
     tells whether the head's own bytes may be forwarded (see :func:`passthrough`).
     """
     found = _scan(headers)
@@ -491,11 +492,18 @@ def request_framing(
     if hosts != 1 and (http11 or hosts):
         raise ProtocolError("missing Host" if not hosts else "more than one Host")
     tokens = found.tokens
+    upgrade = found.upgrade and bool(tokens & 4)
+    if upgrade and (found.te or found.content_length):
+        # Both parsers hand the bytes after an upgrade request's head to the tunnel
+        # whole (llhttp, through httptools, reads no body of one): a body the head
+        # announces would never be sent as one, and the next hop, which waits for
+        # it, would take the next request on that connection for it.
+        raise ProtocolError("upgrade request with a body")
     return (
         not tokens & 1 and (http11 or bool(tokens & 2)),
         found.te == 1,
         found.content_length,
-        found.upgrade and bool(tokens & 4),
+        upgrade,
         found.expect_continue and http11,
         passthrough(found),
         found.host,

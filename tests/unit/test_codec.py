@@ -256,12 +256,28 @@ def test_upgrade_reports_the_bytes_after_the_head(codec):
     parser = codec[0](rec)
     parser.feed(
         b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\n"
-        b"Upgrade: websocket\r\nContent-Length: 3\r\n\r\n\x81\x05hello"
+        b"Upgrade: websocket\r\nContent-Length: 0\r\n\r\n\x81\x05hello"
     )
     parser.feed(b"more bytes for the tunnel")  # ignored: they belong to the new protocol
     assert rec.kinds() == ["head", "end", "upgrade"]
     assert rec.heads[0].upgrade is True
     assert rec.events[-1] == ("upgrade", b"\x81\x05hello")
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 3\r\n", b"Transfer-Encoding: chunked\r\n"])
+def test_upgrade_request_with_a_body_is_refused(codec, framing):
+    # The bytes after an upgrade request's head go to the tunnel whole, so its
+    # body would never be sent as one: the next hop would take the next request
+    # on that connection for it.
+    rec = Recorder()
+    parser = codec[0](rec)
+    with pytest.raises(ProtocolError, match="upgrade request with a body"):
+        parser.feed(
+            b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            + framing
+            + b"\r\nabc"
+        )
+    assert rec.kinds() == []
 
 
 @pytest.mark.parametrize(

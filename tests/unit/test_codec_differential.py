@@ -144,10 +144,10 @@ REQUESTS = [
         BIG,
     ),
     (
-        "upgrade-with-cl",
+        "upgrade-with-cl-0",
         b"GET /ws HTTP/1.1\r\n"
         + H
-        + b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nabGET",
+        + b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\nContent-Length: 0\r\n\r\nabGET",
         BIG,
     ),
     ("upgrade-header-only", b"GET / HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\n\r\n" + GET, BIG),
@@ -223,6 +223,18 @@ REQUESTS = [
     ("lowercase-method", b"get / HTTP/1.1\r\n" + H + b"\r\n", BIG),
     ("nul-in-target", b"GET /a\x00b HTTP/1.1\r\n" + H + b"\r\n", BIG),
     ("cl-plus-sign", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: +1\r\n\r\nx", BIG),
+    # An upgrade request with a body: the bytes after the head go to the tunnel,
+    # so the body would never be sent as one (the next hop would read the next
+    # request on that connection as it).
+    (
+        "upgrade-with-cl",
+        b"GET /ws HTTP/1.1\r\n"
+        + H
+        + b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nabGET",
+        BIG,
+    ),
+    ("upgrade-chunked", b"POST /ws HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", BIG),
+    ("valid-then-upgrade-cl", GET + b"GET /ws HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 05\r\n\r\nGET /", BIG),
     ("te-chunked-twice", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", BIG),
     # maxHeaderCount (100, the parsers' default): 100 fields pass, 101 are refused (431)
     # unless the scan finds a defect first (400), whichever way the bytes arrive.

@@ -1,0 +1,174 @@
+"""Adversarial review of the HTTP/1.1 front end (issue 12 item 4): what a backend receives.
+
+Each test sends edge bytes a client controls and reads what a real backend, an
+HTTP/1.1 server that keeps to the framing it is given (h11, in a thread, on
+127.0.0.1), parsed off the wire: which requests, with which Host and body, on
+which connection. The backend answers each request as soon as its head is in,
+before reading any body, as nginx's ``return`` or a static file does, and then
+reads and drops the body the head announced: so a body announced and not sent
+makes it take the next request on that pooled connection for the body.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import h11
+import pytest
+
+from tests.harness import Edge, lb
+
+TIMEOUT = 5.0
+
+
+class Received:
+    """One request as the backend parsed it."""
+
+    def __init__(self, conn: int, request: h11.Request) -> None:
+        self.conn = conn
+        self.method = request.method
+        self.target = request.target
+        self.headers = [(n.lower(), v) for n, v in request.headers]
+        self.body = b""
+
+    def header(self, name: bytes) -> list[bytes]:
+        return [v for n, v in self.headers if n == name]
+
+
+class H11Backend:
+    """An HTTP/1.1 server answering 200 ``ok`` to every request head, recording what it parsed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[Received] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        n = 0
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            n += 1
+            t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(0.2)
+        conn = h11.Connection(h11.SERVER)
+        current: Received | None = None
+        deadline = time.monotonic() + 4 * TIMEOUT
+        try:
+            while not self.stopped and time.monotonic() < deadline:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    try:
+                        data = c.recv(65536)
+                    except TimeoutError:
+                        continue
+                    conn.receive_data(data)
+                    if not data:
+                        return
+                elif type(event) is h11.Request:
+                    current = Received(n, event)
+                    with self.lock:
+                        self.requests.append(current)
+                    c.sendall(conn.send(h11.Response(status_code=200, reason=b"OK", headers=[(b"Content-Length", b"2")])))
+                    c.sendall(conn.send(h11.Data(data=b"ok")) + conn.send(h11.EndOfMessage()))
+                elif type(event) is h11.Data:
+                    current.body += event.data
+                elif type(event) is h11.EndOfMessage:
+                    conn.start_next_cycle()
+                else:  # ConnectionClosed
+                    return
+        except (h11.RemoteProtocolError, OSError) as exc:
+            with self.lock:
+                self.errors.append(f"connection {n}: {exc!r}")
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        self.stopped = True
+        for t in self.threads:
+            t.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def backend():
+    b = H11Backend()
+    yield b
+    b.stop()
+
+
+def edge_for(tmp_path, parser, backend, **service) -> Edge:
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url, **service)},
+        }
+    }
+    return Edge(tmp_path, dyn, parser=parser)
+
+
+def exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` on a new connection; what edge answers until it closes or goes quiet."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        s.sendall(data)
+        s.settimeout(0.5)
+        out = b""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                break
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+VICTIM = b"GET /victim HTTP/1.1\r\nHost: app.example\r\nCookie: secret\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 40\r\n", b"Transfer-Encoding: chunked\r\n"],
+    ids=["content-length", "chunked"],
+)
+def test_upgrade_request_with_a_body_cannot_swallow_the_next_request(tmp_path, parser, backend, framing):
+    """Both codecs hand the bytes after an upgrade request's head to the tunnel, body
+    included. Before the fix the head went upstream announcing a body that was never
+    sent (or, chunked, with an empty body); the backend answered without the
+    upgrade, the connection went back to the pool, and the next client's request
+    on it became that body."""
+    e = edge_for(tmp_path, parser, backend)
+    try:
+        attack = (
+            b"GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            + framing
+            + b"\r\n"
+        )
+        refused = exchange(e.port, attack)
+        served = exchange(e.port, VICTIM)
+        time.sleep(0.3)  # what the backend still had to parse
+        assert [(r.method, r.target, r.body) for r in backend.requests] == [(b"GET", b"/victim", b"")]
+        assert backend.errors == []
+        assert refused.startswith(b"HTTP/1.1 400 "), refused
+        assert served.startswith(b"HTTP/1.1 200 OK\r\n") and served.endswith(b"ok"), served
+    finally:
+        e.stop()
