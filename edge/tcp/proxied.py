@@ -10,6 +10,14 @@ Who may send a header:
 - a trusted peer (in ``trustedIPs``, or anyone with ``insecure``) may send a v1 or
   v2 header, or none (then the peer is the client). A v2 ``LOCAL`` header (a
   health check from the proxy itself) or v1 ``UNKNOWN`` keeps the peer's address.
+- a peer that sends nothing before the deadline, or ends its side (EOF) before a
+  byte, sent no header (go-proxyproto, under Traefik, reads a timeout or an EOF
+  before the first byte so): the connection becomes what it would have been, and
+  what that is hears the EOF. A TCP router that takes connections at once thus
+  still relays a client that waits for the server to speak first (SMTP, SSH,
+  MySQL), as it does on an entry point without ``proxyProtocol``; whatever the
+  connection becomes bounds it with its own deadlines. Part of a header at the
+  deadline or EOF closes the connection.
 - anyone else's header is refused: the connection is closed, nothing is sent
   (Traefik ignores such a header and serves the peer; a header from a peer not
   trusted to send it is a spoofing attempt or a misconfigured proxy, and both
@@ -120,7 +128,12 @@ class ProxyHeaderReader(asyncio.Protocol):
         self._hand_over(header.source, header.destination, rest)  # type: ignore[union-attr]
 
     def eof_received(self) -> bool:
-        log.debug("%s: %s closed before its first bytes were read", self.ctx.name, self.peer)
+        transport = self.transport
+        if not self.buf and transport is not None:
+            # Done sending before a byte: no header. What the connection becomes hears the EOF.
+            self._hand_over(None, None, b"")
+            return False if transport.is_closing() else bool(transport.get_protocol().eof_received())
+        log.debug("%s: %s closed before its PROXY protocol header was complete", self.ctx.name, self.peer)
         self._leave()
         return False
 
@@ -131,7 +144,13 @@ class ProxyHeaderReader(asyncio.Protocol):
     # -- deadlines and drain (read by the entrypoint) -----------------------------------
 
     def deadline_passed(self) -> None:
-        log.debug("%s: %s sent no complete first bytes within %gs; closed", self.ctx.name, self.peer, self.ctx.timeout)
+        if not self.buf and self.transport is not None:
+            # Nothing within the timeout: no header (a client waiting for the server to speak first).
+            self._hand_over(None, None, b"")
+            return
+        log.debug(
+            "%s: %s sent no complete PROXY protocol header within %gs; closed", self.ctx.name, self.peer, self.ctx.timeout
+        )
         self._close()
 
     def shutdown(self) -> None:
