@@ -28,12 +28,15 @@ from collections.abc import Iterable, Mapping
 
 from edge.config.dynamic import TCPMiddleware
 
-__all__ = ["IPAllowList", "InFlightConn", "TCPChain", "build_chain"]
+__all__ = ["IPAllowList", "InFlightConn", "TCPChain", "build_chain", "client_address", "networks"]
 
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
-def _address(ip: str) -> _Address | None:
+def client_address(ip: str) -> _Address | None:
+    """``ip`` (text, perhaps with a ``%zone``) as an address; IPv4-mapped IPv6 as IPv4."""
     try:
         addr = ipaddress.ip_address(ip.split("%", 1)[0])
     except ValueError:
@@ -43,6 +46,22 @@ def _address(ip: str) -> _Address | None:
     return addr
 
 
+def networks(entries: Iterable[str]) -> tuple[_Network, ...]:
+    """IPs or CIDRs (as validated) as networks to hold a :func:`client_address` against.
+
+    Clients are compared unmapped, so an IPv4-mapped entry (``::ffff:10.0.0.0/104``,
+    ``::ffff:127.0.0.1``) is the IPv4 network it maps (Traefik's checker unmaps both
+    sides); otherwise it would match no client at all.
+    """
+    out = []
+    for entry in entries:
+        net = ipaddress.ip_network(entry, strict=False)
+        if net.version == 6 and net.prefixlen >= 96 and net.subnet_of(_MAPPED):
+            net = ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
+        out.append(net)
+    return tuple(out)
+
+
 class IPAllowList:
     """Admits connections whose client IP is in one of ``source_range`` (IPs or CIDRs)."""
 
@@ -50,10 +69,10 @@ class IPAllowList:
 
     def __init__(self, name: str, source_range: Iterable[str]) -> None:
         self.name = name
-        self.networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in source_range)
+        self.networks = networks(source_range)
 
     def enter(self, ip: str) -> bool:
-        addr = _address(ip)
+        addr = client_address(ip)
         return addr is not None and any(addr in net for net in self.networks)
 
     def leave(self, ip: str) -> None: ...

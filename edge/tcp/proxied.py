@@ -35,10 +35,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Callable
 
+from edge.tcp.middlewares import client_address, networks
 from edge.tcp.proxyproto import NEED_MORE, NOT_PROXY, ProxyProtocolError, parse
 from edge.tls.clienthello import PEEK_TIMEOUT
 
@@ -192,15 +192,10 @@ def trust(trusted_ips: list[str], insecure: bool) -> Callable[[str], bool]:
     """``trusted(ip)`` for an entry point's ``proxyProtocol`` (IPs or CIDRs, or everyone)."""
     if insecure:
         return lambda ip: True
-    networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in trusted_ips)
+    nets = networks(trusted_ips)
 
     def trusted(ip: str) -> bool:
-        try:
-            addr = ipaddress.ip_address(ip.split("%", 1)[0])
-        except ValueError:
-            return False
-        if addr.version == 6 and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        return any(addr in net for net in networks)
+        addr = client_address(ip)
+        return addr is not None and any(addr in net for net in nets)
 
     return trusted
