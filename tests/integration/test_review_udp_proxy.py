@@ -16,14 +16,17 @@ Real edge processes, real sockets on 127.0.0.0/8, ephemeral ports; every wait bo
 
 from __future__ import annotations
 
+import json
 import socket
+import ssl
 import time
 
 import pytest
 
 from edge.tcp.middlewares import IPAllowList, networks
 from edge.tcp.proxied import trust
-from edge.tcp.proxyproto import encode_v1
+from edge.tcp.proxyproto import encode_v1, encode_v2
+from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge
 from tests.integration.test_tls_tcp import Backend
 
@@ -160,3 +163,132 @@ def test_mapped_trusted_ips_and_source_range_match_ipv4_clients(tmp_path, speaks
                 assert (recv_exactly(s, len(BANNER)) == BANNER) is admitted, source  # before: both refused
     finally:
         e.stop()
+
+
+# -- the header and a ClientHello in one stream, on every TLS path ---------------------------------------
+
+
+def tls_request(sock: socket.socket, prefix: bytes, cut: int, host: str, ca: str) -> bytes:
+    """``prefix`` (a PROXY header) and a TLS client's first flight, written in two parts
+    split at ``cut``; then the handshake and one request; the plaintext response."""
+    ctx = ssl.create_default_context(cafile=ca)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=host)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    first = prefix + outgoing.read()
+    sock.sendall(first[:cut])
+    time.sleep(0.005)  # two reads on edge's side
+    sock.sendall(first[cut:])
+    sock.settimeout(5)
+
+    def pump() -> bool:
+        if outgoing.pending:
+            sock.sendall(outgoing.read())
+        data = sock.recv(65536)
+        if not data:
+            return False
+        incoming.write(data)
+        return True
+
+    for _ in range(20):  # a handshake takes a few round trips
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            assert pump(), "closed during the handshake"
+    tls.write(f"GET /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    response = b""
+    for _ in range(200):
+        try:
+            chunk = tls.read(65536)
+            if not chunk:
+                break
+            response += chunk
+        except ssl.SSLWantReadError:
+            if not pump():
+                break
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            break
+    return response
+
+
+@pytest.fixture(scope="module")
+def tls_paths(tmp_path_factory, whoami):
+    """Two proxyProtocol entry points serving HTTPS for a.test: ``nopeek`` (no TCP router:
+    the first bytes go into the handshake) and ``peek`` (a TCP router for another name:
+    the ClientHello is parsed first), and on ``peek`` a passthrough router for p.test to a
+    server that records what it gets, PROXY v1 header first."""
+    folder = tmp_path_factory.mktemp("tls-paths")
+    pki = PKI()
+    crt, key = pki.issue("a.test").write(folder, "a")
+    ca = pki.write_ca(folder)
+    backend = Backend()
+    eps = {name: {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}} for name in ("nopeek", "peek")}
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": {"loadBalancer": {"servers": [{"url": whoami.url}]}}},
+        },
+        "tcp": {
+            "routers": {
+                "p": {"rule": "HostSNI(`p.test`)", "service": "rec", "entryPoints": ["peek"], "tls": {"passthrough": True}}
+            },
+            "services": {
+                "rec": {
+                    "loadBalancer": {
+                        "servers": [{"address": f"127.0.0.1:{backend.port}"}],
+                        "proxyProtocol": {"version": 1},
+                    }
+                }
+            },
+        },
+        "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
+    }
+    e = Edge(folder, dynamic, entrypoints=eps)
+    yield e, ca, backend
+    e.stop()
+    backend.close()
+
+
+@pytest.mark.parametrize("path", ["nopeek", "peek"])
+def test_header_then_client_hello_split_anywhere_names_the_client(tls_paths, path):
+    e, ca, _ = tls_paths
+    header = encode_v2(("192.0.2.77", 4242), ("127.0.0.1", 443))
+    # every offset inside the header, and around the record header and handshake header after it
+    cuts = [*range(1, len(header) + 1), *(len(header) + k for k in (1, 4, 5, 6, 9, 10, 40))]
+    for cut in cuts:
+        with socket.create_connection(("127.0.0.1", e.ports[path]), timeout=10) as s:
+            response = tls_request(s, header, cut, "a.test", ca)
+        assert response.startswith(b"HTTP/1.1 200"), (cut, response[:80])
+        info = json.loads(response.partition(b"\r\n\r\n")[2])
+        assert info["headers"]["X-Forwarded-For"] == ["192.0.2.77"], cut
+        assert info["headers"]["X-Forwarded-Proto"] == ["https"], cut
+
+
+def test_passthrough_passes_the_header_client_on_and_the_hello_whole(tls_paths):
+    e, ca, backend = tls_paths
+    ctx = ssl.create_default_context(cafile=ca)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="p.test")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    seen = len(backend.received)
+    for cut in (1, 10, 41, 42, 43, 47, 48):
+        with socket.create_connection(("127.0.0.1", e.ports["peek"]), timeout=10) as s:
+            data = encode_v1(("192.0.2.78", 4343), ("127.0.0.1", 443)) + hello  # the v1 line is 42 bytes
+            s.sendall(data[:cut])
+            time.sleep(0.005)
+            s.sendall(data[cut:])
+            s.shutdown(socket.SHUT_WR)
+            assert recv_exactly(s, 1) == b""  # the recorder says nothing and closes at EOF
+    deadline = time.monotonic() + 5
+    while len(backend.received) < seen + 7 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    got = backend.received[seen:]
+    assert len(got) == 7
+    for data in got:
+        line, _, rest = data.partition(b"\r\n")
+        assert line.startswith(b"PROXY TCP4 192.0.2.78 127.0.0.1 4343 "), line  # edge's own header, the client's address
+        assert rest == hello  # the ClientHello once, whole, nothing of the incoming header
