@@ -25,10 +25,11 @@ import pytest
 
 from edge.tcp.middlewares import IPAllowList, networks
 from edge.tcp.proxied import trust
-from edge.tcp.proxyproto import encode_v1, encode_v2
+from edge.tcp.proxyproto import Verdict, encode_v1, encode_v2, parse
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge
 from tests.integration.test_tls_tcp import Backend
+from tests.integration.test_udp import InProcess, client, lb, named, run
 
 BANNER = b"220 edge-review ready\r\n"
 
@@ -292,3 +293,68 @@ def test_passthrough_passes_the_header_client_on_and_the_hello_whole(tls_paths):
         line, _, rest = data.partition(b"\r\n")
         assert line.startswith(b"PROXY TCP4 192.0.2.78 127.0.0.1 4343 "), line  # edge's own header, the client's address
         assert rest == hello  # the ClientHello once, whole, nothing of the incoming header
+
+
+# -- UDP: the PROXY v2 header once per upstream flow, after a re-pick and an eviction too -----------------
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_header_once_per_flow_across_a_refusal_and_an_eviction(monkeypatch, batch):
+    """A session's first datagram to a server carries one header naming its client; a
+    refusal (ICMP port unreachable) moves the session and the new server gets its own
+    header first; a session evicted (maxSessions 1) and opened again starts over."""
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        good = await named("good")
+        closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()  # the kernel answers ICMP port unreachable there
+        async with InProcess(udp={"maxSessions": 1}) as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(dead, good.address, serversTransport="pp")},
+                        "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+                    }
+                }
+            )
+            first = await client(edge.port)
+            reply = None
+            for i in range(5):  # the first datagram goes to the dead server (dead first, equal weights)
+                try:
+                    reply = await first.ask(b"try%d" % i, timeout=0.5)
+                    break
+                except TimeoutError:
+                    continue
+            assert reply is not None and dead in edge.entrypoint.proxy.down
+            assert await first.ask(b"after") == b"good|after"
+            second = await client(edge.port)  # evicts the first client's session
+            assert (await second.ask(b"other")).endswith(b"other")  # the backend echoes the header too
+            assert (await first.ask(b"back")).endswith(b"back")  # a new session for the first client
+
+            def header_of(c) -> tuple:
+                return (c.transport.get_extra_info("sockname")[:2], ("127.0.0.1", edge.port))
+
+            got = []
+            for _, data in good.seen:
+                header = parse(data)
+                if isinstance(header, Verdict):
+                    got.append((None, data))
+                else:
+                    got.append(((header.family, header.source, header.destination), data[header.length :]))
+            f, s = header_of(first), header_of(second)
+            assert [(h[1:] if h else None, d) for h, d in got] == [
+                (f, reply[-4:]),  # the first datagram the good server hears: a header, then tryN
+                (None, b"after"),
+                (s, b"other"),
+                (f, b"back"),
+            ]
+            assert {h[0] for h, _ in got if h} == {"UDP4"}
+            first.close()
+            second.close()
+
+    run(main)
