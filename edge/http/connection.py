@@ -109,12 +109,16 @@ class HTTPContext:
         self.hosts: dict[bytes, tuple[str, bytes]] = {}  # Host value -> (host, forwarded port)
         self.forwardings: dict[tuple[bytes, bytes], bytes] = {}  # (client IP, Host value) -> forwarding lines
 
-    def host_port(self, authority: bytes) -> tuple[str, bytes]:
+    def host_port(self, authority: bytes) -> tuple[str | None, bytes]:
         """(host, forwarded port) of a Host value, remembered for the next connection
-        that names it (the one normalisation: :func:`edge.rules.split_authority`)."""
+        that names it (the one normalisation: :func:`edge.rules.split_authority`).
+        The host is None for a malformed value (answered 400), which no router holds."""
         hostport = self.hosts.get(authority)
         if hostport is None:
-            host, port = forward.split_host_port(authority)
+            try:
+                host, port = forward.split_host_port(authority)
+            except ValueError:
+                return None, self.default_port
             hostport = (host, port.encode() if port else self.default_port)
             if len(authority) <= MAX_REMEMBERED_HOST:
                 if len(self.hosts) >= MAX_REMEMBERED_HOSTS:
@@ -230,7 +234,7 @@ class HTTPConnection(asyncio.Protocol):
         self.draining = False
         self.fed = False  # the parser's feed ran (not its quick path alone): it may hold a cycle
         self.authority = b""  # the last Host of this connection, its parse,
-        self.hostport: tuple[str, bytes] = ("", b"")
+        self.hostport: tuple[str | None, bytes] = ("", b"")
         self.forwarding = b""  # ...and the forwarding lines of a passthrough head (made on first use)
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
@@ -426,7 +430,7 @@ class HTTPConnection(asyncio.Protocol):
     def _begin(self, head: RequestHead) -> None:
         self._start(head).begin()
 
-    def host_port(self, authority: bytes) -> tuple[str, bytes]:
+    def host_port(self, authority: bytes) -> tuple[str | None, bytes]:
         """(host, forwarded port) of a Host value; a keep-alive client names the same one request after request."""
         if authority != self.authority:
             self.hostport = self.ctx.host_port(authority)

@@ -164,6 +164,9 @@ class Exchange:
         if authority is None:
             authority = head.host
         host, forwarded_port = conn.host_port(authority)
+        if host is None:
+            self.answer_error(ProtocolError("malformed Host header"))
+            return
 
         if ctx.internal is not None and head.method in (b"GET", b"HEAD"):
             answer = ctx.internal(path)

@@ -18,6 +18,7 @@ Pure functions over parsed heads, no I/O. The invariants they keep:
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 
 from edge.http.codec import Header, QuickResponseHead, RequestHead, ResponseHead
@@ -95,8 +96,24 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
     return target[:q], target[q + 1 :], authority
 
 
+# Bytes a Host value may hold (Go's httpguts.ValidHostHeader, which Traefik's server
+# applies: reg-name, IP literal and port characters): no "@", "/", "?", "#", "\\",
+# space, quote or obs-text, with which a backend parsing the value as a URL
+# authority could read a host other than the one the router was chosen by.
+_NOT_HOST = re.compile(rb"[^0-9A-Za-z!$%&'()*+,\-.:;=\[\]_~]")
+
+
 def split_host_port(authority: bytes) -> tuple[str, str]:
-    """("host", "port") of a Host header value (:func:`edge.rules.split_authority`)."""
+    """("host", "port") of a Host header value (:func:`edge.rules.split_authority`).
+
+    Raises ValueError for a value with a byte no host or port holds (``_NOT_HOST``),
+    or an IP literal followed by anything but a port (``[a.example]b.example``:
+    the router would see ``a.example``).
+    """
+    if _NOT_HOST.search(authority) is not None:
+        raise ValueError("malformed Host header")
+    if authority[:1] == b"[" and authority[authority.find(b"]") + 1 :][:1] not in (b"", b":"):
+        raise ValueError("malformed Host header")
     return split_authority(authority.decode("latin-1"))
 
 
