@@ -6,6 +6,11 @@ What was tried and held is listed in the issue's closing note, not here.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import http.client
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +26,7 @@ from edge.providers.kubernetes.client import (
     WatchSpec,
     load_api_config,
 )
+from tests.fixtures.tls.pki import PKI, Pair
 from tests.integration import test_kube_provider as KP
 from tests.kube import models as m
 from tests.kube import objects as o
@@ -182,3 +188,104 @@ def test_an_fqdn_endpoint_slice_does_not_reach_localhost_unless_external_names_a
             assert KP.messages(caplog, "local-1 name hosts (addressType FQDN)")
         finally:
             edge.stop()
+
+
+# --- TLS Secrets: rotation, deletion, other namespaces ---------------------------------------
+
+
+def _tls_secret(name: str, namespace: str, pair: Pair) -> dict:
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": b64(pair.cert_pem), "tls.key": b64(pair.key_pem)},
+    }
+
+
+def _https(port: int, host: str, ca: str) -> tuple[str, int]:
+    """(the served certificate's fingerprint, the status) for GET / over TLS with SNI;
+    ("", 0) when the exchange fails (polled by ``until``)."""
+    ctx = ssl.create_default_context(cadata=ca)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the default certificate is self-signed: look, not trust
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True) or b""
+            tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            resp = http.client.HTTPResponse(tls)
+            resp.begin()
+            resp.read()
+            return hashlib.sha256(der).hexdigest(), resp.status
+    except (OSError, http.client.HTTPException):
+        return "", 0
+
+
+def test_tls_secrets_rotate_are_removed_and_stay_in_their_namespace(whoami, caplog):
+    pki = PKI()
+    first, second = pki.issue("s.test"), pki.issue("s.test")
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as emu:
+        emu.create(o.ingress_class("edge"))
+        KP.backend_service(emu, "app", whoami)
+        emu.create(_tls_secret("site", "default", first))
+        emu.create(
+            KP.ingress(
+                "site",
+                [("s.test", "/", "Prefix", "app")],
+                tls=[{"hosts": ["s.test"], "secretName": "site"}],
+            )
+        )
+        # another namespace names the same Secret: it must not get default's certificate
+        emu.create(o.service("app", "evil"))
+        emu.create(dict(KP.slice_for("app", whoami), metadata={
+            "name": "app-1", "namespace": "evil",
+            "labels": {"kubernetes.io/service-name": "app"}}))  # fmt: skip
+        steal = KP.ingress(
+            "steal",
+            [("steal.test", "/", "Prefix", "app")],
+            tls=[{"hosts": ["steal.test"], "secretName": "site"}],
+        )
+        steal["metadata"]["namespace"] = "evil"
+        emu.create(steal)
+        edge = KP.InProcessEdge(KP.static_config(emu), tweak=KP.fast()).start()
+        try:
+            port = edge.port()
+            assert KP.until(lambda: edge.ready() == 200, 10.0)
+            ca = pki.cert_pem
+            assert KP.until(lambda: _https(port, "s.test", ca) == (first.fingerprint, 200))
+            assert KP.served_by(port, "steal.test") == whoami.name  # plain HTTP is served
+            assert KP.until(lambda: _https(port, "steal.test", ca)[1] == 404)  # no -tls router
+            assert KP.messages(caplog, "secret evil/site not found")
+            # rotation: the new certificate is served
+            emu.update(_tls_secret("site", "default", second))
+            assert KP.until(lambda: _https(port, "s.test", ca) == (second.fingerprint, 200))
+            # deletion: the -tls router goes, with the reason; plain HTTP stays
+            emu.delete("Secret", "default", "site")
+            assert KP.until(lambda: _https(port, "s.test", ca)[1] == 404)
+            assert KP.messages(caplog, "secret default/site not found")
+            assert KP.served_by(port, "s.test") == whoami.name
+        finally:
+            edge.stop()
+
+
+def test_watches_that_answer_an_error_event_back_off(emu, make_client):
+    """An API server whose watches each answer an ERROR event at once (etcd timing out:
+    500) must see the reflector back off to its cap: before, the ERROR line counted as a
+    delivery, which reset the backoff, so every reflector asked again every 0.1-0.2 s
+    for as long as the trouble lasted."""
+    emu.watch_error = (500, "InternalError")
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)], timing=Timing(backoff_base=0.2, backoff_cap=1.0)
+    )
+    assert c.wait_synced(5)
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    watches = emu.count(ING_PATH, since=t0, watch=True)
+    assert 1 <= watches <= 7, watches  # 0.4-0.8, then 0.5-1 s apart at the cap
+    emu.watch_error = None
+    emu.create(o.ingress("late"))
+    assert wait_until(lambda: c.get("Ingress", "default", "late") is not None, timeout=5)

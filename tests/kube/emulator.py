@@ -6,9 +6,10 @@ HTTP/1.1 on 127.0.0.1 (port 0) the way the API server does, so the official
 and selectors, chunked WATCH streams, object reads and writes, the status
 subresource. Tests write objects in-process (``create``, ``update``, ``patch``,
 ``delete``) and turn fault knobs (``drop_watches``, ``stall_watches``,
-``fail_for``, ``latency``, ``compact``, ``watch_limit``); every request is recorded
-(``count``), and with an ``authorizer`` set each is checked as RBAC would (``Access``:
-verb, group, resource, namespace), a refusal answered 403 Forbidden.
+``fail_for``, ``latency``, ``compact``, ``watch_limit``, ``watch_error``); every
+request is recorded (``count``), and with an ``authorizer`` set each is checked as
+RBAC would (``Access``: verb, group, resource, namespace), a refusal answered 403
+Forbidden.
 
 Invariants, as in etcd and the API server:
 
@@ -309,6 +310,9 @@ class Emulator:
         # seconds after which every watch ends cleanly whatever its timeoutSeconds (a
         # proxy's idle cut, an API server's short --min-request-timeout); None: no cap
         self.watch_limit: float | None = None
+        # (code, reason): every watch opened answers one ERROR event carrying that Status
+        # and ends (etcd trouble: "etcdserver: request timed out", 500); None: no fault
+        self.watch_error: tuple[int, str] | None = None
         # RBAC: None allows everything; else each request's Access must be allowed
         self.authorizer: Callable[[Access], bool] | None = None
         self._cond = threading.Condition(threading.RLock())
@@ -795,6 +799,11 @@ class Emulator:
         h.send_header("Content-Type", "application/json")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
+        if self.watch_error is not None:
+            code, reason = self.watch_error
+            line = _event_line("ERROR", status_object(code, reason, "the emulator fails watches"))
+            h.write_chunks([line], last=True)
+            return
         with self._cond:
             w = _Watch(next(self._watch_ids), kind, flt, bookmarks, h.connection)
             self._watches.add(w)

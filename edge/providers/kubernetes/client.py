@@ -18,11 +18,13 @@ Invariants:
   On 410 Gone it LISTs again and replaces its part, reporting the difference
   (deletes missed while away included).
 - Nothing ends a reflector but :meth:`KubeClient.stop`: any failure reconnects
-  with capped exponential backoff and jitter (reset once a watch delivers), and a
-  watch silent for ``Timing.read_timeout`` (a dead connection) is abandoned and
-  resumed. A watch that ends cleanly is resumed at once, unless it ended within
-  :data:`SHORT_WATCH` having delivered nothing: that is a failure too. An object that does not decode into its type is logged, counted and
-  left out of the cache; it never stops the watch.
+  with capped exponential backoff and jitter, reset once a watch delivers an event
+  or a bookmark (an ERROR event is a failure, not a delivery). A watch silent for
+  ``Timing.read_timeout`` (a dead connection) is abandoned and resumed; one that
+  ends cleanly is resumed at once, unless it ended within :data:`SHORT_WATCH`
+  having delivered nothing: that is a failure too. An object that does not decode
+  into its type is logged, counted and left out of the cache; it never stops the
+  watch.
 - The change callback runs on the reflector's thread after the cache holds the
   change. Several reflectors may call it at once. Nothing here touches an event
   loop: the caller hands results over with ``loop.call_soon_threadsafe``.
@@ -770,14 +772,15 @@ class _Reflector:
                 if not line.strip():
                     continue
                 ev = _EVENT.decode(line)
-                self._delivered = True
                 if ev.type == "BOOKMARK":
+                    self._delivered = True
                     rv = _NAMED.decode(ev.object).metadata.resource_version or rv
-                elif ev.type == "ERROR":
+                elif ev.type == "ERROR":  # not a delivery: the backoff goes on growing
                     st = _STATUS.decode(ev.object)
                     cls = Gone if st.code == 410 else ApiStatusError
                     raise cls(f"{self.name}: watch", st.code, st.reason, st.message)
                 elif ev.type in ("ADDED", "MODIFIED", "DELETED"):
+                    self._delivered = True
                     key, obj_rv, obj = self._decode(ev.object)
                     if key[1]:
                         updates.append((key, None if ev.type == "DELETED" else obj))
