@@ -20,6 +20,7 @@ import functools
 import gc
 import logging
 import signal
+import sys
 from collections.abc import Callable
 
 from edge.config.runtime import RuntimeConfig, check_tls
@@ -31,6 +32,7 @@ from edge.logs import AccessLogger
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
+from edge.tls import tickets as ticket_keys
 from edge.tls.certs import TLSCertificates
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
@@ -72,8 +74,18 @@ class Dataplane:
         parser: str | None = None,
         internal: Internal | None = None,
         reuse_port: bool = False,
+        ticket_key: bytes | None = None,
     ) -> None:
+        """``ticket_key``: the session-ticket key of every TLS context this process builds
+        (the supervisor's, shared by its workers); None: a new one (:mod:`edge.tls.tickets`)."""
         self.static = static
+        self.ticket_key = ticket_key or ticket_keys.new_key()
+        if not ticket_keys.available():
+            log.warning(
+                "TLS session tickets: keys cannot be shared here (%s): a ticket resumes only on"
+                " the certificate snapshot, and the worker, that issued it",
+                sys.implementation.name,
+            )
         self.loop = loop
         self.transports = TransportRegistry(loop)
         self.entrypoints = EntryPoints(loop, self.transports)
@@ -137,7 +149,10 @@ class Dataplane:
         # names changed (a change applies to new connections), else the live snapshot:
         # its SSL contexts, and the session-ticket keys clients resume with, stay.
         live = self.certs
-        certs = live if live is not None and live.current(runtime.tls) else TLSCertificates(runtime.tls)
+        if live is not None and live.current(runtime.tls):
+            certs = live
+        else:
+            certs = TLSCertificates(runtime.tls, ticket_key=self.ticket_key)
         self._check_tls(runtime, certs)
         routers = build_router_sets(runtime, transports, self.entrypoints.all, services, certs)
 

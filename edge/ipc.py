@@ -65,12 +65,15 @@ class Start(_Msg, tag="start"):
     """First message to a worker: who it is and the static configuration to serve.
 
     ``static`` has concrete ports (the supervisor resolved port 0 once, so every worker
-    binds the same port); ``parser`` is ``edge run --http-parser``, if given.
+    binds the same port); ``parser`` is ``edge run --http-parser``, if given;
+    ``ticket_key`` the session-ticket key every worker's TLS contexts share, so a
+    ticket one worker issued resumes on another (:mod:`edge.tls.tickets`).
     """
 
     worker_id: int
     static: StaticConfig
     parser: str | None = None
+    ticket_key: bytes | None = None
 
 
 class Apply(_Msg, tag="apply"):

@@ -76,6 +76,7 @@ from edge.ipc import (
     encode,
 )
 from edge.logs import JSONFormatter, setup_logging
+from edge.tls.tickets import new_key as new_ticket_key
 from edge.watcher import Preparer
 
 __all__ = [
@@ -350,6 +351,7 @@ class Supervisor(Stoppable):
         self.readiness = Readiness(self.slots)
         self.generation = 0
         self.worker_static: StaticConfig = static
+        self.ticket_key = new_ticket_key()  # every worker's, for the supervisor's life
         self._latest: bytes | None = None  # the newest Apply frame
         self._reserved: dict[str, list[socket.socket]] = {}
         self._announced = False
@@ -445,7 +447,7 @@ class Supervisor(Stoppable):
         slot.process, slot.channel, slot.pid = proc, channel, proc.pid
         slot.started_at = self.loop.time()
         self.readiness.spawned(slot.id, self.generation)
-        channel.send(Start(slot.id, self.worker_static, self.parser))
+        channel.send(Start(slot.id, self.worker_static, self.parser, self.ticket_key))
         if self._latest is not None:
             channel.send_frame(self._latest)
         log.info("worker %d: started, pid %d", slot.id, proc.pid)
@@ -723,7 +725,12 @@ class Worker:
         self.protocols = start.static.entry_point_protocols()
         self.default_rule_syntax = start.static.core.default_rule_syntax
         self.dataplane = Dataplane(
-            start.static, self.loop, parser=start.parser, internal=self._internal, reuse_port=True
+            start.static,
+            self.loop,
+            parser=start.parser,
+            internal=self._internal,
+            reuse_port=True,
+            ticket_key=start.ticket_key,
         )
         try:
             await self.dataplane.start()

@@ -72,6 +72,7 @@ from cryptography.x509.oid import NameOID
 from edge.config.dynamic import TLSConfiguration, TLSOptions
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.errors import ConfigError
+from edge.tls import tickets as ticket_keys
 
 log = logging.getLogger("edge.tls")
 
@@ -197,6 +198,14 @@ class _Options:
     verify_mode: ssl.VerifyMode
     ca_pem: str | None = field(default=None, repr=False)
     tickets: bool = True
+    ticket_key: bytes | None = field(default=None, repr=False)  # edge.tls.tickets: shared by every context
+
+    def ticket_key_from(self, secret: bytes, name: str) -> bytes:
+        """This entry's session-ticket key: from the process's ``secret``, this name and
+        every field that decides whom a handshake admits (:func:`edge.tls.tickets.derive`),
+        so that a ticket resumes only under the options that issued it."""
+        fields = (self.minimum, self.maximum, self.ciphers, self.curve, self.sni_strict, self.verify_mode)
+        return ticket_keys.derive(secret, name, *map(repr, fields), *self.alpn, "", self.ca_pem or "")
 
     def apply(self, ctx: ssl.SSLContext) -> None:
         ctx.minimum_version = self.minimum
@@ -216,6 +225,8 @@ class _Options:
             # Neither stateless tickets nor (TLS 1.3 with OP_NO_TICKET) stateful ones.
             ctx.options |= ssl.OP_NO_TICKET
             ctx.num_tickets = 0
+        elif self.ticket_key is not None:
+            ticket_keys.install(ctx, self.ticket_key)
 
 
 _BROKEN = object()  # a context that could not be built (logged once)
@@ -228,7 +239,9 @@ class TLSCertificates:
     ``default`` is the certificate served when no name matches.
     """
 
-    def __init__(self, config: TLSConfiguration | None) -> None:
+    def __init__(self, config: TLSConfiguration | None, *, ticket_key: bytes | None = None) -> None:
+        """``ticket_key``: the session-ticket key every context of this snapshot gets
+        (:mod:`edge.tls.tickets`); None: each its own, OpenSSL's default."""
         self.config = config
         self.stamps = file_stamps(config)  # before reading: a file changed meanwhile is read again next time
         config = config or TLSConfiguration()
@@ -285,6 +298,8 @@ class TLSCertificates:
                 self._options_errors[name] = exc
                 log.error("TLS options left out: %s", exc)
                 continue
+            if ticket_key is not None:
+                configured = dataclasses.replace(configured, ticket_key=configured.ticket_key_from(ticket_key, name))
             https = self._options[name] = _for_https(name, configured)
             if https is not configured:
                 self._tcp_options[name] = configured

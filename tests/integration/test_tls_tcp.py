@@ -1186,6 +1186,132 @@ def test_sessions_resume_across_a_route_change_that_leaves_tls_alone(tmp_path, c
         e.stop()
 
 
+def test_sessions_resume_across_a_change_of_the_tls_section(tmp_path, pki, certs, whoami):
+    # A certificate added for another name makes a new snapshot, with new contexts; the
+    # session-ticket key is the process's (edge.tls.tickets), so a.test's session resumes.
+    e = Edge(tmp_path, tls_dynamic(whoami, certs["files"]["a.test"]))
+    try:
+        ctx = ssl._create_unverified_context()
+        got = resumed_get(e.port, "a.test", ctx=ctx)
+        assert got.answer.startswith(b"HTTP/1.1 200") and not got.reused
+        other = pki.issue("other.test").write(tmp_path, "other")
+        dynamic = tls_dynamic(whoami, certs["files"]["a.test"])
+        dynamic["tls"]["certificates"].append(pair(other))
+        change(e, dynamic)
+        assert peer_fingerprint(e.port, "other.test", certs["ca"]) != peer_fingerprint(e.port, "a.test", certs["ca"])
+        got = resumed_get(e.port, "a.test", got.session, ctx)
+        assert got.reused and got.answer.startswith(b"HTTP/1.1 200")
+    finally:
+        e.stop()
+
+
+def keepalive_resumed(port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext) -> tuple[ssl.SSLSocket, bool]:
+    """A TLS connection offering ``session``, one keep-alive GET answered on it; (the open
+    connection, whether it resumed)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    tls = ctx.wrap_socket(sock, server_hostname=server_name, session=session)
+    tls.sendall(f"GET / HTTP/1.1\r\nHost: {server_name}\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        chunk = tls.recv(65536)
+        assert chunk, body
+        body += chunk
+    return tls, tls.session_reused
+
+
+def test_sessions_resume_on_every_worker(tmp_path, certs, whoami):
+    # workers: 2 share the port by SO_REUSEPORT: a client's next connection lands on
+    # either. Every worker's contexts have the supervisor's ticket key, so a ticket one
+    # issued resumes on the other (nginx's workers share their keys the same way).
+    from tests.integration.test_workers import owners, wait_workers
+
+    e = Edge(tmp_path, tls_dynamic(whoami, certs["files"]["a.test"]), static_extra={"workers": 2})
+    opened: list[ssl.SSLSocket] = []
+    try:
+        pids = wait_workers(e)
+        ctx = ssl._create_unverified_context()
+        session = resumed_get(e.port, "a.test", ctx=ctx).session
+        resumed = []
+        for _ in range(24):  # held open, so /proc shows which worker took each
+            tls, reused = keepalive_resumed(e.port, "a.test", session, ctx)
+            opened.append(tls)
+            resumed.append(reused)
+        counts = owners(pids, e.port)
+        assert sum(counts.values()) == 24 and all(n > 0 for n in counts.values()), counts
+        assert all(resumed), resumed
+    finally:
+        for tls in opened:
+            tls.close()
+        assert e.stop() == 0
+
+
+def mtls_dynamic(whoami, certs: dict, *, default_auth: bool = False) -> dict:
+    """echo.test under the default options (``default_auth``: they require a client
+    certificate too), a.test under options ``mtls``, which require one."""
+    auth = {"clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}}
+    options: dict = {"mtls": auth}
+    if default_auth:
+        options["default"] = auth
+    return {
+        "http": {
+            "routers": {
+                "mtls": {"rule": "Host(`a.test`)", "service": "who", "tls": {"options": "mtls"}},
+                "open": {"rule": "Host(`echo.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {"certificates": certificates(certs, "a.test", "echo.test"), "options": options},
+    }
+
+
+def refused_or_fresh(port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext) -> str:
+    """Offer ``session`` to ``server_name`` without a client certificate: 'resumed' (and
+    served: the bypass), 'refused' (no certificate, so the handshake or first read
+    fails), or 'answered' (a full handshake served without a certificate)."""
+    try:
+        got = resumed_get(port, server_name, session, ctx)
+    except (ssl.SSLError, ConnectionError, OSError):
+        return "refused"
+    if got.reused:
+        return "resumed"
+    return "answered" if got.answer.startswith(b"HTTP/1.1 2") else "refused"
+
+
+def test_a_session_from_an_open_name_does_not_resume_where_a_client_certificate_is_required(tmp_path, certs, whoami):
+    # One ticket key for every context would let a client shake hands for the open
+    # name, then resume that session for the mTLS name with no certificate: a
+    # resumption skips the certificate request. Each options entry has its own key.
+    e = Edge(tmp_path, mtls_dynamic(whoami, certs))
+    try:
+        ctx = ssl._create_unverified_context()
+        got = resumed_get(e.port, "echo.test", ctx=ctx)
+        assert got.answer.startswith(b"HTTP/1.1 200")
+        assert resumed_get(e.port, "echo.test", got.session, ctx).reused  # tickets work
+        assert refused_or_fresh(e.port, "a.test", got.session, ctx) == "refused"
+        # The same options, another certificate: resumes (as the selecting context does).
+        assert resumed_get(e.port, "echo.test", got.session, ctx).reused
+    finally:
+        e.stop()
+
+
+def test_a_session_does_not_resume_after_its_options_start_requiring_a_client_certificate(tmp_path, certs, whoami):
+    e = Edge(tmp_path, mtls_dynamic(whoami, certs))
+    try:
+        ctx = ssl._create_unverified_context()
+        session = resumed_get(e.port, "echo.test", ctx=ctx).session
+        change(e, mtls_dynamic(whoami, certs, default_auth=True))  # default now requires one
+        assert refused_or_fresh(e.port, "echo.test", session, ctx) == "refused"
+    finally:
+        e.stop()
+
+
 def test_certificate_file_rewritten_in_place_is_read_at_the_next_change(tmp_path, pki, certs, whoami):
     # The same tls section naming the same paths, but the files hold a renewed
     # certificate (cert-manager, a Secret volume): the next change reads them.
