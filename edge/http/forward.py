@@ -12,7 +12,10 @@ Pure functions over parsed heads, no I/O. The invariants they keep:
   origin-form ``HTTP/1.1``, whatever form the client used.
 - ``X-Forwarded-For/-Proto/-Host/-Port`` and ``X-Real-Ip`` are edge's own unless the
   client is trusted (``forwardedHeaders.trustedIPs`` or ``insecure``): from an
-  untrusted client any such header is dropped and replaced.
+  untrusted client any such header is dropped and replaced. The other X- headers
+  a Traefik-style proxy manages (``headers.FORWARDED_KEPT``: -Server, -Uri,
+  -Method, -Tls-Client-Cert, ..., and every spelling with ``_`` for ``-``) are
+  dropped from an untrusted client and kept as they came from a trusted one.
 - Error bodies name nothing internal: a status line, a fixed short text.
 """
 
@@ -22,12 +25,12 @@ import re
 from http import HTTPStatus
 
 from edge.http.codec import Header, QuickResponseHead, RequestHead, ResponseHead
-from edge.http.headers import FORWARDED, HOP_BY_HOP, connection_line
+from edge.http.headers import FORWARDED, FORWARDED_KEPT, HOP_BY_HOP, connection_line
 from edge.rules import split_authority
 
 # Never copied as they are: edge writes its own (from a trusted client, it
 # carries the received X-Forwarded-* values over into its own).
-DROP = HOP_BY_HOP | FORWARDED | {b"host"}
+DROP = HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {b"host"}
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
@@ -155,6 +158,8 @@ def request_head(
                     xfhost = value
                 elif lname == b"x-forwarded-port":
                     xfport = value
+                elif lname in FORWARDED_KEPT and lname not in extra_names:
+                    out += (name, b": ", value, b"\r\n")  # a Connection token does not drop it
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:

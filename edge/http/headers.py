@@ -82,7 +82,37 @@ FORWARDED = frozenset(
         b"x-real-ip",
     }
 )
-_FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED, _HOP) | {
+
+
+def _spellings(name: bytes) -> list[bytes]:
+    """``name`` with each ``-`` also spelt ``_``: one header to CGI, WSGI and PHP,
+    which map both to ``HTTP_X_FORWARDED_FOR``."""
+    first, sep, rest = name.partition(b"-")
+    if not sep:
+        return [name]
+    return [first + s + tail for s in (b"-", b"_") for tail in _spellings(rest)]
+
+
+# The other X- headers a Traefik-style proxy manages (its forwardedheaders
+# middleware): an untrusted client's are dropped as FORWARDED's are, in any
+# spelling with underscores; a trusted client's go on as they came. Edge writes
+# none of them, so a backend trusting them (a client certificate, the original
+# URI or method) must not get a client's own.
+FORWARDED_KEPT = frozenset(
+    spelling
+    for name in (
+        *FORWARDED,
+        b"x-forwarded-server",
+        b"x-forwarded-uri",
+        b"x-forwarded-method",
+        b"x-forwarded-scheme",
+        b"x-forwarded-tls-client-cert",
+        b"x-forwarded-tls-client-cert-info",
+        b"x-scheme",
+    )
+    for spelling in _spellings(name)
+) - FORWARDED
+_FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED | FORWARDED_KEPT, _HOP) | {
     b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING,
     b"host": _HOST,

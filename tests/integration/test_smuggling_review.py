@@ -112,14 +112,14 @@ def backend():
     b.stop()
 
 
-def edge_for(tmp_path, parser, backend, **service) -> Edge:
+def edge_for(tmp_path, parser, backend, entrypoint: dict | None = None) -> Edge:
     dyn = {
         "http": {
             "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
-            "services": {"app": lb(backend.url, **service)},
+            "services": {"app": lb(backend.url)},
         }
     }
-    return Edge(tmp_path, dyn, parser=parser)
+    return Edge(tmp_path, dyn, parser=parser, entrypoints={"web": {"address": "127.0.0.1:0", **(entrypoint or {})}})
 
 
 def exchange(port: int, data: bytes) -> bytes:
@@ -213,5 +213,48 @@ def test_host_the_router_was_not_chosen_by_is_refused(tmp_path, parser, backend)
         time.sleep(0.3)
         assert [r.header(b"host") for r in backend.requests] == [[good[0]], *([h] for h in good)]
         assert backend.requests[2].header(b"x-forwarded-port") == [b"8080"]
+    finally:
+        e.stop()
+
+
+# X- headers a Traefik-style proxy manages that edge does not write, and
+# underscore spellings (CGI, WSGI and PHP read X_Forwarded_For as X-Forwarded-For).
+SPOOFED = [
+    (b"X-Forwarded-Server", b"evil"),
+    (b"X-Forwarded-Uri", b"/admin"),
+    (b"X-Forwarded-Method", b"DELETE"),
+    (b"X-Forwarded-Tls-Client-Cert", b"MIIBforged"),
+    (b"X-Forwarded-Tls-Client-Cert-Info", b"Subject%3D%22CN%3Dadmin%22"),
+    (b"X-Forwarded-Scheme", b"https"),
+    (b"X-Scheme", b"https"),
+    (b"X_Forwarded_For", b"10.0.0.1"),
+    (b"x_real_ip", b"10.0.0.1"),
+    (b"X-Forwarded_Proto", b"https"),
+    (b"X_Forwarded-Tls-Client-Cert", b"MIIBforged"),
+]
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
+def test_forwarded_headers_a_client_may_not_set(tmp_path, parser, backend, trusted):
+    """From an untrusted client, edge dropped only the X-Forwarded-For/-Proto/-Host/
+    -Port/-Prefix and X-Real-Ip it writes itself; X-Forwarded-Server, -Uri, -Method,
+    -Tls-Client-Cert(-Info), -Scheme, X-Scheme and any spelling with underscores went
+    through, as the client wrote them, to a backend that may take them for a proxy's
+    (Traefik's forwardedheaders drops them all). A trusted client's go on unchanged,
+    a Connection token naming one included, as in Traefik."""
+    e = edge_for(tmp_path, parser, backend, {"forwardedHeaders": {"insecure": True}} if trusted else None)
+    lines = b"".join(name + b": " + value + b"\r\n" for name, value in SPOOFED)
+    try:
+        for connection in (b"", b"Connection: keep-alive, X-Forwarded-Server\r\n"):
+            answer = exchange(e.port, b"GET /f HTTP/1.1\r\nHost: app.example\r\n" + connection + lines + b"\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+        time.sleep(0.3)
+        assert len(backend.requests) == 2
+        for received in backend.requests:
+            kept = [(n, v) for n, v in received.headers if n in {m.lower() for m, _ in SPOOFED}]
+            assert kept == ([(n.lower(), v) for n, v in SPOOFED] if trusted else [])
+            assert received.header(b"x-forwarded-for") == [b"127.0.0.1"]
+            assert received.header(b"x-real-ip") == [b"127.0.0.1"]
+            assert received.header(b"x-forwarded-proto") == [b"http"]
     finally:
         e.stop()

@@ -264,6 +264,11 @@ REQUESTS = [
     ("quick-space-after-target", b"GET /a  HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-space-in-target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-forwarded", b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", BIG),
+    # X- headers a Traefik-style proxy manages, in any spelling with underscores:
+    # never passed through as they came (headers.FORWARDED_KEPT).
+    ("quick-forwarded-kept", b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Server: b\r\n\r\n" + GET, BIG),
+    ("quick-forwarded-underscore", b"GET / HTTP/1.1\r\nHost: a\r\nx_FORWARDED-for: 1.2.3.4\r\n\r\n" + GET, BIG),
+    ("quick-varied-forwarded-underscore", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nX_Forwarded_For: 1.2.3.4") + varied_request(b"4\r\nX-Forwarded-Tls-Client-Cert: x"), BIG),
     ("quick-head-method", b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n" + GET, BIG),
     ("quick-unknown-method", b"FETCH / HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-http11-lowercase", b"GET / http/1.1\r\nHost: a\r\n\r\n", BIG),
