@@ -257,3 +257,69 @@ def test_watches_that_answer_an_error_event_back_off(emu, make_client):
     emu.watch_error = None
     emu.create(o.ingress("late"))
     assert wait_until(lambda: c.get("Ingress", "default", "late") is not None, timeout=5)
+
+
+def test_a_line_cut_by_a_reset_is_read_again_whole(emu, make_client):
+    """A watch connection reset in the middle of an event's JSON line: the half line is
+    not applied, the reflector resumes from the last whole event without a LIST, and
+    the cut event and the ones after it arrive once each (passes before: pinned)."""
+    rec = KC.Recorder()
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)],
+        timing=Timing(backoff_base=0.05, backoff_cap=0.2),
+        on_change=rec,
+    )
+    assert c.wait_synced(5) and emu.wait_watches(1)
+    emu.create(o.ingress("before"))
+    assert wait_until(lambda: c.get("Ingress", "default", "before") is not None)
+    rv = c.resource_versions()["Ingress in all namespaces"]
+    start, t0 = len(rec.since(0)), time.monotonic()
+    assert emu.tear_watches() == 1
+    emu.create(o.ingress("cut"))
+    emu.create(o.ingress("after"))
+    assert wait_until(lambda: c.get("Ingress", "default", "after") is not None)
+    assert set(c.objects("Ingress")) == {("default", n) for n in ("before", "cut", "after")}
+    again = [r for r in emu.requests if r.at >= t0 and r.path == ING_PATH]
+    assert [r.query.get("watch") for r in again] == ["true"]
+    assert again[0].query["resourceVersion"] == rv
+    keys = [k for ch in rec.since(start) for k in ch.keys]
+    assert sorted(keys) == [("default", "after"), ("default", "cut")]
+
+
+# --- Ingress status: one Ingress that cannot be written does not stop the others -------------
+
+
+def test_an_ingress_whose_status_is_refused_does_not_block_the_others(whoami):
+    """The status writer stopped its pass at the first failure, so one Ingress the API
+    server refuses (an admission policy on its namespace: 403 every time) kept every
+    Ingress sorted after it without status for good. Now a refusal is retried with
+    backoff and the rest are written; a run of failures (the API server gone) still
+    ends the pass."""
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as emu:
+        emu.authorizer = lambda a: not (a.verb == "patch" and a.namespace == "aaa")
+        emu.create(o.ingress_class("edge"))
+        KP.backend_service(emu, "app", whoami)
+        refused = KP.ingress("refused", [("r.test", "/", "Prefix", "app")])
+        refused["metadata"]["namespace"] = "aaa"  # sorted before default/app
+        emu.create(refused)
+        emu.create(o.service("app", "aaa"))
+        emu.create(dict(KP.slice_for("app", whoami), metadata={
+            "name": "app-1", "namespace": "aaa",
+            "labels": {"kubernetes.io/service-name": "app"}}))  # fmt: skip
+        emu.create(KP.ingress("app", [("a.test", "/", "Prefix", "app")]))
+        static = KP.static_config(emu, ingressEndpoint={"ip": "192.0.2.7"})
+        edge = KP.InProcessEdge(static, tweak=KP.fast()).start()
+        try:
+            assert KP.until(lambda: edge.ready() == 200, 10.0)
+
+            def lb() -> list:
+                ing = emu.get("Ingress", "default", "app") or {}
+                return ing.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+
+            assert KP.until(lambda: lb() == [{"ip": "192.0.2.7"}])
+            t0 = time.monotonic()
+            time.sleep(2.0)
+            path = "/apis/networking.k8s.io/v1/namespaces/aaa/ingresses/refused/status"
+            assert 1 <= emu.count(path, since=t0, method="PATCH") <= 3  # backing off
+        finally:
+            edge.stop()

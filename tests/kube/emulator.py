@@ -5,7 +5,7 @@ HTTP/1.1 on 127.0.0.1 (port 0) the way the API server does, so the official
 ``kubernetes`` client and edge's reflector talk to it unchanged: LIST with paging
 and selectors, chunked WATCH streams, object reads and writes, the status
 subresource. Tests write objects in-process (``create``, ``update``, ``patch``,
-``delete``) and turn fault knobs (``drop_watches``, ``stall_watches``,
+``delete``) and turn fault knobs (``drop_watches``, ``tear_watches``, ``stall_watches``,
 ``fail_for``, ``latency``, ``compact``, ``watch_limit``, ``watch_error``); every
 request is recorded (``count``), and with an ``authorizer`` set each is checked as
 RBAC would (``Access``: verb, group, resource, namespace), a refusal answered 403
@@ -272,6 +272,7 @@ class _Watch:
     stalled: bool = False
     dropped: bool = False
     bookmark_now: bool = False
+    torn: bool = False  # the next event goes out cut in half, then the connection drops
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -552,6 +553,14 @@ class Emulator:
         for w in watches:
             _shutdown(w.sock)
         return len(watches)
+
+    def tear_watches(self) -> int:
+        """Open watches send their next event cut in half (a partial JSON line, as a reset
+        mid-write leaves it) and then drop the connection; returns how many."""
+        with self._cond:
+            for w in self._watches:
+                w.torn = True
+            return len(self._watches)
 
     def stall_watches(self) -> int:
         """Open watches stop sending anything (events, bookmarks) but stay open.
@@ -878,6 +887,10 @@ class Emulator:
                     self._watches.discard(w)
                     self._cond.notify_all()
                 h.write_chunks(lines, last=True)
+                return
+            if lines and w.torn:  # a reset in the middle of a line: half of it, no end
+                h.write_chunks([lines[0][: len(lines[0]) // 2]])
+                h.abort()
                 return
             if lines:
                 h.write_chunks(lines)

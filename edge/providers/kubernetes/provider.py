@@ -13,8 +13,9 @@ Owns the provider's threads and what flows between them:
   appears; its disappearance at INFO), and hands a configuration that differs from the
   last one to the event loop with ``loop.call_soon_threadsafe``;
 - the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
-  serves when the address set differs from what the Ingress holds, stopping a pass at
-  the first failure and retrying it with backoff.
+  serves when the address set differs from what the Ingress holds, retrying failures
+  with backoff; an Ingress that failed is tried after the others (one the API server
+  refuses never holds them back) and a few failures in a row end a pass.
 
 Invariants:
 
@@ -117,6 +118,7 @@ POD_NAME_ENV = "POD_NAME"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 WAIT_LOG_INTERVAL = 10.0  # seconds between "still waiting for the first sync" lines
 STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
+STATUS_FAILURE_RUN = 3  # status writes failing in a row that end a pass
 
 Key = tuple[str, str]
 Address = tuple[str, str]
@@ -645,6 +647,7 @@ class KubernetesIngressProvider:
         backoff = Backoff(base, cap)
         retry_at: float | None = None
         written: dict[Key, tuple[tuple[Address, ...], str]] = {}  # key -> (addresses, rv)
+        failing: set[Key] = set()  # Ingresses whose last write failed: tried last
         why_logged = ""
         while True:
             with self._status_cond:
@@ -665,7 +668,7 @@ class KubernetesIngressProvider:
                     why_logged = why
                 continue
             why_logged = ""
-            failed = self._write_statuses(sorted(selected), wanted, written)
+            failed = self._write_statuses(sorted(selected), wanted, written, failing)
             if failed:
                 delay = backoff.next()
                 retry_at = time.monotonic() + delay
@@ -678,30 +681,47 @@ class KubernetesIngressProvider:
         keys: list[Key],
         wanted: list[Address],
         written: dict[Key, tuple[tuple[Address, ...], str]],
+        failing: set[Key],
     ) -> str:
-        """Write where needed; stop at the first failure and return what failed ("" if none)."""
+        """Write where needed; return what failed ("" if none).
+
+        An Ingress that fails (refused by an admission policy, gone meanwhile) is noted
+        in ``failing`` and tried after the others from then on, so it never keeps them
+        waiting; :data:`STATUS_FAILURE_RUN` failures in a row end the pass (the API
+        server is the trouble, not one Ingress)."""
         client = self.client
         assert client is not None
         want = set(wanted)
         entries = [{kind: value} for kind, value in wanted]
-        for key in keys:
+        failed: list[str] = []
+        run = 0
+        for key in sorted(keys, key=lambda k: k in failing):  # stable: sorted otherwise
             if self._stopping:
                 return ""
             ing = client.get("Ingress", *key)
             if ing is None:
+                failing.discard(key)
                 continue
             rv = ing.metadata.resource_version
             if _status_of(ing) == want:
                 written.pop(key, None)
+                failing.discard(key)
                 continue
             if written.get(key) == (tuple(wanted), rv):
                 continue  # written against this version; its event has not come back yet
             if not client.patch_ingress_status(key[0], key[1], entries):
-                return f"writing Ingress {key[0]}/{key[1]} failed"
+                failing.add(key)
+                failed.append(f"{key[0]}/{key[1]}")
+                run += 1
+                if run >= STATUS_FAILURE_RUN:
+                    break
+                continue
+            run = 0
+            failing.discard(key)
             written[key] = (tuple(wanted), rv)
             self.status_writes += 1
             log.debug("kubernetes: status of Ingress %s/%s: %s", key[0], key[1], wanted)
-        return ""
+        return f"writing Ingress {', '.join(failed)} failed" if failed else ""
 
 
 # --- edge check -------------------------------------------------------------------------
