@@ -7,6 +7,7 @@ What was tried and held is listed in the issue's closing note, not here.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import http.client
 import socket
@@ -16,11 +17,13 @@ import time
 from pathlib import Path
 
 import yaml
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from edge.providers.kubernetes.client import (
     INGRESSES,
     Timing,
     WatchSpec,
+    load_api_config,
 )
 from tests.fixtures.tls.pki import PKI, Pair
 from tests.integration import test_kube_client as KC
@@ -323,3 +326,41 @@ def test_an_ingress_whose_status_is_refused_does_not_block_the_others(whoami):
             assert 1 <= emu.count(path, since=t0, method="PATCH") <= 3  # backing off
         finally:
             edge.stop()
+
+
+# --- credentials: a rotated service account token ---------------------------------------------
+
+
+def test_a_rotated_service_account_token_is_read_again(emu, make_client, tmp_path, monkeypatch):
+    """In a pod the kubelet rotates the projected token; an API server that stops taking
+    the old one (401) is answered with the new one once the loader reads the file again
+    (every minute; 0.2 s here), and the reflectors resume without a LIST (passes before:
+    pinned, through edge's copy of the configuration and its endpoint override)."""
+    orig = InClusterConfigLoader.__init__
+
+    def short(self, *args, **kwargs):  # the loader's refresh period, 1 minute, shortened
+        orig(self, *args, **kwargs)
+        self._token_refresh_period = datetime.timedelta(seconds=0.2)
+
+    monkeypatch.setattr(InClusterConfigLoader, "__init__", short)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(emu.token)
+    (sa / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    cfg = load_api_config(endpoint=emu.url, service_account_dir=str(sa))
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)], timing=Timing(backoff_base=0.1, backoff_cap=0.5), cfg=cfg
+    )
+    assert c.wait_synced(5) and emu.wait_watches(1)
+    t0 = time.monotonic()
+    (sa / "token").write_text("rotated")
+    emu.token = "rotated"  # the old token is refused from now on
+    emu.drop_watches()
+    emu.create(o.ingress("after"))
+    assert wait_until(lambda: c.get("Ingress", "default", "after") is not None, timeout=5)
+    seen = [r.authorization for r in emu.requests if r.at >= t0]
+    assert seen[-1].lower() == "bearer rotated"
+    assert emu.count(ING_PATH, since=t0, watch=False) == 0
