@@ -10,21 +10,28 @@ import base64
 import datetime
 import hashlib
 import http.client
+import json
 import socket
 import ssl
 import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
+from edge.config.merge import merge
+from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
     INGRESSES,
     Timing,
     WatchSpec,
     load_api_config,
 )
+from edge.providers.kubernetes.ingress import IngressOptions, convert
+from edge.providers.kubernetes.objects import ClusterState
+from edge.tls.certs import TLSCertificates
 from tests.fixtures.tls.pki import PKI, Pair
 from tests.integration import test_kube_client as KC
 from tests.integration import test_kube_provider as KP
@@ -364,3 +371,38 @@ def test_a_rotated_service_account_token_is_read_again(emu, make_client, tmp_pat
     seen = [r.authorization for r in emu.requests if r.at >= t0]
     assert seen[-1].lower() == "bearer rotated"
     assert emu.count(ING_PATH, since=t0, watch=False) == 0
+
+
+# --- open: certificates are indexed by their names, whichever namespace holds them ----------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 10 review): Ingress hosts have no owner across namespaces, and a "
+    "Secret's certificate serves every name in it (the first certificate wins a name, "
+    "namespaces in order), so a namespace sorted first takes another's host's handshakes "
+    "with a certificate naming it; declaring the host in its own tls.hosts would do the "
+    "same, so refusing undeclared names alone does not close it: it needs a host "
+    "ownership policy. As in Traefik",
+)
+def test_a_certificate_in_another_namespace_does_not_take_a_declared_host():
+    pki = PKI()
+    bank, squat = pki.issue("bank.test"), PKI("squatter CA").issue("aaa.test", "bank.test")
+    docs = [o.ingress_class("edge")]
+    for ns, host, pair in (("aaa", "aaa.test", squat), ("bank", "bank.test", bank)):
+        docs.append(_tls_secret("site", ns, pair))
+        docs.append(o.service("app", ns))
+        docs.append(dict(o.endpoint_slice("app-1", ns, service_name="app"), kind="EndpointSlice"))
+        ing = KP.ingress("site", [(host, "/", "Prefix", "app")])
+        ing["metadata"]["namespace"] = ns
+        ing["spec"]["tls"] = [{"hosts": [host], "secretName": "site"}]
+        ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"] = {"name": "http"}
+        docs.append(ing)
+    state = ClusterState.from_objects(
+        [objects.decode(d["kind"], json.dumps(d).encode()) for d in docs]
+    )
+    result = convert(state, IngressOptions(ingress_class=""))
+    assert result.problems == [] and len(result.selected) == 2
+    certs = TLSCertificates(merge({"kubernetes": result.configuration}).tls)
+    served = certs.certificate_for("bank.test")
+    assert served is not None and served.fingerprint == bank.fingerprint
