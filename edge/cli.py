@@ -24,9 +24,9 @@ log = logging.getLogger("edge")
 
 
 def _uvloop_run(coro):
-    import uvloop
+    from edge.eventloop import run
 
-    return uvloop.run(coro)
+    return run(coro)
 
 
 def load_static(path: str, notices: list | None = None):

@@ -1,0 +1,77 @@
+"""The event loop edge runs on: uvloop, imported so that its transport table costs no
+Python call per connection.
+
+uvloop files every transport it makes under its file descriptor (``Loop._transports``),
+and reads that table only to refuse ``add_reader``/``add_writer`` on a descriptor a live
+transport owns. The table is a ``weakref.WeakValueDictionary``, whose ``__setitem__`` is
+Python code: each new connection costs three to four Python calls in ``weakref.py``
+(``__setitem__``, ``KeyedRef.__new__`` and ``__init__``, and, for about a third of the
+entries, the removal callback when a transport dies before its descriptor is reused).
+That was 6,231 of the 62,425 instructions of a proxied request on a new connection
+(callgrind, ``loadtest/bench_hotpath.py --live edge --new-connection``), and it is as
+much of every TLS handshake's Python.
+
+uvloop binds the class when its extension module is imported (a module global of
+Cython's), so :func:`import_uvloop` imports it with ``weakref.WeakValueDictionary`` set to
+:class:`TransportTable` for that one import, a plain dict, set and read in C. Every
+module uvloop imports is imported first, so nothing else can bind the stand-in; the
+real class is back before the import returns.
+
+The trade: the table holds each transport strongly until a new transport takes its
+descriptor, instead of weakly. Descriptors are reused lowest first, so it holds at most
+as many transports as were ever open at once; a closed transport has dropped its
+protocol and server (uvloop's ``_call_connection_lost``), so each holds its own object,
+a few hundred bytes. Where uvloop was imported before (a test's loop), its table stays
+as it was; only the cost differs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import weakref
+from collections.abc import Coroutine
+from types import ModuleType
+from typing import Any
+
+__all__ = ["TransportTable", "import_uvloop", "run"]
+
+# What uvloop's extension module imports (uvloop/includes/stdlib.pxi, and the package's
+# __init__): all in sys.modules before the stand-in is set, so none of them can create
+# a module-level WeakValueDictionary that is not one (logging's _handlers is one).
+UVLOOP_IMPORTS = (
+    "asyncio", "asyncio.log", "asyncio.base_events", "asyncio.sslproto", "asyncio.coroutines",
+    "asyncio.futures", "asyncio.transports", "collections", "collections.abc",
+    "concurrent.futures", "errno", "functools", "gc", "inspect", "itertools", "logging", "os",
+    "signal", "socket", "ssl", "stat", "subprocess", "sys", "threading", "time", "traceback",
+    "typing", "warnings", "weakref",
+)  # fmt: skip
+
+
+class TransportTable(dict):
+    """uvloop's descriptor -> transport table, stored strongly (see the module doc)."""
+
+    __slots__ = ()
+
+
+def import_uvloop() -> ModuleType:
+    """uvloop, with :class:`TransportTable` as its transport table where this is the
+    process's first import of it."""
+    if "uvloop.loop" in sys.modules:
+        import uvloop
+
+        return uvloop
+    for name in UVLOOP_IMPORTS:
+        importlib.import_module(name)
+    original = weakref.WeakValueDictionary
+    weakref.WeakValueDictionary = TransportTable  # type: ignore[misc]
+    try:
+        import uvloop
+    finally:
+        weakref.WeakValueDictionary = original  # type: ignore[misc]
+    return uvloop
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``uvloop.run(coro)`` on :func:`import_uvloop`'s uvloop."""
+    return import_uvloop().run(coro)
