@@ -138,6 +138,57 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
     assert unused == set()
 
 
+def test_rbac_with_secrets_read_per_namespace_as_the_manifest_suggests(whoami):
+    """k8s/rbac.yaml's advice, followed: the provider limited to a namespace and Secrets
+    read through a Role there, not the ClusterRole. edge asks nothing of Secrets
+    cluster-wide and serves that namespace's HTTPS route with its Secret."""
+    docs = [d for d in yaml.safe_load_all((K8S / "rbac.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "ClusterRole":
+            for rule in d["rules"]:
+                rule["resources"] = [r for r in rule["resources"] if r != "secrets"]
+    role = {"kind": "Role", "metadata": {"name": "edge-secrets", "namespace": "apps"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                       "verbs": ["get", "list", "watch"]}]}  # fmt: skip
+    binding = {"kind": "RoleBinding", "metadata": {"name": "edge", "namespace": "apps"},
+               "roleRef": {"kind": "Role", "name": "edge-secrets"},
+               "subjects": [{"kind": "ServiceAccount", "name": "edge",
+                             "namespace": "edge-system"}]}  # fmt: skip
+    policy = Policy([*docs, role, binding], "edge-system", "edge")
+    assert not policy.allows(Access("list", "", "secrets", None))
+    refused: list[Access] = []
+
+    def authorize(access: Access) -> bool:
+        if not policy.allows(access):
+            refused.append(access)
+            return False
+        return True
+
+    pki = PKI()
+    pair = pki.issue("s.test")
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as emu:
+        emu.authorizer = authorize
+        emu.create(o.ingress_class("edge"))
+        emu.create(o.service("app", "apps"))
+        emu.create(dict(KP.slice_for("app", whoami), metadata={
+            "name": "app-1", "namespace": "apps",
+            "labels": {"kubernetes.io/service-name": "app"}}))  # fmt: skip
+        emu.create(_tls_secret("site", "apps", pair))
+        ing = KP.ingress("site", [("s.test", "/", "Prefix", "app")],
+                         tls=[{"hosts": ["s.test"], "secretName": "site"}])  # fmt: skip
+        ing["metadata"]["namespace"] = "apps"
+        emu.create(ing)
+        static = KP.static_config(emu, ingressClass="edge", namespaces=["apps"])
+        edge = KP.InProcessEdge(static, tweak=KP.fast()).start()
+        try:
+            assert KP.until(lambda: edge.ready() == 200, 10.0), refused
+            port, ca = edge.port(), pki.cert_pem
+            assert KP.until(lambda: _https(port, "s.test", ca) == (pair.fingerprint, 200))
+        finally:
+            edge.stop()
+    assert refused == []
+
+
 # --- FQDN EndpointSlices are ExternalNames ---------------------------------------------------
 
 
