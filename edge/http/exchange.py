@@ -359,10 +359,19 @@ class Exchange:
     # -- UpstreamOwner: events from the upstream connection -----------------------------
 
     def hold_writes(self) -> None:
-        self.conn.out = []
+        conn = self.conn
+        conn.out = []
+        # ...and what they write upstream: a pipelined request taken up once this
+        # response ends may be given this very connection, which the parse's end
+        # aborts if more than the response came (edge.http.upstream); written at
+        # once, the request would reach the server there and again on the new
+        # connection its loss makes it retried on.
+        conn.up_out = []
 
     def release_writes(self) -> None:
-        self.conn.flush_batch()
+        conn = self.conn
+        conn.flush_batch()
+        conn.flush_upstream()
 
     def pause_sending(self) -> None:
         self.conn.pause_reading(self.conn.PAUSE_UPSTREAM)

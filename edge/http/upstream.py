@@ -47,10 +47,11 @@ class UpstreamOwner(Protocol):
         Called inside ``hold_writes``: what that read wrote to the client is to be dropped."""
 
     def hold_writes(self) -> None:
-        """What the events of one read write to the client is batched..."""
+        """What the events of one read write to the client (and upstream) is batched..."""
 
     def release_writes(self) -> None:
-        """...and leaves in one write here."""
+        """...and leaves in one write here, after the read's checks (an upstream
+        connection aborted by them gets nothing)."""
 
     def pause_sending(self) -> None:
         """This connection's write buffer is full: stop sending it the request body."""
@@ -127,7 +128,11 @@ class UpstreamConnection(asyncio.Protocol):
             if self.owner is owner:
                 self.owner = None
             self.abort()
-            owner.upstream_failed(exc, self)
+            if not self.ended:
+                owner.upstream_failed(exc, self)
+            # else: what broke came after the response, in the same read: it answers
+            # nothing, as valid bytes there would not (below); that exchange is
+            # complete, and its client connection goes on.
         else:
             if self.ended and (self.stray or self.parser.held.lstrip(b"\r\n")):
                 self.abort()  # more than the response asked for: see the module's invariant

@@ -258,3 +258,92 @@ def test_forwarded_headers_a_client_may_not_set(tmp_path, parser, backend, trust
             assert received.header(b"x-forwarded-proto") == [b"http"]
     finally:
         e.stop()
+
+
+class StrayBackend:
+    """A broken HTTP/1.1 server: after each response it sends a second, forged one in
+    the same write, answering nothing. It records each request line it reads, with
+    the number of its connection; requests carry no body."""
+
+    FORGED = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.lines: list[tuple[int, bytes]] = []
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        n = 0
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            n += 1
+            t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(0.2)
+        buf = b""
+        deadline = time.monotonic() + 4 * TIMEOUT
+        with c:
+            while not self.stopped and time.monotonic() < deadline:
+                end = buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    self.lines.append((n, buf[: buf.find(b"\r\n")]))
+                    buf = buf[end + 4 :]
+                    try:
+                        c.sendall(self.response + self.FORGED)
+                    except OSError:
+                        return
+                    continue
+                try:
+                    data = c.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+
+    def stop(self) -> None:
+        self.stopped = True
+        for t in self.threads:
+            t.join(2)
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    "response",
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\nok"],
+    ids=["extra-response", "204-with-body"],
+)
+def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(tmp_path, parser, response):
+    """Bytes after a response in the same read answer nothing: the upstream connection
+    is aborted once that read is parsed (edge.http.upstream). But the response had
+    already put it back in the pool, and a pipelined request waiting on the client
+    connection was taken up at once, in the same parse, and written to it; the abort
+    then made edge send it again on a new connection: the backend got it twice
+    (a DELETE, a POST without a body). Each request must reach the backend once,
+    and no client sees the forged response."""
+    backend = StrayBackend(response)
+    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        pipelined = b"".join(b"DELETE /item/%d HTTP/1.1\r\nHost: app.example\r\n\r\n" % i for i in range(1, 4))
+        answer = exchange(e.port, pipelined)
+        time.sleep(0.3)
+        assert sorted(line for _, line in backend.lines) == [b"DELETE /item/%d HTTP/1.1" % i for i in range(1, 4)]
+        assert b"forged" not in answer
+        assert answer.count(response.split(b"\r\n")[0]) == 3, answer
+    finally:
+        e.stop()
+        backend.stop()
