@@ -21,6 +21,7 @@ session stays on one worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import resource
@@ -207,7 +208,11 @@ def enable_pktinfo(name: str, sock: socket.socket) -> bool:
             if IPV6_RECVPKTINFO is None:
                 raise OSError("IPV6_RECVPKTINFO is not available")
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVPKTINFO, 1)
-            # A dual-stack socket reports IPv4 destinations as IPv4-mapped IPV6_PKTINFO.
+            # A dual-stack socket reports IPv4 destinations as IPv4-mapped IPV6_PKTINFO;
+            # IP_PKTINFO adds the local address a broadcast reached (replies leave from it).
+            if IP_PKTINFO is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
         else:
             if IP_PKTINFO is None:
                 raise OSError("IP_PKTINFO is not available")

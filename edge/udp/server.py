@@ -27,7 +27,7 @@ Without recvmmsg, ``_readable`` / ``_read_batch`` read with the socket module.
 
 Why sockets and ``add_reader`` rather than asyncio datagram transports: a reply must
 leave from the address the client wrote to when the entry point listens on a wildcard
-address, which takes ``recvmsg`` / ``sendmsg`` with IP_PKTINFO / IPV6_PKTINFO, and
+address (from the local address it reached, for a broadcast), which takes ``recvmsg`` / ``sendmsg`` with IP_PKTINFO / IPV6_PKTINFO, and
 transports offer neither; a new session must open its upstream at once, inside the
 callback, and ``create_datagram_endpoint`` is a coroutine. One code path serves both
 kinds of listener; only the read and reply calls differ.
@@ -81,7 +81,10 @@ DRAIN_QUIET = 0.2  # drain ends once no session has seen a datagram for this lon
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8 if sys.platform.startswith("linux") else None)
 IPV6_RECVPKTINFO = getattr(socket, "IPV6_RECVPKTINFO", None)
 IPV6_PKTINFO = getattr(socket, "IPV6_PKTINFO", None)
-CMSG_SIZE = socket.CMSG_SPACE(20)  # room for one in6_pktinfo (in_pktinfo is smaller)
+# Room for an in6_pktinfo and an in_pktinfo: a dual-stack listener gets both for an IPv4
+# datagram (enable_pktinfo asks for both), an IPv4 one the second, an IPv6 one the first.
+CMSG_SIZE = socket.CMSG_SPACE(20) + socket.CMSG_SPACE(12)
+_MAPPED = bytes(10) + b"\xff\xff"  # the first 12 bytes of an IPv4-mapped IPv6 address
 
 # Errors on a connected upstream socket that mean "this server cannot be reached":
 # ICMP port unreachable (ECONNREFUSED), host or network unreachable.
@@ -96,22 +99,48 @@ def proxy_v2_header(client: tuple, local: tuple) -> bytes:
 
 def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list | None]:
     """From a datagram's IP_PKTINFO / IPV6_PKTINFO: the address the client wrote to,
-    and the ancillary data that makes a reply leave from it (None, None if absent)."""
+    and the ancillary data that makes a reply leave from the local address it reached
+    (None, None if absent; a reply of None: the kernel picks its source).
+
+    IPv4 (IP_PKTINFO, preferred where a dual-stack listener has both): replies leave from
+    ``ipi_spec_dst``, the local address the kernel gives the datagram: its destination
+    when that is one of this host's addresses, the receiving interface's address when it
+    was sent to a broadcast (or multicast) address, which no datagram may leave from
+    (sendmsg refuses it: EINVAL, ENETUNREACH). IPv6: the destination, unless multicast
+    (then the kernel picks); an IPv4-mapped one is a broadcast or multicast IPv4 address
+    only where IP_PKTINFO was not there to say more (the kernel picks then too).
+    """
+    v6 = None
     for level, kind, data in ancillary:
-        if level == socket.IPPROTO_IPV6 and kind == IPV6_PKTINFO and len(data) >= 20:
-            address = data[:16]
-            # The interface matters for a link-local address only; elsewhere routing picks it.
-            ifindex = data[16:20] if address[:2] == b"\xfe\x80" else b"\x00\x00\x00\x00"
-            local = (socket.inet_ntop(socket.AF_INET6, address), port)
-            return local, [(socket.IPPROTO_IPV6, IPV6_PKTINFO, address + ifindex)]
         if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
-            address = data[8:12]  # ipi_addr: the destination of the datagram
-            local = (socket.inet_ntop(socket.AF_INET, address), port)
-            # in_pktinfo to send: no interface, ipi_spec_dst = that address (the source).
-            return local, [
-                (socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + address + bytes(4))
-            ]
-    return None, None
+            # in_pktinfo: ipi_ifindex, ipi_spec_dst (the local address), ipi_addr (the destination)
+            local = (socket.inet_ntop(socket.AF_INET, data[8:12]), port)
+            # to send: no interface, ipi_spec_dst = the source
+            return local, [(socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + data[4:8] + bytes(4))]
+        if level == socket.IPPROTO_IPV6 and kind == IPV6_PKTINFO and len(data) >= 20:
+            v6 = data
+    if v6 is None:
+        return None, None
+    address = v6[:16]
+    local = (socket.inet_ntop(socket.AF_INET6, address), port)
+    if address[0] == 0xFF or (address[:12] == _MAPPED and address[12] >= 224):
+        return local, None  # multicast, or a mapped IPv4 multicast or 255.255.255.255: not a source
+    # The interface matters for a link-local address only; elsewhere routing picks it.
+    ifindex = v6[16:20] if address[:2] == b"\xfe\x80" else b"\x00\x00\x00\x00"
+    return local, [(socket.IPPROTO_IPV6, IPV6_PKTINFO, address + ifindex)]
+
+
+def reply_source(reply: list) -> str:
+    """The source address ``reply`` (from :func:`local_from_pktinfo`) sets, as text
+    (an IPv4-mapped one as IPv4)."""
+    level, _, data = reply[0]
+    if level == socket.IPPROTO_IP:
+        return socket.inet_ntop(socket.AF_INET, data[4:8])
+    return _unmapped(socket.inet_ntop(socket.AF_INET6, data[:16]))
+
+
+def _unmapped(ip: str) -> str:
+    return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
 
 
 def default_source(family: int, client: tuple) -> str | None:
@@ -124,7 +153,7 @@ def default_source(family: int, client: tuple) -> str | None:
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(client)
-            return probe.getsockname()[0]
+            return _unmapped(probe.getsockname()[0])
     except OSError:
         return None
 
@@ -482,7 +511,7 @@ class DatagramProxy:
         local, reply = None, None
         if ancillary is not None:
             local, reply = local_from_pktinfo(ancillary, self.port)
-            if reply is not None and local[0] == default_source(self.sock.family, client):
+            if reply is not None and reply_source(reply) == default_source(self.sock.family, client):
                 reply = None  # the kernel's own choice: a plain sendto says the same, for less
         session = Session(
             client, counters, timeout=self.timeout, local=local or self.local, reply=reply, key=key

@@ -496,3 +496,75 @@ def test_in_flight_counts_come_back_on_every_way_a_connection_ends(tmp_path):
             server.close()
 
     run(main)
+
+
+# -- UDP: a broadcast to a wildcard listener is answered ------------------------------------------------
+
+
+class Inbox(asyncio.DatagramProtocol):
+    """A client socket (unconnected): what comes back, with the address it came from."""
+
+    def __init__(self) -> None:
+        self.got: asyncio.Queue[tuple[bytes, tuple]] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.got.put_nowait((data, addr[:2]))
+
+
+def loopback_broadcast_arrives() -> bool:
+    """Whether this host delivers a datagram sent to 127.255.255.255 to a wildcard socket
+    (Linux's local table has that broadcast route on lo)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener, socket.socket(
+        socket.AF_INET, socket.SOCK_DGRAM
+    ) as sender:
+        listener.bind(("0.0.0.0", 0))
+        listener.settimeout(1)
+        sender.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        try:
+            sender.sendto(b"?", ("127.255.255.255", listener.getsockname()[1]))
+            return listener.recv(10) == b"?"
+        except OSError:
+            return False
+
+
+@pytest.mark.parametrize("address", [":0/udp", "0.0.0.0:0/udp"], ids=["dual-stack", "ipv4"])
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_broadcast_to_a_wildcard_listener_is_answered(monkeypatch, address, batch):
+    """A client broadcasting (a LAN discovery, a DHCP-like service) writes to
+    127.255.255.255: the reply leaves from the listener's address on the interface it
+    came in on (127.0.0.1). Before, edge made every reply leave from the broadcast
+    address, which the kernel refuses (ENETUNREACH, EINVAL): all were dropped. The
+    PROXY header still names the address written to."""
+    if not loopback_broadcast_arrives():
+        pytest.skip("no broadcast route on lo (127.255.255.255) on this host")
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess(address=address) as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(a.address, serversTransport="pp")},
+                        "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+                    }
+                }
+            )
+            transport, inbox = await asyncio.get_running_loop().create_datagram_endpoint(
+                Inbox, local_addr=("127.0.0.1", 0), allow_broadcast=True
+            )
+            try:
+                transport.sendto(b"who is there", ("127.255.255.255", edge.port))
+                data, source = await asyncio.wait_for(inbox.got.get(), 3)  # before: never
+                assert source == ("127.0.0.1", edge.port)
+                header = parse(a.seen[0][1])
+                assert not isinstance(header, Verdict)
+                assert header.destination == ("127.255.255.255", edge.port)  # where the client wrote
+                assert data == b"a|" + a.seen[0][1]
+                assert edge.counters().dropped == 0
+            finally:
+                transport.close()
+
+    run(main)

@@ -409,8 +409,8 @@ def test_pktinfo_ipv6_and_mapped():
 def test_pktinfo_ipv4():
     data = struct.pack("=I", 2) + socket.inet_aton("10.0.0.1") + socket.inet_aton("10.0.0.9")
     local, reply = local_from_pktinfo([(socket.IPPROTO_IP, IP_PKTINFO, data)], 53)
-    assert local == ("10.0.0.9", 53)
-    assert reply == [
-        (socket.IPPROTO_IP, IP_PKTINFO, bytes(4) + socket.inet_aton("10.0.0.9") + bytes(4))
+    assert local == ("10.0.0.9", 53)  # ipi_addr: where the client wrote
+    assert reply == [  # from ipi_spec_dst: the local address (differs for a broadcast)
+        (socket.IPPROTO_IP, IP_PKTINFO, bytes(4) + socket.inet_aton("10.0.0.1") + bytes(4))
     ]
     assert local_from_pktinfo([], 53) == (None, None)
