@@ -134,13 +134,14 @@ def canonical_host(authority: str) -> str:
 
 
 def wildcard_of(host: str) -> str | None:
-    """The wildcard key that covers ``host``: ``a.b.com`` -> ``*.b.com``; None without a dot.
+    """The wildcard key that covers ``host``: ``a.b.com`` -> ``*.b.com``; None without a
+    dot, or when the first label is empty (``.b.com``).
 
     Traefik's one-label wildcard: ``*.b.com`` matches ``a.b.com``, not ``b.com`` nor
-    ``x.a.b.com``.
+    ``x.a.b.com``; the label is never empty (Traefik's own matcher takes ``.b.com``).
     """
     dot = host.find(".")
-    return None if dot == -1 else "*" + host[dot:]
+    return None if dot <= 0 else "*" + host[dot:]
 
 
 def _text_bytes(text: str) -> bytes:

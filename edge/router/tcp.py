@@ -217,8 +217,10 @@ class TCPRouter:
         """The HTTPS route a server name claims: its own, else its ``*.`` parent's (a
         ``Host(`*.example.com`)`` router's options cover one label, as its rule does)."""
         route = self.https_names.get(name)
-        if route is None and "." in name:
-            route = self.https_names.get("*." + name.split(".", 1)[1])
+        if route is None:
+            dot = name.find(".")
+            if dot > 0:  # a wildcard's label is never empty: ".example.com" has none
+                route = self.https_names.get("*" + name[dot:])
         return route
 
     def https_options(self, host: str) -> str:

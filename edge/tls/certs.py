@@ -415,7 +415,8 @@ class TLSCertificates:
         if self.certificate_for(domain) is not None:
             return ()
         name = domain.lower().rstrip(".")
-        parent = name[name.find(".") + 1 :] if "." in name else None
+        dot = name.find(".")
+        parent = name[dot + 1 :] if dot > 0 else None  # as _certificate: no empty label
         return tuple(
             exc
             for exc in self.errors
