@@ -329,8 +329,8 @@ def response_head(
         lname = name.lower()
         if lname in HOP_BY_HOP or lname in tokens or lname in extra_names:
             # A bodiless response (HEAD, 304) keeps its Content-Length: it
-            # describes the representation, not this message.
-            if lname == b"content-length" and not head.has_body and status >= 200:
+            # describes the representation, not this message; a 204 has none.
+            if lname == b"content-length" and not head.has_body and status >= 200 and status != 204:
                 out += (name, b": ", value, b"\r\n")
             continue
         out += (name, b": ", value, b"\r\n")

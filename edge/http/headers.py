@@ -556,6 +556,11 @@ def response_framing(
     keep_alive = not tokens & 1 and (version == b"1.1" or bool(tokens & 2))
     through = passthrough(found)
     if method == b"HEAD" or status < 200 or status == 204 or status == 304:
+        if status == 204 and (found.te or found.content_length is not None):
+            # A 204 has no Content-Length or Transfer-Encoding (RFC 9110 8.6, RFC
+            # 9112 6.1): rebuilt without them, so that a client reading one as a
+            # body length cannot take the next response for this one's body.
+            through = None
         return keep_alive and status != 101, False, None, False, through
     if found.te:
         return keep_alive, True, None, True, through

@@ -260,15 +260,17 @@ def test_forwarded_headers_a_client_may_not_set(tmp_path, parser, backend, trust
         e.stop()
 
 
+FORGED = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+
+
 class StrayBackend:
     """A broken HTTP/1.1 server: after each response it sends a second, forged one in
     the same write, answering nothing. It records each request line it reads, with
     the number of its connection; requests carry no body."""
 
-    FORGED = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
-
-    def __init__(self, response: bytes) -> None:
+    def __init__(self, response: bytes, forged: bytes = FORGED) -> None:
         self.response = response
+        self.forged = forged
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -300,7 +302,7 @@ class StrayBackend:
                     self.lines.append((n, buf[: buf.find(b"\r\n")]))
                     buf = buf[end + 4 :]
                     try:
-                        c.sendall(self.response + self.FORGED)
+                        c.sendall(self.response + self.forged)
                     except OSError:
                         return
                     continue
@@ -344,6 +346,41 @@ def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(tm
         assert sorted(line for _, line in backend.lines) == [b"DELETE /item/%d HTTP/1.1" % i for i in range(1, 4)]
         assert b"forged" not in answer
         assert answer.count(response.split(b"\r\n")[0]) == 3, answer
+    finally:
+        e.stop()
+        backend.stop()
+
+
+@pytest.mark.parametrize(
+    ("response", "sent"),
+    [
+        (
+            b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
+        ),
+        (
+            b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
+        ),
+        (  # a 304's Content-Length describes the representation: kept
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n",
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n",
+        ),
+    ],
+    ids=["204-content-length", "204-chunked", "304-content-length"],
+)
+def test_no_framing_header_on_a_204(tmp_path, parser, response, sent):
+    """A backend's 204 with a Content-Length (or Transfer-Encoding) went to the client
+    as it came; a client or cache in front of edge reading that length as a body
+    would take the start of the next response on the connection for it. RFC 9110
+    8.6 forbids both on a 204 (Go's server, so Traefik, deletes them)."""
+    backend = StrayBackend(response, forged=b"")
+    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        request = b"GET /n HTTP/1.1\r\nHost: app.example\r\n\r\n"
+        answer = exchange(e.port, request + request)
+        assert answer == sent + sent
     finally:
         e.stop()
         backend.stop()
