@@ -23,8 +23,10 @@ import signal
 import sys
 from collections.abc import Callable
 
+from edge import __version__
+from edge.api import API, APIAnswer
 from edge.config.runtime import RuntimeConfig, check_tls
-from edge.config.static import StaticConfig
+from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDPEntryPoint
@@ -40,6 +42,10 @@ from edge.watcher import Listener, Watcher
 log = logging.getLogger("edge")
 
 Internal = Callable[[bytes], tuple[int, bytes] | None]
+"""The app's ``/ping`` and ``/ready``: path -> (status, text), None for another path."""
+InternalAnswers = Callable[[bytes, bytes], APIAnswer | None]
+"""An entry point's own answers: (path, query) -> (status, body, content type, header lines)."""
+TEXT = b"text/plain; charset=utf-8"
 
 
 def build_providers(static: StaticConfig) -> list[Provider]:
@@ -94,6 +100,9 @@ class Dataplane:
         self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
         self._tls_reported: set[str] = set()  # check_tls's messages logged, still true
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
+        # Traefik's API (api.insecure), on the traefik entry point: this process's runtime.
+        api = static.api
+        self.api = API(static, lambda: self.runtime, __version__) if api is not None and api.insecure else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
         for name, config in static.entry_points.items():
             if config.protocol == "udp":
@@ -105,11 +114,30 @@ class Dataplane:
                     config,
                     loop,
                     parser=parser,
-                    internal=internal if name == ping_ep else None,
+                    internal=self._internal_for(
+                        internal if name == ping_ep else None,
+                        self.api if name == INTERNAL_ENTRY_POINT else None,
+                    ),
                     access_log=self.access_log,
                     reuse_port=reuse_port,
                 )
             )
+
+    @staticmethod
+    def _internal_for(ping: Internal | None, api: API | None) -> InternalAnswers | None:
+        """What an entry point answers itself (GET and HEAD): ``/ping`` and ``/ready`` where
+        ping is, ``/api/...`` where the API is; None where neither is."""
+        if ping is None and api is None:
+            return None
+
+        def answer(path: bytes, query: bytes) -> APIAnswer | None:
+            if ping is not None:
+                found = ping(path)
+                if found is not None:
+                    return found[0], found[1], TEXT, b""
+            return api.answer(path, query) if api is not None else None
+
+        return answer
 
     # -- the listener: prepare (any thread), commit (the loop) ----------------------
 

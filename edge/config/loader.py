@@ -304,7 +304,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             StaticConfig,
             "certificatesResolvers experimental hostResolver ocsp serversTransport spiffe "
             "tcpServersTransport",
-            "api global hub metrics pilot tracing",  # api, metrics: read, and unused
+            "global hub metrics pilot tracing",  # metrics: read, and unused
         ),
         (
             sta.EntryPoint,
@@ -321,7 +321,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),
         (sta.AccessLog, _, "addInternals fields filters otlp"),
         (sta.Ping, _, "terminatingStatusCode"),
-        (sta.Api, _, "basePath disableDashboardAd"),
+        (sta.Api, _, "basePath dashboard debug disableDashboardAd"),
         (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),
         (sta.Prometheus, _, "headerLabels"),
         (
@@ -342,7 +342,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
 }
 """Per model: the Traefik keys edge does not implement, (refused, ignored). A key the
 model declares is never one of them (it is implemented, however partly), except the
-ignored keys a model reads but edge does nothing with (``api``, ``metrics``)."""
+ignored keys a model reads but edge does nothing with (``metrics``)."""
 
 
 def _without_unsupported(

@@ -330,9 +330,10 @@ class Ping(Base):
 
 
 class Api(Base):
+    """Traefik's API (:mod:`edge.api`), read-only; ``insecure`` serves it on the ``traefik``
+    entry point. No dashboard: ``dashboard`` and ``debug`` are named as not supported."""
+
     insecure: bool = False
-    dashboard: bool = True
-    debug: bool = False
 
 
 class Prometheus(Base):

@@ -74,7 +74,7 @@ class TCPEntryPoint:
         loop: asyncio.AbstractEventLoop,
         *,
         parser: str | None = None,
-        internal: Callable[[bytes], tuple[int, bytes] | None] | None = None,
+        internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
         access_log: Callable[..., None] | None = None,
         reuse_port: bool = False,
     ) -> None:

@@ -79,7 +79,7 @@ class HTTPContext:
         trusted_ips: list[str] | tuple[str, ...] = (),
         insecure: bool = False,
         scheme: bytes = b"http",
-        internal: Callable[[bytes], tuple[int, bytes] | None] | None = None,
+        internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
         access_log: Callable[..., None] | None = None,
         connections: set | None = None,
     ) -> None:

@@ -169,11 +169,12 @@ class Exchange:
             return
 
         if ctx.internal is not None and head.method in (b"GET", b"HEAD"):
-            answer = ctx.internal(path)
+            answer = ctx.internal(path, query)
             if answer is not None:
-                status, body = answer
+                status, body, content_type, lines = answer
                 close = not self.answer_keeps_alive()
-                self._answer(forward.own_response(status, body, close=close), status)
+                own = forward.own_response(status, body, close=close, content_type=content_type, lines=lines)
+                self._answer(own, status)
                 return
 
         router = ctx.router

@@ -69,7 +69,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
     nope = "not supported by this version of edge"
     dyn = str(tmp_path / "dynamic.yaml")
     for line in [
-        f"static configuration: {tmp_path / 'edge.yaml'}: $.api: {nope} (ignored)",
+        f"static configuration: {tmp_path / 'edge.yaml'}: $.api.dashboard: {nope} (ignored)",
         f"static configuration: {tmp_path / 'edge.yaml'}: $.metrics: {nope} (ignored)",
         f"static configuration: {tmp_path / 'edge.yaml'}: $.providers.docker: {nope} (ignored)",
         f"dynamic configuration: {dyn}: $.tls.stores.default.defaultGeneratedCert: {nope} (ignored)",
@@ -120,7 +120,7 @@ def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_p
         assert get(edge.port, "/", host="site.test")[0] == 200
         for host in ("admin.test", "app.test", "sticky.test"):  # never served without what they ask
             assert get(edge.port, "/", host=host)[0] == 404, host
-        edge.wait_for(r"\$\.api: not supported by this version of edge \(ignored\)", start=0)
+        edge.wait_for(r"\$\.api\.dashboard: not supported by this version of edge \(ignored\)", start=0)
         edge.wait_for(r"\$\.metrics: not supported by this version of edge \(ignored\)", start=0)
         edge.wait_for(
             r"middleware auth@file: \$\.http\.middlewares\.auth\.basicAuth: not supported", start=0

@@ -203,7 +203,7 @@ def test_static_every_section(tmp_path) -> None:
     assert static.providers.kubernetes_gateway.label_selector == "app=edge"
     assert static.providers_throttle_duration == 1.0
     assert static.ping is not None and static.ping.entry_point == "traefik"
-    assert static.api is not None and static.api.insecure and static.api.dashboard
+    assert static.api is not None and static.api.insecure
     assert static.log.level == "DEBUG"
     assert static.log.format == "json"
     assert static.access_log is not None and static.access_log.buffering_size == 100

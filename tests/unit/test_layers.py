@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("edge.errors", "edge.eventloop"),
     ("edge.rules", "edge.balancer"),
     ("edge.config",),
-    ("edge.providers", "edge.logs", "edge.ipc"),
+    ("edge.providers", "edge.logs", "edge.ipc", "edge.api"),
     ("edge.watcher",),
     ("edge.transports",),
     # the HTTP codec layer: heads, parsers, head writers, middlewares, upstream connections

@@ -1,0 +1,262 @@
+"""Traefik's read-only API: the configuration edge serves, each element with its status
+and the reasons it is disabled.
+
+Served on the ``traefik`` entry point when ``api.insecure`` is true, as Traefik does
+(without it, nowhere: edge has no ``api@internal`` service to put behind a router).
+The paths and JSON shapes are Traefik's, so its tools and the habits of its users
+carry over:
+
+* ``/api/http/routers``, ``/api/http/services``, ``/api/http/middlewares``, the same
+  under ``/api/tcp/`` and ``/api/udp/`` (no UDP middlewares), each also ``/{name}``
+  (the name percent-encoded where it holds a ``/``);
+* ``/api/entrypoints`` and ``/api/entrypoints/{name}``, ``/api/overview`` (totals,
+  warnings and errors per kind, the providers), ``/api/rawdata`` (every table at
+  once), ``/api/version``.
+
+An element is its configuration as written (camelCase, defaults left out), plus
+``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
+``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
+it serves on), a service or middleware ``usedBy`` and ``type``, an HTTP or TCP load
+balancer ``serverStatus`` (every server ``UP``: edge has no health checks, and Traefik
+says ``UP`` without them). Lists are sorted by name and paged as Traefik pages them:
+``page`` and ``per_page`` (100 by default), the next page in ``X-Next-Page`` (1 on
+the last page); ``search`` (a substring of the name, or of a router's rule, any
+case), ``status``, and for routers ``serviceName`` and ``middlewareName`` filter them.
+A bad page answers 400, an unknown element 404, each with ``{"message": ...}``.
+
+The runtime read is the one the entry points serve (with the TLS verdicts the data
+plane added), taken at each request: a worker answers for its own configuration.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+import msgspec
+
+from edge.config.durations import enc_hook
+from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
+from edge.config.static import StaticConfig
+
+__all__ = ["API", "APIAnswer"]
+
+APIAnswer = tuple[int, bytes, bytes, bytes]
+"""(status, body, content type, extra header lines): an answer of the API."""
+
+JSON = b"application/json"
+PER_PAGE = 100
+
+# /api/<section>/<kind>: the runtime table and the label of one element in messages.
+TABLES: dict[tuple[bytes, bytes], tuple[str, str]] = {
+    (b"http", b"routers"): ("http_routers", "router"),
+    (b"http", b"services"): ("http_services", "service"),
+    (b"http", b"middlewares"): ("http_middlewares", "middleware"),
+    (b"tcp", b"routers"): ("tcp_routers", "router"),
+    (b"tcp", b"services"): ("tcp_services", "service"),
+    (b"tcp", b"middlewares"): ("tcp_middlewares", "middleware"),
+    (b"udp", b"routers"): ("udp_routers", "router"),
+    (b"udp", b"services"): ("udp_services", "service"),
+}
+# rawdata's key for each table (Traefik's RunTimeRepresentation)
+RAW_KEYS = {
+    "http_routers": "routers",
+    "http_middlewares": "middlewares",
+    "http_services": "services",
+    "tcp_routers": "tcpRouters",
+    "tcp_middlewares": "tcpMiddlewares",
+    "tcp_services": "tcpServices",
+    "udp_routers": "udpRouters",
+    "udp_services": "udpServices",
+}
+PROVIDERS = {  # static providers section -> the name Traefik's overview lists
+    "file": "File",
+    "kubernetes_ingress": "KubernetesIngress",
+    "kubernetes_gateway": "KubernetesGateway",
+}
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _json(value: Any) -> bytes:
+    return msgspec.json.encode(value, enc_hook=enc_hook)
+
+
+def _answer(status: int, value: Any, lines: bytes = b"") -> APIAnswer:
+    return status, _json(value) + b"\n", JSON, lines
+
+
+def _message(status: int, message: str) -> APIAnswer:
+    return _answer(status, {"message": message})
+
+
+def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
+    """One element as Traefik's API shows it (see the module doc)."""
+    out: dict[str, Any] = msgspec.to_builtins(info.config, enc_hook=enc_hook)
+    if not isinstance(out, dict):
+        out = {}
+    if info.errors:
+        out["error"] = list(info.errors)
+    out["status"] = info.status
+    if isinstance(info, RouterInfo):
+        if info.entry_points:
+            out["using"] = sorted(info.entry_points)
+    else:
+        if info.used_by:
+            out["usedBy"] = sorted(info.used_by)
+        kind = next((key for key, value in out.items() if isinstance(value, dict)), None)
+        if kind is not None:
+            out["type"] = kind.lower()
+        if table in ("http_services", "tcp_services"):
+            servers = (out.get("loadBalancer") or {}).get("servers") or ()
+            status = {s.get("url") or s.get("address"): "UP" for s in servers if isinstance(s, dict)}
+            status.pop(None, None)
+            if status:
+                out["serverStatus"] = status
+    out["name"] = info.name
+    out["provider"] = info.provider
+    return out
+
+
+def _page(query: Mapping[str, list[str]], total: int) -> tuple[int, int, int]:
+    """(start, end, next page) as Traefik pages a list of ``total``; BadRequest if invalid."""
+
+    def number(key: str, default: int) -> int:
+        raw = query.get(key, [""])[0]
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise BadRequest(f"invalid request: {key}: {raw}")
+        return value
+
+    per_page = number("per_page", PER_PAGE)
+    page = number("page", 1)
+    start = (page - 1) * per_page
+    if start and start >= total:
+        raise BadRequest(f"invalid request: page: {page}, per_page: {per_page}")
+    return start, min(start + per_page, total), page + 1 if page * per_page < total else 1
+
+
+def _kept(rep: dict[str, Any], query: Mapping[str, list[str]]) -> bool:
+    """Traefik's search criteria on one represented element."""
+    status = query.get("status", [""])[0]
+    if status and rep["status"].lower() != status.lower():
+        return False
+    search = query.get("search", [""])[0].lower()
+    if search and not any(search in str(v).lower() for v in (rep["name"], rep.get("rule", "")) if v):
+        return False
+    service = query.get("serviceName", [""])[0]
+    if service:
+        own = rep.get("service", "")
+        if "@" in own:
+            if own != service:
+                return False
+        elif own != service.split("@", 1)[0]:
+            return False
+    middleware = query.get("middlewareName", [""])[0]
+    return not middleware or middleware in rep.get("middlewares", ())
+
+
+def _listed(items: Iterable[dict[str, Any]], query: Mapping[str, list[str]]) -> APIAnswer:
+    kept = sorted((rep for rep in items if _kept(rep, query)), key=lambda rep: rep["name"])
+    start, end, following = _page(query, len(kept))
+    return _answer(200, kept[start:end], b"X-Next-Page: %d\r\n" % following)
+
+
+class API:
+    """Answers ``/api/...`` from the runtime ``runtime()`` returns (see the module doc)."""
+
+    def __init__(
+        self, static: StaticConfig, runtime: Callable[[], RuntimeConfig | None], version: str
+    ) -> None:
+        self.static = static
+        self.runtime = runtime
+        self.version = version
+        self.started = datetime.datetime.now(datetime.UTC).isoformat()
+
+    def answer(self, path: bytes, query: bytes) -> APIAnswer | None:
+        """The answer to GET ``path``?``query``; None where ``path`` is not the API's."""
+        if path != b"/api" and not path.startswith(b"/api/"):
+            return None
+        parts = path.split(b"/")[2:]  # "", "api", ...
+        try:
+            params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
+            return self._route(parts, params)
+        except BadRequest as exc:
+            return _message(400, str(exc))
+
+    def _route(self, parts: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
+        runtime = self.runtime()
+        if parts == [b"version"]:
+            return _answer(200, {"Version": self.version, "Codename": "edge", "startDate": self.started})
+        if parts and parts[0] == b"entrypoints" and len(parts) <= 2:
+            return self._entrypoints(parts[1:], query)
+        if runtime is None:
+            return _message(503, "no configuration applied yet")
+        if parts == [b"rawdata"]:
+            return _answer(200, self._rawdata(runtime))
+        if parts == [b"overview"]:
+            return _answer(200, self._overview(runtime))
+        if len(parts) in (2, 3) and (parts[0], parts[1]) in TABLES:
+            attribute, label = TABLES[(parts[0], parts[1])]
+            table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
+            if len(parts) == 2:
+                return _listed((represent(info, attribute) for info in table.values()), query)
+            name = unquote(parts[2].decode("latin-1"))
+            info = table.get(name)
+            if info is None:
+                return _message(404, f"{label} not found: {name}")
+            return _answer(200, represent(info, attribute))
+        return _message(404, "page not found")
+
+    def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
+        def rep(ep_name: str) -> dict[str, Any]:
+            out = msgspec.to_builtins(self.static.entry_points[ep_name], enc_hook=enc_hook)
+            return {**(out if isinstance(out, dict) else {}), "name": ep_name}
+
+        if name:
+            wanted = unquote(name[0].decode("latin-1"))
+            if wanted not in self.static.entry_points:
+                return _message(404, f"entry point not found: {wanted}")
+            return _answer(200, rep(wanted))
+        reps = sorted((rep(n) for n in self.static.entry_points), key=lambda r: r["name"])
+        start, end, following = _page(query, len(reps))
+        return _answer(200, reps[start:end], b"X-Next-Page: %d\r\n" % following)
+
+    @staticmethod
+    def _rawdata(runtime: RuntimeConfig) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for attribute, key in RAW_KEYS.items():
+            table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
+            if table:
+                out[key] = {name: represent(info, attribute) for name, info in sorted(table.items())}
+        return out
+
+    def _overview(self, runtime: RuntimeConfig) -> dict[str, Any]:
+        def counts(table: dict[str, ElementInfo[Any]]) -> dict[str, int]:
+            statuses = [info.status for info in table.values()]
+            return {
+                "total": len(statuses),
+                "warnings": statuses.count(WARNING),
+                "errors": statuses.count(DISABLED),
+            }
+
+        out: dict[str, Any] = {}
+        for (section, kind), (attribute, _) in TABLES.items():
+            out.setdefault(section.decode(), {})[kind.decode()] = counts(getattr(runtime, attribute))
+        providers = self.static.providers
+        out["providers"] = [label for field, label in PROVIDERS.items() if getattr(providers, field, None) is not None]
+        out["features"] = {
+            "tracing": "",
+            "metrics": "",
+            "accessLog": self.static.access_log is not None,
+        }
+        return out

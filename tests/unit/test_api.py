@@ -1,0 +1,78 @@
+"""edge.api on a runtime built from a dynamic configuration: TCP and UDP, pages, names."""
+
+from __future__ import annotations
+
+import json
+
+from edge.api import API
+from edge.config.loader import decode_dynamic, decode_static
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
+
+DYNAMIC = {
+    "tcp": {
+        "routers": {
+            "db": {"rule": "HostSNI(`db.test`)", "service": "db", "tls": {"passthrough": True}},
+            "lost": {"rule": "HostSNI(`*`)", "service": "gone"},
+        },
+        "services": {"db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:5432"}]}}},
+        "middlewares": {"allow": {"ipAllowList": {"sourceRange": ["10.0.0.0/8"]}}},
+    },
+    "udp": {
+        "routers": {"dns": {"entryPoints": ["dns"], "service": "dns"}},
+        "services": {"dns": {"loadBalancer": {"servers": [{"address": "127.0.0.1:53"}]}}},
+    },
+}
+STATIC = {
+    "entryPoints": {"web": {"address": ":80"}, "dns": {"address": ":53/udp"}},
+    "api": {"insecure": True},
+    "providers": {"file": {"filename": "x.yaml"}},
+}
+
+
+def served() -> API:
+    static = decode_static(STATIC)
+    runtime = build_runtime(merge({"file": decode_dynamic(DYNAMIC)}), {"web": "tcp", "dns": "udp"})
+    return API(static, lambda: runtime, "test")
+
+
+def get(api: API, target: str) -> tuple[int, object, bytes]:
+    path, _, query = target.partition("?")
+    status, body, content_type, lines = api.answer(path.encode(), query.encode())
+    assert content_type == b"application/json"
+    return status, json.loads(body), lines
+
+
+def test_tcp_and_udp_elements():
+    api = served()
+    status, routers, lines = get(api, "/api/tcp/routers")
+    assert status == 200 and lines == b"X-Next-Page: 1\r\n"
+    by_name = {r["name"]: r for r in routers}
+    assert by_name["db@file"]["status"] == "enabled" and by_name["db@file"]["tls"] == {"passthrough": True}
+    assert by_name["lost@file"]["status"] == "disabled" and "gone@file" in by_name["lost@file"]["error"][0]
+    _, service, _ = get(api, "/api/tcp/services/db@file")
+    assert service["serverStatus"] == {"127.0.0.1:5432": "UP"} and service["type"] == "loadbalancer"
+    _, middleware, _ = get(api, "/api/tcp/middlewares/allow@file")
+    assert middleware["type"] == "ipallowlist" and "usedBy" not in middleware
+    _, udp, _ = get(api, "/api/udp/routers/dns@file")
+    assert udp["status"] == "enabled" and udp["using"] == ["dns"]
+    _, overview, _ = get(api, "/api/overview")
+    assert overview["tcp"]["routers"] == {"total": 2, "warnings": 0, "errors": 1}
+    assert overview["udp"]["services"] == {"total": 1, "warnings": 0, "errors": 0}
+    _, raw, _ = get(api, "/api/rawdata")
+    assert sorted(raw) == ["tcpMiddlewares", "tcpRouters", "tcpServices", "udpRouters", "udpServices"]
+
+
+def test_paths_that_are_not_the_apis_are_left_to_others():
+    api = served()
+    assert api.answer(b"/ping", b"") is None
+    assert api.answer(b"/apix", b"") is None
+    assert get(api, "/api/http/routers/a%40b")[0] == 404
+
+
+def test_before_any_configuration_lists_answer_503_and_entrypoints_answer():
+    api = API(decode_static(STATIC), lambda: None, "test")
+    assert get(api, "/api/http/routers")[0] == 503
+    status, entrypoints, _ = get(api, "/api/entrypoints?per_page=1")
+    assert status == 200 and [e["name"] for e in entrypoints] == ["dns"]
+    assert get(api, "/api/entrypoints?per_page=x")[0] == 400
