@@ -99,6 +99,7 @@ class UDPEntryPoint:
             server.resolved(infos[0][0], infos[0][4])
 
         await asyncio.gather(*(one(server) for server in servers))
+        self.proxy.servers_changed()
 
     async def start(self) -> None:
         max_sessions = fit_sessions(self.name, self.config.udp.max_sessions)

@@ -200,6 +200,9 @@ class DatagramProxy:
         self._evicted = 0  # evictions since the last sweep logged them
         self._open_failed = 0
         self._open_error: OSError | None = None
+        # The router's servers' (ip, port): a datagram from one opens no session (see _open).
+        self.servers_at: frozenset[tuple[str, int]] = frozenset()
+        self._loops = 0  # such datagrams since the last sweep logged them
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -257,6 +260,7 @@ class DatagramProxy:
     def switch(self, router: UDPRouter | None) -> None:
         """Serve ``router`` from now on (None: no router; datagrams are dropped)."""
         self.router = router
+        self.servers_changed()
         timeouts = [self.timeout]
         if router is not None:
             timeouts += [s.timeout for s in router.servers.values() if s.timeout]
@@ -264,7 +268,7 @@ class DatagramProxy:
         ended = 0
         for session in self.table:
             old = session.server
-            if router is None or router.name != session.counters.router:
+            if router is None or router.name != session.counters.router or self._from_server(session.client):
                 keep = False
             elif old is None:
                 keep = True  # waiting to re-pick after a refusal: it will pick from this router
@@ -286,6 +290,18 @@ class DatagramProxy:
                 self.name,
                 ended,
             )
+
+    def servers_changed(self) -> None:
+        """The router's servers, or their addresses (a host name resolved), changed."""
+        router = self.router
+        self.servers_at = frozenset(
+            (_unmapped(s.sockaddr[0]), s.sockaddr[1])
+            for s in (router.servers.values() if router is not None else ())
+            if s.sockaddr is not None
+        )
+
+    def _from_server(self, client: tuple) -> bool:
+        return (_unmapped(client[0]), client[1]) in self.servers_at
 
     def _counters(self, router: str, service: str) -> Counters:
         counters = self.counters.get((router, service))
@@ -324,6 +340,14 @@ class DatagramProxy:
                 self._open_error,
             )
             self._open_failed = 0
+        if self._loops:
+            log.warning(
+                "entrypoint %s: %d datagrams dropped: they came from a server of the service,"
+                " whose answers would come back as requests (a loop)",
+                self.name,
+                self._loops,
+            )
+            self._loops = 0
 
     # -- datagrams from clients ----------------------------------------------------------
 
@@ -502,12 +526,19 @@ class DatagramProxy:
             self.no_route += 1
             return None
         counters = self._counters(router.name, router.service.name)
+        client = key if self._reader is None else address_of(key)
+        if self._from_server(client):
+            # A server's own address (spoofed, or the server itself): the session would send
+            # its server's answers back to it from the listener, and an answer to those
+            # would come back here as a request, for ever (a packet loop, "Loop DoS").
+            counters.dropped += 1
+            self._loops += 1
+            return None
         server = router.pick(self.down)
         if server is None:
             counters.dropped += 1
             return None
         now = self.refresh()
-        client = key if self._reader is None else address_of(key)
         local, reply = None, None
         if ancillary is not None:
             local, reply = local_from_pktinfo(ancillary, self.port)

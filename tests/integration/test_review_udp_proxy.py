@@ -37,7 +37,7 @@ from edge.tcp.proxyproto import Verdict, encode_v1, encode_v2, parse
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge
 from tests.integration.test_tls_tcp import Backend
-from tests.integration.test_udp import InProcess, client, lb, named, run
+from tests.integration.test_udp import InProcess, client, lb, named, one_service, run
 
 BANNER = b"220 edge-review ready\r\n"
 
@@ -566,5 +566,66 @@ def test_udp_broadcast_to_a_wildcard_listener_is_answered(monkeypatch, address, 
                 assert edge.counters().dropped == 0
             finally:
                 transport.close()
+
+    run(main)
+
+
+# -- UDP: a datagram from a server's own address opens no session (a loop) --------------------------------
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_datagram_from_a_server_address_is_dropped_not_looped(monkeypatch, caplog, batch):
+    """A datagram whose source is a server of the service (spoofed, or the server itself
+    writing to edge) would open a session whose replies go to that server, from the
+    listener; a server that answers what it gets answers them, back to the listener, as
+    requests of the same session: a loop that runs for ever on one datagram. Before, the
+    backend below (which answers everything) saw some ten thousand datagrams a second."""
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            a.transport.sendto(b"x", ("127.0.0.1", edge.port))  # from the server's own address
+            await asyncio.sleep(0.5)
+            assert len(a.seen) == 0, f"{len(a.seen)} datagrams looped"
+            assert edge.counters().dropped == 1 and edge.counters().sessions_opened == 0
+            c = await client(edge.port)  # anyone else is served
+            assert await c.ask(b"hello") == b"a|hello"
+            # a reload that makes a live session's client a server ends that session
+            b = await named("b")
+            assert len(edge.entrypoint.proxy.table) == 1
+            edge.apply(one_service(a, b))
+            assert len(edge.entrypoint.proxy.table) == 1  # servers that stay keep their sessions
+            host, port = c.transport.get_extra_info("sockname")[:2]
+            edge.apply(
+                {"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(a.address, f"{host}:{port}")}}}
+            )
+            assert len(edge.entrypoint.proxy.table) == 0
+            edge.entrypoint.sweep(asyncio.get_running_loop().time())
+            c.close()
+
+    with caplog.at_level("WARNING", logger="edge.udp"):
+        run(main)
+    assert any("came from a server of the service" in r.getMessage() for r in caplog.records)
+
+
+def test_udp_server_named_by_host_is_guarded_once_resolved():
+    async def main() -> None:
+        a = await named("a")
+        port = a.address.rsplit(":", 1)[1]
+        async with InProcess() as edge:
+            edge.apply({"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(f"localhost:{port}")}}})
+            proxy = edge.entrypoint.proxy
+            for _ in range(100):
+                if proxy.servers_at:
+                    break
+                await asyncio.sleep(0.02)
+            if ("127.0.0.1", int(port)) not in proxy.servers_at:
+                pytest.skip(f"localhost does not resolve to 127.0.0.1 here: {proxy.servers_at}")
+            a.transport.sendto(b"x", ("127.0.0.1", edge.port))
+            await asyncio.sleep(0.3)
+            assert len(a.seen) == 0 and edge.counters().dropped == 1
 
     run(main)
