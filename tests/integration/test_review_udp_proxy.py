@@ -236,7 +236,10 @@ def tls_paths(tmp_path_factory, whoami):
     eps = {name: {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}} for name in ("nopeek", "peek")}
     dynamic = {
         "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "routers": {
+                "a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}},
+                "h": {"rule": "Host(`h.test`) && ClientIP(`192.0.2.0/24`)", "service": "who"},
+            },
             "services": {"who": {"loadBalancer": {"servers": [{"url": whoami.url}]}}},
         },
         "tcp": {
@@ -273,6 +276,30 @@ def test_header_then_client_hello_split_anywhere_names_the_client(tls_paths, pat
         info = json.loads(response.partition(b"\r\n\r\n")[2])
         assert info["headers"]["X-Forwarded-For"] == ["192.0.2.77"], cut
         assert info["headers"]["X-Forwarded-Proto"] == ["https"], cut
+
+
+@pytest.mark.parametrize("path", ["nopeek", "peek"])
+def test_header_then_http_request_split_anywhere_names_the_client(tls_paths, path):
+    """Plain HTTP on the same entry points (not TLS from the first byte): the header's
+    client reaches the ClientIP rule and X-Forwarded-For, wherever the bytes are split."""
+    e, _, _ = tls_paths
+    request = b"GET /who HTTP/1.1\r\nHost: h.test\r\nConnection: close\r\n\r\n"
+    for header in (encode_v1(("192.0.2.79", 4444), ("127.0.0.1", 80)), encode_v2(("192.0.2.79", 4444), ("127.0.0.1", 80))):
+        data = header + request
+        for cut in [*range(1, len(header) + 1), len(header) + 1, len(header) + 4]:
+            with socket.create_connection(("127.0.0.1", e.ports[path]), timeout=10) as s:
+                s.sendall(data[:cut])
+                time.sleep(0.005)
+                s.sendall(data[cut:])
+                response = b""
+                while len(response) < 1 << 20 and (chunk := recv_exactly(s, 65536, timeout=5)):
+                    response += chunk
+            assert response.startswith(b"HTTP/1.1 200"), (cut, response[:80])  # ClientIP matched
+            info = json.loads(response.partition(b"\r\n\r\n")[2])
+            assert info["headers"]["X-Forwarded-For"] == ["192.0.2.79"], cut
+    with socket.create_connection(("127.0.0.1", e.ports[path]), timeout=10) as s:
+        s.sendall(request)  # without a header the peer (127.0.0.1) is the client: no route
+        assert recv_exactly(s, 12) == b"HTTP/1.1 404"
 
 
 def test_passthrough_passes_the_header_client_on_and_the_hello_whole(tls_paths):
