@@ -433,7 +433,18 @@ def _connection_tokens(value: bytes, tokens: int) -> int:
 class _Scan:
     """What one pass over a header list found (see :func:`_scan`)."""
 
-    __slots__ = ("connection", "content_length", "expect_continue", "hop", "host", "hosts", "te", "tokens", "upgrade")
+    __slots__ = (
+        "connection",
+        "content_length",
+        "expect_continue",
+        "hop",
+        "host",
+        "hosts",
+        "odd",
+        "te",
+        "tokens",
+        "upgrade",
+    )
 
 
 def _scan(headers: list[Header]) -> _Scan:
@@ -441,13 +452,14 @@ def _scan(headers: list[Header]) -> _Scan:
 
     Raises ProtocolError for more than one Content-Length or one that is not
     plain digits. ``te`` counts Transfer-Encoding headers (-1 once one is not
-    ``chunked``); ``hop`` is set by any header edge must strip or own.
+    ``chunked``); ``hop`` is set by any header edge must strip or own; ``odd``
+    by a framing value not spelt as edge writes it (``Chunked``, ``007``).
     """
     found = _Scan()
     content_length: int | None = None
     te = hosts = tokens = 0
     host = b""
-    upgrade = expect_continue = hop = False
+    upgrade = expect_continue = hop = odd = False
     connection: list[Header] = []
     get = _FRAMING_NAMES.get
     for header in headers:
@@ -463,8 +475,16 @@ def _scan(headers: list[Header]) -> _Scan:
             if content_length is not None:
                 raise ProtocolError("more than one Content-Length")
             content_length = _content_length(value)
+            if value[0] == 48 and len(value) > 1:  # leading zeros
+                odd = True
         elif tag == _TRANSFER_ENCODING:
-            te = te + 1 if te >= 0 and value.lower() == b"chunked" else -1
+            if te >= 0 and value == b"chunked":
+                te += 1
+            elif te >= 0 and value.lower() == b"chunked":
+                te += 1
+                odd = True
+            else:
+                te = -1
         elif tag == _CONNECTION:
             tokens = _connection_tokens(value, tokens)
             connection.append(header)
@@ -489,6 +509,7 @@ def _scan(headers: list[Header]) -> _Scan:
     found.upgrade = upgrade
     found.expect_continue = expect_continue
     found.hop = hop
+    found.odd = odd
     found.connection = connection
     return found
 
@@ -535,7 +556,10 @@ def request_framing(
         found.content_length,
         upgrade,
         found.expect_continue and http11,
-        passthrough(found),
+        # A framing value spelt otherwise than edge writes it goes upstream as edge
+        # writes it (rebuilt): a server that compares it exactly (``chunked``) or
+        # reads leading zeros otherwise must see what edge framed the body by.
+        None if found.odd else passthrough(found),
         found.host,
     )
 

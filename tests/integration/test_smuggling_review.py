@@ -275,6 +275,7 @@ class StrayBackend:
         self.sock.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.lines: list[tuple[int, bytes]] = []
+        self.heads: list[bytes] = []  # each head as read, then what followed it up to a CRLF CRLF
         self.stopped = False
         self.threads = [threading.Thread(target=self._accept, daemon=True)]
         self.threads[0].start()
@@ -300,6 +301,7 @@ class StrayBackend:
                 end = buf.find(b"\r\n\r\n")
                 if end >= 0:
                     self.lines.append((n, buf[: buf.find(b"\r\n")]))
+                    self.heads.append(buf[: end + 4])
                     buf = buf[end + 4 :]
                     try:
                         c.sendall(self.response + self.forged)
@@ -381,6 +383,35 @@ def test_no_framing_header_on_a_204(tmp_path, parser, response, sent):
         request = b"GET /n HTTP/1.1\r\nHost: app.example\r\n\r\n"
         answer = exchange(e.port, request + request)
         assert answer == sent + sent
+    finally:
+        e.stop()
+        backend.stop()
+
+
+@pytest.mark.parametrize(
+    ("framing", "body", "canonical"),
+    [
+        (b"Transfer-Encoding: Chunked\r\n", b"2\r\nok\r\n0\r\n\r\n", b"Transfer-Encoding: chunked\r\n"),
+        (b"Transfer-Encoding:  CHUNKED \r\n", b"2\r\nok\r\n0\r\n\r\n", b"Transfer-Encoding: chunked\r\n"),
+        (b"Content-Length: 0002\r\n", b"ok", b"Content-Length: 2\r\n"),
+    ],
+    ids=["chunked-capital", "chunked-upper", "length-zeros"],
+)
+def test_framing_header_goes_upstream_as_edge_frames_the_body(tmp_path, parser, framing, body, canonical):
+    """A head with nothing to rewrite goes upstream as its own bytes, and a request's
+    Transfer-Encoding or Content-Length went as the client spelt it: ``Chunked``,
+    ``0002``. Both are valid, but a server comparing ``chunked`` exactly reads no
+    body and takes the chunks for the next request (Traefik's Go client always
+    writes ``chunked`` and the length in plain digits). They now go as edge writes
+    them, the head rebuilt."""
+    backend = StrayBackend(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", forged=b"")
+    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        answer = exchange(e.port, b"POST /b HTTP/1.1\r\nHost: app.example\r\n" + framing + b"\r\n" + body)
+        assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+        head = backend.heads[0]
+        assert canonical in head and framing not in head, head
     finally:
         e.stop()
         backend.stop()

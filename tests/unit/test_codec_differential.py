@@ -124,6 +124,10 @@ REQUESTS = [
         CHUNKED + b"8\r\n\r\n\r\n\r\n\r\n\r\n4\r\n\r\n\r\n\r\n0\r\n\r\n" + GET,
         BIG,
     ),
+    # Framing values spelt otherwise than edge writes them: valid, but rebuilt
+    # (passthrough None) so that the next hop sees "chunked" and plain digits.
+    ("content-length-zeros", b"POST /f HTTP/1.1\r\n" + H + b"Content-Length: 02\r\n\r\nok" + b"POST /g HTTP/1.1\r\n" + H + b"Content-Length: 0\r\n\r\n", BIG),
+    ("chunked-capital-te", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: Chunked\r\n\r\n0\r\n\r\n", BIG),
     (
         "chunked-upper-te",
         b"POST / HTTP/1.1\r\n"
