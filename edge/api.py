@@ -99,6 +99,8 @@ def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(info.config, enc_hook=enc_hook)
     if not isinstance(out, dict):
         out = {}
+    out.pop("unsupported", None)  # both shown as errors
+    out.pop("problems", None)
     if info.errors:
         out["error"] = list(info.errors)
     out["status"] = info.status

@@ -266,6 +266,8 @@ class Watcher:
             (logging.ERROR if info.status == DISABLED else logging.WARNING, label, info.name, message)
             for label, info in runtime.elements()
             for message in info.errors
+            # a provider that left the element out logged why itself (and when it ends)
+            if message not in getattr(info.config, "problems", ())
         }
         for level, label, name, message in sorted(current - self._reported, key=_by_element):
             log.log(level, "%s %s: %s", label, name, message)

@@ -107,9 +107,15 @@ class Element(Base, kw_only=True):
     implement, found in the element by the loader (:mod:`edge.config.loader`), which
     takes them out so the rest decodes; :mod:`edge.config.runtime` disables the
     element for them, so nothing is served without what the user asked for.
+
+    ``problems``: why a provider could not make the element it stands for (the
+    Kubernetes provider: the part of an Ingress it cannot serve, such as a missing
+    Service): validation disables the element with each as its error and checks
+    nothing else of it, so the API and ``edge check`` show where it went and why.
     """
 
     unsupported: list[str] = []
+    problems: list[str] = []
 
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]

@@ -101,6 +101,8 @@ class ElementInfo(Generic[C]):
         self.used_by: list[str] = []  # routers (or weighted services) referring to it
         for path in getattr(config, "unsupported", ()):  # Traefik options edge lacks
             self.add_error(f"{path}: {UNSUPPORTED}")
+        for problem in getattr(config, "problems", ()):  # a provider left it out
+            self.add_error(problem)
 
     @property
     def provider(self) -> str:
@@ -287,6 +289,9 @@ def build_runtime(
         for name, router in _apply_models(http.routers, entry_points, tcp_defaults).items():
             r = RouterInfo(name, router)
             rt.http_routers[name] = r
+            if router.problems:  # a stand-in for what a provider could not make: disabled
+                _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
+                continue
             _check_rule(r, router.rule, "http", rules)
             _check_entry_points(r, router.entry_points, "tcp", tcp_defaults, entry_points)
             _check_service(r, router.service, rt.http_services)

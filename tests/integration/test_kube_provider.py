@@ -486,6 +486,45 @@ def test_an_invalid_ingress_disables_only_its_route(emu, start_edge, whoami, cap
     assert until(lambda: messages(caplog, "resolved: ingress default/bad"))
 
 
+def test_an_invalid_ingress_shows_in_the_api_as_a_disabled_router_with_its_reason(emu, whoami):
+    # The route left out is a disabled router where the user looks for it (Traefik's
+    # /api/http/routers?status=disabled), its error the problem the log names once.
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(
+        ingress("bad", [("b.test", "/", "Prefix", "missing"), ("b.test", "/ok", "Exact", "app")])
+    )
+    static = static_config(emu)
+    static["api"] = {"insecure": True}
+    edge = InProcessEdge(static, tweak=fast()).start()
+    try:
+        assert until(lambda: edge.ready() == 200, 10.0)
+        assert served_by(edge.port(), "b.test", "/ok") == "w1"
+        port = edge.port("traefik")
+
+        def disabled() -> list[dict]:
+            status, body = request(port, "/api/http/routers?status=disabled")
+            return json.loads(body) if status == 200 else []
+
+        assert until(disabled)
+        (router,) = disabled()
+        assert router["name"] == "default-bad-b-test-left-out@kubernetes", router
+        assert router["rule"] == "Host(`b.test`)" and router["status"] == "disabled", router
+        assert router["error"] == [
+            "ingress default/bad: spec.rules[0].http.paths[0] (host b.test, path /): "
+            "service default/missing not found"
+        ]
+        assert json.loads(request(port, "/api/overview")[1])["http"]["routers"] == {
+            "total": 2, "warnings": 0, "errors": 1,
+        }
+        # fixed: the stand-in goes, the route serves
+        backend_service(emu, "missing", whoami)
+        assert follows(edge.port(), "b.test", "w1", "/")
+        assert until(lambda: disabled() == [])
+    finally:
+        edge.stop()
+
+
 def test_status_written_with_the_ingress_endpoint_ip_only_when_it_changes(emu, start_edge, whoami):
     emu.create(o.ingress_class("edge"))
     emu.create(o.ingress_class("other", controller="example.com/other"))

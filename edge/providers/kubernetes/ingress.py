@@ -701,6 +701,7 @@ class _Route:
     entry_points: list[str]
     middlewares: list[str]
     tls: bool
+    problem: str = ""  # set: a stand-in for a route that cannot be served, disabled with it
 
 
 def _unique_names(candidates: list[tuple[str, str]]) -> list[str]:
@@ -736,8 +737,25 @@ class _Converter:
         self.certificates: dict[Key, CertAndStores] = {}
         self.catch_all_from: str = ""
 
-    def problem(self, ingress: str, where: str, kind: ProblemKind, reason: str) -> None:
-        self.problems.append(Problem(ingress, where, kind, reason))
+    def problem(
+        self,
+        ingress: str,
+        where: str,
+        kind: ProblemKind,
+        reason: str,
+        stand_in: tuple[str, str, str, _RouterOptions] | None = None,
+    ) -> None:
+        """Record a problem; ``stand_in`` (base name, identity, rule, options): the route
+        it left out, published as a disabled router whose error is the problem, so the
+        API shows it where the user looks for the route (as Traefik shows a router whose
+        service is missing). Problems with no route (a Secret) have none."""
+        found = Problem(ingress, where, kind, reason)
+        self.problems.append(found)
+        if stand_in is not None:
+            base, identity, rule, ropts = stand_in
+            self.routes.append(
+                _Route(base, f"{identity}|left-out", rule, 0, ("", "", ""), ropts.entry_points, [], False, str(found))
+            )
 
     def ingress(self, ing: Ingress) -> None:
         ns, name = ing.metadata.key
@@ -745,7 +763,8 @@ class _Converter:
         try:
             ropts = _router_options(ing.metadata.annotations)
         except ValueError as exc:
-            self.problem(label, "metadata.annotations", "invalid-annotation", str(exc))
+            stand_in = (_normalize(f"{ns}-{name}"), label, "", _RouterOptions([], [], 0, False))
+            self.problem(label, "metadata.annotations", "invalid-annotation", str(exc), stand_in)
             return
         tls_hosts, tls_all = self.tls(ing, label)
         prefix = f"{ns}-{name}"
@@ -766,7 +785,8 @@ class _Converter:
                 try:
                     host = _check_host(host)
                 except ValueError as exc:
-                    self.problem(label, f"spec.rules[{i}]", "invalid-host", str(exc))
+                    stand_in = (_normalize(f"{prefix}-rules-{i}"), f"{label}|rules|{i}", "", ropts)
+                    self.problem(label, f"spec.rules[{i}]", "invalid-host", str(exc), stand_in)
                     continue
                 if host not in hosts:
                     hosts.append(host)
@@ -775,32 +795,33 @@ class _Converter:
             if rule.http is None:
                 continue
             for j, path in enumerate(rule.http.paths):
+                base = _normalize(f"{prefix}-{_host_name_part(host)}{path.path}")
+                where = _where_path(i, j, host, path.path)
+                identity = f"{label}|{i}|{j}"
                 try:
                     exact, rule_path = _path_match(path.path_type, path.path)
                 except ValueError as exc:
-                    self.problem(
-                        label, _where_path(i, j, host, path.path), "invalid-path", str(exc)
-                    )
+                    stand_in = (base, identity, _host_rule(host) if host else "", ropts)
+                    self.problem(label, where, "invalid-path", str(exc), stand_in)
                     continue
+                text = _route_rule(host, exact, rule_path)
                 try:
                     service = self.services.resolve(ns, path.backend)
                 except _Refused as refused:
-                    where = _where_path(i, j, host, path.path)
-                    self.problem(label, where, refused.kind, refused.reason)
+                    stand_in = (base, identity, text, ropts)
+                    self.problem(label, where, refused.kind, refused.reason, stand_in)
                     continue
-                text = _route_rule(host, exact, rule_path)
                 first = seen.get(text)
                 if first is not None:
                     reason = (
                         f"the same host and path as spec.rules[{first[0]}].http.paths[{first[1]}]"
                     )
-                    where = _where_path(i, j, host, path.path)
-                    self.problem(label, where, "duplicate-path", f"{reason}; left out")
+                    stand_in = (base, identity, text, ropts)
+                    self.problem(label, where, "duplicate-path", f"{reason}; left out", stand_in)
                     continue
                 seen[text] = (i, j)
                 rank = 1 + 2 * len(rule_path) + (1 if exact else 0)
                 priority = ropts.priority or _tier(host) + rank
-                base = _normalize(f"{prefix}-{_host_name_part(host)}{path.path}")
                 for tls in with_tls(host):
                     self.add(base, f"{label}|{text}", text, priority, service, ropts, tls)
 
@@ -810,7 +831,8 @@ class _Converter:
         try:
             service = self.services.resolve(ns, backend)
         except _Refused as refused:
-            self.problem(label, "spec.defaultBackend", refused.kind, refused.reason)
+            stand_in = (_normalize(f"{prefix}-default-backend"), f"{label}|default", "", ropts)
+            self.problem(label, "spec.defaultBackend", refused.kind, refused.reason, stand_in)
             return
         no_priority = _RouterOptions(ropts.entry_points, ropts.middlewares, 0, ropts.tls_only)
         for host in hosts:
@@ -822,7 +844,8 @@ class _Converter:
         if any_host:
             if self.catch_all_from:
                 reason = f"the controller's default backend is ingress {self.catch_all_from}'s"
-                self.problem(label, "spec.defaultBackend", "default-backend-conflict", reason)
+                stand_in = (f"{prefix}-default-backend", f"{label}|catch-all", "PathPrefix(`/`)", ropts)
+                self.problem(label, "spec.defaultBackend", "default-backend-conflict", reason, stand_in)
                 return
             self.catch_all_from = label
             base, identity = f"{prefix}-default-backend", f"{label}|catch-all"
@@ -891,7 +914,7 @@ class _Converter:
         return CertAndStores(cert_file=pems[0], key_file=pems[1])
 
     def result(self, selected: frozenset[Key]) -> Conversion:
-        used = sorted({route.service for route in self.routes})
+        used = sorted({route.service for route in self.routes if not route.problem})
         service_names = dict(
             zip(
                 used,
@@ -899,7 +922,20 @@ class _Converter:
                 strict=True,
             )
         )
-        router_names = _unique_names([(r.base, r.identity) for r in self.routes])
+        served = [r for r in self.routes if not r.problem]
+        left_out = [r for r in self.routes if r.problem]
+        names = _unique_names([(r.base, r.identity) for r in served])
+        # Stand-ins are named apart, so that one never renames a served router.
+        taken = set(names)
+        for name, route in zip(
+            _unique_names([(f"{r.base}-left-out", r.identity) for r in left_out]), left_out, strict=True
+        ):
+            while name in taken:
+                name = f"{name}-{hashlib.sha256(route.identity.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+            taken.add(name)
+            names.append(name)
+        self.routes = served + left_out
+        router_names = names
         routers = {
             name: Router(
                 rule=route.rule,
@@ -909,6 +945,14 @@ class _Converter:
                 middlewares=list(route.middlewares),
                 tls=RouterTLS() if route.tls else None,
                 rule_syntax=RULE_SYNTAX,
+            )
+            if not route.problem
+            else Router(
+                rule=route.rule,
+                service="",
+                entry_points=list(route.entry_points),
+                rule_syntax=RULE_SYNTAX,
+                problems=[route.problem],
             )
             for name, route in zip(router_names, self.routes, strict=True)
         }
