@@ -59,6 +59,14 @@ class UDPEntryPoint:
         )
         self._tasks: set[asyncio.Task] = set()
         self._swept = loop.time()  # the last sweep (or the start)
+        if config.proxy_protocol is not None:
+            # Traefik ignores it too, silently; a user who set it expects client addresses.
+            log.warning(
+                "entrypoint %s: proxyProtocol has no effect on a UDP entry point (headers are read"
+                " on TCP connections only); to give UDP servers the client's address, set"
+                " proxyProtocol on the service's udp.serversTransports",
+                name,
+            )
 
     @property
     def port(self) -> int:

@@ -1334,3 +1334,14 @@ def test_no_room_for_the_batch_falls_back_to_the_socket_module(monkeypatch, capl
 
     run(main)
     assert "reading datagrams one by one" in caplog.text
+
+
+def test_proxy_protocol_on_a_udp_entrypoint_is_named_as_having_no_effect(tmp_path):
+    # Traefik reads the key and ignores it on UDP without a word; a user who set it
+    # expects client addresses, so the log says where that is done instead.
+    entry = {"address": "127.0.0.1:0/udp", "proxyProtocol": {"trustedIPs": ["127.0.0.1"]}}
+    edge = Edge(tmp_path, {"udp": {"routers": {}, "services": {}}}, entrypoints={"dns": entry})
+    try:
+        edge.wait_for(r"entrypoint dns: proxyProtocol has no effect on a UDP entry point .*udp\.serversTransports")
+    finally:
+        edge.stop()
