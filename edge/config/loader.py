@@ -313,7 +313,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (
             sta.EntryPointHTTP,
-            "encodeQuerySemicolons encodedCharacters middlewares sanitizePath underscoreHeadersStrategy",
+            "encodeQuerySemicolons encodedCharacters middlewares underscoreHeadersStrategy",
             _,
         ),
         (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),

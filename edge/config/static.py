@@ -202,12 +202,20 @@ class EntryPointHTTP(Base):
     ``maxHeaderCount``: header fields in a request head; past it the request is
     refused with 431 (100, as Apache's LimitRequestFields and HAProxy's
     tune.http.maxhdr).
+
+    ``sanitizePath`` (Traefik's, default true): a request path's dot segments
+    (``/./``, ``/../``, also ``%2e``-spelled) are resolved and its empty ones
+    dropped before routing, and the backend receives the cleaned path
+    (:func:`edge.http.forward.sanitize_path`); false routes and forwards the path
+    as sent, so a backend that resolves ``/x/../admin`` itself may be reached
+    past ``/admin``'s routers and middlewares.
     """
 
     max_header_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1048576
     max_header_count: Annotated[int, msgspec.Meta(gt=0)] = 100
     parser: Literal["httptools", "h11"] = "httptools"
     redirections: Redirections | None = None
+    sanitize_path: bool = True
     tls: EntryPointTLS | None = None
 
     @property

@@ -97,6 +97,7 @@ class TCPEntryPoint:
             response_parser=response_parser,
             max_header_bytes=config.http.max_header_bytes,
             max_header_count=config.http.max_header_count,
+            sanitize_path=config.http.sanitize_path,
             read_timeout=timeouts.read_timeout,
             write_timeout=timeouts.write_timeout,
             idle_timeout=timeouts.idle_timeout,

@@ -82,6 +82,7 @@ class HTTPContext:
         internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
         access_log: Callable[..., None] | None = None,
         connections: set | None = None,
+        sanitize_path: bool = True,
     ) -> None:
         self.name = name
         self.port = port
@@ -100,6 +101,7 @@ class HTTPContext:
         self.default_port = b"443" if scheme == b"https" else b"80"
         self.internal = internal
         self.access_log = access_log
+        self.sanitize_path = sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
         self.router: HTTPRouter = EMPTY_ROUTER
         self.connections: set = set() if connections is None else connections
         self.closing = False

@@ -161,6 +161,9 @@ class Exchange:
         except ValueError as exc:
             self.answer_error(ProtocolError(str(exc)))
             return
+        clean = forward.sanitize_path(path) if ctx.sanitize_path else path
+        cleaned = clean is not path  # then routed, and sent upstream, as cleaned
+        path = clean
         if authority is None:
             authority = head.host
         host, forwarded_port = conn.host_port(authority)
@@ -216,6 +219,8 @@ class Exchange:
             prefix = fwd.prefix
             if fwd.headers:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
+        elif cleaned:
+            target = path + b"?" + query if query else path
         self.up_head = forward.upstream_request(
             head,
             backend.transport.pools,

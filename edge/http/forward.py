@@ -73,8 +73,13 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
     """(path, query, authority) of a request-target.
 
     ``authority`` is None for origin-form. Raises ValueError for a target edge
-    does not route: not origin-form, not absolute-form http(s), or ``*``.
+    does not route: not origin-form, not absolute-form http(s), or ``*``, or one
+    holding a ``#``: a request-target has no fragment (RFC 9112 3.2), and a backend
+    that cuts one off would resolve a path other than the one routed
+    (``/admin/x#/../../y`` is routed as ``/y``); Traefik refuses one in the path.
     """
+    if target.find(b"#") >= 0:  # not ``in``: see _MAYBE_DOTTED
+        raise ValueError("request-target holds a fragment ('#')")
     authority = None
     if target[:1] != b"/":
         lower = target[:8].lower()
@@ -97,6 +102,46 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
     if q < 0:
         return target, b"", authority
     return target[:q], target[q + 1 :], authority
+
+
+# What may start a dot segment or an empty one. One search: a bytes ``in`` costs
+# more than that (CPython 3.11 first tries its needle as an int, raising inside).
+_MAYBE_DOTTED = re.compile(rb"/[./]|%2[eE]")
+
+
+def sanitize_path(path: bytes) -> bytes:
+    """A request path as Traefik's ``sanitizePath`` (on by default) leaves it: dot
+    segments resolved and empty ones dropped (RFC 3986 6.2.2.3; Traefik cleans the
+    escaped path with Go's ``path.Clean`` after its ``normalizePath`` decoded
+    ``%2E``). Routers match, middlewares see and the backend receives this path, so
+    a backend that resolves ``/x/../admin`` itself is never reached past the
+    routers and middlewares of ``/admin``.
+
+    - ``.`` and ``..`` segments, also spelled ``%2e``/``%2E``, are resolved, and
+      ``..`` never climbs above the root (``/../a`` -> ``/a``, no error);
+    - empty segments go (``//a///b`` -> ``/a/b``); a trailing slash stays
+      (``/a/b/../`` -> ``/a/``), a final dot segment leaves none (``/a/b/..`` -> ``/a``);
+    - every other byte stays as sent: ``%2F`` is no separator (``/a/..%2Fb``
+      stays), no other escape is decoded, a backslash is an ordinary byte.
+
+    ``path`` starts with ``/`` (:func:`split_target`). Returns ``path`` itself when
+    nothing changes; a path holding none of ``/.``, ``//``, ``%2e``, ``%2E`` costs one
+    search (a quick head never holds one: ``codec_httptools._PLAIN_REQUEST_LINE``).
+    """
+    if _MAYBE_DOTTED.search(path) is None:
+        return path
+    kept: list[bytes] = []
+    for segment in path.split(b"/"):
+        dots = segment.replace(b"%2e", b".").replace(b"%2E", b".") if b"%" in segment else segment
+        if dots == b"..":
+            if kept:
+                kept.pop()
+        elif dots and dots != b".":
+            kept.append(segment)
+    clean = b"/" + b"/".join(kept)
+    if path.endswith(b"/") and not clean.endswith(b"/"):
+        clean += b"/"
+    return path if clean == path else clean
 
 
 # Bytes a Host value may hold (Go's httpguts.ValidHostHeader, which Traefik's server

@@ -131,7 +131,7 @@ def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_p
 
 def test_run_refuses_to_start_on_a_refused_static_option(tmp_path):
     static = {
-        "entryPoints": {"web": {"address": "127.0.0.1:0", "http": {"sanitizePath": True}}},
+        "entryPoints": {"web": {"address": "127.0.0.1:0", "http": {"encodeQuerySemicolons": True}}},
         "certificatesResolvers": {"le": {"acme": {"email": "a@b.c"}}},
     }  # fmt: skip
     (tmp_path / "edge.yaml").write_text(yaml.safe_dump(static))
@@ -144,7 +144,7 @@ def test_run_refuses_to_start_on_a_refused_static_option(tmp_path):
     assert out.returncode == 1
     assert "$.certificatesResolvers: not supported by this version of edge (refused)" in out.stderr
     assert (
-        "$.entryPoints.web.http.sanitizePath: not supported by this version of edge (refused)"
+        "$.entryPoints.web.http.encodeQuerySemicolons: not supported by this version of edge (refused)"
         in out.stderr
     )
     assert "cannot start: remove the options this version of edge does not support" in out.stderr
