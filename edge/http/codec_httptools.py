@@ -626,7 +626,12 @@ class RequestParser(_Base):
                     feed(head)
                 except httptools.HttpParserUpgrade:
                     if self._state != _UPGRADING:
-                        raise
+                        if self._head or self._state not in (_HEAD, _CLOSED):
+                            raise
+                        # An upgrade edge ignores (h2c: headers.request_framing): llhttp
+                        # ended the message, which has no body (an upgrade request
+                        # with one is refused), and stopped; a new llhttp goes on.
+                        feed = self._llhttp()
                 if self._head:
                     # llhttp took a whole head without completing it: it waits for
                     # the rest of an HTTP/2 preface after "PRI ... HTTP/x.y".

@@ -437,6 +437,7 @@ class _Scan:
         "connection",
         "content_length",
         "expect_continue",
+        "h2c",
         "hop",
         "host",
         "hosts",
@@ -459,7 +460,7 @@ def _scan(headers: list[Header]) -> _Scan:
     content_length: int | None = None
     te = hosts = tokens = 0
     host = b""
-    upgrade = expect_continue = hop = odd = False
+    upgrade = expect_continue = hop = odd = h2c = False
     connection: list[Header] = []
     get = _FRAMING_NAMES.get
     for header in headers:
@@ -495,6 +496,8 @@ def _scan(headers: list[Header]) -> _Scan:
             hop = True
             if value:
                 upgrade = True
+                if b"2" in value:  # h2c among the protocols? (rare: checked token by token)
+                    h2c = h2c or any(t.strip(b" \t").lower() == b"h2c" for t in value.split(b","))
         elif tag == _EXPECT:
             hop = True
             if value.lower() == b"100-continue":
@@ -510,6 +513,7 @@ def _scan(headers: list[Header]) -> _Scan:
     found.expect_continue = expect_continue
     found.hop = hop
     found.odd = odd
+    found.h2c = h2c
     found.connection = connection
     return found
 
@@ -550,6 +554,13 @@ def request_framing(
         # announces would never be sent as one, and the next hop, which waits for
         # it, would take the next request on that connection for it.
         raise ProtocolError("upgrade request with a body")
+    if upgrade and found.h2c:
+        # HTTP/2 over cleartext, asked by an upgrade: edge does not speak it, and a
+        # backend that does would get the connection, and with it every later
+        # request on it, past edge's routers and middlewares (h2c smuggling).
+        # Ignored, as RFC 9110 7.8 lets a server: a plain HTTP/1.1 request
+        # (Traefik answers h2c itself and routes each stream).
+        upgrade = False
     return (
         not tokens & 1 and (http11 or bool(tokens & 2)),
         found.te == 1,

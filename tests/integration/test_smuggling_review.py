@@ -268,9 +268,10 @@ class StrayBackend:
     the same write, answering nothing. It records each request line it reads, with
     the number of its connection; requests carry no body."""
 
-    def __init__(self, response: bytes, forged: bytes = FORGED) -> None:
+    def __init__(self, response: bytes, forged: bytes = FORGED, choose=None) -> None:
         self.response = response
         self.forged = forged
+        self.choose = choose  # head -> response, where it depends on the head
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -304,7 +305,7 @@ class StrayBackend:
                     self.heads.append(buf[: end + 4])
                     buf = buf[end + 4 :]
                     try:
-                        c.sendall(self.response + self.forged)
+                        c.sendall((self.choose(self.heads[-1]) if self.choose else self.response) + self.forged)
                     except OSError:
                         return
                     continue
@@ -412,6 +413,50 @@ def test_framing_header_goes_upstream_as_edge_frames_the_body(tmp_path, parser, 
         assert answer.startswith(b"HTTP/1.1 200 OK"), answer
         head = backend.heads[0]
         assert canonical in head and framing not in head, head
+    finally:
+        e.stop()
+        backend.stop()
+
+
+SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+
+
+def h2c_server(head: bytes) -> bytes:
+    """An h2c-capable server: it switches when asked (what follows, HTTP/2 in life, is
+    read here as HTTP/1.1 heads and recorded all the same)."""
+    if b"\r\nupgrade: h2c\r\n" in head.lower():
+        return SWITCHED
+    return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def test_h2c_upgrade_is_not_handed_to_the_backend(tmp_path, parser):
+    """Edge forwarded Upgrade: h2c and, on the backend's 101, spliced the connection to
+    it: every later request on that connection (HTTP/2 in life) reached the backend
+    past edge's routers and middlewares (h2c smuggling: here /secret, which no router
+    serves). Edge speaks no h2c, so the upgrade is now ignored (RFC 9110 7.8): the
+    request goes as plain HTTP/1.1 and the connection stays edge's."""
+    backend = StrayBackend(b"", forged=b"", choose=h2c_server)
+    rule = "Host(`app.example`) && PathPrefix(`/public`)"
+    dyn = {"http": {"routers": {"app": {"rule": rule, "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            s.sendall(
+                b"GET /public HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+            )
+            s.settimeout(0.5)
+            first = s.recv(65536)
+            s.sendall(b"GET /secret HTTP/1.1\r\nHost: app.example\r\n\r\n")
+            try:
+                second = s.recv(65536)
+            except TimeoutError:
+                second = b""
+        time.sleep(0.3)
+        assert [line for _, line in backend.lines] == [b"GET /public HTTP/1.1"]
+        assert b"upgrade" not in backend.heads[0].lower() and b"http2-settings" not in backend.heads[0].lower()
+        assert first.startswith(b"HTTP/1.1 200 OK"), first
+        assert second.startswith(b"HTTP/1.1 404 "), second
     finally:
         e.stop()
         backend.stop()

@@ -237,6 +237,17 @@ REQUESTS = [
         + b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nabGET",
         BIG,
     ),
+    # h2c asked by upgrade is ignored (a plain request; the next one is parsed),
+    # with a body refused as any upgrade request's.
+    (
+        "upgrade-h2c-ignored",
+        b"GET /p HTTP/1.1\r\n" + H + b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\nGET /secret HTTP/1.1\r\n" + H + b"\r\n" + GET,
+        BIG,
+    ),
+    ("upgrade-h2c-listed", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: websocket, H2C\r\n\r\n" + GET, BIG),
+    ("upgrade-h2c-body", b"POST /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nok" + GET, BIG),
+    ("upgrade-h2-not-h2c", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2, x-h2c\r\n\r\nrest", BIG),
     ("upgrade-chunked", b"POST /ws HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", BIG),
     ("valid-then-upgrade-cl", GET + b"GET /ws HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 05\r\n\r\nGET /", BIG),
     ("te-chunked-twice", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", BIG),
