@@ -234,7 +234,8 @@ class Exchange:
             edits,
             prefix,
         )
-        self.express = self.response_edits is None and not head.upgrade
+        # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
+        self.express = self.response_edits is None and not head.upgrade and head.version == b"1.1"
         if head.expect_continue and (head.chunked or head.content_length):
             conn.send(CONTINUE)
         self._connect()
@@ -402,7 +403,10 @@ class Exchange:
         if self.head.upgrade and head.status != 101:
             self.keep_alive = False  # the request parser stopped at the upgrade
         self.resp_chunked = chunked
-        self.conn.send(forward.client_response(head, self.keep_alive, chunked, self.response_edits))
+        out = forward.client_response(head, self.keep_alive, chunked, self.response_edits)
+        if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
+            out = forward.keep_alive_for_http10(out)
+        self.conn.send(out)
 
     def upstream_quick(self, upstream: UpstreamConnection, head: ResponseHead, data: bytes) -> None:
         """A whole response in one read (ResponseParser.quick) to an express exchange.
@@ -578,6 +582,8 @@ class Exchange:
         """Send a complete response of edge's own for this request."""
         self.status = status
         self.sent = len(data) - data.index(b"\r\n\r\n") - 4  # the body's size, for the access log
+        if self.keep_alive and self.head.version == b"1.0":
+            data = forward.keep_alive_for_http10(data)
         self.resp_started = True
         self.resp_done = True
         self.conn.send(data)

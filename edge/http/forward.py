@@ -352,6 +352,17 @@ def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: 
     return response_head(head, chunked=chunked, keep_alive=keep_alive, extra=edits)
 
 
+def keep_alive_for_http10(out: bytes) -> bytes:
+    """A response (its head, or all of it) to an HTTP/1.0 client whose connection stays
+    open, saying so: such a client takes a response without ``Connection:
+    keep-alive`` as the end of the connection (RFC 9112 C.2.2; nginx and Go's server
+    write it). ``out`` holds no Connection line but one of keep-alive."""
+    end = out.index(b"\r\n\r\n")
+    if connection_line(out, end + 2) is not None:
+        return out
+    return out[:end] + b"\r\nConnection: keep-alive" + out[end:]
+
+
 def response_head(
     head: ResponseHead,
     *,

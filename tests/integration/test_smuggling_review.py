@@ -553,3 +553,38 @@ def test_random_pipelined_streams_reach_the_backend_intact(tmp_path, parser):
     finally:
         e.stop()
         backend.stop()
+
+
+def read_response(f) -> tuple[bytes, bytes]:
+    """(head, body) of one Content-Length response from a socket file."""
+    head = f.readline()
+    length = 0
+    while (line := f.readline()) not in (b"\r\n", b""):
+        head += line
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, f.read(length)
+
+
+def test_http10_keep_alive_answers_say_so(tmp_path, parser, backend):
+    """An HTTP/1.0 client asking for keep-alive had its connection kept, but the answer
+    did not say so: such a client takes an answer without ``Connection: keep-alive``
+    as the end of the connection (RFC 9112 C.2.2; nginx and Go's server write it).
+    Proxied answers and edge's own (404) now say it; the last request, without
+    keep-alive, is answered with ``Connection: close`` and the connection closes."""
+    e = edge_for(tmp_path, parser, backend)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            f = s.makefile("rb")
+            for host in (b"app.example", b"nowhere.example", b"app.example"):
+                s.sendall(b"GET /k HTTP/1.0\r\nHost: " + host + b"\r\nConnection: Keep-Alive\r\n\r\n")
+                head, _ = read_response(f)
+                assert head.split(b" ")[1] == (b"404" if host == b"nowhere.example" else b"200"), head
+                assert b"\r\nConnection: keep-alive\r\n" in head, head
+            s.sendall(b"GET /k HTTP/1.0\r\nHost: app.example\r\n\r\n")
+            head, body = read_response(f)
+            assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nConnection: close\r\n" in head and body == b"ok", head
+            assert f.read() == b""  # closed
+        assert len(backend.requests) == 3
+    finally:
+        e.stop()
