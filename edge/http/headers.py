@@ -554,12 +554,13 @@ def request_framing(
         # announces would never be sent as one, and the next hop, which waits for
         # it, would take the next request on that connection for it.
         raise ProtocolError("upgrade request with a body")
-    if upgrade and found.h2c:
+    if upgrade and (found.h2c or not http11):
         # HTTP/2 over cleartext, asked by an upgrade: edge does not speak it, and a
         # backend that does would get the connection, and with it every later
         # request on it, past edge's routers and middlewares (h2c smuggling).
         # Ignored, as RFC 9110 7.8 lets a server: a plain HTTP/1.1 request
-        # (Traefik answers h2c itself and routes each stream).
+        # (Traefik answers h2c itself and routes each stream). An HTTP/1.0
+        # request's Upgrade is ignored too, as 7.8 requires.
         upgrade = False
     return (
         not tokens & 1 and (http11 or bool(tokens & 2)),

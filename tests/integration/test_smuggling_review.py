@@ -588,3 +588,28 @@ def test_http10_keep_alive_answers_say_so(tmp_path, parser, backend):
         assert len(backend.requests) == 3
     finally:
         e.stop()
+
+
+def test_http10_upgrade_is_ignored(tmp_path, parser):
+    """RFC 9110 7.8: a server MUST ignore Upgrade in an HTTP/1.0 request. Edge
+    forwarded it, and a backend's 101 made the connection a tunnel to it; now the
+    request goes as a plain one, without Upgrade, and the connection stays edge's."""
+
+    def server(head: bytes) -> bytes:
+        if b"\r\nupgrade: websocket\r\n" in head.lower():
+            return b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    backend = StrayBackend(b"", forged=b"", choose=server)
+    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        answer = exchange(
+            e.port,
+            b"GET /ws HTTP/1.0\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"ok"), answer
+        assert b"upgrade" not in backend.heads[0].lower(), backend.heads[0]
+    finally:
+        e.stop()
+        backend.stop()

@@ -247,6 +247,8 @@ REQUESTS = [
     ),
     ("upgrade-h2c-listed", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: websocket, H2C\r\n\r\n" + GET, BIG),
     ("upgrade-h2c-body", b"POST /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nok" + GET, BIG),
+    ("upgrade-http10-ignored", b"GET /p HTTP/1.0\r\n" + H + b"Connection: upgrade, keep-alive\r\nUpgrade: websocket\r\n\r\n" + GET, BIG),
+    ("upgrade-http10-body", b"POST /p HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nok", BIG),
     ("upgrade-h2-not-h2c", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2, x-h2c\r\n\r\nrest", BIG),
     ("upgrade-chunked", b"POST /ws HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", BIG),
     ("valid-then-upgrade-cl", GET + b"GET /ws HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 05\r\n\r\nGET /", BIG),
