@@ -38,21 +38,15 @@ class Received:
         return [v for n, v in self.headers if n == name]
 
 
-class H11Backend:
-    """An HTTP/1.1 server answering 200 ``ok`` to every request head, recording what it parsed.
+class ThreadedServer:
+    """A server on 127.0.0.1 (port 0), a thread per connection running ``_serve(socket,
+    number)``; every wait is bounded, and ``stop`` ends them all."""
 
-    ``after_body``: answer once the request's body is read instead (its answer then
-    names the request: method, target, body length)."""
-
-    def __init__(self, after_body: bool = False) -> None:
-        self.after_body = after_body
+    def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.requests: list[Received] = []
-        self.errors: list[str] = []
-        self.lock = threading.Lock()
         self.stopped = False
         self.threads = [threading.Thread(target=self._accept, daemon=True)]
         self.threads[0].start()
@@ -68,6 +62,29 @@ class H11Backend:
             t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
             self.threads.append(t)
             t.start()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopped = True
+        for t in self.threads:
+            t.join(2)
+        self.sock.close()
+
+
+class H11Backend(ThreadedServer):
+    """An HTTP/1.1 server answering 200 ``ok`` to every request head, recording what it parsed.
+
+    ``after_body``: answer once the request's body is read instead (its answer then
+    names the request: method, target, body length)."""
+
+    def __init__(self, after_body: bool = False) -> None:
+        self.after_body = after_body
+        self.requests: list[Received] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        super().__init__()
 
     def _serve(self, c: socket.socket, n: int) -> None:
         c.settimeout(0.2)
@@ -109,12 +126,6 @@ class H11Backend:
     def _answer(c: socket.socket, conn: h11.Connection, body: bytes) -> None:
         head = h11.Response(status_code=200, reason=b"OK", headers=[(b"Content-Length", b"%d" % len(body))])
         c.sendall(conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
-
-    def stop(self) -> None:
-        self.stopped = True
-        for t in self.threads:
-            t.join(2)
-        self.sock.close()
 
 
 @pytest.fixture
@@ -275,7 +286,7 @@ def test_forwarded_headers_a_client_may_not_set(tmp_path, parser, backend, trust
 FORGED = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
 
 
-class StrayBackend:
+class StrayBackend(ThreadedServer):
     """A broken HTTP/1.1 server: after each response it sends a second, forged one in
     the same write, answering nothing. It records each request line it reads, with
     the number of its connection; requests carry no body."""
@@ -284,26 +295,9 @@ class StrayBackend:
         self.response = response
         self.forged = forged
         self.choose = choose  # head -> response, where it depends on the head
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.lines: list[tuple[int, bytes]] = []
         self.heads: list[bytes] = []  # each head as read, then what followed it up to a CRLF CRLF
-        self.stopped = False
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-
-    def _accept(self) -> None:
-        n = 0
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            n += 1
-            t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
-            self.threads.append(t)
-            t.start()
+        super().__init__()
 
     def _serve(self, c: socket.socket, n: int) -> None:
         c.settimeout(0.2)
@@ -330,12 +324,6 @@ class StrayBackend:
                 if not data:
                     return
                 buf += data
-
-    def stop(self) -> None:
-        self.stopped = True
-        for t in self.threads:
-            t.join(2)
-        self.sock.close()
 
 
 @pytest.mark.parametrize(
