@@ -244,12 +244,37 @@ class StripPrefix(Base):
 class AddPrefix(Base):
     prefix: str
 
+    def __post_init__(self) -> None:
+        # It goes into the request line: a space or a line break there would start
+        # another part of the line, or another line (a header, a request).
+        if _NOT_IN_TARGET.search(self.prefix):
+            raise ValueError(f"addPrefix: prefix {self.prefix!r} holds whitespace or a control character")
+
+
+# What a header edit writes into a head as it is: a token name, and a value of
+# HTAB, SP, VCHAR and obs-text; a CR or LF would end the line and start another
+# (Traefik's Go server and client never write one either).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_NOT_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_NOT_IN_TARGET = re.compile(r"[\x00-\x20\x7f]")
+
 
 class Headers(Base):
     """Custom headers; an empty value removes the header, as in Traefik."""
 
     custom_request_headers: dict[str, str] = {}
     custom_response_headers: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        for field, headers in (
+            ("customRequestHeaders", self.custom_request_headers),
+            ("customResponseHeaders", self.custom_response_headers),
+        ):
+            for name, value in headers.items():
+                if not _HEADER_NAME.fullmatch(name):
+                    raise ValueError(f"headers.{field}: invalid header name {name!r}")
+                if _NOT_IN_VALUE.search(value):
+                    raise ValueError(f"headers.{field}.{name}: a value may not hold CR, LF or another control character")
 
 
 class RedirectScheme(Base):
@@ -260,6 +285,8 @@ class RedirectScheme(Base):
     def __post_init__(self) -> None:
         if not self.scheme:
             raise ValueError("redirectScheme: scheme must not be empty")
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", self.scheme):
+            raise ValueError(f"redirectScheme: invalid scheme {self.scheme!r}")
         if self.port and not (
             self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535
         ):
