@@ -204,8 +204,9 @@ class EntryPointHTTP(Base):
     tune.http.maxhdr).
 
     ``sanitizePath`` (Traefik's, default true): a request path's dot segments
-    (``/./``, ``/../``, also ``%2e``-spelled) are resolved and its empty ones
-    dropped before routing, and the backend receives the cleaned path
+    (``/./``, ``/../``, also ``%2e``-spelled) are resolved, its empty ones
+    dropped and a backslash escaped (``%5C``) before routing, and the backend
+    receives the cleaned path
     (:func:`edge.http.forward.sanitize_path`); false routes and forwards the path
     as sent, so a backend that resolves ``/x/../admin`` itself may be reached
     past ``/admin``'s routers and middlewares.

@@ -67,13 +67,13 @@ _DEAD = 7  # a ProtocolError was raised
 # The quick paths (RequestParser.quick, ResponseParser.quick): start lines in the
 # plain forms they take (the framing headers are read by headers.QUICK_HEADERS),
 # and the status line most responses have. A plain target's path holds no "/.",
-# "//", "%2e" or "%2E" (what may be a dot or empty segment: forward.sanitize_path
-# cleans those on the full path) and no "#" anywhere (forward.split_target refuses
+# "//", "%2e", "%2E" (what may be a dot or empty segment) or backslash, which
+# forward.sanitize_path cleans on the full path, and no "#" anywhere (forward.split_target refuses
 # one), so a quick head never needs either; the quick path pays no check of its own
 # (a bytes `in` costs about 2,000 instructions: CPython tries the needle as an int first).
 _PLAIN_REQUEST_LINE = re.compile(
     rb"(GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH) "
-    rb"(/(?![./])(?:[!\"$&-.0->@-~]++|%(?!2[eE])|/(?![./]))*+(?:\?[!\"$-~]*+)?)"
+    rb"(/(?![./])(?:[!\"$&-.0->@-[\]-~]++|%(?!2[eE])|/(?![./]))*+(?:\?[!\"$-~]*+)?)"
     rb" HTTP/1\.([01])\r\n"
 )
 _PLAIN_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9]) ([\t -~]*)\r\n")

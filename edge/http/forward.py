@@ -78,7 +78,7 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
     that cuts one off would resolve a path other than the one routed
     (``/admin/x#/../../y`` is routed as ``/y``); Traefik refuses one in the path.
     """
-    if target.find(b"#") >= 0:  # not ``in``: see _MAYBE_DOTTED
+    if target.find(b"#") >= 0:  # not ``in``: see _TO_CLEAN
         raise ValueError("request-target holds a fragment ('#')")
     authority = None
     if target[:1] != b"/":
@@ -104,9 +104,9 @@ def split_target(target: bytes) -> tuple[bytes, bytes, bytes | None]:
     return target[:q], target[q + 1 :], authority
 
 
-# What may start a dot segment or an empty one. One search: a bytes ``in`` costs
-# more than that (CPython 3.11 first tries its needle as an int, raising inside).
-_MAYBE_DOTTED = re.compile(rb"/[./]|%2[eE]")
+# What may start a dot segment or an empty one, and a backslash. One search: a bytes
+# ``in`` costs more than that (CPython 3.11 first tries its needle as an int, raising inside).
+_TO_CLEAN = re.compile(rb"/[./]|%2[eE]|\\")
 
 
 def sanitize_path(path: bytes) -> bytes:
@@ -121,17 +121,21 @@ def sanitize_path(path: bytes) -> bytes:
       ``..`` never climbs above the root (``/../a`` -> ``/a``, no error);
     - empty segments go (``//a///b`` -> ``/a/b``); a trailing slash stays
       (``/a/b/../`` -> ``/a/``), a final dot segment leaves none (``/a/b/..`` -> ``/a``);
+    - a backslash, which no path may hold raw (RFC 3986), is sent as ``%5C``, as
+      Traefik forwards it (Go re-escapes the path): no separator to edge, and none
+      to a backend either (WHATWG URL parsers read a raw one as ``/``, so
+      ``/x/..\\admin`` would be ``/admin`` there);
     - every other byte stays as sent: ``%2F`` is no separator (``/a/..%2Fb``
-      stays), no other escape is decoded, a backslash is an ordinary byte.
+      stays), no other escape is decoded.
 
     ``path`` starts with ``/`` (:func:`split_target`). Returns ``path`` itself when
-    nothing changes; a path holding none of ``/.``, ``//``, ``%2e``, ``%2E`` costs one
-    search (a quick head never holds one: ``codec_httptools._PLAIN_REQUEST_LINE``).
+    nothing changes; a path holding none of ``/.``, ``//``, ``%2e``, ``%2E``, ``\\``
+    costs one search (a quick head never holds one: ``codec_httptools._PLAIN_REQUEST_LINE``).
     """
-    if _MAYBE_DOTTED.search(path) is None:
+    if _TO_CLEAN.search(path) is None:
         return path
     kept: list[bytes] = []
-    for segment in path.split(b"/"):
+    for segment in path.replace(b"\\", b"%5C").split(b"/"):
         dots = segment.replace(b"%2e", b".").replace(b"%2E", b".") if b"%" in segment else segment
         if dots == b"..":
             if kept:

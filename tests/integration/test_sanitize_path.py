@@ -116,6 +116,7 @@ def test_the_backend_receives_the_cleaned_path_and_the_query_as_sent(edge):
         (b"/a/..%2Fb/", "/a/..%2Fb/", ""),  # an encoded slash is kept, not a separator
         (b"/p/%2e%2e/q/", "/q/", ""),
         (b"/.well-known/x", "/.well-known/x", ""),
+        (b"/x/..\\admin?a\\b", "/x/..%5Cadmin", "a\\b"),  # a backslash in the path goes escaped
     ]:
         for host in (b"site.test", b"express.test"):  # a path rule's route, and a host-only (express) one
             for status, info in send(edge.port, target, host, count=3):
@@ -140,7 +141,7 @@ def test_sanitize_path_false_routes_and_forwards_the_path_as_sent(tmp_path, pars
     eps = {"web": {"address": "127.0.0.1:0", "http": {"sanitizePath": False}}}
     e = Edge(tmp_path, dynamic(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
-        for target in (b"/x/../admin", b"//admin", b"/x/%2e%2e/admin"):
+        for target in (b"/x/../admin", b"//admin", b"/x/%2e%2e/admin", b"/x/..\\admin"):
             for host in (b"site.test", b"express.test"):
                 for status, info in send(e.port, target, host, count=2):
                     assert status == 200 and info["name"] == "w1" and info["path"] == target.decode(), info
