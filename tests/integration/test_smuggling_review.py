@@ -291,10 +291,11 @@ class StrayBackend(ThreadedServer):
     the same write, answering nothing. It records each request line it reads, with
     the number of its connection; requests carry no body."""
 
-    def __init__(self, response: bytes, forged: bytes = FORGED, choose=None) -> None:
+    def __init__(self, response: bytes, forged: bytes = FORGED, choose=None, split: bool = False) -> None:
         self.response = response
         self.forged = forged
         self.choose = choose  # head -> response, where it depends on the head
+        self.split = split  # each answer in up to three writes (seeded by its head)
         self.lines: list[tuple[int, bytes]] = []
         self.heads: list[bytes] = []  # each head as read, then what followed it up to a CRLF CRLF
         super().__init__()
@@ -310,8 +311,16 @@ class StrayBackend(ThreadedServer):
                     self.lines.append((n, buf[: buf.find(b"\r\n")]))
                     self.heads.append(buf[: end + 4])
                     buf = buf[end + 4 :]
+                    data = (self.choose(self.heads[-1]) if self.choose else self.response) + self.forged
+                    cuts = []
+                    if self.split and len(data) > 1:
+                        rng = random.Random(self.heads[-1])
+                        cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 2))))
                     try:
-                        c.sendall((self.choose(self.heads[-1]) if self.choose else self.response) + self.forged)
+                        for start, stop in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                            c.sendall(data[start:stop])
+                            if cuts:
+                                time.sleep(0.002)
                     except OSError:
                         return
                     continue
@@ -639,41 +648,15 @@ def random_response(rng: random.Random, i: int, method: bytes) -> tuple[bytes, i
     return early + head + sent, 200, sent
 
 
-class ScriptedBackend(ThreadedServer):
-    """Answers request ``GET /r/<i>`` with ``random_response`` for ``i`` (seeded), in up
-    to three writes."""
+def scripted(seed: str):
+    """A server's answer to ``GET /r/<i>`` (or HEAD): ``random_response`` for ``i``."""
 
-    def __init__(self, seed: str) -> None:
-        self.seed = seed
-        super().__init__()
+    def answer(head: bytes) -> bytes:
+        method, target = head[: head.find(b"\r\n")].split(b" ")[:2]
+        i = int(target.rsplit(b"/", 1)[1])
+        return random_response(random.Random(f"{seed}-{i}"), i, method)[0]
 
-    def _serve(self, c: socket.socket, n: int) -> None:
-        c.settimeout(0.2)
-        buf = b""
-        deadline = time.monotonic() + 12 * TIMEOUT
-        with c:
-            while not self.stopped and time.monotonic() < deadline:
-                end = buf.find(b"\r\n\r\n")
-                if end >= 0:
-                    method, target = buf[: buf.find(b"\r\n")].split(b" ")[:2]
-                    i = int(target.rsplit(b"/", 1)[1])
-                    buf = buf[end + 4 :]
-                    data, _, _ = random_response(random.Random(f"{self.seed}-{i}"), i, method)
-                    split = random.Random(i)
-                    cuts = sorted(split.sample(range(1, len(data)), min(len(data) - 1, split.randint(0, 2))))
-                    for start, stop in zip([0, *cuts], [*cuts, len(data)], strict=True):
-                        c.sendall(data[start:stop])
-                        time.sleep(0.002)
-                    continue
-                try:
-                    data = c.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-                buf += data
+    return answer
 
 
 def test_random_responses_reach_the_client_intact(tmp_path, parser):
@@ -684,7 +667,7 @@ def test_random_responses_reach_the_client_intact(tmp_path, parser):
     204 carries Content-Length or Transfer-Encoding. The review ran 1,200 (both
     codecs) with no disagreement."""
     seed = f"responses-{parser}"
-    backend = ScriptedBackend(seed)
+    backend = StrayBackend(b"", forged=b"", choose=scripted(seed), split=True)
     e = edge_for(tmp_path, parser, backend)
     rng = random.Random(seed)
     try:
