@@ -595,6 +595,8 @@ class Exchange:
         self._answer(forward.own_response(answer.status, answer.body, close=close, lines=answer.lines), answer.status)
 
     def answer_error(self, exc: HTTPError) -> None:
+        if isinstance(exc, ProtocolError):  # a malformed request: 4xx, then the connection closes
+            self.keep_alive = False
         close = not self.answer_keeps_alive()
         self._answer(forward.error_response(exc.status, close=close), exc.status)
 

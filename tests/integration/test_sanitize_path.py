@@ -13,6 +13,7 @@ middleware on the router that admits. ``edge whoami`` echoes the raw target it g
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -108,6 +109,37 @@ def test_a_fragment_is_refused(edge, target):
     for host in (b"site.test", b"express.test"):
         resp = raw(edge.port, b"GET " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
         assert resp.startswith(b"HTTP/1.1 400 ") and resp.count(b"HTTP/1.1") == 1, (host, target, resp[:300])
+
+
+def answer_then_eof(port: int, data: bytes, timeout: float = 5.0) -> tuple[bytes, bool]:
+    """Send ``data`` on a new connection; (what came back, whether edge closed the
+    connection after it rather than leaving it open until ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                return got, False
+            if not chunk:
+                return got, True
+            got += chunk
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /public#x HTTP/1.1\r\nHost: express.test\r\n\r\n",  # a fragment
+        b"GET /p HTTP/1.1\r\nHost: app.example:@evil.example\r\n\r\n",  # a malformed Host
+    ],
+)
+def test_a_malformed_request_gets_400_and_the_connection_closes(edge, head):
+    # The project's rule for bad input: a 4xx, then the connection closes (as Go's
+    # server does for a request it cannot parse); it stayed open, idle, before.
+    answer, closed = answer_then_eof(edge.port, head)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in answer, answer
+    assert closed
 
 
 def test_the_backend_receives_the_cleaned_path_and_the_query_as_sent(edge):
