@@ -532,6 +532,17 @@ class _QueryTemplate:
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def unmapped_network(net: Network) -> Network:
+    """An IPv4-mapped IPv6 network (``::ffff:10.0.0.0/104``, ``::ffff:127.0.0.1``) as the
+    IPv4 network it maps; any other as it is. Clients are compared unmapped, so a mapped
+    entry would match no IPv4 client otherwise; Traefik's ip.Checker unmaps both sides
+    (ClientIP, forwardedHeaders and proxyProtocol trustedIPs, ipAllowList)."""
+    if net.version == 6 and net.prefixlen >= 96 and net.subnet_of(_MAPPED):  # type: ignore[arg-type]
+        return ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
+    return net
 
 
 class _ClientIP:
@@ -1094,9 +1105,10 @@ def _header_name(arg: _Token) -> str:
 
 def _network(arg: _Token) -> Network:
     try:
-        return ipaddress.ip_network(arg.value.strip(), strict=False)
+        network = ipaddress.ip_network(arg.value.strip(), strict=False)
     except ValueError:
         raise _Fail(arg.column, f"invalid IP address or CIDR {arg.value!r}") from None
+    return unmapped_network(network)
 
 
 def _alpn(arg: _Token) -> str:

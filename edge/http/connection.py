@@ -41,6 +41,7 @@ from edge.http import forward
 from edge.http.codec import RequestHead
 from edge.http.exchange import HIGH_WATER, Exchange
 from edge.router.http import EMPTY_ROUTER, HTTPRouter
+from edge.rules import unmapped_network
 from edge.tcp.splice import Splice, splice
 
 log = logging.getLogger("edge.http")
@@ -96,7 +97,7 @@ class HTTPContext:
         self.write_timeout = write_timeout
         self.idle_timeout = idle_timeout
         self.insecure = insecure
-        self.trusted_networks = tuple(ipaddress.ip_network(n, strict=False) for n in trusted_ips)
+        self.trusted_networks = tuple(unmapped_network(ipaddress.ip_network(n, strict=False)) for n in trusted_ips)
         self.scheme = scheme
         self.default_port = b"443" if scheme == b"https" else b"80"
         self.internal = internal

@@ -27,12 +27,12 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 
 from edge.config.dynamic import TCPMiddleware
+from edge.rules import unmapped_network
 
 __all__ = ["IPAllowList", "InFlightConn", "TCPChain", "build_chain", "client_address", "networks"]
 
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 def client_address(ip: str) -> _Address | None:
@@ -53,13 +53,7 @@ def networks(entries: Iterable[str]) -> tuple[_Network, ...]:
     ``::ffff:127.0.0.1``) is the IPv4 network it maps (Traefik's checker unmaps both
     sides); otherwise it would match no client at all.
     """
-    out = []
-    for entry in entries:
-        net = ipaddress.ip_network(entry, strict=False)
-        if net.version == 6 and net.prefixlen >= 96 and net.subnet_of(_MAPPED):
-            net = ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
-        out.append(net)
-    return tuple(out)
+    return tuple(unmapped_network(ipaddress.ip_network(entry, strict=False)) for entry in entries)
 
 
 class IPAllowList:

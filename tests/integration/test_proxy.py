@@ -108,6 +108,18 @@ def test_forwarded_headers_from_trusted_client(tmp_path, parser, whoami, whoami2
         e.stop()
 
 
+def test_forwarded_headers_trusted_by_an_ipv4_mapped_entry(tmp_path, whoami, whoami2):
+    # ::ffff:127.0.0.1 names the IPv4 client 127.0.0.1, as in Traefik (both sides
+    # unmapped); it matched no IPv4 client before, so the client's X-Forwarded-For was cut.
+    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["::ffff:127.0.0.1"]}}}
+    e = Edge(tmp_path, routes(whoami, whoami2), entrypoints=eps)
+    try:
+        h = body(get(e.port, "/", host="a.test", headers={"X-Forwarded-For": "1.2.3.4"}))["headers"]
+        assert h["X-Forwarded-For"] == ["1.2.3.4, 127.0.0.1"]
+    finally:
+        e.stop()
+
+
 def test_hop_by_hop_headers_removed(edge):
     h = body(
         get(edge.port, "/", host="a.test", headers={"Connection": "keep-alive, X-Secret", "X-Secret": "1", "Keep-Alive": "timeout=5", "TE": "trailers"})

@@ -118,6 +118,11 @@ HTTP_CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("ClientIP(`10.0.0.0/8`)", {"client_ip": "::ffff:10.1.2.3"}, True),
     ("ClientIP(`10.0.0.0/8`)", {"client_ip": "::ffff:11.1.2.3"}, False),
     ("ClientIP(`::ffff:0:0/96`)", {"client_ip": "::ffff:1.2.3.4"}, True),
+    # An IPv4-mapped entry is the IPv4 network it maps (Traefik's ip.Checker unmaps both sides).
+    ("ClientIP(`::ffff:10.0.0.0/104`)", {"client_ip": "10.1.2.3"}, True),
+    ("ClientIP(`::ffff:10.0.0.0/104`)", {"client_ip": "::ffff:10.1.2.3"}, True),
+    ("ClientIP(`::ffff:10.0.0.0/104`)", {"client_ip": "11.0.0.1"}, False),
+    ("ClientIP(`::ffff:127.0.0.1`)", {"client_ip": "127.0.0.1"}, True),
     ("ClientIP(`fe80::/10`)", {"client_ip": "fe80::1%eth0"}, True),
     ("ClientIP(`0.0.0.0/0`)", {"client_ip": ""}, False),
     ("ClientIP(`0.0.0.0/0`)", {"client_ip": "not-an-ip"}, False),
