@@ -201,25 +201,33 @@ def get(port: int, path: str = "/", host: str | None = None, headers: dict | Non
         conn.close()
 
 
-def raw(port: int, data: bytes, timeout: float = 5.0, half_close: bool = False) -> bytes:
-    """Send bytes on a new connection; everything the server sends until it closes (or timeout)."""
+def read_until_closed(sock: socket.socket, timeout: float, quiet: float | None = None) -> tuple[bytes, bool]:
+    """Everything ``sock`` receives, and whether the peer closed (or reset) the connection:
+    False when ``timeout`` passed first, or, with ``quiet``, nothing came for that long."""
+    sock.settimeout(quiet if quiet is not None else timeout)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return b"".join(chunks), False
+        except ConnectionResetError:
+            return b"".join(chunks), True
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+    return b"".join(chunks), False
+
+
+def raw(port: int, data: bytes, timeout: float = 5.0, half_close: bool = False, quiet: float | None = None) -> bytes:
+    """Send bytes on a new connection; everything the server sends until it closes (or
+    ``timeout``; with ``quiet``, until nothing came for that long)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
         if half_close:
             s.shutdown(socket.SHUT_WR)
-        chunks = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except TimeoutError:
-                break
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_until_closed(s, timeout, quiet)[0]
 
 
 def need(tool: str) -> str:

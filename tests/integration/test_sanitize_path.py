@@ -17,7 +17,7 @@ import socket
 
 import pytest
 
-from tests.harness import Edge, lb, raw
+from tests.harness import Edge, lb, raw, read_until_closed
 
 
 def dynamic(whoami, whoami2) -> dict:
@@ -116,15 +116,7 @@ def answer_then_eof(port: int, data: bytes, timeout: float = 5.0) -> tuple[bytes
     connection after it rather than leaving it open until ``timeout``)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
-        got = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except TimeoutError:
-                return got, False
-            if not chunk:
-                return got, True
-            got += chunk
+        return read_until_closed(s, timeout)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import time
 import h11
 import pytest
 
-from tests.harness import Edge, lb
+from tests.harness import Edge, lb, raw
 
 TIMEOUT = 5.0
 
@@ -147,22 +147,7 @@ def edge_for(tmp_path, parser, backend, entrypoint: dict | None = None) -> Edge:
 
 def exchange(port: int, data: bytes) -> bytes:
     """Send ``data`` on a new connection; what edge answers until it closes or goes quiet."""
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
-        s.sendall(data)
-        s.settimeout(0.5)
-        out = b""
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except TimeoutError:
-                break
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        return out
+    return raw(port, data, timeout=TIMEOUT, quiet=0.5)
 
 
 VICTIM = b"GET /victim HTTP/1.1\r\nHost: app.example\r\nCookie: secret\r\n\r\n"
