@@ -153,7 +153,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "https-keepalive",
         "keep-alive HTTPS, 12-byte body: the subject terminates TLS (the same certificate)",
         protocol="https",
-        subjects=("edge-httptools", "edge-h11", "nginx", *BASELINE_SUBJECT),
+        subjects=("edge-httptools", "edge-h11", "nginx", *BASELINE_SUBJECT, "ceiling"),
     ),
     Scenario(
         "https-handshake",
@@ -991,10 +991,15 @@ class EdgeBaseline(Edge):
 
 
 class Ceiling(Subject):
-    """``loadtest/ceiling.py``: the least a uvloop + httptools proxy does per request."""
+    """``loadtest/ceiling.py``: the least a uvloop + httptools proxy does per request
+    (https-keepalive: over uvloop's own TLS, with the bench certificate). Not in the
+    scenarios with a connection per request: it dials its backend per client connection."""
+
+    protocols = ("http", "https")
 
     def start(self) -> str:
         port = free_port()
+        tls = ["--cert", str(self.ctx.cert), "--key", str(self.ctx.key)] if self.scenario.protocol == "https" else []
         self.proc = Proc(
             self.ctx.pinned(
                 "subject",
@@ -1005,6 +1010,7 @@ class Ceiling(Subject):
                     f"{HOST}:{port}",
                     "--backend",
                     f"{HOST}:{self.ctx.backend_port}",
+                    *tls,
                 ],
             ),
             self.ctx.path(f"{self.slug}.out"),

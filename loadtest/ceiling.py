@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 
 import httptools
 import uvloop
@@ -77,10 +78,15 @@ def split(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def main(listen: str, backend: str) -> None:
+async def main(listen: str, backend: str, cert: str | None = None, key: str | None = None) -> None:
     Client.backend = split(backend)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(Client, *split(listen), backlog=4096)
+    context = None
+    if cert:
+        # TLS by uvloop's own terminator (its Cython SSL protocol over ssl.SSLObject).
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+    server = await loop.create_server(Client, *split(listen), backlog=4096, ssl=context)
     async with server:
         await server.serve_forever()
 
@@ -89,5 +95,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", required=True)
     p.add_argument("--backend", required=True)
+    p.add_argument("--cert", help="serve TLS with this certificate (PEM), terminated by uvloop")
+    p.add_argument("--key", help="the certificate's key (PEM)")
     args = p.parse_args()
-    uvloop.run(main(args.listen, args.backend))
+    uvloop.run(main(args.listen, args.backend, args.cert, args.key))
