@@ -438,26 +438,50 @@ class Context:
 
 @dataclass(frozen=True)
 class Pinning:
-    """Cores of their own for the subject, the load generator and the backend (``--pin``)."""
+    """Cores of their own for the subject, the load generator and the backend (``--pin``).
+
+    With 8 cores or more: the backend the first 4, the load generator the next 4, the
+    subject what is left. With fewer (``shared``): the subject the last core (its
+    workers share it), the backend and the load generator the others together. That
+    still keeps the subject's caches its own, which is most of what a run on shared
+    cores gets wrong: a process whose cores are also running wrk and the backend
+    starts every wakeup with their code and data in the caches, and the larger its
+    own footprint (an interpreter's), the more that costs it. Req/s then measure the
+    load generator's core as much as the subject; CPU per request is the figure.
+    """
 
     cpus: tuple[int, ...]
     load_cores: int = 4
     backend_cores: int = 4
+    shared: bool = False  # fewer than MIN_CORES: backend and load generator share theirs
 
     MIN_CORES: ClassVar[int] = 8
 
     @classmethod
     def plan(cls) -> Pinning | None:
         cpus = tuple(sorted(os.sched_getaffinity(0)))
-        return cls(cpus) if len(cpus) >= cls.MIN_CORES and shutil.which("taskset") else None
+        if not shutil.which("taskset") or len(cpus) < 2:
+            return None
+        if len(cpus) >= cls.MIN_CORES:
+            return cls(cpus)
+        others = len(cpus) - 1
+        return cls(cpus, load_cores=others, backend_cores=others, shared=True)
 
     def cores(self, role: str, workers: int = 1) -> str:
+        if self.shared:
+            chosen = self.cpus[-1:] if role == "subject" else self.cpus[:-1]
+            return ",".join(map(str, chosen))
         # backend first (fixed), then the load generator, then the subject on what is left
         backend = self.cpus[: self.backend_cores]
         load = self.cpus[self.backend_cores : self.backend_cores + self.load_cores]
         subject = self.cpus[self.backend_cores + self.load_cores :][: max(1, workers)]
         chosen = {"backend": backend, "load": load, "subject": subject}[role]
         return ",".join(map(str, chosen))
+
+    def describe(self) -> str:
+        if self.shared:
+            return f"pinned: the subject on core {self.cpus[-1]}, wrk and the backend on the others"
+        return "pinned: subject, wrk and backend on cores of their own"
 
 
 # --- CPU time per request -----------------------------------------------------------
@@ -1421,7 +1445,7 @@ class UDPBackends:
         assert udpload
         for mode, pattern in (("echo-server", r"echo port=(\d+)"), ("sink", r"sink data=(\d+) ctrl=(\d+)")):
             log = self.ctx.path(f"udp-{mode}.out")
-            proc = Proc([udpload, mode], log)
+            proc = Proc(self.ctx.pinned("backend", [udpload, mode]), log)
             self.procs.append(proc)
             found: list[re.Match] = []
 
@@ -1768,7 +1792,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pin",
         action="store_true",
-        help="cores of their own (taskset) for the subject, wrk (4) and the backend (4): needs 8 cores",
+        help="cores of their own (taskset) for the subject, wrk (4) and the backend (4) on 8 cores or more; "
+        "on fewer, the subject the last core and the others the rest",
     )
     p.add_argument("--list", action="store_true", help="list scenarios and subjects, then exit")
     args = p.parse_args(argv)
@@ -1812,6 +1837,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx.pin = Pinning.plan()
         if ctx.pin is None:
             say(f"--pin: {len(os.sched_getaffinity(0))} cores (or no taskset): not pinned; CPU per request still holds")
+        else:
+            say(f"--pin: {ctx.pin.describe()}")
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_path = Path(args.json) if args.json else HERE / "results" / f"bench-{stamp}.json"
@@ -1914,7 +1941,7 @@ def main(argv: list[str] | None = None) -> int:
     say(
         "req/s and latencies: median of runs; spread: (max-min)/median of req/s; errors: sum over runs; "
         "CPU us/req: user+system CPU of the subject's processes per request, median of runs"
-        + (" (pinned: subject, wrk and backend on cores of their own)" if ctx.pin else " (not pinned)")
+        + (f" ({ctx.pin.describe()})" if ctx.pin else " (not pinned)")
     )
     for t in tables:
         say("\n" + t)
