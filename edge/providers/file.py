@@ -10,9 +10,10 @@ dependency, no thread.
 Invariants: only configurations that decoded completely are ever published, and only
 when the result differs from the last one published; an invalid source is logged once
 per change (file and key path) and the last good configuration stays in force. In a
-directory each file stands alone: one that does not decode (or repeats a name an
-earlier file defines) is left out with its error, or keeps its last good version,
-and the other files are served. A file caught mid-rewrite cannot be published
+directory each file stands alone: one that does not decode is left out with its
+error, or keeps its last good version, and the other files are served; an element
+whose name an earlier file (in sorted order) defines is left out with an error
+naming both files, and the rest of its file is served (Traefik keeps the first too). A file caught mid-rewrite cannot be published
 half-written: a change is read only once its stat has been stable for one poll
 interval (or is older than that, or the source has kept changing for MAX_SETTLE),
 and a read during which the stat changed is discarded and retried at the next poll.
@@ -86,9 +87,9 @@ def read_directory(
     """Every file of ``directory`` merged, and what each file contributed.
 
     A file that does not decode is left out, or, when ``previous`` (what each file
-    contributed to the last read) has it, keeps that version; one that defines a name
-    an earlier file (in sorted order) defines is left out. Each such file's error is
-    appended to ``errors``, saying which it was. Raises ``ConfigError`` only when
+    contributed to the last read) has it, keeps that version. An element whose name
+    an earlier file (in sorted order) defines is left out, the rest of its file kept.
+    Each error is appended to ``errors``, saying what was left out or kept. Raises ``ConfigError`` only when
     ``directory`` is not one.
     """
     if not os.path.isdir(directory):
@@ -106,15 +107,34 @@ def read_directory(
             errors.append(_noted(exc, "its last good version is kept"))
             conf = last
         names = [(table, name) for table, elements in _tables(conf) for name in elements]
-        clash = next((key for key in names if key in seen), None)
-        if clash is not None:
-            table, name = clash
-            message = f"{table} {name!r} is defined in both {seen[clash]} and {path}"
-            errors.append(ConfigError(f"{message} (left out)", source=path))
-            continue
-        seen.update(dict.fromkeys(names, path))
+        clashes = [key for key in names if key in seen]
+        for table, name in clashes:
+            message = f"{table} {name!r} is defined in both {seen[table, name]} and {path}"
+            errors.append(ConfigError(f"{message} (the one in {path} is left out)", source=path))
+        if clashes:
+            # As Traefik: the first definition (in sorted order) is kept and only the
+            # repeated element is left out; the file's other elements are served.
+            conf = _without(conf, set(clashes))
+        seen.update((key, path) for key in names if key not in seen)
         used[path] = conf
     return merge_files(list(used.items())), used
+
+
+def _without(conf: Configuration, drop: set[tuple[str, str]]) -> Configuration:
+    """``conf`` less the elements ``drop`` names, as (table, name) of :func:`_tables`."""
+    sections: dict[str, Any] = {}
+    for label in ("http", "tcp", "udp", "tls"):
+        section = getattr(conf, label)
+        if section is None:
+            continue
+        tables = {}
+        for field in msgspec.structs.fields(section):
+            table, elements = f"{label}.{field.encode_name}", getattr(section, field.name)
+            if isinstance(elements, dict) and any((table, name) in drop for name in elements):
+                tables[field.name] = {k: v for k, v in elements.items() if (table, k) not in drop}
+        if tables:
+            sections[label] = msgspec.structs.replace(section, **tables)
+    return msgspec.structs.replace(conf, **sections)
 
 
 def _noted(exc: ConfigError, what: str) -> ConfigError:

@@ -1,0 +1,47 @@
+"""Review of the configuration pipeline on a running edge (file provider, workers, API):
+each test pins a defect found by the review and fails on the commit before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.harness import Edge, get, lb
+
+
+def directory_edge(tmp: Path, files: dict[str, dict], **kwargs) -> Edge:
+    """edge watching ``tmp/d``, holding ``files`` (name -> dynamic configuration)."""
+    folder = tmp / "d"
+    folder.mkdir()
+    for name, conf in files.items():
+        (folder / name).write_text(yaml.safe_dump(conf))
+    providers = {"file": {"directory": str(folder), "watch": True}}
+    return Edge(tmp, {}, static_extra={"providers": providers}, **kwargs)
+
+
+def test_a_repeated_router_name_leaves_the_rest_of_its_file_serving(tmp_path, whoami):
+    """b.yaml repeats a router name a.yaml defines: Traefik serves a.yaml's and every
+    other element of b.yaml; edge left all of b.yaml out (other.test answered 404)."""
+    a = {
+        "http": {
+            "routers": {"shared": {"rule": "Host(`a.test`)", "service": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    b = {
+        "http": {
+            "routers": {
+                "shared": {"rule": "Host(`b.test`)", "service": "app"},
+                "other": {"rule": "Host(`other.test`)", "service": "app"},
+            }
+        }
+    }
+    e = directory_edge(tmp_path, {"a.yaml": a, "b.yaml": b})
+    try:
+        assert get(e.port, "/", host="other.test")[0] == 200
+        assert get(e.port, "/", host="a.test")[0] == 200
+        assert get(e.port, "/", host="b.test")[0] == 404  # the repeat is left out
+        e.wait_for(r"http.routers 'shared' is defined in both .*a\.yaml and .*b\.yaml")
+    finally:
+        e.stop()
