@@ -258,8 +258,9 @@ def test_configmap_entry_points(static):
     assert eps["web"][1:] == (80, "tcp")
     assert eps["websecure"][1:] == (443, "tcp")
     assert [e for e in eps.values() if e[2] == "udp"], "no UDP entry point"
-    assert static.ping is not None and static.ping.entry_point == "ping"
-    assert eps["ping"][2] == "tcp" and eps["ping"][1] not in (80, 443, 8080)
+    # Named traefik: the one TCP entry point that routers naming none (Ingress routes) skip.
+    assert static.ping is not None and static.ping.entry_point == "traefik"
+    assert eps["traefik"][2] == "tcp" and eps["traefik"][1] not in (80, 443, 8080)
     assert static.providers.kubernetes_ingress is not None
     assert static.providers.kubernetes_ingress.ingress_class == INGRESS_CLASS
     assert static.workers == "auto"
