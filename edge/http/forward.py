@@ -35,19 +35,30 @@ DROP = HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {b"host"}
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
+# Header names a middleware's edit does not write as a line of its own: the
+# framing and hop-by-hop ones (edge writes its own; Traefik's Go writer ignores
+# them in a request's header map, its proxy drops them), and the ones edge
+# manages (Host, X-Forwarded-*, X-Real-Ip), whose value an edit replaces
+# (HeaderEdits.managed) instead of adding a second line.
+MANAGED = FORWARDED | {b"host"}
+
+
 class HeaderEdits:
     """Headers a middleware sets or removes, prepared once per configuration.
 
     A header with a value replaces every same-named header; one with an empty
-    value only removes them.
+    value only removes them. Framing and hop-by-hop names have no effect (edge
+    writes those itself); Host and edge's forwarding headers are in ``managed``
+    (lowercased name -> (name, value)), for the writers to put in place of their own.
     """
 
-    __slots__ = ("names", "pairs", "values")
+    __slots__ = ("managed", "names", "pairs", "values")
 
     def __init__(self, headers: list[Header]) -> None:
         self.pairs = tuple(headers)
         self.names = frozenset(name.lower() for name, _ in headers)
-        self.values = [(name, value) for name, value in headers if value]
+        self.values = [(n, v) for n, v in headers if v and n.lower() not in HOP_BY_HOP and n.lower() not in MANAGED]
+        self.managed = {n.lower(): (n, v) for n, v in headers if n.lower() in MANAGED}
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -193,6 +204,9 @@ def request_head(
     tokens = connection_tokens(headers)
     xff = b""
     xfproto = xfhost = xfport = None
+    managed = extra.managed if extra else None
+    if managed:
+        host = managed.get(b"host", (b"", b""))[1] or host  # Traefik: req.Host (an empty one: no effect)
     out = [head.method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
     extra_names = extra.names if extra else ()
     for name, value in headers:
@@ -214,21 +228,24 @@ def request_head(
     if extra:
         for name, value in extra.values:
             out += (name, b": ", value, b"\r\n")
-    out += (
-        b"X-Forwarded-For: ",
-        xff + b", " + client_ip if xff else client_ip,
-        b"\r\nX-Forwarded-Proto: ",
-        xfproto or proto,
-        b"\r\nX-Forwarded-Host: ",
-        xfhost or forwarded_host,
-        b"\r\nX-Forwarded-Port: ",
-        xfport or forwarded_port,
-        b"\r\nX-Real-Ip: ",
-        client_ip,
-        b"\r\n",
-    )
-    if prefix:
-        out += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
+    if managed:
+        _managed_lines(out, managed, xff, xfproto or proto, xfhost or forwarded_host, xfport or forwarded_port, client_ip, prefix)
+    else:
+        out += (
+            b"X-Forwarded-For: ",
+            xff + b", " + client_ip if xff else client_ip,
+            b"\r\nX-Forwarded-Proto: ",
+            xfproto or proto,
+            b"\r\nX-Forwarded-Host: ",
+            xfhost or forwarded_host,
+            b"\r\nX-Forwarded-Port: ",
+            xfport or forwarded_port,
+            b"\r\nX-Real-Ip: ",
+            client_ip,
+            b"\r\n",
+        )
+        if prefix:
+            out += (b"X-Forwarded-Prefix: ", prefix, b"\r\n")
     if head.upgrade:
         out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n")
     if head.chunked:
@@ -238,6 +255,42 @@ def request_head(
     else:
         out.append(b"\r\n")
     return b"".join(out)
+
+
+def _managed_lines(
+    out: list[bytes],
+    managed: dict[bytes, tuple[bytes, bytes]],
+    xff: bytes,
+    proto: bytes,
+    host: bytes,
+    port: bytes,
+    client_ip: bytes,
+    prefix: bytes,
+) -> None:
+    """Edge's forwarding headers where a middleware's edit names some of them
+    (``managed``), as Traefik leaves them: an edit's value replaces edge's, an
+    empty one removes the header, and X-Forwarded-For set by an edit is still
+    appended the client's address (Go's proxy does; an empty one: none at all)."""
+    edited = managed.get(b"x-forwarded-for")
+    if edited is not None:
+        xff = edited[1] + b", " + client_ip if edited[1] else b""
+    else:
+        xff = xff + b", " + client_ip if xff else client_ip
+    for name, value in (
+        (b"X-Forwarded-For", xff),
+        (b"X-Forwarded-Proto", proto),
+        (b"X-Forwarded-Host", host),
+        (b"X-Forwarded-Port", port),
+        (b"X-Real-Ip", client_ip),
+        (b"X-Forwarded-Prefix", prefix),
+    ):
+        lname = name.lower()
+        if lname != b"x-forwarded-for":
+            edited = managed.get(lname)
+            if edited is not None:
+                value = edited[1]
+        if value:
+            out += (name, b": ", value, b"\r\n")
 
 
 def cut_connection(raw: bytes, through: tuple[Header, ...], keep_alive: bool = False) -> bytes | None:
@@ -397,6 +450,9 @@ def response_head(
     if extra:
         for name, value in extra.values:
             out += (name, b": ", value, b"\r\n")
+        for name, value in extra.managed.values():  # nothing edge manages in a response
+            if value:
+                out += (name, b": ", value, b"\r\n")
     if status == 101:
         out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n\r\n")
         return b"".join(out)
