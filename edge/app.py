@@ -8,7 +8,8 @@ watcher feeding one Dataplane. With ``workers: N`` the same Dataplane runs in ea
 worker process, fed over a pipe by the supervisor (:mod:`edge.supervisor`), which runs
 the providers and the watcher.
 
-SIGTERM/SIGINT drain (stop accepting, finish in-flight requests within graceTimeOut);
+SIGTERM/SIGINT drain (accept for requestAcceptGraceTimeout, then stop accepting and
+finish in-flight requests within graceTimeOut);
 SIGHUP makes the providers re-read their sources.
 """
 
@@ -237,10 +238,33 @@ class Dataplane:
         await self.entrypoints.start()
 
     async def stop(self) -> None:
-        """Stop accepting, drain each entrypoint within its graceTimeOut, close the pools."""
+        """Keep accepting for each entrypoint's requestAcceptGraceTimeout, then stop
+        accepting, drain each within its graceTimeOut, close the pools."""
+        await self._accept_grace()
         await self.entrypoints.stop(self.graces())
         if self.access_log is not None:
             self.access_log.close()
+
+    async def _accept_grace(self) -> None:
+        """Traefik's ``lifeCycle.requestAcceptGraceTimeout``: an entrypoint keeps
+        accepting and serving as before for that long once the stop began (``/ping`` and
+        ``/ready`` answer 503 meanwhile), so the load balancers in front take this
+        process out of rotation before its port refuses connections; then it stops
+        accepting. The drain (graceTimeOut) starts when the longest of them ends."""
+        waits = {
+            ep: float(ep.config.transport.life_cycle.request_accept_grace_timeout)
+            for ep in self.entrypoints.all.values()
+        }
+        longest = max(waits.values(), default=0.0)
+        if longest <= 0:
+            return
+        log.info("stopping: accepting requests for %.1fs more (requestAcceptGraceTimeout)", longest)
+
+        async def close_after(ep: TCPEntryPoint | UDPEntryPoint, delay: float) -> None:
+            await asyncio.sleep(delay)
+            ep.stop_accepting()
+
+        await asyncio.gather(*(close_after(ep, delay) for ep, delay in waits.items()))
 
     def graces(self) -> dict[str, float]:
         return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.all.items()}

@@ -38,9 +38,9 @@ answers 200 while the worker serves and 503 while it drains.
 
 Life cycle: a worker that exits unexpectedly is restarted and sent the latest
 configuration, at most once per second (backing off to 30 s while it keeps dying within
-10 s of its start). SIGTERM/SIGINT: stop the providers, SIGTERM every worker (each drains
-within its graceTimeOut), wait for them (the longest graceTimeOut plus a margin, then
-SIGKILL), exit 0. SIGHUP re-reads the providers. Workers ignore SIGINT and SIGHUP (a
+10 s of its start). SIGTERM/SIGINT: stop the providers, SIGTERM every worker (each keeps
+accepting for requestAcceptGraceTimeout, then drains within its graceTimeOut), wait for
+them (the longest of each plus a margin, then SIGKILL), exit 0. SIGHUP re-reads the providers. Workers ignore SIGINT and SIGHUP (a
 terminal sends those to the whole process group; the supervisor acts on them) and stop on
 SIGTERM or when their channel reaches EOF.
 """
@@ -531,8 +531,9 @@ class Supervisor(Stoppable):
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-        graces = [ep.transport.life_cycle.grace_time_out for ep in self.static.entry_points.values()]
-        bound = max(graces, default=10.0) + STOP_MARGIN
+        life = [ep.transport.life_cycle for ep in self.static.entry_points.values()]
+        accepting = max((c.request_accept_grace_timeout for c in life), default=0.0)
+        bound = accepting + max((c.grace_time_out for c in life), default=10.0) + STOP_MARGIN
         waits = [self.loop.create_task(proc.wait()) for proc in procs]
         if waits:
             _, pending = await asyncio.wait(waits, timeout=bound)
