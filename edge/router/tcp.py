@@ -189,7 +189,9 @@ class TCPRouter:
     plain router matches is relayed before it sends anything.
     """
 
-    __slots__ = ("_plain", "_tls", "certs", "https_any", "https_names", "immediate", "mixed_options")
+    __slots__ = (
+        "_plain", "_tls", "certs", "https_any", "https_catch_all", "https_names", "immediate", "mixed_options",
+    )
 
     def __init__(
         self,
@@ -198,6 +200,7 @@ class TCPRouter:
         tls: Iterable[tuple[str, Rule, int, TCPRoute]] = (),
         https_names: dict[str, TCPRoute] | None = None,
         https_any: TCPRoute | None = None,
+        https_catch_all: bool | None = None,
         certs: TLSCertificates | None = None,
     ) -> None:
         plain = list(plain)
@@ -206,6 +209,10 @@ class TCPRouter:
         self._tls: RouteTable[_Matched] | None = RouteTable(tls) if tls else None
         self.https_names: dict[str, TCPRoute] = https_names or {}
         self.https_any = https_any
+        # Some HTTPS router names no host (PathPrefix, HostRegexp...): it may serve any
+        # server name, so it comes before a TCP router on TLS that catches all (None:
+        # whenever there are HTTPS routers, as a hand-built router means).
+        self.https_catch_all = https_any is not None if https_catch_all is None else https_catch_all
         self.certs = certs if certs is not None else TLSCertificates(None)
         self.immediate = self._plain is not None and self._tls is None and https_any is None
         # Some HTTPS host has TLS options of its own: a request's Host must then ask
@@ -262,15 +269,21 @@ class TCPRouter:
             #    regexp, ClientIP, ALPN): passthrough or termination for this name.
             if route is not None and not route.catch_all:
                 return route.value
-        # 3. HTTPS routers exist on this entrypoint: terminate with the default
-        #    options and let the HTTP routers decide by Host (routers without a
-        #    Host rule, and the 404 for unknown hosts, live there).
-        if self.https_any is not None:
+        # 3. An HTTPS router without a host rule (PathPrefix, HostRegexp...) may
+        #    serve any name: terminate with the default options and let the HTTP
+        #    routers decide.
+        if self.https_catch_all:
             return self.https_any
-        # 4. A TCP router on TLS that takes any name: HostSNI(`*`).
+        # 4. A TCP router on TLS that takes any name: HostSNI(`*`). It comes before
+        #    the HTTPS routers' 404 (Traefik since 2.7: HTTPS routers that all name
+        #    hosts leave every other name to it).
         if route is not None:
             return route.value
-        # 5. Nothing wants this TLS connection: refused with an alert.
+        # 5. HTTPS routers exist: terminate with the default options; their 404
+        #    answers a name none of them serves.
+        if self.https_any is not None:
+            return self.https_any
+        # 6. Nothing wants this TLS connection: refused with an alert.
         return None
 
 
@@ -385,6 +398,7 @@ def build_tcp_routers(
     # routers naming one host with different options fall back to the default ones).
     names: dict[str, dict[str, str]] = {ep: {} for ep in eps}
     has_https: set[str] = set()
+    catch_all: set[str] = set()  # entrypoints with an HTTPS router that names no host
     for name, info in runtime.http_routers.items():
         if info.status == DISABLED or info.config.tls is None or info.rule is None:
             continue
@@ -393,6 +407,8 @@ def build_tcp_routers(
             if ep not in names:
                 continue
             has_https.add(ep)
+            if info.rule.hosts is None:
+                catch_all.add(ep)
             for host in info.rule.hosts or ():
                 seen = names[ep].setdefault(host, options)
                 if seen != options:
@@ -421,6 +437,11 @@ def build_tcp_routers(
             else None
         )
         routers[ep] = TCPRouter(
-            plain=plain[ep], tls=tls[ep], https_names=https_names, https_any=any_route, certs=snapshot
+            plain=plain[ep],
+            tls=tls[ep],
+            https_names=https_names,
+            https_any=any_route,
+            https_catch_all=ep in catch_all,
+            certs=snapshot,
         )
     return routers

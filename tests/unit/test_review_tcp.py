@@ -1,0 +1,69 @@
+"""Review of TCP routing (pure): the precedence on one entrypoint, as Traefik decides it.
+
+Each case here failed before its fix; the real-socket counterparts are in
+``tests/integration/test_review_tcp.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
+from edge.router.tcp import HTTPS, PASSTHROUGH, build_tcp_routers
+from edge.tls.certs import TLSCertificates
+from edge.tls.clienthello import ClientHello
+
+TCP_SVC = {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}]}}
+HTTP_SVC = {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}
+
+
+def router_for(https_rules: dict[str, str], tcp_rules: dict[str, str]):
+    """The TCP router of entrypoint ``web``: HTTPS routers and passthrough TCP routers by rule."""
+    dynamic = {
+        "http": {
+            "routers": {name: {"rule": rule, "service": "h", "tls": {}} for name, rule in https_rules.items()},
+            "services": {"h": HTTP_SVC},
+        },
+        "tcp": {
+            "routers": {
+                name: {"rule": rule, "service": "t", "tls": {"passthrough": True}} for name, rule in tcp_rules.items()
+            },
+            "services": {"t": TCP_SVC},
+        },
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    assert not runtime.errors(), runtime.errors()
+    return build_tcp_routers(runtime, ("web",), TLSCertificates(runtime.tls))["web"]
+
+
+def hello(sni: str | None) -> ClientHello:
+    return ClientHello(server_name=sni, alpn=(), versions=(0x0304,), length=0)
+
+
+@pytest.mark.parametrize("sni", ["other.test", None])
+def test_https_routers_that_all_name_hosts_leave_other_names_to_a_tcp_catch_all(sni):
+    """Traefik (router.go since 2.7): an HTTPS router's Host takes its name, a TCP
+    router on TLS with a specific rule comes next, then an HTTPS router with no Host
+    (the catch-all), then ``HostSNI(`*`)``, and only then the HTTPS 404. HTTPS routers
+    that all name hosts took every other name (and connections without SNI) from a
+    passthrough ``HostSNI(`*`)`` router: terminated with edge's certificate, 404."""
+    r = router_for({"site": "Host(`site.test`)", "api": "Host(`api.test`) && PathPrefix(`/v1`)"}, {"all": "HostSNI(`*`)"})
+    assert r.tls(hello("site.test"), "1.2.3.4").mode == HTTPS
+    assert r.tls(hello("api.test"), "1.2.3.4").mode == HTTPS
+    route = r.tls(hello(sni), "1.2.3.4")
+    assert route.mode == PASSTHROUGH and route.name == "all@file"
+
+
+def test_an_https_router_without_a_host_still_comes_before_the_tcp_catch_all():
+    r = router_for({"site": "Host(`site.test`)", "paths": "PathPrefix(`/p`)"}, {"all": "HostSNI(`*`)"})
+    assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
+    r = router_for({"site": "Host(`site.test`)", "re": "HostRegexp(`^.+\\.test$`)"}, {"all": "HostSNI(`*`)"})
+    assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
+
+
+def test_without_a_tcp_catch_all_an_unknown_name_still_gets_the_https_404():
+    r = router_for({"site": "Host(`site.test`)"}, {"db": "HostSNI(`db.test`)"})
+    assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
+    assert r.tls(hello("db.test"), "1.2.3.4").mode == PASSTHROUGH
