@@ -270,7 +270,7 @@ class EntryPoint(Base):
 class FileProviderConfig(Base):
     filename: str = ""
     directory: str = ""
-    watch: bool = False
+    watch: bool = True  # Traefik's default: a file provider follows its files unless told not to
 
     def __post_init__(self) -> None:
         if bool(self.filename) == bool(self.directory):

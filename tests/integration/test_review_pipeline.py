@@ -83,3 +83,25 @@ def test_request_accept_grace_timeout_keeps_accepting_then_drains(tmp_path, whoa
         assert "SIGKILL" not in e.log
     finally:
         e.stop()
+
+
+def test_a_file_provider_without_watch_follows_its_file(tmp_path, whoami):
+    """A Traefik static configuration that leaves providers.file.watch out (its default
+    is true) is followed: a route added to the file is served. Before, edge read it once."""
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    providers = {"file": {"filename": str(tmp_path / "dynamic.yaml")}}
+    e = Edge(tmp_path, routes, static_extra={"providers": providers})
+    try:
+        assert get(e.port, "/", host="b.test")[0] == 404
+        routes["http"]["routers"]["b"] = {"rule": "Host(`b.test`)", "service": "app"}
+        n = e.applied()
+        e.write_dynamic(routes)
+        e.wait_applied(n + 1)
+        assert get(e.port, "/", host="b.test")[0] == 200
+    finally:
+        e.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edge.config.loader import decode_static
 from edge.errors import ConfigError
 from edge.providers.file import read_directory
 
@@ -46,3 +47,13 @@ def test_a_name_repeated_in_a_later_file_leaves_out_that_element_only(tmp_path: 
     assert str(tmp_path / "a.yaml") in message and str(tmp_path / "b.yaml") in message
     # what each file contributed: b.yaml without the repeat
     assert sorted(used[str(tmp_path / "b.yaml")].http.routers) == ["other"]
+
+
+def test_the_file_provider_watches_unless_told_not_to() -> None:
+    """Traefik's providers.file.watch defaults to true (file.Provider.SetDefaults), and its
+    documentation's examples leave it out; edge defaulted to false, so a Traefik static
+    configuration never picked up a change to its dynamic files."""
+    static = decode_static({"providers": {"file": {"directory": "/etc/edge/dynamic"}}})
+    assert static.providers.file is not None and static.providers.file.watch is True
+    static = decode_static({"providers": {"file": {"filename": "d.yaml", "watch": False}}})
+    assert static.providers.file is not None and static.providers.file.watch is False
