@@ -47,6 +47,18 @@ CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
 
 
+IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"TRACE"))
+
+
+def replayable(head: RequestHead) -> bool:
+    """A request that may go out again after its connection was lost with no answer:
+    Go's ``Request.isReplayable``, which Traefik's transport follows (a safe
+    method, or one carrying ``Idempotency-Key`` / ``X-Idempotency-Key``)."""
+    if head.method in IDEMPOTENT:
+        return True
+    return any(name.lower() in (b"idempotency-key", b"x-idempotency-key") for name, _ in head.headers)
+
+
 class Exchange:
     __slots__ = (
         "backend",
@@ -527,9 +539,12 @@ class Exchange:
             and not head.chunked
             and not head.content_length
             and not head.upgrade
+            and replayable(head)
         ):
-            # A pooled connection the server had closed while idle: nothing was
-            # processed, so the request can safely go out again on a new one.
+            # A pooled connection the server closed as it was reused: most likely
+            # while idle, before the request came, but it may have read and acted
+            # on it; so only a request that may safely be sent twice goes out
+            # again on a new one.
             self.retried = True
             self.upstream = None
             self._cancel_header_timer()

@@ -8,12 +8,14 @@ client got, under both codecs. Each one failed on the commit before its fix.
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import pytest
 
 from tests.harness import Edge, lb, raw
-from tests.integration.test_smuggling_review import H11Backend
+from tests.integration.test_smuggling_review import H11Backend, ThreadedServer
 
 TIMEOUT = 5.0
 
@@ -165,3 +167,107 @@ def test_custom_response_framing_headers_cannot_reframe_the_response(tmp_path, p
         assert out.endswith(b"GET /b 0"), out
     finally:
         e.stop()
+
+
+# --- a pooled connection lost as it is reused -------------------------------------------
+
+
+class ClosingBackend(ThreadedServer):
+    """Answers 200 (keep-alive) to each request head, except the ones numbered in
+    ``drop`` (counted over all connections, from 1): those it reads, records and
+    answers by closing the connection, as a server does that closes an idle
+    connection just as a request arrives on it, or crashes on the request."""
+
+    def __init__(self, drop: set[int]) -> None:
+        self.drop = drop
+        self.seen: list[tuple[int, bytes]] = []  # (connection, request line)
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(TIMEOUT)
+        buf = b""
+        try:
+            while not self.stopped:
+                while b"\r\n\r\n" not in buf:
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                with self.lock:
+                    self.seen.append((n, head.split(b"\r\n", 1)[0]))
+                    number = len(self.seen)
+                if number in self.drop:
+                    return
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+def one_by_one(port: int, requests: list[bytes]) -> list[bytes]:
+    """Each request on one client connection, the next sent once its answer (a head
+    and the Content-Length it names; none for HEAD) came: the answers."""
+    answers = []
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        buf = b""
+        for request in requests:
+            s.sendall(request)
+            while b"\r\n\r\n" not in buf:
+                data = s.recv(65536)
+                assert data, (answers, buf)
+                buf += data
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            length = 0
+            if not request.startswith(b"HEAD "):
+                for line in head.lower().split(b"\r\n"):
+                    if line.startswith(b"content-length:"):
+                        length = int(line[15:])
+            while len(buf) < length:
+                data = s.recv(65536)
+                assert data, (answers, head, buf)
+                buf += data
+            answers.append(head + b"\r\n\r\n" + buf[:length])
+            buf = buf[length:]
+    return answers
+
+
+@pytest.mark.parametrize(
+    ("second", "resent"),
+    [
+        (b"GET /read HTTP/1.1\r\nHost: app.example\r\n\r\n", True),
+        (b"HEAD /read HTTP/1.1\r\nHost: app.example\r\n\r\n", True),
+        (b"DELETE /item HTTP/1.1\r\nHost: app.example\r\n\r\n", False),
+        (b"POST /charge HTTP/1.1\r\nHost: app.example\r\n\r\n", False),
+        (b"POST /charge HTTP/1.1\r\nHost: app.example\r\nIdempotency-Key: k1\r\n\r\n", True),
+    ],
+    ids=["GET", "HEAD", "DELETE", "POST", "POST-idempotency-key"],
+)
+def test_lost_reused_connection_resends_only_idempotent_requests(tmp_path, parser, second, resent):
+    """A pooled connection closed by the server after it read a request, before any
+    byte of an answer: edge sent any request without a body again on a new
+    connection, so a DELETE or a bodiless POST reached the backend twice.
+    Traefik's transport (Go's) sends it again only when it is replayable: GET, HEAD,
+    OPTIONS, TRACE, or one with an Idempotency-Key; else 502."""
+    backend = ClosingBackend(drop={2})
+    e = edge_with(tmp_path, parser, lb(backend.url))
+    try:
+        first = b"GET /warm HTTP/1.1\r\nHost: app.example\r\n\r\n"
+        answers = one_by_one(e.port, [first, second])
+        time.sleep(0.2)
+        line = second.split(b"\r\n", 1)[0]
+        assert answers[0].startswith(b"HTTP/1.1 200 "), answers
+        with backend.lock:
+            seen = list(backend.seen)
+        assert seen[0] == (1, b"GET /warm HTTP/1.1")
+        if resent:
+            assert seen[1:] == [(1, line), (2, line)], seen
+            assert answers[1].startswith(b"HTTP/1.1 200 "), answers
+        else:
+            assert seen[1:] == [(1, line)], seen
+            assert answers[1].startswith(b"HTTP/1.1 502 "), answers
+    finally:
+        e.stop()
+        backend.stop()
