@@ -18,12 +18,12 @@ from tests.unit.test_file_provider import Sink, routers, routers_yaml, run, runn
 def test_a_bad_file_in_a_directory_is_left_out_and_the_rest_served(tmp_path: Path) -> None:
     write(tmp_path / "a.yml", routers_yaml("a"))
     write(tmp_path / "b.yml", 'http:\n  routers:\n    b: {rule: "Host(`b`), service: s}\n')
-    write(tmp_path / "c.yml", routers_yaml("a", "c"))  # repeats a.yml's router
+    write(tmp_path / "c.yml", routers_yaml("a", "c"))  # repeats a.yml's router: that one left out
     write(tmp_path / "d.yml", routers_yaml("d"))
     errors: list[ConfigError] = []
     conf = load_file_provider(directory=str(tmp_path), errors=errors)
-    assert conf.http is not None and sorted(conf.http.routers) == ["a", "d"]
-    assert [(e.source, e.message.endswith("(left out)")) for e in errors] == [
+    assert conf.http is not None and sorted(conf.http.routers) == ["a", "c", "d"]
+    assert [(e.source, e.message.endswith("left out)")) for e in errors] == [
         (str(tmp_path / "b.yml"), True),
         (str(tmp_path / "c.yml"), True),
     ]
