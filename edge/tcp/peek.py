@@ -425,8 +425,12 @@ class Relay:
                     termination_delay=server.termination_delay,
                     on_close=self._closed,
                 )
-        except DialError as exc:
-            log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
+        except Exception as exc:  # a DialError, or a defect: either way the client is told
+            if isinstance(exc, DialError):
+                log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
+            else:
+                log.exception("tcp router %s: service %s: dial %s failed; connection closed",
+                              route.name, server.service, server.address)
             self._end()
             if self.client.transport is not None:
                 self.client.transport.close()

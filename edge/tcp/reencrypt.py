@@ -29,7 +29,7 @@ import asyncio
 import ssl
 from collections.abc import Callable
 
-from edge.tcp.splice import TERMINATION_DELAY, DialError, Pending, Splice, splice
+from edge.tcp.splice import TERMINATION_DELAY, DialError, Pending, Splice, splice, unresolvable
 from edge.tls.terminate import connect_tls
 
 __all__ = ["dial_tls_splice"]
@@ -83,4 +83,8 @@ async def dial_tls_splice(
         if raw is not None:
             raw.abort()
         raise DialError(f"dial {host}:{port} (tls): {exc.strerror or exc}") from exc
+    except ValueError as exc:  # a host name the resolver (or ssl, as a server name) refuses
+        if raw is not None:
+            raw.abort()
+        raise DialError(f"dial {host}:{port} (tls): {unresolvable(exc)}") from exc
     return splice(held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close)

@@ -293,6 +293,12 @@ def _normalise_flow(side: _Side) -> None:
     t.set_write_buffer_limits(high=high, low=low)
 
 
+def unresolvable(exc: ValueError) -> str:
+    """Why a host name cannot even be asked for: Python's IDNA encoding refused it (a
+    label empty or over 63 bytes), raising UnicodeError, a ValueError, not an OSError."""
+    return f"not a host name that can be resolved ({exc})"
+
+
 async def dial_splice(
     client: asyncio.Transport | Pending,
     host: str,
@@ -308,7 +314,8 @@ async def dial_splice(
     ``client`` is a transport (parked on a :class:`Pending` here) or its holder.
     ``first`` goes upstream before anything else (a PROXY protocol header, the
     peeked bytes). Bytes the server sends before the splice is installed are
-    kept. Raises :class:`DialError` if the dial fails or exceeds ``timeout``;
+    kept. Raises :class:`DialError` if the dial fails (a host name the resolver
+    refuses included) or exceeds ``timeout``;
     the client is then left parked on a :class:`Pending` for the caller to close.
     A client lost during the dial closes the new upstream connection (through
     the splice, so ``on_close`` still runs once).
@@ -326,6 +333,8 @@ async def dial_splice(
         raise DialError(f"dial {host}:{port}: no connection within {timeout:g}s") from None
     except OSError as exc:
         raise DialError(f"dial {host}:{port}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # UnicodeError: a name the resolver refuses (empty or long label)
+        raise DialError(f"dial {host}:{port}: {unresolvable(exc)}") from exc
     return splice(
         held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close
     )

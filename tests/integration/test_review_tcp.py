@@ -117,3 +117,36 @@ def test_a_tcp_catch_all_gets_the_names_no_https_router_names(tmp_path, whoami, 
     finally:
         e.stop()
 
+
+# -- a server address that cannot be dialled -------------------------------------------------
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["clear", "tls"])
+@pytest.mark.parametrize("host", ["a..b.test", "x" * 64 + ".test"], ids=["empty-label", "long-label"])
+def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tmp_path, host, tls):
+    """A server address whose host name is no valid DNS name (an empty label, a label
+    over 63 bytes: a typo, a generated name) passes validation, and asking the
+    resolver for it raises UnicodeError (a ValueError, not an OSError), which the dial
+    did not catch: the relay's task died with "Task exception was never retrieved",
+    the client stayed parked with its reading paused, never closed and never told,
+    and the connection stayed in the entrypoint's set (a drain waited out its grace).
+    Traefik's dial fails and closes the client, as for a name that does not resolve.
+    The client is closed at once and the log names the router, service and address,
+    whether edge speaks TLS to the server or not."""
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "bad"}},
+            "services": {"bad": {"loadBalancer": {"servers": [{"address": f"{host}:5000", "tls": tls}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.sendall(b"hello")
+            data, closed = read_until_closed(s, 5)
+        assert (data, closed) == (b"", True)
+        what = " \\(tls\\)" if tls else ""
+        e.wait_for(rf"tcp router raw@file: service bad@file: dial {host}:5000{what}: not a host name .*; connection closed")
+        assert "Task exception was never retrieved" not in e.log
+    finally:
+        e.stop()
