@@ -201,8 +201,17 @@ def merge_files(files: list[tuple[str, Configuration]]) -> Configuration:
 
 
 def _files(directory: str) -> Iterator[str]:
-    """Configuration files under ``directory``, recursively, sorted, hidden ones skipped."""
-    for root, dirs, names in os.walk(directory):
+    """Configuration files under ``directory``, recursively, sorted, hidden ones skipped.
+
+    Raises ``ConfigError`` when a folder cannot be listed (permissions, EMFILE, a stale
+    NFS handle): its files are unknown, not gone, so no configuration may be made
+    without them (``os.walk`` alone skips such a folder in silence)."""
+
+    def unlisted(exc: OSError) -> None:
+        where = exc.filename or directory
+        raise ConfigError(f"cannot list {where}: {exc.strerror or exc}", source=directory)
+
+    for root, dirs, names in os.walk(directory, onerror=unlisted):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             if not name.startswith(".") and Path(name).suffix.lower() in EXTENSIONS:
@@ -279,7 +288,13 @@ class FileProvider:
         return time.time_ns() - newest >= self.poll_interval * 1e9
 
     def _stat(self) -> _Stat:
-        paths = [self.filename] if self.filename is not None else list(_files(str(self.directory)))
+        if self.filename is not None:
+            paths = [self.filename]
+        else:
+            try:
+                paths = list(_files(str(self.directory)))
+            except ConfigError:  # unknown: a state of its own, which the read reports
+                return ((str(self.directory), -1, -1, -1),)
         out = []
         for path in paths:
             assert path is not None

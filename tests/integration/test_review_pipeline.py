@@ -3,14 +3,17 @@ each test pins a defect found by the review and fails on the commit before its f
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.harness import Edge, get, lb
+from tests.harness import ROOT, Edge, get, lb
 
 
 def directory_edge(tmp: Path, files: dict[str, dict], **kwargs) -> Edge:
@@ -105,3 +108,54 @@ def test_a_file_provider_without_watch_follows_its_file(tmp_path, whoami):
         assert get(e.port, "/", host="b.test")[0] == 200
     finally:
         e.stop()
+
+
+# A process that reads a directory once, then polls it while it cannot open a descriptor
+# (EMFILE, as under a connection flood at the descriptor limit); prints what it published.
+UNLISTED = r"""
+import asyncio, json, os, resource, sys
+from edge.providers.file import FileProvider
+
+published = []
+provider = FileProvider(directory=sys.argv[1], poll_interval=0.01)
+http = lambda m: m.configuration.http
+asyncio.run(provider.run(lambda m: published.append(sorted(http(m).routers) if http(m) else [])))
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+held = []
+try:
+    for _ in range(64):
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+for _ in range(3):
+    provider.poll()
+for fd in held:
+    os.close(fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+provider.poll()
+print(json.dumps(published))
+"""
+
+
+def test_a_directory_that_cannot_be_listed_keeps_the_last_good_configuration(tmp_path):
+    """os.walk skips a folder it cannot list, in silence: with the descriptors exhausted
+    (or the folder unreadable to edge's user, or a stale NFS handle) the directory
+    provider published an empty configuration and every route answered 404 until the
+    listing worked again. Traefik's ReadDir error keeps the last configuration; so does
+    edge now, logging why."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(
+        yaml.safe_dump({"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}}}})
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", UNLISTED, str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["a"]]  # before: [["a"], []]
+    assert "cannot list" in done.stderr and "keeping the last good configuration" in done.stderr
