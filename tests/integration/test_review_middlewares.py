@@ -271,3 +271,38 @@ def test_lost_reused_connection_resends_only_idempotent_requests(tmp_path, parse
     finally:
         e.stop()
         backend.stop()
+
+
+# --- redirectScheme -------------------------------------------------------------------
+
+
+def redirect_edge(tmp_path, parser, backend, permanent: bool) -> Edge:
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app", "middlewares": ["tls"]}},
+            "services": {"app": lb(backend.url)},
+            "middlewares": {"tls": {"redirectScheme": {"scheme": "https", "permanent": permanent}}},
+        }
+    }
+    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.1"]}}}
+    return Edge(tmp_path, dyn, parser=parser, entrypoints=eps)
+
+
+@pytest.mark.parametrize("permanent", [False, True], ids=["temporary", "permanent"])
+def test_redirect_scheme_keeps_the_method_of_a_non_get_request(tmp_path, parser, backend, permanent):
+    """Every redirect was 301 or 302, which clients follow with a GET: a form POSTed
+    to http:// lost its body and reached the https:// route as a GET. Traefik
+    answers a request other than GET with 307 (308 when permanent), which keeps
+    the method and body."""
+    e = redirect_edge(tmp_path, parser, backend, permanent)
+    try:
+        for method, status in ((b"GET", b"301" if permanent else b"302"), (b"POST", b"308" if permanent else b"307")):
+            out = exchange(
+                e.port, method + b" /form?a=1 HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi"
+            )
+            assert out.startswith(b"HTTP/1.1 " + status + b" "), (method, out)
+            assert b"\r\nLocation: https://app.example/form?a=1\r\n" in out, out
+        assert backend.requests == []
+    finally:
+        e.stop()
+

@@ -29,9 +29,10 @@ __all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
 class Forward:
     """The request as it will go upstream: what per-request middlewares may change."""
 
-    __slots__ = ("headers", "host", "path", "prefix", "query")
+    __slots__ = ("headers", "host", "method", "path", "prefix", "query")
 
-    def __init__(self, host: str, path: bytes, query: bytes) -> None:
+    def __init__(self, host: str, path: bytes, query: bytes, method: bytes = b"GET") -> None:
+        self.method = method
         self.host = host
         self.path = path
         self.query = query

@@ -77,7 +77,12 @@ class RedirectScheme(Middleware):
 
     def request(self, fwd: Forward) -> Answer | None:
         target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
-        status = 301 if self.permanent else 302
+        # As Traefik: a request other than GET gets the status that keeps its method
+        # and body (307, 308); a client follows 301 and 302 with a GET.
+        if fwd.method == b"GET":
+            status = 301 if self.permanent else 302
+        else:
+            status = 308 if self.permanent else 307
         return Answer(status, b"Location: %s\r\n" % self.location(fwd.host, target))
 
 
