@@ -353,3 +353,53 @@ def test_refuses_to_start_without_net_bind_service(podman, image):
                 "--cap-drop", "ALL", image, "--version"], check=False)  # fmt: skip
     assert out.returncode != 0
     assert "operation not permitted" in (out.stdout + out.stderr).lower()
+
+
+def _podman_security(pod: dict, container: dict) -> list[str]:
+    """podman flags for a pod spec's container securityContext (the fields the examples set)."""
+    ctx = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    flags = ["--user", f"{ctx['runAsUser']}:{ctx['runAsGroup']}"]
+    if ctx.get("readOnlyRootFilesystem"):
+        flags.append("--read-only")
+    if ctx.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    caps = ctx.get("capabilities", {})
+    flags += [f for c in caps.get("drop", []) for f in ("--cap-drop", c)]
+    flags += [f for c in caps.get("add", []) for f in ("--cap-add", c)]
+    return flags
+
+
+def test_runs_as_the_examples_run_whoami(podman, image):
+    """k8s/examples/whoami.yaml runs `edge whoami` from this image with its own
+    securityContext: each Deployment's container, started with those settings (user,
+    read-only root, no-new-privileges, the capabilities it drops and adds) and its args
+    (the port moved to a free one in the host's network), answers as the backend it names.
+    The image's interpreter carries cap_net_bind_service+ep, so a container whose
+    capabilities lack NET_BIND_SERVICE cannot start it at all."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "k8s/examples/whoami.yaml").read_text()) if d]
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployments
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        port = _free_port()
+        args = [a.replace(":8080", f":{port}") for a in container["args"]]
+        name = f"edge-test-{deployment['metadata']['name']}-{os.getpid()}"
+        _run([*podman, "run", "--detach", "--name", name, *LIMITS, *_podman_security(pod, container),
+              "--network", "host", image, *args], check=False)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            status, body = 0, b""
+            while time.monotonic() < deadline:
+                try:
+                    status, body = _get(f"http://127.0.0.1:{port}/")
+                    break
+                except OSError:
+                    time.sleep(0.3)
+            logs = _run([*podman, "logs", name], check=False)
+            detail = f"{deployment['metadata']['name']}: {logs.stdout[-2000:]}{logs.stderr[-2000:]}"
+            assert status == 200, detail
+            want = args[args.index("--name") + 1]
+            assert json.loads(body)["name"] == want, detail
+        finally:
+            _run([*podman, "rm", "--force", "--time", "5", name], check=False)
