@@ -211,7 +211,7 @@ class Exchange:
         pipeline = route.pipeline
         fwd = None
         if pipeline.steps:
-            fwd = Forward(host, path, query, head.method)
+            fwd = Forward(host, path, query, head.method, authority, ctx.scheme, head if conn.trusted else None)
             for step in pipeline.steps:
                 answer = step.request(fwd)
                 if answer is not None:

@@ -306,3 +306,24 @@ def test_redirect_scheme_keeps_the_method_of_a_non_get_request(tmp_path, parser,
     finally:
         e.stop()
 
+
+
+def test_redirect_scheme_passes_a_request_already_in_its_scheme(tmp_path, parser, backend):
+    """A request that already came over https (here: a trusted proxy in front that
+    terminates TLS says so in X-Forwarded-Proto, the usual set-up behind a cloud
+    load balancer) was redirected to the URL it asked for, for ever: a redirect
+    loop. Traefik redirects only when the URL changes, and otherwise serves the
+    route. An untrusted client's X-Forwarded-Proto is not believed (its own is
+    replaced by edge's), so it is still redirected."""
+    e = redirect_edge(tmp_path, parser, backend, False)
+    try:
+        trusted = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Proto: https\r\n\r\n")
+        assert trusted.startswith(b"HTTP/1.1 200 "), trusted
+        settle(backend, 1)
+        assert [(r.method, r.target) for r in backend.requests] == [(b"GET", b"/x")]
+        # Another port is another URL: redirected (to the scheme's default port).
+        other = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example:8443\r\nX-Forwarded-Proto: https\r\n\r\n")
+        assert other.startswith(b"HTTP/1.1 302 "), other
+        assert b"\r\nLocation: https://app.example/x\r\n" in other, other
+    finally:
+        e.stop()

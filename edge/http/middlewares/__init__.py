@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from edge.http.codec import RequestHead
 from edge.http.forward import HeaderEdits
 
 __all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
@@ -29,10 +30,22 @@ __all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
 class Forward:
     """The request as it will go upstream: what per-request middlewares may change."""
 
-    __slots__ = ("headers", "host", "method", "path", "prefix", "query")
+    __slots__ = ("authority", "headers", "host", "method", "path", "prefix", "query", "scheme", "trusted_head")
 
-    def __init__(self, host: str, path: bytes, query: bytes, method: bytes = b"GET") -> None:
+    def __init__(
+        self,
+        host: str,
+        path: bytes,
+        query: bytes,
+        method: bytes = b"GET",
+        authority: bytes = b"",
+        scheme: bytes = b"http",
+        trusted_head: RequestHead | None = None,
+    ) -> None:
         self.method = method
+        self.authority = authority  # the Host (or absolute-form target's authority) as sent
+        self.scheme = scheme  # the entrypoint's: http or https
+        self.trusted_head = trusted_head  # the request's head when its client is trusted (X-Forwarded-*)
         self.host = host
         self.path = path
         self.query = query

@@ -9,6 +9,7 @@ from __future__ import annotations
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.forward import HeaderEdits
 from edge.http.middlewares import Answer, Forward, Middleware
+from edge.rules import split_authority
 
 __all__ = ["AddPrefix", "Headers", "RedirectScheme", "StripPrefix", "from_config"]
 
@@ -75,7 +76,31 @@ class RedirectScheme(Middleware):
         hostport = host if not port or port == default else f"{host}:{port}"
         return f"{self.scheme}://{hostport}".encode() + target
 
+    def already(self, fwd: Forward) -> bool:
+        """The request's URL is the one it would be sent to: Traefik then serves the
+        route instead (a redirect would loop). Its scheme is the entrypoint's, or
+        what a trusted client's X-Forwarded-Proto says (http/ws, https/wss); its
+        port the one its Host names, where not the scheme's default."""
+        scheme = fwd.scheme.decode()
+        if fwd.trusted_head is not None:
+            for name, value in fwd.trusted_head.headers:
+                if name.lower() == b"x-forwarded-proto":
+                    proto = value.strip().lower()
+                    if proto in (b"http", b"ws"):
+                        scheme = "http"
+                    elif proto in (b"https", b"wss"):
+                        scheme = "https"
+                    break
+        if scheme != self.scheme:
+            return False
+        port = split_authority(fwd.authority.decode("latin-1"))[1]
+        if port == _DEFAULT_PORT.get(scheme):
+            port = ""
+        return port == ("" if self.port == _DEFAULT_PORT.get(self.scheme) else self.port)
+
     def request(self, fwd: Forward) -> Answer | None:
+        if self.already(fwd):
+            return None
         target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
         # As Traefik: a request other than GET gets the status that keeps its method
         # and body (307, 308); a client follows 301 and 302 with a GET.
@@ -84,6 +109,9 @@ class RedirectScheme(Middleware):
         else:
             status = 308 if self.permanent else 307
         return Answer(status, b"Location: %s\r\n" % self.location(fwd.host, target))
+
+
+_DEFAULT_PORT = {"http": "80", "https": "443"}
 
 
 def _edits(headers: dict[str, str]) -> HeaderEdits | None:

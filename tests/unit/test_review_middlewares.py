@@ -1,0 +1,48 @@
+"""Review of the HTTP middlewares (see tests/integration/test_review_middlewares.py): the
+pure parts, table-driven."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from edge.http.middlewares import Forward
+from edge.http.middlewares.builtin import RedirectScheme
+
+
+def trusted(proto: bytes) -> SimpleNamespace:
+    """What RedirectScheme reads of a trusted client's head: its headers."""
+    return SimpleNamespace(headers=[(b"Host", b"a.example"), (b"X-Forwarded-Proto", proto)])
+
+
+@pytest.mark.parametrize(
+    ("scheme", "port", "entry", "authority", "head", "location"),
+    [
+        # Served on the entrypoint of the target scheme (a router on both): no redirect.
+        ("https", "", b"https", b"a.example", None, None),
+        ("https", "443", b"https", b"a.example:443", None, None),
+        ("https", "8443", b"https", b"a.example:8443", None, None),
+        ("http", "", b"http", b"a.example", None, None),
+        # Another scheme or port is another URL.
+        ("https", "", b"http", b"a.example", None, b"https://a.example/p?q"),
+        ("https", "", b"https", b"a.example:8443", None, b"https://a.example/p?q"),
+        ("https", "8443", b"https", b"a.example", None, b"https://a.example:8443/p?q"),
+        ("https", "8443", b"http", b"a.example:8080", None, b"https://a.example:8443/p?q"),
+        # A trusted client's X-Forwarded-Proto is the scheme (ws/wss read as http/https).
+        ("https", "", b"http", b"a.example", trusted(b"https"), None),
+        ("https", "", b"http", b"a.example", trusted(b"WSS"), None),
+        ("http", "", b"https", b"a.example", trusted(b"ws"), None),
+        ("https", "", b"https", b"a.example", trusted(b"http"), b"https://a.example/p?q"),
+        ("https", "", b"http", b"a.example", trusted(b"bogus"), b"https://a.example/p?q"),
+    ],
+)
+def test_redirect_scheme_redirects_only_to_another_url(scheme, port, entry, authority, head, location):
+    mw = RedirectScheme("r", scheme, port, False)
+    fwd = Forward("a.example", b"/p", b"q", b"GET", authority, entry, head)
+    answer = mw.request(fwd)
+    if location is None:
+        assert answer is None
+    else:
+        assert answer is not None and answer.status == 302
+        assert answer.lines == b"Location: " + location + b"\r\n"
