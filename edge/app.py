@@ -10,7 +10,7 @@ the providers and the watcher.
 
 SIGTERM/SIGINT drain (accept for requestAcceptGraceTimeout, then stop accepting and
 finish in-flight requests within graceTimeOut);
-SIGHUP makes the providers re-read their sources.
+SIGHUP makes the providers re-read their sources; SIGUSR1 reopens the log files.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDPEntryPoint
-from edge.logs import AccessLogger
+from edge.logs import AccessLogger, reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
@@ -334,7 +334,8 @@ class Stoppable:
     """Signals shared by the single-process app and the supervisor.
 
     SIGTERM/SIGINT start one graceful :meth:`stop` (a second signal changes
-    nothing); SIGHUP re-reads the providers. Subclasses set ``loop``,
+    nothing); SIGHUP re-reads the providers; SIGUSR1 reopens the log files.
+    Subclasses set ``loop``,
     ``control``, ``_tasks`` and ``_stopping``, and define ``stop()``.
     """
 
@@ -356,6 +357,11 @@ class Stoppable:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+        self.loop.add_signal_handler(signal.SIGUSR1, self.reopen_logs)
+
+    def reopen_logs(self) -> None:
+        """SIGUSR1 (Traefik's, for logrotate): the log files are opened again by path."""
+        reopen_logs()
 
     def reload(self) -> None:
         self.control.reload()
@@ -385,6 +391,9 @@ class Edge(Stoppable):
         self._tasks: set[asyncio.Task] = set()
         self._stopped = asyncio.Event()
         self._stopping = False
+
+    def reopen_logs(self) -> None:
+        reopen_logs(self.access_log)
 
     @property
     def runtime(self) -> RuntimeConfig | None:

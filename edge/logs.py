@@ -40,9 +40,36 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+class LogFile(logging.StreamHandler):
+    """The handler of ``log.filePath``: :meth:`reopen` opens the path again (SIGUSR1)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(open(path, "a", buffering=1))  # noqa: SIM115
+        self.path = path
+
+    def reopen(self) -> None:
+        old = self.setStream(open(self.path, "a", buffering=1))  # noqa: SIM115
+        if old is not None:
+            old.close()
+
+
+def reopen_logs(access_log: AccessLogger | None = None) -> None:
+    """Traefik's SIGUSR1: close the log files and open them again by their paths, so a
+    log rotated away (logrotate moves it, then signals) is written anew where it was.
+    A file that cannot be opened keeps the old one, and the log says why."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, LogFile):
+            try:
+                handler.reopen()
+            except OSError as exc:
+                logging.getLogger("edge").error("cannot reopen the log %s: %s", handler.path, exc)
+    if access_log is not None:
+        access_log.reopen()
+    logging.getLogger("edge").info("SIGUSR1: log files reopened")
+
+
 def setup_logging(config: Log) -> None:
-    stream: IO[str] = open(config.file_path, "a", buffering=1) if config.file_path else sys.stderr  # noqa: SIM115
-    handler = logging.StreamHandler(stream)
+    handler = LogFile(config.file_path) if config.file_path else logging.StreamHandler(sys.stderr)
     if config.format == "json":
         handler.setFormatter(JSONFormatter())
     else:
@@ -150,6 +177,19 @@ class AccessLogger:
                 self.stream.flush()
             except OSError as exc:
                 logging.getLogger("edge.accesslog").error("access log write failed: %s", exc)
+
+    def reopen(self) -> None:
+        """Write what waits, then go on in a file opened again at ``filePath`` (SIGUSR1)."""
+        self.flush()
+        if not self.config.file_path:
+            return
+        try:
+            stream = open(self.config.file_path, "ab")  # noqa: SIM115
+        except OSError as exc:
+            logging.getLogger("edge.accesslog").error("cannot reopen the access log: %s", exc)
+            return
+        self.stream, old = stream, self.stream
+        old.close()
 
     def close(self) -> None:
         self.flush()

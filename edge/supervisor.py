@@ -40,9 +40,10 @@ Life cycle: a worker that exits unexpectedly is restarted and sent the latest
 configuration, at most once per second (backing off to 30 s while it keeps dying within
 10 s of its start). SIGTERM/SIGINT: stop the providers, SIGTERM every worker (each keeps
 accepting for requestAcceptGraceTimeout, then drains within its graceTimeOut), wait for
-them (the longest of each plus a margin, then SIGKILL), exit 0. SIGHUP re-reads the providers. Workers ignore SIGINT and SIGHUP (a
-terminal sends those to the whole process group; the supervisor acts on them) and stop on
-SIGTERM or when their channel reaches EOF.
+them (the longest of each plus a margin, then SIGKILL), exit 0. SIGHUP re-reads the
+providers. SIGUSR1 reopens the log files, the supervisor's and (sent on) every worker's.
+Workers ignore SIGINT and SIGHUP (a terminal sends those to the whole process group;
+the supervisor acts on them) and stop on SIGTERM or when their channel reaches EOF.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from edge.ipc import (
     ToWorker,
     encode,
 )
-from edge.logs import JSONFormatter, setup_logging
+from edge.logs import JSONFormatter, reopen_logs, setup_logging
 from edge.tls.tickets import new_key as new_ticket_key
 from edge.watcher import Preparer
 
@@ -361,6 +362,14 @@ class Supervisor(Stoppable):
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._spawning: set[asyncio.Task] = set()
+
+    def reopen_logs(self) -> None:
+        """SIGUSR1: this process's log file, then every worker's (each has its own)."""
+        reopen_logs()
+        for slot in self.slots.values():
+            if slot.process is not None and slot.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    slot.process.send_signal(signal.SIGUSR1)
 
     # -- configuration ------------------------------------------------------------------
 
@@ -690,6 +699,9 @@ class Worker:
         )
         return runtime, self.dataplane.prepare(runtime)
 
+    def _reopen_logs(self) -> None:
+        reopen_logs(self.dataplane.access_log if self.dataplane is not None else None)
+
     def _on_lost(self) -> None:
         if not self._stopping:
             wlog.warning("the supervisor is gone (channel closed): draining and exiting")
@@ -708,6 +720,7 @@ class Worker:
         to the whole process group, and the supervisor is the one that acts on them.
         """
         self.loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        self.loop.add_signal_handler(signal.SIGUSR1, self._reopen_logs)
         try:
             sock = socket.socket(fileno=os.dup(0))  # stdin: our end of the supervisor's socketpair
         except OSError:
