@@ -10,6 +10,7 @@ an Ingress whose backend is a real ``edge whoami`` process. Requests are real HT
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,15 @@ def configmap_static() -> dict:
 class DeployedEdge:
     """edge on the ConfigMap's configuration, as one pod of the DaemonSet runs it."""
 
-    def __init__(self, tmp: Path, emu: Emulator) -> None:
+    def __init__(
+        self, tmp: Path, emu: Emulator, *, cpu_limit: int = 1, accept_grace: str | None = None
+    ) -> None:
         static = configmap_static()
+        if accept_grace is not None:  # the ConfigMap's own keys, a shorter wait for the test
+            for ep in static["entryPoints"].values():
+                life = ep.get("transport", {}).get("lifeCycle", {})
+                if "requestAcceptGraceTimeout" in life:
+                    life["requestAcceptGraceTimeout"] = accept_grace
         for ep in static["entryPoints"].values():  # the same entry points on free loopback ports
             ep["address"] = "127.0.0.1:0" + ("/udp" if ep["address"].endswith("/udp") else "")
         static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=TOKEN)
@@ -50,12 +58,12 @@ class DeployedEdge:
         path = tmp / "edge.yaml"
         path.write_text(yaml.safe_dump(static))
         self.static = static
-        # The DaemonSet's environment (EDGE_CPU_LIMIT 1: one process, as on a 1-CPU limit).
+        # The DaemonSet's environment (EDGE_CPU_LIMIT: its workers: auto runs that many).
         env = {
             "POD_NAME": "edge-abcde",
             "POD_NAMESPACE": NAMESPACE,
             "NODE_NAME": "edge-worker",
-            "EDGE_CPU_LIMIT": "1",
+            "EDGE_CPU_LIMIT": str(cpu_limit),
         }
         self.proc = Proc(["run", "--config", str(path)], env=env)
         self.ports: dict[str, int] = {}
@@ -81,7 +89,8 @@ class DeployedEdge:
 
 
 @pytest.fixture
-def deployed(tmp_path: Path) -> Iterator[tuple[DeployedEdge, Whoami]]:
+def deployed(tmp_path: Path, request) -> Iterator[tuple[DeployedEdge, Whoami]]:
+    options = getattr(request, "param", {})
     backend = Whoami("app")
     try:
         with Emulator(token=TOKEN) as emu:
@@ -93,7 +102,7 @@ def deployed(tmp_path: Path) -> Iterator[tuple[DeployedEdge, Whoami]]:
                 )
             )
             emu.create(o.ingress("app", host=HOST, service="app", ingress_class="edge"))
-            edge = DeployedEdge(tmp_path, emu)
+            edge = DeployedEdge(tmp_path, emu, **options)
             try:
                 edge.wait_ready()
                 yield edge, backend
@@ -121,3 +130,35 @@ def test_ingress_routes_stay_off_the_health_port(deployed):
     assert status == 404, f"the health port served the Ingress route: {status} {body[:200]!r}"
     assert get(edge.ping_port, "/ping")[0] == 200
     assert get(edge.ping_port, "/ready")[0] == 200
+
+
+@pytest.mark.parametrize(
+    "deployed",
+    [{"cpu_limit": 1, "accept_grace": "1500ms"}, {"cpu_limit": 2, "accept_grace": "1500ms"}],
+    ids=["one-process", "workers-2"],
+    indirect=True,
+)
+def test_sigterm_keeps_the_node_serving_while_it_leaves_rotation(deployed):
+    """A rolling update SIGTERMs the pod of a node the load balancer still sends to. The
+    ConfigMap's entry points keep accepting for requestAcceptGraceTimeout while /ready
+    (and /ping) answer 503 on the health port, so a load balancer health-checking /ready
+    takes the node out before its ports refuse connections; then edge drains and exits 0.
+    Without the key (before), every port refused new connections the moment SIGTERM came,
+    so connections the load balancer still sent were refused until its checks failed.
+    (The grace is the ConfigMap's key with a shorter value, to keep the test short.)"""
+    edge, _ = deployed
+    web = edge.ports["web"]
+    deadline = time.monotonic() + 10
+    while get(web, "/", host=HOST)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert get(web, "/", host=HOST)[0] == 200
+    start = time.monotonic()
+    edge.proc.signal(signal.SIGTERM)
+    edge.proc.wait_for(r"stopping", timeout=5)
+    time.sleep(0.3)
+    status, _, body = get(web, "/", host=HOST)
+    assert status == 200 and b'"name":"app"' in body, f"a new connection after SIGTERM: {status}"
+    assert get(edge.ping_port, "/ready")[0] == 503, "the health port still says ready"
+    assert edge.proc.proc.wait(timeout=20) == 0, edge.proc.log[-3000:]
+    assert time.monotonic() - start >= 1.4
+    assert get(web, "/", host=HOST)[0] == 0  # then the port is closed

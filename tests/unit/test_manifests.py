@@ -327,8 +327,18 @@ def test_workers_follow_the_cpu_limit(container, static):
 
 
 def test_grace_period_outlasts_the_drain(pod, static):
-    drain = max(ep.transport.life_cycle.grace_time_out for ep in static.entry_points.values())
-    assert pod["terminationGracePeriodSeconds"] > drain
+    """SIGTERM: every TCP entry point keeps accepting for requestAcceptGraceTimeout while
+    /ready answers 503 (a load balancer takes the node out of rotation), then drains for
+    graceTimeOut; the kubelet's SIGKILL comes after both and the supervisor's margin."""
+    from edge.supervisor import STOP_MARGIN
+
+    life = [ep.transport.life_cycle for ep in static.entry_points.values()]
+    tcp = [ep for ep in static.entry_points.values() if parse_address(ep.address)[2] == "tcp"]
+    for ep in tcp:
+        assert ep.transport.life_cycle.request_accept_grace_timeout >= 5, ep.address
+    accept = max(c.request_accept_grace_timeout for c in life)
+    drain = max(c.grace_time_out for c in life)
+    assert pod["terminationGracePeriodSeconds"] > accept + drain + STOP_MARGIN
 
 
 def test_rolling_update(daemonset):
