@@ -266,6 +266,8 @@ class Exchange:
         self.req_done = True
         if self.head.chunked and not self.resp_done:
             self._send_upstream((CHUNK_END,))
+        if self.upstream is not None and not self.resp_started:
+            self._start_header_timer()
         if self.resp_done:
             self.conn.exchange_done(self)
 
@@ -334,9 +336,15 @@ class Exchange:
             upstream.transport.write(self.up_head)
         if conn.write_paused:
             upstream.pause_reading()
+        if self.req_done:
+            self._start_header_timer()
+
+    def _start_header_timer(self) -> None:
+        """responseHeaderTimeout runs from the end of the request, body included, as
+        Go's ResponseHeaderTimeout does (an upload may take longer than it)."""
         timeout = self.backend.transport.response_header_timeout
-        if timeout:
-            self.header_timer = conn.loop.call_later(timeout, self._response_header_timeout)
+        if timeout and self.header_timer is None:
+            self.header_timer = self.conn.loop.call_later(timeout, self._response_header_timeout)
 
     def _response_header_timeout(self) -> None:
         self.header_timer = None

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.harness import Edge, lb, raw
+from tests.harness import Edge, lb, raw, read_until_closed
 from tests.integration.test_smuggling_review import H11Backend, ThreadedServer
 
 TIMEOUT = 5.0
@@ -325,5 +325,34 @@ def test_redirect_scheme_passes_a_request_already_in_its_scheme(tmp_path, parser
         other = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example:8443\r\nX-Forwarded-Proto: https\r\n\r\n")
         assert other.startswith(b"HTTP/1.1 302 "), other
         assert b"\r\nLocation: https://app.example/x\r\n" in other, other
+    finally:
+        e.stop()
+
+
+# --- serversTransport forwardingTimeouts ---------------------------------------------------
+
+
+def test_response_header_timeout_counts_from_the_end_of_the_request_body(tmp_path, parser, backend):
+    """responseHeaderTimeout ran from the moment the request head went upstream, so an
+    upload taking longer than it got 504 while the client was still sending (and
+    the backend had answered nothing because the body was not all there). Traefik's
+    (Go's ResponseHeaderTimeout) runs from the end of the request, body included:
+    a slow upload is served, and a backend slow to answer once it has it is not."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url, serversTransport="rht")},
+            "serversTransports": {"rht": {"forwardingTimeouts": {"responseHeaderTimeout": "300ms"}}},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 6\r\n\r\nabc")
+            time.sleep(0.8)  # the upload goes on past the timeout
+            s.sendall(b"def")
+            out = read_until_closed(s, TIMEOUT, quiet=1.0)[0]
+        assert out.startswith(b"HTTP/1.1 200 "), out
+        assert out.endswith(b"POST /upload 6"), out
     finally:
         e.stop()
