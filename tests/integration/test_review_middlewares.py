@@ -356,3 +356,22 @@ def test_response_header_timeout_counts_from_the_end_of_the_request_body(tmp_pat
         assert out.endswith(b"POST /upload 6"), out
     finally:
         e.stop()
+
+
+# --- path middlewares ----------------------------------------------------------------------
+
+
+def test_add_prefix_without_a_leading_slash_makes_an_origin_form_path(tmp_path, parser, backend):
+    """addPrefix ``api`` (no leading slash, as Kubernetes annotations are often
+    written) sent ``GET api/x HTTP/1.1`` upstream: not origin-form, refused by
+    strict servers and read as anything by lax ones. Traefik makes the path start
+    with a slash (ensureLeadingSlash): ``/api/x``."""
+    mws = {"add": {"addPrefix": {"prefix": "api"}}}
+    e = edge_with(tmp_path, parser, lb(backend.url), mws)
+    try:
+        out = exchange(e.port, b"GET /x?q=1 HTTP/1.1\r\nHost: app.example\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 "), out
+        settle(backend, 1)
+        assert [r.target for r in backend.requests] == [b"/api/x?q=1"]
+    finally:
+        e.stop()

@@ -35,11 +35,15 @@ class StripPrefix(Middleware):
 
 
 class AddPrefix(Middleware):
+    """Puts a prefix before the path; the path still starts with ``/`` (``api`` adds ``/api``,
+    as Traefik's ensureLeadingSlash makes it)."""
+
     __slots__ = ("prefix",)
 
     def __init__(self, name: str, prefix: str) -> None:
         super().__init__(name)
-        self.prefix = prefix.encode().rstrip(b"/")
+        prefix = prefix.encode().rstrip(b"/")
+        self.prefix = b"/" + prefix if prefix and prefix[:1] != b"/" else prefix
 
     def request(self, fwd: Forward) -> Answer | None:
         fwd.path = self.prefix + fwd.path
