@@ -63,7 +63,37 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _JSON = msgspec.json.Decoder()  # untyped: JSON -> Python objects, then msgspec.convert
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _YAMLLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (libyaml's where there is one), refusing a key written twice in one
+    mapping, as Traefik's YAML decoder (go-yaml v3) does: PyYAML keeps the last value in
+    silence, so a router pasted twice under one name lost one of them with nothing said.
+    Keys a ``<<`` merge brings in may be overridden, as YAML allows."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)  # kept: constructed once
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # unhashable: the base class names it
+                    continue
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        first.start_mark,
+                        f"key {key!r} is defined again",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+_YAML_LOADER = _YAMLLoader
 _AT = re.compile(r"^(?P<message>.*?)(?: - at (?P<key>`key` in )?`(?P<path>\$[^`]*)`)?$", re.S)
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]+")

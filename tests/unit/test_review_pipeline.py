@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+import pytest
+
 from edge.config.loader import decode_static
 from edge.errors import ConfigError
 from edge.providers.file import read_directory
@@ -86,3 +88,29 @@ def test_sigusr1_reopens_the_log_file_where_it_was(tmp_path: Path) -> None:
         sys.unraisablehook = hook
     assert "after the rotation" in path.read_text()
     assert "after the rotation" not in (tmp_path / "edge.log.1").read_text()
+
+
+def test_a_key_written_twice_in_a_yaml_mapping_is_an_error(tmp_path: Path) -> None:
+    """Traefik's YAML decoder (go-yaml v3) refuses a mapping key written twice; PyYAML
+    keeps the last value in silence, so a router block pasted under a name already used
+    replaced the first one (a.test answered 404) and edge check said the file was valid."""
+    from edge.config.loader import load_dynamic
+
+    path = tmp_path / "dynamic.yaml"
+    path.write_text(
+        routers_yaml({"one": "a.test", "two": "c.test"})
+        + "    one:\n      rule: Host(`b.test`)\n      service: app\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    message = str(info.value)
+    assert "key 'one' is defined again" in message
+    assert "at line 3," in message and "at line 9," in message  # the first, then the repeat
+    # A key a << merge brings in may still be overridden, as YAML allows.
+    path.write_text(
+        "http:\n  routers:\n    one: &one {rule: Host(`a.test`), service: app}\n"
+        "    two:\n      <<: *one\n      rule: Host(`b.test`)\n"
+    )
+    conf = load_dynamic(path)
+    assert conf.http is not None and conf.http.routers["two"].rule == "Host(`b.test`)"
+    assert conf.http.routers["two"].service == "app"
