@@ -191,6 +191,7 @@ class TCPRouter:
 
     __slots__ = (
         "_plain", "_tls", "certs", "https_any", "https_catch_all", "https_names", "immediate", "mixed_options",
+        "starttls",
     )
 
     def __init__(
@@ -215,6 +216,9 @@ class TCPRouter:
         self.https_catch_all = https_any is not None if https_catch_all is None else https_catch_all
         self.certs = certs if certs is not None else TLSCertificates(None)
         self.immediate = self._plain is not None and self._tls is None and https_any is None
+        # TCP routers on TLS exist: a PostgreSQL client's STARTTLS request is answered
+        # and its TLS routed by them (see starttls_route).
+        self.starttls = self._tls is not None
         # Some HTTPS host has TLS options of its own: a request's Host must then ask
         # for the options its connection's handshake used (see https_options).
         default = https_any.options if https_any is not None else DEFAULT_TLS
@@ -285,6 +289,15 @@ class TCPRouter:
             return self.https_any
         # 6. Nothing wants this TLS connection: refused with an alert.
         return None
+
+
+    def starttls_route(self, hello: ClientHello, client_ip: str) -> TCPRoute | None:
+        """The route of TLS begun by PostgreSQL's STARTTLS: the TCP routers on TLS
+        only, catch-all included (Traefik's servePostgres); None: refuse it."""
+        if self._tls is None:
+            return None
+        route = self._tls.match(RequestView(sni=hello.server_name or "", client_ip=client_ip, alpn=hello.alpn))
+        return None if route is None else route.value
 
 
 class _Matched:

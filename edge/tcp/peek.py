@@ -13,6 +13,10 @@ The peek reads the first bytes, parses them as a ClientHello
 3. TLS: passthrough to a TCP service, or termination with the certificate for
    the SNI followed by HTTP (HTTPS routers) or a relay to a TCP service; nothing
    for the name: a TLS alert.
+4. PostgreSQL's STARTTLS (its SSLRequest first, on an entrypoint with TCP routers
+   on TLS): answered ``S``, and the TLS that follows is routed by the TCP routers
+   on TLS alone (Traefik's servePostgres); passthrough gives the server the
+   SSLRequest and takes its ``S`` before the ClientHello goes.
 
 Invariants:
 - No byte is lost or reordered: everything read while peeking goes first to
@@ -83,6 +87,10 @@ log = logging.getLogger("edge.tcp")
 __all__ = ["Peek", "PeekContext", "Relay"]
 
 NO_DEADLINE, PEEKING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
+
+# PostgreSQL's SSLRequest (int32 length 8, int32 code 80877103) and the server's yes.
+POSTGRES_SSL_REQUEST = b"\x00\x00\x00\x08\x04\xd2\x16\x2f"
+POSTGRES_SSL_YES = b"S"
 
 Address = tuple[str, int]
 
@@ -194,6 +202,9 @@ class Peek(asyncio.Protocol):
         self.destination = destination  # the address it reached, per that header
         self.buf = b""
         self.parser = ClientHelloParser()
+        # PostgreSQL STARTTLS: None undecided (TCP routers on TLS exist), True once
+        # answered, False not (or not looked for).
+        self.postgres: bool | None = None if router.starttls else False
         self.deadline_kind = NO_DEADLINE
         self.deadline = 0.0
 
@@ -222,6 +233,10 @@ class Peek(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf = self.buf + data if self.buf else data
+        if self.postgres is None:
+            buf = self._postgres(buf)
+            if not buf:
+                return
         try:
             hello = self.parser.parse(buf)
         except ClientHelloError as exc:
@@ -233,10 +248,45 @@ class Peek(asyncio.Protocol):
             return
         self._leave()
         self.buf = b""
-        if hello is NOT_TLS:
+        if self.postgres:
+            self._starttls(hello, buf)
+        elif hello is NOT_TLS:
             self._plain(buf)
         else:
             self._tls(hello, buf)  # type: ignore[arg-type]
+
+    def _postgres(self, buf: bytes) -> bytes:
+        """Look for PostgreSQL's SSLRequest, a byte at a time as Traefik does (a
+        client that sends less and waits is not held up): what is left to peek
+        (empty: wait for more). Answered ``S``, the ClientHello follows it."""
+        n = len(buf)
+        if n < 8 and buf == POSTGRES_SSL_REQUEST[:n]:
+            return b""
+        if buf[:8] != POSTGRES_SSL_REQUEST:
+            self.postgres = False
+            return buf
+        self.postgres = True
+        self.transport.write(POSTGRES_SSL_YES)  # type: ignore[union-attr]
+        self.buf = buf = buf[8:]
+        return buf
+
+    def _starttls(self, hello: ClientHello | object, peeked: bytes) -> None:
+        """TLS after PostgreSQL's STARTTLS: routed by the TCP routers on TLS only
+        (Traefik's servePostgres); anything else is closed."""
+        transport = self.transport
+        assert transport is not None
+        route = self.router.starttls_route(hello, self.client_ip) if hello is not NOT_TLS else None  # type: ignore[arg-type]
+        if route is None:
+            log.debug("%s: %s: PostgreSQL STARTTLS with no TCP router for it; closed", self.ctx.name, self.client_ip)
+            if hello is NOT_TLS:
+                transport.close()
+            else:
+                refuse(transport, ALERT_UNRECOGNIZED_NAME)
+            return
+        if route.mode == "passthrough":  # the server gets the SSLRequest first, and answers it
+            self._relay(route, peeked, postgres=True)
+        else:
+            self._tls(hello, peeked, route)  # type: ignore[arg-type]
 
     def eof_received(self) -> bool:
         # The client stopped sending before its first bytes could decide anything.
@@ -288,10 +338,11 @@ class Peek(asyncio.Protocol):
         # Otherwise HTTP: the HTTP routers, whose 404 answers what none of them matches.
         self.ctx.plain_http(transport, peeked, self.source)
 
-    def _tls(self, hello: ClientHello, peeked: bytes) -> None:
+    def _tls(self, hello: ClientHello, peeked: bytes, route: TCPRoute | None = None) -> None:
         transport = self.transport
         assert transport is not None
-        route = self.router.tls(hello, self.client_ip)
+        if route is None:
+            route = self.router.tls(hello, self.client_ip)
         if route is None:
             # No HTTPS router and no TCP router on TLS wants this name: a TLS
             # client understands an alert, not a 404.
@@ -328,8 +379,11 @@ class Peek(asyncio.Protocol):
 
     # -- relaying to a TCP service ----------------------------------------------------------
 
-    def _relay(self, route: TCPRoute, first: bytes, client: asyncio.Transport | None = None) -> None:
-        """Dial a server of ``route``'s service and splice ``client`` (the raw transport by default) to it."""
+    def _relay(
+        self, route: TCPRoute, first: bytes, client: asyncio.Transport | None = None, *, postgres: bool = False
+    ) -> None:
+        """Dial a server of ``route``'s service and splice ``client`` (the raw transport by default) to it
+        (``postgres``: the server must answer PostgreSQL's SSLRequest before ``first`` goes)."""
         client = client or self.transport
         assert client is not None and route.service is not None
         chain = route.middlewares
@@ -356,7 +410,7 @@ class Peek(asyncio.Protocol):
         # (and before TLS, to a server edge speaks TLS to).
         header = self._proxy_header(server.proxy_protocol, client) if server.proxy_protocol else b""
         relay = Relay(self.ctx.connections, held, chain, self.client_ip)
-        task = self.ctx.loop.create_task(relay.run(route, server, header, first))
+        task = self.ctx.loop.create_task(relay.run(route, server, header, first, postgres))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
 
@@ -400,17 +454,18 @@ class Relay:
         self.client_ip = client_ip
         connections.add(self)
 
-    async def run(self, route: TCPRoute, server: Any, header: bytes, first: bytes) -> None:
+    async def run(self, route: TCPRoute, server: Any, header: bytes, first: bytes, postgres: bool = False) -> None:
         try:
             if server.tls is None:
                 self.splice = await dial_splice(
                     self.client,
                     server.host,
                     server.port,
-                    first=header + first,
+                    first=first if postgres else header + first,
                     timeout=server.dial_timeout,
                     termination_delay=server.termination_delay,
                     on_close=self._closed,
+                    preamble=(header + POSTGRES_SSL_REQUEST, POSTGRES_SSL_YES) if postgres else None,
                 )
             else:
                 self.splice = await dial_tls_splice(

@@ -63,7 +63,7 @@ class DialError(EdgeError):
 class Pending(asyncio.Protocol):
     """A transport's protocol between owners: reading paused, bytes and EOF kept."""
 
-    __slots__ = ("data", "eof", "exc", "lost", "transport")
+    __slots__ = ("data", "eof", "exc", "lost", "transport", "waiter")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -71,6 +71,7 @@ class Pending(asyncio.Protocol):
         self.eof = False
         self.lost = False
         self.exc: BaseException | None = None
+        self.waiter: asyncio.Future | None = None  # set while read() waits
 
     @classmethod
     def attach(cls, transport: asyncio.Transport, *, eof: bool = False) -> Pending:
@@ -90,14 +91,32 @@ class Pending(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.data.append(data)
         self.transport.pause_reading()
+        self._wake()
 
     def eof_received(self) -> bool:
         self.eof = True
+        self._wake()
         return True  # stay open: the other direction may still have bytes to send
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.exc = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def read(self, size: int) -> bytes:
+        """Wait until ``size`` bytes are held, or EOF or loss; what is held (it stays held)."""
+        while sum(map(len, self.data)) < size and not self.eof and not self.lost:
+            self.waiter = asyncio.get_running_loop().create_future()
+            self.transport.resume_reading()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return b"".join(self.data)
 
 
 class _Side(asyncio.Protocol):
@@ -293,6 +312,17 @@ def _normalise_flow(side: _Side) -> None:
     t.set_write_buffer_limits(high=high, low=low)
 
 
+async def _exchange(upstream: Pending, request: bytes, reply: bytes) -> None:
+    """Write ``request`` to a server just dialled and take its ``reply`` off what it sent."""
+    upstream.transport.write(request)  # type: ignore[union-attr]
+    got = await upstream.read(len(reply))
+    if got[: len(reply)] != reply:
+        if not got:
+            raise DialError(f"closed before answering the STARTTLS request (expected {reply!r})")
+        raise DialError(f"answered {got[:16]!r} to the STARTTLS request, not {reply!r}")
+    upstream.data = [got[len(reply) :]] if len(got) > len(reply) else []
+
+
 def unresolvable(exc: ValueError) -> str:
     """Why a host name cannot even be asked for: Python's IDNA encoding refused it (a
     label empty or over 63 bytes), raising UnicodeError, a ValueError, not an OSError."""
@@ -308,8 +338,14 @@ async def dial_splice(
     timeout: float = DIAL_TIMEOUT,
     termination_delay: float = TERMINATION_DELAY,
     on_close: Callable[[Splice], None] | None = None,
+    preamble: tuple[bytes, bytes] | None = None,
 ) -> Splice:
     """Dial ``host:port`` and splice it to ``client`` (``a``: client, ``b``: upstream).
+
+    ``preamble`` (``request``, ``reply``): an exchange the server must complete
+    before ``first`` goes (PostgreSQL's STARTTLS: the SSLRequest, then ``S``): the
+    request is written, the server's reply awaited within ``timeout`` and dropped;
+    another reply is a :class:`DialError`.
 
     ``client`` is a transport (parked on a :class:`Pending` here) or its holder.
     ``first`` goes upstream before anything else (a PROXY protocol header, the
@@ -326,15 +362,23 @@ async def dial_splice(
     else:
         old = client.get_protocol()
         held = old if isinstance(old, Pending) else Pending.attach(client)
+    upstream: Pending | None = None
     try:
         async with asyncio.timeout(timeout):
             _, upstream = await loop.create_connection(Pending, host, port)
+            if preamble is not None:
+                await _exchange(upstream, *preamble)
     except TimeoutError:
+        if upstream is not None:
+            upstream.transport.abort()
         raise DialError(f"dial {host}:{port}: no connection within {timeout:g}s") from None
     except OSError as exc:
         raise DialError(f"dial {host}:{port}: {exc.strerror or exc}") from exc
     except ValueError as exc:  # UnicodeError: a name the resolver refuses (empty or long label)
         raise DialError(f"dial {host}:{port}: {unresolvable(exc)}") from exc
+    except DialError as exc:  # the preamble's reply
+        upstream.transport.abort()  # type: ignore[union-attr]
+        raise DialError(f"dial {host}:{port}: {exc}") from None
     return splice(
         held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close
     )

@@ -8,9 +8,11 @@ precedence cases are in ``tests/unit/test_review_tcp.py``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
+import time
 
 import pytest
 
@@ -148,5 +150,184 @@ def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tm
         what = " \\(tls\\)" if tls else ""
         e.wait_for(rf"tcp router raw@file: service bad@file: dial {host}:5000{what}: not a host name .*; connection closed")
         assert "Task exception was never retrieved" not in e.log
+    finally:
+        e.stop()
+
+
+# -- PostgreSQL STARTTLS -------------------------------------------------------------------
+
+SSL_REQUEST = b"\x00\x00\x00\x08\x04\xd2\x16\x2f"  # PostgreSQL's SSLRequest
+
+
+class FakePostgres:
+    """A server that answers like PostgreSQL: an SSLRequest gets ``S`` and TLS follows
+    (unencrypted bytes after the request are refused, as PostgreSQL has since
+    CVE-2021-23214); plain bytes are a startup message. Each connection's message
+    is answered ``got <message> over tls|clear`` and closed."""
+
+    def __init__(self, cert: tuple[str, str]) -> None:
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(*cert)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.closing = False
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.closing:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            try:
+                conn.settimeout(5)
+                first = conn.recv(65536)
+                if first.startswith(SSL_REQUEST):
+                    if first != SSL_REQUEST:
+                        self.errors.append("received unencrypted data after SSL request")
+                        conn.close()
+                        continue
+                    conn.sendall(b"S")
+                    conn = self.ctx.wrap_socket(conn, server_side=True)
+                    conn.sendall(b"got " + conn.recv(65536) + b" over tls")
+                else:
+                    conn.sendall(b"got " + first + b" over clear")
+            except OSError as exc:
+                self.errors.append(repr(exc))
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self.thread.join(5)
+        self.sock.close()
+
+
+def postgres_client(port: int, server_name: str, ca: str) -> tuple[bytes, bytes]:
+    """A PostgreSQL client with sslmode=verify-full: SSLRequest, ``S``, TLS for
+    ``server_name`` verified against ``ca``, a startup message; (answer to the request,
+    what came back over TLS)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(SSL_REQUEST)
+        yes = s.recv(1)
+        if yes != b"S":
+            return yes, b""
+        ctx = ssl.create_default_context(cafile=ca)
+        with ctx.wrap_socket(s, server_hostname=server_name) as tls:
+            tls.sendall(b"startup")
+            return yes, read_until_closed(tls, 5)[0]
+
+
+@pytest.mark.parametrize("rule", ["HostSNI(`db.test`)", "HostSNI(`*`)"])
+def test_postgres_starttls_is_routed_by_server_name(tmp_path, whoami, rule):
+    """Traefik answers PostgreSQL's STARTTLS request (SSLRequest, then ``S``) on an
+    entrypoint with TCP routers on TLS and routes the TLS that follows by its server
+    name: passthrough (the server gets the SSLRequest, answers it, then the
+    ClientHello) or termination (the server gets the plaintext). edge took the
+    SSLRequest for a plain connection: with an HTTP router beside, the client got an
+    HTTP 400; a TCP router on TLS never saw a PostgreSQL client."""
+    backend_pki, edge_pki = PKI(), PKI()
+    backend_cert = backend_pki.issue("db.test").write(tmp_path, "backend")
+    crt, key = edge_pki.issue("db.test").write(tmp_path, "edge")
+    backend_ca, edge_ca = backend_pki.write_ca(tmp_path, "backend-ca"), edge_pki.write_ca(tmp_path, "edge-ca")
+    pg = FakePostgres(backend_cert)
+    service = {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{pg.port}"}]}}
+    dynamic = {
+        "http": {
+            "routers": {"site": {"rule": "Host(`site.test`)", "service": "w"}},
+            "services": {"w": {"loadBalancer": {"servers": [{"url": whoami.url}]}}},
+        },
+        "tcp": {
+            "routers": {
+                "pass": {"rule": rule, "service": "pg", "tls": {"passthrough": True}},
+                "term": {"rule": "HostSNI(`term.db.test`)", "service": "pg", "tls": {}},
+            },
+            "services": {"pg": service},
+        },
+        "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        # passthrough: the server's own certificate, and it saw the whole STARTTLS
+        assert postgres_client(e.port, "db.test", backend_ca) == (b"S", b"got startup over tls")
+        # termination by edge (its certificate), the server gets the plaintext
+        edge_term = edge_pki.issue("term.db.test").write(tmp_path, "term")
+        dynamic["tls"]["certificates"].append({"certFile": edge_term[0], "keyFile": edge_term[1]})
+        e.write_dynamic(dynamic)
+        e.wait_applied(2)
+        assert postgres_client(e.port, "term.db.test", edge_ca) == (b"S", b"got startup over clear")
+        assert pg.errors == []
+        # plain HTTP on the same port is untouched
+        assert exchange(e.port, b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+    finally:
+        e.stop()
+        pg.close()
+
+
+def test_postgres_starttls_to_a_server_that_refuses_tls_closes_the_client(tmp_path):
+    """A server that answers the SSLRequest with ``N`` (no TLS) cannot take the
+    ClientHello: the client is closed and the log says what the server answered."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def refuse_tls() -> None:
+        server.settimeout(10)
+        with contextlib.suppress(OSError):
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(5)
+                conn.recv(8)
+                conn.sendall(b"N")
+                conn.recv(1)  # until edge closes
+
+    thread = threading.Thread(target=refuse_tls, daemon=True)
+    thread.start()
+    dynamic = {
+        "tcp": {
+            "routers": {"pass": {"rule": "HostSNI(`*`)", "service": "pg", "tls": {"passthrough": True}}},
+            "services": {"pg": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.sendall(SSL_REQUEST)
+            assert s.recv(1) == b"S"
+            s.sendall(client_hello("db.test"))
+            assert read_until_closed(s, 5) == (b"", True)
+        e.wait_for(r"tcp router pass@file: service pg@file: dial .*: answered b'N' to the STARTTLS request")
+    finally:
+        e.stop()
+        thread.join(5)
+        server.close()
+
+
+def test_postgres_request_split_byte_by_byte_is_answered_and_a_near_miss_is_relayed_intact(tmp_path, recorder):
+    """The SSLRequest is looked for a byte at a time (as Traefik peeks it): sent in
+    eight writes it is answered; bytes that start like it and then differ go, all of
+    them, to the TCP router without TLS."""
+    dynamic = {
+        "tcp": {
+            "routers": {
+                "raw": {"rule": "HostSNI(`*`)", "service": "rec"},
+                "tls": {"rule": "HostSNI(`db.test`)", "service": "rec", "tls": {"passthrough": True}},
+            },
+            "services": {"rec": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{recorder.port}"}]}}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for byte in SSL_REQUEST:
+                s.sendall(bytes([byte]))
+                time.sleep(0.01)
+            assert s.recv(1) == b"S"
+        near = SSL_REQUEST[:7] + b"\x30 and more"
+        assert exchange(e.port, near) == b"passed through\n"
+        assert recorder.received == [near]
     finally:
         e.stop()
