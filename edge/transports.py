@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import ssl
 from collections.abc import Callable, Mapping
@@ -41,6 +42,7 @@ from edge.errors import ConfigError, UpstreamConnectError
 log = logging.getLogger("edge.transports")
 
 DEFAULT_TRANSPORT = "default@internal"
+GO_DEFAULT_MAX_IDLE_PER_HOST = 2  # what maxIdleConnsPerHost 0 means (net/http.DefaultMaxIdleConnsPerHost)
 
 
 class Pooled(Protocol):
@@ -114,10 +116,13 @@ class Transport:
         timeouts = config.forwarding_timeouts
         self.dial_timeout = timeouts.dial_timeout or None
         self.response_header_timeout = timeouts.response_header_timeout or 0.0
-        self.idle_timeout = timeouts.idle_conn_timeout
-        self.max_idle = config.max_idle_conns_per_host
+        # As Traefik documents them (Go's Transport): idleConnTimeout 0 is no limit;
+        # maxIdleConnsPerHost 0 is Go's DefaultMaxIdleConnsPerHost (2), a negative one no reuse.
+        self.idle_timeout = timeouts.idle_conn_timeout or math.inf
+        max_idle = config.max_idle_conns_per_host
+        self.max_idle = GO_DEFAULT_MAX_IDLE_PER_HOST if max_idle == 0 else max(max_idle, 0)
         # Connections are kept for the next request (else closed after their response).
-        self.pools = self.max_idle > 0 and self.idle_timeout > 0
+        self.pools = self.max_idle > 0
         # How many idle connections a server's pool keeps: 0 when this transport
         # pools none, or once it is closed (what its requests in flight give back then is closed).
         self.keep = self.max_idle if self.pools else 0

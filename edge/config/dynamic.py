@@ -354,7 +354,8 @@ class ServersTransport(Element):
     insecure_skip_verify: bool = False
     root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
     certificates: list[ClientCertificate] = []
-    max_idle_conns_per_host: NonNegativeInt = 200
+    # 0: Go's default (2); negative: no connection reuse (edge.transports.Transport).
+    max_idle_conns_per_host: int = 200
     forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
 
 

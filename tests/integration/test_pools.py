@@ -116,7 +116,7 @@ def test_weighted_services(tmp_path, whoami, whoami2):
 def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(tmp_path, parser, whoami):
     """A client's ``Connection: keep-alive`` says what edge means for a pooled upstream
     connection too, so it stays; without pooling it would be untrue, so it is cut."""
-    for transport, expected in ((None, ["keep-alive"]), ({"maxIdleConnsPerHost": 0}, None)):
+    for transport, expected in ((None, ["keep-alive"]), ({"maxIdleConnsPerHost": -1}, None)):
         d = tmp_path / ("pooled" if transport is None else "unpooled")
         d.mkdir()
         e = Edge(d, dyn(whoami, transport), parser=parser)

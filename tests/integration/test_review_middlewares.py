@@ -375,3 +375,35 @@ def test_add_prefix_without_a_leading_slash_makes_an_origin_form_path(tmp_path, 
         assert [r.target for r in backend.requests] == [b"/api/x?q=1"]
     finally:
         e.stop()
+
+
+@pytest.mark.parametrize(
+    ("transport", "reused"),
+    [
+        ({"maxIdleConnsPerHost": -1}, False),  # Traefik: negative disables reuse
+        ({"maxIdleConnsPerHost": 0}, True),  # Traefik: zero is Go's default (2)
+        ({"forwardingTimeouts": {"idleConnTimeout": "0s"}}, True),  # Go: zero is no limit
+    ],
+    ids=["maxIdle-negative", "maxIdle-zero", "idleConnTimeout-zero"],
+)
+def test_servers_transport_pool_settings_mean_what_traefik_documents(tmp_path, parser, backend, transport, reused):
+    """maxIdleConnsPerHost -1, which Traefik documents as disabling connection reuse,
+    was refused when the file was read, so every route of the file went down; 0
+    (Go's default of 2) and idleConnTimeout 0 (Go: no limit) disabled pooling
+    instead, so every request dialed its server."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url, serversTransport="t")},
+            "serversTransports": {"t": transport},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        answers = one_by_one(e.port, [b"GET /x HTTP/1.1\r\nHost: app.example\r\n\r\n"] * 3)
+        assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers), answers
+        settle(backend, 3)
+        conns = [r.conn for r in backend.requests]
+        assert conns == ([1, 1, 1] if reused else [1, 2, 3]), conns
+    finally:
+        e.stop()
