@@ -7,8 +7,10 @@
 # Two stages on the same base: the first builds edge's wheel and installs it with
 # its dependencies into a virtual environment at /opt/edge; the second copies only
 # that environment, so no compiler, pip cache or source tree reaches the final
-# image. The dependencies install from binary wheels; the build stage needs the
-# package index (pip), the final stage needs nothing from outside.
+# image. The dependencies install from binary wheels, at the versions pinned in
+# image-constraints.txt (edge's whole dependency closure and the setuptools that
+# builds its wheel), so a build of one commit gets the same packages every time;
+# the build stage needs the package index (pip), the final stage nothing from outside.
 #
 # Binding :80 and :443 as a non-root user: the environment's interpreter is a copy
 # (venv --copies) carrying the file capability cap_net_bind_service+ep, so edge
@@ -27,12 +29,14 @@ ARG BASE_IMAGE=python:3.12-slim
 FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_CONSTRAINT=/src/image-constraints.txt
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md image-constraints.txt ./
 COPY edge ./edge
 # The wheel first (edge alone), then the environment from it; pip and setuptools
-# leave the environment, which keeps only edge and what it imports.
+# leave the environment, which keeps only edge and what it imports. PIP_CONSTRAINT
+# (above) also holds for the wheel's isolated build environment, which -c would not.
 RUN python3 -m venv --copies /opt/edge \
     && /opt/edge/bin/pip wheel --no-deps --wheel-dir /dist . \
     && /opt/edge/bin/pip install /dist/*.whl \

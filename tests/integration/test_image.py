@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -403,3 +405,41 @@ def test_runs_as_the_examples_run_whoami(podman, image):
             assert json.loads(body)["name"] == want, detail
         finally:
             _run([*podman, "rm", "--force", "--time", "5", name], check=False)
+
+
+def _pyproject_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "image-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and name and version, f"image-constraints.txt: {line!r} is not NAME==VERSION"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_the_image_holds_the_pinned_versions(podman, image):
+    """Every distribution in the image's environment is pinned in image-constraints.txt
+    and installed at its pin: a build of one commit is the same packages every time, not
+    whatever the package index holds that day (the dependencies were unpinned: kubernetes,
+    uvloop, msgspec... at their newest on each build)."""
+    script = (
+        "import importlib.metadata as m; "
+        "print('\\n'.join(sorted(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions())))"
+    )
+    out = _run([*podman, "run", "--rm", *LIMITS, "--network", "none", *AS_THE_DAEMONSET,
+                "--entrypoint", "python", image, "-c", script])  # fmt: skip
+    installed = {
+        re.sub(r"[-_.]+", "-", name).lower(): version
+        for name, _, version in (line.partition("==") for line in out.stdout.split())
+    }
+    pins = _pins()
+    assert installed.pop("edge-router") == _pyproject_version()
+    unpinned = {n: v for n, v in installed.items() if n not in pins}
+    assert not unpinned, f"in the image, not in image-constraints.txt: {unpinned}"
+    moved = {n: (v, pins[n]) for n, v in installed.items() if pins[n] != v}
+    assert not moved, f"installed (version, pin): {moved}"

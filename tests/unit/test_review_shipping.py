@@ -6,10 +6,13 @@ failure names what would break in a cluster.
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -56,3 +59,35 @@ def test_every_edge_container_can_start_the_interpreter(where, pod, container):
         assert "NET_BIND_SERVICE" in add, (
             f"{where}: drops {sorted(drop)} and does not add NET_BIND_SERVICE"
         )
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_image_build_installs_pinned_versions():
+    """The Dockerfile's pip runs under image-constraints.txt, which pins (==) every direct
+    dependency of edge and the setuptools that builds its wheel. Before, the build took
+    whatever the index held that day: two builds of one commit could ship a different
+    kubernetes client, uvloop or msgspec than the tests ran against.
+    (tests/integration/test_image.py checks the built image holds exactly the pins.)"""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    build = dockerfile.split("\nFROM ", 2)[1]  # the build stage
+    assert re.search(r"^COPY [^\n]*\bimage-constraints\.txt\b", build, re.M), "not copied in"
+    assert re.search(r"PIP_CONSTRAINT=/src/image-constraints\.txt\b", build), "pip not constrained"
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert "!image-constraints.txt" in ignore, ".dockerignore keeps it out of the context"
+
+    pins = {}
+    for line in (ROOT / "image-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version and ";" not in line, f"{line!r} is not NAME==VERSION"
+            pins[_normal(name)] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    direct = [Requirement(r) for r in project["project"]["dependencies"]]
+    direct += [Requirement(r) for r in project["build-system"]["requires"]]
+    for req in direct:
+        assert _normal(req.name) in pins, f"{req.name} is not pinned"
+        assert req.specifier.contains(pins[_normal(req.name)]), f"{req.name}: the pin breaks {req}"
