@@ -23,8 +23,12 @@
 # The static configuration is read from /etc/edge/edge.yaml: mount the ConfigMap
 # there (k8s/configmap.yaml) or pass another path: docker run IMAGE run --config FILE.
 
-# checkov:skip=CKV_DOCKER_7: both stages name the base through BASE_IMAGE, whose default (python:3.12-slim) carries a version tag; checkov cannot read a build argument's default
-ARG BASE_IMAGE=python:3.12-slim
+# The default names its Debian release (python:3.12-slim alone moved from bookworm to
+# trixie under the same name): bookworm, whose OpenSSL 3.0 and glibc are those the
+# tests run against (Debian 12). For a registry build, pin it by digest:
+#   --build-arg BASE_IMAGE=python:3.12-slim-bookworm@sha256:...
+# checkov:skip=CKV_DOCKER_7: both stages name the base through BASE_IMAGE, whose default (python:3.12-slim-bookworm) carries a version tag; checkov cannot read a build argument's default
+ARG BASE_IMAGE=python:3.12-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

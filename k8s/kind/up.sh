@@ -7,7 +7,7 @@
 # cluster maps the host's ports 80 and 443). Environment:
 #   EDGE_KIND_CLUSTER  cluster name (default: the name in cluster.yaml, "edge")
 #   EDGE_ENGINE        docker | podman (default: docker when its daemon answers, else podman)
-#   EDGE_BASE_IMAGE    the image build's BASE_IMAGE (default: the Dockerfile's, python:3.12-slim)
+#   EDGE_BASE_IMAGE    the image build's BASE_IMAGE (default: the Dockerfile's, python:3.12-slim-bookworm)
 #   EDGE_WAIT          how long to wait for each rollout (default 180s)
 set -euo pipefail
 

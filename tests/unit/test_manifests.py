@@ -584,7 +584,7 @@ def test_dockerfile_shape():
     text = DOCKERFILE.read_text()
     froms = re.findall(r"^FROM\s+(\S+)", text, re.M)
     assert len(froms) >= 2 and all(f == "${BASE_IMAGE}" for f in froms), froms
-    assert re.search(r"^ARG BASE_IMAGE=python:3\.12-slim$", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.12-slim-bookworm$", text, re.M)
     assert re.search(r"^COPY --from=build ", text, re.M)
     user = re.findall(r"^USER\s+(\S+)", text, re.M)[-1]
     assert user.split(":")[0].isdigit() and int(user.split(":")[0]) >= 10000, (

@@ -91,3 +91,12 @@ def test_the_image_build_installs_pinned_versions():
     for req in direct:
         assert _normal(req.name) in pins, f"{req.name} is not pinned"
         assert req.specifier.contains(pins[_normal(req.name)]), f"{req.name}: the pin breaks {req}"
+
+
+def test_the_default_base_image_names_its_debian_release():
+    """``python:3.12-slim`` is a moving name: the same tag went from Debian 12 to 13 (and
+    from OpenSSL 3.0 to 3.5) between two builds of one commit. The default names the
+    release (or a digest), the one whose OpenSSL and glibc the tests run against."""
+    (default,) = re.findall(r"^ARG BASE_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    name, _, digest = default.partition("@")
+    assert digest.startswith("sha256:") or re.search(r"-(bookworm|trixie)$", name), default
