@@ -86,6 +86,7 @@ class TCPServer:
         "address",
         "dial_timeout",
         "host",
+        "keep_alive",
         "port",
         "proxy_protocol",
         "server_name",
@@ -104,11 +105,13 @@ class TCPServer:
         proxy_protocol: int = 0,
         tls: ssl.SSLContext | None = None,
         server_name: str = "",
+        keep_alive: float = 15.0,
     ) -> None:
         self.service = service
         self.address = address
         self.host, self.port = split_host_port(address)
         self.dial_timeout = dial_timeout  # None: no bound (dialTimeout 0)
+        self.keep_alive = keep_alive  # seconds between TCP keep-alive probes (dialKeepAlive)
         self.termination_delay = termination_delay
         self.proxy_protocol = proxy_protocol  # 0: none, else the version (1 or 2)
         self.tls = tls  # the client context when edge speaks TLS to this server
@@ -354,6 +357,7 @@ class _Builder:
                         name,
                         s.address,
                         dial_timeout=float(transport.dial_timeout) or None,
+                        keep_alive=float(transport.dial_keep_alive) or 15.0,  # 0: Go's default period
                         termination_delay=float(transport.termination_delay),
                         proxy_protocol=version,
                         tls=self.context(transport_name) if s.tls else None,

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from edge.tcp.proxyproto import encode_v1, encode_v2
 from edge.tcp.reencrypt import dial_tls_splice
-from edge.tcp.splice import DialError, Pending, Splice, dial_splice
+from edge.tcp.splice import CLIENT_KEEP_ALIVE, DialError, Pending, Splice, dial_splice, keep_alive
 from edge.tls.clienthello import (
     NEED_MORE,
     NOT_TLS,
@@ -406,6 +406,9 @@ class Peek(asyncio.Protocol):
         # Park the client now: bytes that arrive before the splice exists are kept,
         # and the holder remembers the client's EOF or loss while the dial runs.
         held = Pending.attach(client)
+        # A relay has no idle deadline: a client that vanishes is found by keep-alive
+        # (Traefik's entrypoints: every accepted connection, a 3-minute period).
+        keep_alive(self.transport, CLIENT_KEEP_ALIVE)  # type: ignore[arg-type]
         # The server learns who the client is: a PROXY header before any client byte
         # (and before TLS, to a server edge speaks TLS to).
         header = self._proxy_header(server.proxy_protocol, client) if server.proxy_protocol else b""
@@ -466,6 +469,7 @@ class Relay:
                     termination_delay=server.termination_delay,
                     on_close=self._closed,
                     preamble=(header + POSTGRES_SSL_REQUEST, POSTGRES_SSL_YES) if postgres else None,
+                    keep_alive_period=server.keep_alive,
                 )
             else:
                 self.splice = await dial_tls_splice(
@@ -479,6 +483,7 @@ class Relay:
                     timeout=server.dial_timeout,
                     termination_delay=server.termination_delay,
                     on_close=self._closed,
+                    keep_alive_period=server.keep_alive,
                 )
         except Exception as exc:  # a DialError, or a defect: either way the client is told
             if isinstance(exc, DialError):

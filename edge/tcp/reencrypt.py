@@ -29,7 +29,16 @@ import asyncio
 import ssl
 from collections.abc import Callable
 
-from edge.tcp.splice import TERMINATION_DELAY, DialError, Pending, Splice, splice, unresolvable
+from edge.tcp.splice import (
+    DIAL_KEEP_ALIVE,
+    TERMINATION_DELAY,
+    DialError,
+    Pending,
+    Splice,
+    keep_alive,
+    splice,
+    unresolvable,
+)
 from edge.tls.terminate import connect_tls
 
 __all__ = ["dial_tls_splice"]
@@ -47,6 +56,7 @@ async def dial_tls_splice(
     timeout: float | None = None,
     termination_delay: float = TERMINATION_DELAY,
     on_close: Callable[[Splice], None] | None = None,
+    keep_alive_period: float = DIAL_KEEP_ALIVE,
 ) -> Splice:
     """Dial ``host:port``, speak TLS to it, splice ``client`` to it (``a``: client).
 
@@ -64,6 +74,7 @@ async def dial_tls_splice(
     try:
         async with asyncio.timeout(timeout):
             raw, _ = await loop.create_connection(asyncio.Protocol, host, port)
+            keep_alive(raw, keep_alive_period)
             if header:
                 raw.write(header)
             # No bound of its own when the dial has one (asyncio's start_tls: 60 s).

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 
 from edge.errors import EdgeError
@@ -50,6 +51,32 @@ log = logging.getLogger("edge.tcp")
 
 DIAL_TIMEOUT = 30.0  # seconds; Traefik's default tcp dialTimeout
 TERMINATION_DELAY = 0.1  # seconds; Traefik's default terminationDelay
+DIAL_KEEP_ALIVE = 15.0  # seconds; Traefik's default dialKeepAlive (Go's keep-alive period)
+CLIENT_KEEP_ALIVE = 180.0  # seconds; the period Traefik's entrypoints set on accepted connections
+KEEP_ALIVE_PROBES = 9  # unanswered probes before the kernel gives up (Go's count, Linux's default)
+
+
+def keep_alive(transport: asyncio.BaseTransport, period: float) -> None:
+    """TCP keep-alive on ``transport``'s socket: a probe after ``period`` idle, then every
+    ``period``, the connection reset after 9 unanswered (as Go sets it for Traefik).
+
+    A spliced peer that vanishes without a FIN or a reset (powered off, a network
+    partition, a NAT that dropped the flow) then ends its splice, and the other side
+    with it, after about ten periods; without it the pair, and the counts of the
+    middlewares that admitted it, were held for ever. A transport without a socket
+    (or an option the system lacks) is left as it is.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    seconds = max(1, round(period))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, seconds)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEP_ALIVE_PROBES)
+    except (OSError, AttributeError):  # not TCP, or no such option here
+        pass
 
 
 class DialError(EdgeError):
@@ -339,13 +366,15 @@ async def dial_splice(
     termination_delay: float = TERMINATION_DELAY,
     on_close: Callable[[Splice], None] | None = None,
     preamble: tuple[bytes, bytes] | None = None,
+    keep_alive_period: float = DIAL_KEEP_ALIVE,
 ) -> Splice:
     """Dial ``host:port`` and splice it to ``client`` (``a``: client, ``b``: upstream).
 
     ``preamble`` (``request``, ``reply``): an exchange the server must complete
     before ``first`` goes (PostgreSQL's STARTTLS: the SSLRequest, then ``S``): the
     request is written, the server's reply awaited within ``timeout`` and dropped;
-    another reply is a :class:`DialError`.
+    another reply is a :class:`DialError`. The upstream connection keeps alive
+    with ``keep_alive_period`` (see :func:`keep_alive`).
 
     ``client`` is a transport (parked on a :class:`Pending` here) or its holder.
     ``first`` goes upstream before anything else (a PROXY protocol header, the
@@ -366,6 +395,7 @@ async def dial_splice(
     try:
         async with asyncio.timeout(timeout):
             _, upstream = await loop.create_connection(Pending, host, port)
+            keep_alive(upstream.transport, keep_alive_period)  # type: ignore[arg-type]
             if preamble is not None:
                 await _exchange(upstream, *preamble)
     except TimeoutError:

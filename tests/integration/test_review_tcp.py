@@ -9,15 +9,17 @@ precedence cases are in ``tests/unit/test_review_tcp.py``.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import ssl
+import subprocess
 import threading
 import time
 
 import pytest
 
 from tests.fixtures.tls.pki import PKI
-from tests.harness import Edge, read_until_closed
+from tests.harness import Edge, need, read_until_closed
 
 
 class Recorder:
@@ -329,5 +331,60 @@ def test_postgres_request_split_byte_by_byte_is_answered_and_a_near_miss_is_rela
         near = SSL_REQUEST[:7] + b"\x30 and more"
         assert exchange(e.port, near) == b"passed through\n"
         assert recorder.received == [near]
+    finally:
+        e.stop()
+
+
+# -- keep-alive on relayed connections ---------------------------------------------------------
+
+
+def keepalive_timers(port_filter: str) -> list[int]:
+    """The keep-alive timers (seconds left) ``ss`` shows on established TCP sockets
+    matching ``port_filter`` (an ``ss`` filter such as ``sport = :8000``), those over a
+    minute; none: []."""
+    out = subprocess.run(
+        ["ss", "-tnoH", "state", "established", port_filter], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
+    # Past a minute ss writes "1min14sec" (below, its unit varies between versions).
+    return [int(m) * 60 + int(s) for m, s in re.findall(r"timer:\(keepalive,(\d+)min(\d+)sec,\d+\)", out)]
+
+
+def test_relayed_connections_keep_alive_both_ways(tmp_path, recorder):
+    """Traefik dials TCP servers with keep-alive (``dialKeepAlive``, 15 s by default)
+    and keeps accepted connections alive (a 3-minute period). edge accepted
+    ``dialKeepAlive`` and used it nowhere: with no idle deadline on a relay, a server
+    or client that vanished without a FIN or reset (powered off, a partition, a NAT
+    that dropped the flow) held the pair, and the inFlightConn count that admitted
+    it, for ever. ``ss`` shows the kernel's keep-alive timers on both sockets edge
+    holds for a relay: the server's at the transport's dialKeepAlive, the client's
+    at three minutes."""
+    need("ss")
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "rec"}},
+            "services": {
+                "rec": {
+                    "loadBalancer": {
+                        "servers": [{"address": f"127.0.0.1:{recorder.port}"}],
+                        "serversTransport": "probing",
+                    }
+                }
+            },
+            "serversTransports": {"probing": {"dialKeepAlive": "75s"}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            client_port = s.getsockname()[1]
+            # nothing sent: the relay dials at once and the recorder waits to read
+            deadline = time.monotonic() + 5
+            upstream: list[int] = []
+            while not upstream and time.monotonic() < deadline:
+                upstream = keepalive_timers(f"dport = :{recorder.port}")
+                time.sleep(0.05)
+            client = keepalive_timers(f"sport = :{e.port} and dport = :{client_port}")
+            assert upstream and 60 < upstream[0] <= 75, upstream
+            assert client and 120 < client[0] <= 180, client
     finally:
         e.stop()
