@@ -325,8 +325,8 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),
         (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
-        (dyn.TCPLoadBalancer, "terminationDelay", _),
-        (dyn.TLSClientConfig, "peerCertURI spiffe", _),
+        (dyn.TCPLoadBalancer, "healthCheck terminationDelay", _),
+        (dyn.TLSClientConfig, "peerCertSANs peerCertURI spiffe", _),
         (dyn.TLSOptions, "preferServerCipherSuites", _),
         (dyn.TLSStore, _, "defaultGeneratedCert"),
         # -- static configuration --

@@ -67,3 +67,33 @@ def test_without_a_tcp_catch_all_an_unknown_name_still_gets_the_https_404():
     r = router_for({"site": "Host(`site.test`)"}, {"db": "HostSNI(`db.test`)"})
     assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
     assert r.tls(hello("db.test"), "1.2.3.4").mode == PASSTHROUGH
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value"),
+    [
+        ("loadBalancer", "healthCheck", {"interval": "10s", "timeout": "3s"}),  # Traefik v3.3
+        ("transport-tls", "peerCertSANs", ["db.internal"]),
+    ],
+)
+def test_a_traefik_tcp_key_edge_lacks_disables_its_service_not_the_file(where, key, value):
+    """Traefik keys edge does not implement are named as such and disable only their
+    element; the TCP load balancer's ``healthCheck`` and a TCP serversTransport's
+    ``peerCertSANs`` were missing from that list, so they read as typos ("unknown
+    key") and the whole file was refused: every router in it, HTTP ones included,
+    was gone (at start-up: not ready) for one TCP service's health check."""
+    lb: dict = {"servers": [{"address": "127.0.0.1:9", "tls": True}], "serversTransport": "st"}
+    transport: dict = {"tls": {"serverName": "db.internal"}}
+    (lb if where == "loadBalancer" else transport["tls"])[key] = value
+    dynamic = {
+        "http": {"routers": {"site": {"rule": "Host(`site.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}},
+        "tcp": {
+            "routers": {"db": {"rule": "HostSNI(`*`)", "service": "db"}},
+            "services": {"db": {"loadBalancer": lb}},
+            "serversTransports": {"st": transport},
+        },
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    assert runtime.http_routers["site@file"].status == "enabled"
+    assert runtime.tcp_routers["db@file"].status == "disabled"
+    assert any(f"{key}: not supported by this version of edge" in e for e in runtime.errors()), runtime.errors()
