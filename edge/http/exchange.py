@@ -547,12 +547,12 @@ class Exchange:
             and not head.chunked
             and not head.content_length
             and not head.upgrade
-            and replayable(head)
+            and (upstream.withheld or replayable(head))
         ):
             # A pooled connection the server closed as it was reused: most likely
             # while idle, before the request came, but it may have read and acted
             # on it; so only a request that may safely be sent twice goes out
-            # again on a new one.
+            # again on a new one, or one edge knows it never sent (withheld).
             self.retried = True
             self.upstream = None
             self._cancel_header_timer()

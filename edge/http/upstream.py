@@ -71,6 +71,7 @@ class UpstreamConnection(asyncio.Protocol):
         "reused",
         "stray",
         "transport",
+        "withheld",
     )
 
     def __init__(self, parser_cls: type) -> None:
@@ -84,6 +85,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.paused = False
         self.ended = False  # a response ended in the read being parsed
         self.stray = False  # ...and a later message began in it
+        # Aborted by edge for bytes after a response: what a next owner wrote in that
+        # read was held back (hold_writes) and never sent, so its request may go again.
+        self.withheld = False
 
     # -- pool interface ----------------------------------------------------------
 
@@ -127,6 +131,7 @@ class UpstreamConnection(asyncio.Protocol):
         except ProtocolError as exc:
             if self.owner is owner:
                 self.owner = None
+            self.withheld = self.ended
             self.abort()
             if not self.ended:
                 owner.upstream_failed(exc, self)
@@ -135,6 +140,7 @@ class UpstreamConnection(asyncio.Protocol):
             # complete, and its client connection goes on.
         else:
             if self.ended and (self.stray or self.parser.held.lstrip(b"\r\n")):
+                self.withheld = True
                 self.abort()  # more than the response asked for: see the module's invariant
         finally:
             self.ended = self.stray = False
