@@ -22,6 +22,7 @@ them; otherwise an ignored one is logged and any other fails the load.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -29,7 +30,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,13 +110,29 @@ Notices = list["Unsupported"]
 def load_static(path: str | os.PathLike[str], notices: Notices | None = None) -> StaticConfig:
     """Read and decode a static configuration file; raises ``ConfigError``."""
     source = os.fspath(path)
-    return decode_static(read_document(source), source=source, notices=notices)
+    with _undecodable(source):
+        return decode_static(read_document(source), source=source, notices=notices)
 
 
 def load_dynamic(path: str | os.PathLike[str], notices: Notices | None = None) -> Configuration:
     """Read and decode one dynamic configuration file; raises ``ConfigError``."""
     source = os.fspath(path)
-    return decode_dynamic(read_document(source), source=source, notices=notices)
+    with _undecodable(source):
+        return decode_dynamic(read_document(source), source=source, notices=notices)
+
+
+@contextlib.contextmanager
+def _undecodable(source: str) -> Iterator[None]:
+    """What the parsers raise on content no configuration holds (JSON or TOML nested
+    deeper than the interpreter's stack, an integer of more than 4,300 digits) is a
+    ``ConfigError`` naming the file, like any other bad content, not an exception that
+    ends the file provider's watch and every later reload of its other files."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (RecursionError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"cannot be decoded: {exc}", source=source) from None
 
 
 def decode_static(
@@ -325,7 +342,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),
         (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
-        (dyn.TCPLoadBalancer, "healthCheck terminationDelay", _),
+        (dyn.TCPLoadBalancer, "healthCheck", _),
         (dyn.TLSClientConfig, "peerCertSANs peerCertURI spiffe", _),
         (dyn.TLSOptions, "preferServerCipherSuites", _),
         (dyn.TLSStore, _, "defaultGeneratedCert"),

@@ -151,3 +151,33 @@ def test_the_file_provider_decodes_off_the_event_loop(tmp_path: Path) -> None:
     during = asyncio.run(asyncio.wait_for(main(), 30))
     assert len(published) == 1
     assert during >= 5, f"the loop ran {during} times while the file was read"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"http": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "http = " + "[" * 3_000 + "]" * 3_000),
+        ("digits.yaml", "http:\n  routers:\n    r:\n      priority: " + "9" * 5_000 + "\n"),
+    ],
+)
+def test_content_no_parser_takes_is_one_file_left_out(tmp_path: Path, caplog, name, text) -> None:
+    """JSON or TOML nested deeper than the interpreter's stack (RecursionError) or an
+    integer of more than 4,300 digits (ValueError) escaped the loader as what the parser
+    raised, not ConfigError: the file provider's task ended on it, so in a directory one
+    such file stopped every later reload of all the others, and edge check crashed."""
+    import asyncio
+
+    from edge.config.loader import load_dynamic
+    from edge.providers.file import FileProvider
+
+    (tmp_path / "a.yaml").write_text(routers_yaml({"a": "a.test"}, services=("app",)))
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match="cannot be decoded"):
+        load_dynamic(tmp_path / name)
+    published: list[object] = []
+    with caplog.at_level(logging.ERROR, logger="edge.providers.file"):
+        provider = FileProvider(directory=str(tmp_path))
+        asyncio.run(asyncio.wait_for(provider.run(published.append), 30))
+    assert len(published) == 1  # a.yaml is served
+    assert f"{tmp_path / name}: cannot be decoded" in caplog.text
