@@ -406,9 +406,11 @@ class ProxyProtocol(Base):
 class TCPLoadBalancer(Base):
     servers: list[TCPServer] = []
     servers_transport: str = ""
-    # Traefik v3 reads proxyProtocol here only when no serversTransport is named
-    # (deprecated there); a named serversTransport's own proxyProtocol wins.
+    # Traefik v3 reads proxyProtocol and terminationDelay (milliseconds, negative:
+    # wait for ever) here only when no serversTransport is named (deprecated there);
+    # a named serversTransport's own settings win.
     proxy_protocol: ProxyProtocol | None = None
+    termination_delay: int | None = None
 
 
 class TCPService(Element):

@@ -769,6 +769,12 @@ def _check_tcp_transport(
             "(its own proxyProtocol is, as in Traefik v3): no PROXY header is sent",
             critical=False,
         )
+    if named and lb.termination_delay is not None:
+        info.add_error(
+            f"loadBalancer.terminationDelay is not used with serversTransport {name!r} "
+            "(its own terminationDelay is, as in Traefik v3)",
+            critical=False,
+        )
     if any(s.tls for s in lb.servers):
         error = tls_errors.check(name, transport)
         if error is not None:

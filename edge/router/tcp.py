@@ -16,8 +16,8 @@ router's TCP middlewares (:mod:`edge.tcp.middlewares`), built per router.
 
 Where the PROXY protocol version and terminationDelay come from follows Traefik
 v3: a load balancer naming a serversTransport takes them from it; one naming
-none takes ``loadBalancer.proxyProtocol`` (deprecated there) and the default
-transport's delay.
+none takes ``loadBalancer.proxyProtocol`` and ``loadBalancer.terminationDelay``
+(milliseconds; both deprecated there), else the default transport's delay.
 
 Invariants: built whole by :func:`build_tcp_routers` for every applied
 configuration and never changed afterwards (the balancers' round-robin scores
@@ -349,6 +349,10 @@ class _Builder:
         # Traefik v3: a named serversTransport's proxyProtocol, else the load balancer's.
         proxy = transport.proxy_protocol if lb.servers_transport else lb.proxy_protocol
         version = proxy.version if proxy is not None else 0
+        # Likewise terminationDelay (milliseconds on the load balancer; Traefik v2's key).
+        delay = float(transport.termination_delay)
+        if not lb.servers_transport and lb.termination_delay is not None:
+            delay = lb.termination_delay / 1000
         server_name = transport.tls.server_name if transport.tls is not None else ""
         try:
             servers = [
@@ -358,7 +362,7 @@ class _Builder:
                         s.address,
                         dial_timeout=float(transport.dial_timeout) or None,
                         keep_alive=float(transport.dial_keep_alive) or 15.0,  # 0: Go's default period
-                        termination_delay=float(transport.termination_delay),
+                        termination_delay=delay,
                         proxy_protocol=version,
                         tls=self.context(transport_name) if s.tls else None,
                         server_name=server_name,

@@ -388,3 +388,71 @@ def test_relayed_connections_keep_alive_both_ways(tmp_path, recorder):
             assert client and 120 < client[0] <= 180, client
     finally:
         e.stop()
+
+
+# -- the load balancer's terminationDelay (Traefik v2's key, still read by v3) -------------------
+
+
+class AnswerAfterEOF:
+    """A TCP server in a thread: reads until the client's EOF, waits ``delay`` seconds,
+    answers ``got <what it read>`` and closes."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.closing = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.closing:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+                time.sleep(self.delay)
+                conn.sendall(b"got " + data)
+
+    def close(self) -> None:
+        self.closing = True
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.mark.parametrize(("delay_ms", "answered"), [(1000, True), (-1, True), (None, False)])
+def test_load_balancer_termination_delay_is_read_when_no_servers_transport_is_named(tmp_path, delay_ms, answered):
+    """``loadBalancer.terminationDelay`` (milliseconds; negative: wait for ever) was
+    Traefik v2's way to let a server finish after the client's EOF, and Traefik v3
+    still reads it (deprecated) when the load balancer names no serversTransport, as
+    edge reads its sibling ``proxyProtocol``. edge refused the key as unsupported and
+    disabled the service, so a v2 configuration lost its TCP routes. A server that
+    answers 0.4 s after the client's EOF is heard with 1000 or -1, and cut by the
+    default transport's 100 ms without the key."""
+    server = AnswerAfterEOF(0.4)
+    lb: dict = {"servers": [{"address": f"127.0.0.1:{server.port}"}]}
+    if delay_ms is not None:
+        lb["terminationDelay"] = delay_ms
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "slow"}},
+            "services": {"slow": {"loadBalancer": lb}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.sendall(b"question")
+            s.shutdown(socket.SHUT_WR)
+            data, closed = read_until_closed(s, 5)
+        assert closed and data == (b"got question" if answered else b"")
+        assert "not supported" not in e.log
+    finally:
+        e.stop()
+        server.close()

@@ -97,3 +97,21 @@ def test_a_traefik_tcp_key_edge_lacks_disables_its_service_not_the_file(where, k
     assert runtime.http_routers["site@file"].status == "enabled"
     assert runtime.tcp_routers["db@file"].status == "disabled"
     assert any(f"{key}: not supported by this version of edge" in e for e in runtime.errors()), runtime.errors()
+
+
+def test_load_balancer_termination_delay_beside_a_named_servers_transport_is_named_as_unused():
+    dynamic = {
+        "tcp": {
+            "routers": {"db": {"rule": "HostSNI(`*`)", "service": "db"}},
+            "services": {
+                "db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}], "serversTransport": "st", "terminationDelay": 500}}
+            },
+            "serversTransports": {"st": {"terminationDelay": "2s"}},
+        },
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    service = runtime.tcp_services["db@file"]
+    assert service.status == "warning"
+    assert "loadBalancer.terminationDelay is not used with serversTransport" in service.errors[0]
+    router = build_tcp_routers(runtime, ("web",), TLSCertificates(runtime.tls))["web"]
+    assert router.at_once("1.2.3.4").service.pick().termination_delay == 2.0
