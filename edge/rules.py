@@ -713,6 +713,11 @@ class Rule:
     def match(self, req: Any) -> bool:
         return self._match(req)
 
+    @property
+    def catch_all(self) -> bool:
+        """The rule is one matcher that takes everything (``HostSNI(`*`)``)."""
+        return isinstance(self.root, _Always)
+
     def __repr__(self) -> str:
         return f"Rule({self.text!r}, kind={self.kind!r}, syntax={self.syntax!r})"
 

@@ -838,6 +838,11 @@ def _check_rule(r: RouterInfo[Any], text: str, kind: str, rules: _RuleCache) -> 
         r.rule = rules.compile(text, kind, syntax)
     except RuleError as exc:
         r.add_error(f"{exc} (rule syntax {syntax})" if syntax != "v3" else str(exc))
+        return
+    if kind == "tcp" and not r.config.priority and r.rule.catch_all:
+        # Traefik's GetRulePriority: a HostSNI(`*`) router comes after every router
+        # whose priority is its rule's length (ALPN(`h2`) is 10 long, HostSNI(`*`) 12).
+        r.priority = -1
 
 
 def _check_entry_points(

@@ -115,3 +115,30 @@ def test_load_balancer_termination_delay_beside_a_named_servers_transport_is_nam
     assert "loadBalancer.terminationDelay is not used with serversTransport" in service.errors[0]
     router = build_tcp_routers(runtime, ("web",), TLSCertificates(runtime.tls))["web"]
     assert router.at_once("1.2.3.4").service.pick().termination_delay == 2.0
+
+
+def test_a_catch_all_tcp_router_without_a_priority_comes_after_every_other():
+    """Traefik gives ``HostSNI(`*`)`` the default priority -1 (GetRulePriority: "the
+    lowest computable priority minus one"), every other TCP router its rule's length.
+    edge gave the catch-all its length, 12, so a shorter rule such as ``ALPN(`h2`)``
+    (10) ranked below it and never matched: h2 clients were passed through to the
+    catch-all's service."""
+    dynamic = {
+        "tcp": {
+            "routers": {
+                "h2": {"rule": "ALPN(`h2`)", "service": "t", "tls": {}},
+                "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
+                "pinned": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}, "priority": 5},
+            },
+            "services": {"t": TCP_SVC},
+        },
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    assert runtime.tcp_routers["all@file"].priority == -1
+    assert runtime.tcp_routers["pinned@file"].priority == 5  # a priority given is kept
+    del dynamic["tcp"]["routers"]["pinned"]
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    r = build_tcp_routers(runtime, ("web",), TLSCertificates(runtime.tls))["web"]
+    h2 = ClientHello(server_name="x.test", alpn=("h2", "http/1.1"), versions=(0x0304,), length=0)
+    assert r.tls(h2, "1.2.3.4").name == "h2@file"
+    assert r.tls(hello("x.test"), "1.2.3.4").name == "all@file"
