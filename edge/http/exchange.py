@@ -414,6 +414,8 @@ class Exchange:
         self.resp_head = head
         self.resp_started = True
         self.status = head.status
+        if not self.req_done and self.keep_alive:
+            self.answer_keeps_alive()  # an answer before the body's end: see early_end
         chunked = False
         if head.has_body and head.content_length is None:
             if self.head.version == b"1.1":
@@ -437,6 +439,8 @@ class Exchange:
         """
         if self.header_timer is not None:
             self._cancel_header_timer()
+        if not self.req_done and self.keep_alive:
+            self.answer_keeps_alive()  # an answer before the body's end: see early_end
         self.resp_head = head
         self.resp_started = True
         self.resp_done = True
@@ -478,9 +482,8 @@ class Exchange:
         else:
             upstream.abort()
             if not self.req_done:
-                # The upstream answered before the whole request body arrived: the
-                # rest of it cannot be told from the next request.
-                self.keep_alive = False
+                self.early_end()
+                return
         conn.exchange_done(self)
 
     def upstream_body(self, data: bytes) -> None:
@@ -514,9 +517,20 @@ class Exchange:
             else:
                 upstream.abort()
         if not self.req_done:
-            # The upstream answered before the whole request body arrived: the
-            # rest of it cannot be told from the next request.
-            self.keep_alive = False
+            self.early_end()
+            return
+        self.conn.exchange_done(self)
+
+    def early_end(self) -> None:
+        """The response ended before the request body did. Whether the client
+        connection survives was decided when the response head went out
+        (``answer_keeps_alive``, as for edge's own answers; Go's server decides the
+        same way): a small rest is read and dropped, and ``request_end`` ends the
+        exchange; else the head said ``Connection: close`` and the connection closes
+        now (the rest cannot be told from a next request)."""
+        if self.keep_alive:
+            self.conn.resume_reading(self.conn.PAUSE_UPSTREAM)  # the body now goes nowhere
+            return
         self.conn.exchange_done(self)
 
     def upstream_upgrade(self, rest: bytes) -> None:

@@ -407,3 +407,83 @@ def test_servers_transport_pool_settings_mean_what_traefik_documents(tmp_path, p
         assert conns == ([1, 1, 1] if reused else [1, 2, 3]), conns
     finally:
         e.stop()
+
+
+# --- a response before the end of the request body -----------------------------------------
+
+
+class EarlyAnswerBackend(ThreadedServer):
+    """Answers 413 as soon as a request head is in, without reading its body (a size
+    limit, an auth check), then reads and drops what comes until EOF."""
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(TIMEOUT)
+        buf = b""
+        try:
+            while b"\r\n\r\n" not in buf:
+                data = c.recv(65536)
+                if not data:
+                    return
+                buf += data
+            c.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big!")
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+def read_response(s: socket.socket) -> bytes:
+    """One response with a Content-Length body from ``s``."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = s.recv(65536)
+        assert data, buf
+        buf += data
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    while len(body) < length:
+        data = s.recv(65536)
+        assert data, buf
+        body += data
+    return head + b"\r\n\r\n" + body
+
+
+def test_response_before_a_large_request_body_ends_says_the_connection_closes(tmp_path, parser):
+    """An upstream that answers before the request body is all sent (413, 401) had
+    its answer forwarded as if the client connection stayed open, then edge closed
+    it: the client, still sending, learnt it only by the close (or a reset). Traefik's
+    server (Go) says ``Connection: close`` when more than it will drain remains."""
+    backend = EarlyAnswerBackend()
+    e = edge_with(tmp_path, parser, lb(backend.url))
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1000)
+            out = read_response(s)
+            assert out.startswith(b"HTTP/1.1 413 "), out
+            assert b"\r\nConnection: close\r\n" in out, out
+            rest, closed = read_until_closed(s, TIMEOUT)
+            assert closed and rest == b"", rest
+    finally:
+        e.stop()
+        backend.stop()
+
+
+def test_response_before_a_small_request_body_ends_keeps_the_connection(tmp_path, parser):
+    """...and when what remains is small, edge reads and drops it and the connection
+    serves the next request, as Go's server drains a small body (and as edge does for
+    its own early answers) instead of closing a client mid-upload."""
+    backend = EarlyAnswerBackend()
+    e = edge_with(tmp_path, parser, lb(backend.url))
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+            first = read_response(s)
+            assert first.startswith(b"HTTP/1.1 413 ") and b"Connection: close" not in first, first
+            s.sendall(b"x" * 990 + b"POST /again HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi")
+            second = read_response(s)
+            assert second.startswith(b"HTTP/1.1 413 "), second
+    finally:
+        e.stop()
+        backend.stop()
