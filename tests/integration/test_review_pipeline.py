@@ -207,3 +207,54 @@ def test_sigusr1_reopens_the_access_log_for_logrotate(tmp_path, whoami, workers)
         assert e.proc.poll() is None  # still serving
     finally:
         assert e.stop() == 0
+
+
+def configmap_version(folder: Path, version: int, files: dict[str, dict]) -> None:
+    """Write ``files`` as kubelet's atomic writer updates a ConfigMap volume: a new
+    hidden timestamped folder, then the ``..data`` symlink swapped to it by rename,
+    each key a symlink through ``..data`` (the key's own inode never changes)."""
+    stamp = folder / f"..2026_11_26_{version:02d}"
+    stamp.mkdir()
+    for name, conf in files.items():
+        (stamp / name).write_text(yaml.safe_dump(conf))
+    tmp = folder / "..data_tmp"
+    tmp.symlink_to(stamp.name)
+    tmp.rename(folder / "..data")
+    for name in files:
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
+
+
+@pytest.mark.parametrize("form", ["filename", "directory"])
+def test_a_configmap_volume_update_is_followed(tmp_path, whoami, form):
+    """Guard (passes before): a ConfigMap volume is updated by swapping its ..data
+    symlink; both provider forms see it, and the hidden ..data and timestamped
+    folders are not read as files of their own (no duplicate names)."""
+    folder = tmp_path / "cm"
+    folder.mkdir()
+
+    def version(host: str) -> dict:
+        return {
+            "http": {
+                "routers": {"r": {"rule": f"Host(`{host}`)", "service": "app"}},
+                "services": {"app": lb(whoami.url)},
+            }
+        }
+
+    configmap_version(folder, 1, {"dynamic.yaml": version("v1.test")})
+    source = (
+        {"filename": str(folder / "dynamic.yaml")}
+        if form == "filename"
+        else {"directory": str(folder)}
+    )
+    e = Edge(tmp_path, {}, static_extra={"providers": {"file": {**source, "watch": True}}})
+    try:
+        assert get(e.port, "/", host="v1.test")[0] == 200
+        n = e.applied()
+        configmap_version(folder, 2, {"dynamic.yaml": version("v2.test")})
+        e.wait_applied(n + 1)
+        assert get(e.port, "/", host="v2.test")[0] == 200
+        assert get(e.port, "/", host="v1.test")[0] == 404
+        assert "defined in both" not in e.log
+    finally:
+        e.stop()
