@@ -4,7 +4,9 @@ each test pins a defect found by the review and fails on the commit before its f
 from __future__ import annotations
 
 import json
+import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -258,3 +260,38 @@ def test_a_configmap_volume_update_is_followed(tmp_path, whoami, form):
         assert "defined in both" not in e.log
     finally:
         e.stop()
+
+
+def test_restarted_workers_resume_sessions_issued_before(tmp_path, whoami):
+    """Guard (passes before): with workers: 2, both workers killed and restarted by the
+    supervisor get its ticket secret again in Start, so a session issued before the
+    crash resumes on them (and they serve the current routes)."""
+    from tests.fixtures.tls.pki import PKI
+    from tests.integration.test_tls_tcp import resumed_get
+    from tests.integration.test_workers import wait_workers
+
+    cert = PKI("pipeline CA").issue("a.test").write(tmp_path, "a")
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app", "tls": {}}},
+            "services": {"app": lb(whoami.url)},
+        },
+        "tls": {"certificates": [{"certFile": cert[0], "keyFile": cert[1]}]},
+    }
+    e = Edge(tmp_path, routes, static_extra={"workers": 2})
+    try:
+        before = wait_workers(e)
+        ctx = ssl._create_unverified_context()
+        session = resumed_get(e.port, "a.test", ctx=ctx).session
+        for pid in before:
+            os.kill(pid, signal.SIGKILL)
+        wait_workers(e, exclude=tuple(before), timeout=15)
+        deadline = time.monotonic() + 15
+        while len(e.all_matches(r"worker \d \(pid \d+\): ready")) < 4:  # 2 at start, 2 now
+            assert time.monotonic() < deadline, e.log
+            time.sleep(0.05)
+        for _ in range(6):
+            got = resumed_get(e.port, "a.test", session, ctx)
+            assert got.answer.startswith(b"HTTP/1.1 200") and got.reused
+    finally:
+        assert e.stop() == 0
