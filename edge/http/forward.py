@@ -205,8 +205,6 @@ def request_head(
     xff = b""
     xfproto = xfhost = xfport = None
     managed = extra.managed if extra else None
-    if managed:
-        host = managed.get(b"host", (b"", b""))[1] or host  # Traefik: req.Host (an empty one: no effect)
     out = [head.method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
     extra_names = extra.names if extra else ()
     for name, value in headers:
@@ -364,10 +362,14 @@ def upstream_request(
     if target is None:  # origin-form upstream, whatever form the client used
         path, query, _ = split_target(head.target)
         target = path + b"?" + query if query else path
+    if host is None:  # passHostHeader: the client's Host, or one a middleware set (req.Host in Traefik)
+        host = authority
+        if edits is not None and b"host" in edits.managed:
+            host = edits.managed[b"host"][1] or authority  # an empty one: no effect
     return request_head(
         head,
         target=target,
-        host=authority if host is None else host,
+        host=host,
         client_ip=client_ip,
         trusted=trusted,
         proto=(b"wss" if scheme == b"https" else b"ws") if head.upgrade else scheme,

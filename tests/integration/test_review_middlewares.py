@@ -487,3 +487,18 @@ def test_response_before_a_small_request_body_ends_keeps_the_connection(tmp_path
     finally:
         e.stop()
         backend.stop()
+
+
+def test_pass_host_header_false_wins_over_a_custom_host(tmp_path, parser, backend):
+    """With passHostHeader false Traefik's proxy sets the server's host last, after
+    the middlewares: a customRequestHeaders Host does not replace it."""
+    mws = {"hdr": {"headers": {"customRequestHeaders": {"Host": "internal.example"}}}}
+    e = edge_with(tmp_path, parser, lb(backend.url, passHostHeader=False), mws)
+    try:
+        out = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 "), out
+        settle(backend, 1)
+        [r] = backend.requests
+        assert r.header(b"host") == [backend.url.removeprefix("http://").encode()]
+    finally:
+        e.stop()
