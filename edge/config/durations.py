@@ -2,7 +2,8 @@
 
 Owns the :class:`Duration` type used by every configuration model and the two hooks
 (:func:`dec_hook`, :func:`enc_hook`) that teach msgspec to read and write it.
-Invariant: a decoded ``Duration`` is a finite, non-negative number of seconds, and
+Invariant: a decoded ``Duration`` is a finite, non-negative number of seconds (a
+``SignedDuration`` may be negative, where Traefik gives that a meaning), and
 ``parse_duration(format_duration(x)) == x`` to the nanosecond.
 
 Accepted forms, as Traefik accepts them:
@@ -19,7 +20,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["Duration", "dec_hook", "enc_hook", "format_duration", "parse_duration"]
+__all__ = ["Duration", "SignedDuration", "dec_hook", "enc_hook", "format_duration", "parse_duration"]
 
 _UNIT_NS: dict[str, int] = {
     "ns": 1,
@@ -47,8 +48,17 @@ class Duration(float):
         return format_duration(self)
 
 
-def parse_duration(value: object) -> float:
-    """Seconds from a Go/Traefik duration text or a number of seconds.
+class SignedDuration(Duration):
+    """A :class:`Duration` that may be negative, for the few settings where Traefik
+    gives a negative value a meaning (a TCP serversTransport's ``terminationDelay``:
+    no deadline; its ``dialKeepAlive``: no keep-alive probes)."""
+
+    __slots__ = ()
+
+
+def parse_duration(value: object, *, signed: bool = False) -> float:
+    """Seconds from a Go/Traefik duration text or a number of seconds (``signed``:
+    a leading ``-`` is allowed).
 
     Raises ``ValueError`` (or ``TypeError`` for a value of the wrong type) with a
     message quoting the value.
@@ -58,7 +68,9 @@ def parse_duration(value: object) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        seconds = _parse_text(value)
+        text = value.strip()
+        negative = signed and text.startswith("-")
+        seconds = -_parse_text(text[1:]) if negative else _parse_text(value)
     else:
         raise TypeError(
             f"invalid duration {value!r}: expected a duration like '5s' or a number, "
@@ -66,7 +78,7 @@ def parse_duration(value: object) -> float:
         )
     if not math.isfinite(seconds):
         raise ValueError(f"invalid duration {value!r}: not a finite number")
-    if seconds < 0:
+    if seconds < 0 and not signed:
         raise ValueError(f"invalid duration {value!r}: must not be negative")
     return seconds
 
@@ -132,6 +144,8 @@ def dec_hook(type_: type, obj: Any) -> Any:
     """msgspec decode hook: builds :class:`Duration` values; other types are not ours."""
     if type_ is Duration:
         return Duration(parse_duration(obj))
+    if type_ is SignedDuration:
+        return SignedDuration(parse_duration(obj, signed=True))
     raise NotImplementedError(f"cannot decode {type_!r}")
 
 

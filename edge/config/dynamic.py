@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from edge.config.durations import Duration
+from edge.config.durations import Duration, SignedDuration
 
 __all__ = [
     "AddPrefix",
@@ -437,8 +437,8 @@ class TCPServersTransport(Element):
     byte of the client (and before TLS to a server with ``tls: true``)."""
 
     dial_timeout: Duration = Duration(30.0)
-    dial_keep_alive: Duration = Duration(15.0)
-    termination_delay: Duration = Duration(0.1)
+    dial_keep_alive: SignedDuration = SignedDuration(15.0)  # 0: 15 s; negative: no keep-alive
+    termination_delay: SignedDuration = SignedDuration(0.1)  # negative: no deadline
     proxy_protocol: ProxyProtocol | None = None
     tls: TLSClientConfig | None = None
 

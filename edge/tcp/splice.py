@@ -58,7 +58,8 @@ KEEP_ALIVE_PROBES = 9  # unanswered probes before the kernel gives up (Go's coun
 
 def keep_alive(transport: asyncio.BaseTransport, period: float) -> None:
     """TCP keep-alive on ``transport``'s socket: a probe after ``period`` idle, then every
-    ``period``, the connection reset after 9 unanswered (as Go sets it for Traefik).
+    ``period``, the connection reset after 9 unanswered (as Go sets it for Traefik);
+    a negative ``period`` leaves keep-alive off.
 
     A spliced peer that vanishes without a FIN or a reset (powered off, a network
     partition, a NAT that dropped the flow) then ends its splice, and the other side
@@ -67,7 +68,7 @@ def keep_alive(transport: asyncio.BaseTransport, period: float) -> None:
     (or an option the system lacks) is left as it is.
     """
     sock = transport.get_extra_info("socket")
-    if sock is None:
+    if sock is None or period < 0:  # negative: no keep-alive (Traefik's dialKeepAlive)
         return
     seconds = max(1, round(period))
     try:

@@ -456,3 +456,40 @@ def test_load_balancer_termination_delay_is_read_when_no_servers_transport_is_na
     finally:
         e.stop()
         server.close()
+
+
+def test_negative_termination_delay_and_dial_keep_alive_mean_no_deadline_and_no_probes(tmp_path):
+    """Traefik documents a negative serversTransport ``terminationDelay`` as no
+    deadline and a negative ``dialKeepAlive`` as keep-alive off. edge refused both
+    ("must not be negative") while decoding, and that refused the whole file, every
+    router in it. Now the server that answers 0.4 s after the client's EOF is heard,
+    and its connection has no keep-alive timer."""
+    need("ss")
+    server = AnswerAfterEOF(0.4)
+    dynamic = {
+        "tcp": {
+            "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "slow"}},
+            "services": {
+                "slow": {
+                    "loadBalancer": {"servers": [{"address": f"127.0.0.1:{server.port}"}], "serversTransport": "patient"}
+                }
+            },
+            "serversTransports": {"patient": {"terminationDelay": "-1s", "dialKeepAlive": "-1s"}},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            s.sendall(b"question")
+            time.sleep(0.2)  # the relay is up
+            out = subprocess.run(
+                ["ss", "-tnoH", "state", "established", f"dport = :{server.port}"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout
+            s.shutdown(socket.SHUT_WR)
+            data, closed = read_until_closed(s, 5)
+        assert closed and data == b"got question"
+        assert f":{server.port}" in out and "keepalive" not in out, out
+    finally:
+        e.stop()
+        server.close()
