@@ -502,3 +502,28 @@ def test_pass_host_header_false_wins_over_a_custom_host(tmp_path, parser, backen
         assert r.header(b"host") == [backend.url.removeprefix("http://").encode()]
     finally:
         e.stop()
+
+
+def test_strip_prefix_strips_the_prefix_the_router_matched_however_it_is_escaped(tmp_path, parser, backend):
+    """Routers match the path with unreserved escapes decoded (``/%61pi`` is
+    ``/api``), as Traefik's do, but stripPrefix compared the raw bytes: the request
+    was routed by PathPrefix(`/api`) and went upstream unstripped, reaching the
+    backend's ``/api/...`` paths that the route's layout never exposes. Traefik strips
+    the prefix the decoded path starts with, and the escaped bytes that spell it."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}},
+            "services": {"app": lb(backend.url)},
+            "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/api"]}}},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        for target in (b"/api/x", b"/%61pi/x", b"/%61%70i/x", b"/ap%69/x?q=%61"):
+            out = exchange(e.port, b"GET %s HTTP/1.1\r\nHost: app.example\r\n\r\n" % target)
+            assert out.startswith(b"HTTP/1.1 200 "), (target, out)
+        settle(backend, 4)
+        assert [r.target for r in backend.requests] == [b"/x", b"/x", b"/x", b"/x?q=%61"]
+        assert [r.header(b"x-forwarded-prefix") for r in backend.requests] == [[b"/api"]] * 4
+    finally:
+        e.stop()

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from edge.http.middlewares import Forward
-from edge.http.middlewares.builtin import RedirectScheme
+from edge.http.middlewares.builtin import RedirectScheme, StripPrefix
 
 
 def trusted(proto: bytes) -> SimpleNamespace:
@@ -46,3 +46,24 @@ def test_redirect_scheme_redirects_only_to_another_url(scheme, port, entry, auth
     else:
         assert answer is not None and answer.status == 302
         assert answer.lines == b"Location: " + location + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "prefix", "path_after", "forwarded"),
+    [
+        (b"/api/x", "/api", b"/x", b"/api"),
+        (b"/%61pi/x", "/api", b"/x", b"/api"),
+        (b"/%61%70%69/x", "/api", b"/x", b"/api"),
+        (b"/%61pix", "/api", b"/x", b"/api"),
+        (b"/%41pi/x", "/api", b"/%41pi/x", b""),  # /Api: another path
+        (b"/a%2Fb/x", "/a/b", b"/a%2Fb/x", b""),  # a reserved escape is no separator
+        (b"/a%2fb/x", "/a%2Fb", b"/x", b"/a%2Fb"),  # ...and matches its upper-case spelling
+        (b"/caf%C3%A9/x", "/café", b"/x", b"/caf\xc3\xa9"),
+        (b"/ap%", "/api", b"/ap%", b""),
+        (b"/a", "/api", b"/a", b""),
+    ],
+)
+def test_strip_prefix_reads_the_path_as_routers_do(path, prefix, path_after, forwarded):
+    fwd = Forward("a.example", path, b"")
+    assert StripPrefix("s", [prefix]).request(fwd) is None
+    assert (fwd.path, fwd.prefix) == (path_after, forwarded)

@@ -6,10 +6,12 @@ Each is built once per configuration from its dynamic-configuration model
 
 from __future__ import annotations
 
+import re
+
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.forward import HeaderEdits
 from edge.http.middlewares import Answer, Forward, Middleware
-from edge.rules import split_authority
+from edge.rules import routing_path, split_authority
 
 __all__ = ["AddPrefix", "Headers", "RedirectScheme", "StripPrefix", "from_config"]
 
@@ -27,11 +29,39 @@ class StripPrefix(Middleware):
         path = fwd.path
         for prefix in self.prefixes:
             if path.startswith(prefix):
-                fwd.prefix = prefix.rstrip(b"/") if prefix != b"/" else b""
-                path = path[len(prefix) :]
-                fwd.path = path if path.startswith(b"/") else b"/" + path
-                break
+                length = len(prefix)
+            elif b"%" in path:
+                length = _spelt_length(path, prefix)
+                if length is None:
+                    continue
+            else:
+                continue
+            fwd.prefix = prefix.rstrip(b"/") if prefix != b"/" else b""
+            path = path[length:]
+            fwd.path = path if path.startswith(b"/") else b"/" + path
+            break
         return None
+
+
+_ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
+
+
+def _spelt_length(path: bytes, prefix: bytes) -> int | None:
+    """How many bytes of the raw ``path`` spell ``prefix`` as routers read a path
+    (:func:`edge.rules.routing_path`: unreserved escapes decoded, so ``/%61pi``
+    starts with ``/api``); None when the path does not start with it. Traefik
+    strips the prefix of the decoded path and the escaped bytes spelling it."""
+    spelt = b""
+    i = 0
+    while len(spelt) < len(prefix):
+        if i >= len(path):
+            return None
+        token = path[i : i + 3] if _ESCAPE.match(path, i) else path[i : i + 1]
+        spelt += routing_path(token.decode("latin-1")).encode("utf-8", "surrogateescape")
+        i += len(token)
+        if not prefix.startswith(spelt):
+            return None
+    return i
 
 
 class AddPrefix(Middleware):
