@@ -400,19 +400,19 @@ def build_tcp_routers(
             log.error("tcp router %s: service %s could not be built; router skipped", name, info.config.service)
             continue
         rt = info.config.tls
-        chain = build_chain(info.config.middlewares, middlewares)
-        if rt is None:
-            route = TCPRoute(name, PLAIN, service, middlewares=chain)
-        elif rt.passthrough:
-            route = TCPRoute(name, PASSTHROUGH, service, middlewares=chain)
-        else:
-            route = TCPRoute(name, TERMINATE, service, rt.options or DEFAULT_TLS, chain)
         for ep in info.entry_points:
             if ep not in plain:
                 continue
+            # Middlewares per entrypoint, as Traefik builds a router's chain: an
+            # inFlightConn counts the connections of this router on this entrypoint.
+            chain = build_chain(info.config.middlewares, middlewares)
             if rt is None:
-                plain[ep].append((name, info.rule, info.priority, route))
+                plain[ep].append((name, info.rule, info.priority, TCPRoute(name, PLAIN, service, middlewares=chain)))
+            elif rt.passthrough:
+                route = TCPRoute(name, PASSTHROUGH, service, middlewares=chain)
+                tls[ep].append((name, info.rule, info.priority, route))
             else:
+                route = TCPRoute(name, TERMINATE, service, rt.options or DEFAULT_TLS, chain)
                 tls[ep].append((name, info.rule, info.priority, route))
 
     # The server names HTTPS routers claim, with their TLS options (Traefik: several

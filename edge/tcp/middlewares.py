@@ -10,9 +10,12 @@ after the handshake, as Traefik's middlewares wrap the service behind the TLS
 handler.
 
 Invariants:
-- Built once per configuration and per router (Traefik builds a chain per
-  router too): an ``inFlightConn`` counts the connections of the routers using
-  it one by one, and a new configuration starts new counts. A connection
+- Built once per configuration, router and entrypoint (Traefik builds a chain
+  per router on each entrypoint too): an ``inFlightConn`` counts the connections
+  of each router using it on each of its entrypoints apart, and a new
+  configuration starts new counts. With ``workers: N`` each worker process
+  counts its own connections (the kernel spreads them), so up to N times
+  ``amount`` may be admitted from one address. A connection
   admitted under the old configuration leaves the old chain's count.
 - Every admitted connection is left exactly once (:meth:`TCPChain.leave`), by
   whoever tracks it to its end (the relay); a refusal leaves the counts as they

@@ -70,7 +70,7 @@ def keep_alive(transport: asyncio.BaseTransport, period: float) -> None:
     sock = transport.get_extra_info("socket")
     if sock is None or period < 0:  # negative: no keep-alive (Traefik's dialKeepAlive)
         return
-    seconds = max(1, round(period))
+    seconds = min(32767, max(1, round(period)))  # Linux's bounds for the two periods
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)

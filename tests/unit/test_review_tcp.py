@@ -142,3 +142,23 @@ def test_a_catch_all_tcp_router_without_a_priority_comes_after_every_other():
     h2 = ClientHello(server_name="x.test", alpn=("h2", "http/1.1"), versions=(0x0304,), length=0)
     assert r.tls(h2, "1.2.3.4").name == "h2@file"
     assert r.tls(hello("x.test"), "1.2.3.4").name == "all@file"
+
+
+def test_in_flight_conn_counts_each_entrypoint_of_a_router_apart():
+    """Traefik builds a TCP router's middlewares per entrypoint, so ``inFlightConn``
+    (amount 1) admits one connection per address on each entrypoint of the router;
+    edge shared one chain, so a connection on one entrypoint refused the same client
+    on the other."""
+    dynamic = {
+        "tcp": {
+            "routers": {"db": {"rule": "HostSNI(`*`)", "service": "t", "middlewares": ["one"]}},
+            "services": {"t": TCP_SVC},
+            "middlewares": {"one": {"inFlightConn": {"amount": 1}}},
+        },
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"a": "tcp", "b": "tcp"})
+    routers = build_tcp_routers(runtime, ("a", "b"), TLSCertificates(runtime.tls))
+    on_a, on_b = (routers[ep].at_once("10.0.0.1").middlewares for ep in ("a", "b"))
+    assert on_a.enter("10.0.0.1") is None
+    assert on_b.enter("10.0.0.1") is None  # the other entrypoint's count
+    assert on_a.enter("10.0.0.1") is not None  # the same entrypoint's: refused
