@@ -160,7 +160,11 @@ class Dataplane:
         transports = self.transports.plan(runtime.servers_transports)
         previous = self.runtime
         changed = runtime.changed_servers(previous) if previous is not None else None
-        if changed is not None and self.transports.is_current(transports):
+        live = self.certs
+        # A certificate file rewritten since (renewed in place) needs the full path,
+        # which reads it: its stamps, a stat per file, are checked on every round.
+        certs_current = live is None or live.current(runtime.tls)
+        if changed is not None and self.transports.is_current(transports) and certs_current:
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.
             self._check_tls(runtime, self.certs)  # the same tls section: the same verdicts
@@ -177,8 +181,7 @@ class Dataplane:
         # This configuration's certificates: read now where the tls section or a file it
         # names changed (a change applies to new connections), else the live snapshot:
         # its SSL contexts, and the session-ticket keys clients resume with, stay.
-        live = self.certs
-        if live is not None and live.current(runtime.tls):
+        if live is not None and certs_current:
             certs = live
         else:
             certs = TLSCertificates(runtime.tls, ticket_key=self.ticket_key)
@@ -319,9 +322,13 @@ class ControlPlane:
             log.error("provider stopped: %s", task.exception(), exc_info=task.exception())
 
     def reload(self) -> None:
+        """SIGHUP: the providers read their sources again, and a round runs even when
+        nothing in them changed, so the files the configuration names (certificates
+        renewed in place) are read again, as Traefik's file provider does on SIGHUP."""
         log.info("SIGHUP: re-reading the providers")
         for provider in self.providers:
             provider.reload()
+        self.watcher.refresh()
 
     async def stop(self) -> None:
         """Stop the providers; configurations still throttled are dropped."""

@@ -178,6 +178,13 @@ class Watcher:
             raise RuntimeError("the watcher has no event loop yet: pass loop= to Watcher()")
         self._loop.call_soon_threadsafe(self.publish, msg, throttle)
 
+    def refresh(self) -> None:
+        """Run a round with the configurations applied now, changed or not (SIGHUP): the
+        listeners read again what they read from files, certificates included."""
+        if self._closed or not self._configs():
+            return
+        self._apply()
+
     def _flush(self, provider: str, window: float) -> None:
         state = self._states[provider]
         state.timer = None

@@ -295,3 +295,37 @@ def test_restarted_workers_resume_sessions_issued_before(tmp_path, whoami):
             assert got.answer.startswith(b"HTTP/1.1 200") and got.reused
     finally:
         assert e.stop() == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_reads_a_renewed_certificate(tmp_path, whoami, workers):
+    """A certificate renewed in place (certbot's deploy hook, a Vault agent) is served
+    after SIGHUP, as Traefik's file provider reads the certificate files again at
+    every reload. Edge re-read them only in a round that changed something other than
+    endpoints, and SIGHUP made none when the dynamic file was unchanged: the old
+    certificate was served until it expired."""
+    from tests.fixtures.tls.pki import PKI
+    from tests.integration.test_tls_tcp import peer_fingerprint
+
+    pki = PKI("pipeline CA")
+    first, renewed = pki.issue("a.test"), pki.issue("a.test")
+    cert = first.write(tmp_path, "a")
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app", "tls": {}}},
+            "services": {"app": lb(whoami.url)},
+        },
+        "tls": {"certificates": [{"certFile": cert[0], "keyFile": cert[1]}]},
+    }
+    e = Edge(tmp_path, routes, static_extra={"workers": workers})
+    try:
+        assert peer_fingerprint(e.port, "a.test") == first.fingerprint
+        renewed.write(tmp_path, "a")  # the same paths
+        e.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        # every worker: eight connections in a row (SO_REUSEPORT spreads them)
+        while {peer_fingerprint(e.port, "a.test") for _ in range(8)} != {renewed.fingerprint}:
+            assert time.monotonic() < deadline, "the renewed certificate is not served:\n" + e.log
+            time.sleep(0.1)
+    finally:
+        assert e.stop() == 0
