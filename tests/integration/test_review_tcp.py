@@ -20,47 +20,29 @@ import pytest
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge, need, read_until_closed
+from tests.integration.test_smuggling_review import ThreadedServer
 
 
-class Recorder:
-    """A TCP server in a thread: per connection, reads one chunk, keeps it, answers
-    ``reply`` and closes."""
+class Recorder(ThreadedServer):
+    """A TCP server: per connection, reads one chunk, keeps it, answers ``reply`` and closes."""
 
     def __init__(self, reply: bytes) -> None:
         self.reply = reply
         self.received: list[bytes] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.closing = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self) -> None:
-        while not self.closing:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                try:
-                    self.received.append(conn.recv(65536))
-                    conn.sendall(self.reply)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.closing = True
-        self.thread.join(5)
-        self.sock.close()
+    def _serve(self, conn: socket.socket, n: int) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(5)
+            self.received.append(conn.recv(65536))
+            conn.sendall(self.reply)
 
 
 @pytest.fixture
 def recorder():
     r = Recorder(b"passed through\n")
     yield r
-    r.close()
+    r.stop()
 
 
 def client_hello(server_name: str | None) -> bytes:
@@ -161,7 +143,7 @@ def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tm
 SSL_REQUEST = b"\x00\x00\x00\x08\x04\xd2\x16\x2f"  # PostgreSQL's SSLRequest
 
 
-class FakePostgres:
+class FakePostgres(ThreadedServer):
     """A server that answers like PostgreSQL: an SSLRequest gets ``S`` and TLS follows
     (unencrypted bytes after the request are refused, as PostgreSQL has since
     CVE-2021-23214); plain bytes are a startup message. Each connection's message
@@ -170,42 +152,25 @@ class FakePostgres:
     def __init__(self, cert: tuple[str, str]) -> None:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(*cert)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.closing = False
         self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self) -> None:
-        while not self.closing:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            try:
-                conn.settimeout(5)
-                first = conn.recv(65536)
-                if first.startswith(SSL_REQUEST):
-                    if first != SSL_REQUEST:
-                        self.errors.append("received unencrypted data after SSL request")
-                        conn.close()
-                        continue
-                    conn.sendall(b"S")
-                    conn = self.ctx.wrap_socket(conn, server_side=True)
-                    conn.sendall(b"got " + conn.recv(65536) + b" over tls")
-                else:
-                    conn.sendall(b"got " + first + b" over clear")
-            except OSError as exc:
-                self.errors.append(repr(exc))
-            finally:
-                conn.close()
-
-    def close(self) -> None:
-        self.closing = True
-        self.thread.join(5)
-        self.sock.close()
+    def _serve(self, conn: socket.socket, n: int) -> None:
+        try:
+            conn.settimeout(5)
+            first = conn.recv(65536)
+            if not first.startswith(SSL_REQUEST):
+                conn.sendall(b"got " + first + b" over clear")
+            elif first != SSL_REQUEST:
+                self.errors.append("received unencrypted data after SSL request")
+            else:
+                conn.sendall(b"S")
+                conn = self.ctx.wrap_socket(conn, server_side=True)
+                conn.sendall(b"got " + conn.recv(65536) + b" over tls")
+        except OSError as exc:
+            self.errors.append(repr(exc))
+        finally:
+            conn.close()
 
 
 def postgres_client(port: int, server_name: str, ca: str) -> tuple[bytes, bytes]:
@@ -266,7 +231,7 @@ def test_postgres_starttls_is_routed_by_server_name(tmp_path, whoami, rule):
         assert exchange(e.port, b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
     finally:
         e.stop()
-        pg.close()
+        pg.stop()
 
 
 def test_postgres_starttls_to_a_server_that_refuses_tls_closes_the_client(tmp_path):
@@ -393,37 +358,22 @@ def test_relayed_connections_keep_alive_both_ways(tmp_path, recorder):
 # -- the load balancer's terminationDelay (Traefik v2's key, still read by v3) -------------------
 
 
-class AnswerAfterEOF:
-    """A TCP server in a thread: reads until the client's EOF, waits ``delay`` seconds,
-    answers ``got <what it read>`` and closes."""
+class AnswerAfterEOF(ThreadedServer):
+    """A TCP server: reads until the client's EOF, waits ``delay`` seconds, answers
+    ``got <what it read>`` and closes."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.closing = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self) -> None:
-        while not self.closing:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(5)
-                data = b""
-                while chunk := conn.recv(65536):
-                    data += chunk
-                time.sleep(self.delay)
-                conn.sendall(b"got " + data)
-
-    def close(self) -> None:
-        self.closing = True
-        self.thread.join(5)
-        self.sock.close()
+    def _serve(self, conn: socket.socket, n: int) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(5)
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            time.sleep(self.delay)
+            conn.sendall(b"got " + data)
 
 
 @pytest.mark.parametrize(("delay_ms", "answered"), [(1000, True), (-1, True), (None, False)])
@@ -455,7 +405,7 @@ def test_load_balancer_termination_delay_is_read_when_no_servers_transport_is_na
         assert "not supported" not in e.log
     finally:
         e.stop()
-        server.close()
+        server.stop()
 
 
 def test_negative_termination_delay_and_dial_keep_alive_mean_no_deadline_and_no_probes(tmp_path):
@@ -492,4 +442,4 @@ def test_negative_termination_delay_and_dial_keep_alive_mean_no_deadline_and_no_
         assert f":{server.port}" in out and "keepalive" not in out, out
     finally:
         e.stop()
-        server.close()
+        server.stop()
