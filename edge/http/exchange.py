@@ -217,12 +217,15 @@ class Exchange:
                 if answer is not None:
                     self._answer_own(answer)
                     return
+        # From here on every answer, the service's errors included, takes the route's
+        # response header edits (Traefik's headers middleware modifies what the
+        # handlers after it write).
+        self.response_edits = pipeline.response_edits
         backend = route.service.pick()
         if backend is None:
             self.answer_error(HTTPError(f"router {route.name}: service {route.service.name} has no server", status=503))
             return
         self.backend = backend
-        self.response_edits = pipeline.response_edits
         edits = pipeline.request_edits
         target = None
         prefix = b""
@@ -635,7 +638,7 @@ class Exchange:
         if isinstance(exc, ProtocolError):  # a malformed request: 4xx, then the connection closes
             self.keep_alive = False
         close = not self.answer_keeps_alive()
-        self._answer(forward.error_response(exc.status, close=close), exc.status)
+        self._answer(forward.error_response(exc.status, close=close, edits=self.response_edits), exc.status)
 
     # -- the record --------------------------------------------------------------------
 

@@ -476,23 +476,32 @@ def own_response(
     close: bool,
     content_type: bytes = b"text/plain; charset=utf-8",
     lines: bytes = b"",
+    edits: HeaderEdits | None = None,
 ) -> bytes:
-    """A complete response of edge's own (errors, /ping, redirects): the one writer of those."""
+    """A complete response of edge's own (errors, /ping, redirects): the one writer of those.
+
+    ``edits``: a route's response header edits, for an answer given for that route
+    (its Content-Type replaced or, empty, removed; framing stays edge's)."""
+    if edits is not None:
+        extra = [*edits.values, *edits.managed.values()]
+        lines += b"".join(b"%s: %s\r\n" % (n, v) for n, v in extra if v and n.lower() != b"content-type")
+        if b"content-type" in edits.names:
+            content_type = next(v for n, v in edits.pairs if n.lower() == b"content-type")
     return b"HTTP/1.1 %d %s\r\n%s%sContent-Length: %d\r\n%s\r\n%s" % (
         status,
         reason(status) or b"Error",
         lines,
-        b"Content-Type: %s\r\n" % content_type if body else b"",
+        b"Content-Type: %s\r\n" % content_type if body and content_type else b"",
         len(body),
         b"Connection: close\r\n" if close else b"",
         body,
     )
 
 
-def error_response(status: int, *, close: bool) -> bytes:
+def error_response(status: int, *, close: bool, edits: HeaderEdits | None = None) -> bytes:
     """The answer to an error edge answers itself; the body names nothing internal."""
     body = b"404 page not found\n" if status == 404 else b"%d %s\n" % (status, reason(status) or b"Error")
-    return own_response(status, body, close=close)
+    return own_response(status, body, close=close, edits=edits)
 
 
 def _header(headers: list[Header], lname: bytes) -> bytes:

@@ -527,3 +527,24 @@ def test_strip_prefix_strips_the_prefix_the_router_matched_however_it_is_escaped
         assert [r.header(b"x-forwarded-prefix") for r in backend.requests] == [[b"/api"]] * 4
     finally:
         e.stop()
+
+
+def test_custom_response_headers_reach_edges_own_error_answers(tmp_path, parser):
+    """customResponseHeaders were left off the 502 and 504 edge answers for a route:
+    a CORS header missing from a 502 shows in a browser as a CORS failure instead of
+    the bad gateway, and a security header (HSTS, CSP) is missing from the page.
+    Traefik's headers middleware modifies whatever response the handlers after it
+    write, the proxy's own errors included."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there: 502
+    mws = {"hdr": {"headers": {"customResponseHeaders": {"Access-Control-Allow-Origin": "*", "Content-Type": "text/x-edge"}}}}
+    e = edge_with(tmp_path, parser, lb(url), mws)
+    try:
+        out = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\n\r\n")
+        head = out.partition(b"\r\n\r\n")[0].lower().split(b"\r\n")
+        assert head[0].startswith(b"http/1.1 502 "), out
+        assert b"access-control-allow-origin: *" in head, out
+        assert [x for x in head if x.startswith(b"content-type")] == [b"content-type: text/x-edge"], out
+    finally:
+        e.stop()
