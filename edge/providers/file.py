@@ -15,8 +15,9 @@ error, or keeps its last good version, and the other files are served; an elemen
 whose name an earlier file (in sorted order) defines is left out with an error
 naming both files, and the rest of its file is served (Traefik keeps the first too). A file caught mid-rewrite cannot be published
 half-written: a change is read only once its stat has been stable for one poll
-interval (or is older than that, or the source has kept changing for MAX_SETTLE),
-and a read during which the stat changed is discarded and retried at the next poll.
+interval (or is older than that, or the source has kept changing for MAX_SETTLE), a
+file that has just become empty only once it stayed so for EMPTY_SETTLE, and a read
+during which the stat changed is discarded and retried at the next poll.
 Traefik options edge lacks that belong to no element are logged with the errors
 (see :mod:`edge.config.loader`); those inside an element disable it at validation.
 """
@@ -50,6 +51,7 @@ __all__ = ["FileProvider", "load_file_provider"]
 log = logging.getLogger(__name__)
 
 MAX_SETTLE = 0.5  # seconds a continuously changing source waits at most before it is read
+EMPTY_SETTLE = 2.0  # seconds a file that has just become empty waits before it is read
 OFFLOAD_BYTES = 64 * 1024  # a source this large is decoded in a thread (about 300 routers, 20 ms)
 _Stat = tuple[tuple[str, int, int, int], ...]  # (path, inode, mtime_ns, size) per file
 # what a read found: the configuration (or why there is none), each file's part, the
@@ -295,6 +297,14 @@ class FileProvider:
         # anyway once MAX_SETTLE has passed, so changes are never starved.
         overdue = now - self._changing_since >= MAX_SETTLE
         self._previous_poll = current
+        # A file that has just become empty is most often being written (a shell
+        # redirection, `curl ... > file`, truncates first, then waits for its data):
+        # it is read as empty only once it stayed so for EMPTY_SETTLE. An empty file
+        # is still an empty configuration (design.md), only later.
+        seen = set(self._seen or ())
+        emptied = any(entry[3] == 0 and entry not in seen for entry in current)
+        if emptied and now - self._changing_since < EMPTY_SETTLE:
+            return None
         if settled or overdue:
             self._changing_since = None
             return current

@@ -329,3 +329,31 @@ def test_sighup_reads_a_renewed_certificate(tmp_path, whoami, workers):
             time.sleep(0.1)
     finally:
         assert e.stop() == 0
+
+
+def test_a_file_truncated_by_a_slow_writer_keeps_its_routes_until_written(tmp_path, whoami):
+    """`curl http://config/dynamic.yaml > dynamic.yaml`: the shell truncates the file at
+    once and the data comes when the server answers. Edge read the empty file after two
+    polls (0.25 s each) and removed every route until the writer finished. A file that
+    has just become empty now waits EMPTY_SETTLE (2 s) before it is read as empty."""
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, routes)
+    try:
+        assert get(e.port, "/", host="a.test")[0] == 200
+        n = e.applied()
+        e.dynamic_path.write_bytes(b"")  # truncated; the writer waits for its data
+        time.sleep(1.0)
+        assert get(e.port, "/", host="a.test")[0] == 200
+        routes["http"]["routers"]["b"] = {"rule": "Host(`b.test`)", "service": "app"}
+        e.dynamic_path.write_text(yaml.safe_dump(routes))
+        e.wait_applied(n + 1)
+        assert get(e.port, "/", host="b.test")[0] == 200
+        assert get(e.port, "/", host="a.test")[0] == 200
+        assert e.applied() == n + 1  # the empty file was never applied
+    finally:
+        e.stop()
