@@ -52,6 +52,7 @@ NO_DEADLINE, IDLE, HEAD, WRITE = 0, 1, 2, 3
 # Host values (and client, Host pairs) an entrypoint remembers the parse of (HTTPContext.host_port,
 # HTTPContext.forwarding), and the longest it remembers: a bound on what clients can make it keep.
 MAX_REMEMBERED_HOSTS = 1024
+LINGER = 2.0  # seconds a connection closed before its request body ended reads on (_linger)
 MAX_REMEMBERED_HOST = 256
 
 
@@ -189,6 +190,26 @@ class Tunnel:
 
     def abort(self) -> None:
         self.splice.abort()
+
+
+class Lingering(asyncio.Protocol):
+    """A client connection edge has answered and half-closed while its request body
+    still came (:meth:`HTTPConnection._linger`): what arrives is dropped; the client's
+    close, or the connection's deadline, ends it."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: HTTPConnection) -> None:
+        self.conn = conn
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.connection_lost(exc)
 
 
 class HTTPConnection(asyncio.Protocol):
@@ -454,7 +475,10 @@ class HTTPConnection(asyncio.Protocol):
             return
         if not ex.keep_alive or ctx.closing:
             self.pending = None
-            transport.close()
+            if ex.req_done or not transport.can_write_eof():
+                transport.close()
+            else:
+                self._linger(transport)
             return
         if self.parser.head_started:
             # The next head began to arrive during this exchange: readTimeout bounds it.
@@ -466,6 +490,20 @@ class HTTPConnection(asyncio.Protocol):
             self.deadline_kind = NO_DEADLINE
         if self.pending is not None and not self.draining:
             self._drain_pending()
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close with the request body still coming (an answer before its end): close
+        the sending side and read on, dropping what comes, until the client closes or
+        LINGER seconds pass, as Go's server and nginx do. Closed at once, the kernel
+        answers the body's next bytes with a reset, which the client sees instead of
+        the answer (and which can destroy the answer still in flight)."""
+        transport.set_protocol(Lingering(self))
+        transport.write_eof()
+        if self.paused:
+            self.paused = 0
+            transport.resume_reading()
+        self.deadline_kind = IDLE  # deadline_passed closes it
+        self.deadline = self.loop.time() + LINGER
 
     def _drain_pending(self) -> None:
         pending = self.pending
