@@ -218,7 +218,10 @@ class Transport:
                 _, protocol = await self.loop.create_connection(factory, server.host, server.port, **kwargs)
         except TimeoutError:
             raise UpstreamConnectError(f"dial {server.url}: timed out after {self.dial_timeout}s") from None
-        except (OSError, ssl.SSLError) as exc:
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            # ValueError: a host the resolver cannot even be asked for (the idna codec's
+            # UnicodeError for an empty label or one over 63 bytes), which validation
+            # lets through as Traefik's does; a failed dial all the same.
             raise UpstreamConnectError(f"dial {server.url}: {exc}") from None
         return protocol
 
