@@ -36,7 +36,7 @@ from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
 from edge.tls import tickets as ticket_keys
-from edge.tls.certs import TLSCertificates
+from edge.tls.certs import TLSCertificates, file_stamps
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
 
@@ -47,6 +47,8 @@ Internal = Callable[[bytes], tuple[int, bytes] | None]
 InternalAnswers = Callable[[bytes, bytes], APIAnswer | None]
 """An entry point's own answers: (path, query) -> (status, body, content type, header lines)."""
 TEXT = b"text/plain; charset=utf-8"
+CERT_POLL = 1.0
+"""Seconds between two looks at the certificate files the configuration names."""
 
 
 def build_providers(static: StaticConfig) -> list[Provider]:
@@ -273,6 +275,28 @@ class Dataplane:
         return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.all.items()}
 
 
+class FileStamps:
+    """A listener, first in the watcher's list: the stamps of the certificate files
+    each configuration names (:func:`edge.tls.certs.file_stamps`), taken while the
+    round is prepared and before the listeners after it read the files, so a file
+    rewritten meanwhile reads as changed."""
+
+    def __init__(self) -> None:
+        self.tls: object = None
+        self.stamps: tuple = ()
+
+    def prepare(self, runtime: RuntimeConfig) -> Callable[[], None]:
+        stamps = file_stamps(runtime.tls)
+
+        def commit() -> None:
+            self.tls, self.stamps = runtime.tls, stamps
+
+        return commit
+
+    def __call__(self, runtime: RuntimeConfig) -> None:
+        self.prepare(runtime)()
+
+
 class ControlPlane:
     """The configuration pipeline up to the listeners: the providers and the watcher.
 
@@ -283,15 +307,19 @@ class ControlPlane:
     def __init__(self, static: StaticConfig, loop: asyncio.AbstractEventLoop, listeners: list[Listener]) -> None:
         self.loop = loop
         self.providers: list[Provider] = build_providers(static)
+        self._stamps = FileStamps() if any(getattr(p, "watch", False) for p in self.providers) else None
         self.watcher = Watcher(
             entry_points=static.entry_point_protocols(),
             throttle=static.providers_throttle_duration,
-            listeners=listeners,
+            listeners=listeners if self._stamps is None else [self._stamps, *listeners],
             loop=loop,
             offload=True,  # merge, validation and router builds off the loop
             default_rule_syntax=static.core.default_rule_syntax,
         )
         self._tasks: set[asyncio.Task] = set()
+        # The certificate files of the configuration served, while a file provider
+        # watches: their stamps, checked every CERT_POLL seconds.
+        self._files_timer: asyncio.TimerHandle | None = None
 
     @property
     def ready(self) -> bool:
@@ -315,6 +343,23 @@ class ControlPlane:
             task = self.loop.create_task(provider.run(publish))
             self._tasks.add(task)
             task.add_done_callback(self._provider_done)
+        if self._stamps is not None:
+            self._files_timer = self.loop.call_later(CERT_POLL, self._check_files)
+
+    def _check_files(self) -> None:
+        """A certificate, key or CA file the configuration names was rewritten (renewed
+        in place): run a round, which reads it. Traefik's file provider reloads on any
+        change in its directory, certificates there included; here any such file is
+        followed, wherever it is, while a file provider watches."""
+        known = self._stamps
+        runtime = self.watcher.runtime
+        if known is not None and runtime is not None and known.tls is runtime.tls:
+            stamps = file_stamps(runtime.tls)
+            if stamps != known.stamps:
+                log.info("certificate files changed: reading them again")
+                known.stamps = stamps  # once: the round takes them again
+                self.watcher.refresh()
+        self._files_timer = self.loop.call_later(CERT_POLL, self._check_files)
 
     def _provider_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
@@ -332,6 +377,8 @@ class ControlPlane:
 
     async def stop(self) -> None:
         """Stop the providers; configurations still throttled are dropped."""
+        if self._files_timer is not None:
+            self._files_timer.cancel()
         for task in list(self._tasks):
             task.cancel()
         await self.watcher.close()
