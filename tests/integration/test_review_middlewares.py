@@ -208,29 +208,12 @@ class ClosingBackend(ThreadedServer):
 
 
 def one_by_one(port: int, requests: list[bytes]) -> list[bytes]:
-    """Each request on one client connection, the next sent once its answer (a head
-    and the Content-Length it names; none for HEAD) came: the answers."""
+    """Each request on one client connection, the next sent once its answer came: the answers."""
     answers = []
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
-        buf = b""
         for request in requests:
             s.sendall(request)
-            while b"\r\n\r\n" not in buf:
-                data = s.recv(65536)
-                assert data, (answers, buf)
-                buf += data
-            head, _, buf = buf.partition(b"\r\n\r\n")
-            length = 0
-            if not request.startswith(b"HEAD "):
-                for line in head.lower().split(b"\r\n"):
-                    if line.startswith(b"content-length:"):
-                        length = int(line[15:])
-            while len(buf) < length:
-                data = s.recv(65536)
-                assert data, (answers, head, buf)
-                buf += data
-            answers.append(head + b"\r\n\r\n" + buf[:length])
-            buf = buf[length:]
+            answers.append(read_response(s, bodiless=request.startswith(b"HEAD ")))
     return answers
 
 
@@ -434,19 +417,21 @@ class EarlyAnswerBackend(ThreadedServer):
             c.close()
 
 
-def read_response(s: socket.socket) -> bytes:
-    """One response with a Content-Length body from ``s``."""
+def read_response(s: socket.socket, bodiless: bool = False) -> bytes:
+    """One response from ``s``: a head and the Content-Length body it names (none when
+    ``bodiless``, an answer to HEAD)."""
     buf = b""
     while b"\r\n\r\n" not in buf:
         data = s.recv(65536)
         assert data, buf
         buf += data
     head, _, body = buf.partition(b"\r\n\r\n")
-    length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    length = 0 if bodiless else int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
     while len(body) < length:
         data = s.recv(65536)
         assert data, buf
         body += data
+    assert len(body) == length, (head, body)  # nothing more: the next request was not sent yet
     return head + b"\r\n\r\n" + body
 
 
