@@ -93,6 +93,13 @@ class UpstreamConnectError(HTTPError):
     status = 502
 
 
+class UpstreamDialTimeout(UpstreamConnectError):
+    """The upstream did not accept the connection within dialTimeout: 504, as Traefik
+    answers any timeout of its transport (a refused connection stays 502)."""
+
+    status = 504
+
+
 class UpstreamTimeout(HTTPError):
     """The upstream did not send its response head within responseHeaderTimeout."""
 

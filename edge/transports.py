@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from edge.config.dynamic import ServersTransport
 from edge.config.runtime import client_tls_context
-from edge.errors import ConfigError, UpstreamConnectError
+from edge.errors import ConfigError, UpstreamConnectError, UpstreamDialTimeout
 
 log = logging.getLogger("edge.transports")
 
@@ -206,7 +206,8 @@ class Transport:
         return self._ssl
 
     async def dial(self, server: ServerURL, factory: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
-        """A new connection to ``server``; raises UpstreamConnectError."""
+        """A new connection to ``server``; raises UpstreamConnectError (UpstreamDialTimeout, 504,
+        when dialTimeout passed)."""
         kwargs = {}
         if server.tls:
             kwargs["ssl"] = self.ssl_context()
@@ -217,7 +218,7 @@ class Transport:
             async with asyncio.timeout(self.dial_timeout):
                 _, protocol = await self.loop.create_connection(factory, server.host, server.port, **kwargs)
         except TimeoutError:
-            raise UpstreamConnectError(f"dial {server.url}: timed out after {self.dial_timeout}s") from None
+            raise UpstreamDialTimeout(f"dial {server.url}: timed out after {self.dial_timeout}s") from None
         except (OSError, ssl.SSLError, ValueError) as exc:
             # ValueError: a host the resolver cannot even be asked for (the idna codec's
             # UnicodeError for an empty label or one over 63 bytes), which validation

@@ -8,6 +8,7 @@ client got, under both codecs. Each one failed on the commit before its fix.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -589,3 +590,37 @@ def test_lingering_is_bounded(tmp_path, parser):
     finally:
         e.stop()
         backend.stop()
+
+
+def test_dial_timeout_answers_504(tmp_path, parser):
+    """A server that did not accept within dialTimeout was answered 502, like one
+    that refused. Traefik answers a timeout 504 (its proxy's error handler maps
+    every net.Error with Timeout() to Gateway Timeout), which is what alerts and
+    retry policies downstream tell apart from a refusal."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)  # a backlog that a few unaccepted connections fill: the next SYNs go unanswered
+    port = full.getsockname()[1]
+    held = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(("127.0.0.1", port))
+        held.append(c)
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(f"http://127.0.0.1:{port}", serversTransport="t")},
+            "serversTransports": {"t": {"forwardingTimeouts": {"dialTimeout": "300ms"}}},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        out = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 504 "), out
+    finally:
+        e.stop()
+        for c in held:
+            c.close()
+        full.close()
