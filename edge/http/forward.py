@@ -203,7 +203,7 @@ def request_head(
     drop = DROP
     tokens = connection_tokens(headers)
     xff = b""
-    xfproto = xfhost = xfport = None
+    xfproto = xfhost = xfport = real_ip = None
     managed = extra.managed if extra else None
     out = [head.method, b" ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
     extra_names = extra.names if extra else ()
@@ -219,6 +219,8 @@ def request_head(
                     xfhost = value
                 elif lname == b"x-forwarded-port":
                     xfport = value
+                elif lname == b"x-real-ip":
+                    real_ip = real_ip or value  # Traefik sets it only where a trusted request has none
                 elif lname in FORWARDED_KEPT and lname not in extra_names:
                     out += (name, b": ", value, b"\r\n")  # a Connection token does not drop it
             continue
@@ -227,7 +229,9 @@ def request_head(
         for name, value in extra.values:
             out += (name, b": ", value, b"\r\n")
     if managed:
-        _managed_lines(out, managed, xff, xfproto or proto, xfhost or forwarded_host, xfport or forwarded_port, client_ip, prefix)
+        _managed_lines(
+            out, managed, xff, xfproto or proto, xfhost or forwarded_host, xfport or forwarded_port, client_ip, real_ip or client_ip, prefix
+        )
     else:
         out += (
             b"X-Forwarded-For: ",
@@ -239,7 +243,7 @@ def request_head(
             b"\r\nX-Forwarded-Port: ",
             xfport or forwarded_port,
             b"\r\nX-Real-Ip: ",
-            client_ip,
+            real_ip or client_ip,
             b"\r\n",
         )
         if prefix:
@@ -263,6 +267,7 @@ def _managed_lines(
     host: bytes,
     port: bytes,
     client_ip: bytes,
+    real_ip: bytes,
     prefix: bytes,
 ) -> None:
     """Edge's forwarding headers where a middleware's edit names some of them
@@ -279,7 +284,7 @@ def _managed_lines(
         (b"X-Forwarded-Proto", proto),
         (b"X-Forwarded-Host", host),
         (b"X-Forwarded-Port", port),
-        (b"X-Real-Ip", client_ip),
+        (b"X-Real-Ip", real_ip),
         (b"X-Forwarded-Prefix", prefix),
     ):
         lname = name.lower()

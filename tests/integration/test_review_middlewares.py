@@ -624,3 +624,31 @@ def test_dial_timeout_answers_504(tmp_path, parser):
         for c in held:
             c.close()
         full.close()
+
+
+def test_trusted_clients_x_real_ip_is_kept(tmp_path, parser, backend):
+    """Behind a trusted proxy that names the client in X-Real-Ip, edge replaced it with
+    that proxy's address, so the backend logged and rate-limited the proxy. Traefik
+    sets X-Real-Ip only when a trusted request has none (an untrusted one's is
+    removed first, as edge does)."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
+    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.1"]}}}
+    e = Edge(tmp_path, dyn, parser=parser, entrypoints=eps)
+    try:
+        answers = one_by_one(
+            e.port,
+            [
+                b"GET /a HTTP/1.1\r\nHost: app.example\r\nX-Real-Ip: 203.0.113.7\r\n\r\n",
+                b"GET /b HTTP/1.1\r\nHost: app.example\r\n\r\n",
+            ],
+        )
+        assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers), answers
+        settle(backend, 2)
+        assert [r.header(b"x-real-ip") for r in backend.requests] == [[b"203.0.113.7"], [b"127.0.0.1"]]
+    finally:
+        e.stop()
