@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 
@@ -660,3 +661,38 @@ def test_trusted_clients_x_real_ip_is_kept(tmp_path, parser, backend):
         assert [r.header(b"x-real-ip") for r in backend.requests] == [[b"203.0.113.7"], [b"127.0.0.1"]]
     finally:
         e.stop()
+
+
+def test_lingering_over_tls13(tmp_path, parser):
+    """The same over TLS 1.3 (edge's terminator half-closes with close_notify and reads
+    on): the client sends the rest of its upload without a reset and reads the whole
+    answer. TLS 1.2 has no half-close: there edge closes as before."""
+    from tests.fixtures.tls.pki import PKI
+
+    pki = PKI()
+    cert, key = pki.issue("app.example").write(tmp_path, "app")
+    ca = pki.write_ca(tmp_path)
+    backend = EarlyAnswerBackend()
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app", "tls": {}}},
+            "services": {"app": lb(backend.url)},
+        },
+        "tls": {"certificates": [{"certFile": cert, "keyFile": key}]},
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        plain = socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT)
+        with ctx.wrap_socket(plain, server_hostname="app.example") as s:
+            total = 4_000_000
+            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n" % total)
+            s.sendall(b"x" * 1000)
+            time.sleep(0.3)
+            s.sendall(b"x" * (total - 1000))
+            out = read_response(s)
+        assert out.startswith(b"HTTP/1.1 413 ") and b"\r\nConnection: close\r\n" in out, out
+    finally:
+        e.stop()
+        backend.stop()
