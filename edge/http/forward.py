@@ -221,6 +221,8 @@ def request_head(
                     xfport = value
                 elif lname == b"x-real-ip":
                     real_ip = real_ip or value  # Traefik sets it only where a trusted request has none
+                elif lname == b"x-forwarded-prefix" and lname not in extra_names:
+                    out += (name, b": ", value, b"\r\n")  # kept; a stripPrefix adds its own after it
                 elif lname in FORWARDED_KEPT and lname not in extra_names:
                     out += (name, b": ", value, b"\r\n")  # a Connection token does not drop it
             continue

@@ -696,3 +696,28 @@ def test_lingering_over_tls13(tmp_path, parser):
     finally:
         e.stop()
         backend.stop()
+
+
+def test_trusted_clients_x_forwarded_prefix_is_kept(tmp_path, parser, backend):
+    """Behind a trusted proxy that stripped a prefix of its own and says so in
+    X-Forwarded-Prefix, edge dropped it, so the backend built its links without
+    the outer prefix. Traefik keeps it from a trusted client, and its stripPrefix
+    adds its own value after it (two lines)."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}},
+            "services": {"app": lb(backend.url)},
+            "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/api"]}}},
+        }
+    }
+    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.1"]}}}
+    e = Edge(tmp_path, dyn, parser=parser, entrypoints=eps)
+    try:
+        out = exchange(e.port, b"GET /api/x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Prefix: /outer\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 "), out
+        settle(backend, 1)
+        [r] = backend.requests
+        assert r.target == b"/x"
+        assert r.header(b"x-forwarded-prefix") == [b"/outer", b"/api"]
+    finally:
+        e.stop()
