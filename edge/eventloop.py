@@ -34,6 +34,8 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import Any
 
+from edge import allocator
+
 __all__ = ["TransportTable", "import_uvloop", "run"]
 
 # What uvloop's extension module imports (uvloop/includes/stdlib.pxi, and the package's
@@ -73,5 +75,7 @@ def import_uvloop() -> ModuleType:
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """``uvloop.run(coro)`` on :func:`import_uvloop`'s uvloop."""
+    """``uvloop.run(coro)`` on :func:`import_uvloop`'s uvloop, in a process whose
+    allocator keeps its large buffers (:func:`edge.allocator.tune`)."""
+    allocator.tune()
     return import_uvloop().run(coro)
