@@ -90,7 +90,8 @@ class DeployedEdge:
 
 @pytest.fixture
 def deployed(tmp_path: Path, request) -> Iterator[tuple[DeployedEdge, Whoami]]:
-    options = getattr(request, "param", {})
+    # No accept grace unless a test asks: the ConfigMap's 10 s would hold each teardown's SIGTERM.
+    options = {"accept_grace": "0s", **getattr(request, "param", {})}
     backend = Whoami("app")
     try:
         with Emulator(token=TOKEN) as emu:
