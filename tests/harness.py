@@ -220,6 +220,24 @@ def read_until_closed(sock: socket.socket, timeout: float, quiet: float | None =
     return b"".join(chunks), False
 
 
+def read_response(s: socket.socket, bodiless: bool = False) -> bytes:
+    """One response from ``s``: a head and the Content-Length body it names (none when
+    ``bodiless``, an answer to HEAD)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = s.recv(65536)
+        assert data, buf
+        buf += data
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = 0 if bodiless else int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    while len(body) < length:
+        data = s.recv(65536)
+        assert data, buf
+        body += data
+    assert len(body) == length, (head, body)  # nothing more: the next request was not sent yet
+    return head + b"\r\n\r\n" + body
+
+
 def raw(port: int, data: bytes, timeout: float = 5.0, half_close: bool = False, quiet: float | None = None) -> bytes:
     """Send bytes on a new connection; everything the server sends until it closes (or
     ``timeout``; with ``quiet``, until nothing came for that long)."""

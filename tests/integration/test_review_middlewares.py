@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.harness import Edge, lb, raw, read_until_closed
+from tests.harness import Edge, lb, raw, read_response, read_until_closed
 from tests.integration.test_smuggling_review import H11Backend, ThreadedServer
 
 TIMEOUT = 5.0
@@ -300,7 +300,6 @@ def test_redirect_scheme_keeps_the_method_of_a_non_get_request(tmp_path, parser,
         e.stop()
 
 
-
 def test_redirect_scheme_passes_a_request_already_in_its_scheme(tmp_path, parser, backend):
     """A request that already came over https (here: a trusted proxy in front that
     terminates TLS says so in X-Forwarded-Proto, the usual set-up behind a cloud
@@ -425,24 +424,6 @@ class EarlyAnswerBackend(ThreadedServer):
             pass
         finally:
             c.close()
-
-
-def read_response(s: socket.socket, bodiless: bool = False) -> bytes:
-    """One response from ``s``: a head and the Content-Length body it names (none when
-    ``bodiless``, an answer to HEAD)."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = s.recv(65536)
-        assert data, buf
-        buf += data
-    head, _, body = buf.partition(b"\r\n\r\n")
-    length = 0 if bodiless else int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
-    while len(body) < length:
-        data = s.recv(65536)
-        assert data, buf
-        body += data
-    assert len(body) == length, (head, body)  # nothing more: the next request was not sent yet
-    return head + b"\r\n\r\n" + body
 
 
 def test_response_before_a_large_request_body_ends_says_the_connection_closes(tmp_path, parser):

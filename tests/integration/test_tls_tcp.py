@@ -37,7 +37,7 @@ from edge.tls.certs import TLSCertificates
 from edge.tls.clienthello import ClientHello
 from edge.tls.terminate import TLSAccept
 from tests.fixtures.tls.pki import PKI
-from tests.harness import WHOAMI_RE, Edge, Proc, get, lb, need, raw
+from tests.harness import WHOAMI_RE, Edge, Proc, get, lb, need, raw, read_response
 
 # -- the precedence, pure ----------------------------------------------------------------
 
@@ -1211,18 +1211,8 @@ def keepalive_resumed(port: int, server_name: str, session: ssl.SSLSession, ctx:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     tls = ctx.wrap_socket(sock, server_hostname=server_name, session=session)
     tls.sendall(f"GET / HTTP/1.1\r\nHost: {server_name}\r\n\r\n".encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
-        assert chunk, data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
-    while len(body) < length:
-        chunk = tls.recv(65536)
-        assert chunk, body
-        body += chunk
+    response = read_response(tls)
+    assert response.startswith(b"HTTP/1.1 200"), response
     return tls, tls.session_reused
 
 
