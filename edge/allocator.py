@@ -26,7 +26,7 @@ import ctypes
 import os
 from collections.abc import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "is_glibc", "tune"]
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
@@ -34,7 +34,7 @@ MMAP_THRESHOLD = 4 << 20  # bytes
 TRIM_THRESHOLD = 8 << 20  # bytes
 
 
-def _glibc() -> bool:
+def is_glibc() -> bool:
     try:
         return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
     except (ValueError, OSError):  # no such name here: not glibc
@@ -43,7 +43,7 @@ def _glibc() -> bool:
 
 def tune(environ: Mapping[str, str] = os.environ) -> list[str]:
     """Set glibc's thresholds for this process; the names of those set (none off glibc)."""
-    if not _glibc():
+    if not is_glibc():
         return []
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -23,7 +23,7 @@ def minflt(pid: int) -> int:
 
 
 @pytest.mark.skipif(
-    not allocator._glibc(), reason="glibc's mallopt thresholds: this C library is not glibc"
+    not allocator.is_glibc(), reason="glibc's mallopt thresholds: this C library is not glibc"
 )
 def test_streaming_1mib_bodies_faults_no_pages(tmp_path):
     backend = Whoami()

@@ -13,7 +13,7 @@ import pytest
 from edge import allocator
 
 pytestmark = pytest.mark.skipif(
-    not allocator._glibc(), reason="glibc's mallopt thresholds: this C library is not glibc"
+    not allocator.is_glibc(), reason="glibc's mallopt thresholds: this C library is not glibc"
 )
 
 # Minor page faults per round of a read-sized buffer and a copy of it (a read and a
