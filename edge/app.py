@@ -28,6 +28,7 @@ from edge import __version__
 from edge.api import API, APIAnswer
 from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
+from edge.descriptors import Budget
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDPEntryPoint
@@ -98,6 +99,9 @@ class Dataplane:
         self.loop = loop
         self.transports = TransportRegistry(loop)
         self.entrypoints = EntryPoints(loop, self.transports)
+        # The descriptors the data plane may take: every TCP entry point admits its
+        # connections from it, UDP session caps fit it (edge.descriptors).
+        self.budget = Budget()
         self.runtime: RuntimeConfig | None = None
         self.services: dict = {}  # the HTTP services of the live routers, by name
         self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
@@ -123,6 +127,7 @@ class Dataplane:
                     ),
                     access_log=self.access_log,
                     reuse_port=reuse_port,
+                    budget=self.budget,
                 )
             )
 

@@ -28,13 +28,14 @@ as it was; only the cost differs.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import weakref
 from collections.abc import Coroutine
 from types import ModuleType
 from typing import Any
 
-from edge import allocator
+from edge import allocator, descriptors
 
 __all__ = ["TransportTable", "import_uvloop", "run"]
 
@@ -48,6 +49,8 @@ UVLOOP_IMPORTS = (
     "signal", "socket", "ssl", "stat", "subprocess", "sys", "threading", "time", "traceback",
     "typing", "warnings", "weakref",
 )  # fmt: skip
+
+log = logging.getLogger("edge")
 
 
 class TransportTable(dict):
@@ -76,6 +79,12 @@ def import_uvloop() -> ModuleType:
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     """``uvloop.run(coro)`` on :func:`import_uvloop`'s uvloop, in a process whose
-    allocator keeps its large buffers (:func:`edge.allocator.tune`)."""
+    allocator keeps its large buffers (:func:`edge.allocator.tune`) and whose open file
+    limit is its hard limit (:func:`edge.descriptors.raise_limit`, logged)."""
     allocator.tune()
+    before, now = descriptors.raise_limit()
+    if now != before:
+        log.info("open file limit: %d descriptors (raised from %d to the hard limit)", now, before)
+    else:
+        log.info("open file limit: %d descriptors", now)
     return import_uvloop().run(coro)

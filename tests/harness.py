@@ -27,14 +27,17 @@ WHOAMI_RE = re.compile(r"whoami (\S+): (http|tcp|udp) on ([0-9a-f.:]+):(\d+)")
 
 
 class Proc:
-    """A subprocess whose stderr is collected line by line in a thread."""
+    """A subprocess whose stderr is collected line by line in a thread; ``prefix`` runs
+    it under a wrapper (``["prlimit", "--nofile=256:256"]``)."""
 
-    def __init__(self, args: list[str], cwd: Path | None = None, env: dict | None = None) -> None:
+    def __init__(
+        self, args: list[str], cwd: Path | None = None, env: dict | None = None, prefix: list[str] | None = None
+    ) -> None:
         self.lines: list[str] = []
         self._cond = threading.Condition()
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge", *args],
+            [*(prefix or ()), sys.executable, "-m", "edge", *args],
             cwd=cwd or ROOT,
             env=full_env,
             stdout=subprocess.DEVNULL,
@@ -115,6 +118,7 @@ class Edge(Proc):
         static_extra: dict | None = None,
         watch: bool = True,
         wait_ready: bool = True,
+        prefix: list[str] | None = None,
     ) -> None:
         self.tmp = tmp
         self.dynamic_path = tmp / "dynamic.yaml"
@@ -134,7 +138,7 @@ class Edge(Proc):
             static[key] = value
         self.static_path = tmp / "static.yaml"
         self.static_path.write_text(yaml.safe_dump(static))
-        super().__init__(["run", "--config", str(self.static_path)])
+        super().__init__(["run", "--config", str(self.static_path)], prefix=prefix)
         self.ports: dict[str, int] = {}
         for _ in eps:
             m = self.wait_for(LISTEN_RE, start=0)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 import msgspec
 
 from edge.config.static import EntryPoint, RedirectEntryPoint
+from edge.descriptors import Budget
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.http.connection import Arrival, HTTPConnection, HTTPContext
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
@@ -77,11 +78,18 @@ class TCPEntryPoint:
         internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
         access_log: Callable[..., None] | None = None,
         reuse_port: bool = False,
+        budget: Budget | None = None,
     ) -> None:
+        """``budget``: the process's descriptor budget, which admits each connection
+        (:mod:`edge.descriptors`; an entry point with ``internal`` answers, /ping or the
+        API, keeps serving when the data plane's share is spent); None admits all."""
         self.name = name
         self.config = config
         self.loop = loop
         self.reuse_port = reuse_port
+        self.budget = budget
+        self.internal = internal is not None
+        self.shed = 0  # connections closed at once (no descriptor to spare) since the last sweep
         self.parser = parser or config.http.parser
         request_parser, response_parser = parser_classes(self.parser)
         timeouts = config.transport.responding_timeouts
@@ -199,7 +207,12 @@ class TCPEntryPoint:
         protocol, with no peek stage. Otherwise the peek, with the router read now.
         With ``proxyProtocol``, the PROXY header reader first, which then makes
         the connection one of those (:meth:`_arrive`) with the client it names.
+        When the descriptor budget has no room for it, :class:`Shed` closes it.
         """
+        budget = self.budget
+        if budget is not None and not budget.admit(self.internal):
+            self.shed += 1
+            return SHED
         if self.proxied is not None:
             return ProxyHeaderReader(self.proxied)
         tcp = self.routers.tcp
@@ -241,7 +254,19 @@ class TCPEntryPoint:
             self.server.close()
 
     def sweep(self, now: float) -> None:
-        """Enforce the deadlines of every connection."""
+        """Enforce the deadlines of every connection; log the connections shed since."""
+        if self.shed:
+            budget = self.budget
+            log.warning(
+                "entrypoint %s: %d connections closed at once: %d of %d descriptors in use,"
+                " %d kept for /ping, the API and the providers",
+                self.name,
+                self.shed,
+                budget.in_use,
+                budget.limit(),
+                budget.internal_reserve if self.internal else budget.reserve,
+            )
+            self.shed = 0
         for conn in list(self.connections):
             if conn.deadline_kind and conn.deadline <= now:
                 conn.deadline_passed()
@@ -268,6 +293,28 @@ class TCPEntryPoint:
             conn.abort()
         if left:
             log.warning("entrypoint %s: %d connections cut after graceTimeOut", self.name, left)
+
+
+class Shed(asyncio.Protocol):
+    """A connection the descriptor budget has no room for: closed as soon as it is made
+    (its client sees the connection close, as a full backlog's would be dropped)."""
+
+    __slots__ = ()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        pass
+
+
+SHED = Shed()  # stateless: one serves every shed connection
 
 
 # -- TLS options and the Host: Traefik's snicheck -------------------------------------------

@@ -1,0 +1,169 @@
+"""The descriptor budget of a real edge (edge.descriptors): the open file limit raised
+at start, and a table filled by held connections that leaves /ping, the API and the
+file provider working, then serves every route and certificate again once they close.
+
+Edge runs under ``prlimit`` with a low limit; the test holds the connections open
+itself (idle, or mid-request: a head without its end), so nothing depends on how
+edge notices a client that went away. Every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+
+from edge.descriptors import RESERVE
+from tests.fixtures.tls.pki import PKI
+from tests.harness import Edge, get, lb, need
+
+LIMIT = 256  # the test edge's open file limit (soft and hard)
+HELD = 400  # connections the test opens and holds: more than the limit
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def https_get(port: int, name: str, ca: str, timeout: float = 5.0) -> tuple[bytes, str]:
+    """(status line, SHA-256 of the certificate served) of one HTTPS request for ``name``."""
+    ctx = ssl.create_default_context(cafile=ca)
+    raw_sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    with ctx.wrap_socket(raw_sock, server_hostname=name) as s:
+        served = hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % name.encode())
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\r\n", 1)[0], served
+
+
+def wait_until(check, timeout: float, what: str, poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(poll)
+
+
+def test_open_file_limit_raised_to_hard_at_start(tmp_path: Path, whoami) -> None:
+    prlimit = need("prlimit")
+    edge = Edge(tmp_path, {"http": {}}, prefix=[prlimit, "--nofile=1024:4096"])
+    try:
+        edge.wait_for(r"open file limit: 4096 descriptors \(raised from 1024 to the hard limit\)")
+        limits = Path(f"/proc/{edge.proc.pid}/limits").read_text()
+        line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+        assert line.split()[3:5] == ["4096", "4096"], line
+    finally:
+        edge.stop()
+
+
+@pytest.fixture(scope="module")
+def pki_files(tmp_path_factory):
+    pki = PKI()
+    folder = tmp_path_factory.mktemp("pki")
+    pair = pki.issue("a.test", "b.test")
+    crt, key = pair.write(folder, "a")
+    return {"ca": pki.write_ca(folder), "crt": crt, "key": key, "fingerprint": pair.fingerprint}
+
+
+def dynamic(whoami, pki_files, *hosts: str) -> dict:
+    routers = {}
+    for host in hosts:
+        stem = host.split(".")[0]
+        routers[stem] = {"rule": f"Host(`{host}`)", "service": "w", "entryPoints": ["web"]}
+        routers[f"{stem}-tls"] = {
+            "rule": f"Host(`{host}`)",
+            "service": "w",
+            "entryPoints": ["websecure"],
+            "tls": {},
+        }
+    return {
+        "http": {"routers": routers, "services": {"w": lb(whoami.url)}},
+        "tls": {"certificates": [{"certFile": pki_files["crt"], "keyFile": pki_files["key"]}]},
+    }
+
+
+def test_full_descriptor_table_keeps_ping_and_the_file_provider_then_recovers(
+    tmp_path: Path, whoami, pki_files
+) -> None:
+    """400 held connections against a limit of 256: before the budget, libuv's EMFILE
+    trick closed every new connection, /ping's with the rest, and the file provider
+    could not read its file; now the data plane stops at the reserve, /ping answers,
+    a new route written meanwhile is applied, and once the connections close every
+    route and the certificate serve again, without a restart."""
+    prlimit = need("prlimit")
+    edge = Edge(
+        tmp_path,
+        dynamic(whoami, pki_files, "a.test"),
+        entrypoints={"web": {"address": "127.0.0.1:0"}, "websecure": {"address": "127.0.0.1:0"}},
+        static_extra={"api": {"insecure": True}},
+        prefix=[prlimit, f"--nofile={LIMIT}:{LIMIT}"],
+    )
+    held: list[socket.socket] = []
+    try:
+        edge.wait_applied(1)
+        assert get(edge.port, "/", host="a.test")[0] == 200
+        baseline = open_fds(edge.proc.pid)
+        for i in range(HELD):
+            try:
+                s = socket.create_connection(
+                    ("127.0.0.1", edge.port if i % 4 else edge.ports["websecure"]), timeout=5
+                )
+            except OSError:
+                break
+            held.append(s)
+            if i % 2:  # mid-request: a head that never ends
+                s.sendall(b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Slow: 1\r\n")
+        # The data plane took what it may and closed the rest at once.
+        in_use = wait_until(
+            lambda: (n := open_fds(edge.proc.pid)) >= LIMIT - RESERVE - 8 and n,
+            10,
+            "the table never filled",
+        )
+        # /ping and the API answer from the reserve, several times over.
+        for _ in range(20):
+            assert get(edge.ports["traefik"], "/ping")[:3:2] == (200, b"OK")
+        status, _, body = get(edge.ports["traefik"], "/api/http/routers")
+        assert status == 200 and b"a@file" in body
+        assert in_use <= LIMIT - RESERVE // 4, in_use
+        edge.wait_for(
+            r"entrypoint (web|websecure): \d+ connections closed at once: \d+ of 256 descriptors in use"
+        )
+        # A data-plane connection is closed at once, not left waiting.
+        with socket.create_connection(("127.0.0.1", edge.port), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(65536) == b""
+        # The file provider reads a change and the data plane applies it.
+        applied = edge.applied()
+        edge.write_dynamic(dynamic(whoami, pki_files, "a.test", "b.test"))
+        edge.wait_applied(applied + 1, timeout=10)
+    finally:
+        for s in held:
+            s.close()
+    try:
+        wait_until(
+            lambda: open_fds(edge.proc.pid) <= baseline + 8, 15, "descriptors never came back"
+        )
+        for host in ("a.test", "b.test"):
+            status, _, body = get(edge.port, "/", host=host)
+            assert status == 200 and b"w1" in body, (host, status, body)
+            line, served = https_get(edge.ports["websecure"], host, pki_files["ca"])
+            assert line.startswith(b"HTTP/1.1 200"), (host, line)
+            assert served == pki_files["fingerprint"], host
+        assert get(edge.ports["traefik"], "/ping")[0] == 200
+    finally:
+        edge.stop()
