@@ -31,7 +31,7 @@ from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.descriptors import Budget
 from edge.entrypoints import EntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
-from edge.entrypoints.udp import UDPEntryPoint
+from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
 from edge.logs import AccessLogger, reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
@@ -111,9 +111,12 @@ class Dataplane:
         api = static.api
         self.api = API(static, lambda: self.runtime, __version__) if api is not None and api.insecure else None
         ping_ep = static.ping.entry_point if static.ping is not None else None
+        udp_count = sum(1 for config in static.entry_points.values() if config.protocol == "udp")
         for name, config in static.entry_points.items():
             if config.protocol == "udp":
-                self.entrypoints.add(UDPEntryPoint(name, config, loop, reuse_port=reuse_port))
+                # All UDP sessions together hold at most UDP_SHARE of the descriptors.
+                share = UDP_SHARE / udp_count
+                self.entrypoints.add(UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share))
                 continue
             self.entrypoints.add(
                 TCPEntryPoint(

@@ -24,10 +24,10 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import resource
 import socket
 
 from edge.config.static import EntryPoint
+from edge.descriptors import RESERVE, soft_limit
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.router.udp import UDPServer
@@ -37,7 +37,7 @@ from edge.udp.sessions import Counters
 log = logging.getLogger("edge.entrypoints")
 
 SOCKET_BUFFER = 4 * 1024 * 1024  # asked for the listener; the kernel caps it (net.core.rmem_max)
-FD_MARGIN = 1024  # descriptors kept for everything but UDP sessions
+UDP_SHARE = 0.5  # of the descriptors above the reserve, what all UDP sessions together may hold
 
 
 class UDPEntryPoint:
@@ -48,11 +48,16 @@ class UDPEntryPoint:
         loop: asyncio.AbstractEventLoop,
         *,
         reuse_port: bool = False,
+        share: float = UDP_SHARE,
     ) -> None:
+        """``share``: the part of the descriptors above the reserve this entry point's
+        sessions may hold (:func:`fit_sessions`; the Dataplane splits :data:`UDP_SHARE`
+        among its UDP entry points)."""
         self.name = name
         self.config = config
         self.loop = loop
         self.reuse_port = reuse_port
+        self.share = share
         self.routers = EMPTY_SET
         self.proxy = DatagramProxy(
             name, loop, timeout=config.udp.timeout, max_sessions=config.udp.max_sessions
@@ -110,7 +115,7 @@ class UDPEntryPoint:
         self.proxy.servers_changed()
 
     async def start(self) -> None:
-        max_sessions = fit_sessions(self.name, self.config.udp.max_sessions)
+        max_sessions = fit_sessions(self.name, self.config.udp.max_sessions, self.share)
         self.proxy.table.max_sessions = max_sessions
         sock, wildcard = await self._bind()
         self.proxy.attach(sock, wildcard=wildcard)
@@ -237,28 +242,29 @@ def enable_pktinfo(name: str, sock: socket.socket) -> bool:
     return True
 
 
-def fit_sessions(name: str, wanted: int) -> int:
-    """``wanted`` sessions, raising the soft RLIMIT_NOFILE to fit them (as Go does for
-    Traefik); fewer, with a log line, when the hard limit is too low."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + FD_MARGIN
-    if soft == resource.RLIM_INFINITY or soft >= need:
+def fit_sessions(name: str, wanted: int, share: float = UDP_SHARE) -> int:
+    """``wanted`` sessions, or fewer (with a log line) where they would hold more than
+    ``share`` of the descriptors above the reserve (:mod:`edge.descriptors`).
+
+    Each session holds a connected socket, and a new source address opens one: a
+    spoofed flood fills the table to its cap. With the cap at a share of the open file
+    limit (raised to the hard limit at start), such a flood leaves the rest to TCP
+    connections, /ping and the providers; past the cap, each new source evicts the
+    least recently active session instead of taking a descriptor.
+    """
+    soft = soft_limit()
+    if soft == 0:  # unlimited
         return wanted
-    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    if target > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:
-            log.debug("entrypoint %s: cannot raise RLIMIT_NOFILE: %s", name, exc)
-    if soft >= need:
+    fitted = max(1, int((soft - RESERVE) * share))
+    if wanted <= fitted:
         return wanted
-    fitted = max(1, soft - FD_MARGIN)
     log.warning(
-        "entrypoint %s: maxSessions %d lowered to %d: the open file limit is %d",
+        "entrypoint %s: maxSessions %d lowered to %d: UDP sessions may hold %d%% of the %d"
+        " descriptors the open file limit allows (each holds a socket)",
         name,
         wanted,
         fitted,
+        round(share * 100),
         soft,
     )
     return fitted

@@ -1066,15 +1066,17 @@ def test_a_reserved_udp_port_takes_no_datagram(host):
 
 @linux_only
 def test_max_sessions_fit_the_open_file_limit():
-    """The soft RLIMIT_NOFILE is raised to fit maxSessions, or maxSessions lowered to fit."""
+    """maxSessions is lowered where the sessions would hold more than their share of
+    the descriptors above the reserve (half, split among UDP entry points); the limit
+    itself is left as it is (eventloop.run raised it to the hard limit at start)."""
     script = """
 import logging, resource, sys
-from edge.entrypoints.udp import FD_MARGIN, fit_sessions
+from edge.entrypoints.udp import fit_sessions
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (FD_MARGIN + 10, FD_MARGIN + 500))
+resource.setrlimit(resource.RLIMIT_NOFILE, (1064, 2000))
 print("fit", fit_sessions("dns", 400), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 print("fit", fit_sessions("dns", 2000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+print("fit", fit_sessions("dns", 2000, 0.25), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 """
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -1085,9 +1087,99 @@ print("fit", fit_sessions("dns", 2000), resource.getrlimit(resource.RLIMIT_NOFIL
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "fit 400 1424" in lines  # soft limit raised to maxSessions + the margin
-    assert "fit 500 1524" in lines  # the hard limit caps it: maxSessions lowered
+    assert "fit 400 1064" in lines  # fits in half of 1064 - 64
+    assert "fit 500 1064" in lines  # lowered to half of 1000
+    assert "fit 250 1064" in lines  # a quarter: one of two UDP entry points
     assert any("maxSessions 2000 lowered to 500" in line for line in lines)
+
+
+def edge_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@linux_only
+def test_spoofed_source_flood_stays_within_the_descriptor_bound(tmp_path):
+    """4,000 datagrams from 4,000 source addresses (127.1.x.y, as a spoofed flood would
+    come) against edge under an open file limit of 4,096 with the default maxSessions
+    (10,000): the sessions are capped at half of the descriptors above the reserve
+    (2,016), so edge's descriptors stay under what it had before the flood plus that
+    cap, while a steady client keeps getting its echoes; idle sessions are reaped by the
+    sweep and the descriptors come back. On the commit before, the cap was the limit less
+    1,024 (3,072 sessions: three quarters of the table for a flood)."""
+    from edge.descriptors import RESERVE
+
+    limit, sources = 4096, 4000
+    cap = (limit - RESERVE) // 2
+    who = Proc(["whoami", "--name", "echo", "--udp", "127.0.0.1:0"])
+    try:
+        backend = f"127.0.0.1:{who.wait_for(WHOAMI_RE).group(4)}"
+        edge = Edge(
+            tmp_path,
+            {"udp": {"routers": {"r": {"service": "echo"}}, "services": {"echo": lb(backend)}}},
+            entrypoints={"dns": {"address": "127.0.0.1:0/udp", "udp": {"timeout": "1s"}}},
+            prefix=[need("prlimit"), f"--nofile={limit}:{limit}"],
+        )
+        try:
+            port = edge.ports["dns"]
+            pid = edge.proc.pid
+            before = edge_fds(pid)
+            most = [before]
+            stop = threading.Event()
+            echoes = [0, 0]  # answered, sent
+
+            def steady() -> None:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.connect(("127.0.0.1", port))
+                    s.settimeout(1.0)
+                    for i in range(200):
+                        if stop.is_set() and i >= 50:
+                            break
+                        payload = b"steady %d" % i
+                        echoes[1] += 1
+                        for _ in range(3):  # the kernel may drop one in the flood: ask again
+                            s.send(payload)
+                            try:
+                                while s.recv(65535) != payload:
+                                    pass
+                            except TimeoutError:
+                                continue
+                            echoes[0] += 1
+                            break
+                        time.sleep(0.01)
+
+            def watch() -> None:
+                while not stop.is_set():
+                    most.append(edge_fds(pid))
+                    time.sleep(0.005)
+
+            threads = [threading.Thread(target=steady), threading.Thread(target=watch)]
+            for t in threads:
+                t.start()
+            time.sleep(0.1)
+            for i in range(sources):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.bind((f"127.1.{i // 250}.{i % 250 + 1}", 0))
+                    s.sendto(b"flood", ("127.0.0.1", port))
+                if i % 500 == 499:
+                    time.sleep(0.05)  # let the watcher sample as the sessions pile up
+            time.sleep(0.3)
+            stop.set()
+            for t in threads:
+                t.join(timeout=30)
+            assert not any(t.is_alive() for t in threads)
+            assert max(most) <= before + cap, (max(most), before, cap)
+            assert max(most) > before + cap // 2  # the flood did open sessions
+            assert edge.all_matches(f"maxSessions 10000 lowered to {cap}:")
+            assert echoes[0] == echoes[1], echoes
+            # Idle sessions end after the timeout (1 s) at the next sweep.
+            deadline = time.monotonic() + 10
+            while edge_fds(pid) > before + 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert edge_fds(pid) <= before + 2, (edge_fds(pid), before)
+        finally:
+            edge.stop()
+    finally:
+        who.stop()
 
 
 def test_proxy_protocol_v2_from_the_file_provider(tmp_path):
