@@ -12,7 +12,11 @@ without asking llhttp, heads are judged by the shared rules of
 :mod:`edge.http.headers` exactly as the h11 codec judges them, and one llhttp
 parser serves every message of a keep-alive connection. llhttp's own checks
 (bare LF, obs-fold, control bytes, Content-Length and Transfer-Encoding
-conflicts, chunk syntax) do the rest.
+conflicts, chunk syntax) do the rest, but for chunk sizes: llhttp takes any up to
+2**64 - 1, so the chunk-size lines of a piece are followed here before llhttp gets
+it (``_Base._chunk_sizes``: a few operations per chunk), and a size above
+``MAX_CHUNK_SIZE`` (2**63 - 1, as in the h11 codec) is refused once llhttp has
+been given the bytes before its line.
 
 Per request the Python work is: one ``bytes.find`` for the head, llhttp's url and
 header callbacks, one slice compare for the request line, one pass over the
@@ -22,6 +26,7 @@ headers (:func:`edge.http.headers.request_framing`) and the head object.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import httptools
 
@@ -37,6 +42,7 @@ from edge.http.codec import (
 from edge.http.headers import (
     FIELD_LINES,
     HEAD_END,
+    MAX_CHUNK_SIZE,
     MIN_LINE,
     QUICK_HEADERS,
     check_header_count,
@@ -81,6 +87,9 @@ _200_OK = b"HTTP/1.1 200 OK\r\n"
 
 _LINE_11 = b" HTTP/1.1\r\n"
 _LINE_10 = b" HTTP/1.0\r\n"
+
+# The digits that start a chunk-size line (``_Base._chunk_sizes``).
+_HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]*")
 
 
 # Groups of QUICK_HEADERS.
@@ -168,6 +177,15 @@ def _cut(data: bytes, pos: int, tail: bytes) -> int:
     return len(data) if j < 0 else j + 4
 
 
+def _too_large(feed: Callable[[bytes], object], data: bytes, pos: int, bad: int) -> None:
+    """Refuse a chunk size above MAX_CHUNK_SIZE whose line starts at ``data[bad]``,
+    once llhttp has parsed what comes before it (its events, or a defect it finds
+    first: the h11 codec meets them in the same order)."""
+    if bad > pos:
+        feed(data[pos:bad])
+    raise ProtocolError("chunk size too large")
+
+
 class _Base:
     """What both parsers share: the partial head buffer, chunk pieces, error mapping.
 
@@ -177,6 +195,9 @@ class _Base:
 
     __slots__ = (
         "_body_bytes",
+        "_chunk_at",
+        "_chunk_ext",
+        "_chunk_size",
         "_handler",
         "_head",
         "_headers",
@@ -266,6 +287,74 @@ class _Base:
         self._idle = framing if self._body_bytes else self._idle + framing
         if self._idle > self._max:
             raise HeadersTooLarge("chunk framing or trailers too large")
+
+    def _chunk_start(self) -> None:
+        """A chunked body starts: its first chunk-size line is next (see ``_chunk_sizes``)."""
+        self._chunk_at = 0  # bytes before the next chunk-size line; -1: none (the last chunk's was read)
+        self._chunk_size = -1  # the value of the digits of the line in progress; -1: none in progress
+        self._chunk_ext = False  # past its digits: the rest of the line is skipped
+
+    def _chunk_sizes(self, data: bytes, pos: int, cut: int) -> int:
+        """Follow the chunk-size lines in ``data[pos:cut]``, the next piece of a chunked
+        body; -1, or where the line of a size above ``MAX_CHUNK_SIZE`` starts in it
+        (``pos`` when it began in an earlier piece).
+
+        A chunk-size line is hex digits, then anything up to its LF (llhttp checks
+        extensions and the CRLF); the chunk's data and its CRLF follow, then the
+        next line. On a body llhttp accepts this reads the sizes llhttp reads; on
+        one it refuses, llhttp meets the defect before the point returned.
+        """
+        at = self._chunk_at
+        if at < 0 or at >= cut - pos:
+            if at > 0:
+                self._chunk_at = at - (cut - pos)
+            return -1
+        q = pos + at
+        size = self._chunk_size
+        ext = self._chunk_ext
+        start = pos
+        while q < cut:
+            if size < 0:
+                start = q
+                lf = data.find(b"\n", q, cut)
+                if lf > q:
+                    # Most lines: hex digits and the CR, which int() strips. Anything
+                    # else int() takes (a sign, "0x", "_", spaces) llhttp refuses.
+                    try:
+                        size = int(data[q:lf], 16)
+                    except ValueError:
+                        size = -1
+                    if size > 0:
+                        if size > MAX_CHUNK_SIZE:
+                            return start
+                        q = lf + 3 + size  # its data and CRLF
+                        size = -1
+                        continue
+                size = 0  # the line digit by digit (an extension, split, the last chunk)
+                ext = False
+            if not ext:
+                end = _HEX_DIGITS.match(data, q, cut).end()
+                if end > q:
+                    size = (size << 4 * (end - q)) | int(data[q:end], 16)
+                    if size > MAX_CHUNK_SIZE:
+                        return start
+                    q = end
+                    if q == cut:
+                        break
+                ext = True
+            lf = data.find(b"\n", q, cut)
+            if lf < 0:
+                q = cut
+                break
+            if not size:  # the last chunk: trailers follow, then the message ends
+                self._chunk_at = -1
+                return -1
+            q = lf + 3 + size  # its data and CRLF
+            size = -1
+        self._chunk_at = q - cut if size < 0 else 0
+        self._chunk_size = size
+        self._chunk_ext = ext
+        return -1
 
     def _fail(self, exc: httptools.HttpParserError) -> BaseException:
         """The exception to raise for an llhttp error (and the parser is dead)."""
@@ -424,6 +513,7 @@ class RequestParser(_Base):
             self._state = _CHUNKED
             self._tail = b""
             self._idle = 0
+            self._chunk_start()
         elif content_length:
             self._state = _BODY
             self._remaining = content_length
@@ -656,6 +746,9 @@ class RequestParser(_Base):
             elif state == _CHUNKED:
                 cut = _cut(data, pos, self._tail)
                 self._body_bytes = 0
+                bad = self._chunk_sizes(data, pos, cut)
+                if bad >= 0:
+                    _too_large(feed, data, pos, bad)
                 if pos == 0 and cut == n:
                     feed(data)
                 else:
@@ -741,6 +834,7 @@ class ResponseParser(_Base):
             self._state = _CHUNKED
             self._tail = b""
             self._idle = 0
+            self._chunk_start()
         elif content_length is not None:
             if content_length:
                 self._state = _BODY
@@ -1015,6 +1109,9 @@ class ResponseParser(_Base):
             elif state == _CHUNKED:
                 cut = _cut(data, pos, self._tail)
                 self._body_bytes = 0
+                bad = self._chunk_sizes(data, pos, cut)
+                if bad >= 0:
+                    _too_large(self._parser.feed_data, data, pos, bad)
                 if view is None:
                     view = memoryview(data)
                 self._parser.feed_data(view[pos:cut])

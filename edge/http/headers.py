@@ -16,7 +16,8 @@ below (:func:`request_framing`, :func:`response_framing`) decide what follows it
 
 Where llhttp is more lenient than the rules (absolute-form targets, status
 reasons) or h11 is (methods, chunk extensions, trailers), the checks here close
-the gap; the values chosen mirror llhttp 9 as bundled with httptools 0.9.
+the gap; the values chosen mirror llhttp 9 as bundled with httptools 0.9, but
+for chunk sizes, which stop at 2**63 - 1 as nginx's do (``MAX_CHUNK_SIZE``).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ METHODS = frozenset(
 )
 
 # The largest Content-Length accepted (both codecs check it), and the largest chunk
-# size (llhttp's own limit, which the h11 codec copies).
+# size: the same, as nginx refuses a chunk above 2**63 - 1 (llhttp takes up to
+# 2**64 - 1: the httptools codec checks the sizes above it itself).
 MAX_LENGTH = (1 << 63) - 1
-MAX_CHUNK_SIZE = (1 << 64) - 1
+MAX_CHUNK_SIZE = MAX_LENGTH
 
 # Control bytes refused anywhere in a head (HTAB, CR and LF are checked apart).
 _CTL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -640,7 +642,7 @@ class ChunkLine:
     """Incremental check of one chunk-size line, as llhttp checks it.
 
     ``1*HEXDIG *( 1*";" ( 1*tchar / *tchar "=" [ *tchar [ quoted-string ] ] ) )``,
-    no whitespace anywhere, size at most 2**64 - 1 (llhttp's limit). :meth:`feed`
+    no whitespace anywhere, size at most ``MAX_CHUNK_SIZE`` (2**63 - 1). :meth:`feed`
     refuses the line at its first bad byte, as llhttp does, so a line is checked
     once however it arrives; :meth:`finish` checks its end and gives the size.
     """

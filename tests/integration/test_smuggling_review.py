@@ -19,7 +19,8 @@ import time
 import h11
 import pytest
 
-from tests.harness import Edge, lb, raw
+from tests import harness
+from tests.harness import Edge, lb, raw, read_until_closed
 
 TIMEOUT = 5.0
 
@@ -422,6 +423,35 @@ def test_framing_header_goes_upstream_as_edge_frames_the_body(tmp_path, parser, 
     finally:
         e.stop()
         backend.stop()
+
+
+@pytest.mark.parametrize(
+    ("size", "refused"),
+    [(b"ffffffffffffffff", True), (b"8000000000000000", True), (b"7fffffffffffffff", False)],
+    ids=["2**64-1", "2**63", "2**63-1"],
+)
+def test_chunk_sizes_above_2_63_minus_1_are_refused(tmp_path, parser, backend, size, refused):
+    """A chunk size above 2**63 - 1 is answered 400 and the connection closed, as
+    nginx answers it; llhttp (the httptools codec) and the h11 codec took sizes up
+    to 2**64 - 1 and streamed the data on. 2**63 - 1 is taken: the backend, which
+    answers a head at once, gets the chunk's data as edge frames it."""
+    e = edge_for(tmp_path, parser, backend)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nabc")
+            if refused:
+                answer, closed = read_until_closed(s, TIMEOUT)
+                assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in answer, answer
+                assert closed and answer.count(b"HTTP/1.1 ") == 1
+            else:
+                answer = harness.read_response(s)
+                assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"\r\n\r\nok"), answer
+                deadline = time.monotonic() + TIMEOUT
+                while (not backend.requests or backend.requests[0].body != b"abc") and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert [(r.target, r.body) for r in backend.requests] == [(b"/up", b"abc")]
+    finally:
+        e.stop()
 
 
 SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"

@@ -218,6 +218,22 @@ def test_chunked_body_with_extensions_and_trailers(codec):
     assert rec.bodies() == [b"hello world"]  # trailers are dropped
 
 
+def test_chunk_sizes_up_to_2_63_minus_1_are_taken(codec):
+    """2**63 - 1 is the largest chunk size (nginx's): its data is streamed as it comes,
+    whereas one more is refused (test_refused_with_400, test_response_refused)."""
+    for size in (b"7fffffffffffffff", b"0000007FFFFFFFFFFFFFFF"):
+        request = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n" + size + b";x\r\ncd"
+        response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nefg"
+        for pieces in ([request], split_all(request)):
+            rec = requests(codec, *pieces)
+            assert rec.kinds() == ["head", "body"]
+            assert rec.bodies() == [b"abcd"]
+        for pieces in ([response], split_all(response)):
+            rec = responses(codec, [b"GET"], *pieces)
+            assert rec.kinds() == ["head", "body"]
+            assert rec.bodies() == [b"efg"]
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -373,6 +389,19 @@ REFUSED = [
     (
         "chunk-size-overflow",
         b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+    ),
+    # Above 2**63 - 1, as nginx refuses (llhttp takes up to 2**64 - 1).
+    (
+        "chunk-size-2**63",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n8000000000000000\r\nabc",
+    ),
+    (
+        "chunk-size-2**64-1",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff;a=b\r\nabc",
+    ),
+    (
+        "chunk-size-2**63-zeros",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n00000008000000000000000\r\n",
     ),
     (
         "chunk-data-too-long",
@@ -798,6 +827,11 @@ RESPONSES_REFUSED = [
     ("obs-fold", b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n"),
     ("bare-lf", b"HTTP/1.1 200 OK\nContent-Length: 0\n\n"),
     ("bad-chunk", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+    ("chunk-size-2**63", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\nabc"),
+    (
+        "chunk-size-2**64-1",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\nFFFFFFFFFFFFFFFF\r\nabc",
+    ),
 ]
 
 

@@ -204,6 +204,15 @@ REQUESTS = [
     ("bad-chunk-size", CHUNKED + b"5\r\nhello\r\n5x\r\nworld\r\n0\r\n\r\n", BIG),
     ("bad-chunk-end", CHUNKED + b"5\r\nhelloXX0\r\n\r\n", BIG),
     ("bad-chunk-ext", CHUNKED + b"5;a b\r\nhello\r\n0\r\n\r\n", BIG),
+    # Chunk sizes stop at 2**63 - 1, as nginx's do (llhttp takes up to 2**64 - 1).
+    ("chunk-size-2**63", CHUNKED + b"5\r\nhello\r\n8000000000000000\r\nabc", BIG),
+    ("chunk-size-2**64-1", CHUNKED + b"5\r\nhello\r\nffffffffffffffff;x=y\r\nabc", BIG),
+    ("chunk-size-2**63-1", CHUNKED + b"5\r\nhello\r\n7fffffffffffffff\r\nabc", BIG),
+    ("chunk-size-zeros-2**63", CHUNKED + b"0000000000008000000000000000\r\n", BIG),
+    ("chunk-size-zeros", CHUNKED + b"00000000000000000000005\r\nhello\r\n000;a=\"\\\"\"\r\n\r\n" + GET, BIG),
+    # A huge size spelt in chunk data, and after a chunk whose data overruns: not a size line.
+    ("chunk-data-like-a-size", CHUNKED + b"14\r\n\r\nffffffffffffffff\r\n\r\n0\r\n\r\n" + GET, BIG),
+    ("chunk-overrun-then-huge", CHUNKED + b"5\r\nhelloXXffffffffffffffff\r\nabc", BIG),
     ("bad-trailer", CHUNKED + b"0\r\nX-T\r\n\r\n", BIG),
     ("obs-fold", GET[:-2] + b"X-A: 1\r\n 2\r\n\r\n", BIG),
     ("bare-lf", b"GET / HTTP/1.1\nHost: a\n\n", BIG),
@@ -410,6 +419,20 @@ RESPONSES = [
     ),
     ("cut-body", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", [b"GET"], True, BIG),
     (
+        "chunk-size-2**63",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n8000000000000000\r\nxyz",
+        [b"GET"],
+        False,
+        BIG,
+    ),
+    (
+        "chunk-size-2**63-1",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n7fffffffffffffff;q\r\nxyz",
+        [b"GET"],
+        True,
+        BIG,
+    ),
+    (
         "cut-chunked",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
         [b"GET"],
@@ -610,3 +633,45 @@ def test_codecs_agree_on_varied_heads(data):
     methods = [b"GET"] * len(messages) if response else None
     expected = run("h11", stream, cuts, methods, False, BIG)
     assert run("httptools", stream, cuts, methods, False, BIG) == expected
+
+
+# Chunked bodies (hypothesis): chunk sizes of any spelling (leading zeros, either
+# case, now and then one above 2**63 - 1 or one whose data is too long or short),
+# extensions, and data that may spell a chunk-size line itself, split anywhere.
+_HUGE = st.sampled_from([b"8000000000000000", b"ffffffffffffffff", b"0008000000000000000", b"10000000000000000"])
+_EXT = st.sampled_from([b"", b"", b";a", b";a=b", b';a="x;y"', b";a=b;c", b" ;a"])
+_CHUNK_DATA = st.one_of(
+    st.binary(max_size=24),
+    st.sampled_from([b"\r\nffffffffffffffff\r\n", b"8000000000000000\r\n", b"\r\n\r\n0\r\n\r\n"]),
+)
+
+
+@st.composite
+def chunked_body(draw) -> bytes:
+    out = []
+    for _ in range(draw(st.integers(0, 4))):
+        data = draw(_CHUNK_DATA)
+        kind = draw(st.integers(0, 12))
+        if kind == 0:
+            out.append(draw(_HUGE) + draw(_EXT) + b"\r\n" + data)
+            continue
+        size = len(data) + (kind == 1) - (kind == 2 and len(data) > 0)
+        digits = b"%x" % size
+        if kind == 3:
+            digits = digits.upper()
+        out.append(b"0" * draw(st.integers(0, 20)) + digits + draw(_EXT) + b"\r\n" + data + b"\r\n")
+    out.append(b"0" + draw(_EXT) + b"\r\n" + draw(st.sampled_from([b"", b"T: 1\r\n"])) + b"\r\n")
+    return b"".join(out)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_codecs_agree_on_chunked_bodies(data):
+    response = data.draw(st.booleans())
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" if response else CHUNKED
+    stream = head + data.draw(chunked_body()) + (b"" if response else GET)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(stream) - 1), max_size=4))))
+    methods = [b"GET"] if response else None
+    expected = run("h11", stream, cuts, methods, False, BIG)
+    assert run("httptools", stream, cuts, methods, False, BIG) == expected
+    assert run("httptools", stream, [], methods, False, BIG) == run("h11", stream, [], methods, False, BIG)
