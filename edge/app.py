@@ -50,6 +50,10 @@ InternalAnswers = Callable[[bytes, bytes], APIAnswer | None]
 TEXT = b"text/plain; charset=utf-8"
 CERT_POLL = 1.0
 """Seconds between two looks at the certificate files the configuration names."""
+CERT_RETRY = (1.0, 5.0)
+"""Seconds before the first round that reads again the certificate files a snapshot
+could not read for a transient reason, and the most between two such rounds (the wait
+doubles while they keep failing)."""
 
 
 def build_providers(static: StaticConfig) -> list[Provider]:
@@ -74,6 +78,15 @@ class Dataplane:
 
     ``internal`` answers ``/ping`` and ``/ready`` on the ping entrypoint; ``reuse_port``
     binds every entrypoint with SO_REUSEPORT (several worker processes share each port).
+
+    ``retry`` is set by whoever runs this Dataplane's rounds (the single process's
+    watcher, a worker): it runs a round again with the configuration served. A
+    certificate snapshot committed with files it could not read for a transient
+    reason (EMFILE, ENOMEM, EIO: :func:`edge.tls.certs.transient`) is not current,
+    so such a round reads them again; the Dataplane asks for one :data:`CERT_RETRY`
+    seconds after the commit, even when no file and no route changed, until a
+    snapshot reads them all. Meanwhile the routers that lost their certificate are
+    disabled with the reason, which the API shows.
     """
 
     def __init__(
@@ -106,6 +119,9 @@ class Dataplane:
         self.services: dict = {}  # the HTTP services of the live routers, by name
         self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
         self._tls_reported: set[str] = set()  # check_tls's messages logged, still true
+        self.retry: Callable[[], None] | None = None  # runs a round again (see the class doc)
+        self._retry_timer: asyncio.TimerHandle | None = None
+        self._retries = 0  # rounds in a row whose snapshot had transient failures
         self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
         # Traefik's API (api.insecure), on the traefik entry point: this process's runtime.
         api = static.api
@@ -204,6 +220,7 @@ class Dataplane:
             self.certs = certs
             self.entrypoints.switch(routers)
             self.runtime = runtime
+            self._retry_transient(certs)
             # The snapshot just built lives until the next one: keep it out of the
             # cyclic GC's full passes, which stop every thread for as long as they
             # take to walk the heap (0.1 s and more at 10,000 routers). Snapshots
@@ -230,6 +247,32 @@ class Dataplane:
             return
         commit()
 
+    def _retry_transient(self, certs: TLSCertificates) -> None:
+        """After a commit: when ``certs`` could not read some files for a transient reason,
+        have a round run again (``retry``) in a while, which reads them again; the wait
+        doubles from CERT_RETRY[0] to CERT_RETRY[1] while they keep failing."""
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+        if not certs.transient or self.retry is None:
+            self._retries = 0
+            return
+        first, most = CERT_RETRY
+        delay = min(first * 2**self._retries, most)
+        self._retries += 1
+        log.warning(
+            "certificates: %d failed for a transient reason (%s); reading them again in %gs",
+            len(certs.transient),
+            certs.transient[0],
+            delay,
+        )
+        self._retry_timer = self.loop.call_later(delay, self._run_retry)
+
+    def _run_retry(self) -> None:
+        self._retry_timer = None
+        if self.retry is not None:
+            self.retry()
+
     def _check_tls(self, runtime: RuntimeConfig, certs: TLSCertificates | None) -> None:
         """Disable the routers whose certificate or TLS options cannot serve (the reason
         names the file). Each reason is logged once, when it appears, and its end is
@@ -253,6 +296,9 @@ class Dataplane:
     async def stop(self) -> None:
         """Keep accepting for each entrypoint's requestAcceptGraceTimeout, then stop
         accepting, drain each within its graceTimeOut, close the pools."""
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
         await self._accept_grace()
         await self.entrypoints.stop(self.graces())
         if self.access_log is not None:
@@ -445,6 +491,7 @@ class Edge(Stoppable):
         self.loop = asyncio.get_running_loop()
         self.dataplane = Dataplane(static, self.loop, parser=parser, internal=self._internal)
         self.control = ControlPlane(static, self.loop, self.dataplane.listeners)
+        self.dataplane.retry = self.control.watcher.refresh  # a round with the configurations applied now
         self.transports = self.dataplane.transports
         self.entrypoints = self.dataplane.entrypoints
         self.access_log = self.dataplane.access_log

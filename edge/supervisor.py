@@ -639,6 +639,7 @@ class Worker:
         self._start: asyncio.Future[Start | None] = self.loop.create_future()
         self._pending: Apply | None = None  # received before the entrypoints were bound
         self._latest: Apply | None = None  # the newest configuration not yet applied
+        self._applied: Apply | None = None  # the configuration served
         self._applying: asyncio.Task | None = None
         self._preparer = Preparer()
 
@@ -683,6 +684,7 @@ class Worker:
                     continue
                 commit()
                 self.runtime = runtime
+                self._applied = msg
                 self.channel.send(Ack(msg.generation, self.id))
                 wlog.debug("configuration generation %d applied", msg.generation)
         finally:
@@ -698,6 +700,13 @@ class Worker:
             default_rule_syntax=self.default_rule_syntax,
         )
         return runtime, self.dataplane.prepare(runtime)
+
+    def _reapply(self) -> None:
+        """The Dataplane's ``retry``: the configuration served, prepared again (certificate
+        files it could not read for a transient reason are read again), unless a newer one
+        is on its way."""
+        if self._applied is not None and self._latest is None and not self._stopping:
+            self._apply(self._applied)
 
     def _reopen_logs(self) -> None:
         reopen_logs(self.dataplane.access_log if self.dataplane is not None else None)
@@ -746,6 +755,7 @@ class Worker:
             reuse_port=True,
             ticket_key=start.ticket_key,
         )
+        self.dataplane.retry = self._reapply
         try:
             await self.dataplane.start()
         except OSError as exc:

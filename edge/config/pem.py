@@ -38,8 +38,8 @@ def read_pem(what: str, value: str) -> bytes:
             return f.read()
     except FileNotFoundError:
         raise ConfigError(f"{what} {value}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{what} {value}: cannot read: {exc.strerror}") from None
+    except OSError as exc:  # the cause stays: a reader may tell a failure that passes (EMFILE)
+        raise ConfigError(f"{what} {value}: cannot read: {exc.strerror}") from exc
 
 
 @contextlib.contextmanager

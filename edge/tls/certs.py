@@ -19,6 +19,14 @@ Invariants:
   :class:`CertificateError` (naming the file) is kept in ``errors``; a broken
   options entry is kept in :meth:`~TLSCertificates.options_error` and refuses its
   connections. The runtime asks both to disable only the routers concerned.
+- A failure that may pass by itself (:func:`transient`: descriptors or memory
+  short, an interrupted call, an I/O error) is never kept for the life of the
+  snapshot. A certificate, key or CA file that could not be read so is an error
+  marked ``transient`` and makes the snapshot stale (:meth:`~TLSCertificates.current`
+  is false, so the next round reads the files again; the data plane schedules such
+  a round, :class:`edge.app.Dataplane`); a context that could not be built so is
+  built again by the first connection that needs it :data:`TRANSIENT_RETRY` seconds
+  later. A permanent failure (a missing file, a key that does not match) is kept.
 - Inline PEM (a value holding ``-----BEGIN``) never appears in a message or a log;
   any other value is a file path.
 
@@ -56,11 +64,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import functools
 import logging
 import os
 import secrets
 import ssl
+import time
 from dataclasses import dataclass, field
 
 from cryptography import x509
@@ -84,11 +94,34 @@ __all__ = [
     "TLSCertificates",
     "TLSOptionsError",
     "generated_default",
+    "transient",
 ]
 
 DEFAULT = "default"  # the options and store every router gets unless it names others
 DEFAULT_CERT_CN = "EDGE DEFAULT CERT"  # subject of the self-signed certificate edge generates
 UNRECOGNIZED_NAME = int(ssl.AlertDescription.ALERT_DESCRIPTION_UNRECOGNIZED_NAME)  # 112
+INTERNAL_ERROR = int(ssl.AlertDescription.ALERT_DESCRIPTION_INTERNAL_ERROR)  # 80
+TRANSIENT_RETRY = 1.0
+"""Seconds before a context that failed for a transient reason is built again (by the
+first connection that needs it after them)."""
+# errno values of failures that pass by themselves: the process or the system out of
+# descriptors or memory, a call interrupted or that would block, an I/O error (a disk
+# or network file system that answers again).
+TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOMEM,
+        errno.ENOBUFS,
+        errno.EAGAIN,
+        errno.EINTR,
+        errno.EBUSY,
+        errno.EIO,
+        errno.ETIMEDOUT,
+        errno.ESTALE,
+    }
+)
+TRANSIENT_NOTE = " (transient: retried)"  # ends the message of an error marked transient
 # What edge speaks to a client it terminates into HTTPS routers: the ALPN names an
 # HTTPS context may offer from an options entry's alpnProtocols.
 HTTP_ALPN = ("http/1.1", "http/1.0")
@@ -161,17 +194,25 @@ class CertificateError(ConfigError):
     when it could be read, so the runtime can tell which routers lose it.
     """
 
-    def __init__(self, message: str, *, path: str, names: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, *, path: str, names: tuple[str, ...] = (), transient: bool = False
+    ) -> None:
         self.names = names
-        super().__init__(message, path=path)
+        self.transient = transient  # may pass by itself: read again at the next round
+        super().__init__(message + (TRANSIENT_NOTE if transient else ""), path=path)
 
 
 class TLSOptionsError(ConfigError):
-    """A ``tls.options`` entry is unknown or cannot be applied; names the option."""
+    """A ``tls.options`` entry is unknown or cannot be applied; names the option.
 
-    def __init__(self, name: str, message: str) -> None:
+    ``transient``: a CA file could not be read, or the entry applied, for a reason
+    that may pass by itself (:func:`transient`).
+    """
+
+    def __init__(self, name: str, message: str, *, transient: bool = False) -> None:
         self.name = name
-        super().__init__(message, path=f"$.tls.options.{name}")
+        self.transient = transient
+        super().__init__(message + (TRANSIENT_NOTE if transient else ""), path=f"$.tls.options.{name}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,7 +270,17 @@ class _Options:
             ticket_keys.install(ctx, self.ticket_key)
 
 
-_BROKEN = object()  # a context that could not be built (logged once)
+_BROKEN = object()  # a context that could not be built, for good (logged once)
+
+
+class _Failed:
+    """A context that could not be built for a transient reason: built again by the
+    first connection that needs it from ``retry`` (a ``time.monotonic()`` value) on."""
+
+    __slots__ = ("retry",)
+
+    def __init__(self, retry: float) -> None:
+        self.retry = retry
 
 
 class TLSCertificates:
@@ -239,10 +290,19 @@ class TLSCertificates:
     ``default`` is the certificate served when no name matches.
     """
 
-    def __init__(self, config: TLSConfiguration | None, *, ticket_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        config: TLSConfiguration | None,
+        *,
+        ticket_key: bytes | None = None,
+        retry_after: float = TRANSIENT_RETRY,
+    ) -> None:
         """``ticket_key``: the session-ticket key every context of this snapshot gets
-        (:mod:`edge.tls.tickets`); None: each its own, OpenSSL's default."""
+        (:mod:`edge.tls.tickets`); None: each its own, OpenSSL's default.
+        ``retry_after``: seconds before a context that failed for a transient reason
+        is built again."""
         self.config = config
+        self.retry_after = retry_after
         self.stamps = file_stamps(config)  # before reading: a file changed meanwhile is read again next time
         config = config or TLSConfiguration()
         self.errors: tuple[CertificateError, ...] = ()
@@ -306,11 +366,18 @@ class TLSCertificates:
         self._contexts: dict[tuple[int, str], object] = {}
         self._tcp_contexts: dict[tuple[int, str], object] = {}  # for _tcp_options
         self._selecting: dict[str, ssl.SSLContext | None] = {}
+        # The errors that may pass by themselves: while there are any, this snapshot
+        # is not current, and its owner reads the files again soon (edge.app).
+        self.transient: tuple[CertificateError | TLSOptionsError, ...] = tuple(
+            exc for exc in (*self.errors, *self._options_errors.values()) if exc.transient
+        )
 
     def current(self, config: TLSConfiguration | None) -> bool:
-        """Whether a snapshot of ``config`` would be this one: the same section, and every
-        file it names as it was when this one read it."""
-        return config == self.config and file_stamps(config) == self.stamps
+        """Whether a snapshot of ``config`` would be this one: the same section, every
+        file it names as it was when this one read it, and nothing read then failed for
+        a transient reason (a file that could not be read for want of a descriptor
+        reads differently now, though its stamp is the same)."""
+        return not self.transient and config == self.config and file_stamps(config) == self.stamps
 
     # -- per connection -------------------------------------------------------------
 
@@ -333,8 +400,8 @@ class TLSCertificates:
                 return None
             cert = self.default
         if tcp and options in self._tcp_options:
-            return _context(self._tcp_contexts, cert, options, self._tcp_options[options])
-        return _context(self._contexts, cert, options, opts)
+            return _context(self._tcp_contexts, cert, options, self._tcp_options[options], self.retry_after)
+        return _context(self._contexts, cert, options, opts, self.retry_after)
 
     def selecting_context(self, options: str = DEFAULT) -> ssl.SSLContext | None:
         """A context that chooses each connection's certificate during the handshake,
@@ -366,7 +433,9 @@ class TLSCertificates:
         opts = self._options.get(options)
         ctx = None
         if opts is not None and not (opts.sni_strict and opts.minimum < ssl.TLSVersion.TLSv1_3):
-            built = _build(self.default, options, opts)
+            built = _build(self.default, options, opts, self.retry_after)
+            if built.__class__ is _Failed:
+                return None  # not kept: the next call builds it again
             if built is not _BROKEN:
                 ctx = built
                 if self._exact or self._wildcard or opts.sni_strict:
@@ -377,7 +446,7 @@ class TLSCertificates:
     def _chooser(self, options: str, opts: _Options):
         # Not self (nor its bound methods): see selecting_context.
         exact, wildcard, contexts = self._exact, self._wildcard, self._contexts
-        strict = opts.sni_strict
+        strict, retry_after = opts.sni_strict, self.retry_after
 
         def choose(conn, server_name: str | None, _: ssl.SSLContext) -> int | None:
             conn.sni = server_name
@@ -385,9 +454,12 @@ class TLSCertificates:
             if cert is None:
                 # The default certificate (this context's own), or none under sniStrict.
                 return UNRECOGNIZED_NAME if strict else None
-            ctx = _context(contexts, cert, options, opts)
+            ctx = _context(contexts, cert, options, opts, retry_after)
             if ctx is None:
-                return UNRECOGNIZED_NAME
+                # Cannot be built: for now (internal_error, which RFC 8446 names for
+                # an allocation failure; a later connection builds it again), or for good.
+                failed = contexts.get((id(cert), options)).__class__ is _Failed
+                return INTERNAL_ERROR if failed else UNRECOGNIZED_NAME
             conn.context = ctx
             return None
 
@@ -443,24 +515,53 @@ def _certificate(
     return cert
 
 
-def _context(contexts: dict, cert: Certificate, options: str, opts: _Options) -> ssl.SSLContext | None:
-    """The context for (``cert``, ``options``) from a snapshot's ``contexts``, built on first use."""
+def _context(
+    contexts: dict, cert: Certificate, options: str, opts: _Options, retry_after: float
+) -> ssl.SSLContext | None:
+    """The context for (``cert``, ``options``) from a snapshot's ``contexts``, built on
+    first use; None when it cannot be built. One that failed for a transient reason is
+    built again once ``retry_after`` seconds have passed."""
     key = (id(cert), options)
     ctx = contexts.get(key)
-    if ctx is None:
-        ctx = contexts[key] = _build(cert, options, opts)
-    return None if ctx is _BROKEN else ctx  # type: ignore[return-value]
+    if ctx is None or (ctx.__class__ is _Failed and ctx.retry <= time.monotonic()):  # type: ignore[attr-defined]
+        ctx = contexts[key] = _build(cert, options, opts, retry_after, again=ctx is not None)
+    return None if ctx is _BROKEN or ctx.__class__ is _Failed else ctx  # type: ignore[return-value]
 
 
-def _build(cert: Certificate, name: str, opts: _Options) -> object:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def _build(cert: Certificate, name: str, opts: _Options, retry_after: float, *, again: bool = False) -> object:
+    """A context serving ``cert`` under options ``name``; ``_BROKEN`` when it cannot be
+    built, a :class:`_Failed` when it cannot be built now (:func:`transient`).
+    ``again``: the one before failed (a success is logged, to say the failure ended)."""
     try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         opts.apply(ctx)
         _load_chain(ctx, cert)
-    except OSError as exc:  # ssl.SSLError, or /proc missing for the memory file
+    except (OSError, MemoryError) as exc:  # ssl.SSLError, EMFILE for the memory file, /proc missing
+        if transient(exc):
+            log.error(
+                "%s with TLS options %s: cannot build a TLS context: %s (transient: built again"
+                " by a connection after %gs)",
+                cert.where, name, exc, retry_after,
+            )
+            return _Failed(time.monotonic() + retry_after)
         log.error("%s with TLS options %s: cannot build a TLS context: %s", cert.where, name, exc)
         return _BROKEN
+    if again:
+        log.info("%s with TLS options %s: TLS context built", cert.where, name)
     return ctx
+
+
+def transient(exc: BaseException | None) -> bool:
+    """Whether the failure ``exc`` may pass by itself, so that trying again later may
+    succeed: memory or descriptors short, an interrupted call, an I/O error
+    (:data:`TRANSIENT_ERRNOS`). A missing or forbidden file, a malformed PEM, a key
+    that does not match are not: trying again gives the same answer."""
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, ssl.SSLError):
+        # OpenSSL's own error: its errno is OpenSSL's code, not the system's.
+        return "MALLOC_FAILURE" in str(exc).upper().replace(" ", "_")
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
 
 
 # -- certificates -----------------------------------------------------------------
@@ -494,10 +595,12 @@ def file_stamps(config: TLSConfiguration | None) -> tuple:
 
 
 def _read(where: str, what: str, value: str) -> bytes:
+    """The PEM bytes of a path or inline value; CertificateError naming the file, marked
+    ``transient`` when the read failed for a reason that may pass (:func:`transient`)."""
     try:
         return read_pem(what, value)
     except ConfigError as exc:
-        raise CertificateError(exc.message, path=where) from None
+        raise CertificateError(exc.message, path=where, transient=transient(exc.__cause__)) from None
 
 
 def _load(where: str, cert_file: str, key_file: str) -> Certificate:
@@ -658,7 +761,8 @@ def _options(name: str, opts: TLSOptions) -> _Options:
                 data = _read(f"$.tls.options.{name}", what, value)
                 x509.load_pem_x509_certificates(data)
             except CertificateError as exc:
-                raise fail(exc.message) from None
+                message = exc.message.removesuffix(TRANSIENT_NOTE)
+                raise TLSOptionsError(name, message, transient=exc.transient) from None
             except ValueError:
                 raise fail(f"{what} {describe(value)}: no PEM certificate could be read") from None
             parts.append(data.decode("ascii", "replace"))
@@ -688,6 +792,8 @@ def _options(name: str, opts: TLSOptions) -> _Options:
     try:
         built.apply(probe)
     except ssl.SSLError as exc:
+        if transient(exc):
+            raise TLSOptionsError(name, f"cannot be applied: {exc}", transient=True) from None
         if ciphers is not None and "cipher" in str(exc).lower():
             raise fail(f"cipherSuites: none is available in {ssl.OPENSSL_VERSION}") from None
         raise fail(f"cannot be applied: {exc}") from None

@@ -77,6 +77,26 @@ def handshake(
     raise AssertionError(f"handshake did not finish in {rounds} rounds (done: {done})")
 
 
+def refused_with(server: ssl.SSLContext, server_name: str) -> str:
+    """The reason the client gives for the alert ``server`` refuses its ClientHello with
+    (``TLSV1_UNRECOGNIZED_NAME``, ``TLSV1_ALERT_INTERNAL_ERROR``)."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    c = client.wrap_bio(c_in, c_out, server_hostname=server_name)
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    with pytest.raises(ssl.SSLWantReadError):
+        c.do_handshake()
+    s_in.write(c_out.read())
+    with pytest.raises(ssl.SSLError):
+        s.do_handshake()
+    c_in.write(s_out.read())
+    with pytest.raises(ssl.SSLError) as refused:
+        c.do_handshake()
+    return refused.value.reason
+
+
 def served(ctx: ssl.SSLContext, server_name: str | None) -> str:
     client, _ = handshake(ctx, server_name)
     return hashlib.sha256(client.getpeercert(binary_form=True)).hexdigest()
@@ -485,3 +505,126 @@ def test_client_auth(tmp_path, pki, pairs):
     for name in ("request", "none"):  # no certificate asked for: nobody refused
         assert ctx(name).verify_mode == ssl.CERT_NONE
         handshake(ctx(name), "a.test", client=client_context(cert=bad))
+
+
+# -- transient failures: retried, never kept for the life of the snapshot ----------------------
+
+
+@contextlib.contextmanager
+def descriptors_exhausted():
+    """This process's descriptor table full, as under a connection flood: the soft
+    RLIMIT_NOFILE lowered to the lowest free descriptor number, so every open, memfd or
+    socket fails with EMFILE until the block ends (the limit is restored)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    probe = os.open(os.devnull, os.O_RDONLY)  # the lowest free number
+    os.close(probe)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))
+    try:
+        with pytest.raises(OSError, match="Too many open files"):
+            os.close(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_transient_tells_failures_that_pass_from_those_that_do_not():
+    import errno
+
+    from edge.tls.certs import transient
+
+    for code in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EIO):
+        assert transient(OSError(code, "x"))
+    assert transient(MemoryError())
+    assert not transient(FileNotFoundError(errno.ENOENT, "x"))
+    assert not transient(PermissionError(errno.EACCES, "x"))
+    assert not transient(ssl.SSLError(5, "[SSL] PEM lib"))  # OpenSSL's 5 is not EIO
+    assert not transient(ValueError("x")) and not transient(None)
+
+
+def test_a_certificate_unreadable_for_want_of_descriptors_is_read_again_not_kept(tmp_path, pairs):
+    """A certificate read while the process had no descriptor left was left out with
+    its error, and the snapshot stayed current (same section, same file stamps): the
+    data plane kept it, so the name had no certificate until the files were touched or
+    edge restarted. The error is now marked transient and the snapshot is not current,
+    so the next round reads the file again; a missing file is still kept."""
+    a_crt, a_key = pairs["a"].write(tmp_path, "a")
+    section = tls(
+        {
+            "certificates": [
+                {"certFile": a_crt, "keyFile": a_key},
+                {"certFile": str(tmp_path / "missing.crt"), "keyFile": a_key},
+            ]
+        }
+    )
+    with descriptors_exhausted():
+        short = TLSCertificates(section)
+    first, second = short.errors
+    assert first.transient and "Too many open files" in str(first) and "(transient: retried)" in str(first)
+    assert "$.tls.certificates[0]" in str(first) and a_crt in str(first)
+    assert second.transient  # with no descriptor to open it, a missing file cannot be told
+    assert short.transient == (first, second)
+    assert short.certificate_for("a.test") is None and first in short.errors_for("a.test")
+    assert not short.current(section)  # the files are the same, but were not read
+    healed = TLSCertificates(section)
+    (missing,) = healed.errors
+    assert not missing.transient and "missing.crt: no such file" in str(missing)
+    assert healed.transient == () and healed.current(section)  # a permanent error: kept
+    assert served(healed.context_for("a.test"), "a.test") == pairs["a"].fingerprint
+
+
+def test_a_ca_file_unreadable_for_want_of_descriptors_is_read_again(tmp_path, pki):
+    ca = pki.write_ca(tmp_path)
+    section = tls({"options": {"mtls": {"clientAuth": {"caFiles": [ca]}}}})
+    with descriptors_exhausted():
+        short = TLSCertificates(section)
+    error = short.options_error("mtls@file")
+    assert error is not None and error.transient and "Too many open files" in str(error)
+    assert short.transient == (error,) and not short.current(section)
+    healed = TLSCertificates(section)
+    assert healed.options_error("mtls@file") is None and healed.current(section)
+
+
+def test_a_context_that_cannot_be_built_for_want_of_descriptors_is_built_again(pairs, caplog):
+    """The issue's log: 'tls.certificates[1] ... cannot build a TLS context: [Errno 24]'.
+    The failed build was cached for the snapshot's life, so that name was refused
+    (unrecognized_name) after every descriptor was free again. Now the refusal is an
+    internal_error and the first connection after ``retry_after`` builds it again."""
+    import time
+
+    section = tls(
+        {
+            "certificates": [
+                {"certFile": pairs["b"].cert_pem, "keyFile": pairs["b"].key_pem},
+                {"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem},
+            ]
+        }
+    )
+    certs = TLSCertificates(section, retry_after=0.2)
+    selecting = certs.selecting_context()  # the default certificate's, before the flood
+    assert served(selecting, "b.test") == pairs["b"].fingerprint
+    with descriptors_exhausted():
+        assert certs.context_for("a.test") is None  # the memory file for the key: EMFILE
+        # the SNI callback: internal_error, not unrecognized_name
+        assert refused_with(selecting, "a.test") == "TLSV1_ALERT_INTERNAL_ERROR"
+    assert "$.tls.certificates[1] with TLS options default: cannot build a TLS context" in caplog.text
+    assert "Errno 24" in caplog.text and "transient" in caplog.text
+    # Descriptors are free again; until retry_after passes the failure stands (a flood
+    # of handshakes does not rebuild it for each), then the next connection builds it.
+    assert certs.context_for("a.test") is None
+    time.sleep(0.25)
+    assert served(certs.context_for("a.test"), "a.test") == pairs["a"].fingerprint
+    assert served(selecting, "a.test") == pairs["a"].fingerprint
+    assert certs.current(section)  # nothing was read wrong: the snapshot stays
+
+
+def test_a_selecting_context_that_cannot_be_built_now_is_not_kept(pairs):
+    certs = TLSCertificates(tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]}))
+    with descriptors_exhausted():
+        assert certs.selecting_context() is None
+    ctx = certs.selecting_context()
+    assert ctx is not None and certs.selecting_context() is ctx
+    assert served(ctx, "a.test") == pairs["a"].fingerprint
+
