@@ -13,6 +13,10 @@ carry over:
   warnings and errors per kind, the providers), ``/api/rawdata`` (every table at
   once), ``/api/version``.
 
+An entry point is its configuration as written plus its timeouts as they are in force,
+defaults included (``transport.respondingTimeouts``, ``transport.lifeCycle``,
+``udp.timeout``; a zero is left out, as Traefik's ``omitempty`` leaves it), durations in
+edge's text (``"1m"`` for 60 s; Go reads it, as it reads Traefik's ``"60000000000ns"``).
 An element is its configuration as written (camelCase, defaults left out), plus
 ``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
 ``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
@@ -39,7 +43,7 @@ import msgspec
 
 from edge.config.durations import enc_hook
 from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
-from edge.config.static import StaticConfig
+from edge.config.static import EntryPoint, StaticConfig
 
 __all__ = ["API", "APIAnswer"]
 
@@ -122,6 +126,28 @@ def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
     out["name"] = info.name
     out["provider"] = info.provider
     return out
+
+
+def _timeouts(config: EntryPoint) -> dict[str, dict[str, str]]:
+    """An entry point's ``transport`` timeouts as they are in force, defaults included, in
+    Traefik's shape: ``respondingTimeouts`` (readTimeout, writeTimeout, idleTimeout) and
+    ``lifeCycle`` (requestAcceptGraceTimeout, graceTimeOut), a zero left out as Traefik's
+    ``omitempty`` leaves it (writeTimeout 0: no write timeout). The configuration's
+    encoding leaves out every value equal to its default, so readTimeout's 60s or
+    graceTimeOut's 10s never showed, and ``respondingTimeouts`` was ``{}``."""
+    responding, life = config.transport.responding_timeouts, config.transport.life_cycle
+    sections = {
+        "respondingTimeouts": {
+            "readTimeout": responding.read_timeout,
+            "writeTimeout": responding.write_timeout,
+            "idleTimeout": responding.idle_timeout,
+        },
+        "lifeCycle": {
+            "requestAcceptGraceTimeout": life.request_accept_grace_timeout,
+            "graceTimeOut": life.grace_time_out,
+        },
+    }
+    return {key: {k: str(v) for k, v in values.items() if v} for key, values in sections.items()}
 
 
 def _page(query: Mapping[str, list[str]], total: int) -> tuple[int, int, int]:
@@ -221,8 +247,12 @@ class API:
 
     def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
         def rep(ep_name: str) -> dict[str, Any]:
-            out = msgspec.to_builtins(self.static.entry_points[ep_name], enc_hook=enc_hook)
-            return {**(out if isinstance(out, dict) else {}), "name": ep_name}
+            config = self.static.entry_points[ep_name]
+            out = msgspec.to_builtins(config, enc_hook=enc_hook)
+            out = out if isinstance(out, dict) else {}
+            out["transport"] = {**out.get("transport", {}), **_timeouts(config)}
+            out["udp"] = {**out.get("udp", {}), "timeout": str(config.udp.timeout)}
+            return {**out, "name": ep_name}
 
         if name:
             wanted = unquote(name[0].decode("latin-1"))

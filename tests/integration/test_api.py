@@ -134,6 +134,9 @@ def test_overview_rawdata_entrypoints_and_version(served):
     assert [ep["name"] for ep in entrypoints] == ["traefik", "web"]
     status, _, web = api(port, "/api/entrypoints/web")
     assert status == 200 and web["address"] == "127.0.0.1:0" and web["name"] == "web"
+    # the timeouts in force, defaults included (was respondingTimeouts: {})
+    assert web["transport"]["respondingTimeouts"] == {"readTimeout": "1m", "idleTimeout": "3m"}
+    assert web["transport"]["lifeCycle"] == {"graceTimeOut": "10s"}
     status, _, version = api(port, "/api/version")
     assert status == 200 and version["Codename"] == "edge"
 

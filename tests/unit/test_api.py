@@ -76,3 +76,41 @@ def test_before_any_configuration_lists_answer_503_and_entrypoints_answer():
     status, entrypoints, _ = get(api, "/api/entrypoints?per_page=1")
     assert status == 200 and [e["name"] for e in entrypoints] == ["dns"]
     assert get(api, "/api/entrypoints?per_page=x")[0] == 400
+
+
+def test_entrypoints_show_the_timeouts_in_force_defaults_included():
+    """/api/entrypoints showed ``respondingTimeouts: {}`` on an entry point whose timeouts
+    were the defaults, and left out every default beside a configured value (the
+    configuration's encoding omits defaults): a reader could not tell the 60 s
+    readTimeout in force. Traefik's shape: each non-zero timeout, defaults included."""
+    static = decode_static(
+        {
+            "entryPoints": {
+                "web": {"address": ":80"},
+                "slow": {
+                    "address": ":81",
+                    "transport": {
+                        "respondingTimeouts": {"readTimeout": "5s", "writeTimeout": "90s"},
+                        "lifeCycle": {"requestAcceptGraceTimeout": "1500ms"},
+                    },
+                },
+                "dns": {"address": ":53/udp", "udp": {"timeout": "10s"}},
+            },
+            "api": {"insecure": True},
+        }
+    )
+    api = API(static, lambda: None, "test")
+    _, web, _ = get(api, "/api/entrypoints/web")
+    assert web["transport"] == {
+        "respondingTimeouts": {"readTimeout": "1m", "idleTimeout": "3m"},  # writeTimeout 0: none
+        "lifeCycle": {"graceTimeOut": "10s"},
+    }
+    assert web["udp"] == {"timeout": "3s"} and web["address"] == ":80" and web["name"] == "web"
+    _, slow, _ = get(api, "/api/entrypoints/slow")
+    assert slow["transport"] == {
+        "respondingTimeouts": {"readTimeout": "5s", "writeTimeout": "1m30s", "idleTimeout": "3m"},
+        "lifeCycle": {"requestAcceptGraceTimeout": "1.5s", "graceTimeOut": "10s"},
+    }
+    _, listed, _ = get(api, "/api/entrypoints")
+    assert {e["name"]: e["transport"] for e in listed}["slow"] == slow["transport"]
+    assert {e["name"]: e["udp"] for e in listed}["dns"] == {"timeout": "10s"}
