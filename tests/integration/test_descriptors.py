@@ -21,7 +21,7 @@ import pytest
 
 from edge.descriptors import RESERVE
 from tests.fixtures.tls.pki import PKI
-from tests.harness import Edge, get, lb, need
+from tests.harness import Edge, get, lb, need, read_response
 
 LIMIT = 256  # the test edge's open file limit (soft and hard)
 HELD = 400  # connections the test opens and holds: more than the limit
@@ -165,5 +165,73 @@ def test_full_descriptor_table_keeps_ping_and_the_file_provider_then_recovers(
             assert line.startswith(b"HTTP/1.1 200"), (host, line)
             assert served == pki_files["fingerprint"], host
         assert get(edge.ports["traefik"], "/ping")[0] == 200
+    finally:
+        edge.stop()
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def burst(port: int, count: int, batch: int = 500) -> None:
+    """``count`` connections open at once, each with one request answered (in batches,
+    so the upstream pool stays small), then all closed."""
+    socks = []
+    try:
+        for _ in range(count):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        for start in range(0, count, batch):
+            group = socks[start : start + batch]
+            for s in group:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            for s in group:
+                assert read_response(s).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_rss_after_bursts_of_10000_connections_is_bounded(tmp_path: Path, whoami) -> None:
+    """RSS after a burst of 10,000 connections does not come back to where it was, and
+    does not grow with the next burst: the memory is held, not leaked.
+
+    Where it stays (measured with a probe in the edge process): after 1,000 connections
+    1,500 uvloop TCPTransport objects were alive, after the burst 10,500; malloc_trim(0)
+    gave back 0.35 MB of the 17.4 MB RSS grew (55.3 -> 72.8 MB), so it is not glibc's
+    free lists but live objects, about 1.9 KB each with their libuv handles. They are
+    the eventloop's TransportTable (edge/eventloop.py): it holds each transport until a
+    new transport takes its descriptor, so it holds as many as were ever open at once,
+    bounded by the open file limit (about 38 MB at 20,000). A second burst reuses the
+    same descriptors and so the same entries: RSS stayed within 2 % (72.2 -> 72.7 MB,
+    73.7 -> 74.9 over a third). The bounds asserted: the first burst adds at most
+    2.5 KB per connection, and the second at most 5 % more.
+    """
+    edge = Edge(
+        tmp_path,
+        {
+            "http": {
+                "routers": {"a": {"rule": "Host(`a.test`)", "service": "w"}},
+                "services": {"w": lb(whoami.url)},
+            }
+        },
+    )
+    try:
+        pid = edge.proc.pid
+        burst(edge.port, 1000)  # warm: the pool, the code paths, the first allocations
+        time.sleep(1)
+        before = rss_kib(pid)
+        started = time.monotonic()
+        burst(edge.port, 10_000)
+        wait_until(lambda: open_fds(pid) < 300, 15, "the connections never closed")
+        time.sleep(1)
+        first = rss_kib(pid)
+        burst(edge.port, 10_000)
+        wait_until(lambda: open_fds(pid) < 300, 15, "the connections never closed")
+        time.sleep(1)
+        second = rss_kib(pid)
+        assert time.monotonic() - started < 60
+        assert first - before <= 10_000 * 2.5, (before, first)
+        assert second <= first * 1.05, (before, first, second)
     finally:
         edge.stop()
