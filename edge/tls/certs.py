@@ -450,6 +450,11 @@ class TLSCertificates:
 
         def choose(conn, server_name: str | None, _: ssl.SSLContext) -> int | None:
             conn.sni = server_name
+            if server_name and server_name[-1] == ".":
+                # RFC 6066 section 3: a host_name has no trailing dot. Go's crypto/tls
+                # (hence Traefik) refuses such a ClientHello; so does the peek
+                # (edge.tls.clienthello), with the same alert.
+                return UNRECOGNIZED_NAME
             cert = _certificate(exact, wildcard, server_name)
             if cert is None:
                 # The default certificate (this context's own), or none under sniStrict.

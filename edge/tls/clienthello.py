@@ -18,8 +18,19 @@ Answers:
 - :class:`ClientHelloError` for bytes that started like TLS but are not a well-formed
   ClientHello (bad lengths, another content type between its records, another handshake
   message, bytes after it in its last record, two copies of an extension read here), or
-  whose records would exceed ``max_size`` (:data:`MAX_SIZE` unless given). It derives from
-  :class:`~edge.errors.EdgeError`; the caller closes the connection (a TLS alert at most).
+  whose records would exceed ``max_size`` (:data:`MAX_SIZE` unless given), or whose
+  server name is not a host name RFC 6066 allows (a trailing dot, a byte outside
+  printable ASCII). It derives from :class:`~edge.errors.EdgeError` and carries the
+  alert a TLS server answers it with (``alert``); the caller closes the connection.
+
+A server name ending in a dot (``example.com.``) is refused, not routed as
+``example.com``: RFC 6066 section 3 says the host_name is "without a trailing dot", and
+Go's crypto/tls, hence Traefik, rejects such a ClientHello while parsing it. The alert is
+``unrecognized_name`` (112), the one RFC 6066 defines for a server name a server will
+not serve, and the one OpenSSL and BoringSSL send for a host_name they refuse to take
+(an embedded NUL, over 255 bytes); ``decode_error`` is for bytes that do not parse, and
+these do. (Go answers every ClientHello its parser rejects with ``unexpected_message``,
+one alert for all, which says nothing of the name.)
 
 The ClientHello may be split across any number of reads and across any number of TLS
 records (large post-quantum key shares make 1 to 16+ KB hellos that clients send in
@@ -41,6 +52,8 @@ import msgspec
 from edge.errors import EdgeError
 
 __all__ = [
+    "ALERT_DECODE_ERROR",
+    "ALERT_UNRECOGNIZED_NAME",
     "MAX_SIZE",
     "NEED_MORE",
     "NOT_TLS",
@@ -69,10 +82,23 @@ _EXT_SUPPORTED_VERSIONS = 43
 _READ = frozenset((_EXT_SERVER_NAME, _EXT_ALPN, _EXT_SUPPORTED_VERSIONS))
 _EXTENSION_HEADER = struct.Struct(">HH")  # extension type, length
 _NAME_BYTES = bytes(range(0x21, 0x7F))  # printable ASCII: what a host_name may hold
+# TLS alert descriptions (RFC 8446 section 6.2) a ClientHello is refused with.
+ALERT_DECODE_ERROR = 50
+ALERT_UNRECOGNIZED_NAME = 112
 
 
 class ClientHelloError(EdgeError):
-    """Bytes that began a TLS handshake are not a well-formed ClientHello, or are too large."""
+    """Bytes that began a TLS handshake are not a well-formed ClientHello, or are too large,
+    or name a server no host name can be.
+
+    ``alert``: the TLS alert description to refuse it with: ``decode_error`` (50) for
+    bytes that do not parse (RFC 8446 section 6: a message that cannot be parsed "MUST"
+    get it), ``unrecognized_name`` (112) for a server name RFC 6066 does not allow.
+    """
+
+    def __init__(self, message: str, alert: int = ALERT_DECODE_ERROR) -> None:
+        self.alert = alert
+        super().__init__(message)
 
 
 class Verdict(enum.Enum):
@@ -89,7 +115,8 @@ NOT_TLS = Verdict.NOT_TLS
 class ClientHello(msgspec.Struct, frozen=True):
     """What a ClientHello asks for.
 
-    ``server_name``: the SNI host_name, lowercased, without a trailing dot; None without SNI.
+    ``server_name``: the SNI host_name, lowercased (never with a trailing dot: such a
+    ClientHello is refused); None without SNI.
     ``alpn``: the ALPN protocol names in the client's order (bytes as latin-1, lossless).
     ``versions``: the versions offered, from supported_versions in the client's order with
     GREASE values left out, else the legacy_version alone (0x0303 is TLS 1.2, 0x0304 1.3).
@@ -326,10 +353,17 @@ def _server_name(msg: bytes, pos: int, end: int) -> str | None:
             if name is not None:
                 raise ClientHelloError("server_name holds two host_name entries")
             raw = msg[pos : pos + length]
-            if raw.endswith(b"."):
-                raw = raw[:-1]
-            if not raw or raw.translate(None, _NAME_BYTES):  # a byte outside 0x21..0x7e
-                raise ClientHelloError(f"server_name host_name {raw!r} is not a host name")
+            if not raw:
+                raise ClientHelloError("server_name host_name is empty")
+            if raw.translate(None, _NAME_BYTES):  # a byte outside 0x21..0x7e
+                raise ClientHelloError(
+                    f"server_name host_name {raw!r} is not a host name", ALERT_UNRECOGNIZED_NAME
+                )
+            if raw[-1] == 0x2E:  # "."
+                raise ClientHelloError(
+                    f"server_name host_name {raw.decode('ascii')!r} ends with a dot (RFC 6066 section 3)",
+                    ALERT_UNRECOGNIZED_NAME,
+                )
             name = raw.decode("ascii").lower()
         pos += length
     return name

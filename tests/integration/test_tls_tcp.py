@@ -563,6 +563,35 @@ def test_unknown_name_with_https_routers_is_terminated_and_gets_404(shared):
     assert https_get(shared.port, "nobody.test")[0] == 404
 
 
+def s_client_refused(port: int, server_name: str, timeout: float = 15) -> str:
+    """``openssl s_client -servername`` with nothing to send: everything it printed
+    (stdout and stderr), the handshake's outcome included."""
+    done = subprocess.run(
+        [need("openssl"), "s_client", "-connect", f"127.0.0.1:{port}", "-servername", server_name],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+    )
+    return (done.stdout + done.stderr).decode("latin-1")
+
+
+def test_a_server_name_with_a_trailing_dot_is_refused_for_passthrough_and_termination(shared, capture):
+    """RFC 6066 section 3: a host_name has no trailing dot, and Go's crypto/tls (hence
+    Traefik) refuses such a ClientHello. The peek dropped the dot: 'big.test.' was
+    passed through to big.test's server, 'a.test.' and 'echo.test.' terminated with
+    their certificates. Now each is refused with an alert and nothing reaches a server.
+    The peek answers a ClientHelloError with handshake_failure (40) today; the parser's
+    error carries unrecognized_name (112), which the peek may send instead."""
+    relayed = len(capture.received)
+    for name in ("big.test.", "pt.test.", "a.test.", "echo.test.", "A.TEST."):
+        out = s_client_refused(shared.port, name)
+        assert re.search(r"SSL alert number (40|112)", out), (name, out)
+        assert "BEGIN CERTIFICATE" not in out and "Server certificate" not in out, (name, out)
+    time.sleep(0.3)  # a relayed connection would have reached the backend by now
+    assert len(capture.received) == relayed
+    assert fingerprint_of(s_client_until(shared.port, "pt.test", b"x\n", b"x")) is not None  # the names serve
+
+
 def big_client_hello(server_name: str, ca: str) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
     """A real client's first flight, about 12 KB (a long ALPN list), and the client to finish with."""
     ctx = ssl.create_default_context(cafile=ca)
@@ -1033,6 +1062,17 @@ def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_on
     assert len(lines) == 2
     assert "Traceback" not in https_only.log and "Exception ignored" not in https_only.log
     assert resumed_get(https_only.port, "a.test").answer.startswith(b"HTTP/1.1 200")  # the rest serves
+
+
+def test_https_only_refuses_a_server_name_with_a_trailing_dot_with_unrecognized_name(https_only):
+    """Without a peek stage OpenSSL's SNI callback picks the certificate, and it served
+    'a.test.' a.test's certificate (the dot dropped). RFC 6066 forbids the dot and Go's
+    crypto/tls (Traefik) refuses the ClientHello: unrecognized_name, as the peek's parser."""
+    for name in ("a.test.", "x.wild.test.", "nobody.test."):
+        out = s_client_refused(https_only.port, name)
+        assert "SSL alert number 112" in out, (name, out)
+        assert "BEGIN CERTIFICATE" not in out and "Server certificate" not in out, (name, out)
+    assert resumed_get(https_only.port, "a.test").fingerprint == https_only.fingerprints["a.test"]
 
 
 def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path, certs, whoami):

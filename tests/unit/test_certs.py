@@ -628,3 +628,12 @@ def test_a_selecting_context_that_cannot_be_built_now_is_not_kept(pairs):
     assert ctx is not None and certs.selecting_context() is ctx
     assert served(ctx, "a.test") == pairs["a"].fingerprint
 
+
+def test_the_sni_callback_refuses_a_server_name_with_a_trailing_dot(pairs):
+    """RFC 6066: no trailing dot in a host_name; Go's crypto/tls (Traefik) refuses the
+    ClientHello. The entrypoint without a peek stage routed 'a.test.' as 'a.test'."""
+    certs = TLSCertificates(tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]}))
+    ctx = certs.selecting_context()
+    for name in ("a.test.", "unknown.test.", "A.TEST."):
+        assert refused_with(ctx, name) == "TLSV1_UNRECOGNIZED_NAME"
+    assert served(ctx, "a.test") == pairs["a"].fingerprint

@@ -122,6 +122,11 @@ def test_constants():
 def test_capture_parses(name):
     data = fixture(name)
     case = CASES[name]
+    if "refused" in case:
+        with pytest.raises(ClientHelloError) as refused:
+            parse_client_hello(data)
+        assert refused.value.alert == case["refused"]
+        return
     hello = parse_client_hello(data)
     assert isinstance(hello, ClientHello)
     assert hello.server_name == case["server_name"]
@@ -133,7 +138,7 @@ def test_capture_parses(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_capture_split_at_every_offset(name):
     data = fixture(name)
-    whole = parse_client_hello(data)
+    whole = answer(data)
     incremental = ClientHelloParser()
     for cut in range(len(data)):
         assert parse_client_hello(data[:cut]) is NEED_MORE, cut
@@ -141,8 +146,58 @@ def test_capture_split_at_every_offset(name):
         # two reads: the prefix, then the rest
         two = ClientHelloParser()
         assert two.parse(data[:cut]) is NEED_MORE
-        assert two.parse(data) == whole, cut
-    assert incremental.parse(data) == whole
+        assert _outcome(two, data) == whole, cut
+    assert _outcome(incremental, data) == whole
+
+
+def _outcome(parser: ClientHelloParser, data: bytes):
+    """``parser``'s answer for ``data``, or the error type it raised (as :func:`answer`)."""
+    try:
+        return parser.parse(data)
+    except ClientHelloError:
+        return ClientHelloError
+
+
+TRAILING_DOT = {
+    "one label": b"localhost.",
+    "two labels": b"a.test.",
+    "mixed case": b"MiXeD.Example.COM.",
+    "only a dot": b".",
+    "two dots": b"a.test..",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAILING_DOT))
+def test_a_server_name_with_a_trailing_dot_is_refused_with_unrecognized_name(name):
+    """RFC 6066 section 3: a host_name has no trailing dot, and Go's crypto/tls (so
+    Traefik) rejects such a hello while parsing it. Edge dropped the dot and routed
+    ``a.test.`` as ``a.test``; the hello is now refused with unrecognized_name (112), in
+    one record or cut into records of any size, fed whole or a byte at a time."""
+    host = TRAILING_DOT[name]
+    entry = b"\x00" + len(host).to_bytes(2, "big") + host
+    body = (len(entry)).to_bytes(2, "big") + entry
+    msg = with_extension(_bare_tls10(), 0, body)
+    for size in (16_384, 7, 1):
+        data = rerecord(msg, size)
+        with pytest.raises(ClientHelloError, match="dot") as refused:
+            parse_client_hello(data)
+        assert refused.value.alert == 112
+        # fed a byte at a time: NEED_MORE until the last byte, which is refused
+        parser = ClientHelloParser()
+        assert all(parser.parse(data[:end]) is NEED_MORE for end in range(len(data)))
+        with pytest.raises(ClientHelloError) as refused:
+            parser.parse(data)
+        assert refused.value.alert == 112
+
+
+def test_a_malformed_hello_carries_decode_error_and_a_name_that_is_no_host_name_unrecognized_name():
+    msg = _bare_tls10()
+    with pytest.raises(ClientHelloError) as refused:
+        parse_client_hello(rerecord(with_extension(msg, 0, b"\x00\x05\x00\x00\x01a"), 512))
+    assert refused.value.alert == 50  # decode_error: the list length is wrong
+    with pytest.raises(ClientHelloError) as refused:
+        parse_client_hello(rerecord(with_extension(msg, 0, b"\x00\x06\x00\x00\x03a\x00b"), 512))
+    assert refused.value.alert == 112  # a NUL byte: OpenSSL and BoringSSL refuse it so
 
 
 def test_capture_byte_by_byte_in_a_growing_bytearray():
@@ -294,8 +349,8 @@ def _damaged(msg: bytes, at: int, value: bytes) -> bytes:
 BAD_EXTENSIONS = {
     "sni list length": (0, b"\x00\x05\x00\x00\x01a", "list length 5"),
     "sni entry length": (0, b"\x00\x04\x00\x00\x05a", "entry of 5 bytes"),
-    "sni empty name": (0, b"\x00\x03\x00\x00\x00", "not a host name"),
-    "sni only a dot": (0, b"\x00\x04\x00\x00\x01.", "not a host name"),
+    "sni empty name": (0, b"\x00\x03\x00\x00\x00", "is empty"),
+    "sni only a dot": (0, b"\x00\x04\x00\x00\x01.", "ends with a dot"),
     "sni control byte": (0, b"\x00\x06\x00\x00\x03a\x00b", "not a host name"),
     "sni two host names": (0, b"\x00\x08\x00\x00\x01a\x00\x00\x01b", "two host_name"),
     "sni empty list": (0, b"\x00\x00", "list length 0"),
@@ -342,7 +397,7 @@ def test_good_extensions_built_by_the_helpers():
     """The helpers build what the parser reads, so the failures above are the bodies'."""
     msg = _bare_tls10()
     assert parse_client_hello(rerecord(msg, 512)) == ClientHello(None, (), (0x301,), 5 + len(msg))
-    msg = with_extension(msg, 0, b"\x00\x09\x00\x00\x06a.B.c.")
+    msg = with_extension(msg, 0, b"\x00\x08\x00\x00\x05a.B.c")
     msg = with_extension(msg, 16, b"\x00\x08\x02h2\x04\xffxyz")
     msg = with_extension(msg, 43, b"\x04\x7a\x7a\x03\x04")
     hello = parse_client_hello(rerecord(msg, 100))
