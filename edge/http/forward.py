@@ -16,6 +16,10 @@ Pure functions over parsed heads, no I/O. The invariants they keep:
   a Traefik-style proxy manages (``headers.FORWARDED_KEPT``: -Server, -Uri,
   -Method, -Tls-Client-Cert, ..., and every spelling with ``_`` for ``-``) are
   dropped from an untrusted client and kept as they came from a trusted one.
+  So is RFC 7239's ``Forwarded`` (``headers.RFC_FORWARDED``; edge writes none),
+  unless a Connection token names it. A head holding any of them is rebuilt
+  (``headers.passthrough``), never forwarded as its own bytes, and the quick
+  parses never take one: an untrusted client's cannot ride a passthrough head.
 - Error bodies name nothing internal: a status line, a fixed short text.
 """
 
@@ -25,12 +29,12 @@ import re
 from http import HTTPStatus
 
 from edge.http.codec import Header, QuickResponseHead, RequestHead, ResponseHead
-from edge.http.headers import FORWARDED, FORWARDED_KEPT, HOP_BY_HOP, connection_line
+from edge.http.headers import FORWARDED, FORWARDED_KEPT, HOP_BY_HOP, RFC_FORWARDED, connection_line
 from edge.rules import split_authority
 
 # Never copied as they are: edge writes its own (from a trusted client, it
 # carries the received X-Forwarded-* values over into its own).
-DROP = HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {b"host"}
+DROP = HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {RFC_FORWARDED, b"host"}
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
@@ -225,6 +229,8 @@ def request_head(
                     out += (name, b": ", value, b"\r\n")  # kept; a stripPrefix adds its own after it
                 elif lname in FORWARDED_KEPT and lname not in extra_names:
                     out += (name, b": ", value, b"\r\n")  # a Connection token does not drop it
+                elif lname == RFC_FORWARDED and lname not in tokens and lname not in extra_names:
+                    out += (name, b": ", value, b"\r\n")  # a Connection token drops it, as in Traefik
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:
@@ -321,8 +327,8 @@ def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes,
     """The client's own head bytes with edge's forwarding headers appended.
 
     Only for heads that need nothing else (see ``RequestHead.passthrough``): no
-    hop-by-hop or X-Forwarded-* header of the client's, an origin-form HTTP/1.1
-    request line, no rewrite by a middleware.
+    hop-by-hop, X-Forwarded-* or Forwarded header of the client's, an origin-form
+    HTTP/1.1 request line, no rewrite by a middleware.
     """
     return raw[:-2] + forwarding_lines(client_ip, proto, host, port)
 

@@ -114,7 +114,12 @@ FORWARDED_KEPT = frozenset(
     )
     for spelling in _spellings(name)
 ) - FORWARDED
-_FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED | FORWARDED_KEPT, _HOP) | {
+# RFC 7239's Forwarded (for=, by=, host=, proto=): edge writes none, and a backend
+# reading one must not get a client's own, so it goes as X-Forwarded-* do: dropped
+# from an untrusted client, kept as it came from a trusted one. (Traefik's proxy
+# copies every client's as it came; its forwardedheaders middleware leaves it.)
+RFC_FORWARDED = b"forwarded"
+_FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {RFC_FORWARDED}, _HOP) | {
     b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING,
     b"host": _HOST,
@@ -616,8 +621,8 @@ def passthrough(found: _Scan) -> tuple[Header, ...] | None:
     """Whether a head's own bytes can be forwarded, and what to cut from them.
 
     None: the head holds something edge must rewrite (another hop-by-hop
-    header, X-Forwarded-*, Expect, an Upgrade, a Connection token naming a
-    header, several Connection headers): it is rebuilt. Otherwise the
+    header, X-Forwarded-* or Forwarded, Expect, an Upgrade, a Connection token
+    naming a header, several Connection headers): it is rebuilt. Otherwise the
     Connection header to cut (empty when there is none): the bytes of the head
     minus that line are exactly what a rebuild would produce, framing included
     (one Content-Length, or one ``Transfer-Encoding: chunked`` that edge

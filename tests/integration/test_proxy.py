@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tests.harness import Edge, get, lb, need, raw
+from tests.harness import Edge, get, lb, need, raw, read_response
 
 
 def routes(whoami, whoami2) -> dict:
@@ -104,6 +104,33 @@ def test_forwarded_headers_from_trusted_client(tmp_path, parser, whoami, whoami2
         h = body(get(e.port, "/", host="a.test", headers={"X-Forwarded-For": "1.2.3.4", "X-Forwarded-Proto": "https"}))["headers"]
         assert h["X-Forwarded-For"] == ["1.2.3.4, 127.0.0.1"]
         assert h["X-Forwarded-Proto"] == ["https"]
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
+def test_forwarded_header_from_untrusted_client_is_dropped(tmp_path, parser, whoami, whoami2, trusted):
+    """RFC 7239's Forwarded reached the backend as an untrusted client wrote it while
+    every X-Forwarded-* was replaced. It is dropped now, on every path a keep-alive
+    request takes (plain heads, heads varied from them, a head repeated); a trusted
+    client's goes on as it came. Raw requests on one connection, whoami's view."""
+    eps = {"web": {"address": "127.0.0.1:0"}}
+    if trusted:
+        eps["web"]["forwardedHeaders"] = {"trustedIPs": ["127.0.0.1"]}
+    e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
+    spoofed = b"Forwarded: for=1.2.3.4;host=evil\r\n"
+    requests = [(1, b""), (2, b""), (3, spoofed), (3, spoofed), (4, b""), (5, spoofed)]
+    try:
+        seen = []
+        with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
+            for n, line in requests:
+                s.sendall(b"GET /f HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%sAccept: */*\r\n\r\n" % (n, line))
+                answer = read_response(s)
+                assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+                seen.append(json.loads(answer.partition(b"\r\n\r\n")[2])["headers"])
+        kept = ["for=1.2.3.4;host=evil"] if trusted else None
+        assert [h.get("Forwarded") for h in seen] == [kept if line else None for _, line in requests]
+        assert all(h["X-Forwarded-For"] == ["127.0.0.1"] and h["X-Forwarded-Host"] == ["a.test"] for h in seen)
     finally:
         e.stop()
 

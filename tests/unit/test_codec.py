@@ -952,7 +952,12 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     ]
     assert all(h.raw == h.cut == request(b"%d" % i, h.raw[: h.raw.index(b"\r\n")]) for i, h in enumerate(rec.heads, 1))
     assert parser._vary.cut is not None and parser._vary.misses == 0
-    for smuggled in (b"1\r\nX-Forwarded-For: 1.2.3.4", b"1\r\nTransfer-Encoding: chunked", b"1\r\nConnection: close"):
+    for smuggled in (
+        b"1\r\nX-Forwarded-For: 1.2.3.4",
+        b"1\r\nForwarded: for=1.2.3.4;host=evil",
+        b"1\r\nTransfer-Encoding: chunked",
+        b"1\r\nConnection: close",
+    ):
         parser = codec_httptools.RequestParser(Recorder())
         for i in range(2, 5):
             assert type(parser.quick(request(b"%d" % i, b"GET / HTTP/1.1"))) is QuickRequestHead

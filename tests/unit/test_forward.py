@@ -81,6 +81,74 @@ def test_trusted_forwarded_headers_are_kept_and_appended():
     assert d[b"X-Forwarded-Proto"] == b"https"
 
 
+SPOOFED = b"for=1.2.3.4;host=evil;proto=https"
+
+
+def test_untrusted_forwarded_header_is_dropped():
+    """RFC 7239's Forwarded went on as the client wrote it while every X-Forwarded-*
+    was replaced: a backend reading its for= or host= took the client's word."""
+    for name in (b"Forwarded", b"forwarded", b"FORWARDED"):
+        head = req([(b"Host", b"a"), (name, SPOOFED), (b"Accept", b"*/*"), (name, b"for=5.6.7.8")])
+        _, headers = parse_head(build(head))
+        assert [n for n, _ in headers if n.lower() == b"forwarded"] == []
+        assert (b"Accept", b"*/*") in headers and dict(headers)[b"X-Forwarded-For"] == b"10.0.0.1"
+
+
+def test_trusted_forwarded_header_is_kept_as_it_came():
+    head = req([(b"Host", b"a"), (b"Forwarded", SPOOFED), (b"Accept", b"*/*"), (b"forwarded", b"for=5.6.7.8")])
+    _, headers = parse_head(build(head, trusted=True))
+    assert [(n, v) for n, v in headers if n.lower() in (b"forwarded", b"accept")] == [
+        (b"Forwarded", SPOOFED),
+        (b"Accept", b"*/*"),
+        (b"forwarded", b"for=5.6.7.8"),
+    ]
+    # A Connection token naming it drops it, as Traefik deletes what Connection names
+    # but its own X- headers; a middleware's edit replaces it.
+    named = req([(b"Host", b"a"), (b"Connection", b"keep-alive, Forwarded"), (b"Forwarded", SPOOFED)])
+    assert b"orwarded:" not in build(named, trusted=True)
+    edits = forward.HeaderEdits([(b"Forwarded", b"for=edge")])
+    _, headers = parse_head(build(req([(b"Host", b"a"), (b"Forwarded", SPOOFED)]), trusted=True, extra=edits))
+    assert [(n, v) for n, v in headers if n.lower() == b"forwarded"] == [(b"Forwarded", b"for=edge")]
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
+def test_forwarded_header_never_rides_a_head_forwarded_as_its_bytes(codec, trusted):
+    """The express path sends a quick head's own bytes (``cut``) and the general path
+    a passthrough head's: neither may be taken for a head holding Forwarded, on
+    either codec, so ``upstream_request`` rebuilds it (dropped when untrusted)."""
+    from edge.http.parsers import parser_classes
+
+    heads = []
+
+    class H:
+        def on_head(self, h):
+            heads.append(h)
+
+        def on_body(self, d): ...
+        def on_end(self): ...
+        def on_upgrade(self, r): ...
+
+    def request(n: int, line: bytes) -> bytes:
+        return b"GET /p HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%s\r\nX-Trace: %d\r\n\r\n" % (n, line, n)
+
+    for line in (b"Forwarded: " + SPOOFED, b"forwarded:for=1.2.3.4", b"FORWARDED: for=1.2.3.4 "):
+        parser = parser_classes(codec)[0](H())
+        # Two heads that differ in two values: the httptools quick path then takes a
+        # head holding other values and any field lines between them, but Forwarded.
+        parser.feed(request(1, b"Accept: */*"))
+        parser.feed(request(2, b"Accept: */*"))
+        if codec == "httptools":
+            assert parser.quick(request(3, b"X-Other: 1")) is not None
+            assert parser.quick(request(4, line)) is None
+        parser.feed(request(4, line))
+        head = heads[-1]
+        assert head.passthrough is None and head.cut is None
+        out = forward.upstream_request(head, True, b"10.0.0.1", b"http", b"a.test", b"80", trusted=trusted)
+        assert (line.partition(b":")[2].strip() in out) == trusted, out
+        assert out.count(b"X-Forwarded-For: 10.0.0.1\r\n") == 1
+
+
 @pytest.mark.parametrize(
     "chunked, cl, framing",
     [(True, None, (b"Transfer-Encoding", b"chunked")), (False, 12, (b"Content-Length", b"12")), (False, None, None)],
@@ -148,6 +216,8 @@ def test_error_response_is_generic():
         ([(b"Host", b"a"), (b"Keep-Alive", b"5")], None),
         ([(b"Host", b"a"), (b"X-Forwarded-For", b"1.2.3.4")], None),
         ([(b"Host", b"a"), (b"x-real-ip", b"1.2.3.4")], None),
+        ([(b"Host", b"a"), (b"Forwarded", b"for=1.2.3.4;host=evil")], None),
+        ([(b"Host", b"a"), (b"FORWARDED", b"for=1.2.3.4")], None),
         ([(b"Host", b"a"), (b"Expect", b"100-continue"), (b"Content-Length", b"1")], None),
         ([(b"Host", b"a"), (b"Upgrade", b"websocket")], None),
         ([(b"Host", b"a"), (b"Proxy-Connection", b"keep-alive")], None),
