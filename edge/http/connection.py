@@ -24,8 +24,28 @@ Invariants:
   the other side is collected and leaves in one ``writelines`` when that parse
   returns. Every write to the client goes through :meth:`send`.
 - Timeouts are deadlines checked by the entrypoint's periodic sweep, not timers
-  per request: ``idleTimeout`` between requests, ``readTimeout`` for a request
-  head (408), ``writeTimeout`` for a whole exchange.
+  per request: ``readTimeout`` for the first request's first bytes (from the
+  accept, then closed in silence), ``idleTimeout`` between requests,
+  ``readTimeout`` for a whole request from its first byte, head (408) and body
+  (408 before an answer began, else an abort), ``writeTimeout`` for a whole
+  exchange; as Go's server bounds them for Traefik.
+- A client that leaves takes its request with it (nginx's 499): a client EOF
+  before its request ended, a reset, or (after a complete request) a half-close
+  that the probe below finds to be a close, aborts the upstream connection (never
+  pooled again) and frees the client's socket at once. A client that half-closed
+  after a complete request and still reads gets its answer.
+
+The half-close probe. A FIN after a complete request means either "done
+sending, still reading" (``shutdown(SHUT_WR)``: answer it, as HAProxy and edge
+always did) or "gone" (``close()``); the two are the same FIN on the wire. Only
+a write tells them apart: the kernel of a client that closed answers it with a
+reset. So when no answer began ``PROBE_AFTER`` seconds after the FIN, edge
+writes an interim ``100 Continue`` (RFC 9110 15.2: an HTTP/1.1 client must
+accept a 1xx it did not ask for) and then reads the socket's TCP state
+(``peer_reset``) a few times: a reset frees everything; a client still there
+ignores the 100 and gets its answer. The response's own bytes probe the same
+way once it began. HTTP/1.0 clients cannot be sent a 1xx: they are told apart
+by the response's bytes only.
 """
 
 from __future__ import annotations
@@ -39,15 +59,21 @@ from collections.abc import Callable
 from edge.errors import HTTPError
 from edge.http import forward
 from edge.http.codec import RequestHead
-from edge.http.exchange import HIGH_WATER, Exchange
+from edge.http.exchange import CONTINUE, HIGH_WATER, Exchange
 from edge.router.http import EMPTY_ROUTER, HTTPRouter
 from edge.rules import unmapped_network
-from edge.tcp.splice import Splice, splice
+from edge.tcp.splice import Splice, peer_reset, splice
 
 log = logging.getLogger("edge.http")
 
-# deadline kinds
-NO_DEADLINE, IDLE, HEAD, WRITE = 0, 1, 2, 3
+# deadline kinds: none; between requests (closed in silence); a request's head (408);
+# an exchange's response (writeTimeout: abort); a request's body (readTimeout: 408 or
+# abort); a new connection's first bytes (readTimeout from the accept: closed in silence)
+NO_DEADLINE, IDLE, HEAD, WRITE, BODY, FIRST = 0, 1, 2, 3, 4, 5
+
+PROBE_AFTER = 0.5  # seconds after a half-close with no answer begun before edge probes (module doc)
+PROBE_CHECKS = (0.1, 0.3, 1.0)  # then the TCP state is read after these delays, the last repeated
+TUNNEL_TERMINATION = 1.0  # seconds a tunnel's other side may go on sending after one side's EOF
 
 # Host values (and client, Host pairs) an entrypoint remembers the parse of (HTTPContext.host_port,
 # HTTPContext.forwarding), and the longest it remembers: a bound on what clients can make it keep.
@@ -232,10 +258,12 @@ class HTTPConnection(asyncio.Protocol):
         "parser",
         "paused",
         "pending",
+        "probe",
         "quick",
         "transport",
         "trusted",
         "up_out",
+        "write_deadline",
         "write_paused",
     )
 
@@ -262,6 +290,8 @@ class HTTPConnection(asyncio.Protocol):
         self.forwarding = b""  # ...and the forwarding lines of a passthrough head (made on first use)
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
+        self.write_deadline = 0.0  # writeTimeout's, while a BODY deadline comes first
+        self.probe: asyncio.TimerHandle | None = None  # the half-close probe (module doc)
         # The parser's quick path (httptools only), for the express path; not on
         # the entrypoint that answers /ping and /ready itself.
         self.quick = self.parser.quick if ctx.quick_parse else None
@@ -281,7 +311,10 @@ class HTTPConnection(asyncio.Protocol):
         if ctx.insecure or ctx.trust_some:
             self.trusted = ctx.is_trusted(ip)
         ctx.connections.add(self)
-        if ctx.idle_timeout > 0:
+        if ctx.read_timeout > 0:  # Go's server reads the first request against readTimeout from the accept
+            self.deadline_kind = FIRST
+            self.deadline = self.loop.time() + ctx.read_timeout
+        elif ctx.idle_timeout > 0:
             self.deadline_kind = IDLE
             self.deadline = self.loop.time() + ctx.idle_timeout
         else:
@@ -327,12 +360,15 @@ class HTTPConnection(asyncio.Protocol):
             if len(ex.upgrade_rest) > HIGH_WATER:
                 self.pause_reading(self.PAUSE_BUFFER)
             return
-        if self.deadline_kind == IDLE or (ex is None and self.deadline_kind == NO_DEADLINE):
+        kind = self.deadline_kind
+        if kind == IDLE or (ex is None and kind == NO_DEADLINE):
             # The first bytes of a head: readTimeout bounds it from here, whether or
             # not idleTimeout bounded the wait for it (with idleTimeout 0 there is
             # no deadline between requests, and a head that never ends must not
             # keep the connection: Go's server bounds a request's read the same way).
             self._set_deadline(HEAD, self.ctx.read_timeout)
+        elif kind == FIRST:
+            self.deadline_kind = HEAD  # the first request: readTimeout runs from the accept
         self.up_out = []
         self.fed = True
         try:
@@ -344,11 +380,21 @@ class HTTPConnection(asyncio.Protocol):
             self.flush_upstream()
 
     def eof_received(self) -> bool | None:
-        if self.ex is not None:
-            # The client half-closed after its request: answer it, then close.
-            self.ex.keep_alive = False
-            return True
-        return None
+        ex = self.ex
+        if ex is None:
+            return None
+        ex.keep_alive = False
+        if ex.resp_done:
+            # Answered early; the rest of the body was being read and dropped.
+            self._end_now(ex)
+            return None
+        if not ex.req_done:
+            # The request can never end: the client is gone.
+            self.client_gone("closed before the end of its request")
+            return None
+        # A complete request, then a FIN: done sending, or gone (the module doc).
+        self.probe = self.loop.call_later(PROBE_AFTER, self._probe, -1)
+        return True  # answer it, then close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.ctx.connections.discard(self)
@@ -363,10 +409,13 @@ class HTTPConnection(asyncio.Protocol):
         self.quick = self.parser = None
         if self.fed:  # a parser only asked for quick heads holds no cycle: no call
             parser.close()
+        if self.probe is not None:
+            self.probe.cancel()
+            self.probe = None
         ex = self.ex
         if ex is not None:
             self.ex = None
-            ex.abandon()
+            ex.client_gone()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -443,13 +492,42 @@ class HTTPConnection(asyncio.Protocol):
     # -- exchanges ----------------------------------------------------------------------
 
     def _start(self, head: RequestHead) -> Exchange:
-        """The connection takes up a request: its exchange, its deadline."""
+        """The connection takes up a request: its exchange, its deadlines.
+
+        readTimeout keeps bounding a request with a body until the body's end
+        (from the head's first byte, as Go's server does), and writeTimeout the
+        whole exchange from here: while the body comes, the earlier of the two is
+        the deadline, and writeTimeout's is kept for when the body has ended
+        (:meth:`request_read`).
+        """
         ex = self.ex = Exchange(self, head)
-        if self.ctx.write_timeout:
-            self._set_deadline(WRITE, self.ctx.write_timeout)
+        ctx = self.ctx
+        now = self.loop.time()
+        write = now + ctx.write_timeout if ctx.write_timeout > 0 else 0.0
+        if (head.chunked or head.content_length) and ctx.read_timeout > 0:
+            body = self.deadline if self.deadline_kind == HEAD else now + ctx.read_timeout
+            if not write or body < write:
+                self.deadline_kind = BODY
+                self.deadline = body
+                self.write_deadline = write
+                return ex
+        if write:
+            self.deadline_kind = WRITE
+            self.deadline = write
         else:
             self.deadline_kind = NO_DEADLINE
         return ex
+
+    def request_read(self) -> None:
+        """The request's body ended: only writeTimeout (if any) bounds the exchange now."""
+        if self.deadline_kind != BODY:
+            return
+        if self.write_deadline:
+            self.deadline_kind = WRITE
+            self.deadline = self.write_deadline
+            self.write_deadline = 0.0
+        else:
+            self.deadline_kind = NO_DEADLINE
 
     def _begin(self, head: RequestHead) -> None:
         self._start(head).begin()
@@ -470,6 +548,9 @@ class HTTPConnection(asyncio.Protocol):
         if ctx.access_log is not None:
             ex.log()
         self.ex = None
+        if self.probe is not None:
+            self.probe.cancel()
+            self.probe = None
         transport = self.transport
         if transport is None:
             return
@@ -544,7 +625,14 @@ class HTTPConnection(asyncio.Protocol):
             connections.discard(entry[0])
 
         tunnel = Tunnel(
-            splice(transport, upstream, a_to_b=to_upstream, b_to_a=to_client, termination_delay=-1, on_close=closed)
+            splice(
+                transport,
+                upstream,
+                a_to_b=to_upstream,
+                b_to_a=to_client,
+                termination_delay=TUNNEL_TERMINATION,
+                on_close=closed,
+            )
         )
         if not tunnel.splice.closed:
             entry.append(tunnel)
@@ -637,11 +725,70 @@ class HTTPConnection(asyncio.Protocol):
             log.debug("%s: request head from %s not complete within readTimeout", self.ctx.name, self.client_ip)
             transport.write(forward.error_response(408, close=True))
             transport.close()
+        elif kind == BODY:
+            self._body_timed_out()
         elif kind == WRITE:
             log.warning("%s: response to %s not complete within writeTimeout", self.ctx.name, self.client_ip)
             transport.abort()
         else:
             transport.close()
+
+    def _body_timed_out(self) -> None:
+        """readTimeout passed with the request's body unfinished: as nginx's
+        client_body_timeout, 408 if no answer began (else an abort); the upstream
+        request is aborted either way."""
+        ex = self.ex
+        log.info("%s: request body from %s not complete within readTimeout", self.ctx.name, self.client_ip)
+        if ex is None or ex.resp_started:
+            self.client_gone("request body not complete within readTimeout", status=408)
+            return
+        ex.abandon()
+        ex.keep_alive = False
+        ex.answer_error(HTTPError("request body not complete within readTimeout", status=408))
+
+    # -- the client leaving (module doc) ------------------------------------------------
+
+    def client_gone(self, why: str, status: int = 499) -> None:
+        """The client left (or is made to) with its exchange in flight: the upstream
+        side is aborted, the exchange logged, and the client's socket freed at once."""
+        ex = self.ex
+        log.debug("%s: client %s %s", self.ctx.name, self.client_ip, why)
+        self.pending = None
+        transport = self.transport
+        if ex is not None:
+            self.ex = None
+            ex.client_gone(status)
+        if self.probe is not None:
+            self.probe.cancel()
+            self.probe = None
+        if transport is not None:
+            transport.abort()
+
+    def _end_now(self, ex: Exchange) -> None:
+        """``ex`` was answered in full and its client sent its EOF: close after the answer."""
+        self.flush()
+        if self.ctx.access_log is not None:
+            ex.log()
+        self.ex = None
+        self.pending = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def _probe(self, round: int) -> None:
+        """The half-close probe's steps (module doc): round -1 writes the probe, each
+        later one reads the TCP state and plans the next."""
+        self.probe = None
+        ex = self.ex
+        transport = self.transport
+        if ex is None or transport is None:
+            return
+        if round < 0 and not ex.resp_started and ex.head.version == b"1.1":
+            self.send(CONTINUE)
+        elif peer_reset(transport):
+            self.client_gone("closed after its request (reset by the probe)")
+            return
+        delay = PROBE_CHECKS[min(round + 1, len(PROBE_CHECKS) - 1)]
+        self.probe = self.loop.call_later(delay, self._probe, round + 1)
 
     def shutdown(self) -> None:
         """The entrypoint drains: idle now closes, busy closes after its response."""

@@ -74,6 +74,7 @@ class Exchange:
         "resp_chunked",
         "resp_done",
         "resp_head",
+        "resp_out",
         "resp_started",
         "response_edits",
         "retried",
@@ -96,6 +97,7 @@ class Exchange:
         self.resp_done = False
         self.resp_chunked = False
         self.resp_head: ResponseHead | None = None
+        self.resp_out: bytes | None = None  # the response head as written to the client
         self.route: Route | None = None
         self.response_edits: HeaderEdits | None = None
         self.backend: Backend | None = None
@@ -267,6 +269,9 @@ class Exchange:
 
     def request_end(self) -> None:
         self.req_done = True
+        head = self.head
+        if head.chunked or head.content_length:
+            self.conn.request_read()  # readTimeout's bound on the body ends
         if self.head.chunked and not self.resp_done:
             self._send_upstream((CHUNK_END,))
         if self.upstream is not None and not self.resp_started:
@@ -386,6 +391,15 @@ class Exchange:
             self.dial_task = None
         self._cancel_header_timer()
 
+    def client_gone(self, status: int = 499) -> None:
+        """The client left before this exchange ended: the upstream request is
+        aborted and the exchange logged, as nginx logs a client's close with 499
+        (``status``) when no answer began."""
+        if not self.resp_started:
+            self.status = status
+        self.abandon()
+        self.log()
+
     # -- UpstreamOwner: events from the upstream connection -----------------------------
 
     def hold_writes(self) -> None:
@@ -431,6 +445,7 @@ class Exchange:
         out = forward.client_response(head, self.keep_alive, chunked, self.response_edits)
         if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
             out = forward.keep_alive_for_http10(out)
+        self.resp_out = out  # upstream_failed looks for it among the writes held back
         self.conn.send(out)
 
     def upstream_quick(self, upstream: UpstreamConnection, head: ResponseHead, data: bytes) -> None:
@@ -579,13 +594,19 @@ class Exchange:
         self._upstream_error(UpstreamConnectError(f"upstream closed the connection before responding ({exc or 'EOF'})"))
 
     def upstream_failed(self, exc: HTTPError, upstream: UpstreamConnection) -> None:
-        """The upstream sent bytes that are not a valid response."""
-        self.conn.out = None  # what the invalid response wrote to the client so far is dropped
+        """The upstream sent bytes that are not a valid response: a 502 while nothing
+        of the response reached the client, else the client's connection is cut;
+        logged with the server either way."""
+        conn = self.conn
+        out = conn.out
+        conn.out = None  # what the invalid response wrote to the client so far is dropped
         if self.upstream is upstream:
             self.upstream = None
-        if self.resp_started:
-            self.conn.abort()
-            return
+        # Nothing reached the client if this read began the response (its head is in the batch).
+        if self.resp_started and out and any(part is self.resp_out for part in out):
+            self.resp_started = False
+            self.resp_chunked = False
+            self.sent = 0
         self._upstream_error(UpstreamConnectError(f"invalid response: {exc.detail}"))
 
     def _upstream_error(self, exc: HTTPError) -> None:

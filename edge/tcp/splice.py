@@ -88,6 +88,27 @@ class DialError(EdgeError):
     """
 
 
+TCP_CLOSE = 7  # Linux's tcp_states: what a connection is once a reset ended it
+
+
+def peer_reset(transport: asyncio.BaseTransport) -> bool:
+    """Whether ``transport``'s TCP connection was ended by a reset from its peer
+    while edge held it (a write to a peer that had closed was answered so).
+
+    Read from the kernel's TCP state (``TCP_INFO``), without reading the socket: a
+    connection whose EOF was seen is no longer read, so a reset that follows is
+    otherwise noticed only at the next write. False where the system cannot
+    tell (no socket, no ``TCP_INFO``).
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_CLOSE
+    except (OSError, AttributeError):  # closed under us, or not Linux
+        return False
+
+
 class Pending(asyncio.Protocol):
     """A transport's protocol between owners: reading paused, bytes and EOF kept."""
 
