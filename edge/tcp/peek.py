@@ -68,7 +68,6 @@ from edge.tls.clienthello import (
     ClientHelloParser,
 )
 from edge.tls.terminate import (
-    ALERT_HANDSHAKE_FAILURE,
     ALERT_INTERNAL_ERROR,
     ALERT_UNRECOGNIZED_NAME,
     HANDSHAKE_TIMEOUT,
@@ -242,7 +241,7 @@ class Peek(asyncio.Protocol):
         except ClientHelloError as exc:
             log.debug("%s: %s: not a usable ClientHello: %s", self.ctx.name, self.client_ip, exc)
             self._leave()
-            refuse(self.transport, ALERT_HANDSHAKE_FAILURE)  # type: ignore[arg-type]
+            refuse(self.transport, exc.alert)  # type: ignore[arg-type]
             return
         if hello is NEED_MORE:
             return
