@@ -59,3 +59,18 @@ def tune(environ: Mapping[str, str] = os.environ) -> list[str]:
         if env not in environ and mallopt(param, value) == 1:
             done.append(env)
     return done
+
+
+def trim() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``);
+    False where that cannot be done (not glibc)."""
+    if not is_glibc():
+        return False
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = (ctypes.c_size_t,)
+    malloc_trim.restype = ctypes.c_int
+    malloc_trim(0)
+    return True

@@ -18,15 +18,22 @@ module uvloop imports is imported first, so nothing else can bind the stand-in; 
 real class is back before the import returns.
 
 The trade: the table holds each transport strongly until a new transport takes its
-descriptor, instead of weakly. Descriptors are reused lowest first, so it holds at most
-as many transports as were ever open at once; a closed transport has dropped its
-protocol and server (uvloop's ``_call_connection_lost``), so each holds its own object,
-a few hundred bytes. Where uvloop was imported before (a test's loop), its table stays
-as it was; only the cost differs.
+descriptor, instead of weakly. Descriptors are reused lowest first, so it would hold as
+many transports as were ever open at once (each about 1.9 KB with its libuv handle: 17
+MB of RSS after a burst of 10,000 connections, kept). So :func:`prune` drops the
+closed ones, off the hot path (the entrypoints' sweep calls it every ``PRUNE_EVERY``
+seconds): one pass over the table, about 2 ms at 20,000 entries, and a
+``malloc_trim`` after a burst. Measured after 10,000 connections: RSS 53.7 -> 73.1
+MB, back to 63.6 MB at the next prune (without the trim, freed memory stayed
+with glibc: 75.3 MB); what stays is CPython's object arenas, returned only once
+every object in one is freed, and reused by the next burst (64.0 MB after a
+second one). Where uvloop was imported before (a test's loop), its table stays as
+it was; only the cost differs.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import sys
@@ -37,7 +44,10 @@ from typing import Any
 
 from edge import allocator, descriptors
 
-__all__ = ["TransportTable", "import_uvloop", "run"]
+__all__ = ["TransportTable", "import_uvloop", "prune", "run", "transport_table"]
+
+PRUNE_EVERY = 10.0  # seconds between two prunes of the transport table (module doc)
+TRIM_AFTER = 1000  # closed transports dropped in one prune that make it trim the heap
 
 # What uvloop's extension module imports (uvloop/includes/stdlib.pxi, and the package's
 # __init__): all in sys.modules before the stand-in is set, so none of them can create
@@ -57,6 +67,27 @@ class TransportTable(dict):
     """uvloop's descriptor -> transport table, stored strongly (see the module doc)."""
 
     __slots__ = ()
+
+
+def transport_table(loop: object) -> TransportTable | None:
+    """``loop``'s transport table where it is a :class:`TransportTable` (found among the
+    objects the loop refers to: uvloop does not expose it), else None."""
+    for obj in gc.get_referents(loop):
+        if type(obj) is TransportTable:
+            return obj
+    return None
+
+
+def prune(table: TransportTable) -> int:
+    """Drop the transports that closed from ``table`` (what a weak table would have
+    dropped); the number dropped. After a burst (``TRIM_AFTER`` or more), the heap's
+    free pages go back to the system too (:func:`edge.allocator.trim`)."""
+    closed = [fd for fd, transport in table.items() if transport.is_closing()]
+    for fd in closed:
+        table.pop(fd, None)
+    if len(closed) >= TRIM_AFTER:
+        allocator.trim()
+    return len(closed)
 
 
 def import_uvloop() -> ModuleType:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from edge import eventloop
 from edge.entrypoints.base import SWEEP_MAX, EntryPoint, format_address
 from edge.router.set import RouterSet
 from edge.transports import TransportRegistry
@@ -30,6 +31,8 @@ class EntryPoints:
         self.transports = transports
         self.all: dict[str, EntryPoint] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        self._table = eventloop.transport_table(loop)  # pruned by the sweep (edge.eventloop)
+        self._pruned = loop.time()
 
     def add(self, entrypoint: EntryPoint) -> None:
         self.all[entrypoint.name] = entrypoint
@@ -65,6 +68,9 @@ class EntryPoints:
             except Exception:
                 log.exception("entrypoint %s: sweep failed", ep.name)
         self.transports.sweep()
+        if self._table is not None and now - self._pruned >= eventloop.PRUNE_EVERY:
+            self._pruned = now
+            eventloop.prune(self._table)
         self._schedule_sweep()
 
     async def stop(self, grace: float | dict[str, float]) -> None:
