@@ -119,7 +119,9 @@ def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
             out["type"] = kind.lower()
         if table in ("http_services", "tcp_services"):
             servers = (out.get("loadBalancer") or {}).get("servers") or ()
-            status = {s.get("url") or s.get("address"): "UP" for s in servers if isinstance(s, dict)}
+            status = {
+                s.get("url") or s.get("address"): "UP" for s in servers if isinstance(s, dict)
+            }
             status.pop(None, None)
             if status:
                 out["serverStatus"] = status
@@ -179,7 +181,9 @@ def _kept(rep: dict[str, Any], query: Mapping[str, list[str]]) -> bool:
     if status and rep["status"].lower() != status.lower():
         return False
     search = query.get("search", [""])[0].lower()
-    if search and not any(search in str(v).lower() for v in (rep["name"], rep.get("rule", "")) if v):
+    if search and not any(
+        search in str(v).lower() for v in (rep["name"], rep.get("rule", "")) if v
+    ):
         return False
     service = query.get("serviceName", [""])[0]
     if service:
@@ -224,7 +228,9 @@ class API:
     def _route(self, parts: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
         runtime = self.runtime()
         if parts == [b"version"]:
-            return _answer(200, {"Version": self.version, "Codename": "edge", "startDate": self.started})
+            return _answer(
+                200, {"Version": self.version, "Codename": "edge", "startDate": self.started}
+            )
         if parts and parts[0] == b"entrypoints" and len(parts) <= 2:
             return self._entrypoints(parts[1:], query)
         if runtime is None:
@@ -269,7 +275,9 @@ class API:
         for attribute, key in RAW_KEYS.items():
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
             if table:
-                out[key] = {name: represent(info, attribute) for name, info in sorted(table.items())}
+                out[key] = {
+                    name: represent(info, attribute) for name, info in sorted(table.items())
+                }
         return out
 
     def _overview(self, runtime: RuntimeConfig) -> dict[str, Any]:
@@ -283,9 +291,15 @@ class API:
 
         out: dict[str, Any] = {}
         for (section, kind), (attribute, _) in TABLES.items():
-            out.setdefault(section.decode(), {})[kind.decode()] = counts(getattr(runtime, attribute))
+            out.setdefault(section.decode(), {})[kind.decode()] = counts(
+                getattr(runtime, attribute)
+            )
         providers = self.static.providers
-        out["providers"] = [label for field, label in PROVIDERS.items() if getattr(providers, field, None) is not None]
+        out["providers"] = [
+            label
+            for field, label in PROVIDERS.items()
+            if getattr(providers, field, None) is not None
+        ]
         out["features"] = {
             "tracing": "",
             "metrics": "",

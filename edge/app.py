@@ -61,13 +61,17 @@ def build_providers(static: StaticConfig) -> list[Provider]:
     providers: list[Provider] = []
     if static.providers.file is not None:
         f = static.providers.file
-        providers.append(FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch))
+        providers.append(
+            FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch)
+        )
     k8s = static.providers.kubernetes_ingress
     if k8s is not None:
         # Imported here: the kubernetes client costs its import time only to those using it.
         from edge.providers.kubernetes.provider import KubernetesIngressProvider
 
-        providers.append(KubernetesIngressProvider(k8s, default_throttle=static.providers_throttle_duration))
+        providers.append(
+            KubernetesIngressProvider(k8s, default_throttle=static.providers_throttle_duration)
+        )
     if static.providers.kubernetes_gateway is not None:
         log.warning("the Kubernetes Gateway provider is not available in this version; ignored")
     return providers
@@ -122,17 +126,25 @@ class Dataplane:
         self.retry: Callable[[], None] | None = None  # runs a round again (see the class doc)
         self._retry_timer: asyncio.TimerHandle | None = None
         self._retries = 0  # rounds in a row whose snapshot had transient failures
-        self.access_log = AccessLogger(static.access_log, loop) if static.access_log is not None else None
+        self.access_log = (
+            AccessLogger(static.access_log, loop) if static.access_log is not None else None
+        )
         # Traefik's API (api.insecure), on the traefik entry point: this process's runtime.
         api = static.api
-        self.api = API(static, lambda: self.runtime, __version__) if api is not None and api.insecure else None
+        self.api = (
+            API(static, lambda: self.runtime, __version__)
+            if api is not None and api.insecure
+            else None
+        )
         ping_ep = static.ping.entry_point if static.ping is not None else None
         udp_count = sum(1 for config in static.entry_points.values() if config.protocol == "udp")
         for name, config in static.entry_points.items():
             if config.protocol == "udp":
                 # All UDP sessions together hold at most UDP_SHARE of the descriptors.
                 share = UDP_SHARE / udp_count
-                self.entrypoints.add(UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share))
+                self.entrypoints.add(
+                    UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share)
+                )
                 continue
             self.entrypoints.add(
                 TCPEntryPoint(
@@ -200,7 +212,9 @@ class Dataplane:
                 for service, servers in backends:
                     service.update(servers)
                 self.runtime = runtime
-                log.info("configuration applied in place: new servers for %d services", len(backends))
+                log.info(
+                    "configuration applied in place: new servers for %d services", len(backends)
+                )
 
             return in_place
         services: dict = {}
@@ -229,7 +243,8 @@ class Dataplane:
             gc.freeze()
             log.info(
                 "configuration applied: %s",
-                ", ".join(f"{ep}: {len(r)} routers" for ep, r in routers.items()) or "no entrypoint",
+                ", ".join(f"{ep}: {len(r)} routers" for ep, r in routers.items())
+                or "no entrypoint",
             )
 
         return switch
@@ -326,7 +341,10 @@ class Dataplane:
         await asyncio.gather(*(close_after(ep, delay) for ep, delay in waits.items()))
 
     def graces(self) -> dict[str, float]:
-        return {name: ep.config.transport.life_cycle.grace_time_out for name, ep in self.entrypoints.all.items()}
+        return {
+            name: ep.config.transport.life_cycle.grace_time_out
+            for name, ep in self.entrypoints.all.items()
+        }
 
 
 class FileStamps:
@@ -358,10 +376,14 @@ class ControlPlane:
     process) or the supervisor's, which sends it to the workers.
     """
 
-    def __init__(self, static: StaticConfig, loop: asyncio.AbstractEventLoop, listeners: list[Listener]) -> None:
+    def __init__(
+        self, static: StaticConfig, loop: asyncio.AbstractEventLoop, listeners: list[Listener]
+    ) -> None:
         self.loop = loop
         self.providers: list[Provider] = build_providers(static)
-        self._stamps = FileStamps() if any(getattr(p, "watch", False) for p in self.providers) else None
+        self._stamps = (
+            FileStamps() if any(getattr(p, "watch", False) for p in self.providers) else None
+        )
         self.watcher = Watcher(
             entry_points=static.entry_point_protocols(),
             throttle=static.providers_throttle_duration,
@@ -491,7 +513,9 @@ class Edge(Stoppable):
         self.loop = asyncio.get_running_loop()
         self.dataplane = Dataplane(static, self.loop, parser=parser, internal=self._internal)
         self.control = ControlPlane(static, self.loop, self.dataplane.listeners)
-        self.dataplane.retry = self.control.watcher.refresh  # a round with the configurations applied now
+        self.dataplane.retry = (
+            self.control.watcher.refresh
+        )  # a round with the configurations applied now
         self.transports = self.dataplane.transports
         self.entrypoints = self.dataplane.entrypoints
         self.access_log = self.dataplane.access_log

@@ -46,7 +46,9 @@ def load_static(path: str, notices: list | None = None):
         if f.directory and not os.path.isabs(f.directory):
             changes["directory"] = os.path.join(base, f.directory)
         if changes:
-            providers = msgspec.structs.replace(static.providers, file=msgspec.structs.replace(f, **changes))
+            providers = msgspec.structs.replace(
+                static.providers, file=msgspec.structs.replace(f, **changes)
+            )
             static = msgspec.structs.replace(static, providers=providers)
     return static
 
@@ -80,7 +82,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from edge.supervisor import ignore_group_signals, run_worker, tag_worker_logs
 
     ignore_group_signals()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     tag_worker_logs(args.id)
     return _uvloop_run(run_worker(args.id))
 
@@ -197,7 +201,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_whoami(args: argparse.Namespace) -> int:
     from edge.whoami import serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not (args.http or args.tcp or args.udp):
         args.http = ["127.0.0.1:8001"]
     _uvloop_run(serve(args.name, args.http or [], args.tcp or [], args.udp or []))
@@ -226,7 +232,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     procs = []
     for addr, name in backends.items():
         procs.append(
-            subprocess.Popen([sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr])
+            subprocess.Popen(
+                [sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr]
+            )
         )
     try:
         _wait_listening(backends, timeout=10.0)
@@ -261,27 +269,42 @@ def _wait_listening(addresses, timeout: float) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edge", description="A Kubernetes edge router and ingress controller.")
+    parser = argparse.ArgumentParser(
+        prog="edge", description="A Kubernetes edge router and ingress controller."
+    )
     parser.add_argument("--version", action="version", version=f"edge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,whoami,demo}")
 
     run = sub.add_parser("run", help="serve with a static configuration")
-    run.add_argument("--config", "-c", required=True, help="static configuration file (YAML or TOML)")
-    run.add_argument("--http-parser", choices=["httptools", "h11"], default=None, help="override every entrypoint's HTTP parser")
+    run.add_argument(
+        "--config", "-c", required=True, help="static configuration file (YAML or TOML)"
+    )
+    run.add_argument(
+        "--http-parser",
+        choices=["httptools", "h11"],
+        default=None,
+        help="override every entrypoint's HTTP parser",
+    )
     run.set_defaults(func=cmd_run)
 
-    check = sub.add_parser("check", help="validate the static and dynamic configuration, start nothing")
+    check = sub.add_parser(
+        "check", help="validate the static and dynamic configuration, start nothing"
+    )
     check.add_argument("--config", "-c", required=True)
     check.set_defaults(func=cmd_check)
 
     who = sub.add_parser("whoami", help="a tiny echo backend")
     who.add_argument("--name", default="whoami")
-    who.add_argument("--http", action="append", metavar="ADDR", help="HTTP address, host:port (repeatable)")
+    who.add_argument(
+        "--http", action="append", metavar="ADDR", help="HTTP address, host:port (repeatable)"
+    )
     who.add_argument("--tcp", action="append", metavar="ADDR", help="TCP echo address (repeatable)")
     who.add_argument("--udp", action="append", metavar="ADDR", help="UDP echo address (repeatable)")
     who.set_defaults(func=cmd_whoami)
 
-    demo = sub.add_parser("demo", help="run edge on the bundled demo configuration with its whoami backends")
+    demo = sub.add_parser(
+        "demo", help="run edge on the bundled demo configuration with its whoami backends"
+    )
     demo.add_argument("--config", "-c", default="entrypoints/demo.yaml")
     demo.add_argument("--http-parser", choices=["httptools", "h11"], default=None)
     demo.set_defaults(func=cmd_demo)

@@ -116,7 +116,9 @@ def encode(msg: Message) -> bytes:
     _ENCODER.encode_into(msg, buf, HEADER.size)
     size = len(buf) - HEADER.size
     if size > MAX_FRAME:
-        raise IPCError(f"{type(msg).__name__} message of {size} bytes exceeds the {MAX_FRAME}-byte frame limit")
+        raise IPCError(
+            f"{type(msg).__name__} message of {size} bytes exceeds the {MAX_FRAME}-byte frame limit"
+        )
     HEADER.pack_into(buf, 0, size)
     return bytes(buf)
 

@@ -95,11 +95,17 @@ def log_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
     its traceback.
     """
     name = unraisable.object
-    if unraisable.exc_type is UnicodeDecodeError and isinstance(name, bytes):  # CPython's SNI callback
-        _unraisable_log.debug("TLS handshake refused: a server name that is not ASCII: %r", name[:255])
+    if unraisable.exc_type is UnicodeDecodeError and isinstance(
+        name, bytes
+    ):  # CPython's SNI callback
+        _unraisable_log.debug(
+            "TLS handshake refused: a server name that is not ASCII: %r", name[:255]
+        )
         return
     exc_info = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
-    _unraisable_log.error("%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object, exc_info=exc_info)
+    _unraisable_log.error(
+        "%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object, exc_info=exc_info
+    )
 
 
 class AccessLogger:
@@ -111,7 +117,11 @@ class AccessLogger:
         self.config = config
         self.loop = loop
         self.json = config.format == "json"
-        self.stream: IO[bytes] = open(config.file_path, "ab") if config.file_path else sys.stdout.buffer  # noqa: SIM115
+        self.stream: IO[bytes] = (
+            open(config.file_path, "ab")  # noqa: SIM115
+            if config.file_path
+            else sys.stdout.buffer
+        )
         self.lines: list[bytes] = []
         self.limit = max(config.buffering_size, 1)
         self._timer: asyncio.TimerHandle | None = None

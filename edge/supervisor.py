@@ -148,7 +148,8 @@ def reserve(host: str, port: int, kind: int = socket.SOCK_STREAM) -> list[socket
                         socks.pop().close()  # that family is not configured here (as asyncio)
                         continue
                     raise OSError(
-                        exc.errno, f"error while attempting to bind on address {format_address((sockaddr[0], chosen))}: {exc.strerror}"
+                        exc.errno,
+                        f"error while attempting to bind on address {format_address((sockaddr[0], chosen))}: {exc.strerror}",
                     ) from None
                 if chosen == 0:
                     chosen = sock.getsockname()[1]
@@ -383,7 +384,12 @@ class Supervisor(Stoppable):
             if slot.channel is not None:
                 slot.channel.send_frame(frame)
                 sent += 1
-        log.info("configuration generation %d sent to %d workers (%d bytes)", self.generation, sent, len(frame))
+        log.info(
+            "configuration generation %d sent to %d workers (%d bytes)",
+            self.generation,
+            sent,
+            len(frame),
+        )
         if self.readiness.required is None:
             # The watcher counts this round as delivered once the listeners return.
             self.loop.call_soon(self._check_configured)
@@ -405,7 +411,11 @@ class Supervisor(Stoppable):
             everyone = self.readiness.applied_by_all()
             if everyone > self._applied_by_all:
                 self._applied_by_all = everyone
-                log.info("configuration generation %d applied by all %d workers", everyone, len(self.slots))
+                log.info(
+                    "configuration generation %d applied by all %d workers",
+                    everyone,
+                    len(self.slots),
+                )
             self._tell_ready(newly)
 
     def _tell_ready(self, workers: list[int]) -> None:
@@ -413,7 +423,9 @@ class Supervisor(Stoppable):
             return
         if not self._all_ready_logged:
             self._all_ready_logged = True
-            log.info("all %d workers ready (generation %s)", len(self.slots), self.readiness.required)
+            log.info(
+                "all %d workers ready (generation %s)", len(self.slots), self.readiness.required
+            )
         for k in workers:
             slot = self.slots[k]
             if slot.channel is not None:
@@ -486,7 +498,12 @@ class Supervisor(Stoppable):
         delay = max(0.0, slot.started_at + slot.backoff - now)
         slot.backoff = min(slot.backoff * 2, RESTART_MAX)
         log.warning(
-            "worker %d (pid %d) %s after %.1fs; restarting it in %.1fs", slot.id, proc.pid, how, lived, delay
+            "worker %d (pid %d) %s after %.1fs; restarting it in %.1fs",
+            slot.id,
+            proc.pid,
+            how,
+            lived,
+            delay,
         )
         slot.restart = self.loop.call_later(delay, self._restart, slot)
 
@@ -535,7 +552,11 @@ class Supervisor(Stoppable):
                 slot.restart = None
         if self._spawning:
             await asyncio.wait(list(self._spawning), timeout=KILL_WAIT)
-        procs = [s.process for s in self.slots.values() if s.process is not None and s.process.returncode is None]
+        procs = [
+            s.process
+            for s in self.slots.values()
+            if s.process is not None and s.process.returncode is None
+        ]
         log.info("stopping: SIGTERM to %d workers, waiting for them to drain", len(procs))
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -547,7 +568,9 @@ class Supervisor(Stoppable):
         if waits:
             _, pending = await asyncio.wait(waits, timeout=bound)
             if pending:
-                log.error("%d workers still running %.0fs after SIGTERM: SIGKILL", len(pending), bound)
+                log.error(
+                    "%d workers still running %.0fs after SIGTERM: SIGKILL", len(pending), bound
+                )
                 for proc in procs:
                     if proc.returncode is None:
                         with contextlib.suppress(ProcessLookupError):
@@ -680,7 +703,10 @@ class Worker:
                 try:
                     runtime, commit = await self._preparer.run(self._prepare, msg)
                 except Exception:
-                    wlog.exception("configuration generation %d could not be built; keeping the previous one", msg.generation)
+                    wlog.exception(
+                        "configuration generation %d could not be built; keeping the previous one",
+                        msg.generation,
+                    )
                     continue
                 commit()
                 self.runtime = runtime
@@ -733,7 +759,9 @@ class Worker:
         try:
             sock = socket.socket(fileno=os.dup(0))  # stdin: our end of the supervisor's socketpair
         except OSError:
-            wlog.error("edge worker is started by `edge run` (workers > 1): stdin must be the supervisor's socket")
+            wlog.error(
+                "edge worker is started by `edge run` (workers > 1): stdin must be the supervisor's socket"
+            )
             return 2
         channel = self.channel = Channel(ToWorker, "supervisor channel")
         channel.on_message = self._on_message

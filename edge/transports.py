@@ -42,7 +42,9 @@ from edge.errors import ConfigError, UpstreamConnectError, UpstreamDialTimeout
 log = logging.getLogger("edge.transports")
 
 DEFAULT_TRANSPORT = "default@internal"
-GO_DEFAULT_MAX_IDLE_PER_HOST = 2  # what maxIdleConnsPerHost 0 means (net/http.DefaultMaxIdleConnsPerHost)
+GO_DEFAULT_MAX_IDLE_PER_HOST = (
+    2  # what maxIdleConnsPerHost 0 means (net/http.DefaultMaxIdleConnsPerHost)
+)
 
 
 class Pooled(Protocol):
@@ -202,10 +204,14 @@ class Transport:
         if self._ssl is None:
             if self.tls_error is not None:
                 raise UpstreamConnectError(f"serversTransport {self.name}: {self.tls_error}")
-            self._ssl = self._system_context() if self._system_context is not None else system_tls_context()
+            self._ssl = (
+                self._system_context() if self._system_context is not None else system_tls_context()
+            )
         return self._ssl
 
-    async def dial(self, server: ServerURL, factory: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+    async def dial(
+        self, server: ServerURL, factory: Callable[[], asyncio.Protocol]
+    ) -> asyncio.Protocol:
         """A new connection to ``server``; raises UpstreamConnectError (UpstreamDialTimeout, 504,
         when dialTimeout passed)."""
         kwargs = {}
@@ -216,9 +222,13 @@ class Transport:
             kwargs["server_hostname"] = self.config.server_name or server.host
         try:
             async with asyncio.timeout(self.dial_timeout):
-                _, protocol = await self.loop.create_connection(factory, server.host, server.port, **kwargs)
+                _, protocol = await self.loop.create_connection(
+                    factory, server.host, server.port, **kwargs
+                )
         except TimeoutError:
-            raise UpstreamDialTimeout(f"dial {server.url}: timed out after {self.dial_timeout}s") from None
+            raise UpstreamDialTimeout(
+                f"dial {server.url}: timed out after {self.dial_timeout}s"
+            ) from None
         except (OSError, ssl.SSLError, ValueError) as exc:
             # ValueError: a host the resolver cannot even be asked for (the idna codec's
             # UnicodeError for an empty label or one over 63 bytes), which validation
@@ -275,7 +285,9 @@ class TransportRegistry:
         """Serve ``new`` (from :meth:`plan`); changed or removed transports close their idle connections."""
         for name, transport in self._transports.items():
             if new.get(name) is not transport:
-                log.debug("serversTransport %s changed or removed: closing its idle connections", name)
+                log.debug(
+                    "serversTransport %s changed or removed: closing its idle connections", name
+                )
                 transport.close()
         self._transports = new
 

@@ -270,7 +270,12 @@ class Watcher:
         round that changes nothing about a broken router (endpoint churn every second
         or two) does not write its error again. The API shows the errors of now."""
         current = {
-            (logging.ERROR if info.status == DISABLED else logging.WARNING, label, info.name, message)
+            (
+                logging.ERROR if info.status == DISABLED else logging.WARNING,
+                label,
+                info.name,
+                message,
+            )
             for label, info in runtime.elements()
             for message in info.errors
             # a provider that left the element out logged why itself (and when it ends)

@@ -154,7 +154,9 @@ class WhoamiHTTP(asyncio.Protocol):
 
     def _respond_now(self, status: int, body: bytes, close: bool) -> None:
         if self.transport is not None:
-            self.transport.write(b"HTTP/1.1 %d Error\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+            self.transport.write(
+                b"HTTP/1.1 %d Error\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+            )
             if close:
                 self.transport.close()
 

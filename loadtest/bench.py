@@ -352,9 +352,10 @@ def tls_probe(address: str, host: str = BENCH_HOST) -> str:
     session, parts = None, []
     try:
         for _ in range(2):
-            with socket.create_connection((addr, int(port)), timeout=5) as sock, context.wrap_socket(
-                sock, server_hostname=host, session=session
-            ) as s:
+            with (
+                socket.create_connection((addr, int(port)), timeout=5) as sock,
+                context.wrap_socket(sock, server_hostname=host, session=session) as s,
+            ):
                 s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
                 while s.recv(65536):
                     pass
@@ -369,9 +370,13 @@ def tls_probe(address: str, host: str = BENCH_HOST) -> str:
     if openssl:
         out = subprocess.run(
             [openssl, "s_client", "-connect", address, "-servername", host, "-brief"],
-            input=b"", capture_output=True, timeout=10,
+            input=b"",
+            capture_output=True,
+            timeout=10,
         )
-        m = re.search(rb"(?:Server Temp Key|Negotiated TLS1.3 group): ([^\n]+)", out.stdout + out.stderr)
+        m = re.search(
+            rb"(?:Server Temp Key|Negotiated TLS1.3 group): ([^\n]+)", out.stdout + out.stderr
+        )
         if m:
             parts.insert(2, m.group(1).decode().strip())
     return ", ".join(parts)
@@ -507,11 +512,17 @@ def session_cpu(session: int) -> tuple[float, float]:
     return user / CLOCK_TICKS, system / CLOCK_TICKS
 
 
-def cpu_per_request(before: tuple[float, float], after: tuple[float, float], requests: int | None) -> dict[str, Any]:
+def cpu_per_request(
+    before: tuple[float, float], after: tuple[float, float], requests: int | None
+) -> dict[str, Any]:
     user, system = after[0] - before[0], after[1] - before[1]
     out: dict[str, Any] = {"user_s": user, "system_s": system}
     if requests:
-        out.update(user_us=user / requests * 1e6, system_us=system / requests * 1e6, us=(user + system) / requests * 1e6)
+        out.update(
+            user_us=user / requests * 1e6,
+            system_us=system / requests * 1e6,
+            us=(user + system) / requests * 1e6,
+        )
     return out
 
 
@@ -549,11 +560,25 @@ http {{
     return path
 
 
-def start_nginx(ctx: Context, name: str, conf: Path, role: str = "subject", workers: int = 1) -> Proc:
+def start_nginx(
+    ctx: Context, name: str, conf: Path, role: str = "subject", workers: int = 1
+) -> Proc:
     nginx = ctx.tools["nginx"]
     assert nginx
     return Proc(
-        ctx.pinned(role, [nginx, "-p", str(ctx.workdir), "-c", str(conf), "-e", str(ctx.path(f"{name}-error.log"))], workers),
+        ctx.pinned(
+            role,
+            [
+                nginx,
+                "-p",
+                str(ctx.workdir),
+                "-c",
+                str(conf),
+                "-e",
+                str(ctx.path(f"{name}-error.log")),
+            ],
+            workers,
+        ),
         ctx.path(f"{name}.out"),
     )
 
@@ -594,7 +619,9 @@ class Backend:
         location / {{ root {www}; }}
     }}"""
         workers = ctx.pin.backend_cores if ctx.pin else 1  # pinned: one worker per backend core
-        self.proc = start_nginx(ctx, "backend", nginx_conf(ctx, "backend", workers, body), "backend", workers)
+        self.proc = start_nginx(
+            ctx, "backend", nginx_conf(ctx, "backend", workers, body), "backend", workers
+        )
         logs = [self.proc.log, ctx.path("backend-error.log")]
         for path in ("/", "/varied", *(f"/{n}" for n in BODY_FILES)):
             probe = Scenario("probe", "", path=path)
@@ -975,7 +1002,9 @@ class Edge(Subject):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = Proc(
             self.ctx.pinned(
-                "subject", [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)], self.scenario.workers
+                "subject",
+                [self.ctx.python, "-m", "edge", "run", "--config", str(static_path)],
+                self.scenario.workers,
             ),
             self.ctx.path(f"{self.slug}.out"),
             cwd=self.root,
@@ -998,7 +1027,9 @@ class Edge(Subject):
             raise
         # /ready may precede the file provider's first configuration: wait for the route too
         left = max(1.0, deadline - time.monotonic())
-        check = udp_check(self.ctx, self.scenario, port) if udp else expect_body(port, self.scenario)
+        check = (
+            udp_check(self.ctx, self.scenario, port) if udp else expect_body(port, self.scenario)
+        )
         wait_until(self.proc, check, left, "routing", self.logs())
         return f"{HOST}:{port}"
 
@@ -1023,7 +1054,11 @@ class Ceiling(Subject):
 
     def start(self) -> str:
         port = free_port()
-        tls = ["--cert", str(self.ctx.cert), "--key", str(self.ctx.key)] if self.scenario.protocol == "https" else []
+        tls = (
+            ["--cert", str(self.ctx.cert), "--key", str(self.ctx.key)]
+            if self.scenario.protocol == "https"
+            else []
+        )
         self.proc = Proc(
             self.ctx.pinned(
                 "subject",
@@ -1160,19 +1195,22 @@ def run_wrk(ctx: Context, scenario: Scenario, address: str, duration: float) -> 
     wrk = ctx.tools["wrk"]
     assert wrk
     threads = max(scenario.threads, ctx.pin.load_cores) if ctx.pin else scenario.threads
-    argv = ctx.pinned("load", [
-        wrk,
-        f"-t{threads}",
-        f"-c{scenario.connections}",
-        f"-d{max(1, round(duration))}s",
-        "--latency",
-        "--timeout",
-        WRK_TIMEOUT,
-        "-H",
-        f"Host: {BENCH_HOST}",
-        *scenario.wrk_args,
-        f"{'http' if scenario.protocol == 'http' else 'https'}://{address}{scenario.path}",
-    ])
+    argv = ctx.pinned(
+        "load",
+        [
+            wrk,
+            f"-t{threads}",
+            f"-c{scenario.connections}",
+            f"-d{max(1, round(duration))}s",
+            "--latency",
+            "--timeout",
+            WRK_TIMEOUT,
+            "-H",
+            f"Host: {BENCH_HOST}",
+            *scenario.wrk_args,
+            f"{'http' if scenario.protocol == 'http' else 'https'}://{address}{scenario.path}",
+        ],
+    )
     started = time.time()
     try:
         done = subprocess.run(
@@ -1425,7 +1463,9 @@ def build_udpload(ctx: Context) -> str | None:
         return None
     source, binary = ctx.path("udpload.c"), ctx.path("udpload")
     source.write_text(UDPLOAD_C)
-    done = subprocess.run([cc, "-O2", "-o", str(binary), str(source)], capture_output=True, text=True)
+    done = subprocess.run(
+        [cc, "-O2", "-o", str(binary), str(source)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         say(f"  udpload did not compile: {done.stderr.strip()[-500:]}")
         return None
@@ -1443,7 +1483,10 @@ class UDPBackends:
     def start(self) -> None:
         udpload = self.ctx.tools["udpload"]
         assert udpload
-        for mode, pattern in (("echo-server", r"echo port=(\d+)"), ("sink", r"sink data=(\d+) ctrl=(\d+)")):
+        for mode, pattern in (
+            ("echo-server", r"echo port=(\d+)"),
+            ("sink", r"sink data=(\d+) ctrl=(\d+)"),
+        ):
             log = self.ctx.path(f"udp-{mode}.out")
             proc = Proc(self.ctx.pinned("backend", [udpload, mode]), log)
             self.procs.append(proc)
@@ -1699,7 +1742,11 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
         load = (
             f"   udpload {scenario.udp_mode} clients={scenario.connections} "
             f"window={scenario.udp_window} size={scenario.udp_size}"
-            + ("; errors: datagrams sent again after 1 s without a reply" if scenario.udp_mode == "echo" else "")
+            + (
+                "; errors: datagrams sent again after 1 s without a reply"
+                if scenario.udp_mode == "echo"
+                else ""
+            )
         )
     lines = [
         f"== {scenario.name}: {scenario.description}",
@@ -1836,7 +1883,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         ctx.pin = Pinning.plan()
         if ctx.pin is None:
-            say(f"--pin: {len(os.sched_getaffinity(0))} cores (or no taskset): not pinned; CPU per request still holds")
+            say(
+                f"--pin: {len(os.sched_getaffinity(0))} cores (or no taskset): not pinned; CPU per request still holds"
+            )
         else:
             say(f"--pin: {ctx.pin.describe()}")
 

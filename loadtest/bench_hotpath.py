@@ -130,7 +130,9 @@ def setup(
         {
             "http": {
                 "routers": {"bench": {"rule": f"Host(`{host}`)", "service": "backend"}},
-                "services": {"backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
+                "services": {
+                    "backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}
+                },
             }
         },
         Configuration,
@@ -141,7 +143,12 @@ def setup(
     router = build_http_routers(runtime, transports, ["web"])["web"]
     request_parser, response_parser = parser_classes(parser)
     ctx = HTTPContext(
-        name="web", port=80, loop=loop, request_parser=request_parser, response_parser=response_parser, **context
+        name="web",
+        port=80,
+        loop=loop,
+        request_parser=request_parser,
+        response_parser=response_parser,
+        **context,
     )
     ctx.router = router
     client = HTTPConnection(ctx)
@@ -157,7 +164,10 @@ def variants(varied: bool) -> tuple[list[bytes], list[bytes]]:
     if not varied:
         return [REQUEST], [RESPONSE]
     requests = [REQUEST[:-2] + b"X-Seq: %d\r\n\r\n" % i for i in range(1024)]
-    responses = [RESPONSE.replace(b"Connection:", b"X-Request-Id: %08d\r\nConnection:" % i) for i in range(1024)]
+    responses = [
+        RESPONSE.replace(b"Connection:", b"X-Request-Id: %08d\r\nConnection:" % i)
+        for i in range(1024)
+    ]
     return requests, responses
 
 
@@ -203,7 +213,12 @@ def ceiling_load(varied: bool, new_connection: bool) -> tuple[object, Callable[[
 
 
 def run(
-    parser: str, n: int, profile: bool, varied: bool = False, new_connection: bool = False, ceiling: bool = False
+    parser: str,
+    n: int,
+    profile: bool,
+    varied: bool = False,
+    new_connection: bool = False,
+    ceiling: bool = False,
 ) -> float:
     loop = uvloop.new_event_loop()
     try:
@@ -282,11 +297,16 @@ def live(who: str, new_connection: bool, seconds: float) -> None:
         backend, port = bench_tls.free_port(), bench_tls.free_port()
         nginx = {"d": tmp, "ssl": "", "tls": "", "backend": backend}
         (tmp / "backend.conf").write_text(
-            bench_tls.NGINX.format(name="backend", port=backend, answer='return 200 "hello world\\n";', **nginx)
+            bench_tls.NGINX.format(
+                name="backend", port=backend, answer='return 200 "hello world\\n";', **nginx
+            )
         )
         if who == "nginx":
-            (tmp / "nginx.conf").write_text(bench_tls.NGINX.format(
-                name="subject", port=port, answer=bench_tls.NGINX_PROXY, **nginx))
+            (tmp / "nginx.conf").write_text(
+                bench_tls.NGINX.format(
+                    name="subject", port=port, answer=bench_tls.NGINX_PROXY, **nginx
+                )
+            )
             argv = ["nginx", "-c", str(tmp / "nginx.conf"), "-p", str(tmp)]
         elif who == "edge":
             (tmp / "static.yaml").write_text(LIVE_EDGE_STATIC.format(port=port, d=tmp))
@@ -294,13 +314,25 @@ def live(who: str, new_connection: bool, seconds: float) -> None:
             argv = [sys.executable, "-m", "edge", "run", "--config", str(tmp / "static.yaml")]
         else:
             ceiling = Path(__file__).parent / "ceiling.py"
-            argv = [sys.executable, str(ceiling), "--listen", f"127.0.0.1:{port}", "--backend", f"127.0.0.1:{backend}"]
+            argv = [
+                sys.executable,
+                str(ceiling),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--backend",
+                f"127.0.0.1:{backend}",
+            ]
         out = tmp / "callgrind.out"
-        server = subprocess.Popen(["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            ["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],
-            cwd=Path(__file__).parent.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=Path(__file__).parent.parent,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONHASHSEED="0"),
         )
         try:
@@ -309,9 +341,13 @@ def live(who: str, new_connection: bool, seconds: float) -> None:
             if new_connection:
                 wrk[3:3] = ["-H", "Connection: close"]
             live_wrk([*wrk, "-d3"])  # warm-up: pools, caches, the interpreter's specialisations
-            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+            subprocess.run(
+                ["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True
+            )
             requests = live_wrk([*wrk, f"-d{seconds:g}"])
-            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+            subprocess.run(
+                ["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True
+            )
         finally:
             proc.send_signal(signal.SIGQUIT if who == "nginx" else signal.SIGINT)
             proc.wait(60)
@@ -320,7 +356,9 @@ def live(who: str, new_connection: bool, seconds: float) -> None:
         dump = Path(f"{out}.1")
         total = int(re.search(r"^(?:totals|summary): (\d+)", dump.read_text(), re.M).group(1))  # type: ignore[union-attr]
     kind = "new connection per request" if new_connection else "keep-alive"
-    print(f"{who}: {total / requests:,.0f} instructions per proxied GET, {kind}, live (callgrind, {requests:,} requests)")
+    print(
+        f"{who}: {total / requests:,.0f} instructions per proxied GET, {kind}, live (callgrind, {requests:,} requests)"
+    )
 
 
 def live_ready(port: int, proc: subprocess.Popen) -> None:
@@ -353,10 +391,20 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--varied", action="store_true", help="every head differs from the one before")
-    p.add_argument("--new-connection", action="store_true", help="a connection per request (Connection: close)")
-    p.add_argument("--ceiling", action="store_true", help="loadtest/ceiling.py's protocols instead of edge's")
-    p.add_argument("--instructions", action="store_true", help="count instructions per request with callgrind")
-    p.add_argument("--live", choices=("edge", "nginx", "ceiling"), help="a whole server under wrk, with callgrind")
+    p.add_argument(
+        "--new-connection", action="store_true", help="a connection per request (Connection: close)"
+    )
+    p.add_argument(
+        "--ceiling", action="store_true", help="loadtest/ceiling.py's protocols instead of edge's"
+    )
+    p.add_argument(
+        "--instructions", action="store_true", help="count instructions per request with callgrind"
+    )
+    p.add_argument(
+        "--live",
+        choices=("edge", "nginx", "ceiling"),
+        help="a whole server under wrk, with callgrind",
+    )
     p.add_argument("--seconds", type=float, default=8.0, help="--live: seconds of wrk counted")
     args = p.parse_args()
     if args.live:
@@ -364,17 +412,30 @@ def main() -> None:
         return
     if args.varied and args.new_connection:
         p.error("--varied and --new-connection are separate scenarios")
-    kind = "new connection per request" if args.new_connection else "varied heads" if args.varied else "repeated heads"
+    kind = (
+        "new connection per request"
+        if args.new_connection
+        else "varied heads"
+        if args.varied
+        else "repeated heads"
+    )
     who = "ceiling" if args.ceiling else args.parser
     if args.instructions:
-        flags = ["--parser", args.parser, *(["--varied"] if args.varied else []),
-                 *(["--new-connection"] if args.new_connection else []), *(["--ceiling"] if args.ceiling else [])]
+        flags = [
+            "--parser",
+            args.parser,
+            *(["--varied"] if args.varied else []),
+            *(["--new-connection"] if args.new_connection else []),
+            *(["--ceiling"] if args.ceiling else []),
+        ]
         import callgrind  # a module beside this script (the tests import this one as loadtest.bench_hotpath)
 
         per = callgrind.per_unit(__file__, "--requests", flags, 2_000, 12_000)
         print(f"{who}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
         return
-    us = run(args.parser, args.requests, args.profile, args.varied, args.new_connection, args.ceiling)
+    us = run(
+        args.parser, args.requests, args.profile, args.varied, args.new_connection, args.ceiling
+    )
     print(f"{who}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
 
 

@@ -32,9 +32,15 @@ from edge.watcher import Watcher
 
 
 def configuration(n: int, port: int = 9000) -> Configuration:
-    routers = {f"r{i}": {"rule": f"Host(`h{i}.test`) && PathPrefix(`/p{i % 7}`)", "service": f"s{i}"} for i in range(n)}
+    routers = {
+        f"r{i}": {"rule": f"Host(`h{i}.test`) && PathPrefix(`/p{i % 7}`)", "service": f"s{i}"}
+        for i in range(n)
+    }
     services = {
-        f"s{i}": {"loadBalancer": {"servers": [{"url": f"http://10.0.{i // 250}.{i % 250}:{port}"}]}} for i in range(n)
+        f"s{i}": {
+            "loadBalancer": {"servers": [{"url": f"http://10.0.{i // 250}.{i % 250}:{port}"}]}
+        }
+        for i in range(n)
     }
     return msgspec.convert({"http": {"routers": routers, "services": services}}, Configuration)
 
@@ -76,7 +82,9 @@ def main() -> None:
         )
     for offload in (False, True):
         stall = loop.run_until_complete(watcher_stall(first, offload))
-        print(f"{args.routers} routers through Watcher + Dataplane, offload={offload}: longest loop stall {stall:.0f} ms")
+        print(
+            f"{args.routers} routers through Watcher + Dataplane, offload={offload}: longest loop stall {stall:.0f} ms"
+        )
     loop.close()
 
 
@@ -85,7 +93,13 @@ async def watcher_stall(conf: Configuration, offload: bool) -> float:
     loop = asyncio.get_running_loop()
     static = msgspec.convert({"entryPoints": {"web": {"address": "127.0.0.1:0"}}}, StaticConfig)
     plane = Dataplane(static, loop)
-    watcher = Watcher(entry_points={"web": "tcp"}, throttle=0.0, listeners=plane.listeners, loop=loop, offload=offload)
+    watcher = Watcher(
+        entry_points={"web": "tcp"},
+        throttle=0.0,
+        listeners=plane.listeners,
+        loop=loop,
+        offload=offload,
+    )
     gaps = [0.0]
     running = True
 

@@ -164,16 +164,22 @@ def certificate(tmp: Path) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def entrypoint(loop: asyncio.AbstractEventLoop, cert: str, key: str) -> tuple[TCPEntryPoint, UpstreamConnection]:
+def entrypoint(
+    loop: asyncio.AbstractEventLoop, cert: str, key: str
+) -> tuple[TCPEntryPoint, UpstreamConnection]:
     """An entrypoint with one HTTPS router for HOST, the bench certificate as the
     default one (as bench.py's edge), and a pooled connection to its server."""
     conf = msgspec.convert(
         {
             "http": {
                 "routers": {"bench": {"rule": f"Host(`{HOST}`)", "service": "backend", "tls": {}}},
-                "services": {"backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
+                "services": {
+                    "backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}
+                },
             },
-            "tls": {"stores": {"default": {"defaultCertificate": {"certFile": cert, "keyFile": key}}}},
+            "tls": {
+                "stores": {"default": {"defaultCertificate": {"certFile": cert, "keyFile": key}}}
+            },
         },
         Configuration,
     )
@@ -203,7 +209,9 @@ class Client:
 
     def open(self) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
         i, o = ssl.MemoryBIO(), ssl.MemoryBIO()
-        obj = self.ctx.wrap_bio(i, o, server_hostname=HOST, session=None if self.full else self.session)
+        obj = self.ctx.wrap_bio(
+            i, o, server_hostname=HOST, session=None if self.full else self.session
+        )
         return obj, i, o
 
 
@@ -283,7 +291,9 @@ def bare_connection(sctx: ssl.SSLContext, client: Client) -> int:
     return len(body)
 
 
-async def measure(n: int, *, bare: bool, keepalive: bool, full: bool, profile: bool, cert: str, key: str) -> float:
+async def measure(
+    n: int, *, bare: bool, keepalive: bool, full: bool, profile: bool, cert: str, key: str
+) -> float:
     loop = asyncio.get_running_loop()
     client = Client(full)
     if bare:
@@ -370,7 +380,7 @@ http {{
 }}
 """
 NGINX_TLS = "ssl_certificate {cert}; ssl_certificate_key {key}; ssl_protocols TLSv1.2 TLSv1.3;"
-NGINX_PROXY = "proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+NGINX_PROXY = 'proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";'
 EDGE_STATIC = """entryPoints: {{web: {{address: "127.0.0.1:{port}"}}}}
 providers: {{file: {{filename: {d}/dynamic.yaml}}}}
 log: {{level: ERROR}}
@@ -391,7 +401,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def client_connection(port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[ssl.SSLSession, bool]:
+def client_connection(
+    port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[ssl.SSLSession, bool]:
     """One resumed (when ``session``) connection: GET with Connection: close, the whole
     answer; the session to offer next, and whether this one was resumed."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
@@ -414,7 +426,14 @@ def client_connection(port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | 
 
 
 def live_run(
-    who: str, n: int, tmp: Path, cert: str, key: str, backend: int, named: bool = False, full: bool = False
+    who: str,
+    n: int,
+    tmp: Path,
+    cert: str,
+    key: str,
+    backend: int,
+    named: bool = False,
+    full: bool = False,
 ) -> tuple[int, dict[str, int]]:
     """The server's instructions (total, by library) over ``n`` resumed connections and a
     probe (``full``: full handshakes, no tickets on either side, as https-handshake-full)."""
@@ -425,22 +444,38 @@ def live_run(
         tls = NGINX_TLS.format(cert=cert, key=key)
         if full:
             tls += " ssl_session_tickets off; ssl_conf_command NumTickets 0;"
-        conf.write_text(NGINX.format(d=tmp, name="subject", backend=backend, port=port, ssl="ssl", tls=tls,
-                                     answer=NGINX_PROXY))
+        conf.write_text(
+            NGINX.format(
+                d=tmp,
+                name="subject",
+                backend=backend,
+                port=port,
+                ssl="ssl",
+                tls=tls,
+                answer=NGINX_PROXY,
+            )
+        )
         argv, stop, cwd = ["nginx", "-c", str(conf), "-p", str(tmp)], signal.SIGTERM, tmp
     else:
         dynamic = EDGE_DYNAMIC.format(host=HOST, backend=backend, cert=cert, key=key)
         if named:
-            dynamic = dynamic[: dynamic.rindex("\ntls:") + 1] + EDGE_NAMED.format(cert=cert, key=key)
+            dynamic = dynamic[: dynamic.rindex("\ntls:") + 1] + EDGE_NAMED.format(
+                cert=cert, key=key
+            )
         if full:  # the tls section is one flow mapping on the last line
-            dynamic = dynamic.rstrip()[:-1] + ", options: {default: {disableSessionTickets: true}}}\n"
+            dynamic = (
+                dynamic.rstrip()[:-1] + ", options: {default: {disableSessionTickets: true}}}\n"
+            )
         (tmp / "dynamic.yaml").write_text(dynamic)
         (tmp / "static.yaml").write_text(EDGE_STATIC.format(port=port, d=tmp))
         argv = [sys.executable, "-m", "edge", "run", "--config", str(tmp / "static.yaml")]
         stop, cwd = signal.SIGINT, Path(__file__).parent.parent
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONHASHSEED="0"),
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONHASHSEED="0"),
     )
     try:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -460,7 +495,9 @@ def live_run(
             session, resumed = client_connection(port, ctx, None if full else session)
             reused += resumed
         if (reused > 0) if full else (reused < n * 0.95):
-            raise SystemExit(f"{who}: sessions {'resumed' if full else 'not resumed'} ({reused}/{n})")
+            raise SystemExit(
+                f"{who}: sessions {'resumed' if full else 'not resumed'} ({reused}/{n})"
+            )
     finally:
         proc.send_signal(stop)
         proc.wait(60)
@@ -471,7 +508,9 @@ def live_run(
 def by_library(out: Path) -> dict[str, int]:
     """Instructions by shared object (callgrind_annotate, self cost)."""
     text = subprocess.run(
-        ["callgrind_annotate", "--threshold=100", "--inclusive=no", str(out)], capture_output=True, text=True
+        ["callgrind_annotate", "--threshold=100", "--inclusive=no", str(out)],
+        capture_output=True,
+        text=True,
     ).stdout
     libs: collections.Counter[str] = collections.Counter()
     for line in text.splitlines():
@@ -482,7 +521,12 @@ def by_library(out: Path) -> dict[str, int]:
 
 
 def live(
-    who: str, small: int = 100, large: int = 600, keep: Path | None = None, named: bool = False, full: bool = False
+    who: str,
+    small: int = 100,
+    large: int = 600,
+    keep: Path | None = None,
+    named: bool = False,
+    full: bool = False,
 ) -> None:
     for tool in ("valgrind", "nginx"):
         if shutil.which(tool) is None:
@@ -491,14 +535,26 @@ def live(
         tmp = Path(name)
         cert, key = certificate(tmp)
         backend = free_port()
-        (tmp / "backend.conf").write_text(NGINX.format(
-            d=tmp, name="backend", backend=free_port(), port=backend, ssl="", tls="",
-            answer='return 200 "hello world\\n";',
-        ))
-        server = subprocess.Popen(["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (tmp / "backend.conf").write_text(
+            NGINX.format(
+                d=tmp,
+                name="backend",
+                backend=free_port(),
+                port=backend,
+                ssl="",
+                tls="",
+                answer='return 200 "hello world\\n";',
+            )
+        )
+        server = subprocess.Popen(
+            ["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
-            (a, la), (b, lb) = (live_run(who, n, tmp, cert, key, backend, named, full) for n in (small, large))
+            (a, la), (b, lb) = (
+                live_run(who, n, tmp, cert, key, backend, named, full) for n in (small, large)
+            )
         finally:
             server.send_signal(signal.SIGQUIT)
             server.wait(30)
@@ -508,7 +564,9 @@ def live(
                 shutil.copy(tmp / f"callgrind.{who}.{n}", keep)
     per = large - small
     kind = "full-handshake" if full else "resumed"
-    print(f"{who}: {(b - a) / per:,.0f} instructions per {kind} TLS connection, server side (callgrind)")
+    print(
+        f"{who}: {(b - a) / per:,.0f} instructions per {kind} TLS connection, server side (callgrind)"
+    )
     for lib in sorted(set(la) | set(lb), key=lambda k: la.get(k, 0) - lb.get(k, 0)):
         cost = (lb.get(lib, 0) - la.get(lib, 0)) / per
         if abs(cost) >= 1000:
@@ -517,36 +575,64 @@ def live(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--connections", type=int, default=2_000, help="units measured (connections, or requests)")
+    p.add_argument(
+        "--connections", type=int, default=2_000, help="units measured (connections, or requests)"
+    )
     p.add_argument("--bare", action="store_true", help="a bare SSLObject server instead of edge")
     p.add_argument("--keepalive", action="store_true", help="requests on one connection")
     p.add_argument("--full", action="store_true", help="full handshakes: the client never resumes")
     p.add_argument("--profile", action="store_true")
-    p.add_argument("--instructions", action="store_true", help="count instructions per unit with callgrind")
-    p.add_argument("--live", choices=("nginx", "edge"), help="the server's side over real sockets (callgrind)")
-    p.add_argument("--keep", type=Path, help="--live: copy its two callgrind files into this folder")
-    p.add_argument("--named", action="store_true", help="--live edge: the certificate picked by name (SNI callback)")
+    p.add_argument(
+        "--instructions", action="store_true", help="count instructions per unit with callgrind"
+    )
+    p.add_argument(
+        "--live", choices=("nginx", "edge"), help="the server's side over real sockets (callgrind)"
+    )
+    p.add_argument(
+        "--keep", type=Path, help="--live: copy its two callgrind files into this folder"
+    )
+    p.add_argument(
+        "--named",
+        action="store_true",
+        help="--live edge: the certificate picked by name (SNI callback)",
+    )
     args = p.parse_args()
     if args.live:
         live(args.live, keep=args.keep, named=args.named, full=args.full)
         return
     who = "bare SSLObject" if args.bare else "edge"
     kind = (
-        "HTTPS keep-alive request" if args.keepalive
+        "HTTPS keep-alive request"
+        if args.keepalive
         else f"TLS connection ({'full handshake' if args.full else 'resumed'}, GET, close)"
     )
     if args.instructions:
-        flags = [f for f, on in (("--bare", args.bare), ("--keepalive", args.keepalive), ("--full", args.full)) if on]
+        flags = [
+            f
+            for f, on in (
+                ("--bare", args.bare),
+                ("--keepalive", args.keepalive),
+                ("--full", args.full),
+            )
+            if on
+        ]
         small, large = (2_000, 12_000) if args.keepalive else (200, 1_200)
         per = callgrind.per_unit(__file__, "--connections", flags, small, large)
         print(f"{who}: {per:,.0f} instructions per {kind} (callgrind)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         cert, key = certificate(Path(tmp))
-        us = uvloop.run(measure(
-            args.connections, bare=args.bare, keepalive=args.keepalive, full=args.full,
-            profile=args.profile, cert=cert, key=key,
-        ))
+        us = uvloop.run(
+            measure(
+                args.connections,
+                bare=args.bare,
+                keepalive=args.keepalive,
+                full=args.full,
+                profile=args.profile,
+                cert=cert,
+                key=key,
+            )
+        )
     print(f"{who}: {us:.1f} us per {kind} ({args.connections}, client included)")
 
 

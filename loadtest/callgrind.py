@@ -29,8 +29,16 @@ def per_unit(script: str, count_flag: str, flags: list[str], small: int, large: 
         for n in (small, large):
             out = Path(tmp) / f"callgrind.{n}"
             done = subprocess.run(
-                [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script,
-                 count_flag, str(n), *flags],
+                [
+                    valgrind,
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out}",
+                    sys.executable,
+                    script,
+                    count_flag,
+                    str(n),
+                    *flags,
+                ],
                 capture_output=True,
                 text=True,
                 env=dict(os.environ, PYTHONHASHSEED="0"),

@@ -31,7 +31,11 @@ class Proc:
     it under a wrapper (``["prlimit", "--nofile=256:256"]``)."""
 
     def __init__(
-        self, args: list[str], cwd: Path | None = None, env: dict | None = None, prefix: list[str] | None = None
+        self,
+        args: list[str],
+        cwd: Path | None = None,
+        env: dict | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -55,7 +59,9 @@ class Proc:
         with self._cond:
             self._cond.notify_all()
 
-    def wait_for(self, pattern: re.Pattern | str, timeout: float = 10.0, start: int = 0) -> re.Match:
+    def wait_for(
+        self, pattern: re.Pattern | str, timeout: float = 10.0, start: int = 0
+    ) -> re.Match:
         rx = re.compile(pattern) if isinstance(pattern, str) else pattern
         deadline = time.monotonic() + timeout
         i = start
@@ -68,7 +74,9 @@ class Proc:
                     i += 1
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.proc.poll() is not None and i >= len(self.lines)):
-                    raise TimeoutError(f"{rx.pattern!r} not seen; log:\n" + "\n".join(self.lines[-40:]))
+                    raise TimeoutError(
+                        f"{rx.pattern!r} not seen; log:\n" + "\n".join(self.lines[-40:])
+                    )
                 self._cond.wait(min(left, 0.1))
 
     def all_matches(self, pattern: str) -> list[re.Match]:
@@ -189,7 +197,15 @@ class Edge(Proc):
             time.sleep(0.02)
 
 
-def get(port: int, path: str = "/", host: str | None = None, headers: dict | None = None, method: str = "GET", body=None, timeout: float = 5.0):
+def get(
+    port: int,
+    path: str = "/",
+    host: str | None = None,
+    headers: dict | None = None,
+    method: str = "GET",
+    body=None,
+    timeout: float = 5.0,
+):
     """(status, headers, body) of one request on a fresh connection; (0, {}, b"") if refused."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -205,7 +221,9 @@ def get(port: int, path: str = "/", host: str | None = None, headers: dict | Non
         conn.close()
 
 
-def read_until_closed(sock: socket.socket, timeout: float, quiet: float | None = None) -> tuple[bytes, bool]:
+def read_until_closed(
+    sock: socket.socket, timeout: float, quiet: float | None = None
+) -> tuple[bytes, bool]:
     """Everything ``sock`` receives, and whether the peer closed (or reset) the connection:
     False when ``timeout`` passed first, or, with ``quiet``, nothing came for that long."""
     sock.settimeout(quiet if quiet is not None else timeout)
@@ -233,7 +251,9 @@ def read_response(s: socket.socket, bodiless: bool = False) -> bytes:
         assert data, buf
         buf += data
     head, _, body = buf.partition(b"\r\n\r\n")
-    length = 0 if bodiless else int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    length = (
+        0 if bodiless else int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    )
     while len(body) < length:
         data = s.recv(65536)
         assert data, buf
@@ -242,7 +262,13 @@ def read_response(s: socket.socket, bodiless: bool = False) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def raw(port: int, data: bytes, timeout: float = 5.0, half_close: bool = False, quiet: float | None = None) -> bytes:
+def raw(
+    port: int,
+    data: bytes,
+    timeout: float = 5.0,
+    half_close: bool = False,
+    quiet: float | None = None,
+) -> bytes:
     """Send bytes on a new connection; everything the server sends until it closes (or
     ``timeout``; with ``quiet``, until nothing came for that long)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:

@@ -25,7 +25,11 @@ def changed_servers(old: Configuration, new: Configuration) -> list[str] | None:
         return None
     a = old.http or _EMPTY
     b = new.http or _EMPTY
-    if a.routers != b.routers or a.middlewares != b.middlewares or a.servers_transports != b.servers_transports:
+    if (
+        a.routers != b.routers
+        or a.middlewares != b.middlewares
+        or a.servers_transports != b.servers_transports
+    ):
         return None
     if a.services.keys() != b.services.keys():
         return None
@@ -35,7 +39,11 @@ def changed_servers(old: Configuration, new: Configuration) -> list[str] | None:
         if before == after:
             continue
         lb0, lb1 = before.load_balancer, after.load_balancer
-        if lb0 is None or lb1 is None or msgspec.structs.replace(lb0, servers=[]) != msgspec.structs.replace(lb1, servers=[]):
+        if (
+            lb0 is None
+            or lb1 is None
+            or msgspec.structs.replace(lb0, servers=[]) != msgspec.structs.replace(lb1, servers=[])
+        ):
             return None
         changed.append(name)
     return changed

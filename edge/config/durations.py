@@ -20,7 +20,14 @@ import math
 import re
 from typing import Any
 
-__all__ = ["Duration", "SignedDuration", "dec_hook", "enc_hook", "format_duration", "parse_duration"]
+__all__ = [
+    "Duration",
+    "SignedDuration",
+    "dec_hook",
+    "enc_hook",
+    "format_duration",
+    "parse_duration",
+]
 
 _UNIT_NS: dict[str, int] = {
     "ns": 1,

@@ -248,7 +248,9 @@ class AddPrefix(Base):
         # It goes into the request line: a space or a line break there would start
         # another part of the line, or another line (a header, a request).
         if _NOT_IN_TARGET.search(self.prefix):
-            raise ValueError(f"addPrefix: prefix {self.prefix!r} holds whitespace or a control character")
+            raise ValueError(
+                f"addPrefix: prefix {self.prefix!r} holds whitespace or a control character"
+            )
 
 
 # What a header edit writes into a head as it is: a token name, and a value of
@@ -274,7 +276,9 @@ class Headers(Base):
                 if not _HEADER_NAME.fullmatch(name):
                     raise ValueError(f"headers.{field}: invalid header name {name!r}")
                 if _NOT_IN_VALUE.search(value):
-                    raise ValueError(f"headers.{field}.{name}: a value may not hold CR, LF or another control character")
+                    raise ValueError(
+                        f"headers.{field}.{name}: a value may not hold CR, LF or another control character"
+                    )
 
 
 class RedirectScheme(Base):

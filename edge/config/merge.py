@@ -208,7 +208,9 @@ def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) 
         )
         if has_tcp
         else None,
-        udp=UDPConfiguration(routers=udp_routers, services=udp_services, servers_transports=udp_transports)
+        udp=UDPConfiguration(
+            routers=udp_routers, services=udp_services, servers_transports=udp_transports
+        )
         if has_udp
         else None,
         tls=TLSConfiguration(certificates=certificates, options=options, stores=stores),
@@ -270,5 +272,7 @@ def _udp_service(service: UDPService, q: _Qualifier) -> UDPService:
         return _replace(service, weighted=_weighted(service.weighted, q))
     lb = service.load_balancer
     if lb is not None and lb.servers_transport:
-        return _replace(service, load_balancer=_replace(lb, servers_transport=q(lb.servers_transport)))
+        return _replace(
+            service, load_balancer=_replace(lb, servers_transport=q(lb.servers_transport))
+        )
     return service

@@ -595,7 +595,9 @@ def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
             for domain in tls.domains:
                 names += [n for n in (domain.main, *domain.sans) if n]
             for name in dict.fromkeys(n.lower() for n in names):
-                reasons += [f"no certificate for {name}: {error}" for error in certs.errors_for(name)]
+                reasons += [
+                    f"no certificate for {name}: {error}" for error in certs.errors_for(name)
+                ]
             if not reasons:
                 continue
             checked = info.copy()
@@ -624,7 +626,9 @@ def _apply_models(
     model is split: one router per model entry point, named ``<entrypoint>-<name>``,
     and the router itself keeps the other entry points.
     """
-    models = {name: tls for name, kind in entry_points.items() if (tls := getattr(kind, "http_tls", None))}
+    models = {
+        name: tls for name, kind in entry_points.items() if (tls := getattr(kind, "http_tls", None))
+    }
     if not models:
         return routers
     out: dict[str, Router] = {}
@@ -644,7 +648,9 @@ def _apply_models(
                 options = model.options
                 if options and options != DEFAULT_TLS:
                     options = qualify(options, split_name(name)[1] or "internal")
-                tls = RouterTLS(cert_resolver=model.cert_resolver, options=options, domains=list(model.domains))
+                tls = RouterTLS(
+                    cert_resolver=model.cert_resolver, options=options, domains=list(model.domains)
+                )
             out[f"{ep}-{name}" if len(eps) > 1 else name] = msgspec.structs.replace(
                 router, entry_points=[ep], tls=tls
             )
@@ -729,7 +735,9 @@ class _TransportTLS:
             error = None
             if tls is not None and (tls.root_cas or tls.certificates):
                 try:
-                    client_tls_context(root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False)
+                    client_tls_context(
+                        root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False
+                    )
                 except ConfigError as exc:
                     error = str(exc)
             self.verdicts[name] = error
@@ -758,7 +766,10 @@ def _check_http_service(
 
 
 def _check_tcp_transport(
-    info: ServiceInfo[TCPService], named: str, transport: TCPServersTransport, tls_errors: _TransportTLS
+    info: ServiceInfo[TCPService],
+    named: str,
+    transport: TCPServersTransport,
+    tls_errors: _TransportTLS,
 ) -> None:
     lb = info.config.load_balancer
     assert lb is not None

@@ -180,7 +180,9 @@ class RedirectEntryPoint(Base):
             raise ValueError("redirections.entryPoint.to must name an entry point or a :port")
         if not self.scheme:
             raise ValueError("redirections.entryPoint.scheme must not be empty")
-        if self.port and not (self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535):
+        if self.port and not (
+            self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535
+        ):
             raise ValueError(f"redirections.entryPoint.port {self.port!r} is not a port")
 
 
@@ -467,7 +469,8 @@ class StaticConfig(Base):
                 continue
             redirect = msgspec.structs.replace(redirect, port=port)
             http = msgspec.structs.replace(
-                ep.http, redirections=msgspec.structs.replace(ep.http.redirections, entry_point=redirect)
+                ep.http,
+                redirections=msgspec.structs.replace(ep.http.redirections, entry_point=redirect),
             )
             changed[name] = msgspec.structs.replace(ep, http=http)
         if changed:
@@ -486,7 +489,9 @@ class StaticConfig(Base):
         Each value is an :class:`EntryPointKind`: the protocol, carrying the entry
         point's ``http.tls`` for the runtime's validation to apply.
         """
-        return {name: EntryPointKind(ep.protocol, ep.http.tls) for name, ep in self.entry_points.items()}
+        return {
+            name: EntryPointKind(ep.protocol, ep.http.tls) for name, ep in self.entry_points.items()
+        }
 
 
 class EntryPointKind(str):
@@ -510,11 +515,15 @@ class EntryPointKind(str):
         return (EntryPointKind, (str(self), self.http_tls))
 
 
-def usable_cpus(environ: Mapping[str, str] = os.environ, cgroup_root: str = "/sys/fs/cgroup") -> int:
+def usable_cpus(
+    environ: Mapping[str, str] = os.environ, cgroup_root: str = "/sys/fs/cgroup"
+) -> int:
     """The CPUs this process may use: the least of its CPU affinity, its cgroup's CPU
     quota (rounded up) and ``EDGE_CPU_LIMIT`` (a pod's CPU limit, passed through the
     Downward API by the DaemonSet). In a container the CPU count alone is the node's."""
-    counts = [len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1]
+    counts = [
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ]
     quota = _cgroup_quota(cgroup_root)
     if quota:
         counts.append(quota)

@@ -132,7 +132,9 @@ class TCPEntryPoint:
             name=name,
             loop=loop,
             connections=self.connections,
-            http=lambda client: HTTPConnection(self.http, Arrival(client=client) if client else None),
+            http=lambda client: HTTPConnection(
+                self.http, Arrival(client=client) if client else None
+            ),
             https=self._https_connection,
             timeout=peek_timeout,
             handshake_timeout=handshake_timeout,
@@ -168,12 +170,18 @@ class TCPEntryPoint:
     def switch(self, routers: RouterSet) -> None:
         """Serve ``routers`` from now on (each slot is one assignment)."""
         self.routers = routers
-        self.http.router = RedirectRouter(self.name, self.redirect, routers.http) if self.redirect else routers.http
+        self.http.router = (
+            RedirectRouter(self.name, self.redirect, routers.http)
+            if self.redirect
+            else routers.http
+        )
         self.https.router = routers.https or EMPTY_ROUTER
         for options, ctx in self.https_checked.items():
             ctx.router = self._checked_router(options)
 
-    def _https_connection(self, sni: str | None, client: Address | None, options: str | None = None) -> HTTPConnection:
+    def _https_connection(
+        self, sni: str | None, client: Address | None, options: str | None = None
+    ) -> HTTPConnection:
         """The HTTP connection over TLS edge terminated for ``sni`` with TLS ``options``
         (None: the entrypoint's only options, which every host shares)."""
         ctx = self.https if options is None else self.https_checked.get(options)
@@ -187,7 +195,9 @@ class TCPEntryPoint:
     def _checked_router(self, options: str) -> HTTPRouter | SNICheckRouter:
         https = self.routers.https or EMPTY_ROUTER
         tcp = self.routers.tcp
-        return SNICheckRouter(https, options, tcp) if tcp is not None and tcp.mixed_options else https
+        return (
+            SNICheckRouter(https, options, tcp) if tcp is not None and tcp.mixed_options else https
+        )
 
     def bound(self, ports: dict[str, int]) -> None:
         """Every entry point is bound (``ports``: name -> bound port): a redirect to
@@ -273,7 +283,10 @@ class TCPEntryPoint:
 
     def sweep_interval(self) -> float:
         t = self.config.transport.responding_timeouts
-        shortest = min((x for x in (t.read_timeout, t.write_timeout, t.idle_timeout) if x > 0), default=SWEEP_MAX)
+        shortest = min(
+            (x for x in (t.read_timeout, t.write_timeout, t.idle_timeout) if x > 0),
+            default=SWEEP_MAX,
+        )
         return max(SWEEP_MIN, min(SWEEP_MAX, shortest / 4))
 
     async def drain(self, grace: float) -> None:
@@ -339,8 +352,14 @@ class SNICheckRouter:
         self.inner = inner
         self.options = options
         self.tcp = tcp
-        self.by_host = {host: route for host, route in inner.by_host.items() if tcp.https_options(host) == options}
-        self.misdirected = Route("snicheck@internal", _NoService(), Pipeline([_Misdirected(options)]))  # type: ignore[arg-type]
+        self.by_host = {
+            host: route
+            for host, route in inner.by_host.items()
+            if tcp.https_options(host) == options
+        }
+        self.misdirected = Route(
+            "snicheck@internal", _NoService(), Pipeline([_Misdirected(options)])
+        )  # type: ignore[arg-type]
 
     def match(self, view) -> Route | None:
         if self.tcp.https_options(view.host) != self.options:
@@ -359,7 +378,9 @@ class _Misdirected(Middleware):
         self.options = options
 
     def request(self, fwd: Forward) -> Answer | None:
-        log.debug("TLS options differ: the connection's %s, host %s's others: 421", self.options, fwd.host)
+        log.debug(
+            "TLS options differ: the connection's %s, host %s's others: 421", self.options, fwd.host
+        )
         return Answer(421, b"", b"Misdirected Request\n")
 
 
@@ -381,7 +402,12 @@ class _Redirect(RedirectScheme):
         return Answer(self.status, b"Location: %s\r\n" % location, _REASONS[self.status])
 
 
-_REASONS = {301: b"Moved Permanently", 302: b"Found", 307: b"Temporary Redirect", 308: b"Permanent Redirect"}
+_REASONS = {
+    301: b"Moved Permanently",
+    302: b"Found",
+    307: b"Temporary Redirect",
+    308: b"Permanent Redirect",
+}
 
 
 class _NoService:

@@ -206,7 +206,14 @@ class QuickRequestHead(RequestHead):
     expect_continue = False
 
     def __init__(
-        self, method: bytes, target: bytes, version: bytes, keep_alive: bool, raw: bytes, host: bytes, cut: bytes
+        self,
+        method: bytes,
+        target: bytes,
+        version: bytes,
+        keep_alive: bool,
+        raw: bytes,
+        host: bytes,
+        cut: bytes,
     ) -> None:
         self.method = method
         self.target = target
@@ -233,7 +240,13 @@ class QuickResponseHead(ResponseHead):
     has_body = True
 
     def __init__(
-        self, status: int, reason: bytes, keep_alive: bool, content_length: int, raw: bytes, cut: bytes
+        self,
+        status: int,
+        reason: bytes,
+        keep_alive: bool,
+        content_length: int,
+        raw: bytes,
+        cut: bytes,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -261,7 +274,11 @@ class RequestParser(Protocol):
     """
 
     def __init__(
-        self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100, memo: object = None
+        self,
+        handler: Handler,
+        max_header_bytes: int = 1 << 20,
+        max_header_count: int = 100,
+        memo: object = None,
     ) -> None: ...
 
     @staticmethod

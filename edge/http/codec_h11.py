@@ -309,7 +309,11 @@ class RequestParser(_Base):
     __slots__ = ("_count",)
 
     def __init__(
-        self, handler: Handler, max_header_bytes: int = 1 << 20, max_header_count: int = 100, memo: None = None
+        self,
+        handler: Handler,
+        max_header_bytes: int = 1 << 20,
+        max_header_count: int = 100,
+        memo: None = None,
     ) -> None:
         super().__init__(handler, max_header_bytes)
         self._count = max_header_count
@@ -352,8 +356,8 @@ class RequestParser(_Base):
         target = event.target
         check_target(target)
         headers = split_header_lines(head, head.find(b"\r\n") + 2, len(head))
-        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = request_framing(
-            version, headers
+        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = (
+            request_framing(version, headers)
         )
         self._keep_alive = keep_alive
         self._handler.on_head(

@@ -219,7 +219,9 @@ class _Base:
         self._max = max_header_bytes
         self._state = _HEAD
         self._partial: bytearray | None = None
-        self.head_started = False  # _partial holds a head begun (a plain attribute: read per exchange)
+        self.head_started = (
+            False  # _partial holds a head begun (a plain attribute: read per exchange)
+        )
         self._llhttp_state()
 
     def _llhttp_state(self) -> None:
@@ -290,8 +292,12 @@ class _Base:
 
     def _chunk_start(self) -> None:
         """A chunked body starts: its first chunk-size line is next (see ``_chunk_sizes``)."""
-        self._chunk_at = 0  # bytes before the next chunk-size line; -1: none (the last chunk's was read)
-        self._chunk_size = -1  # the value of the digits of the line in progress; -1: none in progress
+        self._chunk_at = (
+            0  # bytes before the next chunk-size line; -1: none (the last chunk's was read)
+        )
+        self._chunk_size = (
+            -1
+        )  # the value of the digits of the line in progress; -1: none in progress
         self._chunk_ext = False  # past its digits: the rest of the line is skipped
 
     def _chunk_sizes(self, data: bytes, pos: int, cut: int) -> int:
@@ -397,7 +403,11 @@ class Varying:
         # The search is linear in the heads' size (a few passes): only heads of the
         # usual sizes are cut, so a client's large heads cost no more than parsing.
         split = volatile_lines(old, new) if len(new) <= _VARY_MAX else None
-        self.cut = None if split is None else (split[0], split[1], len(split[0]), len(split[1]), split[2], *read)
+        self.cut = (
+            None
+            if split is None
+            else (split[0], split[1], len(split[0]), len(split[1]), split[2], *read)
+        )
 
 
 class Memo:
@@ -452,7 +462,9 @@ class RequestParser(_Base):
         if memo is None:
             memo = Memo()
         self._memo = memo
-        self._seen = memo.seen  # (header lines, Host, Connection, cut, request, head) of the last quick head
+        self._seen = (
+            memo.seen
+        )  # (header lines, Host, Connection, cut, request, head) of the last quick head
         self._vary = memo.vary
         # _parser, _feed and _get_method: set by _llhttp when the full path first runs
 
@@ -503,8 +515,8 @@ class RequestParser(_Base):
             check_target(url)
         headers = self._headers
         self._headers = []
-        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = request_framing(
-            version, headers
+        keep_alive, chunked, content_length, upgrade, expect_continue, through, host = (
+            request_framing(version, headers)
         )
         self._keep_alive = keep_alive
         if upgrade:
@@ -619,7 +631,13 @@ class RequestParser(_Base):
                 if cut:
                     cut = data[: line.end() - 2] + cut
                 return QuickRequestHead(
-                    method, target, b"1.1" if minor == b"1" else b"1.0", keep_alive, data, host, cut or data
+                    method,
+                    target,
+                    b"1.1" if minor == b"1" else b"1.0",
+                    keep_alive,
+                    data,
+                    host,
+                    cut or data,
                 )
         line = _PLAIN_REQUEST_LINE.match(data)
         if line is None:
@@ -956,7 +974,11 @@ class ResponseParser(_Base):
         if method is None or method == b"HEAD" or self._state != _HEAD or self._partial is not None:
             return None
         seen = self._seen
-        if seen is not None and data.startswith(seen.raw) and len(data) - len(seen.raw) == seen.content_length:
+        if (
+            seen is not None
+            and data.startswith(seen.raw)
+            and len(data) - len(seen.raw) == seen.content_length
+        ):
             # The head of the last quick response again (a server repeats its
             # heads byte for byte within the second of its Date): the same head.
             if not seen.keep_alive:

@@ -124,12 +124,16 @@ class HTTPContext:
         self.write_timeout = write_timeout
         self.idle_timeout = idle_timeout
         self.insecure = insecure
-        self.trusted_networks = tuple(unmapped_network(ipaddress.ip_network(n, strict=False)) for n in trusted_ips)
+        self.trusted_networks = tuple(
+            unmapped_network(ipaddress.ip_network(n, strict=False)) for n in trusted_ips
+        )
         self.scheme = scheme
         self.default_port = b"443" if scheme == b"https" else b"80"
         self.internal = internal
         self.access_log = access_log
-        self.sanitize_path = sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
+        self.sanitize_path = (
+            sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
+        )
         self.router: HTTPRouter = EMPTY_ROUTER
         self.connections: set = set() if connections is None else connections
         self.closing = False
@@ -137,7 +141,9 @@ class HTTPContext:
         self.quick_parse = internal is None and hasattr(request_parser, "quick")  # the express path
         self.trust_some = bool(self.trusted_networks)
         self.hosts: dict[bytes, tuple[str, bytes]] = {}  # Host value -> (host, forwarded port)
-        self.forwardings: dict[tuple[bytes, bytes], bytes] = {}  # (client IP, Host value) -> forwarding lines
+        self.forwardings: dict[
+            tuple[bytes, bytes], bytes
+        ] = {}  # (client IP, Host value) -> forwarding lines
 
     def host_port(self, authority: bytes) -> tuple[str | None, bytes]:
         """(host, forwarded port) of a Host value, remembered for the next connection
@@ -194,7 +200,9 @@ class Arrival:
 
     __slots__ = ("alpn", "client", "sni")
 
-    def __init__(self, client: tuple[str, int] | None = None, sni: str | None = None, alpn: str | None = None) -> None:
+    def __init__(
+        self, client: tuple[str, int] | None = None, sni: str | None = None, alpn: str | None = None
+    ) -> None:
         self.client = client
         self.sni = sni
         self.alpn = alpn
@@ -275,7 +283,9 @@ class HTTPConnection(asyncio.Protocol):
         self.ctx = ctx
         self.loop = ctx.loop
         self.arrival = arrival
-        self.parser = ctx.request_parser(self, ctx.max_header_bytes, ctx.max_header_count, ctx.request_memo)
+        self.parser = ctx.request_parser(
+            self, ctx.max_header_bytes, ctx.max_header_count, ctx.request_memo
+        )
         # transport, client_ip, client_ip_b, deadline and deadline_kind: set by
         # connection_made, which comes before any other call (not twice per connection).
         self.trusted = False
@@ -287,7 +297,9 @@ class HTTPConnection(asyncio.Protocol):
         self.fed = False  # the parser's feed ran (not its quick path alone): it may hold a cycle
         self.authority = b""  # the last Host of this connection, its parse,
         self.hostport: tuple[str | None, bytes] = ("", b"")
-        self.forwarding = b""  # ...and the forwarding lines of a passthrough head (made on first use)
+        self.forwarding = (
+            b""  # ...and the forwarding lines of a passthrough head (made on first use)
+        )
         self.out: list[bytes] | None = None  # client writes batched during an upstream feed
         self.up_out: list[bytes] | None = None  # upstream writes batched during a client feed
         self.write_deadline = 0.0  # writeTimeout's, while a BODY deadline comes first
@@ -301,9 +313,15 @@ class HTTPConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         arrival = self.arrival
-        peer = arrival.client if arrival is not None and arrival.client else transport.get_extra_info("peername")
+        peer = (
+            arrival.client
+            if arrival is not None and arrival.client
+            else transport.get_extra_info("peername")
+        )
         ip = peer[0] if peer else ""
-        if ":" in ip and ip.startswith("::ffff:") and "." in ip:  # an IPv4 client of a dual-stack socket
+        if (
+            ":" in ip and ip.startswith("::ffff:") and "." in ip
+        ):  # an IPv4 client of a dual-stack socket
             ip = ip[7:]
         self.client_ip = ip
         self.client_ip_b = ip.encode()
@@ -311,7 +329,9 @@ class HTTPConnection(asyncio.Protocol):
         if ctx.insecure or ctx.trust_some:
             self.trusted = ctx.is_trusted(ip)
         ctx.connections.add(self)
-        if ctx.read_timeout > 0:  # Go's server reads the first request against readTimeout from the accept
+        if (
+            ctx.read_timeout > 0
+        ):  # Go's server reads the first request against readTimeout from the accept
             self.deadline_kind = FIRST
             self.deadline = self.loop.time() + ctx.read_timeout
         elif ctx.idle_timeout > 0:
@@ -347,7 +367,9 @@ class HTTPConnection(asyncio.Protocol):
                     if route is not None and route.express and head.version == b"1.1":
                         forwarding = self.forwarding
                         if not forwarding:
-                            forwarding = self.forwarding = ctx.forwarding(self.client_ip_b, authority, self.hostport[1])
+                            forwarding = self.forwarding = ctx.forwarding(
+                                self.client_ip_b, authority, self.hostport[1]
+                            )
                         if ex.express_start(route, forwarding):
                             return
                     ex.begin()
@@ -669,7 +691,12 @@ class HTTPConnection(asyncio.Protocol):
         out = self.up_out
         self.up_out = None
         ex = self.ex
-        if out and ex is not None and ex.upstream is not None and not ex.upstream.transport.is_closing():
+        if (
+            out
+            and ex is not None
+            and ex.upstream is not None
+            and not ex.upstream.transport.is_closing()
+        ):
             ex.upstream.transport.writelines(out)
 
     def abort(self) -> None:
@@ -722,13 +749,19 @@ class HTTPConnection(asyncio.Protocol):
         if transport is None:
             return
         if kind == HEAD:
-            log.debug("%s: request head from %s not complete within readTimeout", self.ctx.name, self.client_ip)
+            log.debug(
+                "%s: request head from %s not complete within readTimeout",
+                self.ctx.name,
+                self.client_ip,
+            )
             transport.write(forward.error_response(408, close=True))
             transport.close()
         elif kind == BODY:
             self._body_timed_out()
         elif kind == WRITE:
-            log.warning("%s: response to %s not complete within writeTimeout", self.ctx.name, self.client_ip)
+            log.warning(
+                "%s: response to %s not complete within writeTimeout", self.ctx.name, self.client_ip
+            )
             transport.abort()
         else:
             transport.close()
@@ -738,7 +771,11 @@ class HTTPConnection(asyncio.Protocol):
         client_body_timeout, 408 if no answer began (else an abort); the upstream
         request is aborted either way."""
         ex = self.ex
-        log.info("%s: request body from %s not complete within readTimeout", self.ctx.name, self.client_ip)
+        log.info(
+            "%s: request body from %s not complete within readTimeout",
+            self.ctx.name,
+            self.client_ip,
+        )
         if ex is None or ex.resp_started:
             self.client_gone("request body not complete within readTimeout", status=408)
             return

@@ -56,7 +56,9 @@ def replayable(head: RequestHead) -> bool:
     method, or one carrying ``Idempotency-Key`` / ``X-Idempotency-Key``)."""
     if head.method in IDEMPOTENT:
         return True
-    return any(name.lower() in (b"idempotency-key", b"x-idempotency-key") for name, _ in head.headers)
+    return any(
+        name.lower() in (b"idempotency-key", b"x-idempotency-key") for name, _ in head.headers
+    )
 
 
 class Exchange:
@@ -111,7 +113,9 @@ class Exchange:
         self.retried = False
         self.status = 0
         self.sent = 0
-        self.started = time.perf_counter() if conn.ctx.access_log is not None else 0.0  # loop.time() has 1 ms steps under uvloop
+        self.started = (
+            time.perf_counter() if conn.ctx.access_log is not None else 0.0
+        )  # loop.time() has 1 ms steps under uvloop
 
     # -- starting -------------------------------------------------------------------
 
@@ -162,7 +166,9 @@ class Exchange:
         if conn.write_paused:
             upstream.pause_reading()
         if transport.response_header_timeout:
-            self.header_timer = conn.loop.call_later(transport.response_header_timeout, self._response_header_timeout)
+            self.header_timer = conn.loop.call_later(
+                transport.response_header_timeout, self._response_header_timeout
+            )
         return True
 
     def begin(self) -> None:
@@ -190,7 +196,9 @@ class Exchange:
             if answer is not None:
                 status, body, content_type, lines = answer
                 close = not self.answer_keeps_alive()
-                own = forward.own_response(status, body, close=close, content_type=content_type, lines=lines)
+                own = forward.own_response(
+                    status, body, close=close, content_type=content_type, lines=lines
+                )
                 self._answer(own, status)
                 return
 
@@ -213,7 +221,15 @@ class Exchange:
         pipeline = route.pipeline
         fwd = None
         if pipeline.steps:
-            fwd = Forward(host, path, query, head.method, authority, ctx.scheme, head if conn.trusted else None)
+            fwd = Forward(
+                host,
+                path,
+                query,
+                head.method,
+                authority,
+                ctx.scheme,
+                head if conn.trusted else None,
+            )
             for step in pipeline.steps:
                 answer = step.request(fwd)
                 if answer is not None:
@@ -225,7 +241,11 @@ class Exchange:
         self.response_edits = pipeline.response_edits
         backend = route.service.pick()
         if backend is None:
-            self.answer_error(HTTPError(f"router {route.name}: service {route.service.name} has no server", status=503))
+            self.answer_error(
+                HTTPError(
+                    f"router {route.name}: service {route.service.name} has no server", status=503
+                )
+            )
             return
         self.backend = backend
         edits = pipeline.request_edits
@@ -357,7 +377,11 @@ class Exchange:
     def _response_header_timeout(self) -> None:
         self.header_timer = None
         if self.conn.ex is self and not self.resp_started:
-            self._upstream_error(UpstreamTimeout(f"no response head within {self.backend.transport.response_header_timeout}s"))
+            self._upstream_error(
+                UpstreamTimeout(
+                    f"no response head within {self.backend.transport.response_header_timeout}s"
+                )
+            )
 
     def _cancel_header_timer(self) -> None:
         if self.header_timer is not None:
@@ -426,7 +450,9 @@ class Exchange:
     def upstream_head(self, head: ResponseHead) -> None:
         self._cancel_header_timer()
         if head.status == 101 and not (self.head.upgrade and self.upgrade_rest is not None):
-            self._upstream_error(UpstreamConnectError("upstream switched protocols without an upgrade request"))
+            self._upstream_error(
+                UpstreamConnectError("upstream switched protocols without an upgrade request")
+            )
             return
         self.resp_head = head
         self.resp_started = True
@@ -591,7 +617,11 @@ class Exchange:
             self.dial_task = self.conn.loop.create_task(self._dial())
             return
         self.upstream = None
-        self._upstream_error(UpstreamConnectError(f"upstream closed the connection before responding ({exc or 'EOF'})"))
+        self._upstream_error(
+            UpstreamConnectError(
+                f"upstream closed the connection before responding ({exc or 'EOF'})"
+            )
+        )
 
     def upstream_failed(self, exc: HTTPError, upstream: UpstreamConnection) -> None:
         """The upstream sent bytes that are not a valid response: a 502 while nothing
@@ -653,13 +683,18 @@ class Exchange:
 
     def _answer_own(self, answer: Answer) -> None:
         close = not self.answer_keeps_alive()
-        self._answer(forward.own_response(answer.status, answer.body, close=close, lines=answer.lines), answer.status)
+        self._answer(
+            forward.own_response(answer.status, answer.body, close=close, lines=answer.lines),
+            answer.status,
+        )
 
     def answer_error(self, exc: HTTPError) -> None:
         if isinstance(exc, ProtocolError):  # a malformed request: 4xx, then the connection closes
             self.keep_alive = False
         close = not self.answer_keeps_alive()
-        self._answer(forward.error_response(exc.status, close=close, edits=self.response_edits), exc.status)
+        self._answer(
+            forward.error_response(exc.status, close=close, edits=self.response_edits), exc.status
+        )
 
     # -- the record --------------------------------------------------------------------
 

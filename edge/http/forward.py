@@ -61,7 +61,11 @@ class HeaderEdits:
     def __init__(self, headers: list[Header]) -> None:
         self.pairs = tuple(headers)
         self.names = frozenset(name.lower() for name, _ in headers)
-        self.values = [(n, v) for n, v in headers if v and n.lower() not in HOP_BY_HOP and n.lower() not in MANAGED]
+        self.values = [
+            (n, v)
+            for n, v in headers
+            if v and n.lower() not in HOP_BY_HOP and n.lower() not in MANAGED
+        ]
         self.managed = {n.lower(): (n, v) for n, v in headers if n.lower() in MANAGED}
 
     def __bool__(self) -> bool:
@@ -224,13 +228,25 @@ def request_head(
                 elif lname == b"x-forwarded-port":
                     xfport = value
                 elif lname == b"x-real-ip":
-                    real_ip = real_ip or value  # Traefik sets it only where a trusted request has none
+                    real_ip = (
+                        real_ip or value
+                    )  # Traefik sets it only where a trusted request has none
                 elif lname == b"x-forwarded-prefix" and lname not in extra_names:
-                    out += (name, b": ", value, b"\r\n")  # kept; a stripPrefix adds its own after it
+                    out += (
+                        name,
+                        b": ",
+                        value,
+                        b"\r\n",
+                    )  # kept; a stripPrefix adds its own after it
                 elif lname in FORWARDED_KEPT and lname not in extra_names:
                     out += (name, b": ", value, b"\r\n")  # a Connection token does not drop it
                 elif lname == RFC_FORWARDED and lname not in tokens and lname not in extra_names:
-                    out += (name, b": ", value, b"\r\n")  # a Connection token drops it, as in Traefik
+                    out += (
+                        name,
+                        b": ",
+                        value,
+                        b"\r\n",
+                    )  # a Connection token drops it, as in Traefik
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:
@@ -238,7 +254,15 @@ def request_head(
             out += (name, b": ", value, b"\r\n")
     if managed:
         _managed_lines(
-            out, managed, xff, xfproto or proto, xfhost or forwarded_host, xfport or forwarded_port, client_ip, real_ip or client_ip, prefix
+            out,
+            managed,
+            xff,
+            xfproto or proto,
+            xfhost or forwarded_host,
+            xfport or forwarded_port,
+            client_ip,
+            real_ip or client_ip,
+            prefix,
         )
     else:
         out += (
@@ -304,7 +328,9 @@ def _managed_lines(
             out += (name, b": ", value, b"\r\n")
 
 
-def cut_connection(raw: bytes, through: tuple[Header, ...], keep_alive: bool = False) -> bytes | None:
+def cut_connection(
+    raw: bytes, through: tuple[Header, ...], keep_alive: bool = False
+) -> bytes | None:
     """A head's bytes without its Connection line (``through`` names it, if any).
 
     ``through`` comes from :func:`edge.http.headers.passthrough`. A Connection
@@ -323,7 +349,9 @@ def cut_connection(raw: bytes, through: tuple[Header, ...], keep_alive: bool = F
     return raw[: span[0]] + raw[span[1] :]
 
 
-def passthrough_request(raw: bytes, client_ip: bytes, proto: bytes, host: bytes, port: bytes) -> bytes:
+def passthrough_request(
+    raw: bytes, client_ip: bytes, proto: bytes, host: bytes, port: bytes
+) -> bytes:
     """The client's own head bytes with edge's forwarding headers appended.
 
     Only for heads that need nothing else (see ``RequestHead.passthrough``): no
@@ -364,7 +392,13 @@ def upstream_request(
     its own bytes (a quick parse's ``cut`` when there is one), minus a Connection
     line, plus edge's forwarding headers; anything else is rebuilt.
     """
-    if target is None and host is None and edits is None and head.version == b"1.1" and head.target[:1] == b"/":
+    if (
+        target is None
+        and host is None
+        and edits is None
+        and head.version == b"1.1"
+        and head.target[:1] == b"/"
+    ):
         raw = head.cut if keep_alive else None
         if raw is None:
             through = head.passthrough
@@ -375,7 +409,9 @@ def upstream_request(
     if target is None:  # origin-form upstream, whatever form the client used
         path, query, _ = split_target(head.target)
         target = path + b"?" + query if query else path
-    if host is None:  # passHostHeader: the client's Host, or one a middleware set (req.Host in Traefik)
+    if (
+        host is None
+    ):  # passHostHeader: the client's Host, or one a middleware set (req.Host in Traefik)
         host = authority
         if edits is not None and b"host" in edits.managed:
             host = edits.managed[b"host"][1] or authority  # an empty one: no effect
@@ -393,7 +429,9 @@ def upstream_request(
     )
 
 
-def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: HeaderEdits | None) -> bytes:
+def client_response(
+    head: ResponseHead, keep_alive: bool, chunked: bool, edits: HeaderEdits | None
+) -> bytes:
     """The response head sent to the client: the one writer for every path.
 
     ``keep_alive``: the client connection stays open; ``chunked``: edge re-frames
@@ -401,7 +439,12 @@ def client_response(head: ResponseHead, keep_alive: bool, chunked: bool, edits: 
     the upstream's own bytes (a quick parse's ``cut`` when the connection stays
     open) minus its Connection line; anything else is rebuilt.
     """
-    if edits is None and head.version == b"1.1" and head.status != 101 and (chunked or not head.chunked):
+    if (
+        edits is None
+        and head.version == b"1.1"
+        and head.status != 101
+        and (chunked or not head.chunked)
+    ):
         if keep_alive and head.cut is not None:
             return head.cut
         if type(head) is QuickResponseHead:  # closing (a kept-alive one returned its cut)
@@ -497,7 +540,9 @@ def own_response(
     (its Content-Type replaced or, empty, removed; framing stays edge's)."""
     if edits is not None:
         extra = [*edits.values, *edits.managed.values()]
-        lines += b"".join(b"%s: %s\r\n" % (n, v) for n, v in extra if v and n.lower() != b"content-type")
+        lines += b"".join(
+            b"%s: %s\r\n" % (n, v) for n, v in extra if v and n.lower() != b"content-type"
+        )
         if b"content-type" in edits.names:
             content_type = next(v for n, v in edits.pairs if n.lower() == b"content-type")
     return b"HTTP/1.1 %d %s\r\n%s%sContent-Length: %d\r\n%s\r\n%s" % (
@@ -513,7 +558,11 @@ def own_response(
 
 def error_response(status: int, *, close: bool, edits: HeaderEdits | None = None) -> bytes:
     """The answer to an error edge answers itself; the body names nothing internal."""
-    body = b"404 page not found\n" if status == 404 else b"%d %s\n" % (status, reason(status) or b"Error")
+    body = (
+        b"404 page not found\n"
+        if status == 404
+        else b"%d %s\n" % (status, reason(status) or b"Error")
+    )
     return own_response(status, body, close=close, edits=edits)
 
 

@@ -100,20 +100,23 @@ def _spellings(name: bytes) -> list[bytes]:
 # spelling with underscores; a trusted client's go on as they came. Edge writes
 # none of them, so a backend trusting them (a client certificate, the original
 # URI or method) must not get a client's own.
-FORWARDED_KEPT = frozenset(
-    spelling
-    for name in (
-        *FORWARDED,
-        b"x-forwarded-server",
-        b"x-forwarded-uri",
-        b"x-forwarded-method",
-        b"x-forwarded-scheme",
-        b"x-forwarded-tls-client-cert",
-        b"x-forwarded-tls-client-cert-info",
-        b"x-scheme",
+FORWARDED_KEPT = (
+    frozenset(
+        spelling
+        for name in (
+            *FORWARDED,
+            b"x-forwarded-server",
+            b"x-forwarded-uri",
+            b"x-forwarded-method",
+            b"x-forwarded-scheme",
+            b"x-forwarded-tls-client-cert",
+            b"x-forwarded-tls-client-cert-info",
+            b"x-scheme",
+        )
+        for spelling in _spellings(name)
     )
-    for spelling in _spellings(name)
-) - FORWARDED
+    - FORWARDED
+)
 # RFC 7239's Forwarded (for=, by=, host=, proto=): edge writes none, and a backend
 # reading one must not get a client's own, so it goes as X-Forwarded-* do: dropped
 # from an untrusted client, kept as it came from a trusted one. (Traefik's proxy
@@ -131,6 +134,7 @@ _FRAMING_NAMES = dict.fromkeys(HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {RFC_FO
     b"expect": _EXPECT,
 }
 
+
 # Any header line whose name the framing rules read, in a lowercased head. A head
 # where this finds only Host (and at most a plain Connection) needs none of them:
 # the httptools codec parses such heads without a header list (its quick path).
@@ -141,7 +145,9 @@ def _alternation(words: list[bytes]) -> bytes:
     for word in words:
         branches.setdefault(word[:1], []).append(word[1:])
     ends = b"" in branches.pop(b"", [None])
-    alternatives = [re.escape(first) + _alternation(rest) for first, rest in sorted(branches.items())]
+    alternatives = [
+        re.escape(first) + _alternation(rest) for first, rest in sorted(branches.items())
+    ]
     if not alternatives:
         return b""
     if len(alternatives) == 1 and not ends:
@@ -154,9 +160,15 @@ def _alternation(words: list[bytes]) -> bytes:
 # per line, where the first three are empty but for the one that names the line;
 # all three empty: another of those names. Names match in any case; the value has
 # its leading whitespace dropped, not its trailing.
-_QUICK_OTHERS = [name for name in sorted(_FRAMING_NAMES) if name not in (b"host", b"connection", b"content-length")]
+_QUICK_OTHERS = [
+    name
+    for name in sorted(_FRAMING_NAMES)
+    if name not in (b"host", b"connection", b"content-length")
+]
 QUICK_HEADERS = re.compile(
-    rb"\r\n(?i:(host)|(connection)|(content-length)|" + _alternation(_QUICK_OTHERS) + rb")[ \t]*:[ \t]*([^\r\n]*)"
+    rb"\r\n(?i:(host)|(connection)|(content-length)|"
+    + _alternation(_QUICK_OTHERS)
+    + rb")[ \t]*:[ \t]*([^\r\n]*)"
 )
 
 # What llhttp accepts between two parts of a checked head (see volatile_lines): a
@@ -166,9 +178,14 @@ QUICK_HEADERS = re.compile(
 # field the framing rules read. FIELD_LINES[k] for k up to 8.
 _VALUE = rb"[\t -~\x80-\xff]*"
 _LINE = (
-    rb"\r\n(?!(?i:" + _alternation(sorted(_FRAMING_NAMES)) + rb"):)[!#$%&'*+\-.^_`|~0-9A-Za-z]+:" + _VALUE
+    rb"\r\n(?!(?i:"
+    + _alternation(sorted(_FRAMING_NAMES))
+    + rb"):)[!#$%&'*+\-.^_`|~0-9A-Za-z]+:"
+    + _VALUE
 )
-FIELD_LINES = tuple(re.compile(_VALUE + (b"(?:" + _LINE + b"){%d}" % k if k else b"")) for k in range(9))
+FIELD_LINES = tuple(
+    re.compile(_VALUE + (b"(?:" + _LINE + b"){%d}" % k if k else b"")) for k in range(9)
+)
 
 
 def volatile_lines(old: bytes, new: bytes) -> tuple[bytes, bytes, int] | None:

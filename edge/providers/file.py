@@ -56,7 +56,9 @@ OFFLOAD_BYTES = 64 * 1024  # a source this large is decoded in a thread (about 3
 _Stat = tuple[tuple[str, int, int, int], ...]  # (path, inode, mtime_ns, size) per file
 # what a read found: the configuration (or why there is none), each file's part, the
 # errors of files left out or kept at their last good version, the notices
-_Loaded = tuple[Configuration | ConfigError, dict[str, Configuration], list[ConfigError], list[Unsupported]]
+_Loaded = tuple[
+    Configuration | ConfigError, dict[str, Configuration], list[ConfigError], list[Unsupported]
+]
 
 
 def load_file_provider(

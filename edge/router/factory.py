@@ -36,7 +36,9 @@ class _Builder:
         self.pipelines: dict[tuple[str, ...], Pipeline] = {}
 
     def service(self, name: str) -> Service | None:
-        return build_service(name, self.services, self.runtime.http_services, self.load_balancer, Weighted)
+        return build_service(
+            name, self.services, self.runtime.http_services, self.load_balancer, Weighted
+        )
 
     def load_balancer(self, name: str, lb) -> LoadBalancer:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
@@ -44,12 +46,17 @@ class _Builder:
 
     def backends(self, name: str, lb) -> list[tuple[Backend, int]]:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
-        return [(Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight) for s in lb.servers]
+        return [
+            (Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight)
+            for s in lb.servers
+        ]
 
     def middleware(self, name: str) -> Middleware:
         built = self.middlewares.get(name)
         if built is None:
-            built = self.middlewares[name] = from_config(name, self.runtime.http_middlewares[name].config)
+            built = self.middlewares[name] = from_config(
+                name, self.runtime.http_middlewares[name].config
+            )
         return built
 
     def pipeline(self, names: list[str]) -> Pipeline:
@@ -90,9 +97,13 @@ def build_router_sets(
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
     secure = any(info.config.tls is not None for info in runtime.http_routers.values())
     https = build_http_routers(runtime, transports, http, services, secure=True) if secure else {}
-    tcp = build_tcp_routers(runtime, http, certs if certs is not None else lambda: TLSCertificates(runtime.tls))
+    tcp = build_tcp_routers(
+        runtime, http, certs if certs is not None else lambda: TLSCertificates(runtime.tls)
+    )
     return {
-        ep: RouterSet(http=router, https=https[ep] if https.get(ep) else None, tcp=tcp[ep], udp=udp.get(ep))
+        ep: RouterSet(
+            http=router, https=https[ep] if https.get(ep) else None, tcp=tcp[ep], udp=udp.get(ep)
+        )
         for ep, router in http.items()
     }
 
@@ -112,7 +123,9 @@ def servers_for(
     for name in names:
         service = services.get(name)
         if isinstance(service, LoadBalancer):
-            out.append((service, builder.backends(name, runtime.http_services[name].config.load_balancer)))
+            out.append(
+                (service, builder.backends(name, runtime.http_services[name].config.load_balancer))
+            )
     return out
 
 
@@ -138,7 +151,11 @@ def build_http_routers(
             continue
         route = builder.route(name, info)
         if route is None:
-            log.error("router %s: service %s could not be built; router skipped", name, info.config.service)
+            log.error(
+                "router %s: service %s could not be built; router skipped",
+                name,
+                info.config.service,
+            )
             continue
         for ep in info.entry_points:
             if ep in entries:

@@ -25,7 +25,9 @@ class Backend:
 
     __slots__ = ("pass_host", "server", "service", "transport")
 
-    def __init__(self, service: str, server: ServerURL, transport: Transport, pass_host: bool) -> None:
+    def __init__(
+        self, service: str, server: ServerURL, transport: Transport, pass_host: bool
+    ) -> None:
         self.service = service
         self.server = server
         self.transport = transport
@@ -43,7 +45,9 @@ class LoadBalancer:
 
     __slots__ = ("_wrr", "name", "pass_host", "pooled", "single")
 
-    def __init__(self, name: str, backends: Iterable[tuple[Backend, int]], pass_host: bool, pooled: bool) -> None:
+    def __init__(
+        self, name: str, backends: Iterable[tuple[Backend, int]], pass_host: bool, pooled: bool
+    ) -> None:
         self.name = name
         # Every server gets the client's Host (passHostHeader, the default).
         self.pass_host = pass_host

@@ -140,7 +140,9 @@ class TCPWeighted:
 
     __slots__ = ("_wrr", "name")
 
-    def __init__(self, name: str, children: Iterable[tuple[TCPLoadBalancer | TCPWeighted, int]]) -> None:
+    def __init__(
+        self, name: str, children: Iterable[tuple[TCPLoadBalancer | TCPWeighted, int]]
+    ) -> None:
         self.name = name
         self._wrr = SmoothWeightedRoundRobin(list(children))
 
@@ -193,7 +195,14 @@ class TCPRouter:
     """
 
     __slots__ = (
-        "_plain", "_tls", "certs", "https_any", "https_catch_all", "https_names", "immediate", "mixed_options",
+        "_plain",
+        "_tls",
+        "certs",
+        "https_any",
+        "https_catch_all",
+        "https_names",
+        "immediate",
+        "mixed_options",
         "starttls",
     )
 
@@ -208,7 +217,10 @@ class TCPRouter:
         certs: TLSCertificates | None = None,
     ) -> None:
         plain = list(plain)
-        tls = [(name, rule, prio, _Matched(route, is_catch_all(rule))) for name, rule, prio, route in tls]
+        tls = [
+            (name, rule, prio, _Matched(route, is_catch_all(rule)))
+            for name, rule, prio, route in tls
+        ]
         self._plain: RouteTable[TCPRoute] | None = RouteTable(plain) if plain else None
         self._tls: RouteTable[_Matched] | None = RouteTable(tls) if tls else None
         self.https_names: dict[str, TCPRoute] = https_names or {}
@@ -293,13 +305,14 @@ class TCPRouter:
         # 6. Nothing wants this TLS connection: refused with an alert.
         return None
 
-
     def starttls_route(self, hello: ClientHello, client_ip: str) -> TCPRoute | None:
         """The route of TLS begun by PostgreSQL's STARTTLS: the TCP routers on TLS
         only, catch-all included (Traefik's servePostgres); None: refuse it."""
         if self._tls is None:
             return None
-        route = self._tls.match(RequestView(sni=hello.server_name or "", client_ip=client_ip, alpn=hello.alpn))
+        route = self._tls.match(
+            RequestView(sni=hello.server_name or "", client_ip=client_ip, alpn=hello.alpn)
+        )
         return None if route is None else route.value
 
 
@@ -361,7 +374,8 @@ class _Builder:
                         name,
                         s.address,
                         dial_timeout=float(transport.dial_timeout) or None,
-                        keep_alive=float(transport.dial_keep_alive) or 15.0,  # 0: Go's default period
+                        keep_alive=float(transport.dial_keep_alive)
+                        or 15.0,  # 0: Go's default period
                         termination_delay=delay,
                         proxy_protocol=version,
                         tls=self.context(transport_name) if s.tls else None,
@@ -397,7 +411,11 @@ def build_tcp_routers(
             continue
         service = builder.service(info.config.service)
         if service is None:
-            log.error("tcp router %s: service %s could not be built; router skipped", name, info.config.service)
+            log.error(
+                "tcp router %s: service %s could not be built; router skipped",
+                name,
+                info.config.service,
+            )
             continue
         rt = info.config.tls
         for ep in info.entry_points:
@@ -407,7 +425,14 @@ def build_tcp_routers(
             # inFlightConn counts the connections of this router on this entrypoint.
             chain = build_chain(info.config.middlewares, middlewares)
             if rt is None:
-                plain[ep].append((name, info.rule, info.priority, TCPRoute(name, PLAIN, service, middlewares=chain)))
+                plain[ep].append(
+                    (
+                        name,
+                        info.rule,
+                        info.priority,
+                        TCPRoute(name, PLAIN, service, middlewares=chain),
+                    )
+                )
             elif rt.passthrough:
                 route = TCPRoute(name, PASSTHROUGH, service, middlewares=chain)
                 tls[ep].append((name, info.rule, info.priority, route))
@@ -435,7 +460,10 @@ def build_tcp_routers(
                 if seen != options:
                     log.warning(
                         "router %s: host %s has routers with TLS options %s and %s; the default options serve it",
-                        name, host, seen, options,
+                        name,
+                        host,
+                        seen,
+                        options,
                     )
                     names[ep][host] = DEFAULT_TLS
 
@@ -449,7 +477,9 @@ def build_tcp_routers(
         if snapshot is None:
             snapshot = certs()  # type: ignore[operator]
         https_names = {
-            host: https_routes.setdefault(options, TCPRoute(f"https@{options}", HTTPS, None, options))
+            host: https_routes.setdefault(
+                options, TCPRoute(f"https@{options}", HTTPS, None, options)
+            )
             for host, options in names[ep].items()
         }
         any_route = (

@@ -161,7 +161,9 @@ class PeekContext:
         if any(named.options != options for named in router.https_names.values()):
             return None
         context = router.certs.selecting_context(options)
-        if context is None:  # unusable options or default certificate (the peek refuses them), or sniStrict with TLS 1.2
+        if (
+            context is None
+        ):  # unusable options or default certificate (the peek refuses them), or sniStrict with TLS 1.2
             return None
         return Acceptor(
             context=context,
@@ -173,7 +175,9 @@ class PeekContext:
             handshake_timeout=self.handshake_timeout,
         )
 
-    def plain_http(self, transport: asyncio.Transport, first: bytes, source: Address | None = None) -> None:
+    def plain_http(
+        self, transport: asyncio.Transport, first: bytes, source: Address | None = None
+    ) -> None:
         """HTTP on a connection whose ``first`` bytes are not TLS and no TCP router took:
         the HTTP protocol takes the transport as if it had been its own from the start."""
         protocol = self.http(source)
@@ -276,7 +280,11 @@ class Peek(asyncio.Protocol):
         assert transport is not None
         route = self.router.starttls_route(hello, self.client_ip) if hello is not NOT_TLS else None  # type: ignore[arg-type]
         if route is None:
-            log.debug("%s: %s: PostgreSQL STARTTLS with no TCP router for it; closed", self.ctx.name, self.client_ip)
+            log.debug(
+                "%s: %s: PostgreSQL STARTTLS with no TCP router for it; closed",
+                self.ctx.name,
+                self.client_ip,
+            )
             if hello is NOT_TLS:
                 transport.close()
             else:
@@ -304,7 +312,9 @@ class Peek(asyncio.Protocol):
         if self.transport is not None:
             log.debug(
                 "%s: %s sent no decisive first bytes within %gs; closed",
-                self.ctx.name, self.client_ip, self.ctx.timeout,
+                self.ctx.name,
+                self.client_ip,
+                self.ctx.timeout,
             )
             self.transport.close()
 
@@ -345,7 +355,12 @@ class Peek(asyncio.Protocol):
         if route is None:
             # No HTTPS router and no TCP router on TLS wants this name: a TLS
             # client understands an alert, not a 404.
-            log.debug("%s: %s: no router for TLS server name %r", self.ctx.name, self.client_ip, hello.server_name)
+            log.debug(
+                "%s: %s: no router for TLS server name %r",
+                self.ctx.name,
+                self.client_ip,
+                hello.server_name,
+            )
             refuse(transport, ALERT_UNRECOGNIZED_NAME)
             return
         if route.mode == "passthrough":  # edge.router.tcp.PASSTHROUGH
@@ -360,26 +375,42 @@ class Peek(asyncio.Protocol):
         if context is None:
             broken = certs.options_error(route.options) is not None
             log.debug(
-                "%s: %s: TLS for %r refused: %s", self.ctx.name, self.client_ip, hello.server_name,
-                f"TLS options {route.options!r} unusable" if broken else "no certificate for the name (sniStrict)",
+                "%s: %s: TLS for %r refused: %s",
+                self.ctx.name,
+                self.client_ip,
+                hello.server_name,
+                f"TLS options {route.options!r} unusable"
+                if broken
+                else "no certificate for the name (sniStrict)",
             )
             refuse(transport, ALERT_INTERNAL_ERROR if broken else ALERT_UNRECOGNIZED_NAME)
             return
         if route.service is None:
             # The client as read above (the HTTP connection need not ask the TLS transport).
             # Under the route's options: the request's Host must need those (snicheck).
-            app: asyncio.BaseProtocol = self.ctx.https(hello.server_name, self.source or self.client, route.options)
+            app: asyncio.BaseProtocol = self.ctx.https(
+                hello.server_name, self.source or self.client, route.options
+            )
         else:
             app = _Terminated(self, route)
         start_tls(
-            transport, context, app, peeked,
-            handshake_timeout=self.ctx.handshake_timeout, connections=self.ctx.connections,
+            transport,
+            context,
+            app,
+            peeked,
+            handshake_timeout=self.ctx.handshake_timeout,
+            connections=self.ctx.connections,
         )
 
     # -- relaying to a TCP service ----------------------------------------------------------
 
     def _relay(
-        self, route: TCPRoute, first: bytes, client: asyncio.Transport | None = None, *, postgres: bool = False
+        self,
+        route: TCPRoute,
+        first: bytes,
+        client: asyncio.Transport | None = None,
+        *,
+        postgres: bool = False,
     ) -> None:
         """Dial a server of ``route``'s service and splice ``client`` (the raw transport by default) to it
         (``postgres``: the server must answer PostgreSQL's SSLRequest before ``first`` goes)."""
@@ -391,13 +422,19 @@ class Peek(asyncio.Protocol):
             if refused is not None:
                 log.debug(
                     "tcp router %s: middleware %s refuses %s; connection closed",
-                    route.name, refused.name, self.client_ip,
+                    route.name,
+                    refused.name,
+                    self.client_ip,
                 )
                 client.close()
                 return
         server = route.service.pick()
         if server is None:
-            log.warning("tcp router %s: service %s has no server; connection closed", route.name, route.service.name)
+            log.warning(
+                "tcp router %s: service %s has no server; connection closed",
+                route.name,
+                route.service.name,
+            )
             if chain is not None:
                 chain.leave(self.client_ip)
             client.close()
@@ -448,7 +485,9 @@ class Relay:
     deadline_kind = NO_DEADLINE
     deadline = 0.0
 
-    def __init__(self, connections: set, client: Pending, chain: TCPChain | None = None, client_ip: str = "") -> None:
+    def __init__(
+        self, connections: set, client: Pending, chain: TCPChain | None = None, client_ip: str = ""
+    ) -> None:
         self.connections = connections
         self.client = client  # the client's transport, parked until the splice takes it
         self.splice: Splice | None = None
@@ -456,7 +495,9 @@ class Relay:
         self.client_ip = client_ip
         connections.add(self)
 
-    async def run(self, route: TCPRoute, server: Any, header: bytes, first: bytes, postgres: bool = False) -> None:
+    async def run(
+        self, route: TCPRoute, server: Any, header: bytes, first: bytes, postgres: bool = False
+    ) -> None:
         try:
             if server.tls is None:
                 self.splice = await dial_splice(
@@ -467,7 +508,9 @@ class Relay:
                     timeout=server.dial_timeout,
                     termination_delay=server.termination_delay,
                     on_close=self._closed,
-                    preamble=(header + POSTGRES_SSL_REQUEST, POSTGRES_SSL_YES) if postgres else None,
+                    preamble=(header + POSTGRES_SSL_REQUEST, POSTGRES_SSL_YES)
+                    if postgres
+                    else None,
                     keep_alive_period=server.keep_alive,
                 )
             else:
@@ -486,10 +529,19 @@ class Relay:
                 )
         except Exception as exc:  # a DialError, or a defect: either way the client is told
             if isinstance(exc, DialError):
-                log.warning("tcp router %s: service %s: %s; connection closed", route.name, server.service, exc)
+                log.warning(
+                    "tcp router %s: service %s: %s; connection closed",
+                    route.name,
+                    server.service,
+                    exc,
+                )
             else:
-                log.exception("tcp router %s: service %s: dial %s failed; connection closed",
-                              route.name, server.service, server.address)
+                log.exception(
+                    "tcp router %s: service %s: dial %s failed; connection closed",
+                    route.name,
+                    server.service,
+                    server.address,
+                )
             self._end()
             if self.client.transport is not None:
                 self.client.transport.close()

@@ -108,7 +108,9 @@ class ProxyHeaderReader(asyncio.Protocol):
         try:
             header = parse(buf)
         except ProxyProtocolError as exc:
-            log.debug("%s: %s: malformed PROXY protocol header: %s; closed", self.ctx.name, self.peer, exc)
+            log.debug(
+                "%s: %s: malformed PROXY protocol header: %s; closed", self.ctx.name, self.peer, exc
+            )
             self._close()
             return
         if header is NEED_MORE:
@@ -119,7 +121,8 @@ class ProxyHeaderReader(asyncio.Protocol):
         if not self.trusted:
             log.debug(
                 "%s: %s sent a PROXY protocol header but is not in proxyProtocol.trustedIPs; closed",
-                self.ctx.name, self.peer,
+                self.ctx.name,
+                self.peer,
             )
             self._close()
             return
@@ -132,8 +135,12 @@ class ProxyHeaderReader(asyncio.Protocol):
         if not self.buf and transport is not None:
             # Done sending before a byte: no header. What the connection becomes hears the EOF.
             self._hand_over(None, None, b"")
-            return False if transport.is_closing() else bool(transport.get_protocol().eof_received())
-        log.debug("%s: %s closed before its PROXY protocol header was complete", self.ctx.name, self.peer)
+            return (
+                False if transport.is_closing() else bool(transport.get_protocol().eof_received())
+            )
+        log.debug(
+            "%s: %s closed before its PROXY protocol header was complete", self.ctx.name, self.peer
+        )
         self._leave()
         return False
 
@@ -149,7 +156,10 @@ class ProxyHeaderReader(asyncio.Protocol):
             self._hand_over(None, None, b"")
             return
         log.debug(
-            "%s: %s sent no complete PROXY protocol header within %gs; closed", self.ctx.name, self.peer, self.ctx.timeout
+            "%s: %s sent no complete PROXY protocol header within %gs; closed",
+            self.ctx.name,
+            self.peer,
+            self.ctx.timeout,
         )
         self._close()
 

@@ -79,13 +79,18 @@ async def dial_tls_splice(
                 raw.write(header)
             # No bound of its own when the dial has one (asyncio's start_tls: 60 s).
             await connect_tls(
-                raw, context, upstream, server_hostname or host,
+                raw,
+                context,
+                upstream,
+                server_hostname or host,
                 handshake_timeout=0 if timeout is not None else 60.0,
             )
     except TimeoutError:
         if raw is not None:
             raw.abort()
-        raise DialError(f"dial {host}:{port} (tls): no TLS connection within {timeout:g}s") from None
+        raise DialError(
+            f"dial {host}:{port} (tls): no TLS connection within {timeout:g}s"
+        ) from None
     except ssl.SSLError as exc:
         if raw is not None:
             raw.abort()
@@ -98,4 +103,6 @@ async def dial_tls_splice(
         if raw is not None:
             raw.abort()
         raise DialError(f"dial {host}:{port} (tls): {unresolvable(exc)}") from exc
-    return splice(held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close)
+    return splice(
+        held, upstream, a_to_b=first, termination_delay=termination_delay, on_close=on_close
+    )

@@ -162,7 +162,12 @@ CIPHER_SUITES = {
 }
 # Accepted and not applied (Go does not apply them either).
 IGNORED_SUITES = frozenset(
-    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256", "TLS_FALLBACK_SCSV"}
+    {
+        "TLS_AES_128_GCM_SHA256",
+        "TLS_AES_256_GCM_SHA384",
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "TLS_FALLBACK_SCSV",
+    }
 )
 
 # Go's curve names and Traefik's aliases -> OpenSSL's short names.
@@ -212,7 +217,9 @@ class TLSOptionsError(ConfigError):
     def __init__(self, name: str, message: str, *, transient: bool = False) -> None:
         self.name = name
         self.transient = transient
-        super().__init__(message + (TRANSIENT_NOTE if transient else ""), path=f"$.tls.options.{name}")
+        super().__init__(
+            message + (TRANSIENT_NOTE if transient else ""), path=f"$.tls.options.{name}"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,14 +246,25 @@ class _Options:
     verify_mode: ssl.VerifyMode
     ca_pem: str | None = field(default=None, repr=False)
     tickets: bool = True
-    ticket_key: bytes | None = field(default=None, repr=False)  # edge.tls.tickets: shared by every context
+    ticket_key: bytes | None = field(
+        default=None, repr=False
+    )  # edge.tls.tickets: shared by every context
 
     def ticket_key_from(self, secret: bytes, name: str) -> bytes:
         """This entry's session-ticket key: from the process's ``secret``, this name and
         every field that decides whom a handshake admits (:func:`edge.tls.tickets.derive`),
         so that a ticket resumes only under the options that issued it."""
-        fields = (self.minimum, self.maximum, self.ciphers, self.curve, self.sni_strict, self.verify_mode)
-        return ticket_keys.derive(secret, name, *map(repr, fields), *self.alpn, "", self.ca_pem or "")
+        fields = (
+            self.minimum,
+            self.maximum,
+            self.ciphers,
+            self.curve,
+            self.sni_strict,
+            self.verify_mode,
+        )
+        return ticket_keys.derive(
+            secret, name, *map(repr, fields), *self.alpn, "", self.ca_pem or ""
+        )
 
     def apply(self, ctx: ssl.SSLContext) -> None:
         ctx.minimum_version = self.minimum
@@ -303,7 +321,9 @@ class TLSCertificates:
         is built again."""
         self.config = config
         self.retry_after = retry_after
-        self.stamps = file_stamps(config)  # before reading: a file changed meanwhile is read again next time
+        self.stamps = file_stamps(
+            config
+        )  # before reading: a file changed meanwhile is read again next time
         config = config or TLSConfiguration()
         self.errors: tuple[CertificateError, ...] = ()
         errors: list[CertificateError] = []
@@ -313,7 +333,9 @@ class TLSCertificates:
         for i, entry in enumerate(config.certificates):
             where = f"$.tls.certificates[{i}]"
             if entry.stores and DEFAULT not in entry.stores:
-                log.warning("%s: stores %s ignored: edge has only the default store", where, entry.stores)
+                log.warning(
+                    "%s: stores %s ignored: edge has only the default store", where, entry.stores
+                )
                 continue
             try:
                 cert = _load(where, entry.cert_file, entry.key_file)
@@ -338,7 +360,9 @@ class TLSCertificates:
         if store is not None and store.default_certificate is not None:
             where = "$.tls.stores.default.defaultCertificate"
             try:
-                default = _load(where, store.default_certificate.cert_file, store.default_certificate.key_file)
+                default = _load(
+                    where, store.default_certificate.cert_file, store.default_certificate.key_file
+                )
             except CertificateError as exc:
                 errors.append(exc)
         self.default: Certificate = default or generated_default()
@@ -350,7 +374,11 @@ class TLSCertificates:
         self._tcp_options: dict[str, _Options] = {}  # as configured, where that offers more
         self._options_errors: dict[str, TLSOptionsError] = {}
         # merge() always adds "default"; a snapshot built from a bare section gets it too.
-        options = config.options if DEFAULT in config.options else {DEFAULT: TLSOptions(), **config.options}
+        options = (
+            config.options
+            if DEFAULT in config.options
+            else {DEFAULT: TLSOptions(), **config.options}
+        )
         for name, opts in options.items():
             try:
                 configured = _options(name, opts)
@@ -359,7 +387,9 @@ class TLSCertificates:
                 log.error("TLS options left out: %s", exc)
                 continue
             if ticket_key is not None:
-                configured = dataclasses.replace(configured, ticket_key=configured.ticket_key_from(ticket_key, name))
+                configured = dataclasses.replace(
+                    configured, ticket_key=configured.ticket_key_from(ticket_key, name)
+                )
             https = self._options[name] = _for_https(name, configured)
             if https is not configured:
                 self._tcp_options[name] = configured
@@ -400,7 +430,9 @@ class TLSCertificates:
                 return None
             cert = self.default
         if tcp and options in self._tcp_options:
-            return _context(self._tcp_contexts, cert, options, self._tcp_options[options], self.retry_after)
+            return _context(
+                self._tcp_contexts, cert, options, self._tcp_options[options], self.retry_after
+            )
         return _context(self._contexts, cert, options, opts, self.retry_after)
 
     def selecting_context(self, options: str = DEFAULT) -> ssl.SSLContext | None:
@@ -480,7 +512,9 @@ class TLSCertificates:
         """Why connections with these options are refused; None when they are usable."""
         if name in self._options:
             return None
-        return self._options_errors.get(name) or TLSOptionsError(name, f"TLS options {name!r} do not exist")
+        return self._options_errors.get(name) or TLSOptionsError(
+            name, f"TLS options {name!r} do not exist"
+        )
 
     def errors_for(self, domain: str) -> tuple[CertificateError, ...]:
         """The errors that explain why ``domain`` has no certificate of its own.
@@ -499,7 +533,6 @@ class TLSCertificates:
             for exc in self.errors
             if not exc.names or name in exc.names or (parent and f"*.{parent}" in exc.names)
         )
-
 
 
 # -- contexts -----------------------------------------------------------------------
@@ -533,7 +566,9 @@ def _context(
     return None if ctx is _BROKEN or ctx.__class__ is _Failed else ctx  # type: ignore[return-value]
 
 
-def _build(cert: Certificate, name: str, opts: _Options, retry_after: float, *, again: bool = False) -> object:
+def _build(
+    cert: Certificate, name: str, opts: _Options, retry_after: float, *, again: bool = False
+) -> object:
     """A context serving ``cert`` under options ``name``; ``_BROKEN`` when it cannot be
     built, a :class:`_Failed` when it cannot be built now (:func:`transient`).
     ``again``: the one before failed (a success is logged, to say the failure ended)."""
@@ -546,7 +581,10 @@ def _build(cert: Certificate, name: str, opts: _Options, retry_after: float, *, 
             log.error(
                 "%s with TLS options %s: cannot build a TLS context: %s (transient: built again"
                 " by a connection after %gs)",
-                cert.where, name, exc, retry_after,
+                cert.where,
+                name,
+                exc,
+                retry_after,
             )
             return _Failed(time.monotonic() + retry_after)
         log.error("%s with TLS options %s: cannot build a TLS context: %s", cert.where, name, exc)
@@ -605,7 +643,9 @@ def _read(where: str, what: str, value: str) -> bytes:
     try:
         return read_pem(what, value)
     except ConfigError as exc:
-        raise CertificateError(exc.message, path=where, transient=transient(exc.__cause__)) from None
+        raise CertificateError(
+            exc.message, path=where, transient=transient(exc.__cause__)
+        ) from None
 
 
 def _load(where: str, cert_file: str, key_file: str) -> Certificate:
@@ -730,10 +770,14 @@ def _options(name: str, opts: TLSOptions) -> _Options:
 
     ciphers = None
     if opts.cipher_suites:
-        unknown = [s for s in opts.cipher_suites if s not in CIPHER_SUITES and s not in IGNORED_SUITES]
+        unknown = [
+            s for s in opts.cipher_suites if s not in CIPHER_SUITES and s not in IGNORED_SUITES
+        ]
         if unknown:
             raise fail(f"cipherSuites: unknown cipher suite {unknown[0]!r}")
-        wanted = list(dict.fromkeys(CIPHER_SUITES[s] for s in opts.cipher_suites if s in CIPHER_SUITES))
+        wanted = list(
+            dict.fromkeys(CIPHER_SUITES[s] for s in opts.cipher_suites if s in CIPHER_SUITES)
+        )
         if wanted:
             ciphers = ":".join(wanted)
         elif minimum < ssl.TLSVersion.TLSv1_3:
@@ -772,7 +816,10 @@ def _options(name: str, opts: TLSOptions) -> _Options:
                 raise fail(f"{what} {describe(value)}: no PEM certificate could be read") from None
             parts.append(data.decode("ascii", "replace"))
         ca_pem = "\n".join(parts)
-    if kind in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert", "RequireAnyClientCert") and not ca_pem:
+    if (
+        kind in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert", "RequireAnyClientCert")
+        and not ca_pem
+    ):
         raise fail(f"clientAuth: clientAuthType {kind} needs caFiles")
     verify_mode = {
         "NoClientCert": ssl.CERT_NONE,
@@ -806,7 +853,9 @@ def _options(name: str, opts: TLSOptions) -> _Options:
         raise fail(f"cannot be applied: {exc}") from None
     if ciphers is not None:
         have = {c["name"] for c in probe.get_ciphers()}
-        missing = [s for s in opts.cipher_suites if s in CIPHER_SUITES and CIPHER_SUITES[s] not in have]
+        missing = [
+            s for s in opts.cipher_suites if s in CIPHER_SUITES and CIPHER_SUITES[s] not in have
+        ]
         if missing:
             log.warning(
                 "TLS options %s: cipher suites not available in %s, left out: %s",

@@ -205,7 +205,9 @@ class TLSTransport(asyncio.Transport):
             self._ssl = None
             sslobj = context._wrap_bio(self._in, self._out, server_side=True, server_hostname=None)
         else:
-            self._ssl = context.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
+            self._ssl = context.wrap_bio(
+                self._in, self._out, server_side=False, server_hostname=server_hostname
+            )
             sslobj = self._ssl._sslobj
         self._sslobj = sslobj
         self._waiter = waiter

@@ -116,7 +116,9 @@ def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list |
             # in_pktinfo: ipi_ifindex, ipi_spec_dst (the local address), ipi_addr (the destination)
             local = (socket.inet_ntop(socket.AF_INET, data[8:12]), port)
             # to send: no interface, ipi_spec_dst = the source
-            return local, [(socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + data[4:8] + bytes(4))]
+            return local, [
+                (socket.IPPROTO_IP, IP_PKTINFO, b"\x00\x00\x00\x00" + data[4:8] + bytes(4))
+            ]
         if level == socket.IPPROTO_IPV6 and kind == IPV6_PKTINFO and len(data) >= 20:
             v6 = data
     if v6 is None:
@@ -268,7 +270,11 @@ class DatagramProxy:
         ended = 0
         for session in self.table:
             old = session.server
-            if router is None or router.name != session.counters.router or self._from_server(session.client):
+            if (
+                router is None
+                or router.name != session.counters.router
+                or self._from_server(session.client)
+            ):
                 keep = False
             elif old is None:
                 keep = True  # waiting to re-pick after a refusal: it will pick from this router
@@ -542,7 +548,9 @@ class DatagramProxy:
         local, reply = None, None
         if ancillary is not None:
             local, reply = local_from_pktinfo(ancillary, self.port)
-            if reply is not None and reply_source(reply) == default_source(self.sock.family, client):
+            if reply is not None and reply_source(reply) == default_source(
+                self.sock.family, client
+            ):
                 reply = None  # the kernel's own choice: a plain sendto says the same, for less
         session = Session(
             client, counters, timeout=self.timeout, local=local or self.local, reply=reply, key=key

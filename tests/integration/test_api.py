@@ -30,7 +30,9 @@ def api(port: int, path: str) -> tuple[int, dict[str, str], object]:
         conn.close()
 
 
-def dynamic(whoami_url: str, cert: tuple[str, str], missing: str, extra: dict | None = None) -> dict:
+def dynamic(
+    whoami_url: str, cert: tuple[str, str], missing: str, extra: dict | None = None
+) -> dict:
     routers = {
         "site": {"rule": "Host(`site.test`)", "service": "app", "middlewares": ["strip"]},
         "orphan": {"rule": "Host(`orphan.test`)", "service": "nope"},
@@ -94,9 +96,18 @@ def test_one_element_by_name_and_404_for_an_unknown_one(served):
     status, _, service = api(port, "/api/http/services/app@file")
     assert status == 200 and service["type"] == "loadbalancer"
     assert service["serverStatus"] == {served.whoami.url: "UP"}
-    assert sorted(service["usedBy"]) == ["broken-rule@file", "secure@file", "site@file", "unreadable@file"]
+    assert sorted(service["usedBy"]) == [
+        "broken-rule@file",
+        "secure@file",
+        "site@file",
+        "unreadable@file",
+    ]
     status, _, middleware = api(port, "/api/http/middlewares/strip@file")
-    assert status == 200 and middleware["type"] == "stripprefix" and middleware["usedBy"] == ["site@file"]
+    assert (
+        status == 200
+        and middleware["type"] == "stripprefix"
+        and middleware["usedBy"] == ["site@file"]
+    )
     assert middleware["stripPrefix"] == {"prefixes": ["/x"]}
     status, _, answer = api(port, "/api/http/routers/" + quote("no such@file"))
     assert status == 404 and answer == {"message": "router not found: no such@file"}
@@ -154,7 +165,9 @@ def test_a_change_shows_at_once_and_a_fixed_router_is_enabled(tmp_path, whoami):
     try:
         port = e.ports["traefik"]
         assert api(port, "/api/http/routers/orphan@file")[2]["status"] == "disabled"
-        fixed = dynamic(whoami.url, cert, missing, {"orphan": {"rule": "Host(`orphan.test`)", "service": "app"}})
+        fixed = dynamic(
+            whoami.url, cert, missing, {"orphan": {"rule": "Host(`orphan.test`)", "service": "app"}}
+        )
         applied = e.applied()
         e.write_dynamic(fixed)
         e.wait_applied(applied + 1)
@@ -177,7 +190,9 @@ def test_each_worker_answers_for_the_configuration_it_serves(tmp_path, whoami):
     cert = PKI("api CA 3").issue("a.test").write(tmp_path, "a")
     missing = str(Path(tmp_path) / "missing.crt")
     e = Edge(
-        tmp_path, dynamic(whoami.url, cert, missing), static_extra={"api": {"insecure": True}, "workers": 2}
+        tmp_path,
+        dynamic(whoami.url, cert, missing),
+        static_extra={"api": {"insecure": True}, "workers": 2},
     )
     try:
         port = e.ports["traefik"]

@@ -28,7 +28,9 @@ from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge, lb
 from tests.integration.test_tls_tcp import https_get, peer_fingerprint
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prlimit(2) and /proc: Linux")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="prlimit(2) and /proc: Linux"
+)
 
 
 TOO_MANY = "a.crt: cannot read: Too many open files"
@@ -47,7 +49,9 @@ def wait_accepted(pid: int, sock: socket.socket, timeout: float = 5.0) -> None:
         with open("/proc/net/tcp") as f:
             rows = [line.split() for line in f.readlines()[1:]]
         inodes = {
-            row[9] for row in rows if int(row[1].split(":")[1], 16) == there and int(row[2].split(":")[1], 16) == here
+            row[9]
+            for row in rows
+            if int(row[1].split(":")[1], 16) == there and int(row[2].split(":")[1], 16) == here
         }
         links = set()
         for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -80,7 +84,10 @@ def descriptors_full(*pids: int) -> Iterator[None]:
 def https_routes(whoami, certificates: list[dict], *hosts: str) -> dict:
     return {
         "http": {
-            "routers": {h.split(".")[0]: {"rule": f"Host(`{h}`)", "service": "who", "tls": {}} for h in hosts},
+            "routers": {
+                h.split(".")[0]: {"rule": f"Host(`{h}`)", "service": "who", "tls": {}}
+                for h in hosts
+            },
             "services": {"who": lb(whoami.url)},
         },
         "tls": {"certificates": certificates},
@@ -125,7 +132,9 @@ class API:
         self.conn.close()
 
 
-def test_a_name_whose_context_failed_for_want_of_descriptors_is_served_once_they_are_free(tmp_path, whoami):
+def test_a_name_whose_context_failed_for_want_of_descriptors_is_served_once_they_are_free(
+    tmp_path, whoami
+):
     """The issue's log: 'tls.certificates[1] ... cannot build a TLS context: [Errno 24]'.
     The failed build was cached for the snapshot's life: once the descriptors were free
     again the name still got unrecognized_name, after SIGHUP, after an edit of the
@@ -135,18 +144,28 @@ def test_a_name_whose_context_failed_for_want_of_descriptors_is_served_once_they
     pki = PKI("heal CA")
     a, b = pki.issue("a.test"), pki.issue("b.test")
     certificates = [files(b.write(tmp_path, "b")), files(a.write(tmp_path, "a"))]
-    e = Edge(tmp_path, https_routes(whoami, certificates, "a.test", "b.test"), static_extra={"api": {"insecure": True}})
+    e = Edge(
+        tmp_path,
+        https_routes(whoami, certificates, "a.test", "b.test"),
+        static_extra={"api": {"insecure": True}},
+    )
     try:
         pid = e.proc.pid
         applied = e.applied()
-        assert peer_fingerprint(e.port, "b.test") == b.fingerprint  # a.test's context is not built yet
-        sock = socket.create_connection(("127.0.0.1", e.port), timeout=5)  # accepted before the table fills
+        assert (
+            peer_fingerprint(e.port, "b.test") == b.fingerprint
+        )  # a.test's context is not built yet
+        sock = socket.create_connection(
+            ("127.0.0.1", e.port), timeout=5
+        )  # accepted before the table fills
         wait_accepted(pid, sock)
         client = ssl._create_unverified_context()
         with descriptors_full(pid):
             with pytest.raises(ssl.SSLError) as refused:
                 client.wrap_socket(sock, server_hostname="a.test")
-            e.wait_for(r"certificates\[1\] with TLS options default: cannot build a TLS context: \[Errno 24\]")
+            e.wait_for(
+                r"certificates\[1\] with TLS options default: cannot build a TLS context: \[Errno 24\]"
+            )
         sock.close()
         freed = time.monotonic()
         for attempt in itertools.count():
@@ -154,11 +173,15 @@ def test_a_name_whose_context_failed_for_want_of_descriptors_is_served_once_they
                 served = peer_fingerprint(e.port, "a.test")
                 break
             except ssl.SSLError as exc:
-                assert time.monotonic() - freed < 5, f"a.test still refused ({exc}) after {attempt} tries:\n{e.log}"
+                assert time.monotonic() - freed < 5, (
+                    f"a.test still refused ({exc}) after {attempt} tries:\n{e.log}"
+                )
                 time.sleep(0.1)
         assert served == a.fingerprint
         assert https_get(e.port, "a.test")[0] == 200
-        assert refused.value.reason == "TLSV1_ALERT_INTERNAL_ERROR", refused.value  # edge's problem, not the name
+        assert refused.value.reason == "TLSV1_ALERT_INTERNAL_ERROR", (
+            refused.value
+        )  # edge's problem, not the name
         api = API(e.ports["traefik"])
         try:
             assert api.router("a@file")["status"] == "enabled"
@@ -171,7 +194,9 @@ def test_a_name_whose_context_failed_for_want_of_descriptors_is_served_once_they
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_certificate_files_unreadable_for_want_of_descriptors_are_read_again_within_seconds(tmp_path, whoami, workers):
+def test_certificate_files_unreadable_for_want_of_descriptors_are_read_again_within_seconds(
+    tmp_path, whoami, workers
+):
     """A renewed certificate read while edge had no descriptor left: the round left it
     out (EMFILE) and kept that snapshot while the files' stamps held, so a.test's router
     stayed disabled until the files were touched again or edge restarted. Now the
@@ -193,33 +218,53 @@ def test_certificate_files_unreadable_for_want_of_descriptors_are_read_again_wit
         if workers == 1:
             pids = [e.proc.pid]
         else:
-            matches = [e.wait_for(rf"worker {k} \(pid (\d+)\): serving") for k in range(1, workers + 1)]
+            matches = [
+                e.wait_for(rf"worker {k} \(pid (\d+)\): serving") for k in range(1, workers + 1)
+            ]
             pids = [int(m.group(1)) for m in matches]
         assert peer_fingerprint(e.port, "a.test") == first.fingerprint
-        apis = [API(e.ports["traefik"]) for _ in range(4 * workers)]  # SO_REUSEPORT: some reach each worker
+        apis = [
+            API(e.ports["traefik"]) for _ in range(4 * workers)
+        ]  # SO_REUSEPORT: some reach each worker
         try:
             c = apis[0].router("c@file")
-            assert c["status"] == "disabled" and any("missing.crt: no such file" in m for m in c["error"]), c
-            assert all(api.router("a@file")["status"] == "enabled" for api in apis)  # each connected now
+            assert c["status"] == "disabled" and any(
+                "missing.crt: no such file" in m for m in c["error"]
+            ), c
+            assert all(
+                api.router("a@file")["status"] == "enabled" for api in apis
+            )  # each connected now
             with descriptors_full(*pids):
                 renewed.write(tmp_path, "a")  # renewed in place: the certificate poll runs a round
                 # each serving process left the file out
-                wait_count(e, r"certificate left out: .*a\.crt: cannot read: Too many open files", workers)
+                wait_count(
+                    e, r"certificate left out: .*a\.crt: cannot read: Too many open files", workers
+                )
                 deadline = time.monotonic() + 5  # every worker's API: its own round committed
                 while True:
                     shown = [api.router("a@file") for api in apis]
-                    if all(r["status"] == "disabled" and any(TOO_MANY in m for m in r["error"]) for r in shown):
+                    if all(
+                        r["status"] == "disabled" and any(TOO_MANY in m for m in r["error"])
+                        for r in shown
+                    ):
                         break
                     assert time.monotonic() < deadline, shown
                     time.sleep(0.1)
             freed = time.monotonic()
             # Until the next round the entry point has no HTTPS router left (both files
             # unreadable, every TLS router lost its certificate): TLS gets plain HTTP.
-            while {fingerprint_or_error(e.port, "a.test") for _ in range(4 * workers)} != {renewed.fingerprint}:
-                assert time.monotonic() - freed < 12, "the renewed certificate is not served:\n" + e.log
+            while {fingerprint_or_error(e.port, "a.test") for _ in range(4 * workers)} != {
+                renewed.fingerprint
+            }:
+                assert time.monotonic() - freed < 12, (
+                    "the renewed certificate is not served:\n" + e.log
+                )
                 time.sleep(0.2)
             # what the API said meanwhile: the reason, and that it passes
-            assert all(any("Too many open files (transient: retried)" in m for m in r["error"]) for r in shown)
+            assert all(
+                any("Too many open files (transient: retried)" in m for m in r["error"])
+                for r in shown
+            )
             assert len(e.all_matches(r"reading them again in 1s")) >= workers
             for api in apis:
                 router = api.router("a@file")

@@ -142,7 +142,10 @@ def close_wait(port: int) -> int:
     """Edge's sockets on ``port`` in CLOSE-WAIT: the client closed, edge did not."""
     out = subprocess.run(
         [need("ss"), "-Htn", "state", "close-wait", f"( sport = :{port} )"],
-        capture_output=True, text=True, timeout=10, check=True,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
     ).stdout
     return len(out.splitlines())
 
@@ -193,7 +196,9 @@ def test_clients_that_close_leave_nothing_behind(tmp_path, hung, parser, request
         assert left == 0, f"{left} upstream connections still open"
         # ...and edge serves on.
         hung.answer = b"HTTP/1.1 204 No Content\r\n\r\n"
-        reply = read_until_closed_request(e.port, b"GET / HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n")
+        reply = read_until_closed_request(
+            e.port, b"GET / HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n"
+        )
         assert reply.startswith(b"HTTP/1.1 204")
 
 
@@ -309,10 +314,21 @@ def test_a_half_closed_tls_client_gets_its_answer(tmp_path, cert_files):
         routes["tls"] = {"certificates": [{"certFile": str(cert), "keyFile": str(key)}]}
         with serving(tmp_path, routes) as e:
             out = subprocess.run(
-                [need("openssl"), "s_client", "-quiet", "-connect", f"127.0.0.1:{e.port}",
-                 "-servername", "hang.test", "-CAfile", str(ca), "-tls1_3"],
+                [
+                    need("openssl"),
+                    "s_client",
+                    "-quiet",
+                    "-connect",
+                    f"127.0.0.1:{e.port}",
+                    "-servername",
+                    "hang.test",
+                    "-CAfile",
+                    str(ca),
+                    "-tls1_3",
+                ],
                 input=b"GET /?delay=1.2 HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n",
-                capture_output=True, timeout=15,
+                capture_output=True,
+                timeout=15,
             )
             assert b"HTTP/1.1 200 " in out.stdout, out.stdout[:300] + out.stderr[-300:]
     finally:
@@ -327,7 +343,12 @@ def test_read_timeout_bounds_the_request_body(tmp_path, hung, parser):
     """Content-Length 100 with 10 bytes sent, the connection kept open: at readTimeout
     (1 s, idleTimeout 30 s) the client gets 408 and the upstream request is aborted.
     Before, both were held for as long as the client kept the connection."""
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s", "idleTimeout": "30s"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "1s", "idleTimeout": "30s"}},
+        }
+    }
     with serving(tmp_path, hang_routes(hung.url), parser=parser, entrypoints=eps) as e:
         with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
             start = time.monotonic()
@@ -344,7 +365,12 @@ def test_read_timeout_bounds_the_request_body(tmp_path, hung, parser):
 def test_read_timeout_bounds_a_connection_that_sends_nothing(tmp_path, parser):
     """A new connection that sends nothing is closed at readTimeout (1 s), not at
     idleTimeout (30 s), in silence; one that sent a request then idles gets idleTimeout."""
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s", "idleTimeout": "30s"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "1s", "idleTimeout": "30s"}},
+        }
+    }
     backend = Whoami("w")
     try:
         with serving(tmp_path, hang_routes(backend.url), parser=parser, entrypoints=eps) as e:
@@ -366,12 +392,19 @@ def test_read_timeout_bounds_a_connection_that_sends_nothing(tmp_path, parser):
 @pytest.mark.parametrize("parser", CODECS)
 def test_an_upload_within_read_timeout_is_not_cut(tmp_path, parser):
     """A body sent slowly but in full within readTimeout is forwarded and answered."""
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "2s"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "2s"}},
+        }
+    }
     backend = Whoami("w")
     try:
         with serving(tmp_path, hang_routes(backend.url), parser=parser, entrypoints=eps) as e:
             with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
-                s.sendall(b"POST / HTTP/1.1\r\nHost: hang.test\r\nContent-Length: 30\r\nConnection: close\r\n\r\n")
+                s.sendall(
+                    b"POST / HTTP/1.1\r\nHost: hang.test\r\nContent-Length: 30\r\nConnection: close\r\n\r\n"
+                )
                 for _ in range(3):
                     time.sleep(0.4)
                     s.sendall(b"0123456789")
@@ -388,12 +421,18 @@ def test_an_upload_within_read_timeout_is_not_cut(tmp_path, parser):
 def test_a_malformed_upstream_chunk_is_a_502_with_a_warning(tmp_path, parser):
     """A backend whose chunk size is not hex: the client gets 502 (nothing of the
     response reached it) and the log names the server. Before: 0 bytes, no log."""
-    backend = HungBackend(answer=b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n")
+    backend = HungBackend(
+        answer=b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n"
+    )
     try:
         with serving(tmp_path, hang_routes(backend.url), parser=parser) as e:
-            reply = read_until_closed_request(e.port, b"GET / HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n")
+            reply = read_until_closed_request(
+                e.port, b"GET / HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n"
+            )
             assert reply.startswith(b"HTTP/1.1 502 "), reply
-            line = e.wait_for(rf"WARNING.*hang.*127\.0\.0\.1:{backend.port}.*invalid response", timeout=5)
+            line = e.wait_for(
+                rf"WARNING.*hang.*127\.0\.0\.1:{backend.port}.*invalid response", timeout=5
+            )
             assert line
     finally:
         backend.close()
@@ -407,7 +446,8 @@ def test_a_websocket_tunnel_whose_client_left_lets_go_of_its_backend(tmp_path):
     never closes: edge lets go of both sides within the tunnel's termination delay
     (1 s), its descriptors back where they were. Before, each pair was held for ever."""
     backend = HungBackend(
-        answer=b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", hold=True
+        answer=b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        hold=True,
     )
     upgrade = (
         b"GET /ws HTTP/1.1\r\nHost: hang.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -435,7 +475,9 @@ def test_a_tcp_splice_whose_client_left_lets_go_of_its_backend(tmp_path):
     routes = {
         "tcp": {
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "raw"}},
-            "services": {"raw": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{hung.port}"}]}}},
+            "services": {
+                "raw": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{hung.port}"}]}}
+            },
         }
     }
     try:

@@ -227,11 +227,19 @@ def test_rss_after_a_burst_of_10000_connections_comes_back(tmp_path: Path, whoam
         burst(edge.port, 10_000)
         wait_until(lambda: open_fds(pid) < 300, 15, "the connections never closed")
         grown = rss_kib(pid)
-        wait_until(lambda: rss_kib(pid) <= bound, PRUNE_EVERY + 3, f"RSS stayed up: {before} -> {rss_kib(pid)} KiB")
+        wait_until(
+            lambda: rss_kib(pid) <= bound,
+            PRUNE_EVERY + 3,
+            f"RSS stayed up: {before} -> {rss_kib(pid)} KiB",
+        )
         first = rss_kib(pid)
         burst(edge.port, 10_000)
         wait_until(lambda: open_fds(pid) < 300, 15, "the connections never closed")
-        wait_until(lambda: rss_kib(pid) <= first * 1.05, PRUNE_EVERY + 3, f"RSS grew: {first} -> {rss_kib(pid)} KiB")
+        wait_until(
+            lambda: rss_kib(pid) <= first * 1.05,
+            PRUNE_EVERY + 3,
+            f"RSS grew: {first} -> {rss_kib(pid)} KiB",
+        )
         assert time.monotonic() - started < 70
         assert grown > first, (before, grown, first)  # the burst did cost memory, and it came back
     finally:

@@ -40,19 +40,41 @@ def test_redirect_target_resolves_to_its_port_and_bad_targets_are_refused():
     static = decode_static(
         {
             "entryPoints": {
-                "web": {"address": ":80", "http": {"redirections": {"entryPoint": {"to": "websecure"}}}},
-                "alt": {"address": ":81", "http": {"redirections": {"entryPoint": {"to": ":8443", "permanent": False}}}},
+                "web": {
+                    "address": ":80",
+                    "http": {"redirections": {"entryPoint": {"to": "websecure"}}},
+                },
+                "alt": {
+                    "address": ":81",
+                    "http": {"redirections": {"entryPoint": {"to": ":8443", "permanent": False}}},
+                },
                 "websecure": {"address": ":443"},
             }
         }
     )
     redirect = static.entry_points["web"].http.redirect
-    assert (redirect.to, redirect.scheme, redirect.permanent, redirect.port) == ("websecure", "https", True, "443")
+    assert (redirect.to, redirect.scheme, redirect.permanent, redirect.port) == (
+        "websecure",
+        "https",
+        True,
+        "443",
+    )
     assert static.entry_points["alt"].http.redirect.port == "8443"
-    for to, message in (("nowhere", "no such entry point"), (":x", "not a port"), ("", "must name")):
+    for to, message in (
+        ("nowhere", "no such entry point"),
+        (":x", "not a port"),
+        ("", "must name"),
+    ):
         with pytest.raises(ConfigError, match=message):
             decode_static(
-                {"entryPoints": {"web": {"address": ":80", "http": {"redirections": {"entryPoint": {"to": to}}}}}}
+                {
+                    "entryPoints": {
+                        "web": {
+                            "address": ":80",
+                            "http": {"redirections": {"entryPoint": {"to": to}}},
+                        }
+                    }
+                }
             )
 
 
@@ -70,8 +92,17 @@ def test_entry_point_tls_is_given_to_its_routers_as_traefik_models_do():
             "http": {
                 "routers": {
                     "both": {"rule": "Host(`a.test`)", "service": "s"},  # no entryPoints: every one
-                    "only": {"rule": "Host(`b.test`)", "service": "s", "entryPoints": ["websecure"]},
-                    "own": {"rule": "Host(`c.test`)", "service": "s", "entryPoints": ["websecure"], "tls": {}},
+                    "only": {
+                        "rule": "Host(`b.test`)",
+                        "service": "s",
+                        "entryPoints": ["websecure"],
+                    },
+                    "own": {
+                        "rule": "Host(`c.test`)",
+                        "service": "s",
+                        "entryPoints": ["websecure"],
+                        "tls": {},
+                    },
                 },
                 "services": {"s": lb("http://127.0.0.1:1")},
             },
@@ -79,7 +110,10 @@ def test_entry_point_tls_is_given_to_its_routers_as_traefik_models_do():
         }
     )
     rt = build_runtime(merge({"file": conf}), static.entry_point_protocols())
-    routers = {name: (info.entry_points, info.config.tls and info.config.tls.options) for name, info in rt.http_routers.items()}
+    routers = {
+        name: (info.entry_points, info.config.tls and info.config.tls.options)
+        for name, info in rt.http_routers.items()
+    }
     assert routers == {
         "both@file": (["web"], None),  # plain HTTP where no model applies
         "websecure-both@file": (["websecure"], "modern@file"),  # TLS, with the model's options
@@ -102,14 +136,22 @@ def certs(tmp_path_factory, pki) -> dict:
     folder = tmp_path_factory.mktemp("ep-tls")
     pair = pki.issue("a.test", "s.test")
     crt, key = pair.write(folder, "site")
-    return {"ca": pki.write_ca(folder), "tls": {"certificates": [{"certFile": crt, "keyFile": key}]}, "pair": pair}
+    return {
+        "ca": pki.write_ca(folder),
+        "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
+        "pair": pair,
+    }
 
 
-def tls_get(port: int, host: str, ca: str, path: str = "/", source: str | None = None, **ctx_args) -> tuple[int, dict]:
+def tls_get(
+    port: int, host: str, ca: str, path: str = "/", source: str | None = None, **ctx_args
+) -> tuple[int, dict]:
     ctx = ssl.create_default_context(cafile=ca)
     for name, value in ctx_args.items():
         setattr(ctx, name, value)
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None)
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None
+    )
     with ctx.wrap_socket(sock, server_hostname=host) as s:
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
         data = b""
@@ -121,9 +163,13 @@ def tls_get(port: int, host: str, ca: str, path: str = "/", source: str | None =
 
 def http_get(port: int, host: str, source: str | None = None, method: str = "GET") -> bytes:
     """One request from ``source`` on a new connection; the whole response."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None)
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None
+    )
     with sock:
-        sock.sendall(f"{method} /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".encode())
+        sock.sendall(
+            f"{method} /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".encode()
+        )
         data = b""
         try:
             while chunk := sock.recv(65536):
@@ -143,7 +189,10 @@ def json_body(response: bytes) -> dict:
 def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, parser, whoami, certs):
     secure_port = free_port()
     eps = {
-        "web": {"address": "127.0.0.1:0", "http": {"redirections": {"entryPoint": {"to": "websecure"}}}},
+        "web": {
+            "address": "127.0.0.1:0",
+            "http": {"redirections": {"entryPoint": {"to": "websecure"}}},
+        },
         "websecure": {"address": f"127.0.0.1:{secure_port}"},
         "temp": {
             "address": "127.0.0.1:0",
@@ -152,7 +201,14 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
     }
     dynamic = {
         "http": {
-            "routers": {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}, "entryPoints": ["websecure"]}},
+            "routers": {
+                "secure": {
+                    "rule": "Host(`a.test`)",
+                    "service": "who",
+                    "tls": {},
+                    "entryPoints": ["websecure"],
+                }
+            },
             "services": {"who": lb(whoami.url)},
         },
         "tls": certs["tls"],
@@ -161,7 +217,11 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
     try:
         web, temp = e.ports["web"], e.ports["temp"]
         status, headers, body = get(web, "/p?q=1", host="a.test")
-        assert (status, headers["Location"], body) == (301, f"https://a.test:{secure_port}/p?q=1", b"Moved Permanently")
+        assert (status, headers["Location"], body) == (
+            301,
+            f"https://a.test:{secure_port}/p?q=1",
+            b"Moved Permanently",
+        )
         status, headers, _ = get(web, "/form", host="a.test:80", method="POST", body=b"x=1")
         assert (status, headers["Location"]) == (308, f"https://a.test:{secure_port}/form")
         status, headers, _ = get(temp, "/t", host="b.test")
@@ -169,7 +229,9 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
         assert get(temp, "/t", host="b.test", method="PUT", body=b"")[0] == 307
         # Keep-alive: two requests on one connection are both redirected (the express path defers).
         with socket.create_connection(("127.0.0.1", web), timeout=10) as s:
-            s.sendall(b"GET /1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            s.sendall(
+                b"GET /1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: a.test\r\n\r\n"
+            )
             data = b""
             deadline = time.monotonic() + 10
             while data.count(b"HTTP/1.1 301") < 2 and time.monotonic() < deadline:
@@ -179,10 +241,20 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
         assert raw(web, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 404")
         # curl follows the redirect to the HTTPS router.
         curl = subprocess.run(
-            [need("curl"), "-sS", "-L", "--cacert", certs["ca"],
-             "--resolve", f"a.test:{web}:127.0.0.1", "--resolve", f"a.test:{secure_port}:127.0.0.1",
-             f"http://a.test:{web}/followed?x=1"],
-            capture_output=True, timeout=30,
+            [
+                need("curl"),
+                "-sS",
+                "-L",
+                "--cacert",
+                certs["ca"],
+                "--resolve",
+                f"a.test:{web}:127.0.0.1",
+                "--resolve",
+                f"a.test:{secure_port}:127.0.0.1",
+                f"http://a.test:{web}/followed?x=1",
+            ],
+            capture_output=True,
+            timeout=30,
         )
         assert curl.returncode == 0, curl.stderr
         info = json.loads(curl.stdout)
@@ -191,12 +263,21 @@ def test_http_redirects_to_the_https_entry_point_and_curl_follows(tmp_path, pars
         e.stop()
 
 
-def test_redirect_names_a_port_0_target_bound_port_and_yields_to_routers_ranked_above_it(tmp_path, whoami, certs):
+def test_redirect_names_a_port_0_target_bound_port_and_yields_to_routers_ranked_above_it(
+    tmp_path, whoami, certs
+):
     eps = {
-        "web": {"address": "127.0.0.1:0", "http": {"redirections": {"entryPoint": {"to": "websecure"}}}},
+        "web": {
+            "address": "127.0.0.1:0",
+            "http": {"redirections": {"entryPoint": {"to": "websecure"}}},
+        },
         "low": {
             "address": "127.0.0.1:0",
-            "http": {"redirections": {"entryPoint": {"to": "websecure", "priority": 10, "permanent": False}}},
+            "http": {
+                "redirections": {
+                    "entryPoint": {"to": "websecure", "priority": 10, "permanent": False}
+                }
+            },
         },
         "websecure": {"address": "127.0.0.1:0"},
     }
@@ -204,10 +285,19 @@ def test_redirect_names_a_port_0_target_bound_port_and_yields_to_routers_ranked_
         "http": {
             "routers": {
                 # Ranked above Traefik's default redirect priority (MaxInt32 - 1): served on web.
-                "acme": {"rule": "PathPrefix(`/.well-known/`)", "service": "who", "priority": 2**31 - 1},
+                "acme": {
+                    "rule": "PathPrefix(`/.well-known/`)",
+                    "service": "who",
+                    "priority": 2**31 - 1,
+                },
                 # A default priority (the rule's length) is below it on web, above 10 on low.
                 "app": {"rule": "Host(`a.test`) && Path(`/app`)", "service": "who"},
-                "secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}, "entryPoints": ["websecure"]},
+                "secure": {
+                    "rule": "Host(`a.test`)",
+                    "service": "who",
+                    "tls": {},
+                    "entryPoints": ["websecure"],
+                },
             },
             "services": {"who": lb(whoami.url)},
         },
@@ -224,7 +314,9 @@ def test_redirect_names_a_port_0_target_bound_port_and_yields_to_routers_ranked_
         status, _, body = get(web, "/.well-known/acme-challenge/x", host="a.test")
         assert status == 200 and json.loads(body)["path"] == "/.well-known/acme-challenge/x"
         with socket.create_connection(("127.0.0.1", web), timeout=10) as s:
-            s.sendall(b"GET /.well-known/y HTTP/1.1\r\nHost: a.test\r\n\r\nGET /z HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            s.sendall(
+                b"GET /.well-known/y HTTP/1.1\r\nHost: a.test\r\n\r\nGET /z HTTP/1.1\r\nHost: a.test\r\n\r\n"
+            )
             data = b""
             deadline = time.monotonic() + 10
             while b"HTTP/1.1 301" not in data and time.monotonic() < deadline:
@@ -253,7 +345,10 @@ def test_entry_point_tls_makes_every_router_on_it_terminate_tls(tmp_path, whoami
         "modern": {"address": "127.0.0.1:0", "http": {"tls": {"options": "modern"}}},
     }
     dynamic = {
-        "http": {"routers": {"app": {"rule": "Host(`a.test`)", "service": "who"}}, "services": {"who": lb(whoami.url)}},
+        "http": {
+            "routers": {"app": {"rule": "Host(`a.test`)", "service": "who"}},
+            "services": {"who": lb(whoami.url)},
+        },
         "tls": {**certs["tls"], "options": {"modern": {"minVersion": "VersionTLS13"}}},
     }
     e = Edge(tmp_path, dynamic, entrypoints=eps)
@@ -265,10 +360,15 @@ def test_entry_point_tls_makes_every_router_on_it_terminate_tls(tmp_path, whoami
         assert get(e.ports["websecure"], "/", host="a.test")[0] == 404  # never without TLS there
         assert tls_get(e.ports["modern"], "a.test", certs["ca"])[0] == 200
         with pytest.raises(ssl.SSLError):  # the model's options: TLS 1.3 only
-            tls_get(e.ports["modern"], "a.test", certs["ca"], maximum_version=ssl.TLSVersion.TLSv1_2)
+            tls_get(
+                e.ports["modern"], "a.test", certs["ca"], maximum_version=ssl.TLSVersion.TLSv1_2
+            )
         check = subprocess.run(
             [sys.executable, "-m", "edge", "check", "--config", str(e.static_path)],
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
         )
         assert "router websecure-app@file: enabled" in check.stdout, check.stdout
         assert "router modern-app@file: enabled" in check.stdout
@@ -297,13 +397,23 @@ def proxied(tmp_path_factory, whoami, certs):
         "http": {
             "routers": {
                 "who": {"rule": "Host(`a.test`)", "service": "who"},
-                "secure": {"rule": "Host(`s.test`)", "service": "who", "tls": {}, "entryPoints": ["web"]},
+                "secure": {
+                    "rule": "Host(`s.test`)",
+                    "service": "who",
+                    "tls": {},
+                    "entryPoints": ["web"],
+                },
             },
             "services": {"who": lb(whoami.url)},
         },
         "tls": certs["tls"],
     }
-    e = Edge(folder, dynamic, entrypoints=eps, static_extra={"accessLog": {"filePath": str(access_log), "format": "json"}})
+    e = Edge(
+        folder,
+        dynamic,
+        entrypoints=eps,
+        static_extra={"accessLog": {"filePath": str(access_log), "format": "json"}},
+    )
     haproxy = need("haproxy")
     ports = {name: free_port() for name in ("v1", "v2", "untrusted", "ready")}
     cfg = folder / "haproxy.cfg"
@@ -363,24 +473,36 @@ def test_a_trusted_peer_may_send_no_header_or_a_local_one(proxied):
     response = http_get(e.ports["web"], "a.test", source="127.0.0.1")
     assert json_body(response)["headers"]["X-Forwarded-For"] == ["127.0.0.1"]
     local = encode_v2(None, None, command="LOCAL")  # a proxy's own health check
-    response = raw(e.ports["web"], local + b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
-    assert response.startswith(b"HTTP/1.1 200") and json_body(response)["headers"]["X-Forwarded-For"] == ["127.0.0.1"]
+    response = raw(
+        e.ports["web"], local + b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+    )
+    assert response.startswith(b"HTTP/1.1 200") and json_body(response)["headers"][
+        "X-Forwarded-For"
+    ] == ["127.0.0.1"]
 
 
 def test_a_header_from_an_untrusted_peer_is_refused(proxied):
     e, ports, _ = proxied
-    assert http_get(ports["untrusted"], "a.test", source="127.0.0.2") == b""  # HAProxy's connection closed
-    e.wait_for(r"strict: 127\.0\.0\.1 sent a PROXY protocol header but is not in proxyProtocol\.trustedIPs; closed")
+    assert (
+        http_get(ports["untrusted"], "a.test", source="127.0.0.2") == b""
+    )  # HAProxy's connection closed
+    e.wait_for(
+        r"strict: 127\.0\.0\.1 sent a PROXY protocol header but is not in proxyProtocol\.trustedIPs; closed"
+    )
     header = b"PROXY TCP4 192.0.2.1 127.0.0.1 1234 80\r\n"
     assert raw(e.ports["strict"], header + b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n") == b""
     # without a header the same peer is served as itself
     response = http_get(e.ports["strict"], "a.test")
-    assert response.startswith(b"HTTP/1.1 200") and json_body(response)["headers"]["X-Forwarded-For"] == ["127.0.0.1"]
+    assert response.startswith(b"HTTP/1.1 200") and json_body(response)["headers"][
+        "X-Forwarded-For"
+    ] == ["127.0.0.1"]
 
 
 def test_malformed_or_unfinished_headers_close_the_connection(proxied):
     e, _, _ = proxied
-    assert raw(e.ports["web"], b"PROXY TCP4 not-an-ip 127.0.0.1 1 2\r\nGET / HTTP/1.1\r\n\r\n") == b""
+    assert (
+        raw(e.ports["web"], b"PROXY TCP4 not-an-ip 127.0.0.1 1 2\r\nGET / HTTP/1.1\r\n\r\n") == b""
+    )
     with socket.create_connection(("127.0.0.1", e.ports["web"]), timeout=10) as s:
         start = time.monotonic()
         s.sendall(b"PROXY TCP4 192.0")
@@ -392,7 +514,9 @@ def test_tcp_router_sees_the_header_client_and_passes_it_on(tmp_path, nginx_prox
     eps = {"tcpin": {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}}}
     dynamic = {
         "tcp": {
-            "routers": {"doc": {"rule": "HostSNI(`*`) && ClientIP(`192.0.2.0/24`)", "service": "pp"}},
+            "routers": {
+                "doc": {"rule": "HostSNI(`*`) && ClientIP(`192.0.2.0/24`)", "service": "pp"}
+            },
             "services": {
                 "pp": {
                     "loadBalancer": {

@@ -79,7 +79,11 @@ class SlowReader(threading.Thread):
             while b"\r\n\r\n" not in head:
                 head += conn.recv(4096)
             head, _, rest = head.partition(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
             self.received = len(rest) + paced_recv(conn, length - len(rest), time.monotonic() + 60)
             body = b"%d" % self.received
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -88,7 +92,16 @@ class SlowReader(threading.Thread):
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_download_1gib_to_slow_client_memory_bounded(tmp_path, parser, whoami):
-    e = Edge(tmp_path, {"http": {"routers": {"d": {"rule": "Host(`d.test`)", "service": "d"}}, "services": {"d": lb(whoami.url)}}}, parser=parser)
+    e = Edge(
+        tmp_path,
+        {
+            "http": {
+                "routers": {"d": {"rule": "Host(`d.test`)", "service": "d"}},
+                "services": {"d": lb(whoami.url)},
+            }
+        },
+        parser=parser,
+    )
     try:
         baseline = rss(e.proc.pid)
         sampler = Sampler(e.proc.pid)
@@ -116,7 +129,16 @@ def test_download_1gib_to_slow_client_memory_bounded(tmp_path, parser, whoami):
 def test_upload_1gib_to_slow_backend_memory_bounded(tmp_path, parser):
     backend = SlowReader()
     backend.start()
-    e = Edge(tmp_path, {"http": {"routers": {"u": {"rule": "Host(`u.test`)", "service": "u"}}, "services": {"u": lb(f"http://127.0.0.1:{backend.port}")}}}, parser=parser)
+    e = Edge(
+        tmp_path,
+        {
+            "http": {
+                "routers": {"u": {"rule": "Host(`u.test`)", "service": "u"}},
+                "services": {"u": lb(f"http://127.0.0.1:{backend.port}")},
+            }
+        },
+        parser=parser,
+    )
     try:
         baseline = rss(e.proc.pid)
         sampler = Sampler(e.proc.pid)

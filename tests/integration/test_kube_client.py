@@ -86,8 +86,11 @@ def make_client(emu):
         if watches is None:
             watches = [WatchSpec(INGRESSES, m.Ingress), WatchSpec(ENDPOINT_SLICES, m.EndpointSlice)]
         c = KubeClient(
-            cfg or load_api_config(endpoint=emu.url, token=TOKEN), watches,
-            namespaces=namespaces, on_change=on_change, timing=timing,
+            cfg or load_api_config(endpoint=emu.url, token=TOKEN),
+            watches,
+            namespaces=namespaces,
+            on_change=on_change,
+            timing=timing,
         )
         clients.append(c)
         if start:
@@ -114,8 +117,13 @@ def test_initial_sync_pages_through_lists(emu, make_client):
     c = make_client(on_change=rec)
     assert c.wait_synced(5)
     assert c.pending() == {}
-    assert names(c, "Ingress") == {("ns2", "ing-0"), ("ns1", "ing-1"), ("ns2", "ing-2"),
-                                   ("ns1", "ing-3"), ("ns2", "ing-4")}
+    assert names(c, "Ingress") == {
+        ("ns2", "ing-0"),
+        ("ns1", "ing-1"),
+        ("ns2", "ing-2"),
+        ("ns1", "ing-3"),
+        ("ns2", "ing-4"),
+    }
     eps = c.get("EndpointSlice", "default", "whoami-abc")
     assert [e.addresses for e in eps.endpoints] == [["10.0.0.1"], ["10.0.0.2"]]
     assert eps.metadata.labels["kubernetes.io/service-name"] == "whoami"
@@ -188,19 +196,27 @@ def test_410_after_compaction_relists_and_reports_the_difference(emu, make_clien
     n = len(rec.changes)
     t0 = time.monotonic()
     emu.drop_watches()
-    assert wait_until(lambda: names(c, "Ingress") == {
-        ("default", "keep"), ("default", "change"), ("default", "new")
-    })
+    assert wait_until(
+        lambda: (
+            names(c, "Ingress") == {("default", "keep"), ("default", "change"), ("default", "new")}
+        )
+    )
     assert c.get("Ingress", "default", "change").metadata.labels == {"v": "2"}
     assert rec.keys("Ingress", n) == {
-        ("default", "remove"), ("default", "change"), ("default", "new")
+        ("default", "remove"),
+        ("default", "change"),
+        ("default", "new"),
     }
-    relists = [r for r in emu.requests
-               if r.at >= t0 and r.path == ING_PATH and r.query.get("watch") != "true"]
+    relists = [
+        r
+        for r in emu.requests
+        if r.at >= t0 and r.path == ING_PATH and r.query.get("watch") != "true"
+    ]
     # listed again at the latest version (not the watch cache's), paged: two pages of two
     assert len(relists) >= 2 and all("resourceVersion" not in r.query for r in relists)
-    assert wait_until(lambda: c.resource_versions()["Ingress in all namespaces"]
-                      == str(emu.resource_version))
+    assert wait_until(
+        lambda: c.resource_versions()["Ingress in all namespaces"] == str(emu.resource_version)
+    )
     # and it keeps watching from the new list
     emu.create(o.ingress("after"))
     assert wait_until(lambda: c.get("Ingress", "default", "after") is not None)
@@ -232,7 +248,8 @@ def test_stalled_watch_is_detected_and_resumed(make_client):
     with Emulator(token=TOKEN, bookmark_interval=0.1) as emu:
         timing = Timing(read_timeout=0.6, backoff_base=0.1, backoff_cap=1.0)
         c = make_client(
-            [WatchSpec(INGRESSES, m.Ingress)], timing=timing,
+            [WatchSpec(INGRESSES, m.Ingress)],
+            timing=timing,
             cfg=load_api_config(endpoint=emu.url, token=TOKEN),
         )
         assert c.wait_synced(5) and emu.wait_watches(1)
@@ -273,7 +290,9 @@ def test_namespaces_filter(emu, make_client):
     assert ING_PATH not in paths
     assert not any("ns3" in p for p in paths)
     assert set(c.resource_versions()) == {
-        "Ingress in namespace ns1", "Ingress in namespace ns2", "IngressClass in all namespaces",
+        "Ingress in namespace ns1",
+        "Ingress in namespace ns2",
+        "IngressClass in all namespaces",
     }
 
 
@@ -304,9 +323,9 @@ def test_undecodable_object_is_left_out_and_the_watch_goes_on(emu, make_client, 
         assert c.decode_errors == 2
         emu.patch("EndpointSlice", "default", "good", {"addressType": "IPv4"})
         emu.create(o.endpoint_slice("later"))
-        assert wait_until(lambda: names(c, "EndpointSlice") == {
-            ("default", "good"), ("default", "later")
-        })
+        assert wait_until(
+            lambda: names(c, "EndpointSlice") == {("default", "good"), ("default", "later")}
+        )
     assert "default/broken left out" in caplog.text
     assert emu.count(EPS_PATH, watch=True) == 1  # the same watch all along
 
@@ -318,11 +337,15 @@ def test_edges_own_models_through_the_reflectors(emu, make_client):
     emu.create(o.service("whoami"))
     emu.create(o.endpoint_slice("whoami-1", addresses=["10.0.0.5"]))
     emu.create(o.secret("tls", cert="Q0VSVA==", key="S0VZ"))
-    c = make_client([
-        WatchSpec(INGRESSES, objects.Ingress), WatchSpec(INGRESS_CLASSES, objects.IngressClass),
-        WatchSpec(SERVICES, objects.Service), WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
-        WatchSpec(SECRETS, objects.Secret, field_selector="type=kubernetes.io/tls"),
-    ])
+    c = make_client(
+        [
+            WatchSpec(INGRESSES, objects.Ingress),
+            WatchSpec(INGRESS_CLASSES, objects.IngressClass),
+            WatchSpec(SERVICES, objects.Service),
+            WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+            WatchSpec(SECRETS, objects.Secret, field_selector="type=kubernetes.io/tls"),
+        ]
+    )
     assert c.wait_synced(5)
     state = objects.ClusterState.from_snapshot(c.snapshot())
     assert state.ingresses[("default", "web")].spec.ingress_class_name == "edge"
@@ -371,8 +394,10 @@ def test_stop_joins_threads_quickly(emu, make_client):
 
 def test_stop_while_backing_off_from_a_dead_server(make_client):
     sock_port = _closed_port()
-    c = make_client(cfg=load_api_config(endpoint=f"http://127.0.0.1:{sock_port}"),
-                    timing=Timing(backoff_base=5.0, backoff_cap=5.0))
+    c = make_client(
+        cfg=load_api_config(endpoint=f"http://127.0.0.1:{sock_port}"),
+        timing=Timing(backoff_base=5.0, backoff_cap=5.0),
+    )
     assert wait_until(lambda: all(c.pending().values()))
     t0 = time.monotonic()
     assert c.stop(timeout=2.0)
@@ -405,9 +430,15 @@ def test_patch_ingress_status(emu, make_client, caplog):
     assert patch[-1].path == "/apis/networking.k8s.io/v1/namespaces/prod/ingresses/web/status"
     assert patch[-1].authorization == f"Bearer {TOKEN}"
     # the reflector sees the write
-    assert wait_until(lambda: [
-        (a.ip, a.hostname) for a in c.get("Ingress", "prod", "web").status.load_balancer.ingress
-    ] == [("192.0.2.7", ""), ("", "lb.example.com")])
+    assert wait_until(
+        lambda: (
+            [
+                (a.ip, a.hostname)
+                for a in c.get("Ingress", "prod", "web").status.load_balancer.ingress
+            ]
+            == [("192.0.2.7", ""), ("", "lb.example.com")]
+        )
+    )
     # fewer addresses replace the list
     assert c.patch_ingress_status("prod", "web", [{"ip": "192.0.2.8"}])
     assert emu.get("Ingress", "prod", "web")["status"]["loadBalancer"]["ingress"] == [
@@ -454,14 +485,18 @@ def no_ambient_credentials(monkeypatch, tmp_path):
 
 def write_kubeconfig(path: Path, server: str, token: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "emu", "cluster": {"server": server}}],
-        "users": [{"name": "edge", "user": {"token": token}}],
-        "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "edge"}}],
-        "current-context": "emu",
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emu", "cluster": {"server": server}}],
+                "users": [{"name": "edge", "user": {"token": token}}],
+                "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "edge"}}],
+                "current-context": "emu",
+            }
+        )
+    )
     return path
 
 
@@ -471,8 +506,9 @@ def synced_through(cfg, make_client) -> KubeClient:
     return c
 
 
-def test_credentials_from_an_explicit_kubeconfig(emu, make_client, no_ambient_credentials,
-                                                 tmp_path):
+def test_credentials_from_an_explicit_kubeconfig(
+    emu, make_client, no_ambient_credentials, tmp_path
+):
     emu.create(o.ingress("a"))
     path = write_kubeconfig(tmp_path / "kc.yaml", emu.url, TOKEN)
     cfg = load_api_config(kubeconfig=str(path))
@@ -482,9 +518,9 @@ def test_credentials_from_an_explicit_kubeconfig(emu, make_client, no_ambient_cr
     assert emu.requests[-1].authorization == f"Bearer {TOKEN}"
 
 
-def test_credentials_from_the_kubeconfig_variable_and_home(emu, make_client,
-                                                           no_ambient_credentials, tmp_path,
-                                                           monkeypatch):
+def test_credentials_from_the_kubeconfig_variable_and_home(
+    emu, make_client, no_ambient_credentials, tmp_path, monkeypatch
+):
     home_cfg = write_kubeconfig(no_ambient_credentials / ".kube" / "config", emu.url, TOKEN)
     assert load_api_config().host == emu.url
     synced_through(load_api_config(), make_client)
@@ -495,21 +531,22 @@ def test_credentials_from_the_kubeconfig_variable_and_home(emu, make_client,
     assert home_cfg.exists()
 
 
-def test_explicit_settings_override_the_kubeconfig(emu, make_client, no_ambient_credentials,
-                                                   tmp_path):
+def test_explicit_settings_override_the_kubeconfig(
+    emu, make_client, no_ambient_credentials, tmp_path
+):
     path = write_kubeconfig(tmp_path / "kc.yaml", "http://127.0.0.1:1", "wrong-token")
     ca = tmp_path / "ca.crt"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    cfg = load_api_config(endpoint=emu.url + "/", token=TOKEN, cert_auth_file_path=str(ca),
-                          kubeconfig=str(path))
+    cfg = load_api_config(
+        endpoint=emu.url + "/", token=TOKEN, cert_auth_file_path=str(ca), kubeconfig=str(path)
+    )
     assert cfg.host == emu.url
     assert cfg.ssl_ca_cert == str(ca)
     synced_through(cfg, make_client)
     assert emu.requests[-1].authorization == f"Bearer {TOKEN}"
 
 
-def test_credentials_in_cluster(emu, make_client, no_ambient_credentials, tmp_path,
-                                monkeypatch):
+def test_credentials_in_cluster(emu, make_client, no_ambient_credentials, tmp_path, monkeypatch):
     sa = tmp_path / "serviceaccount"
     sa.mkdir()
     (sa / "token").write_text(TOKEN)

@@ -193,15 +193,17 @@ def test_list_field_selector(emu, core):
     assert names(core.list_secret_for_all_namespaces(field_selector="metadata.name=tls-b")) == [
         "tls-b"
     ]
-    assert names(
-        core.list_secret_for_all_namespaces(field_selector="metadata.namespace=ns1")
-    ) == ["opaque", "tls-a"]
-    assert names(
-        core.list_secret_for_all_namespaces(field_selector="metadata.namespace!=ns1")
-    ) == ["tls-b"]
-    assert names(
-        core.list_secret_for_all_namespaces(field_selector="type=kubernetes.io/tls")
-    ) == ["tls-a", "tls-b"]
+    assert names(core.list_secret_for_all_namespaces(field_selector="metadata.namespace=ns1")) == [
+        "opaque",
+        "tls-a",
+    ]
+    assert names(core.list_secret_for_all_namespaces(field_selector="metadata.namespace!=ns1")) == [
+        "tls-b"
+    ]
+    assert names(core.list_secret_for_all_namespaces(field_selector="type=kubernetes.io/tls")) == [
+        "tls-a",
+        "tls-b",
+    ]
 
 
 # --- WATCH -----------------------------------------------------------------------
@@ -212,8 +214,11 @@ def test_watch_added_modified_deleted_and_bookmarks(emu, net):
     start = net.list_namespaced_ingress("default").metadata.resource_version
     w = watch.Watch()
     stream = w.stream(
-        net.list_namespaced_ingress, "default",
-        resource_version=start, allow_watch_bookmarks=True, timeout_seconds=10,
+        net.list_namespaced_ingress,
+        "default",
+        resource_version=start,
+        allow_watch_bookmarks=True,
+        timeout_seconds=10,
     )
 
     events: list[dict] = []
@@ -245,7 +250,8 @@ def test_watch_added_modified_deleted_and_bookmarks(emu, net):
     # the bookmark carries the resourceVersion of the service written before it
     assert rvs[2] == rvs[1] + 1
     assert events[2]["raw_object"] == {
-        "kind": "Ingress", "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "apiVersion": "networking.k8s.io/v1",
         "metadata": {"resourceVersion": str(rvs[2])},
     }
     # the deleted object carries the deletion's version
@@ -262,7 +268,9 @@ def test_watch_replays_history_after_resource_version(emu, net):
     )
     events = collect(stream, lambda evs: len(evs) == 3)
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a"),
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("DELETED", "a"),
     ]
 
 
@@ -279,8 +287,11 @@ def test_watch_label_selector_transitions(emu, net):
     emu.create(o.ingress("x", labels={"app": "web"}))
     start = str(emu.resource_version)
     stream = watch.Watch().stream(
-        net.list_namespaced_ingress, "default",
-        resource_version=start, label_selector="app=web", timeout_seconds=5,
+        net.list_namespaced_ingress,
+        "default",
+        resource_version=start,
+        label_selector="app=web",
+        timeout_seconds=5,
     )
 
     def writes():
@@ -293,7 +304,9 @@ def test_watch_label_selector_transitions(emu, net):
     threading.Thread(target=writes, daemon=True).start()
     events = collect(stream, lambda evs: len(evs) == 3)
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("DELETED", "x"), ("ADDED", "x"), ("MODIFIED", "x"),
+        ("DELETED", "x"),
+        ("ADDED", "x"),
+        ("MODIFIED", "x"),
     ]
 
 
@@ -311,7 +324,8 @@ def test_watch_cluster_wide_sees_every_namespace(emu, net):
     threading.Thread(target=writes, daemon=True).start()
     events = collect(stream, lambda evs: len(evs) == 2)
     assert [(e["object"].metadata.namespace, e["object"].metadata.name) for e in events] == [
-        ("ns1", "a"), ("ns2", "b"),
+        ("ns1", "a"),
+        ("ns2", "b"),
     ]
 
 
@@ -320,14 +334,19 @@ def test_watch_periodic_bookmarks():
         net = client.NetworkingV1Api(c)
         emu.create(o.ingress("a"))
         stream = watch.Watch().stream(
-            net.list_namespaced_ingress, "default", resource_version=str(emu.resource_version),
-            allow_watch_bookmarks=True, timeout_seconds=5,
+            net.list_namespaced_ingress,
+            "default",
+            resource_version=str(emu.resource_version),
+            allow_watch_bookmarks=True,
+            timeout_seconds=5,
         )
         events = collect(stream, lambda evs: len(evs) == 3)
         assert [e["type"] for e in events] == ["BOOKMARK"] * 3
         # without allowWatchBookmarks there are none
         quiet = watch.Watch().stream(
-            net.list_namespaced_ingress, "default", resource_version=str(emu.resource_version),
+            net.list_namespaced_ingress,
+            "default",
+            resource_version=str(emu.resource_version),
             timeout_seconds=1,
         )
         assert collect(quiet, lambda evs: True, timeout=3) == []
@@ -352,15 +371,19 @@ def test_watch_410_after_compaction(emu, net):
     emu.compact()
     # timeout_seconds turns off Watch's own retry, so the 410 surfaces
     with pytest.raises(ApiException) as err:
-        list(watch.Watch().stream(
-            net.list_namespaced_ingress, "default", resource_version=old, timeout_seconds=2
-        ))
+        list(
+            watch.Watch().stream(
+                net.list_namespaced_ingress, "default", resource_version=old, timeout_seconds=2
+            )
+        )
     assert err.value.status == 410
     assert "Expired" in err.value.reason
     # from the compaction point on it works
     stream = watch.Watch().stream(
-        net.list_namespaced_ingress, "default",
-        resource_version=str(emu.resource_version), timeout_seconds=1,
+        net.list_namespaced_ingress,
+        "default",
+        resource_version=str(emu.resource_version),
+        timeout_seconds=1,
     )
     assert list(stream) == []
 
@@ -420,7 +443,9 @@ def test_status_patch_through_the_subresource(emu, net):
     assert int(stored["metadata"]["resourceVersion"]) == int(start) + 1
     # a list in a merge patch replaces the whole list
     net.patch_namespaced_ingress_status(
-        "web", "default", {"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}},
+        "web",
+        "default",
+        {"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}},
         _content_type="application/merge-patch+json",
     )
     assert emu.get("Ingress", "default", "web")["status"]["loadBalancer"] == {
@@ -428,12 +453,16 @@ def test_status_patch_through_the_subresource(emu, net):
     }
     # the status subresource ignores spec changes; the main resource ignores status
     net.patch_namespaced_ingress_status(
-        "web", "default", {"spec": {"ingressClassName": "nope"}},
+        "web",
+        "default",
+        {"spec": {"ingressClassName": "nope"}},
         _content_type="application/merge-patch+json",
     )
     assert "ingressClassName" not in emu.get("Ingress", "default", "web")["spec"]
     net.patch_namespaced_ingress(
-        "web", "default", {"status": {"loadBalancer": {}}, "metadata": {"labels": {"a": "b"}}},
+        "web",
+        "default",
+        {"status": {"loadBalancer": {}}, "metadata": {"labels": {"a": "b"}}},
         _content_type="application/merge-patch+json",
     )
     stored = emu.get("Ingress", "default", "web")
@@ -456,7 +485,9 @@ def test_status_write_is_a_watch_event(emu, net):
     def write():
         emu.wait_watches(1)
         net.patch_namespaced_ingress_status(
-            "web", "default", {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}},
+            "web",
+            "default",
+            {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}},
             _content_type="application/merge-patch+json",
         )
 
@@ -562,8 +593,11 @@ def test_stalled_watch_trips_the_client_read_timeout(emu, net):
     def run():
         try:
             for ev in watch.Watch().stream(
-                net.list_namespaced_ingress, "default", resource_version=start,
-                timeout_seconds=30, _request_timeout=(2, 0.5),
+                net.list_namespaced_ingress,
+                "default",
+                resource_version=start,
+                timeout_seconds=30,
+                _request_timeout=(2, 0.5),
             ):
                 seen.append(ev["object"].metadata.name)
         except BaseException as e:
@@ -578,7 +612,9 @@ def test_stalled_watch_trips_the_client_read_timeout(emu, net):
     assert not t.is_alive()
     assert seen == []
     assert len(errors) == 1
-    assert isinstance(errors[0], urllib3.exceptions.ReadTimeoutError | urllib3.exceptions.ProtocolError)
+    assert isinstance(
+        errors[0], urllib3.exceptions.ReadTimeoutError | urllib3.exceptions.ProtocolError
+    )
     # the stalled connection ends on the server too once the client closed it
     deadline = time.monotonic() + 5
     while emu.open_watches() and time.monotonic() < deadline:
@@ -602,7 +638,9 @@ def test_stop_ends_open_watches(net):
         def run():
             try:
                 for _ in watch.Watch().stream(
-                    api.list_namespaced_ingress, "default", resource_version="1",
+                    api.list_namespaced_ingress,
+                    "default",
+                    resource_version="1",
                     timeout_seconds=60,
                 ):
                     pass

@@ -515,7 +515,9 @@ def test_an_invalid_ingress_shows_in_the_api_as_a_disabled_router_with_its_reaso
             "service default/missing not found"
         ]
         assert json.loads(request(port, "/api/overview")[1])["http"]["routers"] == {
-            "total": 2, "warnings": 0, "errors": 1,
+            "total": 2,
+            "warnings": 0,
+            "errors": 1,
         }
         # fixed: the stand-in goes, the route serves
         backend_service(emu, "missing", whoami)

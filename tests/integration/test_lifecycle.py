@@ -15,7 +15,14 @@ from tests.harness import Edge, get
 def dyn(whoami, extra_routers: dict | None = None, weight_a: int = 1) -> dict:
     routers = {"a": {"rule": "Host(`a.test`)", "service": "svc-a"}}
     routers.update(extra_routers or {})
-    return {"http": {"routers": routers, "services": {"svc-a": {"loadBalancer": {"servers": [{"url": whoami.url, "weight": weight_a}]}}}}}
+    return {
+        "http": {
+            "routers": routers,
+            "services": {
+                "svc-a": {"loadBalancer": {"servers": [{"url": whoami.url, "weight": weight_a}]}}
+            },
+        }
+    }
 
 
 def test_ping_and_ready(tmp_path, whoami):
@@ -44,7 +51,9 @@ def test_not_ready_until_first_configuration(tmp_path, whoami):
 def _edge_with_broken_file(tmp_path, whoami) -> Edge:
     class Broken(Edge):
         def write_dynamic(self, dynamic):
-            self.dynamic_path.write_text("http:\n  routers:\n    a:\n      rule: 1\n      service: x\n      bogus: 2\n")
+            self.dynamic_path.write_text(
+                "http:\n  routers:\n    a:\n      rule: 1\n      service: x\n      bogus: 2\n"
+            )
 
     return Broken(tmp_path, dyn(whoami), wait_ready=False)
 

@@ -24,13 +24,22 @@ def wait_lines(path, count: int, timeout: float = 5.0) -> list[str]:
 
 
 def dyn(whoami) -> dict:
-    return {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}}, "services": {"s": lb(whoami.url)}}}
+    return {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+            "services": {"s": lb(whoami.url)},
+        }
+    }
 
 
 @pytest.mark.parametrize("fmt", ["common", "json"])
 def test_access_log_to_file(tmp_path, whoami, fmt):
     log_path = tmp_path / "access.log"
-    e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path), "format": fmt}})
+    e = Edge(
+        tmp_path,
+        dyn(whoami),
+        static_extra={"accessLog": {"filePath": str(log_path), "format": fmt}},
+    )
     try:
         assert get(e.port, "/x?y=1", host="a.test")[0] == 200
         assert get(e.port, "/", host="none.test")[0] == 404
@@ -43,7 +52,9 @@ def test_access_log_to_file(tmp_path, whoami, fmt):
         assert first["RouterName"] == "a@file" and first["ServiceURL"] == whoami.url
         assert second["DownstreamStatus"] == 404 and second["RouterName"] == ""
     else:
-        assert re.match(r'127\.0\.0\.1 - - \[.+\] "GET /x\?y=1 HTTP/1\.1" 200 \d+ .*"a@file"', lines[0]), lines[0]
+        assert re.match(
+            r'127\.0\.0\.1 - - \[.+\] "GET /x\?y=1 HTTP/1\.1" 200 \d+ .*"a@file"', lines[0]
+        ), lines[0]
         assert '" 404 ' in lines[1]
 
 

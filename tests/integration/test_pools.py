@@ -21,7 +21,12 @@ from tests.harness import Edge, get
 
 def dyn(whoami, transport: dict | None = None, extra_router: bool = False) -> dict:
     lb = {"servers": [{"url": whoami.url}]}
-    conf = {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "a"}}, "services": {"a": {"loadBalancer": lb}}}}
+    conf = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "a"}},
+            "services": {"a": {"loadBalancer": lb}},
+        }
+    }
     if transport is not None:
         lb["serversTransport"] = "t"
         conf["http"]["serversTransports"] = {"t": transport}
@@ -99,7 +104,11 @@ def test_weighted_services(tmp_path, whoami, whoami2):
         "http": {
             "routers": {"w": {"rule": "Host(`w.test`)", "service": "canary"}},
             "services": {
-                "canary": {"weighted": {"services": [{"name": "stable", "weight": 4}, {"name": "next", "weight": 1}]}},
+                "canary": {
+                    "weighted": {
+                        "services": [{"name": "stable", "weight": 4}, {"name": "next", "weight": 1}]
+                    }
+                },
                 "stable": {"loadBalancer": {"servers": [{"url": whoami.url}]}},
                 "next": {"loadBalancer": {"servers": [{"url": whoami2.url}]}},
             },
@@ -113,7 +122,9 @@ def test_weighted_services(tmp_path, whoami, whoami2):
         e.stop()
 
 
-def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(tmp_path, parser, whoami):
+def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(
+    tmp_path, parser, whoami
+):
     """A client's ``Connection: keep-alive`` says what edge means for a pooled upstream
     connection too, so it stays; without pooling it would be untrue, so it is cut."""
     for transport, expected in ((None, ["keep-alive"]), ({"maxIdleConnsPerHost": -1}, None)):
@@ -201,7 +212,9 @@ def test_a_connection_given_back_after_its_transport_changed_is_closed():
         registry.update({"t": ServersTransport(max_idle_conns_per_host=20)})
         new = registry.get("t")
         assert new is not old
-        await _until(lambda: pooled.transport is None, "the old transport closed its idle connection")
+        await _until(
+            lambda: pooled.transport is None, "the old transport closed its idle connection"
+        )
         old.put_idle(server, in_flight)  # the request in flight ends
         await _until(lambda: in_flight.transport is None, "the connection given back was closed")
         assert old.take_idle(server) is None

@@ -37,7 +37,10 @@ def routes(whoami, whoami2) -> dict:
                 "svc-dead": lb("http://127.0.0.1:9"),
                 "svc-w": {
                     "loadBalancer": {
-                        "servers": [{"url": whoami.url, "weight": 3}, {"url": whoami2.url, "weight": 1}]
+                        "servers": [
+                            {"url": whoami.url, "weight": 3},
+                            {"url": whoami2.url, "weight": 1},
+                        ]
                     }
                 },
             },
@@ -86,7 +89,11 @@ def test_forwarded_headers_from_untrusted_client(edge):
             edge.port,
             "/",
             host="a.test",
-            headers={"X-Forwarded-For": "6.6.6.6", "X-Real-Ip": "6.6.6.6", "X-Forwarded-Proto": "https"},
+            headers={
+                "X-Forwarded-For": "6.6.6.6",
+                "X-Real-Ip": "6.6.6.6",
+                "X-Forwarded-Proto": "https",
+            },
         )
     )
     h = info["headers"]
@@ -101,7 +108,14 @@ def test_forwarded_headers_from_trusted_client(tmp_path, parser, whoami, whoami2
     eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.0/8"]}}}
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
-        h = body(get(e.port, "/", host="a.test", headers={"X-Forwarded-For": "1.2.3.4", "X-Forwarded-Proto": "https"}))["headers"]
+        h = body(
+            get(
+                e.port,
+                "/",
+                host="a.test",
+                headers={"X-Forwarded-For": "1.2.3.4", "X-Forwarded-Proto": "https"},
+            )
+        )["headers"]
         assert h["X-Forwarded-For"] == ["1.2.3.4, 127.0.0.1"]
         assert h["X-Forwarded-Proto"] == ["https"]
     finally:
@@ -109,7 +123,9 @@ def test_forwarded_headers_from_trusted_client(tmp_path, parser, whoami, whoami2
 
 
 @pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
-def test_forwarded_header_from_untrusted_client_is_dropped(tmp_path, parser, whoami, whoami2, trusted):
+def test_forwarded_header_from_untrusted_client_is_dropped(
+    tmp_path, parser, whoami, whoami2, trusted
+):
     """RFC 7239's Forwarded reached the backend as an untrusted client wrote it while
     every X-Forwarded-* was replaced. It is dropped now, on every path a keep-alive
     request takes (plain heads, heads varied from them, a head repeated); a trusted
@@ -124,13 +140,21 @@ def test_forwarded_header_from_untrusted_client_is_dropped(tmp_path, parser, who
         seen = []
         with socket.create_connection(("127.0.0.1", e.port), timeout=5) as s:
             for n, line in requests:
-                s.sendall(b"GET /f HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%sAccept: */*\r\n\r\n" % (n, line))
+                s.sendall(
+                    b"GET /f HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%sAccept: */*\r\n\r\n"
+                    % (n, line)
+                )
                 answer = read_response(s)
                 assert answer.startswith(b"HTTP/1.1 200 OK"), answer
                 seen.append(json.loads(answer.partition(b"\r\n\r\n")[2])["headers"])
         kept = ["for=1.2.3.4;host=evil"] if trusted else None
-        assert [h.get("Forwarded") for h in seen] == [kept if line else None for _, line in requests]
-        assert all(h["X-Forwarded-For"] == ["127.0.0.1"] and h["X-Forwarded-Host"] == ["a.test"] for h in seen)
+        assert [h.get("Forwarded") for h in seen] == [
+            kept if line else None for _, line in requests
+        ]
+        assert all(
+            h["X-Forwarded-For"] == ["127.0.0.1"] and h["X-Forwarded-Host"] == ["a.test"]
+            for h in seen
+        )
     finally:
         e.stop()
 
@@ -138,7 +162,9 @@ def test_forwarded_header_from_untrusted_client_is_dropped(tmp_path, parser, who
 def test_forwarded_headers_trusted_by_an_ipv4_mapped_entry(tmp_path, whoami, whoami2):
     # ::ffff:127.0.0.1 names the IPv4 client 127.0.0.1, as in Traefik (both sides
     # unmapped); it matched no IPv4 client before, so the client's X-Forwarded-For was cut.
-    eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["::ffff:127.0.0.1"]}}}
+    eps = {
+        "web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["::ffff:127.0.0.1"]}}
+    }
     e = Edge(tmp_path, routes(whoami, whoami2), entrypoints=eps)
     try:
         h = body(get(e.port, "/", host="a.test", headers={"X-Forwarded-For": "1.2.3.4"}))["headers"]
@@ -149,7 +175,17 @@ def test_forwarded_headers_trusted_by_an_ipv4_mapped_entry(tmp_path, whoami, who
 
 def test_hop_by_hop_headers_removed(edge):
     h = body(
-        get(edge.port, "/", host="a.test", headers={"Connection": "keep-alive, X-Secret", "X-Secret": "1", "Keep-Alive": "timeout=5", "TE": "trailers"})
+        get(
+            edge.port,
+            "/",
+            host="a.test",
+            headers={
+                "Connection": "keep-alive, X-Secret",
+                "X-Secret": "1",
+                "Keep-Alive": "timeout=5",
+                "TE": "trailers",
+            },
+        )
     )["headers"]
     for name in ("X-Secret", "Keep-Alive", "Te", "TE", "Connection"):
         assert name not in h
@@ -158,7 +194,9 @@ def test_hop_by_hop_headers_removed(edge):
 def test_plain_connection_header_is_cut_from_forwarded_bytes(edge):
     # A head with only a plain Connection header is forwarded as its own bytes
     # (the passthrough path); the Connection line must still not go upstream.
-    resp = raw(edge.port, b"GET /pt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nX-Custom: 1\r\n\r\n")
+    resp = raw(
+        edge.port, b"GET /pt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nX-Custom: 1\r\n\r\n"
+    )
     info = json.loads(resp.partition(b"\r\n\r\n")[2])
     assert "Connection" not in info["headers"]
     assert info["headers"]["X-Custom"] == ["1"]
@@ -189,11 +227,15 @@ def test_curl_keep_alive_reuses_the_connection(edge):
     curl = need("curl")
     out = subprocess.run(
         [curl, "-sv", "-H", "Host: a.test", f"{edge.url}/1", "-H", "Host: a.test", f"{edge.url}/2"],
-        capture_output=True, text=True, timeout=10,
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     assert out.returncode == 0
     assert out.stdout.count('"name":"w1"') == 2
-    assert "Re-using existing connection" in out.stderr or "Reusing existing connection" in out.stderr
+    assert (
+        "Re-using existing connection" in out.stderr or "Reusing existing connection" in out.stderr
+    )
 
 
 def test_curl_chunked_upload_and_chunked_download(edge, tmp_path):
@@ -201,13 +243,36 @@ def test_curl_chunked_upload_and_chunked_download(edge, tmp_path):
     payload = tmp_path / "payload"
     payload.write_bytes(b"z" * 300_000)
     out = subprocess.run(
-        [curl, "-s", "-H", "Host: a.test", "-H", "Transfer-Encoding: chunked", "--data-binary", f"@{payload}", f"{edge.url}/up"],
-        capture_output=True, timeout=10,
+        [
+            curl,
+            "-s",
+            "-H",
+            "Host: a.test",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            f"@{payload}",
+            f"{edge.url}/up",
+        ],
+        capture_output=True,
+        timeout=10,
     )
     assert json.loads(out.stdout)["bodyBytes"] == 300_000
     out = subprocess.run(
-        [curl, "-s", "-D", "-", "-o", str(tmp_path / "down"), "-H", "Host: a.test", f"{edge.url}/data?size=500000&chunked=1"],
-        capture_output=True, timeout=10, text=True,
+        [
+            curl,
+            "-s",
+            "-D",
+            "-",
+            "-o",
+            str(tmp_path / "down"),
+            "-H",
+            "Host: a.test",
+            f"{edge.url}/data?size=500000&chunked=1",
+        ],
+        capture_output=True,
+        timeout=10,
+        text=True,
     )
     assert "transfer-encoding: chunked" in out.stdout.lower()
     assert (tmp_path / "down").stat().st_size == 500_000
@@ -218,8 +283,20 @@ def test_expect_100_continue(edge, tmp_path):
     payload = tmp_path / "payload"
     payload.write_bytes(b"e" * 2_000_000)
     out = subprocess.run(
-        [curl, "-sv", "-H", "Host: a.test", "-H", "Expect: 100-continue", "--data-binary", f"@{payload}", f"{edge.url}/e"],
-        capture_output=True, timeout=10, text=True,
+        [
+            curl,
+            "-sv",
+            "-H",
+            "Host: a.test",
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            f"@{payload}",
+            f"{edge.url}/e",
+        ],
+        capture_output=True,
+        timeout=10,
+        text=True,
     )
     assert "HTTP/1.1 100 Continue" in out.stderr
     info = json.loads(out.stdout)
@@ -239,7 +316,12 @@ def test_pipelined_requests_answered_in_order(edge):
     reqs = b"".join(b"GET /p%d HTTP/1.1\r\nHost: a.test\r\n\r\n" % i for i in range(5))
     reqs += b"GET /last HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
     resp = raw(edge.port, reqs)
-    paths = [json.loads(line)["path"] for line in resp.split(b"\r\n\r\n")[1:] if line.startswith(b"{") for line in [line.split(b"\n")[0]]]
+    paths = [
+        json.loads(line)["path"]
+        for line in resp.split(b"\r\n\r\n")[1:]
+        if line.startswith(b"{")
+        for line in [line.split(b"\n")[0]]
+    ]
     assert paths == ["/p0", "/p1", "/p2", "/p3", "/p4", "/last"]
 
 
@@ -254,10 +336,22 @@ def test_head_request(edge):
 @pytest.mark.parametrize(
     "request_bytes, status",
     [
-        (b"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
-        (b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400),
+        (
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+            400,
+        ),
         (b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Folded: a\r\n b\r\n\r\n", 400),
         (b"GET / HTTP/1.1\nHost: a.test\n\n", 400),
         (b"GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", 400),
@@ -265,9 +359,22 @@ def test_head_request(edge):
         (b"GET / HTTP/1.1\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
     ],
-    ids=["cl+te", "two-cl", "te-not-chunked", "bad-chunk", "obs-fold", "bare-lf", "bare-lf-header", "garbage", "no-host", "too-large"],
+    ids=[
+        "cl+te",
+        "two-cl",
+        "te-not-chunked",
+        "bad-chunk",
+        "obs-fold",
+        "bare-lf",
+        "bare-lf-header",
+        "garbage",
+        "no-host",
+        "too-large",
+    ],
 )
-def test_malformed_requests_refused_and_closed(tmp_path, parser, whoami, whoami2, request_bytes, status):
+def test_malformed_requests_refused_and_closed(
+    tmp_path, parser, whoami, whoami2, request_bytes, status
+):
     eps = {"web": {"address": "127.0.0.1:0", "http": {"maxHeaderBytes": 65536}}}
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
@@ -281,9 +388,14 @@ def test_malformed_requests_refused_and_closed(tmp_path, parser, whoami, whoami2
 
 def test_absolute_form_is_routed_by_authority_not_forwarded_anywhere(edge):
     # edge is not an open proxy: the authority picks a router like a Host header.
-    resp = raw(edge.port, b"GET http://example.com/ HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+    resp = raw(
+        edge.port, b"GET http://example.com/ HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+    )
     assert resp.startswith(b"HTTP/1.1 404")
-    resp = raw(edge.port, b"GET http://a.test/abs?x=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+    resp = raw(
+        edge.port,
+        b"GET http://a.test/abs?x=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+    )
     assert resp.startswith(b"HTTP/1.1 200")
     info = json.loads(resp.partition(b"\r\n\r\n")[2])
     assert info["path"] == "/abs" and info["query"] == "x=1" and info["host"] == "a.test"
@@ -292,14 +404,31 @@ def test_absolute_form_is_routed_by_authority_not_forwarded_anywhere(edge):
 def test_curl_through_edge_as_proxy_cannot_reach_unrouted_host(edge):
     curl = need("curl")
     out = subprocess.run(
-        [curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", "--proxy", edge.url, "http://127.0.0.1:1/"],
-        capture_output=True, text=True, timeout=10,
+        [
+            curl,
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--proxy",
+            edge.url,
+            "http://127.0.0.1:1/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     assert out.stdout == "404"
 
 
 def test_read_timeout_answers_408(tmp_path, parser, whoami, whoami2):
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "300ms"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "300ms"}},
+        }
+    }
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
         resp = raw(e.port, b"GET / HTTP/1.1\r\nHost: a.te", timeout=5)
@@ -311,7 +440,9 @@ def test_read_timeout_answers_408(tmp_path, parser, whoami, whoami2):
 def test_response_header_timeout_answers_504(tmp_path, parser, whoami, whoami2):
     dyn = routes(whoami, whoami2)
     dyn["http"]["services"]["svc-a"]["loadBalancer"]["serversTransport"] = "slow"
-    dyn["http"]["serversTransports"] = {"slow": {"forwardingTimeouts": {"responseHeaderTimeout": "200ms"}}}
+    dyn["http"]["serversTransports"] = {
+        "slow": {"forwardingTimeouts": {"responseHeaderTimeout": "200ms"}}
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
         assert get(e.port, "/?delay=2", host="a.test")[0] == 504
@@ -328,7 +459,12 @@ def test_middlewares_headers_add_prefix_and_redirect(tmp_path, parser, whoami):
                 "r": {"rule": "Host(`r.test`)", "service": "s", "middlewares": ["to-https"]},
             },
             "middlewares": {
-                "hdr": {"headers": {"customRequestHeaders": {"X-Env": "edge", "User-Agent": ""}, "customResponseHeaders": {"X-Served-By": "edge"}}},
+                "hdr": {
+                    "headers": {
+                        "customRequestHeaders": {"X-Env": "edge", "User-Agent": ""},
+                        "customResponseHeaders": {"X-Served-By": "edge"},
+                    }
+                },
                 "add": {"addPrefix": {"prefix": "/v2"}},
                 "to-https": {"redirectScheme": {"scheme": "https", "permanent": True}},
             },
@@ -337,7 +473,9 @@ def test_middlewares_headers_add_prefix_and_redirect(tmp_path, parser, whoami):
     }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
-        status, headers, data = get(e.port, "/items?x=1", host="h.test", headers={"X-Env": "client", "User-Agent": "ua"})
+        status, headers, data = get(
+            e.port, "/items?x=1", host="h.test", headers={"X-Env": "client", "User-Agent": "ua"}
+        )
         info = json.loads(data)
         assert status == 200 and headers["X-Served-By"] == "edge"
         assert info["path"] == "/v2/items" and info["query"] == "x=1"
@@ -380,7 +518,9 @@ def test_max_header_count(tmp_path, parser, whoami, whoami2):
     eps = {"web": {"address": "127.0.0.1:0", "http": {"maxHeaderCount": 5}}}
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
-        head = b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n" + b"X: 1\r\n" * 3  # 5 fields
+        head = (
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n" + b"X: 1\r\n" * 3
+        )  # 5 fields
         assert raw(e.port, head + b"\r\n").startswith(b"HTTP/1.1 200 ")
         assert raw(e.port, head + b"X: 1\r\n\r\n").startswith(b"HTTP/1.1 431 ")
     finally:
@@ -392,8 +532,15 @@ def test_ten_thousand_header_fields_are_refused_by_default(edge):
     assert resp.startswith(b"HTTP/1.1 431 ") and resp.count(b"HTTP/1.1") == 1
 
 
-def test_a_head_begun_during_a_request_is_bounded_by_read_timeout(tmp_path, parser, whoami, whoami2):
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "300ms"}}}}
+def test_a_head_begun_during_a_request_is_bounded_by_read_timeout(
+    tmp_path, parser, whoami, whoami2
+):
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "300ms"}},
+        }
+    }
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
         resp = raw(e.port, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET / HTTP/1.1\r\nHo", timeout=5)
@@ -441,11 +588,22 @@ def test_a_response_to_nothing_never_reaches_a_client(tmp_path, parser):
     """An upstream that answers twice: the second answer must not become the answer
     to the next request on that pooled connection (response queue poisoning)."""
     server = TwoAnswers()
-    e = Edge(tmp_path, {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}}, "services": {"s": lb(server.url)}}}, parser=parser)
+    e = Edge(
+        tmp_path,
+        {
+            "http": {
+                "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+                "services": {"s": lb(server.url)},
+            }
+        },
+        parser=parser,
+    )
     try:
         assert [get(e.port, "/", host="a.test")[2] for _ in range(4)] == [b"good"] * 4
         pipelined = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n" * 3
-        resp = raw(e.port, pipelined + b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        resp = raw(
+            e.port, pipelined + b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
+        )
         assert resp.count(b"good") == 4 and b"evil" not in resp
     finally:
         e.stop()

@@ -22,7 +22,10 @@ def config(whoami, whoami2, i: int) -> dict:
     routers = {"main": {"rule": "Host(`load.test`)", "service": "main"}}
     # Other routers come and go; the weights of the loaded service change.
     for k in range(i % 7):
-        routers[f"extra-{i}-{k}"] = {"rule": f"Host(`x{k}.test`) && PathPrefix(`/{i}`)", "service": "other"}
+        routers[f"extra-{i}-{k}"] = {
+            "rule": f"Host(`x{k}.test`) && PathPrefix(`/{i}`)",
+            "service": "other",
+        }
     return {
         "http": {
             "routers": routers,

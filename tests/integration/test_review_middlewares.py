@@ -90,7 +90,9 @@ def test_custom_request_host_and_forwarded_headers_replace_edges_own(tmp_path, p
     }
     e = edge_with(tmp_path, parser, lb(backend.url), mws)
     try:
-        out = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\nX-Real-Ip: 6.6.6.6\r\n\r\n")
+        out = exchange(
+            e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\nX-Real-Ip: 6.6.6.6\r\n\r\n"
+        )
         assert out.startswith(b"HTTP/1.1 200 "), out
         settle(backend, 1)
         assert backend.errors == []
@@ -128,7 +130,8 @@ def test_custom_request_framing_headers_cannot_reframe_the_body(tmp_path, parser
         body = b"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: app.example\r\n\r\n"
         out = pipelined(
             e.port,
-            b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
             + b"GET /next HTTP/1.1\r\nHost: app.example\r\n\r\n",
         )
         settle(backend, 2)
@@ -172,7 +175,9 @@ def test_custom_response_framing_headers_cannot_reframe_the_response(tmp_path, p
         lines = first.lower().split(b"\r\n")
         assert b"content-length: 8" in lines and b"x-custom: yes" in lines, first
         assert not [x for x in lines if x.startswith((b"transfer-encoding", b"connection"))], first
-        assert [x for x in lines if x.startswith(b"content-length")] == [b"content-length: 8"], first
+        assert [x for x in lines if x.startswith(b"content-length")] == [b"content-length: 8"], (
+            first
+        )
         assert rest.startswith(b"GET /a 0HTTP/1.1 200 "), out
         assert out.endswith(b"GET /b 0"), out
     finally:
@@ -272,7 +277,9 @@ def test_lost_reused_connection_resends_only_idempotent_requests(tmp_path, parse
 def redirect_edge(tmp_path, parser, backend, permanent: bool) -> Edge:
     dyn = {
         "http": {
-            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app", "middlewares": ["tls"]}},
+            "routers": {
+                "app": {"rule": "Host(`app.example`)", "service": "app", "middlewares": ["tls"]}
+            },
             "services": {"app": lb(backend.url)},
             "middlewares": {"tls": {"redirectScheme": {"scheme": "https", "permanent": permanent}}},
         }
@@ -282,16 +289,22 @@ def redirect_edge(tmp_path, parser, backend, permanent: bool) -> Edge:
 
 
 @pytest.mark.parametrize("permanent", [False, True], ids=["temporary", "permanent"])
-def test_redirect_scheme_keeps_the_method_of_a_non_get_request(tmp_path, parser, backend, permanent):
+def test_redirect_scheme_keeps_the_method_of_a_non_get_request(
+    tmp_path, parser, backend, permanent
+):
     """Every redirect was 301 or 302, which clients follow with a GET: a form POSTed
     to http:// lost its body and reached the https:// route as a GET. Traefik
     answers a request other than GET with 307 (308 when permanent), which keeps
     the method and body."""
     e = redirect_edge(tmp_path, parser, backend, permanent)
     try:
-        for method, status in ((b"GET", b"301" if permanent else b"302"), (b"POST", b"308" if permanent else b"307")):
+        for method, status in (
+            (b"GET", b"301" if permanent else b"302"),
+            (b"POST", b"308" if permanent else b"307"),
+        ):
             out = exchange(
-                e.port, method + b" /form?a=1 HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi"
+                e.port,
+                method + b" /form?a=1 HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi",
             )
             assert out.startswith(b"HTTP/1.1 " + status + b" "), (method, out)
             assert b"\r\nLocation: https://app.example/form?a=1\r\n" in out, out
@@ -309,12 +322,16 @@ def test_redirect_scheme_passes_a_request_already_in_its_scheme(tmp_path, parser
     replaced by edge's), so it is still redirected."""
     e = redirect_edge(tmp_path, parser, backend, False)
     try:
-        trusted = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Proto: https\r\n\r\n")
+        trusted = exchange(
+            e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Proto: https\r\n\r\n"
+        )
         assert trusted.startswith(b"HTTP/1.1 200 "), trusted
         settle(backend, 1)
         assert [(r.method, r.target) for r in backend.requests] == [(b"GET", b"/x")]
         # Another port is another URL: redirected (to the scheme's default port).
-        other = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example:8443\r\nX-Forwarded-Proto: https\r\n\r\n")
+        other = exchange(
+            e.port, b"GET /x HTTP/1.1\r\nHost: app.example:8443\r\nX-Forwarded-Proto: https\r\n\r\n"
+        )
         assert other.startswith(b"HTTP/1.1 302 "), other
         assert b"\r\nLocation: https://app.example/x\r\n" in other, other
     finally:
@@ -334,7 +351,9 @@ def test_response_header_timeout_counts_from_the_end_of_the_request_body(tmp_pat
         "http": {
             "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
             "services": {"app": lb(backend.url, serversTransport="rht")},
-            "serversTransports": {"rht": {"forwardingTimeouts": {"responseHeaderTimeout": "300ms"}}},
+            "serversTransports": {
+                "rht": {"forwardingTimeouts": {"responseHeaderTimeout": "300ms"}}
+            },
         }
     }
     e = Edge(tmp_path, dyn, parser=parser)
@@ -378,7 +397,9 @@ def test_add_prefix_without_a_leading_slash_makes_an_origin_form_path(tmp_path, 
     ],
     ids=["maxIdle-negative", "maxIdle-zero", "idleConnTimeout-zero"],
 )
-def test_servers_transport_pool_settings_mean_what_traefik_documents(tmp_path, parser, backend, transport, reused):
+def test_servers_transport_pool_settings_mean_what_traefik_documents(
+    tmp_path, parser, backend, transport, reused
+):
     """maxIdleConnsPerHost -1, which Traefik documents as disabling connection reuse,
     was refused when the file was read, so every route of the file went down; 0
     (Go's default of 2) and idleConnTimeout 0 (Go: no limit) disabled pooling
@@ -435,7 +456,10 @@ def test_response_before_a_large_request_body_ends_says_the_connection_closes(tm
     e = edge_with(tmp_path, parser, lb(backend.url))
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1000)
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000000\r\n\r\n"
+                + b"x" * 1000
+            )
             out = read_response(s)
             assert out.startswith(b"HTTP/1.1 413 "), out
             assert b"\r\nConnection: close\r\n" in out, out
@@ -454,10 +478,16 @@ def test_response_before_a_small_request_body_ends_keeps_the_connection(tmp_path
     e = edge_with(tmp_path, parser, lb(backend.url))
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1000\r\n\r\n"
+                + b"x" * 10
+            )
             first = read_response(s)
             assert first.startswith(b"HTTP/1.1 413 ") and b"Connection: close" not in first, first
-            s.sendall(b"x" * 990 + b"POST /again HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi")
+            s.sendall(
+                b"x" * 990
+                + b"POST /again HTTP/1.1\r\nHost: app.example\r\nContent-Length: 2\r\n\r\nhi"
+            )
             second = read_response(s)
             assert second.startswith(b"HTTP/1.1 413 "), second
     finally:
@@ -480,7 +510,9 @@ def test_pass_host_header_false_wins_over_a_custom_host(tmp_path, parser, backen
         e.stop()
 
 
-def test_strip_prefix_strips_the_prefix_the_router_matched_however_it_is_escaped(tmp_path, parser, backend):
+def test_strip_prefix_strips_the_prefix_the_router_matched_however_it_is_escaped(
+    tmp_path, parser, backend
+):
     """Routers match the path with unreserved escapes decoded (``/%61pi`` is
     ``/api``), as Traefik's do, but stripPrefix compared the raw bytes: the request
     was routed by PathPrefix(`/api`) and went upstream unstripped, reaching the
@@ -488,7 +520,9 @@ def test_strip_prefix_strips_the_prefix_the_router_matched_however_it_is_escaped
     the prefix the decoded path starts with, and the escaped bytes that spell it."""
     dyn = {
         "http": {
-            "routers": {"app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}},
+            "routers": {
+                "app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}
+            },
             "services": {"app": lb(backend.url)},
             "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/api"]}}},
         }
@@ -514,14 +548,25 @@ def test_custom_response_headers_reach_edges_own_error_answers(tmp_path, parser)
     closed = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{closed.getsockname()[1]}"
     closed.close()  # nothing listens there: 502
-    mws = {"hdr": {"headers": {"customResponseHeaders": {"Access-Control-Allow-Origin": "*", "Content-Type": "text/x-edge"}}}}
+    mws = {
+        "hdr": {
+            "headers": {
+                "customResponseHeaders": {
+                    "Access-Control-Allow-Origin": "*",
+                    "Content-Type": "text/x-edge",
+                }
+            }
+        }
+    }
     e = edge_with(tmp_path, parser, lb(url), mws)
     try:
         out = exchange(e.port, b"GET /x HTTP/1.1\r\nHost: app.example\r\n\r\n")
         head = out.partition(b"\r\n\r\n")[0].lower().split(b"\r\n")
         assert head[0].startswith(b"http/1.1 502 "), out
         assert b"access-control-allow-origin: *" in head, out
-        assert [x for x in head if x.startswith(b"content-type")] == [b"content-type: text/x-edge"], out
+        assert [x for x in head if x.startswith(b"content-type")] == [
+            b"content-type: text/x-edge"
+        ], out
     finally:
         e.stop()
 
@@ -538,7 +583,9 @@ def test_closing_with_the_request_body_still_coming_does_not_reset_the_connectio
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
             total = 4_000_000
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n" % total)
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n" % total
+            )
             s.sendall(b"x" * 1000)
             time.sleep(0.3)  # the answer comes, and edge closes its side
             s.sendall(b"x" * (total - 1000))  # the rest of the upload: no reset
@@ -558,16 +605,23 @@ def test_lingering_is_bounded(tmp_path):
     passes on the commit before too, where the close came at once. The client reads
     EOF at once (edge's half-close): only its sends see the full close."""
     backend = EarlyAnswerBackend()
-    e = edge_with(tmp_path, "httptools", lb(backend.url))  # after the answer no codec reads: one is enough
+    e = edge_with(
+        tmp_path, "httptools", lb(backend.url)
+    )  # after the answer no codec reads: one is enough
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 100000000\r\n\r\n" + b"x" * 1000)
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 100000000\r\n\r\n"
+                + b"x" * 1000
+            )
             out = read_response(s)
             assert out.startswith(b"HTTP/1.1 413 "), out
             start = time.monotonic()
             closed = False
             s.settimeout(0.1)
-            while time.monotonic() - start < 8:  # edge's half-close ends our reading, not our sending
+            while (
+                time.monotonic() - start < 8
+            ):  # edge's half-close ends our reading, not our sending
                 try:
                     s.sendall(b"x" * 1000)
                 except TimeoutError:
@@ -639,7 +693,10 @@ def test_trusted_clients_x_real_ip_is_kept(tmp_path, parser, backend):
         )
         assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers), answers
         settle(backend, 2)
-        assert [r.header(b"x-real-ip") for r in backend.requests] == [[b"203.0.113.7"], [b"127.0.0.1"]]
+        assert [r.header(b"x-real-ip") for r in backend.requests] == [
+            [b"203.0.113.7"],
+            [b"127.0.0.1"],
+        ]
     finally:
         e.stop()
 
@@ -668,7 +725,9 @@ def test_lingering_over_tls13(tmp_path, parser):
         plain = socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT)
         with ctx.wrap_socket(plain, server_hostname="app.example") as s:
             total = 4_000_000
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n" % total)
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: %d\r\n\r\n" % total
+            )
             s.sendall(b"x" * 1000)
             time.sleep(0.3)
             s.sendall(b"x" * (total - 1000))
@@ -686,7 +745,9 @@ def test_trusted_clients_x_forwarded_prefix_is_kept(tmp_path, parser, backend):
     adds its own value after it (two lines)."""
     dyn = {
         "http": {
-            "routers": {"app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}},
+            "routers": {
+                "app": {"rule": "PathPrefix(`/api`)", "service": "app", "middlewares": ["strip"]}
+            },
             "services": {"app": lb(backend.url)},
             "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/api"]}}},
         }
@@ -694,7 +755,10 @@ def test_trusted_clients_x_forwarded_prefix_is_kept(tmp_path, parser, backend):
     eps = {"web": {"address": "127.0.0.1:0", "forwardedHeaders": {"trustedIPs": ["127.0.0.1"]}}}
     e = Edge(tmp_path, dyn, parser=parser, entrypoints=eps)
     try:
-        out = exchange(e.port, b"GET /api/x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Prefix: /outer\r\n\r\n")
+        out = exchange(
+            e.port,
+            b"GET /api/x HTTP/1.1\r\nHost: app.example\r\nX-Forwarded-Prefix: /outer\r\n\r\n",
+        )
         assert out.startswith(b"HTTP/1.1 200 "), out
         settle(backend, 1)
         [r] = backend.requests

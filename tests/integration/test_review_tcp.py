@@ -68,7 +68,9 @@ def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
 
 
 @pytest.mark.parametrize("server_name", ["other.test", None], ids=["unknown-name", "no-sni"])
-def test_a_tcp_catch_all_gets_the_names_no_https_router_names(tmp_path, whoami, recorder, server_name):
+def test_a_tcp_catch_all_gets_the_names_no_https_router_names(
+    tmp_path, whoami, recorder, server_name
+):
     """Traefik (since 2.7) tries, in order: an HTTPS router's Host, a TCP router on TLS
     with a specific rule, an HTTPS router without a Host, ``HostSNI(`*`)``, and the
     HTTPS 404 last. A common setup (a few HTTPS sites, everything else passed through
@@ -82,8 +84,12 @@ def test_a_tcp_catch_all_gets_the_names_no_https_router_names(tmp_path, whoami, 
             "services": {"w": {"loadBalancer": {"servers": [{"url": whoami.url}]}}},
         },
         "tcp": {
-            "routers": {"rest": {"rule": "HostSNI(`*`)", "service": "pass", "tls": {"passthrough": True}}},
-            "services": {"pass": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{recorder.port}"}]}}},
+            "routers": {
+                "rest": {"rule": "HostSNI(`*`)", "service": "pass", "tls": {"passthrough": True}}
+            },
+            "services": {
+                "pass": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{recorder.port}"}]}}
+            },
         },
         "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
     }
@@ -108,7 +114,9 @@ def test_a_tcp_catch_all_gets_the_names_no_https_router_names(tmp_path, whoami, 
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["clear", "tls"])
-@pytest.mark.parametrize("host", ["a..b.test", "x" * 64 + ".test"], ids=["empty-label", "long-label"])
+@pytest.mark.parametrize(
+    "host", ["a..b.test", "x" * 64 + ".test"], ids=["empty-label", "long-label"]
+)
 def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tmp_path, host, tls):
     """A server address whose host name is no valid DNS name (an empty label, a label
     over 63 bytes: a typo, a generated name) passes validation, and asking the
@@ -122,7 +130,9 @@ def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tm
     dynamic = {
         "tcp": {
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "bad"}},
-            "services": {"bad": {"loadBalancer": {"servers": [{"address": f"{host}:5000", "tls": tls}]}}},
+            "services": {
+                "bad": {"loadBalancer": {"servers": [{"address": f"{host}:5000", "tls": tls}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic)
@@ -132,7 +142,9 @@ def test_a_server_name_that_cannot_be_resolved_closes_the_client_and_says_why(tm
             data, closed = read_until_closed(s, 5)
         assert (data, closed) == (b"", True)
         what = " \\(tls\\)" if tls else ""
-        e.wait_for(rf"tcp router raw@file: service bad@file: dial {host}:5000{what}: not a host name .*; connection closed")
+        e.wait_for(
+            rf"tcp router raw@file: service bad@file: dial {host}:5000{what}: not a host name .*; connection closed"
+        )
         assert "Task exception was never retrieved" not in e.log
     finally:
         e.stop()
@@ -199,7 +211,10 @@ def test_postgres_starttls_is_routed_by_server_name(tmp_path, whoami, rule):
     backend_pki, edge_pki = PKI(), PKI()
     backend_cert = backend_pki.issue("db.test").write(tmp_path, "backend")
     crt, key = edge_pki.issue("db.test").write(tmp_path, "edge")
-    backend_ca, edge_ca = backend_pki.write_ca(tmp_path, "backend-ca"), edge_pki.write_ca(tmp_path, "edge-ca")
+    backend_ca, edge_ca = (
+        backend_pki.write_ca(tmp_path, "backend-ca"),
+        edge_pki.write_ca(tmp_path, "edge-ca"),
+    )
     pg = FakePostgres(backend_cert)
     service = {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{pg.port}"}]}}
     dynamic = {
@@ -228,7 +243,9 @@ def test_postgres_starttls_is_routed_by_server_name(tmp_path, whoami, rule):
         assert postgres_client(e.port, "term.db.test", edge_ca) == (b"S", b"got startup over clear")
         assert pg.errors == []
         # plain HTTP on the same port is untouched
-        assert exchange(e.port, b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+        assert exchange(
+            e.port, b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n"
+        ).startswith(b"HTTP/1.1 200")
     finally:
         e.stop()
         pg.stop()
@@ -254,7 +271,9 @@ def test_postgres_starttls_to_a_server_that_refuses_tls_closes_the_client(tmp_pa
     thread.start()
     dynamic = {
         "tcp": {
-            "routers": {"pass": {"rule": "HostSNI(`*`)", "service": "pg", "tls": {"passthrough": True}}},
+            "routers": {
+                "pass": {"rule": "HostSNI(`*`)", "service": "pg", "tls": {"passthrough": True}}
+            },
             "services": {"pg": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{port}"}]}}},
         }
     }
@@ -265,14 +284,18 @@ def test_postgres_starttls_to_a_server_that_refuses_tls_closes_the_client(tmp_pa
             assert s.recv(1) == b"S"
             s.sendall(client_hello("db.test"))
             assert read_until_closed(s, 5) == (b"", True)
-        e.wait_for(r"tcp router pass@file: service pg@file: dial .*: answered b'N' to the STARTTLS request")
+        e.wait_for(
+            r"tcp router pass@file: service pg@file: dial .*: answered b'N' to the STARTTLS request"
+        )
     finally:
         e.stop()
         thread.join(5)
         server.close()
 
 
-def test_postgres_request_split_byte_by_byte_is_answered_and_a_near_miss_is_relayed_intact(tmp_path, recorder):
+def test_postgres_request_split_byte_by_byte_is_answered_and_a_near_miss_is_relayed_intact(
+    tmp_path, recorder
+):
     """The SSLRequest is looked for a byte at a time (as Traefik peeks it): sent in
     eight writes it is answered; bytes that start like it and then differ go, all of
     them, to the TCP router without TLS."""
@@ -280,9 +303,15 @@ def test_postgres_request_split_byte_by_byte_is_answered_and_a_near_miss_is_rela
         "tcp": {
             "routers": {
                 "raw": {"rule": "HostSNI(`*`)", "service": "rec"},
-                "tls": {"rule": "HostSNI(`db.test`)", "service": "rec", "tls": {"passthrough": True}},
+                "tls": {
+                    "rule": "HostSNI(`db.test`)",
+                    "service": "rec",
+                    "tls": {"passthrough": True},
+                },
             },
-            "services": {"rec": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{recorder.port}"}]}}},
+            "services": {
+                "rec": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{recorder.port}"}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic)
@@ -308,10 +337,17 @@ def keepalive_timers(port_filter: str) -> list[int]:
     matching ``port_filter`` (an ``ss`` filter such as ``sport = :8000``), those over a
     minute; none: []."""
     out = subprocess.run(
-        ["ss", "-tnoH", "state", "established", port_filter], capture_output=True, text=True, timeout=10, check=True
+        ["ss", "-tnoH", "state", "established", port_filter],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
     ).stdout
     # Past a minute ss writes "1min14sec" (below, its unit varies between versions).
-    return [int(m) * 60 + int(s) for m, s in re.findall(r"timer:\(keepalive,(\d+)min(\d+)sec,\d+\)", out)]
+    return [
+        int(m) * 60 + int(s)
+        for m, s in re.findall(r"timer:\(keepalive,(\d+)min(\d+)sec,\d+\)", out)
+    ]
 
 
 def test_relayed_connections_keep_alive_both_ways(tmp_path, recorder):
@@ -377,7 +413,9 @@ class AnswerAfterEOF(ThreadedServer):
 
 
 @pytest.mark.parametrize(("delay_ms", "answered"), [(1000, True), (-1, True), (None, False)])
-def test_load_balancer_termination_delay_is_read_when_no_servers_transport_is_named(tmp_path, delay_ms, answered):
+def test_load_balancer_termination_delay_is_read_when_no_servers_transport_is_named(
+    tmp_path, delay_ms, answered
+):
     """``loadBalancer.terminationDelay`` (milliseconds; negative: wait for ever) was
     Traefik v2's way to let a server finish after the client's EOF, and Traefik v3
     still reads it (deprecated) when the load balancer names no serversTransport, as
@@ -421,7 +459,10 @@ def test_negative_termination_delay_and_dial_keep_alive_mean_no_deadline_and_no_
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "slow"}},
             "services": {
                 "slow": {
-                    "loadBalancer": {"servers": [{"address": f"127.0.0.1:{server.port}"}], "serversTransport": "patient"}
+                    "loadBalancer": {
+                        "servers": [{"address": f"127.0.0.1:{server.port}"}],
+                        "serversTransport": "patient",
+                    }
                 }
             },
             "serversTransports": {"patient": {"terminationDelay": "-1s", "dialKeepAlive": "-1s"}},
@@ -434,7 +475,10 @@ def test_negative_termination_delay_and_dial_keep_alive_mean_no_deadline_and_no_
             time.sleep(0.2)  # the relay is up
             out = subprocess.run(
                 ["ss", "-tnoH", "state", "established", f"dport = :{server.port}"],
-                capture_output=True, text=True, timeout=10, check=True,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
             ).stdout
             s.shutdown(socket.SHUT_WR)
             data, closed = read_until_closed(s, 5)

@@ -50,7 +50,10 @@ def client(version: ssl.TLSVersion) -> ssl.SSLContext:
 
 
 STRICT = {"sniStrict": True}
-STRICT_13 = {"sniStrict": True, "minVersion": "VersionTLS13"}  # the no-peek path still takes this one
+STRICT_13 = {
+    "sniStrict": True,
+    "minVersion": "VersionTLS13",
+}  # the no-peek path still takes this one
 
 
 @pytest.fixture(scope="module", params=[STRICT, STRICT_13], ids=["strict", "strict-tls13-only"])
@@ -74,8 +77,14 @@ def strict_edge(request, tmp_path_factory, certs, whoami):  # noqa: F811
     e.stop()
 
 
-@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls12", "tls13"])
-def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(strict_edge, certs, version):  # noqa: F811
+@pytest.mark.parametrize(
+    "version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls12", "tls13"]
+)
+def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(
+    strict_edge,
+    certs,  # noqa: F811
+    version,
+):
     if strict_edge.tls13_only and version != ssl.TLSVersion.TLSv1_3:
         with pytest.raises(ssl.SSLError, match="VERSION"):  # this edge offers TLS 1.3 only
             resumed_get(strict_edge.port, "a.test", ctx=client(version))
@@ -95,7 +104,9 @@ def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(st
 
 
 def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_counting(certs):  # noqa: F811
-    section = msgspec.convert({"certificates": certificates(certs, "a.test", "echo.test")}, TLSConfiguration)
+    section = msgspec.convert(
+        {"certificates": certificates(certs, "a.test", "echo.test")}, TLSConfiguration
+    )
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -107,7 +118,9 @@ def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_
         assert len(snapshot._contexts) == 2
         gone = weakref.ref(snapshot)
         del snapshot, context
-        assert gone() is None, "a reference cycle keeps the snapshot (gc.freeze() would keep it for good)"
+        assert gone() is None, (
+            "a reference cycle keeps the snapshot (gc.freeze() would keep it for good)"
+        )
     finally:
         if enabled:
             gc.enable()
@@ -124,7 +137,9 @@ def test_the_no_peek_path_is_kept_for_sni_strict_only_where_tls_1_2_cannot_be_ne
     assert selecting(STRICT_13) is not None
 
 
-def tls_get(port: int, server_name: str, requests: list[bytes], ctx: ssl.SSLContext | None = None) -> list[bytes]:
+def tls_get(
+    port: int, server_name: str, requests: list[bytes], ctx: ssl.SSLContext | None = None
+) -> list[bytes]:
     """Each of ``requests`` on one TLS connection for ``server_name``: each answer's status line."""
     ctx = ctx or ssl._create_unverified_context()
     lines = []
@@ -142,11 +157,18 @@ def tls_get(port: int, server_name: str, requests: list[bytes], ctx: ssl.SSLCont
     return lines
 
 
-def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(tmp_path, pki, certs, whoami):  # noqa: F811
+def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
+    tmp_path,
+    pki,  # noqa: F811
+    certs,  # noqa: F811
+    whoami,
+):
     # Traefik's snicheck: the handshake is made under the options of its server name,
     # so a Host whose routers need other options is answered 421 Misdirected Request;
     # otherwise a client skips a router's clientAuth by shaking hands for another name.
-    mtls = {"clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}}
+    mtls = {
+        "clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}
+    }
     dynamic = {
         "http": {
             "routers": {
@@ -156,7 +178,10 @@ def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
             },
             "services": {"who": lb(whoami.url)},
         },
-        "tls": {"certificates": certificates(certs, "a.test", "echo.test"), "options": {"mtls": mtls}},
+        "tls": {
+            "certificates": certificates(certs, "a.test", "echo.test"),
+            "options": {"mtls": mtls},
+        },
     }
     crt, key = pki.issue(cn="client-1", client=True).write(tmp_path, "client")
     with_cert = ssl.create_default_context(cafile=certs["ca"])
@@ -165,6 +190,7 @@ def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
     with_cert.load_cert_chain(crt, key)
     e = Edge(tmp_path, dynamic)
     try:
+
         def get(host: bytes) -> bytes:
             return b"GET / HTTP/1.1\r\nHost: %s\r\n\r\n" % host
 
@@ -172,11 +198,26 @@ def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
         # keep-alive connection, the client-auth hosts get 421 (the express path's host
         # table holds only the hosts of the handshake's options), and so does no Host
         # at all under a client-auth handshake (the default options are not mtls).
-        assert tls_get(e.port, "echo.test", [get(b"echo.test"), get(b"a.test"), get(b"x.w.test"), get(b"echo.test")]) == [
-            b"HTTP/1.1 200 OK", b"HTTP/1.1 421 Misdirected Request", b"HTTP/1.1 421 Misdirected Request", b"HTTP/1.1 200 OK",
+        assert tls_get(
+            e.port,
+            "echo.test",
+            [get(b"echo.test"), get(b"a.test"), get(b"x.w.test"), get(b"echo.test")],
+        ) == [
+            b"HTTP/1.1 200 OK",
+            b"HTTP/1.1 421 Misdirected Request",
+            b"HTTP/1.1 421 Misdirected Request",
+            b"HTTP/1.1 200 OK",
         ]
-        assert tls_get(e.port, "a.test", [get(b"a.test"), get(b"x.w.test"), get(b"echo.test"), b"GET / HTTP/1.0\r\n\r\n"], with_cert) == [
-            b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 421 Misdirected Request", b"HTTP/1.1 421 Misdirected Request",
+        assert tls_get(
+            e.port,
+            "a.test",
+            [get(b"a.test"), get(b"x.w.test"), get(b"echo.test"), b"GET / HTTP/1.0\r\n\r\n"],
+            with_cert,
+        ) == [
+            b"HTTP/1.1 200 OK",
+            b"HTTP/1.1 200 OK",
+            b"HTTP/1.1 421 Misdirected Request",
+            b"HTTP/1.1 421 Misdirected Request",
         ]
         # A wildcard host's options hold for its names' handshakes: no certificate, no service.
         assert tls_get(e.port, "x.w.test", [get(b"x.w.test")], with_cert) == [b"HTTP/1.1 200 OK"]
@@ -213,9 +254,13 @@ def test_tls_accept_connections_are_freed_by_reference_counting(certs):  # noqa:
         connections: set = set()
         made: list[weakref.ref] = []
         acceptor = Acceptor(
-            context=snapshot.selecting_context(), loop=loop, connections=connections,
-            https=lambda sni, client: _Echo(), plain=lambda raw, data, client: raw.close(),
-            first_timeout=5.0, handshake_timeout=10.0,
+            context=snapshot.selecting_context(),
+            loop=loop,
+            connections=connections,
+            https=lambda sni, client: _Echo(),
+            plain=lambda raw, data, client: raw.close(),
+            first_timeout=5.0,
+            handshake_timeout=10.0,
         )
 
         def accept() -> TLSAccept:
@@ -281,7 +326,11 @@ def no_idle_timeout(tmp_path_factory, certs, whoami):  # noqa: F811
 @pytest.mark.parametrize("over_tls", [False, True], ids=["plain", "tls"])
 def test_read_timeout_bounds_an_unfinished_head_with_idle_timeout_zero(no_idle_timeout, over_tls):
     with socket.create_connection(("127.0.0.1", no_idle_timeout.port), timeout=10) as sock:
-        conn = ssl._create_unverified_context().wrap_socket(sock, server_hostname="a.test") if over_tls else sock
+        conn = (
+            ssl._create_unverified_context().wrap_socket(sock, server_hostname="a.test")
+            if over_tls
+            else sock
+        )
         # A whole request first: it is served (the edge is up, the route works).
         host = b"a.test" if over_tls else b"plain.test"
         conn.sendall(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: 0\r\n\r\n")
@@ -314,7 +363,9 @@ def test_an_entrypoints_http_tls_options_and_a_wildcard_hosts_options_keep_the_p
     # entry point's http.tls gives its routers, and a Host(`*.x`) router's own, are
     # names with other options, so those entry points keep the peek.
     def first_protocol(dynamic: dict, http_tls: EntryPointTLS | None = None) -> type:
-        runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": EntryPointKind("tcp", http_tls)})
+        runtime = build_runtime(
+            merge({"file": decode_dynamic(dynamic)}), {"web": EntryPointKind("tcp", http_tls)}
+        )
         snapshot = TLSCertificates(runtime.tls)
         check_tls(runtime, snapshot)
         router = build_tcp_routers(runtime, ("web",), snapshot)["web"]
@@ -323,9 +374,13 @@ def test_an_entrypoints_http_tls_options_and_a_wildcard_hosts_options_keep_the_p
 
     service = {"h": lb("http://127.0.0.1:9")}
     options = {"options": {"v13": {"minVersion": "VersionTLS13"}}}
-    plain_routers = {"http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "h"}}, "services": service}}
+    plain_routers = {
+        "http": {"routers": {"a": {"rule": "Host(`a.test`)", "service": "h"}}, "services": service}
+    }
     assert first_protocol({**plain_routers, "tls": options}, EntryPointTLS()) is TLSAccept
     assert first_protocol({**plain_routers, "tls": options}, EntryPointTLS(options="v13")) is Peek
     wildcard = {"rule": "Host(`*.w.test`)", "service": "h", "tls": {"options": "v13"}}
     routers = {"a": {"rule": "Host(`a.test`)", "service": "h", "tls": {}}, "w": wildcard}
-    assert first_protocol({"http": {"routers": routers, "services": service}, "tls": options}) is Peek
+    assert (
+        first_protocol({"http": {"routers": routers, "services": service}, "tls": options}) is Peek
+    )

@@ -77,7 +77,9 @@ def speaks_first(tmp_path_factory):
     dynamic = {
         "tcp": {
             "routers": {"smtp": {"rule": "HostSNI(`*`)", "service": "smtp"}},
-            "services": {"smtp": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{backend.port}"}]}}},
+            "services": {
+                "smtp": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{backend.port}"}]}}
+            },
         }
     }
     e = Edge(folder, dynamic, entrypoints=eps)
@@ -90,7 +92,9 @@ def test_a_silent_peer_hears_a_server_that_speaks_first(speaks_first):
     e, _ = speaks_first
     with socket.create_connection(("127.0.0.1", e.ports["pp"]), timeout=10) as s:
         start = time.monotonic()
-        assert recv_exactly(s, len(BANNER)) == BANNER  # before: b"" (closed at the header's deadline)
+        assert (
+            recv_exactly(s, len(BANNER)) == BANNER
+        )  # before: b"" (closed at the header's deadline)
         assert 0.9 <= time.monotonic() - start < 4.5  # no header within readTimeout: none
         s.sendall(b"QUIT\r\n")
         assert recv_exactly(s, 6) == b"QUIT\r\n"  # the relay carries on both ways
@@ -129,7 +133,9 @@ def test_a_header_still_comes_first_and_part_of_one_still_closes(speaks_first):
 
 
 def test_mapped_entries_are_the_ipv4_networks_they_map():
-    assert [str(n) for n in networks(["::ffff:10.0.0.0/104", "::ffff:127.0.0.1", "::/0", "10.0.0.0/8"])] == [
+    assert [
+        str(n) for n in networks(["::ffff:10.0.0.0/104", "::ffff:127.0.0.1", "::/0", "10.0.0.0/8"])
+    ] == [
         "10.0.0.0/8",
         "127.0.0.1/32",
         "::/0",
@@ -154,7 +160,12 @@ def test_mapped_trusted_ips_and_source_range_match_ipv4_clients(tmp_path, speaks
         "tcp": {
             "routers": {
                 "pp": {"rule": "HostSNI(`*`)", "service": "s", "entryPoints": ["pp"]},
-                "allow": {"rule": "HostSNI(`*`)", "service": "s", "entryPoints": ["allow"], "middlewares": ["two"]},
+                "allow": {
+                    "rule": "HostSNI(`*`)",
+                    "service": "s",
+                    "entryPoints": ["allow"],
+                    "middlewares": ["two"],
+                },
             },
             "services": {"s": server},
             "middlewares": {"two": {"ipAllowList": {"sourceRange": ["::ffff:127.0.0.2/128"]}}},
@@ -169,7 +180,9 @@ def test_mapped_trusted_ips_and_source_range_match_ipv4_clients(tmp_path, speaks
             with socket.create_connection(
                 ("127.0.0.1", e.ports["allow"]), timeout=10, source_address=(source, 0)
             ) as s:
-                assert (recv_exactly(s, len(BANNER)) == BANNER) is admitted, source  # before: both refused
+                assert (recv_exactly(s, len(BANNER)) == BANNER) is admitted, (
+                    source
+                )  # before: both refused
     finally:
         e.stop()
 
@@ -233,7 +246,10 @@ def tls_paths(tmp_path_factory, whoami):
     crt, key = pki.issue("a.test").write(folder, "a")
     ca = pki.write_ca(folder)
     backend = Backend()
-    eps = {name: {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}} for name in ("nopeek", "peek")}
+    eps = {
+        name: {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}}
+        for name in ("nopeek", "peek")
+    }
     dynamic = {
         "http": {
             "routers": {
@@ -244,7 +260,12 @@ def tls_paths(tmp_path_factory, whoami):
         },
         "tcp": {
             "routers": {
-                "p": {"rule": "HostSNI(`p.test`)", "service": "rec", "entryPoints": ["peek"], "tls": {"passthrough": True}}
+                "p": {
+                    "rule": "HostSNI(`p.test`)",
+                    "service": "rec",
+                    "entryPoints": ["peek"],
+                    "tls": {"passthrough": True},
+                }
             },
             "services": {
                 "rec": {
@@ -284,7 +305,10 @@ def test_header_then_http_request_split_anywhere_names_the_client(tls_paths, pat
     client reaches the ClientIP rule and X-Forwarded-For, wherever the bytes are split."""
     e, _, _ = tls_paths
     request = b"GET /who HTTP/1.1\r\nHost: h.test\r\nConnection: close\r\n\r\n"
-    for header in (encode_v1(("192.0.2.79", 4444), ("127.0.0.1", 80)), encode_v2(("192.0.2.79", 4444), ("127.0.0.1", 80))):
+    for header in (
+        encode_v1(("192.0.2.79", 4444), ("127.0.0.1", 80)),
+        encode_v2(("192.0.2.79", 4444), ("127.0.0.1", 80)),
+    ):
         data = header + request
         for cut in [*range(1, len(header) + 1), len(header) + 1, len(header) + 4]:
             with socket.create_connection(("127.0.0.1", e.ports[path]), timeout=10) as s:
@@ -313,7 +337,9 @@ def test_passthrough_passes_the_header_client_on_and_the_hello_whole(tls_paths):
     seen = len(backend.received)
     for cut in (1, 10, 41, 42, 43, 47, 48):
         with socket.create_connection(("127.0.0.1", e.ports["peek"]), timeout=10) as s:
-            data = encode_v1(("192.0.2.78", 4343), ("127.0.0.1", 443)) + hello  # the v1 line is 42 bytes
+            data = (
+                encode_v1(("192.0.2.78", 4343), ("127.0.0.1", 443)) + hello
+            )  # the v1 line is 42 bytes
             s.sendall(data[:cut])
             time.sleep(0.005)
             s.sendall(data[cut:])
@@ -326,7 +352,9 @@ def test_passthrough_passes_the_header_client_on_and_the_hello_whole(tls_paths):
     assert len(got) == 7
     for data in got:
         line, _, rest = data.partition(b"\r\n")
-        assert line.startswith(b"PROXY TCP4 192.0.2.78 127.0.0.1 4343 "), line  # edge's own header, the client's address
+        assert line.startswith(b"PROXY TCP4 192.0.2.78 127.0.0.1 4343 "), (
+            line
+        )  # edge's own header, the client's address
         assert rest == hello  # the ClientHello once, whole, nothing of the incoming header
 
 
@@ -359,7 +387,9 @@ def test_udp_header_once_per_flow_across_a_refusal_and_an_eviction(monkeypatch, 
             )
             first = await client(edge.port)
             reply = None
-            for i in range(5):  # the first datagram goes to the dead server (dead first, equal weights)
+            for i in range(
+                5
+            ):  # the first datagram goes to the dead server (dead first, equal weights)
                 try:
                     reply = await first.ask(b"try%d" % i, timeout=0.5)
                     break
@@ -368,8 +398,12 @@ def test_udp_header_once_per_flow_across_a_refusal_and_an_eviction(monkeypatch, 
             assert reply is not None and dead in edge.entrypoint.proxy.down
             assert await first.ask(b"after") == b"good|after"
             second = await client(edge.port)  # evicts the first client's session
-            assert (await second.ask(b"other")).endswith(b"other")  # the backend echoes the header too
-            assert (await first.ask(b"back")).endswith(b"back")  # a new session for the first client
+            assert (await second.ask(b"other")).endswith(
+                b"other"
+            )  # the backend echoes the header too
+            assert (await first.ask(b"back")).endswith(
+                b"back"
+            )  # a new session for the first client
 
             def header_of(c) -> tuple:
                 return (c.transport.get_extra_info("sockname")[:2], ("127.0.0.1", edge.port))
@@ -380,7 +414,9 @@ def test_udp_header_once_per_flow_across_a_refusal_and_an_eviction(monkeypatch, 
                 if isinstance(header, Verdict):
                     got.append((None, data))
                 else:
-                    got.append(((header.family, header.source, header.destination), data[header.length :]))
+                    got.append(
+                        ((header.family, header.source, header.destination), data[header.length :])
+                    )
             f, s = header_of(first), header_of(second)
             assert [(h[1:] if h else None, d) for h, d in got] == [
                 (f, reply[-4:]),  # the first datagram the good server hears: a header, then tryN
@@ -410,7 +446,10 @@ def test_in_flight_counts_come_back_on_every_way_a_connection_ends(tmp_path):
         {
             "entryPoints": {
                 "plain": {"address": "127.0.0.1:0"},
-                "tls": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s"}}},
+                "tls": {
+                    "address": "127.0.0.1:0",
+                    "transport": {"respondingTimeouts": {"readTimeout": "1s"}},
+                },
             }
         }
     )
@@ -435,29 +474,53 @@ def test_in_flight_counts_come_back_on_every_way_a_connection_ends(tmp_path):
 
         def apply(extra_router: bool = False) -> None:
             routers = {
-                "p": {"rule": "HostSNI(`*`)", "service": "both", "entryPoints": ["plain"], "middlewares": ["one"]},
-                "t": {"rule": "HostSNI(`t.test`)", "service": "live", "entryPoints": ["tls"], "middlewares": ["one"], "tls": {}},
+                "p": {
+                    "rule": "HostSNI(`*`)",
+                    "service": "both",
+                    "entryPoints": ["plain"],
+                    "middlewares": ["one"],
+                },
+                "t": {
+                    "rule": "HostSNI(`t.test`)",
+                    "service": "live",
+                    "entryPoints": ["tls"],
+                    "middlewares": ["one"],
+                    "tls": {},
+                },
             }
             if extra_router:
-                routers["x"] = {"rule": "HostSNI(`x.test`)", "service": "live", "entryPoints": ["tls"], "tls": {}}
+                routers["x"] = {
+                    "rule": "HostSNI(`x.test`)",
+                    "service": "live",
+                    "entryPoints": ["tls"],
+                    "tls": {},
+                }
             dynamic = {
                 "tcp": {
                     "routers": routers,
                     "services": {  # equal weights, dead first: connections alternate dead, live
-                        "both": {"loadBalancer": {"servers": [{"address": dead}, {"address": live}]}},
+                        "both": {
+                            "loadBalancer": {"servers": [{"address": dead}, {"address": live}]}
+                        },
                         "live": {"loadBalancer": {"servers": [{"address": live}]}},
                     },
                     "middlewares": {"one": {"inFlightConn": {"amount": 1}}},
                 },
                 "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
             }
-            runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), static.entry_point_protocols())
+            runtime = build_runtime(
+                merge({"file": decode_dynamic(dynamic)}), static.entry_point_protocols()
+            )
             assert not [e for e in runtime.errors() if "warning" not in e], runtime.errors()
             dp.apply(runtime)
 
         def counts(ep: str, name: str) -> dict:
             routers = dp.entrypoints.all[ep].routers.tcp
-            route = routers.at_once("127.0.0.1") if ep == "plain" else routers._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1")).value
+            route = (
+                routers.at_once("127.0.0.1")
+                if ep == "plain"
+                else routers._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1")).value
+            )
             return route.middlewares.steps[0].connections
 
         async def settled(ep: str, want: dict) -> None:
@@ -504,7 +567,11 @@ def test_in_flight_counts_come_back_on_every_way_a_connection_ends(tmp_path):
             trusting = ssl.create_default_context(cafile=ca)
             ok, reader, writer = await echoes(secure, trusting)
             assert ok and counts("tls", "one") == {"127.0.0.1": 1}
-            old = dp.entrypoints.all["tls"].routers.tcp._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1")).value
+            old = (
+                dp.entrypoints.all["tls"]
+                .routers.tcp._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1"))
+                .value
+            )
             # a reload with it in flight: new counts for the new routers; it leaves the old ones
             apply(extra_router=True)
             assert counts("tls", "one") == {}
@@ -541,9 +608,10 @@ class Inbox(asyncio.DatagramProtocol):
 def loopback_broadcast_arrives() -> bool:
     """Whether this host delivers a datagram sent to 127.255.255.255 to a wildcard socket
     (Linux's local table has that broadcast route on lo)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener, socket.socket(
-        socket.AF_INET, socket.SOCK_DGRAM
-    ) as sender:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
         listener.bind(("0.0.0.0", 0))
         listener.settimeout(1)
         sender.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
@@ -588,7 +656,10 @@ def test_udp_broadcast_to_a_wildcard_listener_is_answered(monkeypatch, address, 
                 assert source == ("127.0.0.1", edge.port)
                 header = parse(a.seen[0][1])
                 assert not isinstance(header, Verdict)
-                assert header.destination == ("127.255.255.255", edge.port)  # where the client wrote
+                assert header.destination == (
+                    "127.255.255.255",
+                    edge.port,
+                )  # where the client wrote
                 assert data == b"a|" + a.seen[0][1]
                 assert edge.counters().dropped == 0
             finally:
@@ -627,7 +698,12 @@ def test_udp_datagram_from_a_server_address_is_dropped_not_looped(monkeypatch, c
             assert len(edge.entrypoint.proxy.table) == 1  # servers that stay keep their sessions
             host, port = c.transport.get_extra_info("sockname")[:2]
             edge.apply(
-                {"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(a.address, f"{host}:{port}")}}}
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(a.address, f"{host}:{port}")},
+                    }
+                }
             )
             assert len(edge.entrypoint.proxy.table) == 0
             edge.entrypoint.sweep(asyncio.get_running_loop().time())
@@ -643,7 +719,14 @@ def test_udp_server_named_by_host_is_guarded_once_resolved():
         a = await named("a")
         port = a.address.rsplit(":", 1)[1]
         async with InProcess() as edge:
-            edge.apply({"udp": {"routers": {"r": {"service": "svc"}}, "services": {"svc": lb(f"localhost:{port}")}}})
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(f"localhost:{port}")},
+                    }
+                }
+            )
             proxy = edge.entrypoint.proxy
             for _ in range(100):
                 if proxy.servers_at:

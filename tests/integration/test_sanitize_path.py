@@ -36,8 +36,15 @@ def dynamic(whoami, whoami2) -> dict:
                     "middlewares": ["gate"],
                     "priority": 20,
                 },
-                "api": {"rule": "Host(`api.test`) && PathPrefix(`/api`)", "service": "public", "middlewares": ["strip"]},
-                "express": {"rule": "Host(`express.test`)", "service": "public"},  # host alone: the express path
+                "api": {
+                    "rule": "Host(`api.test`) && PathPrefix(`/api`)",
+                    "service": "public",
+                    "middlewares": ["strip"],
+                },
+                "express": {
+                    "rule": "Host(`express.test`)",
+                    "service": "public",
+                },  # host alone: the express path
             },
             "middlewares": {
                 "gate": {"headers": {"customRequestHeaders": {"X-Gate": "admin"}}},
@@ -65,7 +72,12 @@ def send(port: int, target: bytes, host: bytes, *, count: int = 1) -> list[tuple
         top, _, rest = rest.partition(b"\r\n\r\n")
         status = int(top.split(b" ", 2)[1])
         length = next(
-            (int(line.split(b":")[1]) for line in top.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+            (
+                int(line.split(b":")[1])
+                for line in top.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
         )
         body, rest = rest[:length], rest[length:]
         out.append((status, json.loads(body) if body.startswith(b"{") else {}))
@@ -108,7 +120,11 @@ def test_a_fragment_is_refused(edge, target):
     (express) route too. Traefik refuses a fragment in the path (denyFragment)."""
     for host in (b"site.test", b"express.test"):
         resp = raw(edge.port, b"GET " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
-        assert resp.startswith(b"HTTP/1.1 400 ") and resp.count(b"HTTP/1.1") == 1, (host, target, resp[:300])
+        assert resp.startswith(b"HTTP/1.1 400 ") and resp.count(b"HTTP/1.1") == 1, (
+            host,
+            target,
+            resp[:300],
+        )
 
 
 def answer_then_eof(port: int, data: bytes, timeout: float = 5.0) -> tuple[bytes, bool]:
@@ -142,14 +158,25 @@ def test_the_backend_receives_the_cleaned_path_and_the_query_as_sent(edge):
         (b"/.well-known/x", "/.well-known/x", ""),
         (b"/x/..\\admin?a\\b", "/x/..%5Cadmin", "a\\b"),  # a backslash in the path goes escaped
     ]:
-        for host in (b"site.test", b"express.test"):  # a path rule's route, and a host-only (express) one
+        for host in (
+            b"site.test",
+            b"express.test",
+        ):  # a path rule's route, and a host-only (express) one
             for status, info in send(edge.port, target, host, count=3):
-                assert status == 200 and (info["path"], info["query"]) == (path, query), (host, target, info)
+                assert status == 200 and (info["path"], info["query"]) == (path, query), (
+                    host,
+                    target,
+                    info,
+                )
 
 
-def test_the_admitted_admin_route_and_middlewares_see_the_cleaned_path(tmp_path, parser, whoami, whoami2):
+def test_the_admitted_admin_route_and_middlewares_see_the_cleaned_path(
+    tmp_path, parser, whoami, whoami2
+):
     conf = dynamic(whoami, whoami2)
-    conf["http"]["routers"]["deny"]["rule"] = "Host(`site.test`) && PathPrefix(`/admin`) && !ClientIP(`127.0.0.1`)"
+    conf["http"]["routers"]["deny"]["rule"] = (
+        "Host(`site.test`) && PathPrefix(`/admin`) && !ClientIP(`127.0.0.1`)"
+    )
     e = Edge(tmp_path, conf, parser=parser)
     try:
         for status, info in send(e.port, b"/x/../admin/./users", b"site.test", count=2):
@@ -161,14 +188,18 @@ def test_the_admitted_admin_route_and_middlewares_see_the_cleaned_path(tmp_path,
         e.stop()
 
 
-def test_sanitize_path_false_routes_and_forwards_the_path_as_sent(tmp_path, parser, whoami, whoami2):
+def test_sanitize_path_false_routes_and_forwards_the_path_as_sent(
+    tmp_path, parser, whoami, whoami2
+):
     eps = {"web": {"address": "127.0.0.1:0", "http": {"sanitizePath": False}}}
     e = Edge(tmp_path, dynamic(whoami, whoami2), parser=parser, entrypoints=eps)
     try:
         for target in (b"/x/../admin", b"//admin", b"/x/%2e%2e/admin", b"/x/..\\admin"):
             for host in (b"site.test", b"express.test"):
                 for status, info in send(e.port, target, host, count=2):
-                    assert status == 200 and info["name"] == "w1" and info["path"] == target.decode(), info
+                    assert (
+                        status == 200 and info["name"] == "w1" and info["path"] == target.decode()
+                    ), info
         assert send(e.port, b"/admin", b"site.test")[0][0] == 503
     finally:
         e.stop()

@@ -113,7 +113,11 @@ class H11Backend(ThreadedServer):
                     current.body += event.data
                 elif type(event) is h11.EndOfMessage:
                     if self.after_body:
-                        self._answer(c, conn, b"%s %s %d" % (current.method, current.target, len(current.body)))
+                        self._answer(
+                            c,
+                            conn,
+                            b"%s %s %d" % (current.method, current.target, len(current.body)),
+                        )
                     conn.start_next_cycle()
                 else:  # ConnectionClosed
                     return
@@ -125,7 +129,9 @@ class H11Backend(ThreadedServer):
 
     @staticmethod
     def _answer(c: socket.socket, conn: h11.Connection, body: bytes) -> None:
-        head = h11.Response(status_code=200, reason=b"OK", headers=[(b"Content-Length", b"%d" % len(body))])
+        head = h11.Response(
+            status_code=200, reason=b"OK", headers=[(b"Content-Length", b"%d" % len(body))]
+        )
         c.sendall(conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
 
 
@@ -143,7 +149,12 @@ def edge_for(tmp_path, parser, backend, entrypoint: dict | None = None) -> Edge:
             "services": {"app": lb(backend.url)},
         }
     }
-    return Edge(tmp_path, dyn, parser=parser, entrypoints={"web": {"address": "127.0.0.1:0", **(entrypoint or {})}})
+    return Edge(
+        tmp_path,
+        dyn,
+        parser=parser,
+        entrypoints={"web": {"address": "127.0.0.1:0", **(entrypoint or {})}},
+    )
 
 
 def exchange(port: int, data: bytes) -> bytes:
@@ -159,7 +170,9 @@ VICTIM = b"GET /victim HTTP/1.1\r\nHost: app.example\r\nCookie: secret\r\n\r\n"
     [b"Content-Length: 40\r\n", b"Transfer-Encoding: chunked\r\n"],
     ids=["content-length", "chunked"],
 )
-def test_upgrade_request_with_a_body_cannot_swallow_the_next_request(tmp_path, parser, backend, framing):
+def test_upgrade_request_with_a_body_cannot_swallow_the_next_request(
+    tmp_path, parser, backend, framing
+):
     """Both codecs hand the bytes after an upgrade request's head to the tunnel, body
     included. Before the fix the head went upstream announcing a body that was never
     sent (or, chunked, with an empty body); the backend answered without the
@@ -175,7 +188,9 @@ def test_upgrade_request_with_a_body_cannot_swallow_the_next_request(tmp_path, p
         refused = exchange(e.port, attack)
         served = exchange(e.port, VICTIM)
         time.sleep(0.3)  # what the backend still had to parse
-        assert [(r.method, r.target, r.body) for r in backend.requests] == [(b"GET", b"/victim", b"")]
+        assert [(r.method, r.target, r.body) for r in backend.requests] == [
+            (b"GET", b"/victim", b"")
+        ]
         assert backend.errors == []
         assert refused.startswith(b"HTTP/1.1 400 "), refused
         assert served.startswith(b"HTTP/1.1 200 OK\r\n") and served.endswith(b"ok"), served
@@ -263,11 +278,15 @@ def test_forwarded_headers_a_client_may_not_set(tmp_path, parser, backend, trust
     through, as the client wrote them, to a backend that may take them for a proxy's
     (Traefik's forwardedheaders drops them all). A trusted client's go on unchanged,
     a Connection token naming one included, as in Traefik."""
-    e = edge_for(tmp_path, parser, backend, {"forwardedHeaders": {"insecure": True}} if trusted else None)
+    e = edge_for(
+        tmp_path, parser, backend, {"forwardedHeaders": {"insecure": True}} if trusted else None
+    )
     lines = b"".join(name + b": " + value + b"\r\n" for name, value in SPOOFED)
     try:
         for connection in (b"", b"Connection: keep-alive, X-Forwarded-Server\r\n"):
-            answer = exchange(e.port, b"GET /f HTTP/1.1\r\nHost: app.example\r\n" + connection + lines + b"\r\n")
+            answer = exchange(
+                e.port, b"GET /f HTTP/1.1\r\nHost: app.example\r\n" + connection + lines + b"\r\n"
+            )
             assert answer.startswith(b"HTTP/1.1 200 OK"), answer
         time.sleep(0.3)
         assert len(backend.requests) == 2
@@ -289,7 +308,9 @@ class StrayBackend(ThreadedServer):
     the same write, answering nothing. It records each request line it reads, with
     the number of its connection; requests carry no body."""
 
-    def __init__(self, response: bytes, forged: bytes = FORGED, choose=None, split: bool = False) -> None:
+    def __init__(
+        self, response: bytes, forged: bytes = FORGED, choose=None, split: bool = False
+    ) -> None:
         self.response = response
         self.forged = forged
         self.choose = choose  # head -> response, where it depends on the head
@@ -309,11 +330,15 @@ class StrayBackend(ThreadedServer):
                     self.lines.append((n, buf[: buf.find(b"\r\n")]))
                     self.heads.append(buf[: end + 4])
                     buf = buf[end + 4 :]
-                    data = (self.choose(self.heads[-1]) if self.choose else self.response) + self.forged
+                    data = (
+                        self.choose(self.heads[-1]) if self.choose else self.response
+                    ) + self.forged
                     cuts = []
                     if self.split and len(data) > 1:
                         rng = random.Random(self.heads[-1])
-                        cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 2))))
+                        cuts = sorted(
+                            rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 2)))
+                        )
                     try:
                         for start, stop in zip([0, *cuts], [*cuts, len(data)], strict=True):
                             c.sendall(data[start:stop])
@@ -335,10 +360,15 @@ class StrayBackend(ThreadedServer):
 
 @pytest.mark.parametrize(
     "response",
-    [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\nok"],
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\nok",
+    ],
     ids=["extra-response", "204-with-body"],
 )
-def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(tmp_path, parser, response):
+def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(
+    tmp_path, parser, response
+):
     """Bytes after a response in the same read answer nothing: the upstream connection
     is aborted once that read is parsed (edge.http.upstream). But the response had
     already put it back in the pool, and a pipelined request waiting on the client
@@ -347,13 +377,22 @@ def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(tm
     (a DELETE, a POST without a body). Each request must reach the backend once,
     and no client sees the forged response."""
     backend = StrayBackend(response)
-    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
-        pipelined = b"".join(b"DELETE /item/%d HTTP/1.1\r\nHost: app.example\r\n\r\n" % i for i in range(1, 4))
+        pipelined = b"".join(
+            b"DELETE /item/%d HTTP/1.1\r\nHost: app.example\r\n\r\n" % i for i in range(1, 4)
+        )
         answer = exchange(e.port, pipelined)
         time.sleep(0.3)
-        assert sorted(line for _, line in backend.lines) == [b"DELETE /item/%d HTTP/1.1" % i for i in range(1, 4)]
+        assert sorted(line for _, line in backend.lines) == [
+            b"DELETE /item/%d HTTP/1.1" % i for i in range(1, 4)
+        ]
         assert b"forged" not in answer
         assert answer.count(response.split(b"\r\n")[0]) == 3, answer
     finally:
@@ -385,7 +424,12 @@ def test_no_framing_header_on_a_204(tmp_path, parser, response, sent):
     would take the start of the next response on the connection for it. RFC 9110
     8.6 forbids both on a 204 (Go's server, so Traefik, deletes them)."""
     backend = StrayBackend(response, forged=b"")
-    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
         request = b"GET /n HTTP/1.1\r\nHost: app.example\r\n\r\n"
@@ -399,13 +443,23 @@ def test_no_framing_header_on_a_204(tmp_path, parser, response, sent):
 @pytest.mark.parametrize(
     ("framing", "body", "canonical"),
     [
-        (b"Transfer-Encoding: Chunked\r\n", b"2\r\nok\r\n0\r\n\r\n", b"Transfer-Encoding: chunked\r\n"),
-        (b"Transfer-Encoding:  CHUNKED \r\n", b"2\r\nok\r\n0\r\n\r\n", b"Transfer-Encoding: chunked\r\n"),
+        (
+            b"Transfer-Encoding: Chunked\r\n",
+            b"2\r\nok\r\n0\r\n\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+        ),
+        (
+            b"Transfer-Encoding:  CHUNKED \r\n",
+            b"2\r\nok\r\n0\r\n\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+        ),
         (b"Content-Length: 0002\r\n", b"ok", b"Content-Length: 2\r\n"),
     ],
     ids=["chunked-capital", "chunked-upper", "length-zeros"],
 )
-def test_framing_header_goes_upstream_as_edge_frames_the_body(tmp_path, parser, framing, body, canonical):
+def test_framing_header_goes_upstream_as_edge_frames_the_body(
+    tmp_path, parser, framing, body, canonical
+):
     """A head with nothing to rewrite goes upstream as its own bytes, and a request's
     Transfer-Encoding or Content-Length went as the client spelt it: ``Chunked``,
     ``0002``. Both are valid, but a server comparing ``chunked`` exactly reads no
@@ -413,10 +467,17 @@ def test_framing_header_goes_upstream_as_edge_frames_the_body(tmp_path, parser, 
     writes ``chunked`` and the length in plain digits). They now go as edge writes
     them, the head rebuilt."""
     backend = StrayBackend(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", forged=b"")
-    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
-        answer = exchange(e.port, b"POST /b HTTP/1.1\r\nHost: app.example\r\n" + framing + b"\r\n" + body)
+        answer = exchange(
+            e.port, b"POST /b HTTP/1.1\r\nHost: app.example\r\n" + framing + b"\r\n" + body
+        )
         assert answer.startswith(b"HTTP/1.1 200 OK"), answer
         head = backend.heads[0]
         assert canonical in head and framing not in head, head
@@ -438,16 +499,26 @@ def test_chunk_sizes_above_2_63_minus_1_are_refused(tmp_path, parser, backend, s
     e = edge_for(tmp_path, parser, backend)
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
-            s.sendall(b"POST /up HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nabc")
+            s.sendall(
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + size
+                + b"\r\nabc"
+            )
             if refused:
                 answer, closed = read_until_closed(s, TIMEOUT)
-                assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in answer, answer
+                assert answer.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in answer, (
+                    answer
+                )
                 assert closed and answer.count(b"HTTP/1.1 ") == 1
             else:
                 answer = harness.read_response(s)
-                assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"\r\n\r\nok"), answer
+                assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"\r\n\r\nok"), (
+                    answer
+                )
                 deadline = time.monotonic() + TIMEOUT
-                while (not backend.requests or backend.requests[0].body != b"abc") and time.monotonic() < deadline:
+                while (
+                    not backend.requests or backend.requests[0].body != b"abc"
+                ) and time.monotonic() < deadline:
                     time.sleep(0.02)
                 assert [(r.target, r.body) for r in backend.requests] == [(b"/up", b"abc")]
     finally:
@@ -473,7 +544,12 @@ def test_h2c_upgrade_is_not_handed_to_the_backend(tmp_path, parser):
     request goes as plain HTTP/1.1 and the connection stays edge's."""
     backend = StrayBackend(b"", forged=b"", choose=h2c_server)
     rule = "Host(`app.example`) && PathPrefix(`/public`)"
-    dyn = {"http": {"routers": {"app": {"rule": rule, "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": rule, "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
@@ -490,7 +566,10 @@ def test_h2c_upgrade_is_not_handed_to_the_backend(tmp_path, parser):
                 second = b""
         time.sleep(0.3)
         assert [line for _, line in backend.lines] == [b"GET /public HTTP/1.1"]
-        assert b"upgrade" not in backend.heads[0].lower() and b"http2-settings" not in backend.heads[0].lower()
+        assert (
+            b"upgrade" not in backend.heads[0].lower()
+            and b"http2-settings" not in backend.heads[0].lower()
+        )
         assert first.startswith(b"HTTP/1.1 200 OK"), first
         assert second.startswith(b"HTTP/1.1 404 "), second
     finally:
@@ -512,31 +591,74 @@ def random_request(rng: random.Random, i: int) -> tuple[bytes, tuple[bytes, byte
 
     method = rng.choice([b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"])
     target = b"/r%d" % i + rng.choice([b"", b"?q=1", b"/x", b"?a=b&c=%20"])
-    lines = [_spelt(rng, b"Host") + b":" + ows() + rng.choice([b"app.example", b"APP.example", b"app.example:80"]) + ows()]
+    lines = [
+        _spelt(rng, b"Host")
+        + b":"
+        + ows()
+        + rng.choice([b"app.example", b"APP.example", b"app.example:80"])
+        + ows()
+    ]
     for _ in range(rng.randint(0, 4)):
-        name = rng.choice([b"X-A", b"Accept", b"X-Request-Id", b"Cookie", b"TE", b"Keep-Alive", b"X-Forwarded-For", b"X_Forwarded_For"])
+        name = rng.choice(
+            [
+                b"X-A",
+                b"Accept",
+                b"X-Request-Id",
+                b"Cookie",
+                b"TE",
+                b"Keep-Alive",
+                b"X-Forwarded-For",
+                b"X_Forwarded_For",
+            ]
+        )
         lines.append(name + b":" + ows() + b"v%d" % rng.randint(0, 99) + ows())
     if rng.random() < 0.3:
-        lines.append(_spelt(rng, b"Connection") + b": " + rng.choice([b"keep-alive", b"Keep-Alive", b"keep-alive, x-a", b"TE"]))
+        lines.append(
+            _spelt(rng, b"Connection")
+            + b": "
+            + rng.choice([b"keep-alive", b"Keep-Alive", b"keep-alive, x-a", b"TE"])
+        )
     body = framed = b""
     kind = rng.choice(["none", "none", "length", "chunked"])
     if kind == "length":
         body = rng.randbytes(rng.randint(0, 300))
         zeros = b"00" if rng.random() < 0.2 else b""
-        lines.append(_spelt(rng, b"Content-Length") + b":" + ows() + zeros + b"%d" % len(body) + ows())
+        lines.append(
+            _spelt(rng, b"Content-Length") + b":" + ows() + zeros + b"%d" % len(body) + ows()
+        )
         framed = body
     elif kind == "chunked":
-        lines.append(_spelt(rng, b"Transfer-Encoding") + b":" + ows() + rng.choice([b"chunked", b"Chunked", b"CHUNKED"]))
+        lines.append(
+            _spelt(rng, b"Transfer-Encoding")
+            + b":"
+            + ows()
+            + rng.choice([b"chunked", b"Chunked", b"CHUNKED"])
+        )
         for _ in range(rng.randint(0, 4)):
             piece = rng.randbytes(rng.randint(1, 100))
             body += piece
             size = (b"0" if rng.random() < 0.2 else b"") + b"%X" % len(piece)
-            framed += size + rng.choice([b"", b";a=b", b';x="y z"', b";e"]) + b"\r\n" + piece + b"\r\n"
-        framed += b"0" + rng.choice([b"", b";last"]) + b"\r\n" + rng.choice([b"", b"X-T: 1\r\n"]) + b"\r\n"
+            framed += (
+                size + rng.choice([b"", b";a=b", b';x="y z"', b";e"]) + b"\r\n" + piece + b"\r\n"
+            )
+        framed += (
+            b"0"
+            + rng.choice([b"", b";last"])
+            + b"\r\n"
+            + rng.choice([b"", b"X-T: 1\r\n"])
+            + b"\r\n"
+        )
     if body and rng.random() < 0.2:
         lines.append(b"Expect: 100-continue")
     rng.shuffle(lines)
-    head = method + b" " + target + b" HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in lines) + b"\r\n"
+    head = (
+        method
+        + b" "
+        + target
+        + b" HTTP/1.1\r\n"
+        + b"".join(line + b"\r\n" for line in lines)
+        + b"\r\n"
+    )
     return head + framed, (method, target, body)
 
 
@@ -553,7 +675,9 @@ def test_random_pipelined_streams_reach_the_backend_intact(tmp_path, parser):
         for n in range(40):
             requests = [random_request(rng, i) for i in range(rng.randint(1, 5))]
             stream = b"".join(data for data, _ in requests)
-            cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 4))))
+            cuts = sorted(
+                rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 4)))
+            )
             with backend.lock:
                 backend.requests.clear()
             got = b""
@@ -601,13 +725,21 @@ def test_http10_keep_alive_answers_say_so(tmp_path, parser, backend):
         with socket.create_connection(("127.0.0.1", e.port), timeout=TIMEOUT) as s:
             f = s.makefile("rb")
             for host in (b"app.example", b"nowhere.example", b"app.example"):
-                s.sendall(b"GET /k HTTP/1.0\r\nHost: " + host + b"\r\nConnection: Keep-Alive\r\n\r\n")
+                s.sendall(
+                    b"GET /k HTTP/1.0\r\nHost: " + host + b"\r\nConnection: Keep-Alive\r\n\r\n"
+                )
                 head, _ = read_response(f)
-                assert head.split(b" ")[1] == (b"404" if host == b"nowhere.example" else b"200"), head
+                assert head.split(b" ")[1] == (b"404" if host == b"nowhere.example" else b"200"), (
+                    head
+                )
                 assert b"\r\nConnection: keep-alive\r\n" in head, head
             s.sendall(b"GET /k HTTP/1.0\r\nHost: app.example\r\n\r\n")
             head, body = read_response(f)
-            assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nConnection: close\r\n" in head and body == b"ok", head
+            assert (
+                head.startswith(b"HTTP/1.1 200 OK")
+                and b"\r\nConnection: close\r\n" in head
+                and body == b"ok"
+            ), head
             assert f.read() == b""  # closed
         assert len(backend.requests) == 3
     finally:
@@ -625,7 +757,12 @@ def test_http10_upgrade_is_ignored(tmp_path, parser):
         return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
     backend = StrayBackend(b"", forged=b"", choose=server)
-    dyn = {"http": {"routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}}, "services": {"app": lb(backend.url)}}}
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+            "services": {"app": lb(backend.url)},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
     try:
         answer = exchange(
@@ -649,11 +786,21 @@ def random_response(rng: random.Random, i: int, method: bytes) -> tuple[bytes, i
         return rng.choice([b"", b" ", b"  ", b"\t"])
 
     kind = rng.choice(["length", "length", "chunked", "204", "304", "interim", "varied"])
-    extra = b"".join(rng.choice([b"Server: t\r\n", b"Date: d%d\r\n" % rng.randint(0, 3), b'ETag: "e"\r\n', b""]) for _ in range(3))
+    extra = b"".join(
+        rng.choice([b"Server: t\r\n", b"Date: d%d\r\n" % rng.randint(0, 3), b'ETag: "e"\r\n', b""])
+        for _ in range(3)
+    )
     body = rng.randbytes(rng.randint(0, 200))
     sent = body if method != b"HEAD" else b""
     if kind == "chunked":
-        head = b"HTTP/1.1 200 OK\r\n" + extra + b"Transfer-Encoding:" + ows() + rng.choice([b"chunked", b"Chunked"]) + b"\r\n\r\n"
+        head = (
+            b"HTTP/1.1 200 OK\r\n"
+            + extra
+            + b"Transfer-Encoding:"
+            + ows()
+            + rng.choice([b"chunked", b"Chunked"])
+            + b"\r\n\r\n"
+        )
         if method == b"HEAD":
             return head, 200, b""
         framed, rest = b"", body
@@ -663,11 +810,26 @@ def random_response(rng: random.Random, i: int, method: bytes) -> tuple[bytes, i
             rest = rest[n:]
         return head + framed + b"0\r\n" + rng.choice([b"", b"T: 1\r\n"]) + b"\r\n", 200, body
     if kind == "204":
-        return b"HTTP/1.1 204 No Content\r\n" + extra + rng.choice([b"", b"Content-Length: 0\r\n"]) + b"\r\n", 204, b""
+        return (
+            b"HTTP/1.1 204 No Content\r\n"
+            + extra
+            + rng.choice([b"", b"Content-Length: 0\r\n"])
+            + b"\r\n",
+            204,
+            b"",
+        )
     if kind == "304":
-        return b"HTTP/1.1 304 Not Modified\r\n" + extra + b"Content-Length: %d\r\n\r\n" % len(body), 304, b""
+        return (
+            b"HTTP/1.1 304 Not Modified\r\n" + extra + b"Content-Length: %d\r\n\r\n" % len(body),
+            304,
+            b"",
+        )
     if kind == "varied":
-        return b"HTTP/1.1 200 OK\r\nX-Req: %d\r\nContent-Length: %d\r\n\r\n" % (i, len(body)) + sent, 200, sent
+        return (
+            b"HTTP/1.1 200 OK\r\nX-Req: %d\r\nContent-Length: %d\r\n\r\n" % (i, len(body)) + sent,
+            200,
+            sent,
+        )
     name = rng.choice([b"Content-Length", b"content-length", b"CONTENT-LENGTH"])
     length = rng.choice([b"", b"", b"0"]) + b"%d" % len(body)
     head = b"HTTP/1.1 200 OK\r\n" + extra + name + b":" + ows() + length + ows() + b"\r\n\r\n"
@@ -702,7 +864,9 @@ def test_random_responses_reach_the_client_intact(tmp_path, parser):
             client = h11.Connection(h11.CLIENT)
             for i in range(120):
                 method = rng.choice([b"GET", b"GET", b"GET", b"HEAD"])
-                request = h11.Request(method=method, target=b"/r/%d" % i, headers=[(b"Host", b"app.example")])
+                request = h11.Request(
+                    method=method, target=b"/r/%d" % i, headers=[(b"Host", b"app.example")]
+                )
                 s.sendall(client.send(request) + client.send(h11.EndOfMessage()))
                 status, headers, body = 0, [], b""
                 while True:
@@ -720,7 +884,9 @@ def test_random_responses_reach_the_client_intact(tmp_path, parser):
                 _, want_status, want_body = random_response(random.Random(f"{seed}-{i}"), i, method)
                 assert (status, body) == (want_status, want_body), (i, method, headers)
                 if status == 204:
-                    assert not {b"content-length", b"transfer-encoding"} & {n for n, _ in headers}, headers
+                    assert not {b"content-length", b"transfer-encoding"} & {
+                        n for n, _ in headers
+                    }, headers
                 client.start_next_cycle()
     finally:
         e.stop()

@@ -31,7 +31,9 @@ def runtime_of(middlewares: dict, router_middlewares: list[str]):
     conf = decode_dynamic(
         {
             "tcp": {
-                "routers": {"r": {"rule": "HostSNI(`*`)", "service": "s", "middlewares": router_middlewares}},
+                "routers": {
+                    "r": {"rule": "HostSNI(`*`)", "service": "s", "middlewares": router_middlewares}
+                },
                 "services": {"s": {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}]}}},
                 "middlewares": middlewares,
             }
@@ -114,7 +116,9 @@ def edge(tmp_path_factory, echo):  # noqa: F811
     }
     dynamic = {
         "tcp": {
-            "routers": {name: {**r, "service": "echo", "entryPoints": [name]} for name, r in routers.items()},
+            "routers": {
+                name: {**r, "service": "echo", "entryPoints": [name]} for name, r in routers.items()
+            },
             "services": {"echo": service},
             "middlewares": {
                 "only2": {"ipAllowList": {"sourceRange": ["127.0.0.2/32"]}},
@@ -137,7 +141,9 @@ def test_ip_allow_list_admits_its_range_and_closes_the_rest(edge):
         assert echoes(s)
     with connect(edge.ports["allow"], "127.0.0.1") as s:
         assert not echoes(s)  # closed, nothing relayed
-    edge.wait_for(r"tcp router allow@file: middleware only2@file refuses 127\.0\.0\.1; connection closed")
+    edge.wait_for(
+        r"tcp router allow@file: middleware only2@file refuses 127\.0\.0\.1; connection closed"
+    )
 
 
 def test_ip_allow_list_checks_the_address_a_proxy_protocol_header_names(edge):

@@ -55,7 +55,10 @@ def sni_of(hello: bytes) -> str | None:
     end = i + 2 + int.from_bytes(hello[i : i + 2], "big")
     i += 2
     while i + 4 <= end:
-        kind, size = int.from_bytes(hello[i : i + 2], "big"), int.from_bytes(hello[i + 2 : i + 4], "big")
+        kind, size = (
+            int.from_bytes(hello[i : i + 2], "big"),
+            int.from_bytes(hello[i + 2 : i + 4], "big"),
+        )
         if kind == 0:  # server_name: list length, type 0, name length, name
             n = int.from_bytes(hello[i + 7 : i + 9], "big")
             return hello[i + 9 : i + 9 + n].decode("ascii")
@@ -82,7 +85,12 @@ class Peek(asyncio.Protocol):
             return
         app = server.app_factory()
         tls = start_tls(
-            self.transport, ctx, app, data, handshake_timeout=server.handshake_timeout, connections=server.connections
+            self.transport,
+            ctx,
+            app,
+            data,
+            handshake_timeout=server.handshake_timeout,
+            connections=server.connections,
         )
         server.adapters.append(tls)
         server.apps.append(app)
@@ -226,7 +234,11 @@ def snapshot(pki_files, options: dict | None = None) -> TLSCertificates:
             {"certFile": pairs["b"].cert_pem, "keyFile": pairs["b"].key_pem},
             {"certFile": files["wild"][0], "keyFile": files["wild"][1]},
         ],
-        "stores": {"default": {"defaultCertificate": {"certFile": files["store"][0], "keyFile": files["store"][1]}}},
+        "stores": {
+            "default": {
+                "defaultCertificate": {"certFile": files["store"][0], "keyFile": files["store"][1]}
+            }
+        },
         "options": options or {},
     }
     certs = TLSCertificates(merge({"file": msgspec.convert({"tls": section}, Configuration)}).tls)
@@ -237,7 +249,9 @@ def snapshot(pki_files, options: dict | None = None) -> TLSCertificates:
 # -- clients --------------------------------------------------------------------------
 
 
-def s_client(port: int, *args: str, data: bytes = b"", timeout: float = 10) -> subprocess.CompletedProcess:
+def s_client(
+    port: int, *args: str, data: bytes = b"", timeout: float = 10
+) -> subprocess.CompletedProcess:
     openssl = need("openssl")
     return subprocess.run(
         [openssl, "s_client", "-connect", f"127.0.0.1:{port}", *args],
@@ -260,7 +274,9 @@ def served_fingerprint(result: subprocess.CompletedProcess) -> str | None:
     return x509.load_pem_x509_certificate(m.group(0)).fingerprint(hashes.SHA256()).hex()
 
 
-def tls_socket(port: int, server_name: str, *, ca: str, cert=None, timeout: float = 10) -> ssl.SSLSocket:
+def tls_socket(
+    port: int, server_name: str, *, ca: str, cert=None, timeout: float = 10
+) -> ssl.SSLSocket:
     ctx = ssl.create_default_context(cafile=ca)
     if cert is not None:
         ctx.load_cert_chain(*cert)
@@ -296,8 +312,18 @@ def test_new_snapshot_applies_to_new_connections_only(pki, pki_files):
         renewed = pki.issue("a.test")
         server.certs = TLSCertificates(
             merge(
-                {"file": msgspec.convert({"tls": {"certificates": [
-                    {"certFile": renewed.cert_pem, "keyFile": renewed.key_pem}]}}, Configuration)}
+                {
+                    "file": msgspec.convert(
+                        {
+                            "tls": {
+                                "certificates": [
+                                    {"certFile": renewed.cert_pem, "keyFile": renewed.key_pem}
+                                ]
+                            }
+                        },
+                        Configuration,
+                    )
+                }
             ).tls
         )
         new = tls_socket(server.port, "a.test", ca=pki_files["ca"])
@@ -327,7 +353,9 @@ def test_sni_strict_refuses_unknown_names(pki_files):
         assert served_fingerprint(ok) == pki_files["pairs"]["a"].fingerprint
         refused = s_client(server.port, "-servername", "unknown.test")
         assert served_fingerprint(refused) is None
-        assert b"alert number 112" in refused.stderr or b"unrecognized name" in refused.stderr, refused.stderr
+        assert b"alert number 112" in refused.stderr or b"unrecognized name" in refused.stderr, (
+            refused.stderr
+        )
         assert served_fingerprint(s_client(server.port, "-noservername")) is None
 
 
@@ -336,20 +364,39 @@ def test_min_version_tls13_refuses_tls12(pki_files):
     with TLSServer(certs, echo_setup, options="modern@file") as server:
         refused = s_client(server.port, "-servername", "a.test", "-tls1_2")
         assert served_fingerprint(refused) is None
-        assert b"alert number 70" in refused.stderr or b"protocol version" in refused.stderr, refused.stderr
+        assert b"alert number 70" in refused.stderr or b"protocol version" in refused.stderr, (
+            refused.stderr
+        )
         ok = s_client(server.port, "-servername", "a.test", "-tls1_3")
         assert served_fingerprint(ok) == pki_files["pairs"]["a"].fingerprint
         assert b"TLSv1.3" in ok.stdout
 
 
 def test_no_shared_cipher_fails_with_an_alert(pki_files):
-    certs = snapshot(pki_files, {"gcm": {"maxVersion": "VersionTLS12", "cipherSuites": ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]}})
+    certs = snapshot(
+        pki_files,
+        {
+            "gcm": {
+                "maxVersion": "VersionTLS12",
+                "cipherSuites": ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"],
+            }
+        },
+    )
     with TLSServer(certs, echo_setup, options="gcm@file") as server:
         ok = s_client(server.port, "-servername", "b.test", "-tls1_2")
         assert b"ECDHE-RSA-AES256-GCM-SHA384" in ok.stdout
-        refused = s_client(server.port, "-servername", "b.test", "-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256")
+        refused = s_client(
+            server.port,
+            "-servername",
+            "b.test",
+            "-tls1_2",
+            "-cipher",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        )
         assert served_fingerprint(refused) is None
-        assert b"alert number 40" in refused.stderr or b"handshake failure" in refused.stderr, refused.stderr
+        assert b"alert number 40" in refused.stderr or b"handshake failure" in refused.stderr, (
+            refused.stderr
+        )
         assert server.call(lambda: server.apps[-1].events) == []  # the application never saw it
 
 
@@ -358,7 +405,9 @@ def test_alpn(pki_files):
     with TLSServer(certs, echo_setup) as server:
         result = s_client(server.port, "-servername", "a.test", "-alpn", "h2,http/1.1")
         assert b"ALPN protocol: http/1.1" in result.stdout
-    with TLSServer(certs, echo_setup, options="h2@file") as server:  # into HTTPS: edge speaks HTTP/1.1
+    with TLSServer(
+        certs, echo_setup, options="h2@file"
+    ) as server:  # into HTTPS: edge speaks HTTP/1.1
         result = s_client(server.port, "-servername", "a.test", "-alpn", "h2,http/1.1")
         assert b"ALPN protocol: http/1.1" in result.stdout
     with TLSServer(certs, echo_setup, options="h2@file", tcp=True) as server:
@@ -418,7 +467,9 @@ def test_handshake_deadline_from_the_entrypoints_sweep(pki_files):
     # start_tls(connections=...): no timer; the transport is in the set until its handshake
     # ends, and the sweep closes it past its deadline.
     connections: set = set()
-    with TLSServer(snapshot(pki_files), echo_setup, handshake_timeout=0.3, connections=connections) as server:
+    with TLSServer(
+        snapshot(pki_files), echo_setup, handshake_timeout=0.3, connections=connections
+    ) as server:
         with tls_socket(server.port, "a.test", ca=str(pki_files["ca"])) as done:
             done.sendall(b"hi\n")
             assert done.recv(10) == b"hi\n"
@@ -478,7 +529,9 @@ class FakeRaw:
 def test_tls_accept_deadlines_plain_first_bytes_and_drain(pki_files):
     certs = snapshot(pki_files)
     context = certs.selecting_context()
-    assert context is not None and context.sni_callback is not None  # named certificates: chosen by name
+    assert (
+        context is not None and context.sni_callback is not None
+    )  # named certificates: chosen by name
     clock, connections, plain, made = Clock(), set(), [], []
 
     def https(sni, client):
@@ -486,8 +539,13 @@ def test_tls_accept_deadlines_plain_first_bytes_and_drain(pki_files):
         return Echo()
 
     acceptor = Acceptor(
-        context=context, loop=clock, connections=connections, https=https,  # type: ignore[arg-type]
-        plain=lambda raw, data, client: plain.append((raw, data, client)), first_timeout=2.0, handshake_timeout=10.0,
+        context=context,
+        loop=clock,
+        connections=connections,
+        https=https,  # type: ignore[arg-type]
+        plain=lambda raw, data, client: plain.append((raw, data, client)),
+        first_timeout=2.0,
+        handshake_timeout=10.0,
     )
 
     def accepted(client=None) -> tuple[TLSAccept, FakeRaw]:
@@ -506,7 +564,9 @@ def test_tls_accept_deadlines_plain_first_bytes_and_drain(pki_files):
     clock.now = 101.0
     tls.data_received(hello[:7])
     assert tls.deadline == 110.0 and tls in connections and raw.written == b""
-    tls.data_received(hello[7:])  # the whole ClientHello: the server's flight, the certificate chosen
+    tls.data_received(
+        hello[7:]
+    )  # the whole ClientHello: the server's flight, the certificate chosen
     assert raw.written[:1] == b"\x16" and tls.sni == "a.test"
     assert tls.get_extra_info("sslcontext") is certs.context_for("a.test")
     assert tls in connections and made == []  # the handshake is not done: no application yet
@@ -763,7 +823,9 @@ def test_tcp_eof_without_close_notify_reaches_http(pki_files, whoami):
         client.sock.close()
 
 
-SINK_TOTAL = 32 * MIB  # more than loopback's socket buffers hold, so a paused reader blocks the client
+SINK_TOTAL = (
+    32 * MIB
+)  # more than loopback's socket buffers hold, so a paused reader blocks the client
 
 
 class Sink(asyncio.Protocol):
@@ -797,7 +859,9 @@ def test_app_pause_reading_stops_the_client(pki_files):
             assert time.monotonic() < deadline, "no data reached the application"
             time.sleep(0.02)
         time.sleep(0.5)  # time for more to arrive, if pausing did not work
-        received, reading = server.call(lambda: (server.apps[-1].received, server.adapters[-1].is_reading()))
+        received, reading = server.call(
+            lambda: (server.apps[-1].received, server.adapters[-1].is_reading())
+        )
         assert not reading
         assert 0 < received <= MIB, received  # paused: the kernel's buffers fill, not edge
         assert sender.is_alive()  # the client is blocked
@@ -860,10 +924,29 @@ def test_https_through_http_connection(pki_files, whoami, parser, tmp_path):
         common = ["--resolve", f"a.test:{server.port}:127.0.0.1", "--cacert", pki_files["ca"]]
         fmt = "\n%{http_code} %{num_connects} %{size_download}\n"
         result = curl(
-            *common, "-w", fmt, f"{base}/one",
-            "--next", *common, "-w", fmt, f"{base}/two?x=1",
-            "--next", *common, "-w", fmt, "--data-binary", f"@{body}", f"{base}/upload",
-            "--next", *common, "-w", fmt, "-o", str(out), f"{base}/data?size={MIB}",
+            *common,
+            "-w",
+            fmt,
+            f"{base}/one",
+            "--next",
+            *common,
+            "-w",
+            fmt,
+            f"{base}/two?x=1",
+            "--next",
+            *common,
+            "-w",
+            fmt,
+            "--data-binary",
+            f"@{body}",
+            f"{base}/upload",
+            "--next",
+            *common,
+            "-w",
+            fmt,
+            "-o",
+            str(out),
+            f"{base}/data?size={MIB}",
         )
         assert result.returncode == 0, result.stderr
         lines = result.stdout.decode().splitlines()
@@ -880,9 +963,14 @@ def test_https_through_http_connection(pki_files, whoami, parser, tmp_path):
 
 def test_mutual_tls_with_curl(pki_files, whoami):
     ca = pki_files["ca"]
-    certs = snapshot(pki_files, {"mtls": {"clientAuth": {"caFiles": [ca], "clientAuthType": "RequireAndVerifyClientCert"}}})
+    certs = snapshot(
+        pki_files,
+        {"mtls": {"clientAuth": {"caFiles": [ca], "clientAuthType": "RequireAndVerifyClientCert"}}},
+    )
     counters: dict = {}
-    with TLSServer(certs, http_setup(whoami.url, "httptools", counters), options="mtls@file") as server:
+    with TLSServer(
+        certs, http_setup(whoami.url, "httptools", counters), options="mtls@file"
+    ) as server:
         common = ["--resolve", f"a.test:{server.port}:127.0.0.1", "--cacert", ca]
         url = f"https://a.test:{server.port}/who"
         refused = curl(*common, url)

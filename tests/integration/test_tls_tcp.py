@@ -71,7 +71,11 @@ def test_precedence_https_name_beats_tcp_catch_all_and_tcp_name_beats_https_catc
             "tcp": {
                 "routers": {
                     "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
-                    "db": {"rule": "HostSNI(`db.test`)", "service": "t", "tls": {"passthrough": True}},
+                    "db": {
+                        "rule": "HostSNI(`db.test`)",
+                        "service": "t",
+                        "tls": {"passthrough": True},
+                    },
                     "alpn": {"rule": "ALPN(`x-proto`)", "service": "t", "tls": {}},
                 },
                 "services": {"t": TCP_SVC},
@@ -83,7 +87,9 @@ def test_precedence_https_name_beats_tcp_catch_all_and_tcp_name_beats_https_catc
     assert r.tls(hello("site.test"), "1.2.3.4").mode == HTTPS  # an HTTPS name beats HostSNI(`*`)
     assert r.tls(hello("db.test"), "1.2.3.4").name == "db@file"  # a TCP name beats HTTPS catch-all
     assert r.tls(hello("x.test", ("x-proto",)), "1.2.3.4").name == "alpn@file"  # ALPN is specific
-    assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS  # HTTPS catch-all before TCP catch-all
+    assert (
+        r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
+    )  # HTTPS catch-all before TCP catch-all
     assert r.tls(hello(None), "1.2.3.4").mode == HTTPS
     assert r.plain("1.2.3.4") is None  # no TCP router without TLS: cleartext goes to HTTP
 
@@ -94,7 +100,11 @@ def test_precedence_without_https_routers():
             "tcp": {
                 "routers": {
                     "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
-                    "term": {"rule": "HostSNI(`t.test`)", "service": "t", "tls": {"options": "modern"}},
+                    "term": {
+                        "rule": "HostSNI(`t.test`)",
+                        "service": "t",
+                        "tls": {"options": "modern"},
+                    },
                     "raw": {"rule": "HostSNI(`*`) && ClientIP(`10.0.0.0/8`)", "service": "t"},
                 },
                 "services": {"t": TCP_SVC},
@@ -116,7 +126,10 @@ def test_immediate_only_with_tcp_routers_without_tls_and_nothing_else():
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "t"}},
             "services": {"t": TCP_SVC},
         },
-        "http": {"routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}},
+        "http": {
+            "routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}},
+            "services": {"h": HTTP_SVC},
+        },
     }
     _, routers = tcp_routers(dynamic)
     assert routers["web"].immediate and routers["web"].at_once("1.2.3.4").name == "raw@file"
@@ -127,7 +140,12 @@ def test_immediate_only_with_tcp_routers_without_tls_and_nothing_else():
 
 def test_no_tcp_router_and_no_https_router_means_no_connection_router():
     _, routers = tcp_routers(
-        {"http": {"routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}}}
+        {
+            "http": {
+                "routers": {"web": {"rule": "Host(`w.test`)", "service": "h"}},
+                "services": {"h": HTTP_SVC},
+            }
+        }
     )
     assert routers == {"web": None}
 
@@ -158,7 +176,13 @@ def test_only_an_entrypoint_that_terminates_every_tls_connection_into_https_unde
         dynamic = {"http": https, "tcp": {"routers": {"t": tcp}, "services": {"t": TCP_SVC}}}
         assert first_protocol(dynamic) is Peek, tcp
     # A name with TLS options of its own: the SSL object's settings depend on the name.
-    mtls = dict(https, routers={**https["routers"], "b": {"rule": "Host(`b.test`)", "service": "h", "tls": {"options": "v13"}}})
+    mtls = dict(
+        https,
+        routers={
+            **https["routers"],
+            "b": {"rule": "Host(`b.test`)", "service": "h", "tls": {"options": "v13"}},
+        },
+    )
     dynamic = {"http": mtls, "tls": {"options": {"v13": {"minVersion": "VersionTLS13"}}}}
     assert first_protocol(dynamic) is Peek
 
@@ -184,7 +208,11 @@ def test_weighted_tcp_services_round_robin_smoothly():
             "tcp": {
                 "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "w"}},
                 "services": {
-                    "w": {"weighted": {"services": [{"name": "a", "weight": 3}, {"name": "b", "weight": 1}]}},
+                    "w": {
+                        "weighted": {
+                            "services": [{"name": "a", "weight": 3}, {"name": "b", "weight": 1}]
+                        }
+                    },
                     "a": {
                         "loadBalancer": {
                             "servers": [{"address": "10.0.0.1:1"}, {"address": "10.0.0.2:1"}],
@@ -203,7 +231,10 @@ def test_weighted_tcp_services_round_robin_smoothly():
     assert picks.count("10.0.0.1:1") == 3 and picks.count("10.0.0.2:1") == 3
     assert picks[:4].count("10.0.0.3:1") == 1  # spread out, not in a burst
     first = service.pick()
-    assert (first.dial_timeout, first.termination_delay) == (2.0, 0.25)  # serversTransport slow@file
+    assert (first.dial_timeout, first.termination_delay) == (
+        2.0,
+        0.25,
+    )  # serversTransport slow@file
 
 
 def test_check_tls_disables_routers_whose_key_or_options_cannot_serve(tmp_path):
@@ -217,7 +248,11 @@ def test_check_tls_disables_routers_whose_key_or_options_cannot_serve(tmp_path):
                 "routers": {
                     "good": {"rule": "Host(`good.test`)", "service": "h", "tls": {}},
                     "other": {"rule": "Host(`other.test`)", "service": "h", "tls": {}},
-                    "weak": {"rule": "Host(`good.test`) && Path(`/w`)", "service": "h", "tls": {"options": "weak"}},
+                    "weak": {
+                        "rule": "Host(`good.test`) && Path(`/w`)",
+                        "service": "h",
+                        "tls": {"options": "weak"},
+                    },
                     "plain": {"rule": "Host(`other.test`)", "service": "h"},
                 },
                 "services": {"h": HTTP_SVC},
@@ -225,7 +260,11 @@ def test_check_tls_disables_routers_whose_key_or_options_cannot_serve(tmp_path):
             "tcp": {
                 "routers": {
                     "db": {"rule": "HostSNI(`other.test`)", "service": "t", "tls": {}},
-                    "pt": {"rule": "HostSNI(`other.test`)", "service": "t", "tls": {"passthrough": True}},
+                    "pt": {
+                        "rule": "HostSNI(`other.test`)",
+                        "service": "t",
+                        "tls": {"passthrough": True},
+                    },
                 },
                 "services": {"t": TCP_SVC},
             },
@@ -324,7 +363,19 @@ def s_server(certs):
     """``openssl s_server -rev``: TLS with the backend CA's certificate for pt.test; echoes lines reversed."""
     crt, key = certs["backend_files"]
     p = Process(
-        [need("openssl"), "s_server", "-accept", "127.0.0.1:0", "-cert", crt, "-key", key, "-rev", "-naccept", "1000"],
+        [
+            need("openssl"),
+            "s_server",
+            "-accept",
+            "127.0.0.1:0",
+            "-cert",
+            crt,
+            "-key",
+            key,
+            "-rev",
+            "-naccept",
+            "1000",
+        ],
         r"ACCEPT .*:(\d+)",
     )
     p.port = int(p.match.group(1))
@@ -395,13 +446,27 @@ PEM_RE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n"
 
 
 def s_client_until(
-    port: int, server_name: str, data: bytes, expect: bytes, timeout: float = 15, options: tuple[str, ...] = ()
+    port: int,
+    server_name: str,
+    data: bytes,
+    expect: bytes,
+    timeout: float = 15,
+    options: tuple[str, ...] = (),
 ) -> bytes:
     """``openssl s_client -showcerts`` (and ``options``): send ``data``, read until ``expect``
     (or timeout); its stdout."""
     proc = subprocess.Popen(
-        [need("openssl"), "s_client", "-connect", f"127.0.0.1:{port}", "-servername", server_name,
-         "-showcerts", "-ign_eof", *options],
+        [
+            need("openssl"),
+            "s_client",
+            "-connect",
+            f"127.0.0.1:{port}",
+            "-servername",
+            server_name,
+            "-showcerts",
+            "-ign_eof",
+            *options,
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -489,13 +554,25 @@ def shared_config(certs: dict, whoami, echo, s_server, capture_port: int) -> dic
         },
         "tcp": {
             "routers": {
-                "pt": {"rule": "HostSNI(`pt.test`)", "service": "sserver", "tls": {"passthrough": True}},
-                "big": {"rule": "HostSNI(`big.test`)", "service": "capture", "tls": {"passthrough": True}},
+                "pt": {
+                    "rule": "HostSNI(`pt.test`)",
+                    "service": "sserver",
+                    "tls": {"passthrough": True},
+                },
+                "big": {
+                    "rule": "HostSNI(`big.test`)",
+                    "service": "capture",
+                    "tls": {"passthrough": True},
+                },
                 "term": {"rule": "HostSNI(`echo.test`)", "service": "echo", "tls": {}},
             },
             "services": {
-                "sserver": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{s_server.port}"}]}},
-                "capture": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{capture_port}"}]}},
+                "sserver": {
+                    "loadBalancer": {"servers": [{"address": f"127.0.0.1:{s_server.port}"}]}
+                },
+                "capture": {
+                    "loadBalancer": {"servers": [{"address": f"127.0.0.1:{capture_port}"}]}
+                },
                 "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}},
             },
         },
@@ -512,7 +589,10 @@ def capture():
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, certs, whoami, echo, s_server, capture):
-    e = Edge(tmp_path_factory.mktemp("shared"), shared_config(certs, whoami, echo, s_server, capture.port))
+    e = Edge(
+        tmp_path_factory.mktemp("shared"),
+        shared_config(certs, whoami, echo, s_server, capture.port),
+    )
     yield e
     e.stop()
 
@@ -524,7 +604,9 @@ def test_passthrough_delivers_the_backends_certificate_untouched(shared, certs):
 
 
 def test_https_router_terminates_with_the_certificate_for_its_name(shared, certs):
-    assert peer_fingerprint(shared.port, "a.test", certs["ca"]) == certs["pairs"]["a.test"].fingerprint
+    assert (
+        peer_fingerprint(shared.port, "a.test", certs["ca"]) == certs["pairs"]["a.test"].fingerprint
+    )
     status, info = https_get(shared.port, "a.test", "/x", certs["ca"])
     assert status == 200
     assert info["headers"]["X-Forwarded-Proto"] == ["https"]
@@ -548,7 +630,10 @@ def test_a_router_with_tls_never_answers_over_plain_http(shared, certs):
 
 def test_terminating_tcp_router_relays_plaintext(shared, certs):
     with tls_connect(shared.port, "echo.test", certs["ca"]) as s:
-        assert hashlib.sha256(s.getpeercert(True)).hexdigest() == certs["pairs"]["echo.test"].fingerprint
+        assert (
+            hashlib.sha256(s.getpeercert(True)).hexdigest()
+            == certs["pairs"]["echo.test"].fingerprint
+        )
         s.sendall(b"ping over tls\n")
         got = b""
         deadline = time.monotonic() + 10
@@ -575,7 +660,9 @@ def s_client_refused(port: int, server_name: str, timeout: float = 15) -> str:
     return (done.stdout + done.stderr).decode("latin-1")
 
 
-def test_a_server_name_with_a_trailing_dot_is_refused_for_passthrough_and_termination(shared, capture):
+def test_a_server_name_with_a_trailing_dot_is_refused_for_passthrough_and_termination(
+    shared, capture
+):
     """RFC 6066 section 3: a host_name has no trailing dot, and Go's crypto/tls (hence
     Traefik) refuses such a ClientHello. The peek dropped the dot: 'big.test.' was
     passed through to big.test's server, 'a.test.' and 'echo.test.' terminated with
@@ -588,10 +675,14 @@ def test_a_server_name_with_a_trailing_dot_is_refused_for_passthrough_and_termin
         assert "BEGIN CERTIFICATE" not in out and "Server certificate" not in out, (name, out)
     time.sleep(0.3)  # a relayed connection would have reached the backend by now
     assert len(capture.received) == relayed
-    assert fingerprint_of(s_client_until(shared.port, "pt.test", b"x\n", b"x")) is not None  # the names serve
+    assert (
+        fingerprint_of(s_client_until(shared.port, "pt.test", b"x\n", b"x")) is not None
+    )  # the names serve
 
 
-def big_client_hello(server_name: str, ca: str) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
+def big_client_hello(
+    server_name: str, ca: str
+) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
     """A real client's first flight, about 12 KB (a long ALPN list), and the client to finish with."""
     ctx = ssl.create_default_context(cafile=ca)
     ctx.set_alpn_protocols([f"x-{i:03d}-" + "p" * 240 for i in range(48)] + ["http/1.1"])
@@ -649,7 +740,10 @@ def test_fragmented_12k_client_hello_terminates_and_serves_https(shared, certs):
                 assert data, "edge closed during the handshake"
                 incoming.write(data)
         assert client.selected_alpn_protocol() == "http/1.1"
-        assert hashlib.sha256(client.getpeercert(True)).hexdigest() == certs["pairs"]["a.test"].fingerprint
+        assert (
+            hashlib.sha256(client.getpeercert(True)).hexdigest()
+            == certs["pairs"]["a.test"].fingerprint
+        )
         if outgoing.pending:
             s.sendall(outgoing.read())
         client.write(b"GET /big HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
@@ -686,7 +780,16 @@ def test_https_router_with_curl_under_both_codecs(tmp_path, parser, certs, whoam
         assert info["path"] == "/hello" and info["query"] == "x=1"
         assert info["headers"]["X-Forwarded-Proto"] == ["https"]
         # keep-alive: two requests on one TLS connection
-        result = curl("--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"], url, url, "-w", "%{num_connects}\n")
+        result = curl(
+            "--resolve",
+            f"a.test:{e.port}:127.0.0.1",
+            "--cacert",
+            certs["ca"],
+            url,
+            url,
+            "-w",
+            "%{num_connects}\n",
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.decode().rstrip().endswith("0")  # the second reused the connection
         # the same router is not there over plain HTTP
@@ -714,13 +817,17 @@ def alpn_config(certs: dict, whoami, echo, with_tcp_router: bool) -> dict:
     if with_tcp_router:  # a terminating TCP router: the entrypoint peeks
         dynamic["tcp"] = {
             "routers": {"term": {"rule": "HostSNI(`echo.test`)", "service": "echo", "tls": {}}},
-            "services": {"echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}},
+            "services": {
+                "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}
+            },
         }
     return dynamic
 
 
 @pytest.mark.parametrize("path", ["peek", "no-peek"])
-def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(tmp_path, path, certs, whoami, echo):
+def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(
+    tmp_path, path, certs, whoami, echo
+):
     dynamic = alpn_config(certs, whoami, echo, with_tcp_router=path == "peek")
     _, routers = tcp_routers(dynamic)
     ctx = PeekContext(name="web", loop=None, connections=set(), http=None, https=None)  # type: ignore[arg-type]
@@ -730,8 +837,17 @@ def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(tmp_path
         url = f"https://a.test:{e.port}/alpn"
         # curl offers h2 first (and would speak HTTP/2 had edge accepted it).
         result = curl(
-            "-v", "--http2", "--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"],
-            "-o", "/dev/null", "-w", "%{http_code} %{http_version}", url,
+            "-v",
+            "--http2",
+            "--resolve",
+            f"a.test:{e.port}:127.0.0.1",
+            "--cacert",
+            certs["ca"],
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{http_version}",
+            url,
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout == b"200 1.1"
@@ -739,10 +855,20 @@ def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(tmp_path
         assert re.search(rb"ALPN: server accepted http/1\.1", result.stderr), result.stderr
         # A client offering h2 alone gets no ALPN and speaks HTTP/1.1.
         out = subprocess.run(
-            [need("openssl"), "s_client", "-connect", f"127.0.0.1:{e.port}", "-servername", "a.test", "-alpn", "h2",
-             "-ign_eof"],
+            [
+                need("openssl"),
+                "s_client",
+                "-connect",
+                f"127.0.0.1:{e.port}",
+                "-servername",
+                "a.test",
+                "-alpn",
+                "h2",
+                "-ign_eof",
+            ],
             input=b"GET /alpn HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
-            capture_output=True, timeout=15,
+            capture_output=True,
+            timeout=15,
         ).stdout
         assert b"No ALPN negotiated" in out and b"HTTP/1.1 200" in out, out
         # Said once, naming the options.
@@ -750,19 +876,30 @@ def test_https_with_h2_in_alpn_protocols_answers_http_1_1_to_curl_http2(tmp_path
             if "alpnProtocols h2, acme-tls/1 left out on HTTPS routers" in e.log:
                 break
             time.sleep(0.05)
-        assert e.log.count("TLS options default: alpnProtocols h2, acme-tls/1 left out on HTTPS routers") == 1, e.log
+        assert (
+            e.log.count(
+                "TLS options default: alpnProtocols h2, acme-tls/1 left out on HTTPS routers"
+            )
+            == 1
+        ), e.log
     finally:
         e.stop()
 
 
-def test_terminating_tcp_router_negotiates_h2_from_the_configured_list(tmp_path, certs, whoami, echo):
+def test_terminating_tcp_router_negotiates_h2_from_the_configured_list(
+    tmp_path, certs, whoami, echo
+):
     # Traefik hands a TCP router the connection under the options' list as it is: the
     # TCP server behind it may speak HTTP/2 (or anything); edge only relays plaintext.
     e = Edge(tmp_path, alpn_config(certs, whoami, echo, with_tcp_router=True))
     try:
-        out = s_client_until(e.port, "echo.test", b"plaintext to the echo\n", b"echo\n", options=("-alpn", "h2"))
+        out = s_client_until(
+            e.port, "echo.test", b"plaintext to the echo\n", b"echo\n", options=("-alpn", "h2")
+        )
         assert b"ALPN protocol: h2" in out, out
-        assert out.split(b"ALPN protocol: h2", 1)[1].endswith(b"plaintext to the echo\n"), out  # echoed
+        assert out.split(b"ALPN protocol: h2", 1)[1].endswith(b"plaintext to the echo\n"), (
+            out
+        )  # echoed
     finally:
         e.stop()
 
@@ -774,7 +911,9 @@ def test_raw_tcp_echo_through_hostsni_star(tmp_path, echo):
     dynamic = {
         "tcp": {
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "echo"}},
-            "services": {"echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}},
+            "services": {
+                "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic)
@@ -782,7 +921,10 @@ def test_raw_tcp_echo_through_hostsni_star(tmp_path, echo):
         payload = bytes(range(256)) * 64
         assert raw(e.port, payload, half_close=True) == payload
         # A TLS ClientHello is bytes like any other here: relayed, not parsed.
-        assert raw(e.port, b"\x16\x03\x01\x00\x05hello", half_close=True) == b"\x16\x03\x01\x00\x05hello"
+        assert (
+            raw(e.port, b"\x16\x03\x01\x00\x05hello", half_close=True)
+            == b"\x16\x03\x01\x00\x05hello"
+        )
     finally:
         e.stop()
 
@@ -792,7 +934,9 @@ def test_raw_tcp_server_speaks_first_without_waiting_for_the_peek(tmp_path):
     dynamic = {
         "tcp": {
             "routers": {"raw": {"rule": "HostSNI(`*`)", "service": "smtp"}},
-            "services": {"smtp": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{server.port}"}]}}},
+            "services": {
+                "smtp": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{server.port}"}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic)
@@ -823,7 +967,9 @@ def test_a_server_that_refuses_the_dial_closes_the_client(tmp_path):
         start = time.monotonic()
         assert raw(e.port, b"hello", timeout=5) == b""
         assert time.monotonic() - start < 3
-        e.wait_for(rf"tcp router raw@file: service dead@file: dial 127.0.0.1:{port}: .*connection closed")
+        e.wait_for(
+            rf"tcp router raw@file: service dead@file: dial 127.0.0.1:{port}: .*connection closed"
+        )
     finally:
         e.stop()
 
@@ -917,11 +1063,20 @@ def test_proxy_protocol_v1_and_v2_parsed_by_nginx(tmp_path, nginx_proxy_protocol
 def passthrough_only(tmp_path, backend):
     dynamic = {
         "tcp": {
-            "routers": {"pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}},
-            "services": {"b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{backend.port}"}]}}},
+            "routers": {
+                "pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}
+            },
+            "services": {
+                "b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{backend.port}"}]}}
+            },
         }
     }
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "1s"}},
+        }
+    }
     e = Edge(tmp_path, dynamic, entrypoints=eps)
     yield e
     e.stop()
@@ -943,7 +1098,9 @@ def test_three_bytes_then_silence_is_closed_after_the_peek_timeout(passthrough_o
             data = b""
         elapsed = time.monotonic() - start
     assert data == b""  # closed, nothing sent
-    assert 0.9 <= elapsed < 3.5, elapsed  # readTimeout 1s bounds the peek; the sweep runs every 0.25s
+    assert 0.9 <= elapsed < 3.5, (
+        elapsed
+    )  # readTimeout 1s bounds the peek; the sweep runs every 0.25s
 
 
 def test_silent_client_is_closed_after_the_peek_timeout(passthrough_only):
@@ -973,9 +1130,18 @@ def https_only(tmp_path_factory, pki, certs, whoami):
             "stores": {"default": {"defaultCertificate": pair(default.write(folder, "default"))}},
         },
     }
-    eps = {"web": {"address": "127.0.0.1:0", "transport": {"respondingTimeouts": {"readTimeout": "1s"}}}}
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "1s"}},
+        }
+    }
     e = Edge(folder, dynamic, entrypoints=eps)
-    e.fingerprints = {"a.test": certs["pairs"]["a.test"].fingerprint, "wild": wild.fingerprint, "default": default.fingerprint}
+    e.fingerprints = {
+        "a.test": certs["pairs"]["a.test"].fingerprint,
+        "wild": wild.fingerprint,
+        "default": default.fingerprint,
+    }
     yield e
     e.stop()
 
@@ -988,7 +1154,10 @@ class Got(NamedTuple):
 
 
 def resumed_get(
-    port: int, server_name: str | None, session: ssl.SSLSession | None = None, ctx: ssl.SSLContext | None = None
+    port: int,
+    server_name: str | None,
+    session: ssl.SSLSession | None = None,
+    ctx: ssl.SSLContext | None = None,
 ) -> Got:
     """GET / with Connection: close over TLS, offering ``session`` (made with ``ctx``)."""
     ctx = ctx or ssl._create_unverified_context()
@@ -1005,9 +1174,16 @@ def resumed_get(
 
 def test_https_only_serves_the_certificate_for_each_name_and_resumes_sessions(https_only):
     fp = https_only.fingerprints
-    cases = (("a.test", fp["a.test"]), ("x.wild.test", fp["wild"]), ("nobody.test", fp["default"]), (None, fp["default"]))
+    cases = (
+        ("a.test", fp["a.test"]),
+        ("x.wild.test", fp["wild"]),
+        ("nobody.test", fp["default"]),
+        (None, fp["default"]),
+    )
     for name, expected in cases:
-        status = b"HTTP/1.1 200" if name in ("a.test", "x.wild.test") else b"HTTP/1.1 404"  # routed by Host
+        status = (
+            b"HTTP/1.1 200" if name in ("a.test", "x.wild.test") else b"HTTP/1.1 404"
+        )  # routed by Host
         ctx = ssl._create_unverified_context()
         got = resumed_get(https_only.port, name, ctx=ctx)
         assert got.fingerprint == expected and got.answer.startswith(status), (name, got.answer)
@@ -1024,7 +1200,9 @@ def test_https_only_serves_plain_http_on_the_same_port(https_only):
     assert get(https_only.port, "/", host="a.test")[0] == 404  # its routers are HTTPS routers
 
 
-def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_read_timeout(https_only):
+def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_read_timeout(
+    https_only,
+):
     for first in (b"", b"\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):
         with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
             start = time.monotonic()
@@ -1038,7 +1216,9 @@ def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_rea
         assert 0.9 <= elapsed < 3.5, (first, elapsed)  # readTimeout 1s; the sweep runs every 0.25s
 
 
-def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_one_log_line(https_only):
+def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_one_log_line(
+    https_only,
+):
     # CPython cannot decode such a name for the SNI callback: OpenSSL sends
     # internal_error, and Python reports the failure to sys.unraisablehook, which
     # setup_logging routes to the log at DEBUG (by default it prints a traceback on
@@ -1060,7 +1240,9 @@ def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_on
         time.sleep(0.05)
     assert len(lines) == 2
     assert "Traceback" not in https_only.log and "Exception ignored" not in https_only.log
-    assert resumed_get(https_only.port, "a.test").answer.startswith(b"HTTP/1.1 200")  # the rest serves
+    assert resumed_get(https_only.port, "a.test").answer.startswith(
+        b"HTTP/1.1 200"
+    )  # the rest serves
 
 
 def test_https_only_refuses_a_server_name_with_a_trailing_dot_with_unrecognized_name(https_only):
@@ -1080,7 +1262,10 @@ def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path
             "routers": {"a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
             "services": {"who": lb(whoami.url)},
         },
-        "tls": {"certificates": certificates(certs, "a.test"), "options": {"default": {"sniStrict": True}}},
+        "tls": {
+            "certificates": certificates(certs, "a.test"),
+            "options": {"default": {"sniStrict": True}},
+        },
     }
     e = Edge(tmp_path, dynamic)
     try:
@@ -1097,7 +1282,9 @@ def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path
 # -- certificates from the dynamic configuration ------------------------------------------------
 
 
-def test_certificate_change_applies_to_new_connections_without_restart(tmp_path, pki, certs, whoami):
+def test_certificate_change_applies_to_new_connections_without_restart(
+    tmp_path, pki, certs, whoami
+):
     def dynamic(cert: tuple[str, str]) -> dict:
         return {
             "http": {
@@ -1110,7 +1297,10 @@ def test_certificate_change_applies_to_new_connections_without_restart(tmp_path,
     e = Edge(tmp_path, dynamic(certs["files"]["a.test"]))
     try:
         old = tls_connect(e.port, "a.test", certs["ca"])
-        assert hashlib.sha256(old.getpeercert(True)).hexdigest() == certs["pairs"]["a.test"].fingerprint
+        assert (
+            hashlib.sha256(old.getpeercert(True)).hexdigest()
+            == certs["pairs"]["a.test"].fingerprint
+        )
         renewed = pki.issue("a.test")
         applied = e.applied()
         e.write_dynamic(dynamic(renewed.write(tmp_path, "renewed")))
@@ -1124,7 +1314,9 @@ def test_certificate_change_applies_to_new_connections_without_restart(tmp_path,
         e.stop()
 
 
-def test_mutual_tls_refuses_a_client_without_certificate_and_serves_one_with_it(tmp_path, pki, certs, whoami):
+def test_mutual_tls_refuses_a_client_without_certificate_and_serves_one_with_it(
+    tmp_path, pki, certs, whoami
+):
     client_cert = pki.issue(cn="client-1", client=True).write(tmp_path, "client")
     dynamic = {
         "http": {
@@ -1137,7 +1329,12 @@ def test_mutual_tls_refuses_a_client_without_certificate_and_serves_one_with_it(
         "tls": {
             "certificates": certificates(certs, "a.test", "echo.test"),
             "options": {
-                "mtls": {"clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}}
+                "mtls": {
+                    "clientAuth": {
+                        "caFiles": [certs["ca"]],
+                        "clientAuthType": "RequireAndVerifyClientCert",
+                    }
+                }
             },
         },
     }
@@ -1146,7 +1343,9 @@ def test_mutual_tls_refuses_a_client_without_certificate_and_serves_one_with_it(
         base = ["--resolve", f"a.test:{e.port}:127.0.0.1", "--cacert", certs["ca"]]
         refused = curl(*base, f"https://a.test:{e.port}/")
         assert refused.returncode != 0  # the handshake (or the first read) fails: no certificate
-        accepted = curl(*base, "--cert", client_cert[0], "--key", client_cert[1], f"https://a.test:{e.port}/m")
+        accepted = curl(
+            *base, "--cert", client_cert[0], "--key", client_cert[1], f"https://a.test:{e.port}/m"
+        )
         assert accepted.returncode == 0, accepted.stderr
         assert json.loads(accepted.stdout)["path"] == "/m"
         # the other name on the same port asks for no client certificate
@@ -1177,7 +1376,10 @@ def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoa
         line = e.wait_for(r"router bad@file: .*")
         assert f"certFile {missing}: no such file" in line.group(0)
         assert "router good@file" not in e.log
-        assert peer_fingerprint(e.port, "good.test", certs["ca"]) == certs["pairs"]["good.test"].fingerprint
+        assert (
+            peer_fingerprint(e.port, "good.test", certs["ca"])
+            == certs["pairs"]["good.test"].fingerprint
+        )
         assert https_get(e.port, "good.test", "/", certs["ca"])[0] == 200
         assert https_get(e.port, "bad.test")[0] == 404  # disabled: not served, TLS or not
         assert get(e.port, "/", host="bad.test")[0] == 404
@@ -1185,11 +1387,15 @@ def test_invalid_certificate_path_disables_only_its_router(tmp_path, certs, whoa
         e.stop()
 
 
-def tls_dynamic(whoami, cert: tuple[str, str], *extra_routers: str, broken: str | None = None) -> dict:
+def tls_dynamic(
+    whoami, cert: tuple[str, str], *extra_routers: str, broken: str | None = None
+) -> dict:
     """An HTTPS router for a.test with ``cert``, plus plain routers named ``extra_routers``;
     ``broken``: a router for bad.test whose certificate file is that missing path."""
     routers = {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}}
-    routers.update({name: {"rule": f"Host(`{name}.test`)", "service": "who"} for name in extra_routers})
+    routers.update(
+        {name: {"rule": f"Host(`{name}.test`)", "service": "who"} for name in extra_routers}
+    )
     certificates = [pair(cert)]
     if broken is not None:
         routers["bad"] = {"rule": "Host(`bad.test`)", "service": "who", "tls": {}}
@@ -1217,7 +1423,12 @@ def test_sessions_resume_across_a_route_change_that_leaves_tls_alone(tmp_path, c
         got = resumed_get(e.port, "a.test", ctx=ctx)
         assert got.answer.startswith(b"HTTP/1.1 200") and not got.reused
         for round_ in range(2):
-            change(e, tls_dynamic(whoami, certs["files"]["a.test"], *[f"r{i}" for i in range(round_ + 1)]))
+            change(
+                e,
+                tls_dynamic(
+                    whoami, certs["files"]["a.test"], *[f"r{i}" for i in range(round_ + 1)]
+                ),
+            )
             assert get(e.port, "/", host=f"r{round_}.test")[0] == 200  # the new routes serve
             got = resumed_get(e.port, "a.test", got.session, ctx)
             assert got.reused and got.answer.startswith(b"HTTP/1.1 200"), round_
@@ -1237,14 +1448,18 @@ def test_sessions_resume_across_a_change_of_the_tls_section(tmp_path, pki, certs
         dynamic = tls_dynamic(whoami, certs["files"]["a.test"])
         dynamic["tls"]["certificates"].append(pair(other))
         change(e, dynamic)
-        assert peer_fingerprint(e.port, "other.test", certs["ca"]) != peer_fingerprint(e.port, "a.test", certs["ca"])
+        assert peer_fingerprint(e.port, "other.test", certs["ca"]) != peer_fingerprint(
+            e.port, "a.test", certs["ca"]
+        )
         got = resumed_get(e.port, "a.test", got.session, ctx)
         assert got.reused and got.answer.startswith(b"HTTP/1.1 200")
     finally:
         e.stop()
 
 
-def keepalive_resumed(port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext) -> tuple[ssl.SSLSocket, bool]:
+def keepalive_resumed(
+    port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext
+) -> tuple[ssl.SSLSocket, bool]:
     """A TLS connection offering ``session``, one keep-alive GET answered on it; (the open
     connection, whether it resumed)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -1284,7 +1499,9 @@ def test_sessions_resume_on_every_worker(tmp_path, certs, whoami):
 def mtls_dynamic(whoami, certs: dict, *, default_auth: bool = False) -> dict:
     """echo.test under the default options (``default_auth``: they require a client
     certificate too), a.test under options ``mtls``, which require one."""
-    auth = {"clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}}
+    auth = {
+        "clientAuth": {"caFiles": [certs["ca"]], "clientAuthType": "RequireAndVerifyClientCert"}
+    }
     options: dict = {"mtls": auth}
     if default_auth:
         options["default"] = auth
@@ -1300,7 +1517,9 @@ def mtls_dynamic(whoami, certs: dict, *, default_auth: bool = False) -> dict:
     }
 
 
-def refused_or_fresh(port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext) -> str:
+def refused_or_fresh(
+    port: int, server_name: str, session: ssl.SSLSession, ctx: ssl.SSLContext
+) -> str:
     """Offer ``session`` to ``server_name`` without a client certificate: 'resumed' (and
     served: the bypass), 'refused' (no certificate, so the handshake or first read
     fails), or 'answered' (a full handshake served without a certificate)."""
@@ -1313,7 +1532,9 @@ def refused_or_fresh(port: int, server_name: str, session: ssl.SSLSession, ctx: 
     return "answered" if got.answer.startswith(b"HTTP/1.1 2") else "refused"
 
 
-def test_a_session_from_an_open_name_does_not_resume_where_a_client_certificate_is_required(tmp_path, certs, whoami):
+def test_a_session_from_an_open_name_does_not_resume_where_a_client_certificate_is_required(
+    tmp_path, certs, whoami
+):
     # One ticket key for every context would let a client shake hands for the open
     # name, then resume that session for the mTLS name with no certificate: a
     # resumption skips the certificate request. Each options entry has its own key.
@@ -1330,7 +1551,9 @@ def test_a_session_from_an_open_name_does_not_resume_where_a_client_certificate_
         e.stop()
 
 
-def test_a_session_does_not_resume_after_its_options_start_requiring_a_client_certificate(tmp_path, certs, whoami):
+def test_a_session_does_not_resume_after_its_options_start_requiring_a_client_certificate(
+    tmp_path, certs, whoami
+):
     e = Edge(tmp_path, mtls_dynamic(whoami, certs))
     try:
         ctx = ssl._create_unverified_context()
@@ -1341,7 +1564,9 @@ def test_a_session_does_not_resume_after_its_options_start_requiring_a_client_ce
         e.stop()
 
 
-def test_certificate_file_rewritten_in_place_is_read_at_the_next_change(tmp_path, pki, certs, whoami):
+def test_certificate_file_rewritten_in_place_is_read_at_the_next_change(
+    tmp_path, pki, certs, whoami
+):
     # The same tls section naming the same paths, but the files hold a renewed
     # certificate (cert-manager, a Secret volume): the next change reads them.
     files = pki.issue("a.test").write(tmp_path, "inplace")
@@ -1357,7 +1582,9 @@ def test_certificate_file_rewritten_in_place_is_read_at_the_next_change(tmp_path
         e.stop()
 
 
-def test_a_broken_certificate_is_logged_once_while_routes_change_and_its_end_is_said(tmp_path, certs, whoami):
+def test_a_broken_certificate_is_logged_once_while_routes_change_and_its_end_is_said(
+    tmp_path, certs, whoami
+):
     missing = str(tmp_path / "missing.crt")
     cert = certs["files"]["a.test"]
     e = Edge(tmp_path, tls_dynamic(whoami, cert, broken=missing))
@@ -1437,8 +1664,12 @@ def test_1_gib_through_passthrough_to_a_slow_reader_keeps_edge_memory_bounded(tm
     source = TLSSource(certs, total)
     dynamic = {
         "tcp": {
-            "routers": {"pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}},
-            "services": {"b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{source.port}"}]}}},
+            "routers": {
+                "pt": {"rule": "HostSNI(`pt.test`)", "service": "b", "tls": {"passthrough": True}}
+            },
+            "services": {
+                "b": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{source.port}"}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic, static_extra={"log": {"level": "INFO"}})
@@ -1455,9 +1686,10 @@ def test_1_gib_through_passthrough_to_a_slow_reader_keeps_edge_memory_bounded(tm
         sampler.start()
         got, tail, behind = 0, b"", None
         ctx = ssl._create_unverified_context()  # the backend's own certificate, checked below
-        with socket.create_connection(("127.0.0.1", e.port), timeout=30) as raw_sock, ctx.wrap_socket(
-            raw_sock, server_hostname="pt.test"
-        ) as s:
+        with (
+            socket.create_connection(("127.0.0.1", e.port), timeout=30) as raw_sock,
+            ctx.wrap_socket(raw_sock, server_hostname="pt.test") as s,
+        ):
             assert hashlib.sha256(s.getpeercert(True)).hexdigest() == certs["backend"].fingerprint
             start = time.monotonic()
             while True:

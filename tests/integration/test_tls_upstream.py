@@ -51,7 +51,9 @@ def test_broken_transport_files_disable_the_services_that_use_them_over_tls(tmp_
                 },
                 "services": {
                     "secure": lb("https://127.0.0.1:1", serversTransport="broken"),
-                    "plain": lb("http://127.0.0.1:1", serversTransport="broken"),  # no TLS: not concerned
+                    "plain": lb(
+                        "http://127.0.0.1:1", serversTransport="broken"
+                    ),  # no TLS: not concerned
                 },
                 "serversTransports": {"broken": {"rootCAs": [missing]}},
             },
@@ -97,7 +99,12 @@ def test_transport_warnings_for_settings_that_do_nothing():
                         }
                     },
                     # tls on the transport, but no server asks for TLS.
-                    "notls": {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}], "serversTransport": "tls"}},
+                    "notls": {
+                        "loadBalancer": {
+                            "servers": [{"address": "127.0.0.1:1"}],
+                            "serversTransport": "tls",
+                        }
+                    },
                 },
                 "serversTransports": {"plain": {}, "tls": {"tls": {"insecureSkipVerify": True}}},
             }
@@ -174,7 +181,12 @@ http {{
 """
     )
     args = [
-        nginx, "-p", str(folder), "-c", str(conf), "-g",
+        nginx,
+        "-p",
+        str(folder),
+        "-c",
+        str(conf),
+        "-g",
         f"daemon off; master_process off; pid {folder}/nginx.pid; error_log {folder}/error.log;",
     ]
     with running(args, folder / "nginx.log", *ports.values()):
@@ -209,7 +221,11 @@ def https_config(files: dict, nginx: dict) -> dict:
                 "ca": {"rootCAs": [files["ca"]], "serverName": "up.test"},
                 "insecure": {"insecureSkipVerify": True},
                 "wrongname": {"rootCAs": [files["ca"]], "serverName": "other.test"},
-                "client": {"rootCAs": [files["ca"]], "serverName": "up.test", "certificates": [client]},
+                "client": {
+                    "rootCAs": [files["ca"]],
+                    "serverName": "up.test",
+                    "certificates": [client],
+                },
                 # every value inline PEM instead of a path
                 "inline": {
                     "rootCAs": [files["ca_pem"]],
@@ -219,7 +235,9 @@ def https_config(files: dict, nginx: dict) -> dict:
                 "stranger": {
                     "rootCAs": [files["ca"]],
                     "serverName": "up.test",
-                    "certificates": [{"certFile": files["stranger"][0], "keyFile": files["stranger"][1]}],
+                    "certificates": [
+                        {"certFile": files["stranger"][0], "keyFile": files["stranger"][1]}
+                    ],
                 },
                 "broken": {"rootCAs": [str(files["folder"] / "nowhere.crt")]},
             },
@@ -283,10 +301,15 @@ def test_unreadable_root_ca_disables_its_router_and_edge_check_says_why(edge, fi
     assert body(edge.port, "verified.test")[0] == 200  # the rest serves
     check = subprocess.run(
         [sys.executable, "-m", "edge", "check", "--config", str(edge.static_path)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert check.returncode == 1
-    assert "service broken@file: disabled: serversTransport 'broken@file': rootCAs[0]" in check.stdout, check.stdout
+    assert (
+        "service broken@file: disabled: serversTransport 'broken@file': rootCAs[0]" in check.stdout
+    ), check.stdout
 
 
 def test_edge_check_reports_a_missing_certificate_of_tls_certificates(tmp_path, files):
@@ -299,11 +322,17 @@ def test_edge_check_reports_a_missing_certificate_of_tls_certificates(tmp_path, 
         "tls": {"certificates": [{"certFile": missing, "keyFile": files["server"][1]}]},
     }
     (tmp_path / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
-    static = {"entryPoints": {"web": {"address": "127.0.0.1:0"}}, "providers": {"file": {"filename": "dynamic.yaml"}}}
+    static = {
+        "entryPoints": {"web": {"address": "127.0.0.1:0"}},
+        "providers": {"file": {"filename": "dynamic.yaml"}},
+    }
     (tmp_path / "static.yaml").write_text(yaml.safe_dump(static))
     check = subprocess.run(
         [sys.executable, "-m", "edge", "check", "--config", str(tmp_path / "static.yaml")],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert check.returncode == 1
     line = next(line for line in check.stdout.splitlines() if line.startswith("router site@file"))
@@ -317,8 +346,20 @@ def test_edge_check_reports_a_missing_certificate_of_tls_certificates(tmp_path, 
 def s_server(files: dict, *extra: str) -> Process:
     crt, key = files["server"]
     p = Process(
-        [need("openssl"), "s_server", "-accept", "127.0.0.1:0", "-cert", crt, "-key", key, "-rev",
-         "-naccept", "100", *extra],
+        [
+            need("openssl"),
+            "s_server",
+            "-accept",
+            "127.0.0.1:0",
+            "-cert",
+            crt,
+            "-key",
+            key,
+            "-rev",
+            "-naccept",
+            "100",
+            *extra,
+        ],
         r"ACCEPT .*:(\d+)",
     )
     p.port = int(p.match.group(1))
@@ -366,7 +407,8 @@ def tcp_edge(tmp_path_factory, files, nginx):
     dynamic = {
         "tcp": {
             "routers": {
-                name: {"rule": "HostSNI(`*`)", "service": name, "entryPoints": [name]} for name in routes
+                name: {"rule": "HostSNI(`*`)", "service": name, "entryPoints": [name]}
+                for name in routes
             },
             "services": routes,
             "serversTransports": {
@@ -394,13 +436,17 @@ def test_tcp_server_with_tls_gets_a_tls_connection_from_edge(tcp_edge):
 def test_tcp_server_not_verified_by_the_transport_is_not_reached(tcp_edge):
     got = ask(tcp_edge.ports["unverified"], b"hello edge\n", b"egde olleh")
     assert got == b""
-    tcp_edge.wait_for(r"tcp router unverified@file: service unverified@file: dial .*handshake failed: CERTIFICATE_VERIFY_FAILED")
+    tcp_edge.wait_for(
+        r"tcp router unverified@file: service unverified@file: dial .*handshake failed: CERTIFICATE_VERIFY_FAILED"
+    )
 
 
 def test_tcp_transport_presents_its_client_certificate(tcp_edge):
     assert b"egde olleh" in ask(tcp_edge.ports["clientcert"], b"hello edge\n", b"egde olleh")
     # the same server refuses edge when the transport has no certificate to present
-    assert b"egde olleh" not in ask(tcp_edge.ports["nocert"], b"hello edge\n", b"egde olleh", timeout=5)
+    assert b"egde olleh" not in ask(
+        tcp_edge.ports["nocert"], b"hello edge\n", b"egde olleh", timeout=5
+    )
 
 
 @pytest.mark.parametrize("entry_point, expect", [("pp", "pp"), ("pptls", "pp-tls")])
@@ -416,7 +462,6 @@ def test_tcp_transport_proxy_protocol_clear_and_under_tls(tcp_edge, entry_point,
     assert text.startswith(f"{expect} 127.0.0.1 {client_port}"), text
     if expect == "pp-tls":
         assert text.rstrip().endswith("TLSv1.3")
-
 
 
 # -- TCP: half-close through re-encryption (TLS 1.3) --------------------------------------------
@@ -562,7 +607,9 @@ def read_to_eof(s: socket.socket, timeout: float = 15) -> bytes:
     raise TimeoutError(f"no EOF within {timeout}s; got {got!r}")
 
 
-def test_reencrypt_client_eof_reaches_the_server_as_close_notify_and_its_answer_still_comes(half_close_edge):
+def test_reencrypt_client_eof_reaches_the_server_as_close_notify_and_its_answer_still_comes(
+    half_close_edge,
+):
     e, server = half_close_edge("answer_after_eof")
     with socket.create_connection(("127.0.0.1", e.port), timeout=15) as s:
         s.sendall(b"ping one, ")
@@ -576,7 +623,9 @@ def test_reencrypt_client_eof_reaches_the_server_as_close_notify_and_its_answer_
     assert answer == b"owt gnip ,eno gnip\n"
 
 
-def test_reencrypt_server_close_notify_reaches_the_client_as_eof_and_it_may_still_send(half_close_edge):
+def test_reencrypt_server_close_notify_reaches_the_client_as_eof_and_it_may_still_send(
+    half_close_edge,
+):
     e, server = half_close_edge("close_first")
     with socket.create_connection(("127.0.0.1", e.port), timeout=15) as s:
         greeting = read_to_eof(s)  # the server's close_notify arrives as EOF

@@ -120,7 +120,9 @@ def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_p
         assert get(edge.port, "/", host="site.test")[0] == 200
         for host in ("admin.test", "app.test", "sticky.test"):  # never served without what they ask
             assert get(edge.port, "/", host=host)[0] == 404, host
-        edge.wait_for(r"\$\.api\.dashboard: not supported by this version of edge \(ignored\)", start=0)
+        edge.wait_for(
+            r"\$\.api\.dashboard: not supported by this version of edge \(ignored\)", start=0
+        )
         edge.wait_for(r"\$\.metrics: not supported by this version of edge \(ignored\)", start=0)
         edge.wait_for(
             r"middleware auth@file: \$\.http\.middlewares\.auth\.basicAuth: not supported", start=0

@@ -965,7 +965,10 @@ def two_workers(tmp_path, address: str) -> tuple[NamedEchoThread, Edge]:
     }
     try:
         edge = Edge(
-            tmp_path, dynamic, entrypoints={"dns": {"address": address}}, static_extra={"workers": 2}
+            tmp_path,
+            dynamic,
+            entrypoints={"dns": {"address": address}},
+            static_extra={"workers": 2},
         )
     except BaseException:
         backends.stop()
@@ -1259,7 +1262,9 @@ def test_raw_sockaddr_key_round_trip(family, host):
             s.sendto(b"from %d" % i, listener.getsockname())
         read_when_there(reader, 3)
         keys = [reader.names[i].raw for i in range(3)]
-        assert len(set(keys)) == 3 and {len(k) for k in keys} == {16 if family == socket.AF_INET else 28}
+        assert len(set(keys)) == 3 and {len(k) for k in keys} == {
+            16 if family == socket.AF_INET else 28
+        }
         for i, (key, s) in enumerate(zip(keys, senders, strict=True)):
             assert reader.datagram(i) == b"from %d" % i
             assert address_of(key) == s.getsockname()
@@ -1318,8 +1323,12 @@ def test_both_read_paths_serve_ipv4_and_ipv6_listeners(family, host, batch):
 
         loop.add_reader(backend.fileno(), echo)
         address = backend.getsockname()
-        server = UDPServer("backend", f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6
-                           else f"{address[0]}:{address[1]}")
+        server = UDPServer(
+            "backend",
+            f"[{address[0]}]:{address[1]}"
+            if family == socket.AF_INET6
+            else f"{address[0]}:{address[1]}",
+        )
         proxy = DatagramProxy("udp", loop, timeout=3.0, max_sessions=100, batch=batch)
         proxy.switch(UDPRouter("r", UDPLoadBalancer("svc", [(server, 1)])))
         proxy.attach(bound_udp(family, host), wildcard=False)
@@ -1363,15 +1372,21 @@ def test_pktinfo_from_recvmmsg_equals_recvmsg(dual_stack):
         listener = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         listener.bind(("::", 0))
-        sends = [(socket.AF_INET, "127.0.0.2"), (socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
+        sends = [
+            (socket.AF_INET, "127.0.0.2"),
+            (socket.AF_INET6, "::1"),
+            (socket.AF_INET, "127.0.0.1"),
+        ]
     else:
         listener = bound_udp(socket.AF_INET, "0.0.0.0")
         sends = [(socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")]
     listener.setblocking(False)
     assert enable_pktinfo("test", listener)
     port = listener.getsockname()[1]
-    senders = [bound_udp(family, "::1" if family == socket.AF_INET6 else "127.0.0.1")
-               for family, _ in sends]
+    senders = [
+        bound_udp(family, "::1" if family == socket.AF_INET6 else "127.0.0.1")
+        for family, _ in sends
+    ]
     reader = BatchReader(listener, recvmmsg(), vlen=8, control=CMSG_SIZE)
     step = len(reader.words) // reader.vlen
     first = next(i for i, w in enumerate(reader.words) if w == CMSG_SIZE)  # msg_controllen
@@ -1434,6 +1449,8 @@ def test_proxy_protocol_on_a_udp_entrypoint_is_named_as_having_no_effect(tmp_pat
     entry = {"address": "127.0.0.1:0/udp", "proxyProtocol": {"trustedIPs": ["127.0.0.1"]}}
     edge = Edge(tmp_path, {"udp": {"routers": {}, "services": {}}}, entrypoints={"dns": entry})
     try:
-        edge.wait_for(r"entrypoint dns: proxyProtocol has no effect on a UDP entry point .*udp\.serversTransports")
+        edge.wait_for(
+            r"entrypoint dns: proxyProtocol has no effect on a UDP entry point .*udp\.serversTransports"
+        )
     finally:
         edge.stop()

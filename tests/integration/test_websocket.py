@@ -41,7 +41,12 @@ def ws_backend():
 
 
 def test_websocket_echo_through_tunnel(tmp_path, parser, ws_backend):
-    dyn = {"http": {"routers": {"ws": {"rule": "PathPrefix(`/chat`)", "service": "ws"}}, "services": {"ws": lb(f"http://127.0.0.1:{ws_backend}")}}}
+    dyn = {
+        "http": {
+            "routers": {"ws": {"rule": "PathPrefix(`/chat`)", "service": "ws"}},
+            "services": {"ws": lb(f"http://127.0.0.1:{ws_backend}")},
+        }
+    }
     e = Edge(tmp_path, dyn, parser=parser)
 
     async def client():

@@ -19,9 +19,15 @@ def test_host_wildcard_does_not_take_an_empty_label(tmp_path, parser, whoami):
     }
     e = Edge(tmp_path, dynamic, parser=parser)
     try:
-        for host, status in ((b"a.example.com", 200), (b".example.com", 404), (b"A.Example.COM.", 200)):
+        for host, status in (
+            (b"a.example.com", 200),
+            (b".example.com", 404),
+            (b"A.Example.COM.", 200),
+        ):
             for _ in range(2):  # the second from the entrypoint's remembered Host
-                resp = raw(e.port, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+                resp = raw(
+                    e.port, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n"
+                )
                 assert resp.startswith(b"HTTP/1.1 %d " % status), (host, resp[:200])
     finally:
         e.stop()
@@ -31,12 +37,18 @@ def test_hostsni_wildcard_does_not_take_an_empty_label(tmp_path, echo):
     dynamic = {
         "tcp": {
             "routers": {"db": {"rule": "HostSNI(`*.db.test`)", "service": "echo", "tls": {}}},
-            "services": {"echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}},
+            "services": {
+                "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}}
+            },
         }
     }
     e = Edge(tmp_path, dynamic)
     try:
-        assert b"ping-wild" in s_client_until(e.port, "x.db.test", b"ping-wild\n", b"ping-wild", timeout=10)
-        assert b"ping-wild" not in s_client_until(e.port, ".db.test", b"ping-wild\n", b"ping-wild", timeout=10)
+        assert b"ping-wild" in s_client_until(
+            e.port, "x.db.test", b"ping-wild\n", b"ping-wild", timeout=10
+        )
+        assert b"ping-wild" not in s_client_until(
+            e.port, ".db.test", b"ping-wild\n", b"ping-wild", timeout=10
+        )
     finally:
         e.stop()

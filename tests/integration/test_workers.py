@@ -20,7 +20,9 @@ import pytest
 
 from tests.harness import LISTEN_RE, Edge, get
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and SO_REUSEPORT")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="needs /proc and SO_REUSEPORT"
+)
 
 WORKERS = {"workers": 2}
 
@@ -28,7 +30,12 @@ WORKERS = {"workers": 2}
 def dyn(whoami, extra_routers: dict | None = None) -> dict:
     routers = {"a": {"rule": "Host(`a.test`)", "service": "svc-a"}}
     routers.update(extra_routers or {})
-    return {"http": {"routers": routers, "services": {"svc-a": {"loadBalancer": {"servers": [{"url": whoami.url}]}}}}}
+    return {
+        "http": {
+            "routers": routers,
+            "services": {"svc-a": {"loadBalancer": {"servers": [{"url": whoami.url}]}}},
+        }
+    }
 
 
 # --- processes and sockets, from /proc --------------------------------------------------
@@ -60,7 +67,9 @@ def children(pid: int) -> list[int]:
     return sorted(out)
 
 
-def wait_workers(e: Edge, n: int = 2, exclude: tuple[int, ...] = (), timeout: float = 10.0) -> list[int]:
+def wait_workers(
+    e: Edge, n: int = 2, exclude: tuple[int, ...] = (), timeout: float = 10.0
+) -> list[int]:
     deadline = time.monotonic() + timeout
     while True:
         pids = [p for p in children(e.proc.pid) if p not in exclude]
@@ -98,7 +107,9 @@ def owners(pids: list[int], port: int) -> dict[int, int]:
     return counts
 
 
-def open_connections(port: int, n: int, host: str) -> tuple[list[http.client.HTTPConnection], list[int]]:
+def open_connections(
+    port: int, n: int, host: str
+) -> tuple[list[http.client.HTTPConnection], list[int]]:
     """``n`` fresh keep-alive connections, one request each; they stay open."""
     conns, statuses = [], []
     for _ in range(n):
@@ -134,7 +145,10 @@ def wait_log(e: Edge, pattern: str, timeout: float = 10.0, start: int = 0) -> re
 def wait_generation(e: Edge, generation: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        done = [int(m.group(1)) for m in e.all_matches(r"configuration generation (\d+) applied by all 2 workers")]
+        done = [
+            int(m.group(1))
+            for m in e.all_matches(r"configuration generation (\d+) applied by all 2 workers")
+        ]
         if done and max(done) >= generation:
             return
         if time.monotonic() > deadline:
@@ -163,7 +177,14 @@ def test_both_workers_serve(tmp_path, whoami):
         # The port is resolved once: one "listening on" line per entrypoint, every worker on it.
         listening = e.all_matches(LISTEN_RE.pattern)
         assert sorted(m.group(1) for m in listening) == ["traefik", "web"]
-        assert len(e.all_matches(rf"\[worker [12]\] edge.entrypoints: entrypoint web: sharing 127.0.0.1:{e.port} ")) == 2
+        assert (
+            len(
+                e.all_matches(
+                    rf"\[worker [12]\] edge.entrypoints: entrypoint web: sharing 127.0.0.1:{e.port} "
+                )
+            )
+            == 2
+        )
         conns, statuses = open_connections(e.port, 200, "a.test")
         try:
             assert statuses == [200] * 200
@@ -189,7 +210,10 @@ def test_dynamic_change_reaches_every_worker(tmp_path, whoami):
             assert all(n > 0 for n in owners(wait_workers(e), e.port).values())
         finally:
             close_all(conns)
-        assert len(e.all_matches(r"\[worker [12]\] edge: configuration applied: .*web: 2 routers")) == 2
+        assert (
+            len(e.all_matches(r"\[worker [12]\] edge: configuration applied: .*web: 2 routers"))
+            == 2
+        )
     finally:
         assert e.stop() == 0
 
@@ -229,7 +253,11 @@ def test_ready_only_after_every_worker_applied(tmp_path, whoami):
         wait_log(e, r"all 2 workers ready \(generation 1\)", timeout=2)
         lines = e.log.splitlines()
         first_ready = next(i for i, line in enumerate(lines) if "all 2 workers ready" in line)
-        acks = [i for i, line in enumerate(lines) if re.search(r"worker [12]: applied generation 1", line)]
+        acks = [
+            i
+            for i, line in enumerate(lines)
+            if re.search(r"worker [12]: applied generation 1", line)
+        ]
         assert len(acks) == 2 and max(acks) < first_ready
         for _ in range(20):
             assert get(traefik, "/ready")[0] == 200
@@ -248,7 +276,11 @@ def test_killed_worker_is_restarted_with_current_routes(tmp_path, whoami):
         # Meanwhile the other worker serves; only the instant of the kill may lose a connection.
         statuses = [status(e.port, "new.test") for _ in range(20)]
         assert statuses.count(200) >= 17, statuses
-        m = wait_log(e, rf"worker (\d) \(pid {victim}\) killed by SIGKILL after [\d.]+s; restarting it", start=mark)
+        m = wait_log(
+            e,
+            rf"worker (\d) \(pid {victim}\) killed by SIGKILL after [\d.]+s; restarting it",
+            start=mark,
+        )
         k = m.group(1)
         new = wait_log(e, rf"worker {k}: started, pid (\d+)", start=mark)
         new_pid = int(new.group(1))

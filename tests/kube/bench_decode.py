@@ -33,20 +33,34 @@ from tests.kube import objects as o
 
 def event_line(n: int) -> bytes:
     eps = o.endpoint_slice(
-        "whoami-x7k2p", "default", service_name="whoami",
+        "whoami-x7k2p",
+        "default",
+        service_name="whoami",
         addresses=[f"10.244.{i // 250}.{i % 250 + 1}" for i in range(n)],
     )
     meta = eps["metadata"]
-    meta.update({
-        "resourceVersion": "123456", "uid": "6c0c6f3e-8d7a-4a4e-9d5e-0b1f1f9f2a11",
-        "generation": 7, "creationTimestamp": "2024-05-01T10:00:00Z",
-        "generateName": "whoami-",
-        "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "whoami",
-                             "uid": "0f7e4b4e-1d1c-4c4e-8b1a-7a7e6e5d4c3b",
-                             "controller": True, "blockOwnerDeletion": True}],
-        "annotations": {"endpoints.kubernetes.io/last-change-trigger-time":
-                        "2024-05-01T10:00:00Z"},
-    })
+    meta.update(
+        {
+            "resourceVersion": "123456",
+            "uid": "6c0c6f3e-8d7a-4a4e-9d5e-0b1f1f9f2a11",
+            "generation": 7,
+            "creationTimestamp": "2024-05-01T10:00:00Z",
+            "generateName": "whoami-",
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "name": "whoami",
+                    "uid": "0f7e4b4e-1d1c-4c4e-8b1a-7a7e6e5d4c3b",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "annotations": {
+                "endpoints.kubernetes.io/last-change-trigger-time": "2024-05-01T10:00:00Z"
+            },
+        }
+    )
     for i, ep in enumerate(eps["endpoints"]):
         ep["zone"] = "zone-a"
         ep["targetRef"]["uid"] = f"00000000-0000-0000-0000-{i:012d}"
@@ -79,16 +93,21 @@ def main(endpoints: int = 3) -> None:
     obj_json = orjson.dumps(orjson.loads(line)["object"]).decode()
     w = watch.Watch()
 
-    kube = KubeClient(api.configuration, [WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice)],
-                      on_change=lambda change: None)
+    kube = KubeClient(
+        api.configuration,
+        [WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice)],
+        on_change=lambda change: None,
+    )
     reflector = kube._reflectors[0]  # unstarted: fed by hand
 
     checks = [
         ("msgspec small", lambda: small.decode(envelope.decode(line).object)),
         ("msgspec objects.py", lambda: real.decode(envelope.decode(line).object)),
         ("reflector apply", lambda: reflector._events([line])),
-        ("client deserialize",
-         lambda: api.deserialize(obj_json, "V1EndpointSlice", "application/json")),
+        (
+            "client deserialize",
+            lambda: api.deserialize(obj_json, "V1EndpointSlice", "application/json"),
+        ),
         ("client Watch", lambda: w.unmarshal_event(line.decode(), "V1EndpointSlice")),
     ]
     decoded = small.decode(envelope.decode(line).object)

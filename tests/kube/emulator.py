@@ -90,9 +90,13 @@ KINDS = (
     Kind("Secret", "", "v1", "secrets", namespaced=True, status=False),
     Kind("Pod", "", "v1", "pods", namespaced=True, status=True),
     Kind("Node", "", "v1", "nodes", namespaced=False, status=True),
-    Kind("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices", namespaced=True, status=False),
+    Kind(
+        "EndpointSlice", "discovery.k8s.io", "v1", "endpointslices", namespaced=True, status=False
+    ),
     Kind("Ingress", "networking.k8s.io", "v1", "ingresses", namespaced=True, status=True),
-    Kind("IngressClass", "networking.k8s.io", "v1", "ingressclasses", namespaced=False, status=False),
+    Kind(
+        "IngressClass", "networking.k8s.io", "v1", "ingressclasses", namespaced=False, status=False
+    ),
 )
 
 
@@ -348,8 +352,10 @@ class Emulator:
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-            name="apiserver-emulator", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="apiserver-emulator",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -435,7 +441,8 @@ class Emulator:
             given = meta.get("resourceVersion")
             if check_version and given and given != old["metadata"]["resourceVersion"]:
                 raise ApiError(
-                    409, "Conflict",
+                    409,
+                    "Conflict",
                     f'Operation cannot be fulfilled on {kind.plural} "{key[1]}": '
                     "the object has been modified; please apply your changes to the "
                     "latest version and try again",
@@ -526,7 +533,8 @@ class Emulator:
             return store
         if rv < self._compacted:
             raise ApiError(
-                410, "Expired",
+                410,
+                "Expired",
                 f"too old resource version: {rv} ({self._compacted})",
             )
         state = dict(store)
@@ -600,7 +608,8 @@ class Emulator:
         with self._cond:
             while True:
                 n = sum(
-                    1 for w in self._watches
+                    1
+                    for w in self._watches
                     if not w.stalled and (kind is None or w.kind.kind == kind)
                 )
                 left = deadline - time.monotonic()
@@ -688,7 +697,8 @@ class Emulator:
                     raise ApiError(400, "BadRequest", "invalid continue token") from None
                 if at < self._compacted:
                     raise ApiError(
-                        410, "Expired",
+                        410,
+                        "Expired",
                         "The provided continue parameter is too old to display a consistent "
                         "list result. You can start a new list without the continue parameter.",
                     )
@@ -720,8 +730,7 @@ class Emulator:
             # Stored objects are never changed in place (a write stores a new one), so
             # a shallow copy without the item's kind is enough to encode outside the lock.
             body = [
-                {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-                for obj in items
+                {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")} for obj in items
             ]
         meta: Obj = {"resourceVersion": str(at)}
         if remaining and last is not None:
@@ -746,8 +755,14 @@ class Emulator:
         return self.create(body)
 
     def _object_write(
-        self, method: str, kind: Kind, namespace: str | None, name: str, sub: str | None,
-        body: Any, content_type: str,
+        self,
+        method: str,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        sub: str | None,
+        body: Any,
+        content_type: str,
     ) -> Obj:
         key = (namespace or "", name)
         with self._cond:
@@ -761,7 +776,8 @@ class Emulator:
             if method == "PATCH":
                 media = content_type.split(";")[0].strip()
                 if media not in (
-                    "application/merge-patch+json", "application/strategic-merge-patch+json"
+                    "application/merge-patch+json",
+                    "application/strategic-merge-patch+json",
                 ):
                     raise ApiError(415, "UnsupportedMediaType", f"patch type {media!r}")
                 given = (body.get("metadata") or {}).get("resourceVersion")
@@ -903,7 +919,11 @@ def _event_line(type_: str, obj: Obj) -> bytes:
 def _bookmark_line(kind: Kind, rv: int) -> bytes:
     return _event_line(
         "BOOKMARK",
-        {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": {"resourceVersion": str(rv)}},
+        {
+            "kind": kind.kind,
+            "apiVersion": kind.api_version,
+            "metadata": {"resourceVersion": str(rv)},
+        },
     )
 
 
@@ -1027,7 +1047,9 @@ class _Handler(BaseHTTPRequestHandler):
             code = emu._failing()
             if code is not None:
                 raise ApiError(code, "ServiceUnavailable", "the emulator is failing on purpose")
-            if emu.token is not None and not _authorized(self.headers.get("Authorization"), emu.token):
+            if emu.token is not None and not _authorized(
+                self.headers.get("Authorization"), emu.token
+            ):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if url.path == "/version":
                 self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})

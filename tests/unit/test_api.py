@@ -48,8 +48,13 @@ def test_tcp_and_udp_elements():
     status, routers, lines = get(api, "/api/tcp/routers")
     assert status == 200 and lines == b"X-Next-Page: 1\r\n"
     by_name = {r["name"]: r for r in routers}
-    assert by_name["db@file"]["status"] == "enabled" and by_name["db@file"]["tls"] == {"passthrough": True}
-    assert by_name["lost@file"]["status"] == "disabled" and "gone@file" in by_name["lost@file"]["error"][0]
+    assert by_name["db@file"]["status"] == "enabled" and by_name["db@file"]["tls"] == {
+        "passthrough": True
+    }
+    assert (
+        by_name["lost@file"]["status"] == "disabled"
+        and "gone@file" in by_name["lost@file"]["error"][0]
+    )
     _, service, _ = get(api, "/api/tcp/services/db@file")
     assert service["serverStatus"] == {"127.0.0.1:5432": "UP"} and service["type"] == "loadbalancer"
     _, middleware, _ = get(api, "/api/tcp/middlewares/allow@file")
@@ -60,7 +65,13 @@ def test_tcp_and_udp_elements():
     assert overview["tcp"]["routers"] == {"total": 2, "warnings": 0, "errors": 1}
     assert overview["udp"]["services"] == {"total": 1, "warnings": 0, "errors": 0}
     _, raw, _ = get(api, "/api/rawdata")
-    assert sorted(raw) == ["tcpMiddlewares", "tcpRouters", "tcpServices", "udpRouters", "udpServices"]
+    assert sorted(raw) == [
+        "tcpMiddlewares",
+        "tcpRouters",
+        "tcpServices",
+        "udpRouters",
+        "udpServices",
+    ]
 
 
 def test_paths_that_are_not_the_apis_are_left_to_others():

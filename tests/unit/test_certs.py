@@ -141,7 +141,15 @@ def test_generated_default_subject():
 def test_default_store_certificate(pairs):
     store = pairs["store"]
     certs = TLSCertificates(
-        tls({"stores": {"default": {"defaultCertificate": {"certFile": store.cert_pem, "keyFile": store.key_pem}}}})
+        tls(
+            {
+                "stores": {
+                    "default": {
+                        "defaultCertificate": {"certFile": store.cert_pem, "keyFile": store.key_pem}
+                    }
+                }
+            }
+        )
     )
     assert served(certs.context_for("nothing.test"), "nothing.test") == store.fingerprint
     assert served(certs.context_for(None), None) == store.fingerprint
@@ -193,7 +201,10 @@ def test_broken_certificates_are_left_out_with_errors_naming_the_file(tmp_path, 
                     {"certFile": a_crt, "keyFile": b_key},  # key of another certificate
                     {"certFile": a_crt, "keyFile": str(encrypted)},
                     {"certFile": other.cert_pem, "keyFile": pairs["b"].key_pem},  # inline mismatch
-                    {"certFile": pairs["b"].cert_pem, "keyFile": "-----BEGIN PRIVATE KEY-----\nQUJD\n"},
+                    {
+                        "certFile": pairs["b"].cert_pem,
+                        "keyFile": "-----BEGIN PRIVATE KEY-----\nQUJD\n",
+                    },
                     {"certFile": b_crt, "keyFile": b_key},  # the one that works
                 ]
             }
@@ -223,7 +234,15 @@ def test_broken_certificates_are_left_out_with_errors_naming_the_file(tmp_path, 
 
 def test_broken_default_store_certificate_falls_back_to_generated(tmp_path):
     certs = TLSCertificates(
-        tls({"stores": {"default": {"defaultCertificate": {"certFile": str(tmp_path / "x.crt"), "keyFile": "k"}}}})
+        tls(
+            {
+                "stores": {
+                    "default": {
+                        "defaultCertificate": {"certFile": str(tmp_path / "x.crt"), "keyFile": "k"}
+                    }
+                }
+            }
+        )
     )
     assert "$.tls.stores.default.defaultCertificate" in str(certs.errors[0])
     assert certs.default is generated_default()
@@ -234,8 +253,16 @@ def test_other_stores_are_ignored(pairs):
         tls(
             {
                 "certificates": [
-                    {"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem, "stores": ["other"]},
-                    {"certFile": pairs["b"].cert_pem, "keyFile": pairs["b"].key_pem, "stores": ["default"]},
+                    {
+                        "certFile": pairs["a"].cert_pem,
+                        "keyFile": pairs["a"].key_pem,
+                        "stores": ["other"],
+                    },
+                    {
+                        "certFile": pairs["b"].cert_pem,
+                        "keyFile": pairs["b"].key_pem,
+                        "stores": ["default"],
+                    },
                 ]
             }
         )
@@ -270,7 +297,10 @@ def test_sni_strict_refuses_unknown_and_missing_names(pairs):
         ({"clientAuth": {"clientAuthType": "RequireAndVerifyClientCert"}}, "needs caFiles"),
         ({"clientAuth": {"clientAuthType": "VerifyClientCertIfGiven"}}, "needs caFiles"),
         ({"clientAuth": {"caFiles": ["/nonexistent/ca.pem"]}}, "/nonexistent/ca.pem: no such file"),
-        ({"clientAuth": {"caFiles": ["-----BEGIN CERTIFICATE-----\nQUJD\n"]}}, "caFiles[0] inline PEM"),
+        (
+            {"clientAuth": {"caFiles": ["-----BEGIN CERTIFICATE-----\nQUJD\n"]}},
+            "caFiles[0] inline PEM",
+        ),
     ],
 )
 def test_invalid_options_are_reported_by_name(options, message):
@@ -290,7 +320,9 @@ def test_unknown_options_name():
     assert certs.context_for("a.test", "nope@file") is None
 
 
-def client_context(*, maximum=None, minimum=None, ciphers=None, curve=None, alpn=None, cert=None, ca=None):
+def client_context(
+    *, maximum=None, minimum=None, ciphers=None, curve=None, alpn=None, cert=None, ca=None
+):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -316,7 +348,10 @@ def test_versions(pairs):
         tls(
             {
                 "certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}],
-                "options": {"v13": {"minVersion": "VersionTLS13"}, "v12": {"maxVersion": "VersionTLS12"}},
+                "options": {
+                    "v13": {"minVersion": "VersionTLS13"},
+                    "v12": {"maxVersion": "VersionTLS12"},
+                },
             }
         )
     )
@@ -339,7 +374,10 @@ def test_cipher_suites_map_go_names_and_ignore_tls13_ones(pairs):
                 "options": {
                     "cbc": {
                         "maxVersion": "VersionTLS12",
-                        "cipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", "TLS_AES_128_GCM_SHA256"],
+                        "cipherSuites": [
+                            "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+                            "TLS_AES_128_GCM_SHA256",
+                        ],
                     }
                 },
             }
@@ -416,12 +454,18 @@ def test_alpn(pairs):
             }
         )
     )
-    client, _ = handshake(certs.context_for("a.test"), "a.test", client=client_context(alpn=["h2", "http/1.1"]))
+    client, _ = handshake(
+        certs.context_for("a.test"), "a.test", client=client_context(alpn=["h2", "http/1.1"])
+    )
     assert client.selected_alpn_protocol() == "http/1.1"  # edge's default offers HTTP/1.1 only
     client, _ = handshake(
-        certs.context_for("a.test", "h2@file", tcp=True), "a.test", client=client_context(alpn=["h2", "http/1.1"])
+        certs.context_for("a.test", "h2@file", tcp=True),
+        "a.test",
+        client=client_context(alpn=["h2", "http/1.1"]),
     )
-    assert client.selected_alpn_protocol() == "h2"  # a terminating TCP router: the list as configured
+    assert (
+        client.selected_alpn_protocol() == "h2"
+    )  # a terminating TCP router: the list as configured
 
 
 def test_https_offers_only_the_http_versions_edge_speaks(pairs, caplog):
@@ -440,16 +484,25 @@ def test_https_offers_only_the_http_versions_edge_speaks(pairs, caplog):
         certs = TLSCertificates(tls(section))
     warned = [r.getMessage() for r in caplog.records if "alpnProtocols" in r.getMessage()]
     assert len(warned) == 2, warned  # once per options name that loses something
-    assert any("traefik@file" in m and "h2, acme-tls/1 left out" in m and "offer http/1.1" in m for m in warned)
+    assert any(
+        "traefik@file" in m and "h2, acme-tls/1 left out" in m and "offer http/1.1" in m
+        for m in warned
+    )
     assert any("h2only@file" in m and "no ALPN" in m for m in warned)
 
     h2_first = client_context(alpn=["h2", "http/1.1"])
-    for server in (certs.context_for("a.test", "traefik@file"), certs.selecting_context("traefik@file")):
+    for server in (
+        certs.context_for("a.test", "traefik@file"),
+        certs.selecting_context("traefik@file"),
+    ):
         client, _ = handshake(server, "a.test", client=h2_first)
         assert client.selected_alpn_protocol() == "http/1.1"
     # A client offering h2 alone: no ALPN from HTTPS (it falls back to HTTP/1.1).
     h2 = client_context(alpn=["h2"])
-    for server in (certs.context_for("a.test", "h2only@file"), certs.selecting_context("h2only@file")):
+    for server in (
+        certs.context_for("a.test", "h2only@file"),
+        certs.selecting_context("h2only@file"),
+    ):
         client, _ = handshake(server, "a.test", client=h2)
         assert client.selected_alpn_protocol() is None
     # TCP routers: the list as configured; a context of its own only where the lists differ.
@@ -459,9 +512,15 @@ def test_https_offers_only_the_http_versions_edge_speaks(pairs, caplog):
         assert certs.context_for("www.a.test", name, tcp=True) is tcp  # built once
         client, _ = handshake(tcp, "a.test", client=client_context(alpn=["h2"]))
         assert client.selected_alpn_protocol() == "h2"
-    client, _ = handshake(certs.context_for("a.test", "traefik@file", tcp=True), "a.test", client=client_context(alpn=["acme-tls/1"]))
+    client, _ = handshake(
+        certs.context_for("a.test", "traefik@file", tcp=True),
+        "a.test",
+        client=client_context(alpn=["acme-tls/1"]),
+    )
     assert client.selected_alpn_protocol() == "acme-tls/1"
-    assert certs.context_for("a.test", "plain@file", tcp=True) is certs.context_for("a.test", "plain@file")
+    assert certs.context_for("a.test", "plain@file", tcp=True) is certs.context_for(
+        "a.test", "plain@file"
+    )
     assert certs.context_for("a.test", tcp=True) is certs.context_for("a.test")
 
 
@@ -475,11 +534,25 @@ def test_client_auth(tmp_path, pki, pairs):
             {
                 "certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}],
                 "options": {
-                    "require": {"clientAuth": {"caFiles": [ca_path], "clientAuthType": "RequireAndVerifyClientCert"}},
-                    "implicit": {"clientAuth": {"caFiles": [pki.cert_pem]}},  # inline; type defaults
-                    "ifgiven": {"clientAuth": {"caFiles": [ca_path], "clientAuthType": "VerifyClientCertIfGiven"}},
+                    "require": {
+                        "clientAuth": {
+                            "caFiles": [ca_path],
+                            "clientAuthType": "RequireAndVerifyClientCert",
+                        }
+                    },
+                    "implicit": {
+                        "clientAuth": {"caFiles": [pki.cert_pem]}
+                    },  # inline; type defaults
+                    "ifgiven": {
+                        "clientAuth": {
+                            "caFiles": [ca_path],
+                            "clientAuthType": "VerifyClientCertIfGiven",
+                        }
+                    },
                     "request": {"clientAuth": {"clientAuthType": "RequestClientCert"}},
-                    "none": {"clientAuth": {"caFiles": [ca_path], "clientAuthType": "NoClientCert"}},
+                    "none": {
+                        "clientAuth": {"caFiles": [ca_path], "clientAuthType": "NoClientCert"}
+                    },
                 },
             }
         )
@@ -562,7 +635,11 @@ def test_a_certificate_unreadable_for_want_of_descriptors_is_read_again_not_kept
     with descriptors_exhausted():
         short = TLSCertificates(section)
     first, second = short.errors
-    assert first.transient and "Too many open files" in str(first) and "(transient: retried)" in str(first)
+    assert (
+        first.transient
+        and "Too many open files" in str(first)
+        and "(transient: retried)" in str(first)
+    )
     assert "$.tls.certificates[0]" in str(first) and a_crt in str(first)
     assert second.transient  # with no descriptor to open it, a missing file cannot be told
     assert short.transient == (first, second)
@@ -609,7 +686,9 @@ def test_a_context_that_cannot_be_built_for_want_of_descriptors_is_built_again(p
         assert certs.context_for("a.test") is None  # the memory file for the key: EMFILE
         # the SNI callback: internal_error, not unrecognized_name
         assert refused_with(selecting, "a.test") == "TLSV1_ALERT_INTERNAL_ERROR"
-    assert "$.tls.certificates[1] with TLS options default: cannot build a TLS context" in caplog.text
+    assert (
+        "$.tls.certificates[1] with TLS options default: cannot build a TLS context" in caplog.text
+    )
     assert "Errno 24" in caplog.text and "transient" in caplog.text
     # Descriptors are free again; until retry_after passes the failure stands (a flood
     # of handshakes does not rebuild it for each), then the next connection builds it.
@@ -621,7 +700,9 @@ def test_a_context_that_cannot_be_built_for_want_of_descriptors_is_built_again(p
 
 
 def test_a_selecting_context_that_cannot_be_built_now_is_not_kept(pairs):
-    certs = TLSCertificates(tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]}))
+    certs = TLSCertificates(
+        tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]})
+    )
     with descriptors_exhausted():
         assert certs.selecting_context() is None
     ctx = certs.selecting_context()
@@ -632,7 +713,9 @@ def test_a_selecting_context_that_cannot_be_built_now_is_not_kept(pairs):
 def test_the_sni_callback_refuses_a_server_name_with_a_trailing_dot(pairs):
     """RFC 6066: no trailing dot in a host_name; Go's crypto/tls (Traefik) refuses the
     ClientHello. The entrypoint without a peek stage routed 'a.test.' as 'a.test'."""
-    certs = TLSCertificates(tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]}))
+    certs = TLSCertificates(
+        tls({"certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}]})
+    )
     ctx = certs.selecting_context()
     for name in ("a.test.", "unknown.test.", "A.TEST."):
         assert refused_with(ctx, name) == "TLSV1_UNRECOGNIZED_NAME"

@@ -222,7 +222,11 @@ def test_chunk_sizes_up_to_2_63_minus_1_are_taken(codec):
     """2**63 - 1 is the largest chunk size (nginx's): its data is streamed as it comes,
     whereas one more is refused (test_refused_with_400, test_response_refused)."""
     for size in (b"7fffffffffffffff", b"0000007FFFFFFFFFFFFFFF"):
-        request = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n" + size + b";x\r\ncd"
+        request = (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n"
+            + size
+            + b";x\r\ncd"
+        )
         response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nefg"
         for pieces in ([request], split_all(request)):
             rec = requests(codec, *pieces)
@@ -397,11 +401,15 @@ REFUSED = [
     ),
     (
         "chunk-size-2**64-1",
-        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff;a=b\r\nabc",
+        b"POST / HTTP/1.1\r\n"
+        + H
+        + b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff;a=b\r\nabc",
     ),
     (
         "chunk-size-2**63-zeros",
-        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n00000008000000000000000\r\n",
+        b"POST / HTTP/1.1\r\n"
+        + H
+        + b"Transfer-Encoding: chunked\r\n\r\n00000008000000000000000\r\n",
     ),
     (
         "chunk-data-too-long",
@@ -827,7 +835,10 @@ RESPONSES_REFUSED = [
     ("obs-fold", b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n"),
     ("bare-lf", b"HTTP/1.1 200 OK\nContent-Length: 0\n\n"),
     ("bad-chunk", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
-    ("chunk-size-2**63", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\nabc"),
+    (
+        "chunk-size-2**63",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\nabc",
+    ),
     (
         "chunk-size-2**64-1",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\nFFFFFFFFFFFFFFFF\r\nabc",
@@ -882,7 +893,10 @@ def test_httptools_parses_plain_keep_alive_traffic_without_header_callbacks():
     parser.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
     assert rec.kinds() == ["head", "body", "end", "head", "end"]
     assert [h.status for h in rec.heads] == [200, 404]
-    assert rec.heads[0].raw == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n"
+    assert (
+        rec.heads[0].raw
+        == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n"
+    )
 
 
 def test_httptools_quick_path_refusal_leaves_the_full_path_to_explain():
@@ -950,7 +964,10 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
         (b"/11", b"1.1", True, b"Example.com"),
         (b"/12", b"1.0", False, b"Example.com"),
     ]
-    assert all(h.raw == h.cut == request(b"%d" % i, h.raw[: h.raw.index(b"\r\n")]) for i, h in enumerate(rec.heads, 1))
+    assert all(
+        h.raw == h.cut == request(b"%d" % i, h.raw[: h.raw.index(b"\r\n")])
+        for i, h in enumerate(rec.heads, 1)
+    )
     assert parser._vary.cut is not None and parser._vary.misses == 0
     for smuggled in (
         b"1\r\nX-Forwarded-For: 1.2.3.4",
@@ -977,8 +994,10 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
 
     def response(value: bytes, body: bytes = b"hello") -> bytes:
         return (
-            b"HTTP/1.1 201 Made\r\nServer: s\r\nETag: " + value
-            + b"\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body) + body
+            b"HTTP/1.1 201 Made\r\nServer: s\r\nETag: "
+            + value
+            + b"\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body)
+            + body
         )
 
     rec = ResponseRecorder([b"GET"] * 10)
@@ -989,7 +1008,9 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     for i in range(10):
         parser.feed(response(b'"%d"' % (i * 7)))
     assert rec.kinds() == ["head", "body", "end"] * 10
-    assert {(h.status, h.reason, h.content_length, h.keep_alive) for h in rec.heads} == {(201, b"Made", 5, True)}
+    assert {(h.status, h.reason, h.content_length, h.keep_alive) for h in rec.heads} == {
+        (201, b"Made", 5, True)
+    }
     assert [h.raw for h in rec.heads] == [response(b'"%d"' % (i * 7))[:-5] for i in range(10)]
     assert parser._vary.cut is not None
     parser = codec_httptools.ResponseParser(Recorder())
@@ -1017,20 +1038,46 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     ("old", "new", "expected"),
     [
         (b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", None),  # equal
-        (b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", b"HTTP/1.1 201 OK\r\nA: 1\r\n\r\n", None),  # start line
-        (b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", b"HTTP/1.1 200 OK\r\nB: 1\r\n\r\n", None),  # first name
+        (
+            b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n",
+            b"HTTP/1.1 201 OK\r\nA: 1\r\n\r\n",
+            None,
+        ),  # start line
+        (
+            b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nB: 1\r\n\r\n",
+            None,
+        ),  # first name
         (b"\r\nHost: a\r\nB: 2\r\n\r\n", b"\r\nHost: b\r\nB: 2\r\n\r\n", None),  # Host
         (b"\r\nA: 1\r\ncontent-LENGTH: 2\r\n\r\n", b"\r\nA: 1\r\ncontent-LENGTH: 3\r\n\r\n", None),
-        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 9\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0)),
-        (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 10\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0)),
-        (b"\r\nA: 10\r\nB: 2\r\n\r\n", b"\r\nA:\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0)),
+        (
+            b"\r\nA: 1\r\nB: 2\r\n\r\n",
+            b"\r\nA: 9\r\nB: 2\r\n\r\n",
+            (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0),
+        ),
+        (
+            b"\r\nA: 1\r\nB: 2\r\n\r\n",
+            b"\r\nA: 10\r\nB: 2\r\n\r\n",
+            (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0),
+        ),
+        (
+            b"\r\nA: 10\r\nB: 2\r\n\r\n",
+            b"\r\nA:\r\nB: 2\r\n\r\n",
+            (b"\r\nA:", b"\r\nB: 2\r\n\r\n", 0),
+        ),
         # Several lines differ: cut around all of them.
         (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 9\r\nB: 8\r\n\r\n", (b"\r\nA:", b"\r\n\r\n", 1)),
-        (b"\r\nA: 1\r\nX: 5\r\nB: 2\r\nC: 3\r\n\r\n", b"\r\nA: 9\r\nX: 5\r\nB: 8\r\nC: 3\r\n\r\n",
-         (b"\r\nA:", b"\r\nC: 3\r\n\r\n", 2)),
+        (
+            b"\r\nA: 1\r\nX: 5\r\nB: 2\r\nC: 3\r\n\r\n",
+            b"\r\nA: 9\r\nX: 5\r\nB: 8\r\nC: 3\r\n\r\n",
+            (b"\r\nA:", b"\r\nC: 3\r\n\r\n", 2),
+        ),
         # ... unless a framing header lies between: then around the last one alone.
-        (b"\r\nA: 1\r\nConnection: close\r\nB: 2\r\n\r\n", b"\r\nA: 9\r\nConnection: close\r\nB: 8\r\n\r\n",
-         (b"\r\nA: 9\r\nConnection: close\r\nB:", b"\r\n\r\n", 0)),
+        (
+            b"\r\nA: 1\r\nConnection: close\r\nB: 2\r\n\r\n",
+            b"\r\nA: 9\r\nConnection: close\r\nB: 8\r\n\r\n",
+            (b"\r\nA: 9\r\nConnection: close\r\nB:", b"\r\n\r\n", 0),
+        ),
         # A line added or renamed: from the colon of the line before it.
         (b"\r\nA: 1\r\n\r\n", b"\r\nA: 1\r\nB: 2\r\n\r\n", (b"\r\nA:", b"\r\n\r\n", 1)),
         (b"\r\nA: 1\r\nB: 2\r\n\r\n", b"\r\nA: 1\r\nC: 2\r\n\r\n", (b"\r\nA:", b"\r\n\r\n", 1)),
@@ -1077,10 +1124,20 @@ def test_field_lines_bytes_are_llhttps():
         except httptools.HttpParserError:
             accepted = False
         assert (FIELD_LINES[1].fullmatch(b"v\r\n" + name + b": 1") is not None) == accepted, name
-    for name in (b"Host", b"CONNECTION", b"content-length", b"Transfer-Encoding", b"te", b"X-Forwarded-For"):
+    for name in (
+        b"Host",
+        b"CONNECTION",
+        b"content-length",
+        b"Transfer-Encoding",
+        b"te",
+        b"X-Forwarded-For",
+    ):
         assert FIELD_LINES[1].fullmatch(b"v\r\n" + name + b": 1") is None
         assert FIELD_LINES[1].fullmatch(b"v\r\n" + name + b"x: 1") is not None
-    assert FIELD_LINES[1].fullmatch(b"v\r\n: 1") is None and FIELD_LINES[1].fullmatch(b"v\r\n\r\n") is None
+    assert (
+        FIELD_LINES[1].fullmatch(b"v\r\n: 1") is None
+        and FIELD_LINES[1].fullmatch(b"v\r\n\r\n") is None
+    )
 
 
 def test_httptools_large_heads_are_not_cut():
@@ -1092,6 +1149,9 @@ def test_httptools_large_heads_are_not_cut():
     for size, cut in ((16_000, True), (17_000, False)):
         parser = codec_httptools.RequestParser(Recorder())
         pad = b"X-Pad: " + b"p" * size + b"\r\n"
-        heads = [parser.quick(b"GET / HTTP/1.1\r\nHost: a\r\n" + pad + b"X-Id: %d\r\n\r\n" % i) for i in range(3)]
+        heads = [
+            parser.quick(b"GET / HTTP/1.1\r\nHost: a\r\n" + pad + b"X-Id: %d\r\n\r\n" % i)
+            for i in range(3)
+        ]
         assert all(type(h) is QuickRequestHead for h in heads)
         assert (parser._vary.cut is not None) == cut

@@ -81,13 +81,14 @@ GET = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
 CHUNKED = b"POST /up HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
 
 
-
 def varied_request(value: bytes) -> bytes:
     return b"GET /v HTTP/1.1\r\nHost: a\r\nX-Id: " + value + b"\r\nAccept: */*\r\n\r\n"
 
 
 def varied_response(value: bytes, length: bytes = b"0", body: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nX-Id: " + value + b"\r\nContent-Length: " + length + b"\r\n\r\n" + body
+    return (
+        b"HTTP/1.1 200 OK\r\nX-Id: " + value + b"\r\nContent-Length: " + length + b"\r\n\r\n" + body
+    )
 
 
 # (id, bytes, max_header_bytes)
@@ -126,8 +127,21 @@ REQUESTS = [
     ),
     # Framing values spelt otherwise than edge writes them: valid, but rebuilt
     # (passthrough None) so that the next hop sees "chunked" and plain digits.
-    ("content-length-zeros", b"POST /f HTTP/1.1\r\n" + H + b"Content-Length: 02\r\n\r\nok" + b"POST /g HTTP/1.1\r\n" + H + b"Content-Length: 0\r\n\r\n", BIG),
-    ("chunked-capital-te", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: Chunked\r\n\r\n0\r\n\r\n", BIG),
+    (
+        "content-length-zeros",
+        b"POST /f HTTP/1.1\r\n"
+        + H
+        + b"Content-Length: 02\r\n\r\nok"
+        + b"POST /g HTTP/1.1\r\n"
+        + H
+        + b"Content-Length: 0\r\n\r\n",
+        BIG,
+    ),
+    (
+        "chunked-capital-te",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: Chunked\r\n\r\n0\r\n\r\n",
+        BIG,
+    ),
     (
         "chunked-upper-te",
         b"POST / HTTP/1.1\r\n"
@@ -209,7 +223,11 @@ REQUESTS = [
     ("chunk-size-2**64-1", CHUNKED + b"5\r\nhello\r\nffffffffffffffff;x=y\r\nabc", BIG),
     ("chunk-size-2**63-1", CHUNKED + b"5\r\nhello\r\n7fffffffffffffff\r\nabc", BIG),
     ("chunk-size-zeros-2**63", CHUNKED + b"0000000000008000000000000000\r\n", BIG),
-    ("chunk-size-zeros", CHUNKED + b"00000000000000000000005\r\nhello\r\n000;a=\"\\\"\"\r\n\r\n" + GET, BIG),
+    (
+        "chunk-size-zeros",
+        CHUNKED + b'00000000000000000000005\r\nhello\r\n000;a="\\""\r\n\r\n' + GET,
+        BIG,
+    ),
     # A huge size spelt in chunk data, and after a chunk whose data overruns: not a size line.
     ("chunk-data-like-a-size", CHUNKED + b"14\r\n\r\nffffffffffffffff\r\n\r\n0\r\n\r\n" + GET, BIG),
     ("chunk-overrun-then-huge", CHUNKED + b"5\r\nhelloXXffffffffffffffff\r\nabc", BIG),
@@ -229,8 +247,19 @@ REQUESTS = [
     # A valid request, then a broken one in the same bytes: the first is delivered.
     ("valid-then-garbage", GET + b"GARBAGE\r\n\r\n", BIG),
     ("valid-then-no-host", GET + b"GET /2 HTTP/1.1\r\n\r\n", BIG),
-    ("valid-then-cl-te", GET + b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", BIG),
-    ("body-then-garbage", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\nokGARBAGE\r\n\r\n", BIG),
+    (
+        "valid-then-cl-te",
+        GET
+        + b"POST / HTTP/1.1\r\n"
+        + H
+        + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        BIG,
+    ),
+    (
+        "body-then-garbage",
+        b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\nokGARBAGE\r\n\r\n",
+        BIG,
+    ),
     ("chunked-then-ctl", CHUNKED + b"2\r\nok\r\n0\r\n\r\n\x00\x01\r\n\r\n", BIG),
     ("bad-name-char", GET[:-2] + b"X(A): 1\r\n\r\n", BIG),
     ("lowercase-method", b"get / HTTP/1.1\r\n" + H + b"\r\n", BIG),
@@ -251,22 +280,86 @@ REQUESTS = [
     (
         "upgrade-h2c-ignored",
         b"GET /p HTTP/1.1\r\n" + H + b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
-        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\nGET /secret HTTP/1.1\r\n" + H + b"\r\n" + GET,
+        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\nGET /secret HTTP/1.1\r\n"
+        + H
+        + b"\r\n"
+        + GET,
         BIG,
     ),
-    ("upgrade-h2c-listed", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: websocket, H2C\r\n\r\n" + GET, BIG),
-    ("upgrade-h2c-body", b"POST /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nok" + GET, BIG),
-    ("upgrade-http10-ignored", b"GET /p HTTP/1.0\r\n" + H + b"Connection: upgrade, keep-alive\r\nUpgrade: websocket\r\n\r\n" + GET, BIG),
-    ("upgrade-http10-body", b"POST /p HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nok", BIG),
-    ("upgrade-h2-not-h2c", b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2, x-h2c\r\n\r\nrest", BIG),
-    ("upgrade-chunked", b"POST /ws HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", BIG),
-    ("valid-then-upgrade-cl", GET + b"GET /ws HTTP/1.1\r\n" + H + b"Upgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 05\r\n\r\nGET /", BIG),
-    ("te-chunked-twice", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", BIG),
+    (
+        "upgrade-h2c-listed",
+        b"GET /p HTTP/1.1\r\n"
+        + H
+        + b"Connection: upgrade\r\nUpgrade: websocket, H2C\r\n\r\n"
+        + GET,
+        BIG,
+    ),
+    (
+        "upgrade-h2c-body",
+        b"POST /p HTTP/1.1\r\n"
+        + H
+        + b"Connection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nok"
+        + GET,
+        BIG,
+    ),
+    (
+        "upgrade-http10-ignored",
+        b"GET /p HTTP/1.0\r\n"
+        + H
+        + b"Connection: upgrade, keep-alive\r\nUpgrade: websocket\r\n\r\n"
+        + GET,
+        BIG,
+    ),
+    (
+        "upgrade-http10-body",
+        b"POST /p HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nok",
+        BIG,
+    ),
+    (
+        "upgrade-h2-not-h2c",
+        b"GET /p HTTP/1.1\r\n" + H + b"Connection: upgrade\r\nUpgrade: h2, x-h2c\r\n\r\nrest",
+        BIG,
+    ),
+    (
+        "upgrade-chunked",
+        b"POST /ws HTTP/1.1\r\n"
+        + H
+        + b"Connection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        BIG,
+    ),
+    (
+        "valid-then-upgrade-cl",
+        GET
+        + b"GET /ws HTTP/1.1\r\n"
+        + H
+        + b"Upgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 05\r\n\r\nGET /",
+        BIG,
+    ),
+    (
+        "te-chunked-twice",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+        BIG,
+    ),
     # maxHeaderCount (100, the parsers' default): 100 fields pass, 101 are refused (431)
     # unless the scan finds a defect first (400), whichever way the bytes arrive.
-    ("header-count-at-limit", b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(99)) + b"\r\n", BIG),
-    ("header-count-over", GET + b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(100)) + b"\r\n", BIG),
-    ("header-count-over-defect", b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(100)) + b"y: \x01\r\n\r\n", BIG),
+    (
+        "header-count-at-limit",
+        b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(99)) + b"\r\n",
+        BIG,
+    ),
+    (
+        "header-count-over",
+        GET + b"GET / HTTP/1.1\r\n" + H + b"".join(b"x%d:\r\n" % i for i in range(100)) + b"\r\n",
+        BIG,
+    ),
+    (
+        "header-count-over-defect",
+        b"GET / HTTP/1.1\r\n"
+        + H
+        + b"".join(b"x%d:\r\n" % i for i in range(100))
+        + b"y: \x01\r\n\r\n",
+        BIG,
+    ),
     # 431
     (
         "head-too-large",
@@ -279,22 +372,53 @@ REQUESTS = [
     # Heads at the edge of the httptools quick path (one plain head per feed).
     ("quick-keep-alive", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n" + GET, BIG),
     ("quick-close-first", b"GET / HTTP/1.1\r\nconnection:\tClose \r\nHost: a\r\n\r\n" + GET, BIG),
-    ("quick-http10-keep-alive", b"GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\nHost: a\r\n\r\n" + GET, BIG),
+    (
+        "quick-http10-keep-alive",
+        b"GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\nHost: a\r\n\r\n" + GET,
+        BIG,
+    ),
     ("quick-http10-no-host", b"GET /x HTTP/1.0\r\n\r\n" + GET, BIG),
-    ("quick-host-whitespace", b"GET / HTTP/1.1\r\nHost:\t a.example \t\r\nTe-X: 1\r\nX-Te: 2\r\n\r\n", BIG),
+    (
+        "quick-host-whitespace",
+        b"GET / HTTP/1.1\r\nHost:\t a.example \t\r\nTe-X: 1\r\nX-Te: 2\r\n\r\n",
+        BIG,
+    ),
     ("quick-host-space-before-colon", b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", BIG),
     ("quick-two-hosts", b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", BIG),
     ("quick-hostname-only", b"GET / HTTP/1.1\r\nHostname: a\r\n\r\n", BIG),
-    ("quick-connection-list", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, x-a\r\nX-A: 1\r\n\r\n", BIG),
-    ("quick-two-connections", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: close\r\n\r\n", BIG),
+    (
+        "quick-connection-list",
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, x-a\r\nX-A: 1\r\n\r\n",
+        BIG,
+    ),
+    (
+        "quick-two-connections",
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: close\r\n\r\n",
+        BIG,
+    ),
     ("quick-space-after-target", b"GET /a  HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-space-in-target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-forwarded", b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", BIG),
     # X- headers a Traefik-style proxy manages, in any spelling with underscores:
     # never passed through as they came (headers.FORWARDED_KEPT).
-    ("quick-forwarded-kept", b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Server: b\r\n\r\n" + GET, BIG),
-    ("quick-forwarded-underscore", b"GET / HTTP/1.1\r\nHost: a\r\nx_FORWARDED-for: 1.2.3.4\r\n\r\n" + GET, BIG),
-    ("quick-varied-forwarded-underscore", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nX_Forwarded_For: 1.2.3.4") + varied_request(b"4\r\nX-Forwarded-Tls-Client-Cert: x"), BIG),
+    (
+        "quick-forwarded-kept",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Server: b\r\n\r\n" + GET,
+        BIG,
+    ),
+    (
+        "quick-forwarded-underscore",
+        b"GET / HTTP/1.1\r\nHost: a\r\nx_FORWARDED-for: 1.2.3.4\r\n\r\n" + GET,
+        BIG,
+    ),
+    (
+        "quick-varied-forwarded-underscore",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nX_Forwarded_For: 1.2.3.4")
+        + varied_request(b"4\r\nX-Forwarded-Tls-Client-Cert: x"),
+        BIG,
+    ),
     ("quick-head-method", b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n" + GET, BIG),
     ("quick-unknown-method", b"FETCH / HTTP/1.1\r\nHost: a\r\n\r\n", BIG),
     ("quick-http11-lowercase", b"GET / http/1.1\r\nHost: a\r\n\r\n", BIG),
@@ -304,7 +428,9 @@ REQUESTS = [
         "quick-repeated-lines",
         b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
         b"POST /p?q HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
-        b"GET /" + bytes(range(0x21, 0x7F)) + b" HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
+        b"GET /"
+        + bytes(range(0x21, 0x7F))
+        + b" HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n"
         b"DELETE /d HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nX: 1\r\n\r\n",
         BIG,
     ),
@@ -329,18 +455,86 @@ REQUESTS = [
     ("quick-repeated-http2", GET + b"GET / HTTP/2.0\r\n" + H + b"\r\n", BIG),
     # Heads that differ in one value: after two, the quick path checks only the
     # lines around it (headers.volatile_line); what lies between must be a value.
-    ("quick-varied-values", b"".join(map(varied_request, [b"1", b"2", b"33", b"", b" 4 \t", b"5"])), BIG),
-    ("quick-varied-http10", varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"1.1", b"1.0"), BIG),
-    ("quick-varied-chunked", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nTransfer-Encoding: chunked") + b"0\r\n\r\n" + GET, BIG),
-    ("quick-varied-length", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nContent-Length: 2") + b"ok" + GET, BIG),
-    ("quick-varied-close", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nConnection: close") + GET, BIG),
-    ("quick-varied-forwarded", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nX-Forwarded-For: 1.2.3.4"), BIG),
-    ("quick-varied-bare-lf", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\nContent-Length: 2") + b"ok", BIG),
-    ("quick-varied-bare-cr", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\rX"), BIG),
-    ("quick-varied-ctl", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\x01"), BIG),
-    ("quick-varied-te-tab", varied_request(b"1") + varied_request(b"2") + varied_request(b"3\r\nTransfer-Encoding: chunked\t"), BIG),
-    ("quick-varied-host", b"".join(varied_request(b"1").replace(b"Host: a", b"Host: a" + v) for v in (b"1", b"2", b"3")), BIG),
-    ("quick-varied-name", varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"X-Id", b"Te"), BIG),
+    (
+        "quick-varied-values",
+        b"".join(map(varied_request, [b"1", b"2", b"33", b"", b" 4 \t", b"5"])),
+        BIG,
+    ),
+    (
+        "quick-varied-http10",
+        varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"1.1", b"1.0"),
+        BIG,
+    ),
+    (
+        "quick-varied-chunked",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nTransfer-Encoding: chunked")
+        + b"0\r\n\r\n"
+        + GET,
+        BIG,
+    ),
+    (
+        "quick-varied-length",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nContent-Length: 2")
+        + b"ok"
+        + GET,
+        BIG,
+    ),
+    (
+        "quick-varied-close",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nConnection: close")
+        + GET,
+        BIG,
+    ),
+    (
+        "quick-varied-forwarded",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nX-Forwarded-For: 1.2.3.4"),
+        BIG,
+    ),
+    (
+        "quick-varied-bare-lf",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\nContent-Length: 2")
+        + b"ok",
+        BIG,
+    ),
+    (
+        "quick-varied-bare-cr",
+        varied_request(b"1") + varied_request(b"2") + varied_request(b"3\rX"),
+        BIG,
+    ),
+    (
+        "quick-varied-ctl",
+        varied_request(b"1") + varied_request(b"2") + varied_request(b"3\x01"),
+        BIG,
+    ),
+    (
+        "quick-varied-te-tab",
+        varied_request(b"1")
+        + varied_request(b"2")
+        + varied_request(b"3\r\nTransfer-Encoding: chunked\t"),
+        BIG,
+    ),
+    (
+        "quick-varied-host",
+        b"".join(
+            varied_request(b"1").replace(b"Host: a", b"Host: a" + v) for v in (b"1", b"2", b"3")
+        ),
+        BIG,
+    ),
+    (
+        "quick-varied-name",
+        varied_request(b"1") + varied_request(b"2") + varied_request(b"3").replace(b"X-Id", b"Te"),
+        BIG,
+    ),
     # Two values vary: the lines between them are checked too (a framing header there
     # in place of another line is not a varied head).
     (
@@ -456,10 +650,22 @@ RESPONSES = [
         False,
         BIG,
     ),
-    ("quick-ctl-in-reason", b"HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n", [b"GET"], False, BIG),
+    (
+        "quick-ctl-in-reason",
+        b"HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n",
+        [b"GET"],
+        False,
+        BIG,
+    ),
     ("quick-empty-reason", b"HTTP/1.1 200 \r\nContent-Length: 1\r\n\r\nx", [b"GET"], False, BIG),
     ("quick-no-reason", b"HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx", [b"GET"], False, BIG),
-    ("quick-length-zeros", b"HTTP/1.1 200 OK\r\nContent-Length:  007 \r\n\r\n1234567", [b"GET"], False, BIG),
+    (
+        "quick-length-zeros",
+        b"HTTP/1.1 200 OK\r\nContent-Length:  007 \r\n\r\n1234567",
+        [b"GET"],
+        False,
+        BIG,
+    ),
     ("quick-stray-byte", b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy", [b"GET"], False, BIG),
     (
         "quick-two-lengths",
@@ -477,7 +683,13 @@ RESPONSES = [
         False,
         BIG,
     ),
-    ("quick-big-length", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", [b"GET"], False, BIG),
+    (
+        "quick-big-length",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        [b"GET"],
+        False,
+        BIG,
+    ),
     # Responses that differ in one value (see the requests' quick-varied cases).
     (
         "quick-varied-values",
@@ -488,15 +700,20 @@ RESPONSES = [
     ),
     (
         "quick-varied-chunked",
-        varied_response(b"1") + varied_response(b"2")
-        + varied_response(b"3\r\nTransfer-Encoding: chunked") + b"0\r\n\r\n",
+        varied_response(b"1")
+        + varied_response(b"2")
+        + varied_response(b"3\r\nTransfer-Encoding: chunked")
+        + b"0\r\n\r\n",
         [b"GET"] * 3,
         False,
         BIG,
     ),
     (
         "quick-varied-length",
-        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\r\nContent-Length: 2") + b"ok",
+        varied_response(b"1")
+        + varied_response(b"2")
+        + varied_response(b"3\r\nContent-Length: 2")
+        + b"ok",
         [b"GET"] * 3,
         False,
         BIG,
@@ -526,7 +743,10 @@ RESPONSES = [
     ),
     (
         "quick-varied-ctl",
-        varied_response(b"1") + varied_response(b"2") + varied_response(b"3\x7f") + varied_response(b"4\r5"),
+        varied_response(b"1")
+        + varied_response(b"2")
+        + varied_response(b"3\x7f")
+        + varied_response(b"4\r5"),
         [b"GET"] * 4,
         False,
         BIG,
@@ -588,12 +808,42 @@ def test_corpus_covers_both_outcomes():
 # line smuggled into it), a bare CR or LF, or a framing header's value; now and
 # then another field changes too, or the head holds a framing header.
 _NAMES = st.sampled_from([b"X-Id", b"ETag", b"Accept", b"User-Agent"])
-_FRAMING = st.sampled_from([b"Connection", b"Content-Length", b"Transfer-Encoding", b"TE", b"X-Forwarded-For",
-                            b"Forwarded", b"Keep-Alive", b"Trailer", b"Host"])
-_ODD_VALUES = [b"", b" 3 \t", b"keep-alive", b"close", b"chunked", b"0", b"2", b"a\r\nContent-Length: 2",
-               b"a\r\nTransfer-Encoding: chunked", b"a\r\nConnection: close", b"a\r\nX-Forwarded-For: b",
-               b"a\r\nHost: b", b"a\r\nConnection: keep-alive", b"x\ny", b"x\rz", b"\x01", b"chunked\t",
-               b"\x7f", b"a\x00", b"\x80\xff\t", b"\x1b[0m"]
+_FRAMING = st.sampled_from(
+    [
+        b"Connection",
+        b"Content-Length",
+        b"Transfer-Encoding",
+        b"TE",
+        b"X-Forwarded-For",
+        b"Forwarded",
+        b"Keep-Alive",
+        b"Trailer",
+        b"Host",
+    ]
+)
+_ODD_VALUES = [
+    b"",
+    b" 3 \t",
+    b"keep-alive",
+    b"close",
+    b"chunked",
+    b"0",
+    b"2",
+    b"a\r\nContent-Length: 2",
+    b"a\r\nTransfer-Encoding: chunked",
+    b"a\r\nConnection: close",
+    b"a\r\nX-Forwarded-For: b",
+    b"a\r\nHost: b",
+    b"a\r\nConnection: keep-alive",
+    b"x\ny",
+    b"x\rz",
+    b"\x01",
+    b"chunked\t",
+    b"\x7f",
+    b"a\x00",
+    b"\x80\xff\t",
+    b"\x1b[0m",
+]
 _COUNTER = st.integers(0, 10**9).map(b"%d".__mod__)
 _VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from(_ODD_VALUES))
 
@@ -602,7 +852,9 @@ _VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from(_ODD_VALUES))
 def varied_messages(draw, response: bool) -> list[bytes]:
     framing = [(b"Content-Length", b"0")] if response else [(b"Host", b"a.example")]
     if draw(st.integers(0, 3)) == 0:
-        framing.append((draw(_FRAMING), draw(st.sampled_from([b"keep-alive", b"close", b"0", b"chunked"]))))
+        framing.append(
+            (draw(_FRAMING), draw(st.sampled_from([b"keep-alive", b"close", b"0", b"chunked"])))
+        )
     lines = draw(st.lists(st.tuples(_NAMES, _COUNTER), min_size=1, max_size=3))
     for line in framing:
         lines.insert(draw(st.integers(0, len(lines))), line)
@@ -619,7 +871,9 @@ def varied_messages(draw, response: bool) -> list[bytes]:
         else:
             method = draw(st.sampled_from([b"GET", b"POST", b"HEAD"]))
             start = b"%s /%d HTTP/1.%d" % (method, n, draw(st.integers(0, 1)) or n > 2)
-        messages.append(start + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in now) + b"\r\n")
+        messages.append(
+            start + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in now) + b"\r\n"
+        )
     return messages
 
 
@@ -638,7 +892,9 @@ def test_codecs_agree_on_varied_heads(data):
 # Chunked bodies (hypothesis): chunk sizes of any spelling (leading zeros, either
 # case, now and then one above 2**63 - 1 or one whose data is too long or short),
 # extensions, and data that may spell a chunk-size line itself, split anywhere.
-_HUGE = st.sampled_from([b"8000000000000000", b"ffffffffffffffff", b"0008000000000000000", b"10000000000000000"])
+_HUGE = st.sampled_from(
+    [b"8000000000000000", b"ffffffffffffffff", b"0008000000000000000", b"10000000000000000"]
+)
 _EXT = st.sampled_from([b"", b"", b";a", b";a=b", b';a="x;y"', b";a=b;c", b" ;a"])
 _CHUNK_DATA = st.one_of(
     st.binary(max_size=24),
@@ -674,4 +930,6 @@ def test_codecs_agree_on_chunked_bodies(data):
     methods = [b"GET"] if response else None
     expected = run("h11", stream, cuts, methods, False, BIG)
     assert run("httptools", stream, cuts, methods, False, BIG) == expected
-    assert run("httptools", stream, [], methods, False, BIG) == run("h11", stream, [], methods, False, BIG)
+    assert run("httptools", stream, [], methods, False, BIG) == run(
+        "h11", stream, [], methods, False, BIG
+    )

@@ -604,7 +604,9 @@ def test_configurations_compare_by_value() -> None:
             "found stripPrefix, addPrefix",
         ),
         (
-            {"http": {"middlewares": {"m": {"basicAuthh": {}}}}},  # basicAuth itself: "not supported" (issue 13)
+            {
+                "http": {"middlewares": {"m": {"basicAuthh": {}}}}
+            },  # basicAuth itself: "not supported" (issue 13)
             "$.http.middlewares.m.basicAuthh",
             "unknown key",
         ),

@@ -38,7 +38,16 @@ def pair(request):
     made = []
 
     def make(**context):
-        made.append(setup(loop, request.param, host="a.test", client_ip="10.0.0.7", transport=Recorder, **context))
+        made.append(
+            setup(
+                loop,
+                request.param,
+                host="a.test",
+                client_ip="10.0.0.7",
+                transport=Recorder,
+                **context,
+            )
+        )
         return made[-1]
 
     yield make
@@ -53,13 +62,18 @@ BROKEN = {
     "garbage": (b"GARBAGE\r\n\r\n", 400),
     "no host": (b"GET /2 HTTP/1.1\r\n\r\n", 400),
     "bare LF": (b"GET /2 HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", 400),
-    "cl+te": (b"POST /2 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+    "cl+te": (
+        b"POST /2 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        400,
+    ),
     "control bytes": (b"\x00\x01", 400),
     "too many fields": (get(b"/2", b"".join(b"X-%d: 1\r\n" % i for i in range(120))), 431),
 }
 
 
-@pytest.mark.parametrize("first", [get(), b"POST /p HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\nok"])
+@pytest.mark.parametrize(
+    "first", [get(), b"POST /p HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\nok"]
+)
 @pytest.mark.parametrize("broken", BROKEN.values(), ids=BROKEN.keys())
 def test_a_valid_request_then_a_broken_one_in_the_same_read(pair, first, broken):
     bad, status = broken
@@ -71,7 +85,10 @@ def test_a_valid_request_then_a_broken_one_in_the_same_read(pair, first, broken)
     sent = bytes(client.transport.data)
     assert sent.startswith(OK)  # the first, answered as if alone
     assert sent[len(OK) :].startswith(b"HTTP/1.1 %d " % status)
-    assert sent.endswith(b"\r\n\r\n%d %s\n" % (status, b"Bad Request" if status == 400 else b"Request Header Fields Too Large"))
+    assert sent.endswith(
+        b"\r\n\r\n%d %s\n"
+        % (status, b"Bad Request" if status == 400 else b"Request Header Fields Too Large")
+    )
     assert b"Connection: close" in sent[len(OK) :] and client.transport.closing
 
 
@@ -175,7 +192,12 @@ def test_forwarding_lines_are_each_client_s_own_for_each_host(pair):
     from edge.http.connection import HTTPConnection
 
     client, upstream = pair()
-    cases = [("10.0.0.7", b"a.test"), ("10.0.0.8", b"a.test"), ("10.0.0.7", b"A.test:80"), ("10.0.0.8", b"a.test")]
+    cases = [
+        ("10.0.0.7", b"a.test"),
+        ("10.0.0.8", b"a.test"),
+        ("10.0.0.7", b"A.test:80"),
+        ("10.0.0.8", b"a.test"),
+    ]
     sent = []
     for ip, host in cases:
         conn = HTTPConnection(client.ctx)
@@ -207,7 +229,9 @@ def test_a_closed_connection_is_freed_at_once(pair):
     gc.collect()
     gc.disable()
     try:
-        before = [o for o in gc.get_objects() if type(o) in kinds]  # alive, so their ids stay theirs
+        before = [
+            o for o in gc.get_objects() if type(o) in kinds
+        ]  # alive, so their ids stay theirs
         for ip in ("10.0.0.8", "10.0.0.9"):
             conn = HTTPConnection(client.ctx)
             conn.connection_made(Recorder((ip, 40001)))

@@ -24,9 +24,14 @@ from edge.config.runtime import build_runtime
 from edge.config.static import StaticConfig
 
 
-def conf(servers: list[tuple[str, int]], *, rule: str = "Host(`a.test`)", extra: dict | None = None) -> Configuration:
+def conf(
+    servers: list[tuple[str, int]], *, rule: str = "Host(`a.test`)", extra: dict | None = None
+) -> Configuration:
     http: dict[str, Any] = {
-        "routers": {"r": {"rule": rule, "service": "s"}, "other": {"rule": "Host(`b.test`)", "service": "t"}},
+        "routers": {
+            "r": {"rule": rule, "service": "s"},
+            "other": {"rule": "Host(`b.test`)", "service": "t"},
+        },
         "services": {
             "s": {"loadBalancer": {"servers": [{"url": u, "weight": w} for u, w in servers]}},
             "t": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}},
@@ -97,9 +102,13 @@ def test_the_rotation_goes_on_for_servers_that_stay(dataplane):
     dataplane.apply_conf(conf([(A, 1), (B, 3), (C, 0)]))  # C never picked: same rotation as before
     carried = picks(dataplane, 6)
     fresh_plane_sequence = first + carried
-    dataplane.apply_conf(conf([(A, 1), (B, 3)], rule="Host(`a.test`) || Host(`c.test`)"))  # full rebuild
+    dataplane.apply_conf(
+        conf([(A, 1), (B, 3)], rule="Host(`a.test`) || Host(`c.test`)")
+    )  # full rebuild
     restarted = picks(dataplane, 8)
-    assert fresh_plane_sequence == restarted, "in place, the rotation continued exactly where it was"
+    assert fresh_plane_sequence == restarted, (
+        "in place, the rotation continued exactly where it was"
+    )
 
 
 def test_a_server_list_can_grow_from_one_and_shrink_to_none(dataplane):
@@ -139,5 +148,7 @@ def test_changed_servers_tells_an_endpoints_only_change():
     no_host = replace(s, load_balancer=replace(s.load_balancer, pass_host_header=False))
     other = replace(base, http=replace(base.http, services={**base.http.services, "s": no_host}))
     assert changed_servers(base, other) is None, "passHostHeader is not a server list"
-    tcp = msgspec.convert({"tcp": {"services": {"x": {"loadBalancer": {"servers": []}}}}}, Configuration).tcp
+    tcp = msgspec.convert(
+        {"tcp": {"services": {"x": {"loadBalancer": {"servers": []}}}}}, Configuration
+    ).tcp
     assert changed_servers(base, replace(base, tcp=tcp)) is None

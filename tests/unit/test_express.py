@@ -34,6 +34,7 @@ class Recorder(FakeTransport):
         for part in parts:
             self.data += part
 
+
 def run(
     exchanges: list[tuple[bytes, bytes]],
     express: bool,
@@ -51,7 +52,9 @@ def run(
     loop = uvloop.new_event_loop()
     general_path = (Exchange.begin, Exchange.upstream_head)
     try:
-        client, upstream = setup(loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder)
+        client, upstream = setup(
+            loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder
+        )
         if not express:
             client.quick = None
             upstream.quick = None
@@ -70,7 +73,11 @@ def run(
                 if i + 1 < len(exchanges):
                     client.data_received(exchanges[i + 1][0])
                 upstream.data_received(response)
-            return [bytes(upstream.transport.data)], [bytes(client.transport.data)], client.transport.closing
+            return (
+                [bytes(upstream.transport.data)],
+                [bytes(client.transport.data)],
+                client.transport.closing,
+            )
         for request, response in exchanges:
             up_before, client_before = len(upstream.transport.data), len(client.transport.data)
             client.data_received(request)
@@ -94,23 +101,32 @@ CASES = {
     "plain": [(GET, OK)] * 3,
     "keep-alive both ways": [
         (b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n", OK_KEEP)
-    ] * 3,
+    ]
+    * 3,
     "client closes": [
         (GET, OK),
         (b"GET /last HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n", OK_KEEP),
         (GET, OK),
     ],
-    "upstream closes": [(GET, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")],
+    "upstream closes": [
+        (GET, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    ],
     "http/1.0": [(b"GET / HTTP/1.0\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n", OK_KEEP)] * 2
     + [(b"GET / HTTP/1.0\r\nHost: a.test\r\n\r\n", OK)],
     "head and an empty post": [
-        (b"HEAD / HTTP/1.1\r\nHost: a.test\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+        (
+            b"HEAD / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+        ),
         (b"POST /p HTTP/1.1\r\nHost: A.Test:8080\r\n\r\n", OK),
     ],
     "heads that change": [
         (GET, OK),
         (GET.replace(b"t\r\n\r\n", b"u\r\n\r\n"), OK.replace(b"Server: t", b"Server: u")),
-        (b"GET /other HTTP/1.1\r\nHost: a.test\r\nUser-Agent: u\r\n\r\n", OK.replace(b"hello", b"world")),
+        (
+            b"GET /other HTTP/1.1\r\nHost: a.test\r\nUser-Agent: u\r\n\r\n",
+            OK.replace(b"hello", b"world"),
+        ),
         (GET, b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX: 1\r\n\r\nok"),
     ],
     "forwarded headers from the client": [
@@ -134,7 +150,9 @@ def test_express_path_sends_what_the_general_path_sends(exchanges):
     assert all(sent.startswith(b"HTTP/1.1 ") for sent in client)
 
 
-@pytest.mark.parametrize("name", ["plain", "keep-alive both ways", "client closes", "heads that change"])
+@pytest.mark.parametrize(
+    "name", ["plain", "keep-alive both ways", "client closes", "heads that change"]
+)
 def test_a_request_arriving_during_an_express_exchange_waits_its_turn(name):
     express = run(CASES[name], express=True, ahead=True)
     assert express == run(CASES[name], express=False, codec="h11", ahead=True)
@@ -155,6 +173,7 @@ def test_express_path_is_taken_for_plain_exchanges():
 
 # -- the differential byte corpus: framing and hop-by-hop headers as clients and servers write them
 
+
 def _variants(line: bytes) -> list[bytes]:
     """A header line as it arrives in the wild: spacing, case, a trailing tab."""
     name, _, value = line.partition(b": ")
@@ -171,20 +190,32 @@ REQUEST_VARIANTS = {
     b"no Connection": [b"GET /v HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n\r\n"],
     **{
         b"Connection: " + token: [
-            b"GET /v HTTP/1.1\r\nHost: a.test\r\n" + line + b"\r\nAccept: */*\r\n\r\n" for line in _variants(b"Connection: " + token)
+            b"GET /v HTTP/1.1\r\nHost: a.test\r\n" + line + b"\r\nAccept: */*\r\n\r\n"
+            for line in _variants(b"Connection: " + token)
         ]
-        + [b"GET /v HTTP/1.1\r\n" + _variants(b"Connection: " + token)[1] + b"\r\nhost:a.test\r\n\r\n"]
+        + [
+            b"GET /v HTTP/1.1\r\n"
+            + _variants(b"Connection: " + token)[1]
+            + b"\r\nhost:a.test\r\n\r\n"
+        ]
         for token in (b"close", b"keep-alive")
     },
     b"HTTP/1.0": [
-        b"GET /v HTTP/1.0\r\nHost: a.test\r\n" + line + b"\r\n\r\n" for line in _variants(b"Connection: keep-alive")
+        b"GET /v HTTP/1.0\r\nHost: a.test\r\n" + line + b"\r\n\r\n"
+        for line in _variants(b"Connection: keep-alive")
     ],
-    b"Host spelled oddly": [b"GET /v HTTP/1.1\r\n" + line + b"\r\n\r\n" for line in _variants(b"Host: A.Test")],
+    b"Host spelled oddly": [
+        b"GET /v HTTP/1.1\r\n" + line + b"\r\n\r\n" for line in _variants(b"Host: A.Test")
+    ],
 }
 RESPONSE_VARIANTS = [
     b"HTTP/1.1 200 OK\r\n" + cl + b"\r\n" + conn + b"\r\n\r\nhello"
     for cl in _variants(b"Content-Length: 5")[:3]
-    for conn in [b"Server: t", *_variants(b"Connection: keep-alive"), *_variants(b"Connection: close")]
+    for conn in [
+        b"Server: t",
+        *_variants(b"Connection: keep-alive"),
+        *_variants(b"Connection: close"),
+    ]
 ] + [
     b"HTTP/1.1 200 OK\r\nConnection:close\r\nServer: t\r\ncontent-length:5\r\n\r\nhello",
     b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n",
@@ -238,7 +269,9 @@ def test_a_middleware_added_to_the_pipeline_applies_to_plain_traffic():
     does something runs it (express eligibility comes from the pipeline, not a list)."""
     loop = uvloop.new_event_loop()
     try:
-        client, upstream = setup(loop, "httptools", host="a.test", client_ip="10.0.0.7", transport=Recorder)
+        client, upstream = setup(
+            loop, "httptools", host="a.test", client_ip="10.0.0.7", transport=Recorder
+        )
         route = client.ctx.router.by_host["a.test"]
         assert route.express
         tagged = Route(route.name, route.service, Pipeline([Tag("tagged")]))

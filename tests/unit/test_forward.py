@@ -4,14 +4,28 @@ from edge.http import forward
 from edge.http.codec import RequestHead, ResponseHead
 
 
-def req(headers, *, method=b"GET", version=b"1.1", keep_alive=True, chunked=False, cl=None, upgrade=False):
+def req(
+    headers,
+    *,
+    method=b"GET",
+    version=b"1.1",
+    keep_alive=True,
+    chunked=False,
+    cl=None,
+    upgrade=False,
+):
     return RequestHead(method, b"/p", version, headers, keep_alive, chunked, cl, upgrade, False)
 
 
 def build(head, trusted=False, **kw):
     args = dict(
-        target=b"/p", host=b"a.test", client_ip=b"10.0.0.1", trusted=trusted, proto=b"http",
-        forwarded_host=b"a.test", forwarded_port=b"80",
+        target=b"/p",
+        host=b"a.test",
+        client_ip=b"10.0.0.1",
+        trusted=trusted,
+        proto=b"http",
+        forwarded_host=b"a.test",
+        forwarded_port=b"80",
     )
     args.update(kw)
     return forward.request_head(head, **args)
@@ -38,7 +52,9 @@ def test_split_target(target, expected):
     assert forward.split_target(target) == expected
 
 
-@pytest.mark.parametrize("target", [b"*", b"example.com:443", b"ftp://x/", b"http:///nohost", b"http://user@h/"])
+@pytest.mark.parametrize(
+    "target", [b"*", b"example.com:443", b"ftp://x/", b"http:///nohost", b"http://user@h/"]
+)
 def test_split_target_refuses(target):
     with pytest.raises(ValueError):
         forward.split_target(target)
@@ -46,14 +62,28 @@ def test_split_target_refuses(target):
 
 @pytest.mark.parametrize(
     "authority, expected",
-    [(b"A.Test:8080", ("a.test", "8080")), (b"a.test.", ("a.test", "")), (b"[::1]:80", ("::1", "80")), (b"", ("", ""))],
+    [
+        (b"A.Test:8080", ("a.test", "8080")),
+        (b"a.test.", ("a.test", "")),
+        (b"[::1]:80", ("::1", "80")),
+        (b"", ("", "")),
+    ],
 )
 def test_split_host_port(authority, expected):
     assert forward.split_host_port(authority) == expected
 
 
 def test_request_head_rewrites_only_what_must_change():
-    head = req([(b"Host", b"a.test"), (b"User-Agent", b"t"), (b"Connection", b"keep-alive, X-Drop"), (b"X-Drop", b"1"), (b"Keep-Alive", b"5"), (b"Accept", b"*/*")])
+    head = req(
+        [
+            (b"Host", b"a.test"),
+            (b"User-Agent", b"t"),
+            (b"Connection", b"keep-alive, X-Drop"),
+            (b"X-Drop", b"1"),
+            (b"Keep-Alive", b"5"),
+            (b"Accept", b"*/*"),
+        ]
+    )
     line, headers = parse_head(build(head))
     assert line == b"GET /p HTTP/1.1"
     names = [n for n, _ in headers]
@@ -65,7 +95,14 @@ def test_request_head_rewrites_only_what_must_change():
 
 
 def test_untrusted_forwarded_headers_are_replaced():
-    head = req([(b"Host", b"a"), (b"X-Forwarded-For", b"6.6.6.6"), (b"x-real-ip", b"6.6.6.6"), (b"X-Forwarded-Proto", b"https")])
+    head = req(
+        [
+            (b"Host", b"a"),
+            (b"X-Forwarded-For", b"6.6.6.6"),
+            (b"x-real-ip", b"6.6.6.6"),
+            (b"X-Forwarded-Proto", b"https"),
+        ]
+    )
     _, headers = parse_head(build(head))
     d = dict(headers)
     assert d[b"X-Forwarded-For"] == b"10.0.0.1"
@@ -75,7 +112,14 @@ def test_untrusted_forwarded_headers_are_replaced():
 
 
 def test_trusted_forwarded_headers_are_kept_and_appended():
-    head = req([(b"Host", b"a"), (b"X-Forwarded-For", b"1.1.1.1"), (b"X-Forwarded-For", b"2.2.2.2"), (b"X-Forwarded-Proto", b"https")])
+    head = req(
+        [
+            (b"Host", b"a"),
+            (b"X-Forwarded-For", b"1.1.1.1"),
+            (b"X-Forwarded-For", b"2.2.2.2"),
+            (b"X-Forwarded-Proto", b"https"),
+        ]
+    )
     d = dict(parse_head(build(head, trusted=True))[1])
     assert d[b"X-Forwarded-For"] == b"1.1.1.1, 2.2.2.2, 10.0.0.1"
     assert d[b"X-Forwarded-Proto"] == b"https"
@@ -95,7 +139,14 @@ def test_untrusted_forwarded_header_is_dropped():
 
 
 def test_trusted_forwarded_header_is_kept_as_it_came():
-    head = req([(b"Host", b"a"), (b"Forwarded", SPOOFED), (b"Accept", b"*/*"), (b"forwarded", b"for=5.6.7.8")])
+    head = req(
+        [
+            (b"Host", b"a"),
+            (b"Forwarded", SPOOFED),
+            (b"Accept", b"*/*"),
+            (b"forwarded", b"for=5.6.7.8"),
+        ]
+    )
     _, headers = parse_head(build(head, trusted=True))
     assert [(n, v) for n, v in headers if n.lower() in (b"forwarded", b"accept")] == [
         (b"Forwarded", SPOOFED),
@@ -104,11 +155,17 @@ def test_trusted_forwarded_header_is_kept_as_it_came():
     ]
     # A Connection token naming it drops it, as Traefik deletes what Connection names
     # but its own X- headers; a middleware's edit replaces it.
-    named = req([(b"Host", b"a"), (b"Connection", b"keep-alive, Forwarded"), (b"Forwarded", SPOOFED)])
+    named = req(
+        [(b"Host", b"a"), (b"Connection", b"keep-alive, Forwarded"), (b"Forwarded", SPOOFED)]
+    )
     assert b"orwarded:" not in build(named, trusted=True)
     edits = forward.HeaderEdits([(b"Forwarded", b"for=edge")])
-    _, headers = parse_head(build(req([(b"Host", b"a"), (b"Forwarded", SPOOFED)]), trusted=True, extra=edits))
-    assert [(n, v) for n, v in headers if n.lower() == b"forwarded"] == [(b"Forwarded", b"for=edge")]
+    _, headers = parse_head(
+        build(req([(b"Host", b"a"), (b"Forwarded", SPOOFED)]), trusted=True, extra=edits)
+    )
+    assert [(n, v) for n, v in headers if n.lower() == b"forwarded"] == [
+        (b"Forwarded", b"for=edge")
+    ]
 
 
 @pytest.mark.parametrize("codec", ["httptools", "h11"])
@@ -130,7 +187,11 @@ def test_forwarded_header_never_rides_a_head_forwarded_as_its_bytes(codec, trust
         def on_upgrade(self, r): ...
 
     def request(n: int, line: bytes) -> bytes:
-        return b"GET /p HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%s\r\nX-Trace: %d\r\n\r\n" % (n, line, n)
+        return b"GET /p HTTP/1.1\r\nHost: a.test\r\nX-Id: %d\r\n%s\r\nX-Trace: %d\r\n\r\n" % (
+            n,
+            line,
+            n,
+        )
 
     for line in (b"Forwarded: " + SPOOFED, b"forwarded:for=1.2.3.4", b"FORWARDED: for=1.2.3.4 "):
         parser = parser_classes(codec)[0](H())
@@ -144,14 +205,20 @@ def test_forwarded_header_never_rides_a_head_forwarded_as_its_bytes(codec, trust
         parser.feed(request(4, line))
         head = heads[-1]
         assert head.passthrough is None and head.cut is None
-        out = forward.upstream_request(head, True, b"10.0.0.1", b"http", b"a.test", b"80", trusted=trusted)
+        out = forward.upstream_request(
+            head, True, b"10.0.0.1", b"http", b"a.test", b"80", trusted=trusted
+        )
         assert (line.partition(b":")[2].strip() in out) == trusted, out
         assert out.count(b"X-Forwarded-For: 10.0.0.1\r\n") == 1
 
 
 @pytest.mark.parametrize(
     "chunked, cl, framing",
-    [(True, None, (b"Transfer-Encoding", b"chunked")), (False, 12, (b"Content-Length", b"12")), (False, None, None)],
+    [
+        (True, None, (b"Transfer-Encoding", b"chunked")),
+        (False, 12, (b"Content-Length", b"12")),
+        (False, None, None),
+    ],
 )
 def test_request_framing_is_unambiguous(chunked, cl, framing):
     incoming = [(b"Host", b"a")]
@@ -161,20 +228,28 @@ def test_request_framing_is_unambiguous(chunked, cl, framing):
         incoming.append((b"content-length", b"%d" % cl))
     _, headers = parse_head(build(req(incoming, method=b"POST", chunked=chunked, cl=cl)))
     names = [n.lower() for n, _ in headers]
-    assert names.count(b"content-length") + names.count(b"transfer-encoding") == (0 if framing is None else 1)
+    assert names.count(b"content-length") + names.count(b"transfer-encoding") == (
+        0 if framing is None else 1
+    )
     if framing:
         assert framing in headers
 
 
 def test_upgrade_request_keeps_upgrade():
-    head = req([(b"Host", b"a"), (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")], upgrade=True)
+    head = req(
+        [(b"Host", b"a"), (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")], upgrade=True
+    )
     d = dict(parse_head(build(head))[1])
     assert d[b"Connection"] == b"Upgrade" and d[b"Upgrade"] == b"websocket"
 
 
 def test_middleware_headers_replace_and_remove():
     head = req([(b"Host", b"a"), (b"X-Env", b"client"), (b"X-Remove", b"1")])
-    d = dict(parse_head(build(head, extra=forward.HeaderEdits([(b"X-Env", b"edge"), (b"X-Remove", b"")])))[1])
+    d = dict(
+        parse_head(
+            build(head, extra=forward.HeaderEdits([(b"X-Env", b"edge"), (b"X-Remove", b"")]))
+        )[1]
+    )
     assert d[b"X-Env"] == b"edge"
     assert b"X-Remove" not in d
 
@@ -184,7 +259,11 @@ def resp(status, headers, *, has_body=True, cl=None, chunked=False, keep_alive=T
 
 
 def test_response_rechunks_unknown_length_for_http11():
-    out = forward.response_head(resp(200, [(b"Transfer-Encoding", b"chunked"), (b"X", b"1")], chunked=True), chunked=True, keep_alive=True)
+    out = forward.response_head(
+        resp(200, [(b"Transfer-Encoding", b"chunked"), (b"X", b"1")], chunked=True),
+        chunked=True,
+        keep_alive=True,
+    )
     assert out == b"HTTP/1.1 200 OK\r\nX: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -194,7 +273,11 @@ def test_response_close_delimited_for_http10():
 
 
 def test_head_response_keeps_content_length():
-    out = forward.response_head(resp(200, [(b"Content-Length", b"42")], has_body=False, cl=42), chunked=False, keep_alive=True)
+    out = forward.response_head(
+        resp(200, [(b"Content-Length", b"42")], has_body=False, cl=42),
+        chunked=False,
+        keep_alive=True,
+    )
     assert b"Content-Length: 42\r\n" in out and out.count(b"Content-Length") == 1
 
 
@@ -243,7 +326,12 @@ def test_cut_connection_and_passthrough_request():
     # Whatever its whitespace, the line is found and cut as the quick parses cut it
     # (issue 7: the express and general paths must send the same bytes).
     for odd in (b"Connection:keep-alive", b"Connection: keep-alive\t", b"CONNECTION:  keep-alive "):
-        assert forward.cut_connection(raw.replace(b"Connection: keep-alive", odd), ((b"Connection", b"keep-alive"),)) == cut
+        assert (
+            forward.cut_connection(
+                raw.replace(b"Connection: keep-alive", odd), ((b"Connection", b"keep-alive"),)
+            )
+            == cut
+        )
     out = forward.passthrough_request(cut, b"10.0.0.1", b"http", b"a.test", b"80")
     line, headers = parse_head(out)
     assert line == b"GET /p?q HTTP/1.1"
@@ -275,7 +363,9 @@ def test_passthrough_and_rebuild_agree():
 
     parser_classes("httptools")[0](H()).feed(raw)
     head = heads[0]
-    fast = forward.passthrough_request(forward.cut_connection(head.raw, head.passthrough), b"10.0.0.1", b"http", b"a.test", b"80")
+    fast = forward.passthrough_request(
+        forward.cut_connection(head.raw, head.passthrough), b"10.0.0.1", b"http", b"a.test", b"80"
+    )
     slow = build(head)
     assert sorted(parse_head(fast)[1]) == sorted(parse_head(slow)[1])
     assert parse_head(fast)[0] == parse_head(slow)[0]

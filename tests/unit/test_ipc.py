@@ -27,12 +27,27 @@ def _configuration():
     conf = decode_dynamic(
         {
             "http": {
-                "routers": {"a": {"rule": "Host(`a.test`) && PathPrefix(`/x`)", "service": "s", "middlewares": ["strip"]}},
+                "routers": {
+                    "a": {
+                        "rule": "Host(`a.test`) && PathPrefix(`/x`)",
+                        "service": "s",
+                        "middlewares": ["strip"],
+                    }
+                },
                 "services": {
-                    "s": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:8001", "weight": 3}], "serversTransport": "t"}}
+                    "s": {
+                        "loadBalancer": {
+                            "servers": [{"url": "http://127.0.0.1:8001", "weight": 3}],
+                            "serversTransport": "t",
+                        }
+                    }
                 },
                 "middlewares": {"strip": {"stripPrefix": {"prefixes": ["/x"]}}},
-                "serversTransports": {"t": {"forwardingTimeouts": {"dialTimeout": "1m30s", "idleConnTimeout": "250ms"}}},
+                "serversTransports": {
+                    "t": {
+                        "forwardingTimeouts": {"dialTimeout": "1m30s", "idleConnTimeout": "250ms"}
+                    }
+                },
             }
         }
     )
@@ -43,7 +58,10 @@ def _static():
     return decode_static(
         {
             "entryPoints": {
-                "web": {"address": "127.0.0.1:8000", "transport": {"lifeCycle": {"graceTimeOut": "3s"}}},
+                "web": {
+                    "address": "127.0.0.1:8000",
+                    "transport": {"lifeCycle": {"graceTimeOut": "3s"}},
+                },
                 "dns": {"address": ":5353/udp"},
             },
             "ping": {},
@@ -127,7 +145,13 @@ def test_garbage_payload():
 
 def test_invalid_configuration_refused():
     # A frame whose configuration would not validate is refused as a whole.
-    bad = msgspec.msgpack.encode({"type": "apply", "generation": 1, "configuration": {"http": {"routers": {"a": {"rule": 3}}}}})
+    bad = msgspec.msgpack.encode(
+        {
+            "type": "apply",
+            "generation": 1,
+            "configuration": {"http": {"routers": {"a": {"rule": 3}}}},
+        }
+    )
     with pytest.raises(IPCError):
         FrameDecoder().feed(HEADER.pack(len(bad)) + bad)
 

@@ -134,7 +134,11 @@ def test_case(path: Path) -> None:
         served = msgspec.to_builtins(result.configuration)
         for name in stand_ins:
             del served["http"]["routers"][name]
-        if "http" in served and not served["http"].get("routers") and "routers" not in case.expected.get("http", {}):
+        if (
+            "http" in served
+            and not served["http"].get("routers")
+            and "routers" not in case.expected.get("http", {})
+        ):
             served["http"].pop("routers", None)
         assert served == case.expected
     if case.selected is not None:
@@ -144,7 +148,8 @@ def test_case(path: Path) -> None:
     for default_syntax in ("v3", "v2"):
         rt = validate(result.configuration, case.file, default_syntax)
         disabled = sorted(
-            n for n, info in rt.http_routers.items()
+            n
+            for n, info in rt.http_routers.items()
             if info.status == "disabled" and n.split("@")[0] not in stand_ins
         )
         assert disabled == sorted(f"{n}@{PROVIDER}" for n in case.disabled), rt.errors()

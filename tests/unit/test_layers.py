@@ -42,7 +42,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("edge.supervisor",),
     ("edge.cli", "edge.__main__", "edge.whoami"),
 ]
-DATA_PLANE = ("edge.http", "edge.tls", "edge.tcp", "edge.udp", "edge.router", "edge.entrypoints", "edge.transports")
+DATA_PLANE = (
+    "edge.http",
+    "edge.tls",
+    "edge.tcp",
+    "edge.udp",
+    "edge.router",
+    "edge.entrypoints",
+    "edge.transports",
+)
 CONTROL_PLANE = ("edge.providers", "edge.watcher")
 
 
@@ -64,7 +72,11 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                 found.update(a.name for a in child.names if a.name in modules)
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module in modules:
                 found.add(child.module)
-                found.update(f"{child.module}.{a.name}" for a in child.names if f"{child.module}.{a.name}" in modules)
+                found.update(
+                    f"{child.module}.{a.name}"
+                    for a in child.names
+                    if f"{child.module}.{a.name}" in modules
+                )
             visit(child)
 
     visit(ast.parse(path.read_text()))
@@ -100,7 +112,13 @@ def test_every_import_goes_down_the_layers():
 
 
 def test_the_data_plane_never_imports_the_control_plane():
-    wrong = [f"{m} imports {d}" for m, deps in _graph().items() if _under(m, DATA_PLANE) for d in deps if _under(d, CONTROL_PLANE)]
+    wrong = [
+        f"{m} imports {d}"
+        for m, deps in _graph().items()
+        if _under(m, DATA_PLANE)
+        for d in deps
+        if _under(d, CONTROL_PLANE)
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -112,7 +130,9 @@ def test_no_import_cycles():
         state[module] = 1
         for dep in sorted(graph[module]):
             if state.get(dep) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(dep) :], dep]))
+                raise AssertionError(
+                    "import cycle: " + " -> ".join([*path[path.index(dep) :], dep])
+                )
             if dep not in state:
                 walk(dep, [*path, dep])
         state[module] = 2

@@ -81,7 +81,8 @@ def request(lines: bytes, start: bytes = b"GET /v HTTP/1.1") -> bytes:
 # each head a read of its own, as quick heads come: the next connection's first
 # head may be taken through an armed cut.
 CASES = [
-    ([varied_request(b"1"), varied_request(b"2")], [varied_request(v), varied_request(b"4")], True) for v in SMUGGLED
+    ([varied_request(b"1"), varied_request(b"2")], [varied_request(v), varied_request(b"4")], True)
+    for v in SMUGGLED
 ] + [
     # The varying line is Host: no cut (the next head's Host is its own).
     (
@@ -91,8 +92,14 @@ CASES = [
     ),
     # The varying line is Connection (two spellings of keep-alive): no cut (close closes).
     (
-        [request(b"Host: a\r\nConnection: keep-alive\r\n"), request(b"Host: a\r\nConnection: Keep-Alive\r\n")],
-        [request(b"Host: a\r\nConnection: close\r\n"), request(b"Host: a\r\nConnection: keep-alive\r\n")],
+        [
+            request(b"Host: a\r\nConnection: keep-alive\r\n"),
+            request(b"Host: a\r\nConnection: Keep-Alive\r\n"),
+        ],
+        [
+            request(b"Host: a\r\nConnection: close\r\n"),
+            request(b"Host: a\r\nConnection: keep-alive\r\n"),
+        ],
         False,
     ),
     # Two values vary with a line between (the cut spans three lines): that line
@@ -100,7 +107,10 @@ CASES = [
     *(
         (
             [request(b"Host: a\r\nX-A: %d\r\nAccept: */*\r\nX-B: %d\r\n" % (n, n)) for n in (1, 2)],
-            [request(b"Host: a\r\nX-A: 3\r\n" + between + b"\r\nX-B: 3\r\n"), request(b"Host: a\r\nX-A: 4\r\n")],
+            [
+                request(b"Host: a\r\nX-A: 3\r\n" + between + b"\r\nX-B: 3\r\n"),
+                request(b"Host: a\r\nX-A: 4\r\n"),
+            ],
             True,
         )
         for between in (
@@ -122,36 +132,60 @@ CASES = [
     # Another start line (method, version) around the trainer's field lines.
     (
         [varied_request(b"1"), varied_request(b"2")],
-        [varied_request(b"3").replace(b"GET /v HTTP/1.1", b"POST /w HTTP/1.0"), varied_request(b"4")],
+        [
+            varied_request(b"3").replace(b"GET /v HTTP/1.1", b"POST /w HTTP/1.0"),
+            varied_request(b"4"),
+        ],
         True,
     ),
 ]
 
 
-@pytest.mark.parametrize(("trainer", "reads", "armed"), CASES, ids=[repr(r[0])[:60] for _, r, _ in CASES])
+@pytest.mark.parametrize(
+    ("trainer", "reads", "armed"), CASES, ids=[repr(r[0])[:60] for _, r, _ in CASES]
+)
 def test_a_cut_armed_by_one_connection_takes_on_another_only_what_h11_takes(trainer, reads, armed):
     memo = RequestParser.memo()
     assert events_of(RequestParser, trainer, memo) == events_of(H11_REQUEST, trainer)
-    assert (memo.vary.cut is not None) is armed  # armed: the next connection's head may go through it
+    assert (
+        memo.vary.cut is not None
+    ) is armed  # armed: the next connection's head may go through it
     assert events_of(RequestParser, reads, memo) == events_of(H11_REQUEST, reads)
     # The memo still serves: a plain varied head on a third connection.
-    assert events_of(RequestParser, [varied_request(b"5")], memo) == events_of(H11_REQUEST, [varied_request(b"5")])
+    assert events_of(RequestParser, [varied_request(b"5")], memo) == events_of(
+        H11_REQUEST, [varied_request(b"5")]
+    )
 
 
 _NAMES = st.sampled_from([b"X-Id", b"Accept", b"X-Trace", b"Cookie", b"User-Agent"])
 _FRAMING = st.sampled_from(
-    [b"Connection", b"Content-Length", b"Transfer-Encoding", b"TE", b"X-Forwarded-For", b"Upgrade", b"Expect",
-     b"Proxy-Connection", b"Host"]
+    [
+        b"Connection",
+        b"Content-Length",
+        b"Transfer-Encoding",
+        b"TE",
+        b"X-Forwarded-For",
+        b"Upgrade",
+        b"Expect",
+        b"Proxy-Connection",
+        b"Host",
+    ]
 )
 _COUNTER = st.integers(0, 10**12).map(b"%d".__mod__)
-_VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from([*SMUGGLED, b"close", b"keep-alive", b"chunked"]))
+_VALUE = st.one_of(
+    _COUNTER, _COUNTER, _COUNTER, st.sampled_from([*SMUGGLED, b"close", b"keep-alive", b"chunked"])
+)
 
 
 @st.composite
 def connections(draw) -> list[list[bytes]]:
     """A few connections' reads: heads built from one template with one value varying
     (now and then another, or the varying line's name), some reads holding two heads."""
-    lines = [(b"Host", b"a.example"), (b"X-Id", b"0"), *draw(st.lists(st.tuples(_NAMES, _COUNTER), max_size=2))]
+    lines = [
+        (b"Host", b"a.example"),
+        (b"X-Id", b"0"),
+        *draw(st.lists(st.tuples(_NAMES, _COUNTER), max_size=2)),
+    ]
     if draw(st.integers(0, 3)) == 0:
         lines.append((b"Connection", draw(st.sampled_from([b"keep-alive", b"close"]))))
     lines = draw(st.permutations(lines))
@@ -168,7 +202,9 @@ def connections(draw) -> list[list[bytes]]:
                 now[other] = (now[other][0], draw(_VALUE))
             method = draw(st.sampled_from([b"GET", b"POST", b"HEAD", b"DELETE"]))
             start = b"%s /%d HTTP/1.%d" % (method, n, draw(st.sampled_from([1, 1, 0])))
-            reads.append(start + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in now) + b"\r\n")
+            reads.append(
+                start + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in now) + b"\r\n"
+            )
         if len(reads) > 1 and draw(st.booleans()):
             i = draw(st.integers(0, len(reads) - 2))
             reads[i : i + 2] = [reads[i] + reads[i + 1]]  # pipelined: two heads in one read
@@ -208,7 +244,10 @@ def test_connections_interleaved_over_one_memo_each_agree_with_h11(conns, data):
 @pytest.mark.parametrize("codec", ["httptools", "h11"])
 @pytest.mark.parametrize(
     "sent",
-    [b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 10\r\n\r\nab"],
+    [
+        b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 10\r\n\r\nab",
+    ],
     ids=["awaiting-response", "mid-body"],
 )
 def test_a_connection_lost_in_the_middle_of_an_exchange_is_freed_at_once(codec, sent):
@@ -219,7 +258,9 @@ def test_a_connection_lost_in_the_middle_of_an_exchange_is_freed_at_once(codec, 
         gc.collect()
         gc.disable()
         try:
-            before = [o for o in gc.get_objects() if type(o) in kinds]  # alive, so their ids stay theirs
+            before = [
+                o for o in gc.get_objects() if type(o) in kinds
+            ]  # alive, so their ids stay theirs
             conn = HTTPConnection(client.ctx)
             conn.connection_made(Recorder(("10.0.0.8", 40001)))
             conn.data_received(sent)
@@ -229,7 +270,9 @@ def test_a_connection_lost_in_the_middle_of_an_exchange_is_freed_at_once(codec, 
             for _ in range(3):  # a cancelled dial or timer lets go once the loop runs it
                 loop.run_until_complete(asyncio.sleep(0))
             ids = {id(o) for o in before}
-            left = [type(o).__name__ for o in gc.get_objects() if type(o) in kinds and id(o) not in ids]
+            left = [
+                type(o).__name__ for o in gc.get_objects() if type(o) in kinds and id(o) not in ids
+            ]
         finally:
             gc.enable()
         assert left == []

@@ -37,7 +37,9 @@ def trusted(proto: bytes) -> SimpleNamespace:
         ("https", "", b"http", b"a.example", trusted(b"bogus"), b"https://a.example/p?q"),
     ],
 )
-def test_redirect_scheme_redirects_only_to_another_url(scheme, port, entry, authority, head, location):
+def test_redirect_scheme_redirects_only_to_another_url(
+    scheme, port, entry, authority, head, location
+):
     mw = RedirectScheme("r", scheme, port, False)
     fwd = Forward("a.example", b"/p", b"q", b"GET", authority, entry, head)
     answer = mw.request(fwd)

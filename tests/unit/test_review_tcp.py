@@ -23,12 +23,16 @@ def router_for(https_rules: dict[str, str], tcp_rules: dict[str, str]):
     """The TCP router of entrypoint ``web``: HTTPS routers and passthrough TCP routers by rule."""
     dynamic = {
         "http": {
-            "routers": {name: {"rule": rule, "service": "h", "tls": {}} for name, rule in https_rules.items()},
+            "routers": {
+                name: {"rule": rule, "service": "h", "tls": {}}
+                for name, rule in https_rules.items()
+            },
             "services": {"h": HTTP_SVC},
         },
         "tcp": {
             "routers": {
-                name: {"rule": rule, "service": "t", "tls": {"passthrough": True}} for name, rule in tcp_rules.items()
+                name: {"rule": rule, "service": "t", "tls": {"passthrough": True}}
+                for name, rule in tcp_rules.items()
             },
             "services": {"t": TCP_SVC},
         },
@@ -49,7 +53,10 @@ def test_https_routers_that_all_name_hosts_leave_other_names_to_a_tcp_catch_all(
     (the catch-all), then ``HostSNI(`*`)``, and only then the HTTPS 404. HTTPS routers
     that all name hosts took every other name (and connections without SNI) from a
     passthrough ``HostSNI(`*`)`` router: terminated with edge's certificate, 404."""
-    r = router_for({"site": "Host(`site.test`)", "api": "Host(`api.test`) && PathPrefix(`/v1`)"}, {"all": "HostSNI(`*`)"})
+    r = router_for(
+        {"site": "Host(`site.test`)", "api": "Host(`api.test`) && PathPrefix(`/v1`)"},
+        {"all": "HostSNI(`*`)"},
+    )
     assert r.tls(hello("site.test"), "1.2.3.4").mode == HTTPS
     assert r.tls(hello("api.test"), "1.2.3.4").mode == HTTPS
     route = r.tls(hello(sni), "1.2.3.4")
@@ -57,9 +64,13 @@ def test_https_routers_that_all_name_hosts_leave_other_names_to_a_tcp_catch_all(
 
 
 def test_an_https_router_without_a_host_still_comes_before_the_tcp_catch_all():
-    r = router_for({"site": "Host(`site.test`)", "paths": "PathPrefix(`/p`)"}, {"all": "HostSNI(`*`)"})
+    r = router_for(
+        {"site": "Host(`site.test`)", "paths": "PathPrefix(`/p`)"}, {"all": "HostSNI(`*`)"}
+    )
     assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
-    r = router_for({"site": "Host(`site.test`)", "re": "HostRegexp(`^.+\\.test$`)"}, {"all": "HostSNI(`*`)"})
+    r = router_for(
+        {"site": "Host(`site.test`)", "re": "HostRegexp(`^.+\\.test$`)"}, {"all": "HostSNI(`*`)"}
+    )
     assert r.tls(hello("other.test"), "1.2.3.4").mode == HTTPS
 
 
@@ -86,7 +97,10 @@ def test_a_traefik_tcp_key_edge_lacks_disables_its_service_not_the_file(where, k
     transport: dict = {"tls": {"serverName": "db.internal"}}
     (lb if where == "loadBalancer" else transport["tls"])[key] = value
     dynamic = {
-        "http": {"routers": {"site": {"rule": "Host(`site.test`)", "service": "h"}}, "services": {"h": HTTP_SVC}},
+        "http": {
+            "routers": {"site": {"rule": "Host(`site.test`)", "service": "h"}},
+            "services": {"h": HTTP_SVC},
+        },
         "tcp": {
             "routers": {"db": {"rule": "HostSNI(`*`)", "service": "db"}},
             "services": {"db": {"loadBalancer": lb}},
@@ -96,7 +110,9 @@ def test_a_traefik_tcp_key_edge_lacks_disables_its_service_not_the_file(where, k
     runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
     assert runtime.http_routers["site@file"].status == "enabled"
     assert runtime.tcp_routers["db@file"].status == "disabled"
-    assert any(f"{key}: not supported by this version of edge" in e for e in runtime.errors()), runtime.errors()
+    assert any(f"{key}: not supported by this version of edge" in e for e in runtime.errors()), (
+        runtime.errors()
+    )
 
 
 def test_load_balancer_termination_delay_beside_a_named_servers_transport_is_named_as_unused():
@@ -104,7 +120,13 @@ def test_load_balancer_termination_delay_beside_a_named_servers_transport_is_nam
         "tcp": {
             "routers": {"db": {"rule": "HostSNI(`*`)", "service": "db"}},
             "services": {
-                "db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}], "serversTransport": "st", "terminationDelay": 500}}
+                "db": {
+                    "loadBalancer": {
+                        "servers": [{"address": "127.0.0.1:9"}],
+                        "serversTransport": "st",
+                        "terminationDelay": 500,
+                    }
+                }
             },
             "serversTransports": {"st": {"terminationDelay": "2s"}},
         },
@@ -128,7 +150,12 @@ def test_a_catch_all_tcp_router_without_a_priority_comes_after_every_other():
             "routers": {
                 "h2": {"rule": "ALPN(`h2`)", "service": "t", "tls": {}},
                 "all": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}},
-                "pinned": {"rule": "HostSNI(`*`)", "service": "t", "tls": {"passthrough": True}, "priority": 5},
+                "pinned": {
+                    "rule": "HostSNI(`*`)",
+                    "service": "t",
+                    "tls": {"passthrough": True},
+                    "priority": 5,
+                },
             },
             "services": {"t": TCP_SVC},
         },

@@ -87,12 +87,22 @@ def test_sanitize_path(path: str, expected: str) -> None:
     assert sanitize_path(clean) == clean  # idempotent
 
 
-QUICK_CLEAN = ["/", "/a/b.c", "/a.", "/a?next=/../x//y%2e", "/%41dmin", "/a%2Fb/", "/a...b/c"]  # "/." is never quick
+QUICK_CLEAN = [
+    "/",
+    "/a/b.c",
+    "/a.",
+    "/a?next=/../x//y%2e",
+    "/%41dmin",
+    "/a%2Fb/",
+    "/a...b/c",
+]  # "/." is never quick
 
 
 @pytest.mark.parametrize(("path", "expected"), [*TRAEFIK, *EDGE, *((p, p) for p in QUICK_CLEAN)])
 @pytest.mark.parametrize("memo", [False, True])
-def test_a_quick_head_never_holds_a_path_to_clean_nor_a_fragment(path: str, expected: str, memo: bool) -> None:
+def test_a_quick_head_never_holds_a_path_to_clean_nor_a_fragment(
+    path: str, expected: str, memo: bool
+) -> None:
     """The express path takes quick heads only (``RequestParser.quick``), and a quick
     head's path is one sanitize_path leaves alone, with no ``#``: the request-line
     pattern refuses the rest, which the full path then cleans (or refuses). Also from

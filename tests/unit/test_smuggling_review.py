@@ -56,9 +56,15 @@ def test_host_values_edge_refuses(authority):
 @pytest.mark.parametrize(
     ("middleware", "error"),
     [
-        ({"headers": {"customRequestHeaders": {"X-A": "1\r\nTransfer-Encoding: chunked"}}}, "may not hold CR, LF"),
+        (
+            {"headers": {"customRequestHeaders": {"X-A": "1\r\nTransfer-Encoding: chunked"}}},
+            "may not hold CR, LF",
+        ),
         ({"headers": {"customRequestHeaders": {"X-A": "1\nHost: evil"}}}, "may not hold CR, LF"),
-        ({"headers": {"customResponseHeaders": {"X-A": "1\r\n\r\n<script>"}}}, "may not hold CR, LF"),
+        (
+            {"headers": {"customResponseHeaders": {"X-A": "1\r\n\r\n<script>"}}},
+            "may not hold CR, LF",
+        ),
         ({"headers": {"customResponseHeaders": {"X-A": "a\x00b"}}}, "may not hold CR, LF"),
         ({"headers": {"customRequestHeaders": {"X A": "1"}}}, "invalid header name"),
         ({"headers": {"customRequestHeaders": {"X-A:": "1"}}}, "invalid header name"),
@@ -85,11 +91,16 @@ def test_middleware_values_edge_writes_as_they_are():
         {
             "http": {
                 "middlewares": {
-                    "h": {"headers": {"customRequestHeaders": {"X-A": "caf\u00e9 \tok", "X-B": ""}}},
+                    "h": {
+                        "headers": {"customRequestHeaders": {"X-A": "caf\u00e9 \tok", "X-B": ""}}
+                    },
                     "p": {"addPrefix": {"prefix": "/v1/%20x"}},
                     "r": {"redirectScheme": {"scheme": "svn+ssh.x-1"}},
                 }
             }
         }
     )
-    assert conf.http.middlewares["h"].headers.custom_request_headers == {"X-A": "caf\u00e9 \tok", "X-B": ""}
+    assert conf.http.middlewares["h"].headers.custom_request_headers == {
+        "X-A": "caf\u00e9 \tok",
+        "X-B": "",
+    }

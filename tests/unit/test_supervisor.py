@@ -93,7 +93,12 @@ def test_applied_by_all():
 
 @pytest.mark.parametrize(
     ("host", "port", "address"),
-    [("", 80, ":80"), ("127.0.0.1", 8080, "127.0.0.1:8080"), ("::1", 443, "[::1]:443"), ("localhost", 1, "localhost:1")],
+    [
+        ("", 80, ":80"),
+        ("127.0.0.1", 8080, "127.0.0.1:8080"),
+        ("::1", 443, "[::1]:443"),
+        ("localhost", 1, "localhost:1"),
+    ],
 )
 def test_join_host_port(host, port, address):
     assert join_host_port(host, port) == address
@@ -146,7 +151,10 @@ def test_reserve_ports_rewrites_every_entrypoint():
     static = decode_static(
         {
             "entryPoints": {
-                "web": {"address": "127.0.0.1:0", "transport": {"lifeCycle": {"graceTimeOut": "2s"}}},
+                "web": {
+                    "address": "127.0.0.1:0",
+                    "transport": {"lifeCycle": {"graceTimeOut": "2s"}},
+                },
                 "traefik": {"address": "127.0.0.1:0"},
                 "dns": {"address": "127.0.0.1:0/udp"},
             },
@@ -198,7 +206,11 @@ def test_worker_json_lines_have_a_worker_field(root_handler):
     tag_worker_logs(2)
     logging.getLogger("edge.test").warning('quote " and brace }')
     entry = json.loads(stream.getvalue())
-    assert entry["worker"] == 2 and entry["msg"] == 'quote " and brace }' and entry["logger"] == "edge.test"
+    assert (
+        entry["worker"] == 2
+        and entry["msg"] == 'quote " and brace }'
+        and entry["logger"] == "edge.test"
+    )
 
 
 def test_reserve_ports_names_the_entrypoint_it_cannot_bind():

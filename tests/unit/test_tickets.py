@@ -26,7 +26,9 @@ def server(files: tuple[str, str], key: bytes | None) -> ssl.SSLContext:
 CLIENT = ssl._create_unverified_context()  # a session resumes only from the context that made it
 
 
-def connect(server_ctx: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[ssl.SSLSession, bool]:
+def connect(
+    server_ctx: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[ssl.SSLSession, bool]:
     """One TLS 1.3 connection over memory BIOs with a byte each way (the tickets come
     after the handshake); (the client's session, whether it resumed)."""
     client_ctx = CLIENT
@@ -88,7 +90,16 @@ def test_a_key_of_the_wrong_size_is_refused(files):
 def test_keys_derived_for_different_options_do_not_resume_each_others_tickets(files):
     secret = tickets.new_key()
     assert tickets.derive(secret, "a", "x") == tickets.derive(secret, "a", "x")
-    assert len({tickets.derive(secret, "a", "x"), tickets.derive(secret, "ax", ""), tickets.derive(secret, "b", "x")}) == 3
+    assert (
+        len(
+            {
+                tickets.derive(secret, "a", "x"),
+                tickets.derive(secret, "ax", ""),
+                tickets.derive(secret, "b", "x"),
+            }
+        )
+        == 3
+    )
     assert tickets.derive(secret, "a") != tickets.derive(tickets.new_key(), "a")
     session, _ = connect(server(files, tickets.derive(secret, "open")), None)
     assert not connect(server(files, tickets.derive(secret, "mtls")), session)[1]

@@ -170,7 +170,9 @@ def test_without_notices_refused_static_options_fail_the_load_naming_each() -> N
 
 def test_ignored_static_options_alone_load_and_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="edge.config.loader"):
-        static = decode_static({"api": {"insecure": True, "dashboard": True}, "global": {"checkNewVersion": False}})
+        static = decode_static(
+            {"api": {"insecure": True, "dashboard": True}, "global": {"checkNewVersion": False}}
+        )
     assert static.api is not None and static.api.insecure  # the API is served (edge.api)
     assert "$.api: not supported" not in caplog.text
     assert "$.api.dashboard: not supported by this version of edge (ignored)" in caplog.text

@@ -201,7 +201,9 @@ def test_an_error_is_logged_once_while_it_lasts_and_its_end_is_said(caplog) -> N
         {
             "http": {
                 "routers": {"r": {"rule": "Host(`x`)", "service": "nope"}},
-                "services": {"nope": {"loadBalancer": {"servers": [{"url": "http://10.0.0.9:80"}]}}},
+                "services": {
+                    "nope": {"loadBalancer": {"servers": [{"url": "http://10.0.0.9:80"}]}}
+                },
             }
         }
     )
@@ -387,7 +389,9 @@ def test_the_default_rule_syntax_reaches_validation() -> None:
             {
                 "http": {
                     "routers": {"r": {"rule": "Host(`a.test`, `b.test`)", "service": "app"}},
-                    "services": {"app": {"loadBalancer": {"servers": [{"url": "http://10.0.0.1:9000"}]}}},
+                    "services": {
+                        "app": {"loadBalancer": {"servers": [{"url": "http://10.0.0.1:9000"}]}}
+                    },
                 }
             }
         )

@@ -40,7 +40,12 @@ def test_wildcard_of(host, key):
 
 @pytest.mark.parametrize(
     ("host", "expected"),
-    [("a.example.com", True), (".example.com", False), ("example.com", False), ("a.b.example.com", False)],
+    [
+        ("a.example.com", True),
+        (".example.com", False),
+        ("example.com", False),
+        ("a.b.example.com", False),
+    ],
 )
 def test_host_wildcard_matches_one_non_empty_label(host, expected):
     rule = compile_rule("Host(`*.example.com`)")
@@ -50,7 +55,9 @@ def test_host_wildcard_matches_one_non_empty_label(host, expected):
     assert table.match_host(host) is None or expected  # the index's own answer agrees
     sni = compile_rule("HostSNI(`*.example.com`)", kind="tcp")
     assert sni.match(RequestView(sni=host)) is expected
-    assert (RouteTable([("wild", sni, 1, "wild")]).match(RequestView(sni=host)) == "wild") is expected
+    assert (
+        RouteTable([("wild", sni, 1, "wild")]).match(RequestView(sni=host)) == "wild"
+    ) is expected
 
 
 def test_an_exact_route_under_a_wildcard_keeps_the_wildcard_from_the_empty_label():
@@ -69,14 +76,22 @@ def test_tcp_routers_hostsni_and_https_options_skip_the_empty_label():
         {
             "http": {
                 "routers": {
-                    "site": {"rule": "Host(`*.site.test`)", "service": "h", "tls": {"options": "strict"}},
+                    "site": {
+                        "rule": "Host(`*.site.test`)",
+                        "service": "h",
+                        "tls": {"options": "strict"},
+                    },
                     "other": {"rule": "Host(`other.test`)", "service": "h", "tls": {}},
                 },
                 "services": {"h": HTTP_SVC},
             },
             "tcp": {
                 "routers": {
-                    "db": {"rule": "HostSNI(`*.db.test`)", "service": "t", "tls": {"passthrough": True}},
+                    "db": {
+                        "rule": "HostSNI(`*.db.test`)",
+                        "service": "t",
+                        "tls": {"passthrough": True},
+                    },
                 },
                 "services": {"t": TCP_SVC},
             },

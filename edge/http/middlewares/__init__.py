@@ -30,7 +30,17 @@ __all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
 class Forward:
     """The request as it will go upstream: what per-request middlewares may change."""
 
-    __slots__ = ("authority", "headers", "host", "method", "path", "prefix", "query", "scheme", "trusted_head")
+    __slots__ = (
+        "authority",
+        "headers",
+        "host",
+        "method",
+        "path",
+        "prefix",
+        "query",
+        "scheme",
+        "trusted_head",
+    )
 
     def __init__(
         self,
@@ -45,12 +55,16 @@ class Forward:
         self.method = method
         self.authority = authority  # the Host (or absolute-form target's authority) as sent
         self.scheme = scheme  # the entrypoint's: http or https
-        self.trusted_head = trusted_head  # the request's head when its client is trusted (X-Forwarded-*)
+        self.trusted_head = (
+            trusted_head  # the request's head when its client is trusted (X-Forwarded-*)
+        )
         self.host = host
         self.path = path
         self.query = query
         self.prefix = b""  # X-Forwarded-Prefix: what stripPrefix took away
-        self.headers: list[tuple[bytes, bytes]] | None = None  # set per request (empty value: remove)
+        self.headers: list[tuple[bytes, bytes]] | None = (
+            None  # set per request (empty value: remove)
+        )
 
     def set_header(self, name: bytes, value: bytes) -> None:
         if self.headers is None:

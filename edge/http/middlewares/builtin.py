@@ -165,4 +165,3 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
         rs = config.redirect_scheme
         return RedirectScheme(name, rs.scheme, rs.port, rs.permanent)
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")
-

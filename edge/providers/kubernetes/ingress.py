@@ -754,7 +754,17 @@ class _Converter:
         if stand_in is not None:
             base, identity, rule, ropts = stand_in
             self.routes.append(
-                _Route(base, f"{identity}|left-out", rule, 0, ("", "", ""), ropts.entry_points, [], False, str(found))
+                _Route(
+                    base,
+                    f"{identity}|left-out",
+                    rule,
+                    0,
+                    ("", "", ""),
+                    ropts.entry_points,
+                    [],
+                    False,
+                    str(found),
+                )
             )
 
     def ingress(self, ing: Ingress) -> None:
@@ -844,8 +854,15 @@ class _Converter:
         if any_host:
             if self.catch_all_from:
                 reason = f"the controller's default backend is ingress {self.catch_all_from}'s"
-                stand_in = (f"{prefix}-default-backend", f"{label}|catch-all", "PathPrefix(`/`)", ropts)
-                self.problem(label, "spec.defaultBackend", "default-backend-conflict", reason, stand_in)
+                stand_in = (
+                    f"{prefix}-default-backend",
+                    f"{label}|catch-all",
+                    "PathPrefix(`/`)",
+                    ropts,
+                )
+                self.problem(
+                    label, "spec.defaultBackend", "default-backend-conflict", reason, stand_in
+                )
                 return
             self.catch_all_from = label
             base, identity = f"{prefix}-default-backend", f"{label}|catch-all"
@@ -928,7 +945,9 @@ class _Converter:
         # Stand-ins are named apart, so that one never renames a served router.
         taken = set(names)
         for name, route in zip(
-            _unique_names([(f"{r.base}-left-out", r.identity) for r in left_out]), left_out, strict=True
+            _unique_names([(f"{r.base}-left-out", r.identity) for r in left_out]),
+            left_out,
+            strict=True,
         ):
             while name in taken:
                 name = f"{name}-{hashlib.sha256(route.identity.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
