@@ -23,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Literal, dataclass_transform
 from urllib.parse import urlsplit
 
 import msgspec
@@ -81,6 +81,12 @@ UNSUPPORTED = "not supported by this version of edge"
 """What edge says of a Traefik option it does not implement (see :class:`Element`)."""
 
 
+# Struct's own dataclass_transform defaults to not frozen, so a type checker would
+# see every subclass that does not restate ``frozen=True`` as mutable (and reject it
+# as a mutable child of a frozen parent). Restating the transform here with
+# ``frozen_default=True`` keeps ``frozen`` said once, below. At run time the
+# decorator only sets ``Base.__dataclass_transform__``; msgspec ignores it.
+@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
 class Base(
     msgspec.Struct,
     frozen=True,
