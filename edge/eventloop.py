@@ -100,7 +100,8 @@ def import_uvloop() -> ModuleType:
     for name in UVLOOP_IMPORTS:
         importlib.import_module(name)
     original = weakref.WeakValueDictionary
-    weakref.WeakValueDictionary = TransportTable  # type: ignore[misc]
+    # The stand-in is the point (module doc): a plain dict where uvloop expects the weak one.
+    weakref.WeakValueDictionary = TransportTable  # type: ignore[misc, assignment]
     try:
         import uvloop
     finally:

@@ -103,8 +103,13 @@ def log_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
         )
         return
     exc_info = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+    # typeshed's exc_info has no (type, None, traceback), which exc_value None would
+    # give; logging takes it all the same and prints the traceback.
     _unraisable_log.error(
-        "%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object, exc_info=exc_info
+        "%s: %r",
+        unraisable.err_msg or "Exception ignored in",
+        unraisable.object,
+        exc_info=exc_info,  # type: ignore[arg-type]
     )
 
 

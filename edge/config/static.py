@@ -447,9 +447,10 @@ class StaticConfig(Base):
         """Check every ``http.redirections.entryPoint.to`` and give it the port to name."""
         changed = {}
         for name, ep in self.entry_points.items():
-            redirect = ep.http.redirect
-            if redirect is None:
+            redirections = ep.http.redirections
+            if redirections is None or redirections.entry_point is None:
                 continue
+            redirect = redirections.entry_point
             where = f"entryPoints.{name}.http.redirections.entryPoint"
             if ep.protocol != "tcp":
                 raise ValueError(f"{where}: {name!r} is a UDP entry point")
@@ -470,7 +471,7 @@ class StaticConfig(Base):
             redirect = msgspec.structs.replace(redirect, port=port)
             http = msgspec.structs.replace(
                 ep.http,
-                redirections=msgspec.structs.replace(ep.http.redirections, entry_point=redirect),
+                redirections=msgspec.structs.replace(redirections, entry_point=redirect),
             )
             changed[name] = msgspec.structs.replace(ep, http=http)
         if changed:
