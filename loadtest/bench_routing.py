@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import edge.rules.parser as rules_mod
+import edge.rules.regexp as rules_mod
 from edge.rules import RequestView, RouteTable, compile_rule, default_priority
 
 DISTINCT_REQUESTS = 1_000

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import edge.rules.parser as rules_mod
+import edge.rules.request as rules_mod
 from edge.errors import RuleError
 from edge.rules import (
     RequestView,
