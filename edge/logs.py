@@ -133,7 +133,7 @@ class AccessLogger:
         self.count = 0  # requests logged since start (Traefik's RequestCount)
 
     def __call__(self, ex, duration: float) -> None:
-        """One line for a finished :class:`~edge.http.exchange.Exchange`."""
+        """One line for a finished :class:`~edge.http.server.exchange.Exchange`."""
         head = ex.head
         route = ex.route
         backend = ex.backend

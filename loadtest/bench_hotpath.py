@@ -69,9 +69,9 @@ import uvloop
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
-from edge.http.connection import HTTPConnection, HTTPContext
-from edge.http.parsers import parser_classes
-from edge.http.upstream import UpstreamConnection
+from edge.http.codec.parsers import parser_classes
+from edge.http.server.connection import HTTPConnection, HTTPContext
+from edge.http.server.upstream import UpstreamConnection
 from edge.router.factory import build_http_routers
 from edge.transports import TransportRegistry
 

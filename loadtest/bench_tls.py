@@ -70,7 +70,7 @@ from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from edge.config.static import EntryPoint
 from edge.entrypoints.tcp import TCPEntryPoint
-from edge.http.upstream import UpstreamConnection
+from edge.http.server.upstream import UpstreamConnection
 from edge.router.factory import build_router_sets
 from edge.transports import TransportRegistry
 

@@ -209,7 +209,7 @@ class EntryPointHTTP(Base):
     (``/./``, ``/../``, also ``%2e``-spelled) are resolved, its empty ones
     dropped and a backslash escaped (``%5C``) before routing, and the backend
     receives the cleaned path
-    (:func:`edge.http.forward.sanitize_path`); false routes and forwards the path
+    (:func:`edge.http.codec.forward.sanitize_path`); false routes and forwards the path
     as sent, so a backend that resolves ``/x/../admin`` itself may be reached
     past ``/admin``'s routers and middlewares.
     """

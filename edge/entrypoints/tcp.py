@@ -49,10 +49,10 @@ import msgspec
 from edge.config.static import EntryPoint, RedirectEntryPoint
 from edge.descriptors import Budget
 from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
-from edge.http.connection import Arrival, HTTPConnection, HTTPContext
+from edge.http.codec.parsers import parser_classes
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.http.middlewares.builtin import RedirectScheme
-from edge.http.parsers import parser_classes
+from edge.http.server.connection import Arrival, HTTPConnection, HTTPContext
 from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.router.tcp import TCPRouter

@@ -13,8 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edge.config.dynamic import ServersTransport
-from edge.http.parsers import parser_classes
-from edge.http.upstream import UpstreamConnection
+from edge.http.codec.parsers import parser_classes
+from edge.http.server.upstream import UpstreamConnection
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
 from tests.harness import Edge, get
 

@@ -370,7 +370,7 @@ def test_pipelined_request_not_written_to_a_connection_that_answered_too_much(
     tmp_path, parser, response
 ):
     """Bytes after a response in the same read answer nothing: the upstream connection
-    is aborted once that read is parsed (edge.http.upstream). But the response had
+    is aborted once that read is parsed (edge.http.server.upstream). But the response had
     already put it back in the pool, and a pipelined request waiting on the client
     connection was taken up at once, in the same parse, and written to it; the abort
     then made edge send it again on a new connection: the backend got it twice

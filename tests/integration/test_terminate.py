@@ -32,8 +32,8 @@ import uvloop
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
-from edge.http.connection import HTTPConnection, HTTPContext
-from edge.http.parsers import parser_classes
+from edge.http.codec.parsers import parser_classes
+from edge.http.server.connection import HTTPConnection, HTTPContext
 from edge.router.factory import build_http_routers
 from edge.tls.certs import TLSCertificates
 from edge.tls.terminate import Acceptor, TLSAccept, TLSTransport, refuse, start_tls

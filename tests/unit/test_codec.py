@@ -10,7 +10,7 @@ import pytest
 
 from edge.errors import HeadersTooLarge, ProtocolError
 from edge.http.codec import RequestHead, ResponseHead
-from edge.http.parsers import parser_classes
+from edge.http.codec.parsers import parser_classes
 
 
 class Recorder:
@@ -868,7 +868,7 @@ def test_response_head_over_the_limit(codec):
 
 def test_httptools_parses_plain_keep_alive_traffic_without_header_callbacks():
     """Plain heads, one per feed, take the quick path: the full llhttp parser is never fed."""
-    from edge.http import codec_httptools
+    from edge.http.codec import httptools as codec_httptools
 
     rec = Recorder()
     parser = codec_httptools.RequestParser(rec)
@@ -901,7 +901,7 @@ def test_httptools_parses_plain_keep_alive_traffic_without_header_callbacks():
 
 def test_httptools_quick_path_refusal_leaves_the_full_path_to_explain():
     """A head llhttp refuses in the quick path is refused by the full path, with its reason."""
-    from edge.http import codec_httptools
+    from edge.http.codec import httptools as codec_httptools
 
     rec = Recorder()
     parser = codec_httptools.RequestParser(rec)
@@ -914,7 +914,7 @@ def test_httptools_quick_path_refusal_leaves_the_full_path_to_explain():
 def test_httptools_a_repeated_request_is_the_same_head_and_keeps_its_framing():
     """The very bytes of the last quick head give that head again, on the same connection
     or the next one of the entrypoint; a closing one still closes its parser."""
-    from edge.http import codec_httptools
+    from edge.http.codec import httptools as codec_httptools
 
     memo = codec_httptools.RequestParser.memo()
     rec = Recorder()
@@ -948,8 +948,8 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     lines but another value there is quick through the lines around it alone (the
     full parser is never fed); one where that value holds a line break, or whose
     changed line is a framing header, is not quick."""
-    from edge.http import codec_httptools
     from edge.http.codec import QuickRequestHead, QuickResponseHead
+    from edge.http.codec import httptools as codec_httptools
 
     def request(value: bytes, line: bytes = b"GET /%d HTTP/1.1") -> bytes:
         return line + b"\r\nHost: Example.com\r\nX-Trace: " + value + b"\r\nAccept: */*\r\n\r\n"
@@ -1086,7 +1086,7 @@ def test_httptools_heads_that_differ_in_one_value_are_quick_and_nothing_else_is(
     ],
 )
 def test_volatile_lines_cut_around_the_changed_values(old, new, expected):
-    from edge.http.headers import FIELD_LINES, volatile_lines
+    from edge.http.codec.headers import FIELD_LINES, volatile_lines
 
     got = volatile_lines(old, new)
     assert got == expected
@@ -1102,7 +1102,7 @@ def test_field_lines_bytes_are_llhttps():
     takes it, and no line naming a framing header is."""
     import httptools
 
-    from edge.http.headers import FIELD_LINES
+    from edge.http.codec.headers import FIELD_LINES
 
     class Silent:
         pass
@@ -1143,8 +1143,8 @@ def test_field_lines_bytes_are_llhttps():
 def test_httptools_large_heads_are_not_cut():
     """Heads over 16 KiB are parsed whole every time (the search for changed values is
     linear in their size, and such heads are not keep-alive traffic's)."""
-    from edge.http import codec_httptools
     from edge.http.codec import QuickRequestHead
+    from edge.http.codec import httptools as codec_httptools
 
     for size, cut in ((16_000, True), (17_000, False)):
         parser = codec_httptools.RequestParser(Recorder())

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge.errors import ProtocolError
-from edge.http.parsers import parser_classes
+from edge.http.codec.parsers import parser_classes
 
 BIG = 1 << 20
 

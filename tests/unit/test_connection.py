@@ -20,7 +20,7 @@ import gc
 import pytest
 import uvloop
 
-from edge.http.connection import HEAD, IDLE
+from edge.http.server.connection import HEAD, IDLE
 from loadtest.bench_hotpath import setup
 from tests.unit.test_express import Recorder
 
@@ -189,7 +189,7 @@ def test_an_upstream_connection_that_ends_while_pooled_is_not_lent_again(pair, e
 def test_forwarding_lines_are_each_client_s_own_for_each_host(pair):
     """What an entrypoint remembers of the forwarding lines (per client and Host)
     never lends one client's address, or one Host, to another."""
-    from edge.http.connection import HTTPConnection
+    from edge.http.server.connection import HTTPConnection
 
     client, upstream = pair()
     cases = [
@@ -221,8 +221,8 @@ def test_a_closed_connection_is_freed_at_once(pair):
     reference counting at once, with its parser and exchange, not left in a cycle
     for the cyclic GC (whose passes over its youngest generation every new
     connection would pay for)."""
-    from edge.http.connection import HTTPConnection
-    from edge.http.exchange import Exchange
+    from edge.http.server.connection import HTTPConnection
+    from edge.http.server.exchange import Exchange
 
     client, upstream = pair()
     kinds = (HTTPConnection, Exchange, type(client.parser))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import uvloop
 
-from edge.http.exchange import Exchange
 from edge.http.middlewares import Middleware, Pipeline
+from edge.http.server.exchange import Exchange
 from edge.router.http import Route
 from loadtest.bench_hotpath import FakeTransport, setup
 

@@ -1,7 +1,6 @@
 import pytest
 
-from edge.http import forward
-from edge.http.codec import RequestHead, ResponseHead
+from edge.http.codec import RequestHead, ResponseHead, forward
 
 
 def req(
@@ -174,7 +173,7 @@ def test_forwarded_header_never_rides_a_head_forwarded_as_its_bytes(codec, trust
     """The express path sends a quick head's own bytes (``cut``) and the general path
     a passthrough head's: neither may be taken for a head holding Forwarded, on
     either codec, so ``upstream_request`` rebuilds it (dropped when untrusted)."""
-    from edge.http.parsers import parser_classes
+    from edge.http.codec.parsers import parser_classes
 
     heads = []
 
@@ -309,7 +308,7 @@ def test_error_response_is_generic():
     ],
 )
 def test_request_passthrough_decision(headers, expected):
-    from edge.http.headers import request_framing
+    from edge.http.codec.headers import request_framing
 
     assert request_framing(b"1.1", headers)[5] == expected
 
@@ -348,7 +347,7 @@ def test_cut_connection_and_passthrough_request():
 
 def test_passthrough_and_rebuild_agree():
     # The same request forwarded both ways carries the same header set.
-    from edge.http.parsers import parser_classes
+    from edge.http.codec.parsers import parser_classes
 
     raw = b"GET /p HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\nAccept: */*\r\nUser-Agent: t\r\n\r\n"
     heads = []

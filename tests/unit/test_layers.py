@@ -21,21 +21,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("edge.providers", "edge.logs", "edge.ipc", "edge.api"),
     ("edge.watcher",),
     ("edge.transports",),
-    # the HTTP codec layer: heads, parsers, head writers, middlewares, upstream connections
-    (
-        "edge.http.codec",
-        "edge.http.codec_h11",
-        "edge.http.codec_httptools",
-        "edge.http.headers",
-        "edge.http.forward",
-        "edge.http.parsers",
-        "edge.http.middlewares",
-        "edge.http.upstream",
-    ),
+    # sans-IO HTTP (heads, parsers, head writers) and the middlewares the routers hold
+    ("edge.http.codec", "edge.http.middlewares"),
     ("edge.tls", "edge.tcp"),
     ("edge.router",),
-    # the HTTP server layer: a client connection and its exchanges
-    ("edge.http.exchange", "edge.http.connection"),
+    # the HTTP server: a client connection, its exchanges, upstream connections
+    ("edge.http.server",),
     ("edge.udp",),
     ("edge.entrypoints",),
     ("edge.app",),

@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge.errors import ProtocolError
-from edge.http.codec_httptools import RequestParser
-from edge.http.connection import HTTPConnection
-from edge.http.exchange import Exchange
-from edge.http.parsers import parser_classes
+from edge.http.codec.httptools import RequestParser
+from edge.http.codec.parsers import parser_classes
+from edge.http.server.connection import HTTPConnection
+from edge.http.server.exchange import Exchange
 from loadtest.bench_hotpath import setup
 from tests.unit.test_codec_differential import BIG, Events, run, varied_request
 from tests.unit.test_express import Recorder

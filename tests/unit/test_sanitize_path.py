@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge.http.codec_httptools import RequestParser
-from edge.http.forward import sanitize_path, split_target
+from edge.http.codec.forward import sanitize_path, split_target
+from edge.http.codec.httptools import RequestParser
 from tests.unit.test_codec import Recorder
 
 # Traefik's TestSanitizePath table and its entrypoint docs' examples, verbatim cases.

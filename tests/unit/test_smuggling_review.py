@@ -7,7 +7,7 @@ import pytest
 
 from edge.config.loader import decode_dynamic
 from edge.errors import ConfigError
-from edge.http.forward import split_host_port
+from edge.http.codec.forward import split_host_port
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """The HTTP/1.1 codec interface: sans-IO parsers for requests and responses.
 
-Two implementations sit behind this interface: ``codec_httptools`` (llhttp, the
-fast default) and ``codec_h11`` (the strict reference). Both are pure objects over
-bytes: ``feed()`` buffers and parses, and calls the handler synchronously for each
-event; no sockets, no loop. They must emit exactly the same events for the same
+Two implementations sit behind this interface: :mod:`~edge.http.codec.httptools`
+(llhttp, the fast default) and :mod:`~edge.http.codec.h11` (the strict reference).
+Both are pure objects over bytes: ``feed()`` buffers and parses, and calls the
+handler synchronously for each event; no sockets, no loop. They must emit exactly the same events for the same
 bytes, however those bytes are split (a differential test checks this).
 
 Events, in order, per message:
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from edge.http.headers import head_passthrough, split_header_lines
+from edge.http.codec.headers import head_passthrough, split_header_lines
 
 # ``passthrough`` not worked out yet (a quick parse): found from the headers when asked.
 UNKNOWN = ...
@@ -69,7 +69,7 @@ class _Head:
     @property
     def passthrough(self) -> tuple[Header, ...] | None:
         """None when the head must be rebuilt, else its Connection header (if any),
-        to cut from ``raw`` (see :func:`edge.http.headers.passthrough`)."""
+        to cut from ``raw`` (see :func:`edge.http.codec.headers.passthrough`)."""
         through = self._through
         if through is UNKNOWN:
             through = self._through = head_passthrough(self.headers)
@@ -192,7 +192,7 @@ class ResponseHead(_Head):
 
 
 class QuickRequestHead(RequestHead):
-    """A RequestHead from a quick parse (see ``codec_httptools.RequestParser.quick``).
+    """A RequestHead from a quick parse (see ``edge.http.codec.httptools.RequestParser.quick``).
 
     What every such head shares is a class attribute, which shadows the slot of
     the same name (heads are never written after they are built), so building one
@@ -230,7 +230,7 @@ class QuickResponseHead(ResponseHead):
     """A ResponseHead from a quick parse: HTTP/1.1, a Content-Length body (see QuickRequestHead).
 
     ``closing``: the head as written to a client whose connection closes after
-    it, kept by :func:`edge.http.forward.client_response` the first time it is
+    it, kept by :func:`edge.http.codec.forward.client_response` the first time it is
     asked (the parser hands the same head out again for a repeated response).
     """
 

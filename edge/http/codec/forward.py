@@ -28,8 +28,14 @@ from __future__ import annotations
 import re
 from http import HTTPStatus
 
-from edge.http.codec import Header, QuickResponseHead, RequestHead, ResponseHead
-from edge.http.headers import FORWARDED, FORWARDED_KEPT, HOP_BY_HOP, RFC_FORWARDED, connection_line
+from edge.http.codec.base import Header, QuickResponseHead, RequestHead, ResponseHead
+from edge.http.codec.headers import (
+    FORWARDED,
+    FORWARDED_KEPT,
+    HOP_BY_HOP,
+    RFC_FORWARDED,
+    connection_line,
+)
 from edge.rules import split_authority
 
 # Never copied as they are: edge writes its own (from a trusted client, it
@@ -149,7 +155,8 @@ def sanitize_path(path: bytes) -> bytes:
 
     ``path`` starts with ``/`` (:func:`split_target`). Returns ``path`` itself when
     nothing changes; a path holding none of ``/.``, ``//``, ``%2e``, ``%2E``, ``\\``
-    costs one search (a quick head never holds one: ``codec_httptools._PLAIN_REQUEST_LINE``).
+    costs one search (a quick head never holds one:
+    ``edge.http.codec.httptools._PLAIN_REQUEST_LINE``).
     """
     if _TO_CLEAN.search(path) is None:
         return path
@@ -333,11 +340,11 @@ def cut_connection(
 ) -> bytes | None:
     """A head's bytes without its Connection line (``through`` names it, if any).
 
-    ``through`` comes from :func:`edge.http.headers.passthrough`. A Connection
+    ``through`` comes from :func:`edge.http.codec.headers.passthrough`. A Connection
     of exactly ``keep-alive`` stays when ``keep_alive`` (the next hop's
     connection is kept alive): it then states edge's own intent for that
     connection, as nginx writes one. The line is found by
-    :func:`edge.http.headers.connection_line`, as the quick parses find it.
+    :func:`edge.http.codec.headers.connection_line`, as the quick parses find it.
     """
     if not through:
         return raw

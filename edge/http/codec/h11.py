@@ -4,7 +4,7 @@ This module owns the h11-backed RequestParser and ResponseParser of the interfac
 in :mod:`edge.http.codec`.
 
 Invariant: h11 is only ever handed bytes this module has already framed and
-checked with the shared rules of :mod:`edge.http.headers`: one complete head at a
+checked with the shared rules of :mod:`edge.http.codec.headers`: one complete head at a
 time (scanned for bare LF/CR, obs-fold and control bytes, no longer than
 ``max_header_bytes``), then the exact body bytes of that message. Chunk-size
 lines are checked here as llhttp checks them and reach h11 rewritten as a plain
@@ -24,8 +24,8 @@ from collections.abc import Callable
 import h11
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec import Handler, RequestHead, ResponseHead
-from edge.http.headers import (
+from edge.http.codec.base import Handler, RequestHead, ResponseHead
+from edge.http.codec.headers import (
     HEAD_END,
     METHODS,
     ChunkLine,

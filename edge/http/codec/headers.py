@@ -1,7 +1,7 @@
 """Pure checks shared by the two HTTP/1.1 codecs: head framing, head scans, message framing.
 
 This module owns the rules that must not depend on which parser runs, so that
-``codec_httptools`` (llhttp) and ``codec_h11`` accept and refuse exactly the same
+``codec.httptools`` (llhttp) and ``codec.h11`` accept and refuse exactly the same
 bytes. Both codecs find a head themselves (it ends at the first CRLF CRLF after any
 empty lines) and hand a parser only complete heads no longer than
 ``max_header_bytes``.

@@ -9,7 +9,7 @@ body bytes of that message: a Content-Length body by count, a chunked body in
 pieces that each end at a CRLF CRLF (a chunked message always ends with one, so it
 can only end where a piece ends). So the end of every message is known here
 without asking llhttp, heads are judged by the shared rules of
-:mod:`edge.http.headers` exactly as the h11 codec judges them, and one llhttp
+:mod:`edge.http.codec.headers` exactly as the h11 codec judges them, and one llhttp
 parser serves every message of a keep-alive connection. llhttp's own checks
 (bare LF, obs-fold, control bytes, Content-Length and Transfer-Encoding
 conflicts, chunk syntax) do the rest, but for chunk sizes: llhttp takes any up to
@@ -20,7 +20,7 @@ been given the bytes before its line.
 
 Per request the Python work is: one ``bytes.find`` for the head, llhttp's url and
 header callbacks, one slice compare for the request line, one pass over the
-headers (:func:`edge.http.headers.request_framing`) and the head object.
+headers (:func:`edge.http.codec.headers.request_framing`) and the head object.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable
 import httptools
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec import (
+from edge.http.codec.base import (
     Handler,
     Header,
     QuickRequestHead,
@@ -39,7 +39,7 @@ from edge.http.codec import (
     RequestHead,
     ResponseHead,
 )
-from edge.http.headers import (
+from edge.http.codec.headers import (
     FIELD_LINES,
     HEAD_END,
     MAX_CHUNK_SIZE,

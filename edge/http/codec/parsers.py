@@ -1,16 +1,16 @@
 """The codec factory: which request and response parser classes a name means.
 
-Lives apart from the codec interface (:mod:`edge.http.codec`), which both
+Lives apart from the codec interface (:mod:`edge.http.codec.base`), which both
 implementations import, so that imports go one way.
 """
 
 from __future__ import annotations
 
-from edge.http import codec_h11, codec_httptools
+from edge.http.codec import h11, httptools
 
 PARSERS = {
-    "httptools": (codec_httptools.RequestParser, codec_httptools.ResponseParser),
-    "h11": (codec_h11.RequestParser, codec_h11.ResponseParser),
+    "httptools": (httptools.RequestParser, httptools.ResponseParser),
+    "h11": (h11.RequestParser, h11.ResponseParser),
 }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from edge.http.codec import RequestHead
-from edge.http.forward import HeaderEdits
+from edge.http.codec.forward import HeaderEdits
 
 __all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from edge.config.dynamic import Middleware as MiddlewareConfig
-from edge.http.forward import HeaderEdits
+from edge.http.codec.forward import HeaderEdits
 from edge.http.middlewares import Answer, Forward, Middleware
 from edge.rules import routing_path, split_authority
 

@@ -6,7 +6,7 @@ interface (a TLS-terminating adapter); it never asks which. It owns the bytes:
 feeding the request parser, writing to the client in order and in batches,
 flow control both ways, the connection's deadlines, pipelined requests waiting
 their turn, and handing the connection over to a splice after an upgrade.
-Each request becomes an :class:`~edge.http.exchange.Exchange`, which owns the
+Each request becomes an :class:`~edge.http.server.exchange.Exchange`, which owns the
 routing, the pipeline and the upstream side.
 
 State is grouped as shared (:class:`HTTPContext`, one per entrypoint and
@@ -57,9 +57,8 @@ from collections import deque
 from collections.abc import Callable
 
 from edge.errors import HTTPError
-from edge.http import forward
-from edge.http.codec import RequestHead
-from edge.http.exchange import CONTINUE, HIGH_WATER, Exchange
+from edge.http.codec import RequestHead, forward
+from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
 from edge.router.http import EMPTY_ROUTER, HTTPRouter
 from edge.rules import unmapped_network
 from edge.tcp.splice import Splice, peer_reset, splice
@@ -163,7 +162,7 @@ class HTTPContext:
         return hostport
 
     def forwarding(self, client_ip: bytes, authority: bytes, port: bytes) -> bytes:
-        """The forwarding lines of a passthrough head (:func:`edge.http.forward.forwarding_lines`)
+        """The forwarding lines of a passthrough head (:func:`edge.http.codec.forward.forwarding_lines`)
         for a client and a Host value, remembered for the next connection of that
         client (bounded as :meth:`host_port` is)."""
         key = (client_ip, authority)

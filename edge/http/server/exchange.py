@@ -13,10 +13,10 @@ Invariants:
 - The router is read once, when the exchange starts; a swap never affects it.
 - The pipeline decides what is rewritten. The express path (:meth:`express`)
   is taken only when the route's pipeline does nothing (``Route.express``), and
-  writes heads with the same writers as the general path (:mod:`edge.http.forward`):
+  writes heads with the same writers as the general path (:mod:`edge.http.codec.forward`):
   the bytes each path sends are the same.
 - It is the upstream connection's owner (the interface ``UpstreamConnection``
-  calls is :class:`edge.http.upstream.UpstreamOwner`); an upstream connection is
+  calls is :class:`edge.http.server.upstream.UpstreamOwner`); an upstream connection is
   owned by one exchange at a time, and by none while pooled.
 """
 
@@ -28,15 +28,14 @@ import time
 from typing import TYPE_CHECKING
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
-from edge.http import forward
-from edge.http.codec import RequestHead, ResponseHead
-from edge.http.forward import HeaderEdits
+from edge.http.codec import RequestHead, ResponseHead, forward
+from edge.http.codec.forward import HeaderEdits
 from edge.http.middlewares import Answer, Forward
-from edge.http.upstream import UpstreamConnection
+from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
 
 if TYPE_CHECKING:
-    from edge.http.connection import HTTPConnection
+    from edge.http.server.connection import HTTPConnection
     from edge.router.http import Backend, Route
 
 log = logging.getLogger("edge.http")
@@ -123,7 +122,7 @@ class Exchange:
         """The express path: a quick HTTP/1.1 request whose route does nothing to it (``Route.express``).
 
         Goes upstream as its own bytes plus edge's forwarding headers
-        (``forwarding``: :func:`edge.http.forward.forwarding_lines` for its
+        (``forwarding``: :func:`edge.http.codec.forward.forwarding_lines` for its
         client and Host), and its response may take the quick path too
         (:meth:`upstream_quick`). False when it cannot (no server to pick): the
         caller takes the general path.
@@ -431,7 +430,7 @@ class Exchange:
         conn.out = []
         # ...and what they write upstream: a pipelined request taken up once this
         # response ends may be given this very connection, which the parse's end
-        # aborts if more than the response came (edge.http.upstream); written at
+        # aborts if more than the response came (edge.http.server.upstream); written at
         # once, the request would reach the server there and again on the new
         # connection its loss makes it retried on.
         conn.up_out = []
