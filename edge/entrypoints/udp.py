@@ -133,7 +133,8 @@ class UDPEntryPoint:
                 host, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE
             )
             family, address = infos[0][0], infos[0][4]
-            wildcard = ipaddress.ip_address(address[0].split("%", 1)[0]).is_unspecified
+            # (str(): a host, never the (int, bytes) of a Python built without IPv6)
+            wildcard = ipaddress.ip_address(str(address[0]).split("%", 1)[0]).is_unspecified
             dual_stack = False
         else:  # every address: one dual-stack socket where IPv6 exists
             family, address, wildcard, dual_stack = socket.AF_INET6, ("::", port), True, True

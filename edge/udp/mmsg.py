@@ -29,12 +29,15 @@ import mmap
 import socket
 import struct
 import sys
+from collections.abc import Callable
+from typing import Any, Literal
 
 __all__ = ["NAME_SIZE", "SLOT", "VLEN", "BatchReader", "address_of", "recvmmsg"]
 
 _CMSGHDR = struct.Struct("@Nii")  # cmsg_len (size_t), cmsg_level, cmsg_type
 _WORD = ctypes.sizeof(ctypes.c_size_t)
-_WORD_CODE = {8: "Q", 4: "I"}[_WORD]  # an array / memoryview code for a size_t
+_WORD_CODES: dict[int, Literal["Q", "I"]] = {8: "Q", 4: "I"}
+_WORD_CODE = _WORD_CODES[_WORD]  # an array / memoryview code for a size_t
 
 VLEN = 64  # datagrams one read takes at most
 SLOT = 65536  # bytes per datagram slot: more than any UDP payload (65,507 over IPv4)
@@ -61,7 +64,7 @@ class _MMsgHdr(ctypes.Structure):
     _fields_ = (("hdr", _MsgHdr), ("len", ctypes.c_uint))
 
 
-def recvmmsg():
+def recvmmsg() -> Callable[..., int] | None:
     """libc's ``recvmmsg`` as a ctypes function; None where there is none (not Linux)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -71,7 +74,7 @@ def recvmmsg():
         return None
 
 
-def address_of(name: bytes) -> tuple:
+def address_of(name: bytes) -> tuple[Any, ...]:
     """The socket module's form of a raw ``sockaddr_in`` / ``sockaddr_in6``: (host, port)
     or (host, port, flowinfo, scope_id), as ``recvfrom`` would have returned it."""
     port = int.from_bytes(name[2:4], "big")
@@ -117,7 +120,29 @@ class BatchReader:
         "words",
     )
 
-    def __init__(self, sock: socket.socket, call, vlen: int = VLEN, control: int = 0) -> None:
+    _buffer: mmap.mmap
+    _control: ctypes.Array[ctypes.c_char]
+    _first: int
+    _full: memoryview[int]
+    _iovs: ctypes.Array[_IOVec]
+    _msgs: ctypes.Array[_MMsgHdr]
+    _raw: bytearray
+    _step: int
+    at: int
+    control: int
+    error: int
+    fd: int
+    lengths: memoryview[int]
+    names: list[ctypes.Array[ctypes.c_char]]
+    receive: Callable[[], int]  # recvmmsg with its arguments bound (see __init__)
+    stride: int
+    views: list[memoryview]
+    vlen: int
+    words: memoryview[int]
+
+    def __init__(
+        self, sock: socket.socket, call: Callable[..., int], vlen: int = VLEN, control: int = 0
+    ) -> None:
         """``call``: :func:`recvmmsg`'s function (not None)."""
         size = NAME_SIZE[sock.family]
         self.fd = sock.fileno()
@@ -211,6 +236,5 @@ class BatchReader:
         self.views = []
         self.lengths.release()
         self.words.release()
-        self._msgs = None
-        self.receive = None
+        del self._msgs, self.receive  # the headers and the bound call: a closed reader is not read
         self._buffer.close()

@@ -53,6 +53,7 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 from edge.router.udp import UDPRouter, UDPServer
 from edge.tcp.proxyproto import encode_v2
@@ -91,13 +92,15 @@ _MAPPED = bytes(10) + b"\xff\xff"  # the first 12 bytes of an IPv4-mapped IPv6 a
 UNREACHABLE = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
-def proxy_v2_header(client: tuple, local: tuple) -> bytes:
+def proxy_v2_header(client: tuple[Any, ...], local: tuple[Any, ...]) -> bytes:
     """The PROXY protocol v2 header (PROXY, UDP) for ``client`` -> ``local``; socket
     addresses of either family (IPv4-mapped ones, from a dual-stack listener, as IPv4)."""
     return encode_v2(client[:2], local[:2], transport="udp")
 
 
-def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list | None]:
+def local_from_pktinfo(
+    ancillary: list[tuple[int, int, bytes]], port: int
+) -> tuple[tuple[Any, ...] | None, list[tuple[int, int, bytes]] | None]:
     """From a datagram's IP_PKTINFO / IPV6_PKTINFO: the address the client wrote to,
     and the ancillary data that makes a reply leave from the local address it reached
     (None, None if absent; a reply of None: the kernel picks its source).
@@ -121,7 +124,7 @@ def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list |
             ]
         if level == socket.IPPROTO_IPV6 and kind == IPV6_PKTINFO and len(data) >= 20:
             v6 = data
-    if v6 is None:
+    if v6 is None or IPV6_PKTINFO is None:  # (v6 is set only where IPV6_PKTINFO exists)
         return None, None
     address = v6[:16]
     local = (socket.inet_ntop(socket.AF_INET6, address), port)
@@ -132,7 +135,7 @@ def local_from_pktinfo(ancillary: list, port: int) -> tuple[tuple | None, list |
     return local, [(socket.IPPROTO_IPV6, IPV6_PKTINFO, address + ifindex)]
 
 
-def reply_source(reply: list) -> str:
+def reply_source(reply: list[tuple[int, int, bytes]]) -> str:
     """The source address ``reply`` (from :func:`local_from_pktinfo`) sets, as text
     (an IPv4-mapped one as IPv4)."""
     level, _, data = reply[0]
@@ -145,7 +148,7 @@ def _unmapped(ip: str) -> str:
     return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
 
 
-def default_source(family: int, client: tuple) -> str | None:
+def default_source(family: int, client: tuple[Any, ...]) -> str | None:
     """The source address the kernel picks to reach ``client`` (None if it cannot).
 
     A reply from a wildcard listener needs IP_PKTINFO only when the address the client
@@ -162,6 +165,10 @@ def default_source(family: int, client: tuple) -> str | None:
 
 class DatagramProxy:
     """Sessions and forwarding for one UDP entry point (see the module docstring)."""
+
+    # The listening socket, set by attach (``attached``); every reader callback, the
+    # hot path that reads and replies through it, is registered after that.
+    sock: socket.socket
 
     def __init__(
         self,
@@ -186,9 +193,10 @@ class DatagramProxy:
         # would share a stamp, so a datagram between them would not tell them apart.
         self.tick = time.monotonic()
         self.router: UDPRouter | None = None
-        self.sock: socket.socket | None = None
+        self.attached = False  # sock is set
         self.wildcard = False
-        self.local: tuple | None = None  # the bound address (for a wildcard: when pktinfo lacks)
+        # the bound address (for a wildcard: when pktinfo lacks)
+        self.local: tuple[Any, ...] | None = None
         self.port = 0
         self.reading = False
         self._recvmmsg = recvmmsg() if batch else None
@@ -211,6 +219,7 @@ class DatagramProxy:
     def attach(self, sock: socket.socket, *, wildcard: bool) -> None:
         """Serve datagrams arriving on ``sock`` (bound, non-blocking)."""
         self.sock = sock
+        self.attached = True
         self.wildcard = wildcard
         self.local = sock.getsockname()
         self.port = self.local[1]
@@ -224,16 +233,19 @@ class DatagramProxy:
         self.start_reading()
 
     def start_reading(self) -> None:
-        if self.sock is not None and not self.reading:
-            if self._reader is None:
-                readable = self._readable
+        if self.attached and not self.reading:
+            fd = self.sock.fileno()
+            reader = self._reader
+            if reader is None:
+                self.loop.add_reader(fd, self._readable)
+            elif self.wildcard:
+                self.loop.add_reader(fd, self._read_many_pktinfo, reader)
             else:
-                readable = self._read_many_pktinfo if self.wildcard else self._read_many
-            self.loop.add_reader(self.sock.fileno(), readable)
+                self.loop.add_reader(fd, self._read_many, reader)
             self.reading = True
 
     def stop_reading(self) -> None:
-        if self.sock is not None and self.reading:
+        if self.attached and self.reading:
             self.loop.remove_reader(self.sock.fileno())
             self.reading = False
 
@@ -254,7 +266,7 @@ class DatagramProxy:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        if self.sock is not None:
+        if self.attached:
             self.sock.close()
 
     # -- configuration -------------------------------------------------------------------
@@ -269,22 +281,7 @@ class DatagramProxy:
         self.shortest = min(timeouts)
         ended = 0
         for session in self.table:
-            old = session.server
-            if (
-                router is None
-                or router.name != session.counters.router
-                or self._from_server(session.client)
-            ):
-                keep = False
-            elif old is None:
-                keep = True  # waiting to re-pick after a refusal: it will pick from this router
-            else:
-                new = router.servers.get(old.address)
-                keep = new is not None
-                if keep:
-                    session.server = new
-                    session.timeout = new.timeout or self.timeout
-            if keep:
+            if router is not None and self._stays(session, router):
                 session.counters = self._counters(router.name, router.service.name)
             else:
                 self.table.remove(session)
@@ -297,6 +294,21 @@ class DatagramProxy:
                 ended,
             )
 
+    def _stays(self, session: Session, router: UDPRouter) -> bool:
+        """Whether ``session`` stays on across a switch to ``router`` (then on the new
+        router's copy of its server)."""
+        if router.name != session.counters.router or self._from_server(session.client):
+            return False
+        old = session.server
+        if old is None:
+            return True  # waiting to re-pick after a refusal: it will pick from this router
+        new = router.servers.get(old.address)
+        if new is None:
+            return False
+        session.server = new
+        session.timeout = new.timeout or self.timeout
+        return True
+
     def servers_changed(self) -> None:
         """The router's servers, or their addresses (a host name resolved), changed."""
         router = self.router
@@ -306,7 +318,7 @@ class DatagramProxy:
             if s.sockaddr is not None
         )
 
-    def _from_server(self, client: tuple) -> bool:
+    def _from_server(self, client: tuple[Any, ...]) -> bool:
         return (_unmapped(client[0]), client[1]) in self.servers_at
 
     def _counters(self, router: str, service: str) -> Counters:
@@ -398,10 +410,10 @@ class DatagramProxy:
         counters.datagrams_to_server += 1
         counters.bytes_to_server += len(data)
 
-    def _read_many(self) -> int:
-        """The listener has datagrams: all of them, up to VLEN, in one recvmmsg; each
-        sender's raw sockaddr is its session key (edge.udp.mmsg). Returns how many."""
-        reader = self._reader
+    def _read_many(self, reader: BatchReader) -> int:
+        """The listener has datagrams: all of them, up to VLEN, in one recvmmsg by
+        ``reader`` (the listener's); each sender's raw sockaddr is its session key
+        (edge.udp.mmsg). Returns how many."""
         count = reader.receive()
         if count == 1:
             # One datagram per wakeup (the ping-pong of DNS) takes the shortest path.
@@ -460,13 +472,13 @@ class DatagramProxy:
             counters.bytes_to_server += size
         return count
 
-    def _read_many_pktinfo(self) -> None:
+    def _read_many_pktinfo(self, reader: BatchReader) -> None:
         """A wildcard listener read by recvmmsg: as ``_read_many`` (a new session takes its
         first datagram's pktinfo), then the ancillary room of the slots read is made
         whole again."""
-        count = self._read_many()
+        count = self._read_many(reader)
         if count:
-            self._reader.rearm(count)
+            reader.rearm(count)
 
     def _read_batch(self) -> None:
         """Up to the listener's budget of datagrams, each forwarded."""
@@ -511,7 +523,11 @@ class DatagramProxy:
         self._budget = min(budget * 2, BATCH)
 
     def _from_client(
-        self, session: Session | None, data: bytes, key: tuple | bytes, ancillary: list | None
+        self,
+        session: Session | None,
+        data: bytes,
+        key: tuple[Any, ...] | bytes,
+        ancillary: list[tuple[int, int, bytes]] | None,
     ) -> None:
         """A datagram the short path does not take: a new client, or a session that must
         pick a server again or send a PROXY header first. ``key``: the session key, the
@@ -525,14 +541,17 @@ class DatagramProxy:
             session.last = self.tick
         self._forward_slow(session, data)
 
-    def _open(self, key: tuple | bytes, ancillary: list | None) -> Session | None:
+    def _open(
+        self, key: tuple[Any, ...] | bytes, ancillary: list[tuple[int, int, bytes]] | None
+    ) -> Session | None:
         """A session for a new client, its server picked and its upstream open; None: dropped."""
         router = self.router
         if router is None:
             self.no_route += 1
             return None
         counters = self._counters(router.name, router.service.name)
-        client = key if self._reader is None else address_of(key)
+        # the socket module's address, or (read by recvmmsg) the raw sockaddr's
+        client = key if isinstance(key, tuple) else address_of(key)
         if self._from_server(client):
             # A server's own address (spoofed, or the server itself): the session would send
             # its server's answers back to it from the listener, and an answer to those
@@ -567,14 +586,16 @@ class DatagramProxy:
         counters.sessions_opened += 1
         return session
 
-    def _connect(self, session: Session, server: UDPServer) -> bool:
-        """Open ``session``'s upstream socket to ``server`` and watch it; False on failure."""
+    def _connect(self, session: Session, server: UDPServer) -> socket.socket | None:
+        """Open ``session``'s upstream socket to ``server`` (a resolved one: routers pick
+        no other) and watch it; the socket, or None on failure."""
+        assert server.sockaddr is not None, "an unresolved server was picked"
         try:
             sock = socket.socket(server.family, socket.SOCK_DGRAM)
         except OSError as exc:  # EMFILE / ENFILE: out of file descriptors
             self._open_failed += 1
             self._open_error = exc
-            return False
+            return None
         try:
             sock.setblocking(False)
             sock.connect(server.sockaddr)
@@ -583,7 +604,7 @@ class DatagramProxy:
             self._open_failed += 1
             self._open_error = exc
             self._mark_down(server, exc)
-            return False
+            return None
         session.sock = sock
         session.server = server
         session.timeout = server.timeout or self.timeout
@@ -592,7 +613,7 @@ class DatagramProxy:
         else:
             session.ready = sock
         self.loop.add_reader(sock.fileno(), self._upstream_readable, session)
-        return True
+        return sock
 
     def _detach(self, session: Session) -> None:
         """Close ``session``'s upstream socket (it may pick a server again later)."""
@@ -607,16 +628,18 @@ class DatagramProxy:
 
     def _forward_slow(self, session: Session, data: bytes) -> None:
         """Forward the first datagram after a refusal (pick again) or one that carries a header."""
-        if session.sock is None:
+        sock = session.sock
+        if sock is None:
             router = self.router
             server = router.pick(self.down) if router is not None else None
-            if server is None or not self._connect(session, server):
+            sock = self._connect(session, server) if server is not None else None
+            if sock is None:
                 session.counters.dropped += 1
                 return
         header = session.header
         payload = data if header is None else header + data
         try:
-            session.sock.send(payload)
+            sock.send(payload)
         except (BlockingIOError, InterruptedError):
             session.counters.dropped += 1  # the header goes with the next datagram
             return
@@ -624,7 +647,7 @@ class DatagramProxy:
             self._send_failed(session, data, exc)
             return
         session.header = None
-        session.ready = session.sock
+        session.ready = sock
         session.counters.datagrams_to_server += 1
         session.counters.bytes_to_server += len(data)
 

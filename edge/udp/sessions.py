@@ -33,8 +33,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable
-from typing import Any
+import socket
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge.router.udp import UDPServer
 
 __all__ = ["Counters", "Session", "SessionTable"]
 
@@ -113,23 +117,23 @@ class Session:
 
     def __init__(
         self,
-        client: Hashable,
+        client: tuple[Any, ...],
         counters: Counters,
         *,
         timeout: float,
-        local: tuple | None = None,
-        reply: list | None = None,
+        local: tuple[Any, ...] | None = None,
+        reply: list[tuple[int, int, bytes]] | None = None,
         key: Hashable | None = None,
     ) -> None:
         self.client = client
-        self.key = client if key is None else key
+        self.key: Hashable = client if key is None else key
         self.counters = counters
         self.timeout = timeout
         self.local = local
         self.reply = reply
-        self.server: Any = None
-        self.sock: Any = None
-        self.ready: Any = None
+        self.server: UDPServer | None = None
+        self.sock: socket.socket | None = None
+        self.ready: socket.socket | None = None
         self.header: bytes | None = None
         self.last = 0.0
         self.budget = 1  # datagrams the upstream socket's next callback reads
@@ -157,7 +161,7 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self.sessions)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Session]:
         return iter(list(self.sessions.values()))
 
     def get(self, client: Hashable) -> Session | None:
