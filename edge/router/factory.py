@@ -10,7 +10,7 @@ log); everything else is served.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from edge.config.runtime import RuntimeConfig
 from edge.http.middlewares import EMPTY_PIPELINE, Middleware, Pipeline
@@ -36,8 +36,10 @@ class _Builder:
         self.pipelines: dict[tuple[str, ...], Pipeline] = {}
 
     def service(self, name: str) -> Service | None:
+        # Typed as making any service: mypy cannot infer build_service's S from the class.
+        weighted: Callable[[str, list[tuple[Service, int]]], Service] = Weighted
         return build_service(
-            name, self.services, self.runtime.http_services, self.load_balancer, Weighted
+            name, self.services, self.runtime.http_services, self.load_balancer, weighted
         )
 
     def load_balancer(self, name: str, lb) -> LoadBalancer:

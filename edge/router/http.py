@@ -76,6 +76,11 @@ class Weighted:
     __slots__ = ("_wrr", "name", "pass_host", "pooled")
     single = None  # never one server to skip the balancing for
 
+    _wrr: SmoothWeightedRoundRobin[LoadBalancer | Weighted]
+    name: str
+    pass_host: bool  # every server of every child gets the client's Host
+    pooled: bool  # every child keeps its connections alive
+
     def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
         self.name = name
         children = list(children)

@@ -217,12 +217,12 @@ class TCPRouter:
         certs: TLSCertificates | None = None,
     ) -> None:
         plain = list(plain)
-        tls = [
+        matched = [
             (name, rule, prio, _Matched(route, is_catch_all(rule)))
             for name, rule, prio, route in tls
         ]
         self._plain: RouteTable[TCPRoute] | None = RouteTable(plain) if plain else None
-        self._tls: RouteTable[_Matched] | None = RouteTable(tls) if tls else None
+        self._tls: RouteTable[_Matched] | None = RouteTable(matched) if matched else None
         self.https_names: dict[str, TCPRoute] = https_names or {}
         self.https_any = https_any
         # Some HTTPS router names no host (PathPrefix, HostRegexp...): it may serve any
@@ -352,8 +352,10 @@ class _Builder:
         return ctx
 
     def service(self, name: str) -> TCPService | None:
+        # Typed as making any service: mypy cannot infer build_service's S from the class.
+        weighted: Callable[[str, list[tuple[TCPService, int]]], TCPService] = TCPWeighted
         return build_service(
-            name, self.services, self.runtime.tcp_services, self.load_balancer, TCPWeighted
+            name, self.services, self.runtime.tcp_services, self.load_balancer, weighted
         )
 
     def load_balancer(self, name: str, lb: TCPLoadBalancerConfig) -> TCPLoadBalancer | None:
@@ -445,17 +447,17 @@ def build_tcp_routers(
     names: dict[str, dict[str, str]] = {ep: {} for ep in eps}
     has_https: set[str] = set()
     catch_all: set[str] = set()  # entrypoints with an HTTPS router that names no host
-    for name, info in runtime.http_routers.items():
-        if info.status == DISABLED or info.config.tls is None or info.rule is None:
+    for name, http in runtime.http_routers.items():
+        if http.status == DISABLED or http.config.tls is None or http.rule is None:
             continue
-        options = info.config.tls.options or DEFAULT_TLS
-        for ep in info.entry_points:
+        options = http.config.tls.options or DEFAULT_TLS
+        for ep in http.entry_points:
             if ep not in names:
                 continue
             has_https.add(ep)
-            if info.rule.hosts is None:
+            if http.rule.hosts is None:
                 catch_all.add(ep)
-            for host in info.rule.hosts or ():
+            for host in http.rule.hosts or ():
                 seen = names[ep].setdefault(host, options)
                 if seen != options:
                     log.warning(

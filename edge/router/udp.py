@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.config.dynamic import UDPLoadBalancer as UDPLoadBalancerConfig
@@ -182,8 +182,11 @@ def build_udp_routers(
             ),
         )
 
+    # Typed as making any service: mypy cannot infer build_service's S from the class.
+    weighted: Callable[[str, list[tuple[UDPService, int]]], UDPService] = UDPWeighted
+
     def service(name: str) -> UDPService | None:
-        return build_service(name, built, runtime.udp_services, load_balancer, UDPWeighted)
+        return build_service(name, built, runtime.udp_services, load_balancer, weighted)
 
     routers: dict[str, UDPRouter] = {}
     for name in sorted(runtime.udp_routers):  # the first by name serves an entry point
