@@ -367,8 +367,8 @@ class TLSCertificates:
                 errors.append(exc)
         self.default: Certificate = default or generated_default()
         self.errors = tuple(errors)
-        for exc in self.errors:
-            log.error("certificate left out: %s", exc)
+        for error in self.errors:
+            log.error("certificate left out: %s", error)
 
         self._options: dict[str, _Options] = {}  # for HTTPS routers (HTTP/1.x ALPN only)
         self._tcp_options: dict[str, _Options] = {}  # as configured, where that offers more
@@ -398,9 +398,11 @@ class TLSCertificates:
         self._selecting: dict[str, ssl.SSLContext | None] = {}
         # The errors that may pass by themselves: while there are any, this snapshot
         # is not current, and its owner reads the files again soon (edge.app).
-        self.transient: tuple[CertificateError | TLSOptionsError, ...] = tuple(
-            exc for exc in (*self.errors, *self._options_errors.values()) if exc.transient
-        )
+        failed: list[CertificateError | TLSOptionsError] = [
+            *self.errors,
+            *self._options_errors.values(),
+        ]
+        self.transient = tuple(exc for exc in failed if exc.transient)
 
     def current(self, config: TLSConfiguration | None) -> bool:
         """Whether a snapshot of ``config`` would be this one: the same section, every
@@ -554,15 +556,20 @@ def _certificate(
 
 
 def _context(
-    contexts: dict, cert: Certificate, options: str, opts: _Options, retry_after: float
+    contexts: dict[tuple[int, str], object],
+    cert: Certificate,
+    options: str,
+    opts: _Options,
+    retry_after: float,
 ) -> ssl.SSLContext | None:
     """The context for (``cert``, ``options``) from a snapshot's ``contexts``, built on
     first use; None when it cannot be built. One that failed for a transient reason is
     built again once ``retry_after`` seconds have passed."""
     key = (id(cert), options)
     ctx = contexts.get(key)
-    if ctx is None or (ctx.__class__ is _Failed and ctx.retry <= time.monotonic()):  # type: ignore[attr-defined]
+    if ctx is None or (ctx.__class__ is _Failed and ctx.retry <= time.monotonic()):
         ctx = contexts[key] = _build(cert, options, opts, retry_after, again=ctx is not None)
+    # mypy cannot narrow an object to SSLContext by what it is not (_BROKEN, a _Failed)
     return None if ctx is _BROKEN or ctx.__class__ is _Failed else ctx  # type: ignore[return-value]
 
 
@@ -610,7 +617,11 @@ def transient(exc: BaseException | None) -> bool:
 # -- certificates -----------------------------------------------------------------
 
 
-def file_stamps(config: TLSConfiguration | None) -> tuple:
+FileStamp = tuple[str] | tuple[str, int, int, int, int]
+"""(path,) for a file that cannot be read, else (path, inode, size, mtime, ctime)."""
+
+
+def file_stamps(config: TLSConfiguration | None) -> tuple[FileStamp, ...]:
     """What the files ``config`` names are now: (path, inode, size, mtime, ctime) of each
     certFile, keyFile and caFiles value that is a path ((path,) where it cannot be
     read), in the order named. A file replaced (a Kubernetes Secret volume swaps a
@@ -624,7 +635,7 @@ def file_stamps(config: TLSConfiguration | None) -> tuple:
     for opts in config.options.values():
         if opts.client_auth is not None:
             paths += opts.client_auth.ca_files
-    stamps = []
+    stamps: list[FileStamp] = []
     for path in paths:
         if not path or PEM_MARK in path:
             continue

@@ -155,6 +155,7 @@ class ClientHelloParser:
             return self._answer
         if self._error is not None:
             raise self._error
+        answer: ClientHello | Verdict
         try:
             if (
                 self._pos == 0
