@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import msgspec
 
@@ -33,7 +34,6 @@ from edge.config.dynamic import (
     ServersTransport,
     Service,
     TCPConfiguration,
-    TCPLoadBalancer,
     TCPMiddleware,
     TCPRouter,
     TCPServersTransport,
@@ -57,6 +57,8 @@ DEFAULT_TLS = "default"
 
 _replace = msgspec.structs.replace
 _Qualifier = Callable[[str], str]
+_Provider = tuple[str, Configuration, _Qualifier]
+"""A provider's name, its configuration and the function qualifying its names."""
 
 
 def qualify(name: str, provider: str) -> str:
@@ -97,83 +99,118 @@ def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) 
     if memo is not None:
         for gone in memo.keys() - configs.keys():
             del memo[gone]
-    has_http = has_tcp = has_udp = False
+    providers: list[_Provider] = []
+    for provider in sorted(configs):
+        if not provider or "@" in provider:
+            raise ValueError(f"invalid provider name {provider!r}")
+        providers.append((provider, configs[provider], _qualifier(provider)))
+    return Configuration(
+        http=_merge_http(providers, memo),
+        tcp=_merge_tcp(providers),
+        udp=_merge_udp(providers),
+        tls=_merge_tls(providers),
+    )
+
+
+def _qualifier(provider: str) -> _Qualifier:
+    def q(name: str) -> str:
+        return qualify(name, provider)
+
+    return q
+
+
+def _merge_http(providers: list[_Provider], memo: RouterMemo | None) -> HTTPConfiguration | None:
+    """The providers' HTTP sections in one, or None when none has one."""
+    sections = [(p, conf.http, q) for p, conf, q in providers if conf.http is not None]
+    if not sections:
+        return None
     routers: dict[str, Router] = {}
     services: dict[str, Service] = {}
     middlewares: dict[str, Middleware] = {}
     transports: dict[str, ServersTransport] = {}
-    tcp_routers: dict[str, TCPRouter] = {}
-    tcp_services: dict[str, TCPService] = {}
-    tcp_middlewares: dict[str, TCPMiddleware] = {}
-    tcp_transports: dict[str, TCPServersTransport] = {}
-    udp_routers: dict[str, UDPRouter] = {}
-    udp_services: dict[str, UDPService] = {}
-    udp_transports: dict[str, UDPServersTransport] = {}
+    for provider, http, q in sections:
+        last = memo.get(provider) if memo is not None else None
+        if last is not None and last[0] is http.routers:
+            qualified = last[1]
+        else:
+            qualified = [(q(n), _router(r, q)) for n, r in http.routers.items()]
+        given = http.services
+        if last is not None and (last[2] is given or list(last[2]) == list(given)):
+            was = last[2].values()
+            http_services = [
+                done if s is before else (done[0], _service(s, q))
+                for done, s, before in zip(last[3], given.values(), was, strict=True)
+            ]
+        else:
+            http_services = [(q(n), _service(s, q)) for n, s in given.items()]
+        if memo is not None:
+            memo[provider] = (http.routers, qualified, given, http_services)
+        routers.update(qualified)
+        services.update(http_services)
+        middlewares.update((q(n), m) for n, m in http.middlewares.items())
+        transports.update((q(n), t) for n, t in http.servers_transports.items())
+    return HTTPConfiguration(
+        routers=routers, services=services, middlewares=middlewares, servers_transports=transports
+    )
+
+
+def _merge_tcp(providers: list[_Provider]) -> TCPConfiguration | None:
+    """The providers' TCP sections in one, or None when none has one."""
+    sections = [(conf.tcp, q) for _, conf, q in providers if conf.tcp is not None]
+    if not sections:
+        return None
+    routers: dict[str, TCPRouter] = {}
+    services: dict[str, TCPService] = {}
+    middlewares: dict[str, TCPMiddleware] = {}
+    transports: dict[str, TCPServersTransport] = {}
+    for tcp, q in sections:
+        routers.update((q(n), _router(r, q)) for n, r in tcp.routers.items())
+        services.update((q(n), _service(s, q)) for n, s in tcp.services.items())
+        middlewares.update((q(n), m) for n, m in tcp.middlewares.items())
+        transports.update((q(n), t) for n, t in tcp.servers_transports.items())
+    return TCPConfiguration(
+        routers=routers, services=services, middlewares=middlewares, servers_transports=transports
+    )
+
+
+def _merge_udp(providers: list[_Provider]) -> UDPConfiguration | None:
+    """The providers' UDP sections in one, or None when none has one."""
+    sections = [(conf.udp, q) for _, conf, q in providers if conf.udp is not None]
+    if not sections:
+        return None
+    routers: dict[str, UDPRouter] = {}
+    services: dict[str, UDPService] = {}
+    transports: dict[str, UDPServersTransport] = {}
+    for udp, q in sections:
+        routers.update((q(n), _replace(r, service=q(r.service))) for n, r in udp.routers.items())
+        services.update((q(n), _service(s, q)) for n, s in udp.services.items())
+        transports.update((q(n), t) for n, t in udp.servers_transports.items())
+    return UDPConfiguration(routers=routers, services=services, servers_transports=transports)
+
+
+def _merge_tls(providers: list[_Provider]) -> TLSConfiguration:
+    """The providers' TLS sections in one: certificates concatenated, options and stores
+    qualified; ``default`` options and store kept from the one provider defining them."""
     certificates: list[CertAndStores] = []
     options: dict[str, TLSOptions] = {}
     stores: dict[str, TLSStore] = {}
     default_options_from: list[str] = []
     default_store_from: list[str] = []
-
-    for provider in sorted(configs):
-        if not provider or "@" in provider:
-            raise ValueError(f"invalid provider name {provider!r}")
-        conf = configs[provider]
-
-        def q(name: str, provider: str = provider) -> str:
-            return qualify(name, provider)
-
-        if conf.http is not None:
-            has_http = True
-            last = memo.get(provider) if memo is not None else None
-            if last is not None and last[0] is conf.http.routers:
-                qualified = last[1]
-            else:
-                qualified = [(q(n), _http_router(r, q)) for n, r in conf.http.routers.items()]
-            given = conf.http.services
-            if last is not None and (last[2] is given or list(last[2]) == list(given)):
-                was = last[2].values()
-                http_services = [
-                    done if s is before else (done[0], _http_service(s, q))
-                    for done, s, before in zip(last[3], given.values(), was, strict=True)
-                ]
-            else:
-                http_services = [(q(n), _http_service(s, q)) for n, s in given.items()]
-            if memo is not None:
-                memo[provider] = (conf.http.routers, qualified, given, http_services)
-            routers.update(qualified)
-            services.update(http_services)
-            middlewares.update((q(n), m) for n, m in conf.http.middlewares.items())
-            transports.update((q(n), t) for n, t in conf.http.servers_transports.items())
-
-        if conf.tcp is not None:
-            has_tcp = True
-            tcp_routers.update((q(n), _tcp_router(r, q)) for n, r in conf.tcp.routers.items())
-            tcp_services.update((q(n), _tcp_service(s, q)) for n, s in conf.tcp.services.items())
-            tcp_middlewares.update((q(n), m) for n, m in conf.tcp.middlewares.items())
-            tcp_transports.update((q(n), t) for n, t in conf.tcp.servers_transports.items())
-
-        if conf.udp is not None:
-            has_udp = True
-            udp_routers.update(
-                (q(n), _replace(r, service=q(r.service))) for n, r in conf.udp.routers.items()
-            )
-            udp_services.update((q(n), _udp_service(s, q)) for n, s in conf.udp.services.items())
-            udp_transports.update((q(n), t) for n, t in conf.udp.servers_transports.items())
-
-        if conf.tls is not None:
-            for cert in conf.tls.certificates:
-                if cert.stores:
-                    cert = _replace(cert, stores=[_tls_name(s, q) for s in cert.stores])
-                certificates.append(cert)
-            for name, opts in conf.tls.options.items():
-                if name == DEFAULT_TLS:
-                    default_options_from.append(provider)
-                options[_tls_name(name, q)] = opts
-            for name, store in conf.tls.stores.items():
-                if name == DEFAULT_TLS:
-                    default_store_from.append(provider)
-                stores[_tls_name(name, q)] = store
+    for provider, conf, q in providers:
+        if conf.tls is None:
+            continue
+        for cert in conf.tls.certificates:
+            if cert.stores:
+                cert = _replace(cert, stores=[_tls_name(s, q) for s in cert.stores])
+            certificates.append(cert)
+        for name, opts in conf.tls.options.items():
+            if name == DEFAULT_TLS:
+                default_options_from.append(provider)
+            options[_tls_name(name, q)] = opts
+        for name, store in conf.tls.stores.items():
+            if name == DEFAULT_TLS:
+                default_store_from.append(provider)
+            stores[_tls_name(name, q)] = store
 
     if not default_options_from:
         options = {DEFAULT_TLS: TLSOptions(), **options}
@@ -190,64 +227,19 @@ def merge(configs: Mapping[str, Configuration], memo: RouterMemo | None = None) 
             ", ".join(default_store_from),
         )
         del stores[DEFAULT_TLS]
-
-    return Configuration(
-        http=HTTPConfiguration(
-            routers=routers,
-            services=services,
-            middlewares=middlewares,
-            servers_transports=transports,
-        )
-        if has_http
-        else None,
-        tcp=TCPConfiguration(
-            routers=tcp_routers,
-            services=tcp_services,
-            middlewares=tcp_middlewares,
-            servers_transports=tcp_transports,
-        )
-        if has_tcp
-        else None,
-        udp=UDPConfiguration(
-            routers=udp_routers, services=udp_services, servers_transports=udp_transports
-        )
-        if has_udp
-        else None,
-        tls=TLSConfiguration(certificates=certificates, options=options, stores=stores),
-    )
+    return TLSConfiguration(certificates=certificates, options=options, stores=stores)
 
 
 def _tls_name(name: str, q: _Qualifier) -> str:
     return name if name == DEFAULT_TLS else q(name)
 
 
-def _http_router(router: Router, q: _Qualifier) -> Router:
-    tls = router.tls
-    if tls is not None and tls.options:
-        tls = _replace(tls, options=_tls_name(tls.options, q))
-    return _replace(
-        router,
-        service=q(router.service),
-        middlewares=[q(m) for m in router.middlewares],
-        tls=tls,
-    )
+_R = TypeVar("_R", Router, TCPRouter)
+_S = TypeVar("_S", Service, TCPService, UDPService)
 
 
-def _weighted(weighted: Weighted, q: _Qualifier) -> Weighted:
-    return _replace(weighted, services=[_replace(s, name=q(s.name)) for s in weighted.services])
-
-
-def _http_service(service: Service, q: _Qualifier) -> Service:
-    if service.weighted is not None:
-        return _replace(service, weighted=_weighted(service.weighted, q))
-    lb = service.load_balancer
-    if lb is not None and lb.servers_transport:
-        lb = _replace(lb, servers_transport=q(lb.servers_transport))
-        return _replace(service, load_balancer=lb)
-    return service
-
-
-def _tcp_router(router: TCPRouter, q: _Qualifier) -> TCPRouter:
+def _router(router: _R, q: _Qualifier) -> _R:
+    """An HTTP or TCP router with its service, middlewares and TLS options qualified."""
     tls = router.tls
     if tls is not None and tls.options:
         tls = _replace(tls, options=_tls_name(tls.options, q))
@@ -256,18 +248,12 @@ def _tcp_router(router: TCPRouter, q: _Qualifier) -> TCPRouter:
     )
 
 
-def _tcp_service(service: TCPService, q: _Qualifier) -> TCPService:
-    if service.weighted is not None:
-        return _replace(service, weighted=_weighted(service.weighted, q))
-    lb: TCPLoadBalancer | None = service.load_balancer
-    if lb is not None and lb.servers_transport:
-        return _replace(
-            service, load_balancer=_replace(lb, servers_transport=q(lb.servers_transport))
-        )
-    return service
+def _weighted(weighted: Weighted, q: _Qualifier) -> Weighted:
+    return _replace(weighted, services=[_replace(s, name=q(s.name)) for s in weighted.services])
 
 
-def _udp_service(service: UDPService, q: _Qualifier) -> UDPService:
+def _service(service: _S, q: _Qualifier) -> _S:
+    """A service with its weighted members or its serversTransport qualified."""
     if service.weighted is not None:
         return _replace(service, weighted=_weighted(service.weighted, q))
     lb = service.load_balancer
