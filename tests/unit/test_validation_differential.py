@@ -31,7 +31,7 @@ from edge.config.diff import changed_servers
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime, check_tls
-from edge.config.runtime import build as validation
+from edge.config.runtime import endpoints as validation
 from edge.config.static import EntryPointKind, EntryPointTLS
 from edge.tls.certs import TLSCertificates
 from tests.fixtures.tls.pki import PKI

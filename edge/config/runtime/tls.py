@@ -1,0 +1,177 @@
+"""TLS in validation: the routers that terminate TLS checked against a certificate
+snapshot (:func:`check_tls`), and the client side of TLS to upstream servers
+(:func:`client_tls_context`), whose files each serversTransport's check loads once.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from edge.config.dynamic import ClientCertificate, ServersTransport, TCPServersTransport
+from edge.config.merge import DEFAULT_TLS
+from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
+from edge.config.runtime.model import DISABLED, RouterInfo, RuntimeConfig, _Checked
+from edge.errors import ConfigError
+
+
+class CertificateCheck(Protocol):
+    """What :func:`check_tls` asks of a configuration's certificate snapshot
+    (:class:`edge.tls.certs.TLSCertificates`, which sits above this layer)."""
+
+    def options_error(self, name: str) -> Exception | None: ...
+
+    def errors_for(self, domain: str) -> tuple[Exception, ...]: ...
+
+
+def check_tls(rt: RuntimeConfig, certs: CertificateCheck) -> list[str]:
+    """Disable the routers that would terminate TLS with broken options or certificates.
+
+    The one check made after :func:`build_runtime`, by whoever builds the
+    certificate snapshot (the data plane, ``edge check``), before any router is
+    built from ``rt``. A router is disabled when its ``tls.options`` cannot be
+    applied, or when a name it serves (its Host/HostSNI names, ``tls.domains``)
+    has no certificate because the certificate meant for it is broken; the reason
+    names the file. TLS passthrough terminates nothing and is not concerned.
+    Returns the messages added, prefixed as :meth:`RuntimeConfig.errors` does.
+
+    A router given errors gets a new info in ``rt`` (:meth:`ElementInfo.copy`): the one
+    validation made stays as it was, for the next round to reuse (:func:`_endpoints_only`).
+    When that round's snapshot is checked with the very ``certs`` its previous one was,
+    the routers and their tls section being the same, so are the verdicts: the previous
+    round's infos and messages are taken as they are, without walking the routers.
+    """
+    basis = rt._basis
+    if basis is not None:
+        basis.checks += 1
+        basis.tls.certs = certs if basis.checks == 1 else None  # checked twice: not reused
+        inherited, basis.inherited = basis.inherited, None
+        if inherited is not None and basis.checks == 1 and inherited.certs is certs:
+            by_label: dict[str, dict[str, RouterInfo[Any]]] = {
+                "router": rt.http_routers,
+                "tcp router": rt.tcp_routers,
+            }
+            for (label, key), (_, checked) in inherited.infos.items():
+                by_label[label][key] = checked
+            basis.tls = _Checked()
+            basis.tls.certs, basis.tls.messages = certs, inherited.messages
+            basis.tls.infos = dict(inherited.infos)
+            return list(inherited.messages)
+    added: list[str] = []
+    tables: list[tuple[str, dict[str, RouterInfo[Any]]]] = [
+        ("router", rt.http_routers),
+        ("tcp router", rt.tcp_routers),
+    ]
+    for label, table in tables:
+        for key, info in list(table.items()):
+            tls = info.config.tls
+            if tls is None or info.status == DISABLED or getattr(tls, "passthrough", False):
+                continue
+            reasons: list[str] = []
+            options = tls.options or DEFAULT_TLS
+            if options in rt.tls.options:  # a missing one was reported by build_runtime
+                error = certs.options_error(options)
+                if error is not None:
+                    reasons.append(str(error))
+            names = list(info.rule.hosts or ()) if info.rule is not None else []
+            for domain in tls.domains:
+                names += [n for n in (domain.main, *domain.sans) if n]
+            for name in dict.fromkeys(n.lower() for n in names):
+                reasons += [
+                    f"no certificate for {name}: {error}" for error in certs.errors_for(name)
+                ]
+            if not reasons:
+                continue
+            checked = info.copy()
+            if basis is not None and (label, key) not in basis.tls.infos:
+                basis.tls.infos[(label, key)] = (info, checked)
+            info = table[key] = checked
+            for reason in reasons:
+                info.add_error(reason)
+                added.append(f"{label} {info.name}: {reason}")
+    if basis is not None and basis.checks == 1:
+        basis.tls.messages = added
+    return list(added)
+
+
+def client_tls_context(
+    *,
+    insecure_skip_verify: bool = False,
+    root_cas: Sequence[str] = (),
+    certificates: Sequence[ClientCertificate] = (),
+    system_roots: bool = True,
+) -> ssl.SSLContext:
+    """The client side of TLS to upstream servers, as a serversTransport describes it.
+
+    As Go's crypto/tls does for Traefik: the server's certificate is verified
+    against ``rootCAs`` (paths or inline PEM) when given, else the system's CAs
+    (``system_roots``; validation passes False: loading them costs tens of ms and
+    cannot fail), and its name checked (the caller passes serverName or the host
+    as ``server_hostname``); ``insecureSkipVerify`` verifies nothing.
+    ``certificates`` are offered to a server that asks for a client certificate;
+    OpenSSL keeps one per key type, so the first of each type listed is the one
+    offered (Go picks the first that suits the server). Raises ConfigError
+    naming the file (or "inline PEM") that cannot be used; a key is never read
+    with a password (an encrypted one is an error, not a prompt).
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    for i, value in enumerate(root_cas):
+        what = f"rootCAs[{i}] {describe(value)}"
+        try:
+            if PEM_MARK in value:
+                ctx.load_verify_locations(cadata=value)
+            else:
+                ctx.load_verify_locations(cafile=value)
+        except FileNotFoundError:
+            raise ConfigError(f"{what}: no such file") from None
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ConfigError(f"{what}: no CA certificate could be read ({_reason(exc)})") from None
+    if not root_cas and system_roots and not insecure_skip_verify:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    for i, cert in reversed(list(enumerate(certificates))):  # the first of each key type wins
+        what = f"certificates[{i}]"
+        chain_pem = read_pem(f"{what}: certFile", cert.cert_file)
+        key_pem = read_pem(f"{what}: keyFile", cert.key_file)
+        try:
+            with pem_file(chain_pem) as chain, pem_file(key_pem) as key:
+                ctx.load_cert_chain(chain, key, password=_no_password)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"{what}: certFile {describe(cert.cert_file)} / keyFile {describe(cert.key_file)}: "
+                f"cannot be used ({_reason(exc)})"
+            ) from None
+    if insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _no_password() -> bytes:
+    return b""  # an encrypted key fails to load instead of prompting on the terminal
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc)
+
+
+class _TransportTLS:
+    """Each transport's TLS files checked once per validation: name -> error or None."""
+
+    def __init__(self) -> None:
+        self.verdicts: dict[str, str | None] = {}
+
+    def check(self, name: str, config: ServersTransport | TCPServersTransport) -> str | None:
+        if name not in self.verdicts:
+            tls = config.tls if isinstance(config, TCPServersTransport) else config
+            error = None
+            if tls is not None and (tls.root_cas or tls.certificates):
+                try:
+                    client_tls_context(
+                        root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False
+                    )
+                except ConfigError as exc:
+                    error = str(exc)
+            self.verdicts[name] = error
+        return self.verdicts[name]
