@@ -34,11 +34,10 @@ from edge.app import Edge
 from edge.config.loader import decode_static
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import Timing
+from edge.providers.kubernetes.objects import Node, Pod
 from edge.providers.kubernetes.provider import (
     ClusterUnavailable,
     KubernetesIngressProvider,
-    Node,
-    Pod,
     check_cluster,
     node_addresses,
     service_addresses,

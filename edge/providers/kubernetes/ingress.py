@@ -1043,10 +1043,10 @@ def update_endpoints(
         return None
     builder = _Services(new, options, only=affected)
     services = dict(previous.configuration.http.services)
-    for key, name in previous.service_names.items():
-        if key[:2] in affected:
+    for service_key, name in previous.service_names.items():
+        if service_key[:2] in affected:
             try:
-                services[name] = builder.rebuild(key)
+                services[name] = builder.rebuild(service_key)
             except _Refused:
                 return None
     http = msgspec.structs.replace(previous.configuration.http, services=services)

@@ -2,7 +2,8 @@
 
 Owns the models of the few fields edge needs of Ingress (``networking.k8s.io/v1``),
 IngressClass, Service, EndpointSlice (``discovery.k8s.io/v1``) and Secret, their
-decoders (built once), and :class:`ClusterState`, the snapshot of cached objects the
+decoders (built once), the Pod and Node models the Ingress status reads (decoded by
+the provider's status client, so not in :data:`KINDS`), and :class:`ClusterState`, the snapshot of cached objects the
 conversion (:mod:`edge.providers.kubernetes.ingress`) reads.
 
 Invariants:
@@ -24,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, dataclass_transform
 
 import msgspec
 
@@ -41,7 +42,9 @@ __all__ = [
     "Ingress",
     "IngressClass",
     "Key",
+    "Node",
     "ObjectList",
+    "Pod",
     "Secret",
     "Service",
     "ServicePort",
@@ -67,6 +70,9 @@ Key = tuple[str, str]
 """(namespace, name) of a namespaced object."""
 
 
+# Struct's own dataclass_transform defaults to not frozen: restated here (as
+# edge.config.dynamic.Base does) so a type checker sees the subclasses as frozen too.
+@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
 class _Model(msgspec.Struct, frozen=True, rename="camel", gc=False):
     """Base of the Kubernetes models: camelCase keys, unknown fields ignored, immutable,
     untracked by the garbage collector."""
@@ -297,6 +303,60 @@ class WatchEvent(_Model):
     object: msgspec.Raw = msgspec.Raw(b"{}")
 
 
+# --- Pods and Nodes: the few fields the Ingress status needs ----------------------------
+
+
+class OwnerReference(_Model):
+    uid: str = ""
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class PodMeta(_Model):
+    name: str = ""
+    namespace: str = ""
+    resource_version: str = ""
+    owner_references: list[OwnerReference] = []
+    deletion_timestamp: str | None = None
+
+
+class PodSpec(_Model):
+    node_name: str = ""
+    host_network: bool = False
+
+
+class PodStatus(_Model):
+    phase: str = ""
+
+
+class Pod(_Model):
+    metadata: PodMeta = PodMeta()
+    spec: PodSpec = PodSpec()
+    status: PodStatus = PodStatus()
+
+    @property
+    def controller_uid(self) -> str:
+        for ref in self.metadata.owner_references:
+            if ref.controller:
+                return ref.uid
+        return ""
+
+
+class NodeAddress(_Model):
+    type: str = ""
+    address: str = ""
+
+
+class NodeStatus(_Model):
+    addresses: list[NodeAddress] = []
+
+
+class Node(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    status: NodeStatus = NodeStatus()
+
+
 KINDS: Mapping[str, type[_Model]] = {
     "Ingress": Ingress,
     "IngressClass": IngressClass,
@@ -310,8 +370,8 @@ _DECODERS: Mapping[str, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(model) for kind, model in KINDS.items()
 }
 _LIST_DECODERS: Mapping[str, msgspec.json.Decoder[Any]] = {
-    kind: msgspec.json.Decoder(ObjectList[model])
-    for kind, model in KINDS.items()  # type: ignore[valid-type]
+    kind: msgspec.json.Decoder(ObjectList[model])  # type: ignore[valid-type]
+    for kind, model in KINDS.items()
 }
 _EVENT_DECODER = msgspec.json.Decoder(WatchEvent)
 _STATUS_DECODER = msgspec.json.Decoder(Status)
@@ -339,7 +399,7 @@ def decode_list(kind: str, raw: bytes) -> ObjectList[Any]:
     """A LIST answer for ``kind``; :class:`ConfigError` if bad."""
     decoder = _decoder(_LIST_DECODERS, kind)
     try:
-        return decoder.decode(raw)  # type: ignore[no-any-return]
+        return decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise ConfigError(f"cannot decode {kind}List: {exc}") from None
 

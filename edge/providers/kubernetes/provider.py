@@ -98,6 +98,7 @@ from edge.providers.kubernetes.ingress import (
     convert,
     update_endpoints,
 )
+from edge.providers.kubernetes.objects import Node, Pod
 
 __all__ = [
     "POD_NAMESPACE_ENV",
@@ -105,8 +106,6 @@ __all__ = [
     "Address",
     "ClusterUnavailable",
     "KubernetesIngressProvider",
-    "Node",
-    "Pod",
     "check_cluster",
     "node_addresses",
     "service_addresses",
@@ -127,64 +126,6 @@ Address = tuple[str, str]
 
 class ClusterUnavailable(KubernetesError):
     """The cluster could not be read completely in time; names what is missing and why."""
-
-
-# --- the few fields of Pods and Nodes the status needs ---------------------------------
-
-
-class _Model(msgspec.Struct, frozen=True, rename="camel"):
-    """Lenient like :mod:`objects`: unknown fields ignored, every field defaulted."""
-
-
-class OwnerReference(_Model):
-    uid: str = ""
-    kind: str = ""
-    name: str = ""
-    controller: bool | None = None
-
-
-class PodMeta(_Model):
-    name: str = ""
-    namespace: str = ""
-    resource_version: str = ""
-    owner_references: list[OwnerReference] = []
-    deletion_timestamp: str | None = None
-
-
-class PodSpec(_Model):
-    node_name: str = ""
-    host_network: bool = False
-
-
-class PodStatus(_Model):
-    phase: str = ""
-
-
-class Pod(_Model):
-    metadata: PodMeta = PodMeta()
-    spec: PodSpec = PodSpec()
-    status: PodStatus = PodStatus()
-
-    @property
-    def controller_uid(self) -> str:
-        for ref in self.metadata.owner_references:
-            if ref.controller:
-                return ref.uid
-        return ""
-
-
-class NodeAddress(_Model):
-    type: str = ""
-    address: str = ""
-
-
-class NodeStatus(_Model):
-    addresses: list[NodeAddress] = []
-
-
-class Node(_Model):
-    metadata: objects.ObjectMeta = objects.ObjectMeta()
-    status: NodeStatus = NodeStatus()
 
 
 # --- addresses (pure) -------------------------------------------------------------------
