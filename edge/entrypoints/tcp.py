@@ -48,7 +48,7 @@ import msgspec
 
 from edge.config.static import EntryPoint, RedirectEntryPoint
 from edge.descriptors import Budget
-from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, format_address
+from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, Swept, format_address
 from edge.http.codec.parsers import parser_classes
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.http.middlewares.builtin import RedirectScheme
@@ -95,7 +95,7 @@ class TCPEntryPoint:
         timeouts = config.transport.responding_timeouts
         # Every live connection of this entrypoint, whatever it became (HTTP, a
         # tunnel): the sweep reads their deadlines, the drain waits for them.
-        self.connections: set = set()
+        self.connections: set[Swept] = set()
         self.routers = EMPTY_SET
         shared = dict(
             name=name,

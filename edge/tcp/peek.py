@@ -56,6 +56,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from edge.deadlines import NO_DEADLINE, PEEK
 from edge.tcp.proxyproto import encode_v1, encode_v2
 from edge.tcp.reencrypt import dial_tls_splice
 from edge.tcp.splice import CLIENT_KEEP_ALIVE, DialError, Pending, Splice, dial_splice, keep_alive
@@ -78,14 +79,13 @@ from edge.tls.terminate import (
 )
 
 if TYPE_CHECKING:
+    from edge.entrypoints.base import Swept
     from edge.router.tcp import TCPRoute, TCPRouter
     from edge.tcp.middlewares import TCPChain
 
 log = logging.getLogger("edge.tcp")
 
 __all__ = ["Peek", "PeekContext", "Relay"]
-
-NO_DEADLINE, PEEKING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
 
 # PostgreSQL's SSLRequest (int32 length 8, int32 code 80877103) and the server's yes.
 POSTGRES_SSL_REQUEST = b"\x00\x00\x00\x08\x04\xd2\x16\x2f"
@@ -109,7 +109,7 @@ class PeekContext:
         *,
         name: str,
         loop: asyncio.AbstractEventLoop,
-        connections: set,
+        connections: set[Swept],
         http: Callable[[Address | None], asyncio.Protocol],
         https: Callable[..., asyncio.Protocol],
         timeout: float = PEEK_TIMEOUT,
@@ -231,7 +231,7 @@ class Peek(asyncio.Protocol):
             self._relay(route, b"")
             return
         self.ctx.connections.add(self)
-        self.deadline_kind = PEEKING
+        self.deadline_kind = PEEK
         self.deadline = self.ctx.loop.time() + self.ctx.timeout
 
     def data_received(self, data: bytes) -> None:
@@ -486,7 +486,11 @@ class Relay:
     deadline = 0.0
 
     def __init__(
-        self, connections: set, client: Pending, chain: TCPChain | None = None, client_ip: str = ""
+        self,
+        connections: set[Swept],
+        client: Pending,
+        chain: TCPChain | None = None,
+        client_ip: str = "",
     ) -> None:
         self.connections = connections
         self.client = client  # the client's transport, parked until the splice takes it

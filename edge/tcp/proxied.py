@@ -37,16 +37,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from edge.deadlines import NO_DEADLINE, PROXY_HEADER
 from edge.tcp.middlewares import client_address, networks
 from edge.tcp.proxyproto import NEED_MORE, NOT_PROXY, ProxyProtocolError, parse
 from edge.tls.clienthello import PEEK_TIMEOUT
 
+if TYPE_CHECKING:
+    from edge.entrypoints.base import Swept
+
 log = logging.getLogger("edge.tcp")
 
 __all__ = ["ProxyContext", "ProxyHeaderReader", "trust"]
-
-NO_DEADLINE, READING = 0, 1  # deadline kinds, as the entrypoint's sweep reads them
 
 Address = tuple[str, int]
 
@@ -64,7 +67,7 @@ class ProxyContext:
         *,
         name: str,
         loop: asyncio.AbstractEventLoop,
-        connections: set,
+        connections: set[Swept],
         trusted: Callable[[str], bool],
         arrive: Callable[[Address | None, Address | None], asyncio.Protocol],
         timeout: float = PEEK_TIMEOUT,
@@ -100,7 +103,7 @@ class ProxyHeaderReader(asyncio.Protocol):
         self.peer = ip
         self.trusted = self.ctx.trusted(ip)
         self.ctx.connections.add(self)
-        self.deadline_kind = READING
+        self.deadline_kind = PROXY_HEADER
         self.deadline = self.ctx.loop.time() + self.ctx.timeout
 
     def data_received(self, data: bytes) -> None:

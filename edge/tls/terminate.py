@@ -51,7 +51,12 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from edge.deadlines import HANDSHAKE, NO_DEADLINE
+
+if TYPE_CHECKING:
+    from edge.entrypoints.base import Swept
 
 log = logging.getLogger("edge.tls")
 
@@ -69,8 +74,6 @@ __all__ = [
 ]
 
 HANDSHAKE_TIMEOUT = 10.0
-# Deadline kinds, as the entrypoint's sweep reads them (0: none; edge.tcp.peek's PEEKING is 1).
-NO_DEADLINE, HANDSHAKING = 0, 2
 Address = tuple[str, int]
 READ_SIZE = 16 * 1024 + 256  # SSLObject.read returns one record at most (16 KiB of plaintext)
 
@@ -98,7 +101,7 @@ def start_tls(
     peeked: bytes = b"",
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
-    connections: set | None = None,
+    connections: set[Swept] | None = None,
 ) -> TLSTransport:
     """Terminate TLS on ``raw``, starting with the bytes already read from it.
 
@@ -185,7 +188,7 @@ class TLSTransport(asyncio.Transport):
         *,
         server_hostname: str | None = None,
         waiter: asyncio.Future | None = None,
-        connections: set | None = None,
+        connections: set[Swept] | None = None,
     ) -> None:
         """Server side unless ``server_hostname`` is given (see :func:`connect_tls`);
         ``waiter`` gets the handshake's outcome (None, or the exception); ``connections``
@@ -227,7 +230,7 @@ class TLSTransport(asyncio.Transport):
         self._held = False
         self._server = server_hostname is None
         self._timer: asyncio.TimerHandle | None = None
-        self._connections: set | None = None
+        self._connections: set[Swept] | None = None
         self.deadline_kind = NO_DEADLINE
         self.deadline = 0.0
         if handshake_timeout > 0:
@@ -238,7 +241,7 @@ class TLSTransport(asyncio.Transport):
                 # In the entrypoint's set, whose sweep reads the deadline (cheaper than
                 # a timer per connection); left when the handshake ends.
                 self._connections = connections
-                self.deadline_kind = HANDSHAKING
+                self.deadline_kind = HANDSHAKE
                 self.deadline = loop.time() + handshake_timeout
                 connections.add(self)
 
@@ -572,7 +575,7 @@ class Acceptor:
         *,
         context: ssl.SSLContext,
         loop: asyncio.AbstractEventLoop,
-        connections: set,
+        connections: set[Swept],
         https: Callable[[str | None, Address | None], asyncio.BaseProtocol],
         plain: Callable[[asyncio.Transport, bytes, Address | None], None],
         first_timeout: float,
@@ -635,7 +638,7 @@ class TLSAccept(TLSTransport):
         self._raw = transport  # type: ignore[assignment]
         acceptor = self._acceptor
         self._connections = acceptor.connections
-        self.deadline_kind = HANDSHAKING
+        self.deadline_kind = HANDSHAKE
         self.deadline = acceptor.loop.time() + acceptor.first_timeout
         acceptor.connections.add(self)
 

@@ -20,7 +20,7 @@ import gc
 import pytest
 import uvloop
 
-from edge.http.server.connection import HEAD, IDLE
+from edge.deadlines import HEAD, IDLE
 from loadtest.bench_hotpath import setup
 from tests.unit.test_express import Recorder
 

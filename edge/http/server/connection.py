@@ -55,7 +55,9 @@ import ipaddress
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
 from edge.http.codec import RequestHead, forward
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
@@ -63,12 +65,10 @@ from edge.router.http import EMPTY_ROUTER, HTTPRouter
 from edge.rules import unmapped_network
 from edge.tcp.splice import Splice, peer_reset, splice
 
-log = logging.getLogger("edge.http")
+if TYPE_CHECKING:
+    from edge.entrypoints.base import Swept
 
-# deadline kinds: none; between requests (closed in silence); a request's head (408);
-# an exchange's response (writeTimeout: abort); a request's body (readTimeout: 408 or
-# abort); a new connection's first bytes (readTimeout from the accept: closed in silence)
-NO_DEADLINE, IDLE, HEAD, WRITE, BODY, FIRST = 0, 1, 2, 3, 4, 5
+log = logging.getLogger("edge.http")
 
 PROBE_AFTER = 0.5  # seconds after a half-close with no answer begun before edge probes (module doc)
 PROBE_CHECKS = (0.1, 0.3, 1.0)  # then the TCP state is read after these delays, the last repeated
@@ -108,7 +108,7 @@ class HTTPContext:
         scheme: bytes = b"http",
         internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
         access_log: Callable[..., None] | None = None,
-        connections: set | None = None,
+        connections: set[Swept] | None = None,
         sanitize_path: bool = True,
     ) -> None:
         self.name = name
@@ -134,7 +134,7 @@ class HTTPContext:
             sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
         )
         self.router: HTTPRouter = EMPTY_ROUTER
-        self.connections: set = set() if connections is None else connections
+        self.connections: set[Swept] = set() if connections is None else connections
         self.closing = False
         # What every connection would otherwise work out for itself:
         self.quick_parse = internal is None and hasattr(request_parser, "quick")  # the express path
@@ -734,7 +734,7 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- deadlines (read by the entrypoint's sweep) ---------------------------------------
 
-    def _set_deadline(self, kind: int, seconds: float) -> None:
+    def _set_deadline(self, kind: DeadlineKind, seconds: float) -> None:
         if seconds > 0:
             self.deadline_kind = kind
             self.deadline = self.loop.time() + seconds
