@@ -1,7 +1,7 @@
 """HTTP/1.1 codec over httptools (llhttp): the fast default on edge's hot path.
 
 This module owns the llhttp-backed RequestParser and ResponseParser of the
-interface in :mod:`edge.http.codec`.
+interface in :mod:`edge.http.codec.base`.
 
 Invariant: llhttp is only ever handed (1) one complete head, found here (it ends at
 the first CRLF CRLF) and no longer than ``max_header_bytes``, then (2) exactly the
@@ -21,6 +21,45 @@ been given the bytes before its line.
 Per request the Python work is: one ``bytes.find`` for the head, llhttp's url and
 header callbacks, one slice compare for the request line, one pass over the
 headers (:func:`edge.http.codec.headers.request_framing`) and the head object.
+
+Parser states (``_state``; the module constants below). The rules, as h11's
+``_state.py`` writes its own:
+
+- A parser starts in HEAD, and HEAD is where it finds a message's head: a head
+  not complete yet is kept (``_partial``) and the state stays HEAD until its
+  CRLF CRLF arrives. The head decides how the body is read: BODY counts a
+  Content-Length, CHUNKED follows chunks, EOF_BODY (responses only) reads until
+  the upstream closes; a message without a body ends with its head.
+- A message's end (llhttp's ``on_message_complete``, or a quick parse that took
+  the whole message) goes back to HEAD if the message keeps the connection
+  alive, else to CLOSED.
+- A head that upgrades (a request with ``Connection: upgrade`` and ``Upgrade``; a
+  101 response) goes to UPGRADING while llhttp finishes its message, then to
+  UPGRADED once ``on_upgrade`` has the bytes that followed the head.
+- CLOSED and UPGRADED ignore whatever is fed after. An error from any state (a
+  ProtocolError or HeadersTooLarge, llhttp's refusal, an exception of the
+  handler, a response cut short by ``feed_eof``) goes to DEAD, and DEAD refuses
+  every later ``feed``.
+- A response parser stays in HEAD, keeping what it is fed (``_pending``), until
+  ``expect(method)`` says which request the response answers; a 1xx interim
+  response (not 101) is dropped and leaves it in HEAD.
+
+    state      event                                      next state
+    ---------  -----------------------------------------  -----------------------------
+    HEAD       head with Content-Length > 0               BODY
+    HEAD       head with chunked                          CHUNKED
+    HEAD       response head, body until close            EOF_BODY
+    HEAD       head that upgrades (request, or 101)       UPGRADING
+    HEAD       head without a body                        HEAD or CLOSED (keep-alive?)
+    HEAD       1xx interim response (not 101)             HEAD
+    BODY       the last byte of the Content-Length        HEAD or CLOSED (keep-alive?)
+    CHUNKED    the last chunk and its trailers            HEAD or CLOSED (keep-alive?)
+    EOF_BODY   feed_eof()                                 CLOSED (never kept alive)
+    UPGRADING  llhttp ends the message; on_upgrade(rest)  UPGRADED
+    CLOSED     feed()                                     CLOSED (bytes ignored)
+    UPGRADED   feed()                                     UPGRADED (bytes ignored)
+    any        an error                                   DEAD
+    DEAD       feed()                                     DEAD (ProtocolError raised)
 """
 
 from __future__ import annotations
@@ -60,7 +99,7 @@ from edge.http.codec.headers import (
 
 __all__ = ["RequestParser", "ResponseParser"]
 
-# Parser states.
+# Parser states (the module's docstring has their rules and transitions).
 _HEAD = 0  # between messages or inside a head
 _BODY = 1  # Content-Length body: ``_remaining`` bytes to go
 _CHUNKED = 2  # chunked body
