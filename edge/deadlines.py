@@ -10,7 +10,9 @@ terminator all import it.
 
 The members are also module names (``from edge.deadlines import IDLE``): the hot
 path sets and compares them per request, and a module global costs less to load
-than an attribute of the enum class. They are the same objects.
+than an attribute of the enum class. They are the same objects, and the hot path
+compares them by identity (``kind is IDLE``): ``==`` on an IntEnum member misses
+CPython's fast path for exact ints (about 80 instructions more per compare).
 """
 
 from __future__ import annotations

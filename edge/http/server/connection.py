@@ -382,13 +382,13 @@ class HTTPConnection(asyncio.Protocol):
                 self.pause_reading(self.PAUSE_BUFFER)
             return
         kind = self.deadline_kind
-        if kind == IDLE or (ex is None and kind == NO_DEADLINE):
+        if kind is IDLE or (ex is None and kind is NO_DEADLINE):
             # The first bytes of a head: readTimeout bounds it from here, whether or
             # not idleTimeout bounded the wait for it (with idleTimeout 0 there is
             # no deadline between requests, and a head that never ends must not
             # keep the connection: Go's server bounds a request's read the same way).
             self._set_deadline(HEAD, self.ctx.read_timeout)
-        elif kind == FIRST:
+        elif kind is FIRST:
             self.deadline_kind = HEAD  # the first request: readTimeout runs from the accept
         self.up_out = []
         self.fed = True
@@ -526,7 +526,7 @@ class HTTPConnection(asyncio.Protocol):
         now = self.loop.time()
         write = now + ctx.write_timeout if ctx.write_timeout > 0 else 0.0
         if (head.chunked or head.content_length) and ctx.read_timeout > 0:
-            body = self.deadline if self.deadline_kind == HEAD else now + ctx.read_timeout
+            body = self.deadline if self.deadline_kind is HEAD else now + ctx.read_timeout
             if not write or body < write:
                 self.deadline_kind = BODY
                 self.deadline = body
@@ -541,7 +541,7 @@ class HTTPConnection(asyncio.Protocol):
 
     def request_read(self) -> None:
         """The request's body ended: only writeTimeout (if any) bounds the exchange now."""
-        if self.deadline_kind != BODY:
+        if self.deadline_kind is not BODY:
             return
         if self.write_deadline:
             self.deadline_kind = WRITE
@@ -747,7 +747,7 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
-        if kind == HEAD:
+        if kind is HEAD:
             log.debug(
                 "%s: request head from %s not complete within readTimeout",
                 self.ctx.name,
@@ -755,9 +755,9 @@ class HTTPConnection(asyncio.Protocol):
             )
             transport.write(forward.error_response(408, close=True))
             transport.close()
-        elif kind == BODY:
+        elif kind is BODY:
             self._body_timed_out()
-        elif kind == WRITE:
+        elif kind is WRITE:
             log.warning(
                 "%s: response to %s not complete within writeTimeout", self.ctx.name, self.client_ip
             )
