@@ -34,6 +34,8 @@ import yaml
 from edge.config.loader import load_static
 from edge.config.static import parse_address
 
+pytestmark = pytest.mark.deploy
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 KIND = K8S / "kind"

@@ -54,7 +54,7 @@ AS_THE_DAEMONSET = [
     "--security-opt", "no-new-privileges",
 ]  # fmt: skip
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _run(cmd, *, timeout=600, check=True, **kw) -> subprocess.CompletedProcess:
