@@ -3,7 +3,7 @@
 A real edge process (``tests.harness.Edge``) on 127.0.0.1 port 0, real clients
 (Python's ssl, raw sockets) and small servers in threads that record what they
 get. Each test failed on the commit before its fix; the pure counterparts of the
-precedence cases are in ``tests/unit/test_review_tcp.py``.
+precedence cases are in ``tests/unit/router/test_tcp.py``.
 """
 
 from __future__ import annotations

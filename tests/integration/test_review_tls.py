@@ -40,7 +40,7 @@ from edge.tls.certs import TLSCertificates
 from edge.tls.terminate import Acceptor, TLSAccept
 from tests.harness import Edge, lb
 from tests.integration.test_tls_tcp import certificates, certs, pki, recv_all, resumed_get  # noqa: F401 (fixtures)
-from tests.unit.test_certs import handshake
+from tests.unit.tls.test_certs import handshake
 
 
 def client(version: ssl.TLSVersion) -> ssl.SSLContext:

@@ -720,3 +720,20 @@ def test_the_sni_callback_refuses_a_server_name_with_a_trailing_dot(pairs):
     for name in ("a.test.", "unknown.test.", "A.TEST."):
         assert refused_with(ctx, name) == "TLSV1_UNRECOGNIZED_NAME"
     assert served(ctx, "a.test") == pairs["a"].fingerprint
+
+
+def test_certificates_skip_the_empty_label():
+    pki = PKI()
+    wild, other = pki.issue("*.wild.test"), pki.issue("other.test")
+    section = {
+        "certificates": [
+            {"certFile": wild.cert_pem, "keyFile": wild.key_pem},
+            {"certFile": wild.cert_pem, "keyFile": other.key_pem},  # broken: its names are known
+        ]
+    }
+    certs = TLSCertificates(merge({"file": msgspec.convert({"tls": section}, Configuration)}).tls)
+    assert len(certs.errors) == 1
+    assert certs.certificate_for("x.wild.test") is not None
+    assert certs.certificate_for(".wild.test") is None
+    assert certs.errors_for("x.nowhere.wild.test") == ()  # two labels: not the wildcard's
+    assert certs.errors_for(".wild.test") == ()

@@ -28,7 +28,7 @@ from edge.tls.clienthello import (
     parse_client_hello,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "clienthello"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "clienthello"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
 
 

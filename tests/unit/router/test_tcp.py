@@ -1,7 +1,8 @@
-"""Review of TCP routing (pure): the precedence on one entrypoint, as Traefik decides it.
+"""edge.router.tcp without sockets: the precedence of routers on one entrypoint, as
+Traefik decides it, TLS options per name, per-entrypoint middlewares.
 
-Each case here failed before its fix; the real-socket counterparts are in
-``tests/integration/test_review_tcp.py``.
+Most cases here pin a defect of a review (the docstring says which); the real-socket
+counterparts are in the integration tests.
 """
 
 from __future__ import annotations
@@ -10,13 +11,21 @@ import pytest
 
 from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
-from edge.config.runtime import build_runtime
+from edge.config.runtime import build_runtime, check_tls
 from edge.router.tcp import HTTPS, PASSTHROUGH, build_tcp_routers
 from edge.tls.certs import TLSCertificates
 from edge.tls.clienthello import ClientHello
 
 TCP_SVC = {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}]}}
 HTTP_SVC = {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}
+
+
+def tcp_routers(dynamic: dict, eps: tuple[str, ...] = ("web",)):
+    """The runtime of ``dynamic`` and the TCP routers of entrypoints ``eps``, TLS checked."""
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), dict.fromkeys(eps, "tcp"))
+    certs = TLSCertificates(runtime.tls)
+    check_tls(runtime, certs)
+    return runtime, build_tcp_routers(runtime, eps, certs)
 
 
 def router_for(https_rules: dict[str, str], tcp_rules: dict[str, str]):
@@ -189,3 +198,38 @@ def test_in_flight_conn_counts_each_entrypoint_of_a_router_apart():
     assert on_a.enter("10.0.0.1") is None
     assert on_b.enter("10.0.0.1") is None  # the other entrypoint's count
     assert on_a.enter("10.0.0.1") is not None  # the same entrypoint's: refused
+
+
+def test_tcp_routers_hostsni_and_https_options_skip_the_empty_label():
+    _, routers = tcp_routers(
+        {
+            "http": {
+                "routers": {
+                    "site": {
+                        "rule": "Host(`*.site.test`)",
+                        "service": "h",
+                        "tls": {"options": "strict"},
+                    },
+                    "other": {"rule": "Host(`other.test`)", "service": "h", "tls": {}},
+                },
+                "services": {"h": HTTP_SVC},
+            },
+            "tcp": {
+                "routers": {
+                    "db": {
+                        "rule": "HostSNI(`*.db.test`)",
+                        "service": "t",
+                        "tls": {"passthrough": True},
+                    },
+                },
+                "services": {"t": TCP_SVC},
+            },
+            "tls": {"options": {"strict": {"minVersion": "VersionTLS13"}}},
+        }
+    )
+    r = routers["web"]
+    assert r.tls(hello("x.db.test"), "1.2.3.4").name == "db@file"
+    assert getattr(r.tls(hello(".db.test"), "1.2.3.4"), "name", None) != "db@file"
+    assert r.https_route("x.site.test").options == "strict@file"
+    assert r.https_route(".site.test") is None
+    assert r.https_options(".site.test") == "default"  # not the wildcard's

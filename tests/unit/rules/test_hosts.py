@@ -10,15 +10,9 @@ is, so it matches ``.example.com``; edge does not.
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 
-from edge.config.dynamic import Configuration
-from edge.config.merge import merge
 from edge.rules import RequestView, RouteTable, compile_rule, wildcard_of
-from edge.tls.certs import TLSCertificates
-from tests.fixtures.tls.pki import PKI
-from tests.integration.test_tls_tcp import HTTP_SVC, TCP_SVC, hello, tcp_routers
 
 
 @pytest.mark.parametrize(
@@ -69,55 +63,3 @@ def test_an_exact_route_under_a_wildcard_keeps_the_wildcard_from_the_empty_label
     )
     assert table.match(RequestView(host="a.example.com", path="/b")) == "wild"
     assert table.match(RequestView(host=".example.com", path="/a")) is None
-
-
-def test_tcp_routers_hostsni_and_https_options_skip_the_empty_label():
-    _, routers = tcp_routers(
-        {
-            "http": {
-                "routers": {
-                    "site": {
-                        "rule": "Host(`*.site.test`)",
-                        "service": "h",
-                        "tls": {"options": "strict"},
-                    },
-                    "other": {"rule": "Host(`other.test`)", "service": "h", "tls": {}},
-                },
-                "services": {"h": HTTP_SVC},
-            },
-            "tcp": {
-                "routers": {
-                    "db": {
-                        "rule": "HostSNI(`*.db.test`)",
-                        "service": "t",
-                        "tls": {"passthrough": True},
-                    },
-                },
-                "services": {"t": TCP_SVC},
-            },
-            "tls": {"options": {"strict": {"minVersion": "VersionTLS13"}}},
-        }
-    )
-    r = routers["web"]
-    assert r.tls(hello("x.db.test"), "1.2.3.4").name == "db@file"
-    assert getattr(r.tls(hello(".db.test"), "1.2.3.4"), "name", None) != "db@file"
-    assert r.https_route("x.site.test").options == "strict@file"
-    assert r.https_route(".site.test") is None
-    assert r.https_options(".site.test") == "default"  # not the wildcard's
-
-
-def test_certificates_skip_the_empty_label():
-    pki = PKI()
-    wild, other = pki.issue("*.wild.test"), pki.issue("other.test")
-    section = {
-        "certificates": [
-            {"certFile": wild.cert_pem, "keyFile": wild.key_pem},
-            {"certFile": wild.cert_pem, "keyFile": other.key_pem},  # broken: its names are known
-        ]
-    }
-    certs = TLSCertificates(merge({"file": msgspec.convert({"tls": section}, Configuration)}).tls)
-    assert len(certs.errors) == 1
-    assert certs.certificate_for("x.wild.test") is not None
-    assert certs.certificate_for(".wild.test") is None
-    assert certs.errors_for("x.nowhere.wild.test") == ()  # two labels: not the wildcard's
-    assert certs.errors_for(".wild.test") == ()
