@@ -7,6 +7,7 @@ knobs and watch the cache and the change callback follow. Every wait is bounded.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import logging
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
@@ -629,3 +631,116 @@ def test_gc_paused_by_several_threads_is_on_again_when_all_are_done():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- watches that end at once or answer an error event back off (issue 10 review) -------
+
+
+def test_watches_that_end_at_once_are_retried_with_backoff(emu, make_client):
+    """A proxy or an API server that ends every watch cleanly at once (no event, no
+    bookmark) must not make the reflector spin: before, a clean end reset the backoff and
+    watched again at once, as fast as the server answered (67 watches in 3 s against the
+    emulator, which bounds it); now a watch shorter than a second that delivered nothing
+    backs off as a failure does (client-go's "very short watch"), and a change still
+    arrives through the next LIST-less watch."""
+    emu.watch_limit = 0.0
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)], timing=Timing(backoff_base=0.2, backoff_cap=1.0)
+    )
+    assert c.wait_synced(5)
+    t0 = time.monotonic()
+    cpu0 = time.process_time()
+    time.sleep(2.0)
+    watches = emu.count(ING_PATH, since=t0, watch=True)
+    assert 1 <= watches <= 8, watches  # 0.1-0.2, 0.2-0.4, 0.4-0.8, 0.5-1 s apart
+    assert time.process_time() - cpu0 < 1.0
+    emu.create(o.ingress("late"))
+    assert wait_until(lambda: c.get("Ingress", "default", "late") is not None, timeout=5)
+    assert emu.count(ING_PATH, since=t0, watch=False) == 0  # resumed by watch, no re-LIST
+
+
+def test_watches_that_answer_an_error_event_back_off(emu, make_client):
+    """An API server whose watches each answer an ERROR event at once (etcd timing out:
+    500) must see the reflector back off to its cap: before, the ERROR line counted as a
+    delivery, which reset the backoff, so every reflector asked again every 0.1-0.2 s
+    for as long as the trouble lasted."""
+    emu.watch_error = (500, "InternalError")
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)], timing=Timing(backoff_base=0.2, backoff_cap=1.0)
+    )
+    assert c.wait_synced(5)
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    watches = emu.count(ING_PATH, since=t0, watch=True)
+    assert 1 <= watches <= 7, watches  # 0.4-0.8, then 0.5-1 s apart at the cap
+    emu.watch_error = None
+    emu.create(o.ingress("late"))
+    assert wait_until(lambda: c.get("Ingress", "default", "late") is not None, timeout=5)
+
+
+# --- a line cut by a reset is read again whole (issue 10 review) ------------------------
+
+
+def test_a_line_cut_by_a_reset_is_read_again_whole(emu, make_client):
+    """A watch connection reset in the middle of an event's JSON line: the half line is
+    not applied, the reflector resumes from the last whole event without a LIST, and
+    the cut event and the ones after it arrive once each (passes before: pinned)."""
+    rec = Recorder()
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)],
+        timing=Timing(backoff_base=0.05, backoff_cap=0.2),
+        on_change=rec,
+    )
+    assert c.wait_synced(5) and emu.wait_watches(1)
+    emu.create(o.ingress("before"))
+    assert wait_until(lambda: c.get("Ingress", "default", "before") is not None)
+    rv = c.resource_versions()["Ingress in all namespaces"]
+    start, t0 = len(rec.since(0)), time.monotonic()
+    assert emu.tear_watches() == 1
+    emu.create(o.ingress("cut"))
+    emu.create(o.ingress("after"))
+    assert wait_until(lambda: c.get("Ingress", "default", "after") is not None)
+    assert set(c.objects("Ingress")) == {("default", n) for n in ("before", "cut", "after")}
+    again = [r for r in emu.requests if r.at >= t0 and r.path == ING_PATH]
+    assert [r.query.get("watch") for r in again] == ["true"]
+    assert again[0].query["resourceVersion"] == rv
+    keys = [k for ch in rec.since(start) for k in ch.keys]
+    assert sorted(keys) == [("default", "after"), ("default", "cut")]
+
+
+# --- credentials: a rotated service account token (issue 10 review) ---------------------
+
+
+def test_a_rotated_service_account_token_is_read_again(emu, make_client, tmp_path, monkeypatch):
+    """In a pod the kubelet rotates the projected token; an API server that stops taking
+    the old one (401) is answered with the new one once the loader reads the file again
+    (every minute; 0.2 s here), and the reflectors resume without a LIST (passes before:
+    pinned, through edge's copy of the configuration and its endpoint override)."""
+    orig = InClusterConfigLoader.__init__
+
+    def short(self, *args, **kwargs):  # the loader's refresh period, 1 minute, shortened
+        orig(self, *args, **kwargs)
+        self._token_refresh_period = datetime.timedelta(seconds=0.2)
+
+    monkeypatch.setattr(InClusterConfigLoader, "__init__", short)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(emu.token)
+    (sa / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    cfg = load_api_config(endpoint=emu.url, service_account_dir=str(sa))
+    c = make_client(
+        [WatchSpec(INGRESSES, m.Named)], timing=Timing(backoff_base=0.1, backoff_cap=0.5), cfg=cfg
+    )
+    assert c.wait_synced(5) and emu.wait_watches(1)
+    t0 = time.monotonic()
+    (sa / "token").write_text("rotated")
+    emu.token = "rotated"  # the old token is refused from now on
+    emu.drop_watches()
+    emu.create(o.ingress("after"))
+    assert wait_until(lambda: c.get("Ingress", "default", "after") is not None, timeout=5)
+    seen = [r.authorization for r in emu.requests if r.at >= t0]
+    assert seen[-1].lower() == "bearer rotated"
+    assert emu.count(ING_PATH, since=t0, watch=False) == 0

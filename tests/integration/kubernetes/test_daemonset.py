@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.harness import LISTEN_RE, Proc, Whoami, get
+from tests.harness import LISTEN_RE, ROOT, Proc, Whoami, get
 from tests.kube import objects as o
 from tests.kube.emulator import Emulator
 
-ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 TOKEN = "edge-shipping-review"
 HOST = "web.example.test"
