@@ -1,7 +1,7 @@
 """Client and upstream connections refusing what they must, in process.
 
 The real protocol objects, routers and pools of ``loadtest/bench_hotpath.py``'s
-wiring, on transports that record what is written (``test_express.Recorder``),
+wiring, on transports that record what is written (``transport.Recorder``),
 under both codecs. What is checked is what reaches each side:
 
 - a valid request followed in the same read by a broken one is forwarded and
@@ -21,8 +21,10 @@ import pytest
 import uvloop
 
 from edge.deadlines import HEAD, IDLE
+from edge.http.server.connection import HTTPConnection
+from edge.http.server.exchange import Exchange
 from loadtest.bench_hotpath import setup
-from tests.unit.test_express import Recorder
+from tests.unit.http.server.transport import Recorder
 
 OK = b"HTTP/1.1 200 OK\r\nServer: t\r\nContent-Length: 5\r\n\r\nhello"
 EVIL = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"
@@ -245,3 +247,43 @@ def test_a_closed_connection_is_freed_at_once(pair):
     finally:
         gc.enable()
     assert left == []
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 10\r\n\r\nab",
+    ],
+    ids=["awaiting-response", "mid-body"],
+)
+def test_a_connection_lost_in_the_middle_of_an_exchange_is_freed_at_once(codec, sent):
+    loop = uvloop.new_event_loop()
+    try:
+        client, _ = setup(loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder)
+        kinds = (HTTPConnection, Exchange, type(client.parser))
+        gc.collect()
+        gc.disable()
+        try:
+            before = [
+                o for o in gc.get_objects() if type(o) in kinds
+            ]  # alive, so their ids stay theirs
+            conn = HTTPConnection(client.ctx)
+            conn.connection_made(Recorder(("10.0.0.8", 40001)))
+            conn.data_received(sent)
+            assert conn.ex is not None  # in the middle of its exchange
+            conn.connection_lost(None)
+            del conn
+            for _ in range(3):  # a cancelled dial or timer lets go once the loop runs it
+                loop.run_until_complete(asyncio.sleep(0))
+            ids = {id(o) for o in before}
+            left = [
+                type(o).__name__ for o in gc.get_objects() if type(o) in kinds and id(o) not in ids
+            ]
+        finally:
+            gc.enable()
+        assert left == []
+    finally:
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()

@@ -17,22 +17,8 @@ import uvloop
 from edge.http.middlewares import Middleware, Pipeline
 from edge.http.server.exchange import Exchange
 from edge.router.http import Route
-from loadtest.bench_hotpath import FakeTransport, setup
-
-
-class Recorder(FakeTransport):
-    """The benchmark's fake transport, keeping the bytes written rather than counting them."""
-
-    def __init__(self, peer: tuple[str, int]) -> None:
-        super().__init__(peer)
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def writelines(self, parts) -> None:
-        for part in parts:
-            self.data += part
+from loadtest.bench_hotpath import setup
+from tests.unit.http.server.transport import Recorder
 
 
 def run(
@@ -94,8 +80,13 @@ def run(
 
 
 OK = b"HTTP/1.1 200 OK\r\nServer: t\r\nContent-Length: 5\r\n\r\nhello"
+
+
 OK_KEEP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello"
+
+
 GET = b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: t\r\n\r\n"
+
 
 CASES = {
     "plain": [(GET, OK)] * 3,
@@ -171,9 +162,6 @@ def test_express_path_is_taken_for_plain_exchanges():
     assert client[3] == OK_KEEP  # a lone keep-alive is edge's own intent for the client connection
 
 
-# -- the differential byte corpus: framing and hop-by-hop headers as clients and servers write them
-
-
 def _variants(line: bytes) -> list[bytes]:
     """A header line as it arrives in the wild: spacing, case, a trailing tab."""
     name, _, value = line.partition(b": ")
@@ -208,6 +196,8 @@ REQUEST_VARIANTS = {
         b"GET /v HTTP/1.1\r\n" + line + b"\r\n\r\n" for line in _variants(b"Host: A.Test")
     ],
 }
+
+
 RESPONSE_VARIANTS = [
     b"HTTP/1.1 200 OK\r\n" + cl + b"\r\n" + conn + b"\r\n\r\nhello"
     for cl in _variants(b"Content-Length: 5")[:3]
@@ -220,6 +210,8 @@ RESPONSE_VARIANTS = [
     b"HTTP/1.1 200 OK\r\nConnection:close\r\nServer: t\r\ncontent-length:5\r\n\r\nhello",
     b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n",
 ]
+
+
 CORPUS = [
     (f"{kind.decode()} #{i} / response #{j}", [(request, response)])
     for kind, requests in REQUEST_VARIANTS.items()

@@ -16,79 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.errors import ProtocolError
-from edge.http.codec.parsers import parser_classes
+from tests.unit.http.codec.streams import BIG, H, run, varied_request, varied_response
 
-BIG = 1 << 20
-
-
-class Events:
-    """A Handler normalizing events; for responses it calls ``expect`` as a proxy would."""
-
-    def __init__(self, methods: list[bytes] | None) -> None:
-        self.events: list[list] = []
-        self.methods = None if methods is None else list(methods)
-        self.parser = None
-        self.upgraded = False
-
-    def on_head(self, head) -> None:
-        self.events.append(["head", head.as_tuple(), head.raw, head.passthrough])
-
-    def on_body(self, data: bytes) -> None:
-        assert data and isinstance(data, bytes)
-        if self.events and self.events[-1][0] == "body":
-            self.events[-1][1] += data
-        else:
-            self.events.append(["body", data])
-
-    def on_end(self) -> None:
-        self.events.append(["end"])
-        if self.methods:
-            self.parser.expect(self.methods.pop(0))
-
-    def on_upgrade(self, rest: bytes) -> None:
-        self.events.append(["upgrade", rest])
-        self.upgraded = True
-
-
-def run(
-    codec: str, data: bytes, cuts: list[int], methods: list[bytes] | None, eof: bool, max_bytes: int
-) -> list:
-    request_cls, response_cls = parser_classes(codec)
-    events = Events(methods)
-    parser = (request_cls if methods is None else response_cls)(events, max_bytes)
-    events.parser = parser
-    if events.methods is not None:
-        parser.expect(events.methods.pop(0))
-    try:
-        prev = 0
-        for cut in [*cuts, len(data)]:
-            piece = data[prev:cut]
-            prev = cut
-            if events.upgraded:
-                events.events[-1][1] += piece  # a server sends these to the tunnel
-            else:
-                parser.feed(piece)
-        if eof:
-            parser.feed_eof()
-    except ProtocolError as exc:
-        events.events.append(["error", type(exc).__name__])
-    return events.events
-
-
-H = b"Host: example.com\r\n"
 GET = b"GET / HTTP/1.1\r\n" + H + b"\r\n"
+
+
 CHUNKED = b"POST /up HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
-
-
-def varied_request(value: bytes) -> bytes:
-    return b"GET /v HTTP/1.1\r\nHost: a\r\nX-Id: " + value + b"\r\nAccept: */*\r\n\r\n"
-
-
-def varied_response(value: bytes, length: bytes = b"0", body: bytes = b"") -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nX-Id: " + value + b"\r\nContent-Length: " + length + b"\r\n\r\n" + body
-    )
 
 
 # (id, bytes, max_header_bytes)
@@ -550,6 +483,7 @@ REQUESTS = [
     ),
 ]
 
+
 # (id, bytes, methods, feed_eof, max_header_bytes)
 RESPONSES = [
     (
@@ -767,6 +701,7 @@ RESPONSES = [
     ),
 ]
 
+
 CASES = [
     pytest.param(data, None, False, mx, id="request-" + name) for name, data, mx in REQUESTS
 ] + [
@@ -808,6 +743,8 @@ def test_corpus_covers_both_outcomes():
 # line smuggled into it), a bare CR or LF, or a framing header's value; now and
 # then another field changes too, or the head holds a framing header.
 _NAMES = st.sampled_from([b"X-Id", b"ETag", b"Accept", b"User-Agent"])
+
+
 _FRAMING = st.sampled_from(
     [
         b"Connection",
@@ -821,6 +758,8 @@ _FRAMING = st.sampled_from(
         b"Host",
     ]
 )
+
+
 _ODD_VALUES = [
     b"",
     b" 3 \t",
@@ -844,7 +783,11 @@ _ODD_VALUES = [
     b"\x80\xff\t",
     b"\x1b[0m",
 ]
+
+
 _COUNTER = st.integers(0, 10**9).map(b"%d".__mod__)
+
+
 _VALUE = st.one_of(_COUNTER, _COUNTER, _COUNTER, st.sampled_from(_ODD_VALUES))
 
 
@@ -895,7 +838,11 @@ def test_codecs_agree_on_varied_heads(data):
 _HUGE = st.sampled_from(
     [b"8000000000000000", b"ffffffffffffffff", b"0008000000000000000", b"10000000000000000"]
 )
+
+
 _EXT = st.sampled_from([b"", b"", b";a", b";a=b", b';a="x;y"', b";a=b;c", b" ;a"])
+
+
 _CHUNK_DATA = st.one_of(
     st.binary(max_size=24),
     st.sampled_from([b"\r\nffffffffffffffff\r\n", b"8000000000000000\r\n", b"\r\n\r\n0\r\n\r\n"]),
