@@ -14,7 +14,7 @@ Prints the median of ``--repeat`` runs of each phase and the process's resident 
 
     python loadtest/kube_scale.py [--ingresses 5000] [--endpoints 4] [--changed 10] [--repeat 3]
 
-The generator (:func:`list_bodies`) is also what ``tests/unit/test_kubernetes_ingress.py``
+The generator (:func:`list_bodies`) is also what ``tests/unit/providers/kubernetes/test_ingress.py``
 converts at scale.
 """
 

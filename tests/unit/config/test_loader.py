@@ -1,18 +1,81 @@
-"""Traefik options edge does not implement: named as such with their key path, taken out so
+"""The configuration loader (edge.config.loader): files in YAML, TOML and JSON, empty ones,
+syntax errors with where the parser was.
+
+Traefik options edge does not implement: named as such with their key path, taken out so
 the rest is checked; what holds one is not served, what only adds beside the traffic is
-ignored and said so."""
+ignored and said so.
+"""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from edge.config.loader import Unsupported, decode_dynamic, decode_static
+from edge.config.dynamic import Configuration
+from edge.config.loader import (
+    Unsupported,
+    decode_dynamic,
+    decode_static,
+    load_dynamic,
+    load_static,
+    read_document,
+)
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
+from edge.config.static import StaticConfig
 from edge.errors import ConfigError
+from tests.unit.config.documents import hosts_yaml
+
+
+def test_empty_files_are_empty_configurations(tmp_path) -> None:
+    for name in ("a.yml", "b.yaml", "c.toml", "d.json"):
+        (tmp_path / name).write_text("\n  \n" if name != "b.yaml" else "# only a comment\n")
+        assert load_dynamic(tmp_path / name) == Configuration()
+    (tmp_path / "s.yaml").write_text("")
+    assert load_static(tmp_path / "s.yaml") == StaticConfig()
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("http:\n  routers:\n    r: {rule: x\n")
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    assert info.value.source == str(path)
+    # The parser's own position: the unterminated mapping on line 3 (issue 13), not a line past the end.
+    assert "invalid YAML at line 3, column 8" in info.value.message
+    assert "(at the end of the file)" in info.value.message
+
+
+def test_toml_and_json_syntax_errors(tmp_path) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text("[http]\nrouters = \n")
+    with pytest.raises(ConfigError, match=r"invalid TOML.*line 2"):
+        load_dynamic(toml)
+    js = tmp_path / "bad.json"
+    js.write_text('{\n  "http": {\n    "routers": {,}\n  }\n}\n')
+    with pytest.raises(ConfigError, match=r"invalid JSON.*line 3, column 17"):
+        load_dynamic(js)
+
+
+def test_unreadable_and_unknown_files(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="cannot read file") as info:
+        load_dynamic(tmp_path / "missing.yml")
+    assert info.value.source == str(tmp_path / "missing.yml")
+    (tmp_path / "conf.ini").write_text("x=1")
+    with pytest.raises(ConfigError, match="unsupported file extension"):
+        read_document(tmp_path / "conf.ini")
+
+
+def test_file_error_names_file_and_path(tmp_path) -> None:
+    path = tmp_path / "edge.yml"
+    path.write_text("entryPoints:\n  web:\n    adress: ':80'\n")
+    with pytest.raises(ConfigError) as info:
+        load_static(path)
+    assert str(info.value) == f"{path}: $.entryPoints.web.adress: unknown key"
+
 
 LB = {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:1"}]}}
 
@@ -177,3 +240,56 @@ def test_ignored_static_options_alone_load_and_are_logged(caplog: pytest.LogCapt
     assert "$.api: not supported" not in caplog.text
     assert "$.api.dashboard: not supported by this version of edge (ignored)" in caplog.text
     assert "$.global: not supported by this version of edge (ignored)" in caplog.text
+
+
+def test_yaml_errors_say_where_the_parser_was(tmp_path: Path) -> None:
+    path = tmp_path / "dynamic.yaml"
+    # Six lines; the quote opened on line 3 never closes.
+    path.write_text(
+        'http:\n  routers:\n    a: {rule: "Host(`a`), service: s}\n'
+        "  services:\n    s:\n      loadBalancer: {servers: []}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    assert info.value.message == (
+        "invalid YAML at line 3, column 15 (while scanning a quoted scalar): "
+        "found unexpected end of stream (at the end of the file)"
+    )
+    path.write_text("a: 1\nb: [1, 2\nc: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    assert info.value.message.startswith("invalid YAML at line 2, column 4 (while parsing a flow")
+    assert info.value.message.endswith("(at line 3, column 2)")
+    path.write_text("a: b: c\n")
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    assert (
+        info.value.message
+        == "invalid YAML at line 1, column 5: mapping values are not allowed in this context"
+    )
+
+
+def test_a_key_written_twice_in_a_yaml_mapping_is_an_error(tmp_path: Path) -> None:
+    """Traefik's YAML decoder (go-yaml v3) refuses a mapping key written twice; PyYAML
+    keeps the last value in silence, so a router block pasted under a name already used
+    replaced the first one (a.test answered 404) and edge check said the file was valid."""
+    from edge.config.loader import load_dynamic
+
+    path = tmp_path / "dynamic.yaml"
+    path.write_text(
+        hosts_yaml({"one": "a.test", "two": "c.test"})
+        + "    one:\n      rule: Host(`b.test`)\n      service: app\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    message = str(info.value)
+    assert "key 'one' is defined again" in message
+    assert "at line 3," in message and "at line 9," in message  # the first, then the repeat
+    # A key a << merge brings in may still be overridden, as YAML allows.
+    path.write_text(
+        "http:\n  routers:\n    one: &one {rule: Host(`a.test`), service: app}\n"
+        "    two:\n      <<: *one\n      rule: Host(`b.test`)\n"
+    )
+    conf = load_dynamic(path)
+    assert conf.http is not None and conf.http.routers["two"].rule == "Host(`b.test`)"
+    assert conf.http.routers["two"].service == "app"

@@ -53,7 +53,7 @@ from edge.tls.certs import TLSCertificates
 from loadtest.kube_scale import decode_state, list_bodies
 from tests.fixtures.tls.pki import PKI
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kubernetes" / "ingress"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "kubernetes" / "ingress"
 CASES = sorted(FIXTURES.glob("*.yaml"))
 PROVIDER = "kubernetes"
 ENTRY_POINTS = {"web": "tcp", "websecure": "tcp", "traefik": "tcp"}

@@ -1,4 +1,6 @@
-"""The file provider: one file, a directory, watching, invalid files, reload."""
+"""The file provider (edge.providers.file): one file, a directory, watching, invalid files,
+reload. A bad file in a directory costs only its own routes; a name repeated in a later
+file costs only that element; decoding runs off the event loop."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import pytest
 
 from edge.errors import ConfigError
 from edge.providers.base import Message, Provider
-from edge.providers.file import FileProvider, load_file_provider
+from edge.providers.file import FileProvider, load_file_provider, read_directory
+from tests.unit.config.documents import hosts_yaml
 
 TIMEOUT = 5.0
 
@@ -267,3 +270,152 @@ def test_duplicate_names_use_traefik_key_names(tmp_path: Path) -> None:
 def test_empty_directory_is_an_empty_configuration(tmp_path: Path) -> None:
     conf = load_file_provider(directory=str(tmp_path))
     assert conf.is_empty()
+
+
+def test_a_bad_file_in_a_directory_is_left_out_and_the_rest_served(tmp_path: Path) -> None:
+    write(tmp_path / "a.yml", routers_yaml("a"))
+    write(tmp_path / "b.yml", 'http:\n  routers:\n    b: {rule: "Host(`b`), service: s}\n')
+    write(tmp_path / "c.yml", routers_yaml("a", "c"))  # repeats a.yml's router: that one left out
+    write(tmp_path / "d.yml", routers_yaml("d"))
+    errors: list[ConfigError] = []
+    conf = load_file_provider(directory=str(tmp_path), errors=errors)
+    assert conf.http is not None and sorted(conf.http.routers) == ["a", "c", "d"]
+    assert [(e.source, e.message.endswith("left out)")) for e in errors] == [
+        (str(tmp_path / "b.yml"), True),
+        (str(tmp_path / "c.yml"), True),
+    ]
+    assert "invalid YAML at line 3" in errors[0].message
+    assert (
+        f"'a' is defined in both {tmp_path / 'a.yml'} and {tmp_path / 'c.yml'}" in errors[1].message
+    )
+    # Without a list for the errors, the first one raises (as a single file does).
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_file_provider(directory=str(tmp_path))
+
+
+def test_a_file_that_breaks_keeps_its_last_good_version(tmp_path: Path) -> None:
+    write(tmp_path / "a.yml", routers_yaml("a"))
+    write(tmp_path / "b.yml", routers_yaml("b"))
+    _, files = read_directory(str(tmp_path), [])
+    write(tmp_path / "b.yml", routers_yaml("b", "b2") + "  oops: [\n")
+    errors: list[ConfigError] = []
+    conf, used = read_directory(str(tmp_path), errors, previous=files)
+    assert conf.http is not None and sorted(conf.http.routers) == ["a", "b"]
+    assert used[str(tmp_path / "b.yml")] == files[str(tmp_path / "b.yml")]
+    assert errors[0].message.endswith("(its last good version is kept)")
+
+
+def test_the_provider_serves_the_good_files_and_logs_the_bad_one(tmp_path: Path, caplog) -> None:
+    write(tmp_path / "a.yml", routers_yaml("a"))
+    write(tmp_path / "b.yml", "http: {routers: {b: {rule: 'Host(`b`)', sevice: s}}}\n")
+
+    async def main() -> None:
+        sink = Sink()
+        provider = FileProvider(directory=str(tmp_path), watch=True, poll_interval=0.02)
+        async with running(provider, sink):
+            await until(lambda: len(sink.messages) == 1)
+            assert routers(sink.messages[-1]) == ["a"]  # b.yml left out, a.yml served
+            write(tmp_path / "b.yml", routers_yaml("b"))
+            await until(lambda: len(sink.messages) == 2)
+            assert routers(sink.messages[-1]) == ["a", "b"]
+            write(tmp_path / "b.yml", routers_yaml("b", "c") + "bad: [\n")
+            write(tmp_path / "c.yml", routers_yaml("c"))
+            await until(lambda: len(sink.messages) == 3)
+            assert routers(sink.messages[-1]) == ["a", "b", "c"]  # b.yml: its last good part
+            await asyncio.sleep(0.1)
+            assert len(sink.messages) == 3
+
+    with caplog.at_level(logging.ERROR, logger="edge.providers.file"):
+        run(main())
+    assert f"{tmp_path / 'b.yml'}: $.http.routers.b.sevice: unknown key (left out)" in caplog.text
+    assert "(its last good version is kept)" in caplog.text
+
+
+def test_a_name_repeated_in_a_later_file_leaves_out_that_element_only(tmp_path: Path) -> None:
+    """Traefik's file provider keeps the first definition of a name (files in sorted
+    order) and skips the repeat with a warning; the rest of the later file is served.
+    Edge left the whole later file out: one repeated router name (a router being moved
+    between files, a copy-paste) took down every route that file defines."""
+    (tmp_path / "a.yaml").write_text(hosts_yaml({"shared": "a.test"}, services=("app",)))
+    (tmp_path / "b.yaml").write_text(
+        hosts_yaml({"shared": "b.test", "other": "other.test"}, services=("extra",))
+    )
+    errors: list[ConfigError] = []
+    conf, used = read_directory(str(tmp_path), errors)
+    assert conf.http is not None
+    assert sorted(conf.http.routers) == ["other", "shared"]
+    assert conf.http.routers["shared"].rule == "Host(`a.test`)"  # the first file's
+    assert sorted(conf.http.services) == ["app", "extra"]
+    (error,) = errors
+    message = str(error)
+    assert "http.routers 'shared'" in message
+    assert str(tmp_path / "a.yaml") in message and str(tmp_path / "b.yaml") in message
+    # what each file contributed: b.yaml without the repeat
+    assert sorted(used[str(tmp_path / "b.yaml")].http.routers) == ["other"]
+
+
+def test_the_file_provider_decodes_off_the_event_loop(tmp_path: Path) -> None:
+    """A watched file is read and decoded in a thread: the loop keeps running (serving)
+    while a large configuration is parsed. Before, the parse ran inside a loop callback:
+    10,000 routers stalled every connection for 0.7 s at each change, and the loop ran
+    nothing at all while this file (3,000 routers) was read."""
+    import asyncio
+
+    from edge.providers.file import FileProvider
+
+    routers = {f"r{i}": f"h{i}.test" for i in range(3000)}
+    (tmp_path / "dynamic.yaml").write_text(hosts_yaml(routers, services=("app",)))
+    published: list[object] = []
+
+    async def main() -> int:
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.get_running_loop().create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        await FileProvider(filename=str(tmp_path / "dynamic.yaml")).run(published.append)
+        during = ticks - before
+        stop = True
+        await asyncio.wait_for(task, 5)
+        return during
+
+    during = asyncio.run(asyncio.wait_for(main(), 30))
+    assert len(published) == 1
+    assert during >= 5, f"the loop ran {during} times while the file was read"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"http": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "http = " + "[" * 3_000 + "]" * 3_000),
+        ("digits.yaml", "http:\n  routers:\n    r:\n      priority: " + "9" * 5_000 + "\n"),
+    ],
+)
+def test_content_no_parser_takes_is_one_file_left_out(tmp_path: Path, caplog, name, text) -> None:
+    """JSON or TOML nested deeper than the interpreter's stack (RecursionError) or an
+    integer of more than 4,300 digits (ValueError) escaped the loader as what the parser
+    raised, not ConfigError: the file provider's task ended on it, so in a directory one
+    such file stopped every later reload of all the others, and edge check crashed."""
+    import asyncio
+
+    from edge.config.loader import load_dynamic
+    from edge.providers.file import FileProvider
+
+    (tmp_path / "a.yaml").write_text(hosts_yaml({"a": "a.test"}, services=("app",)))
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match="cannot be decoded"):
+        load_dynamic(tmp_path / name)
+    published: list[object] = []
+    with caplog.at_level(logging.ERROR, logger="edge.providers.file"):
+        provider = FileProvider(directory=str(tmp_path))
+        asyncio.run(asyncio.wait_for(provider.run(published.append), 30))
+    assert len(published) == 1  # a.yaml is served
+    assert f"{tmp_path / name}: cannot be decoded" in caplog.text

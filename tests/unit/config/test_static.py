@@ -1,0 +1,334 @@
+"""The static configuration (edge.config.static): every section, defaults, addresses,
+the ``workers`` key, errors naming the key path."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from edge.config.loader import (
+    decode_static,
+    load_static,
+)
+from edge.config.static import parse_address
+from edge.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [
+        (":8080", ("", 8080, "tcp")),
+        ("127.0.0.1:8080", ("127.0.0.1", 8080, "tcp")),
+        ("[::1]:8080", ("::1", 8080, "tcp")),
+        (":5353/udp", ("", 5353, "udp")),
+        ("0.0.0.0:443/tcp", ("0.0.0.0", 443, "tcp")),
+        ("localhost:0", ("localhost", 0, "tcp")),
+        (":53/UDP", ("", 53, "udp")),
+    ],
+)
+def test_parse_address(address: str, parsed: tuple[str, int, str]) -> None:
+    assert parse_address(address) == parsed
+    ep = decode_static({"entryPoints": {"e": {"address": address}}}).entry_points["e"]
+    assert (ep.host, ep.port, ep.protocol) == parsed
+
+
+@pytest.mark.parametrize(
+    "address", ["8080", ":http", ":70000", "::1:80", "[::1]8080", "[nope]:80", ":80/sctp", ""]
+)
+def test_parse_address_rejects(address: str) -> None:
+    with pytest.raises(ValueError):
+        parse_address(address)
+    with pytest.raises(ConfigError) as info:
+        decode_static({"entryPoints": {"web": {"address": address}}})
+    assert info.value.path == "$.entryPoints.web"
+    assert "address" in info.value.message
+
+
+STATIC_YAML = """
+entryPoints:
+  web:
+    address: ":8000"
+    transport:
+      respondingTimeouts:
+        readTimeout: 5s
+        writeTimeout: 1m
+        idleTimeout: 90
+      lifeCycle:
+        requestAcceptGraceTimeout: 1s
+        graceTimeOut: 3s
+    forwardedHeaders:
+      trustedIPs: ["10.0.0.0/8", "127.0.0.1", "::1"]
+    http:
+      maxHeaderBytes: 16384
+      parser: h11
+  dns:
+    address: ":5353/udp"
+    udp:
+      timeout: 10s
+  traefik:
+    address: "127.0.0.1:8080"
+providers:
+  file:
+    directory: dynamic
+    watch: true
+  kubernetesIngress:
+    namespaces: [default]
+    ingressClass: edge
+    throttleDuration: 500ms
+  kubernetesGateway:
+    labelSelector: app=edge
+providersThrottleDuration: 1s
+ping:
+  entryPoint: traefik
+api:
+  insecure: true
+log:
+  level: debug
+  format: json
+accessLog:
+  filePath: /tmp/access.log
+  format: json
+  bufferingSize: 100
+metrics:
+  prometheus: {}
+"""
+
+
+def test_static_every_section(tmp_path) -> None:
+    path = tmp_path / "edge.yaml"
+    path.write_text(STATIC_YAML)
+    static = load_static(path)
+    web = static.entry_points["web"]
+    assert (web.host, web.port, web.protocol) == ("", 8000, "tcp")
+    rt = web.transport.responding_timeouts
+    assert (rt.read_timeout, rt.write_timeout, rt.idle_timeout) == (5.0, 60.0, 90.0)
+    assert web.transport.life_cycle.request_accept_grace_timeout == 1.0
+    assert web.transport.life_cycle.grace_time_out == 3.0
+    assert web.forwarded_headers.trusted_ips == ["10.0.0.0/8", "127.0.0.1", "::1"]
+    assert len(web.forwarded_headers.trusted_networks) == 3
+    assert web.http.max_header_bytes == 16384
+    assert web.http.parser == "h11"
+    assert static.entry_points["dns"].protocol == "udp"
+    assert static.entry_points["dns"].udp.timeout == 10.0
+    assert static.providers.file is not None
+    assert static.providers.file.directory == "dynamic"
+    assert static.providers.file.watch is True
+    assert static.providers.kubernetes_ingress is not None
+    assert static.providers.kubernetes_ingress.throttle_duration == 0.5
+    assert static.providers.kubernetes_ingress.namespaces == ["default"]
+    assert static.providers.kubernetes_gateway is not None
+    assert static.providers.kubernetes_gateway.label_selector == "app=edge"
+    assert static.providers_throttle_duration == 1.0
+    assert static.ping is not None and static.ping.entry_point == "traefik"
+    assert static.api is not None and static.api.insecure
+    assert static.log.level == "DEBUG"
+    assert static.log.format == "json"
+    assert static.access_log is not None and static.access_log.buffering_size == 100
+    assert static.entry_point_protocols() == {"web": "tcp", "dns": "udp", "traefik": "tcp"}
+
+
+def test_static_defaults() -> None:
+    static = decode_static({"entryPoints": {"web": {"address": ":80"}}})
+    web = static.entry_points["web"]
+    rt = web.transport.responding_timeouts
+    assert (rt.read_timeout, rt.write_timeout, rt.idle_timeout) == (60.0, 0.0, 180.0)
+    assert web.transport.life_cycle.request_accept_grace_timeout == 0.0
+    assert web.transport.life_cycle.grace_time_out == 10.0
+    assert web.http.max_header_bytes == 1048576
+    assert web.http.parser == "httptools"
+    assert web.forwarded_headers.insecure is False
+    assert static.providers_throttle_duration == 2.0
+    assert static.log.level == "INFO"
+    assert static.ping is None and static.access_log is None and static.api is None
+
+
+def test_static_same_in_toml_and_json(tmp_path) -> None:
+    toml = tmp_path / "edge.toml"
+    toml.write_text(
+        '[entryPoints.web]\naddress = ":8000"\n'
+        '[entryPoints.web.transport.respondingTimeouts]\nreadTimeout = "5s"\n'
+        '[log]\nlevel = "warn"\n'
+    )
+    js = tmp_path / "edge.json"
+    js.write_text(
+        json.dumps(
+            {
+                "entryPoints": {
+                    "web": {
+                        "address": ":8000",
+                        "transport": {"respondingTimeouts": {"readTimeout": 5}},
+                    }
+                },
+                "log": {"level": "WARNING"},
+            }
+        )
+    )
+    assert load_static(toml) == load_static(js)
+    assert load_static(toml).log.level == "WARN"
+
+
+def test_providers_throttle_under_providers() -> None:
+    static = decode_static({"providers": {"providersThrottleDuration": "500ms"}})
+    assert static.providers_throttle_duration == 0.5
+    with pytest.raises(ConfigError, match="both"):
+        decode_static(
+            {"providersThrottleDuration": "1s", "providers": {"providersThrottleDuration": "3s"}}
+        )
+
+
+def test_internal_entry_point_added_like_traefik() -> None:
+    static = decode_static({"entryPoints": {"web": {"address": ":80"}}, "ping": {}})
+    assert static.entry_points["traefik"].address == ":8080"
+
+
+@pytest.mark.parametrize(
+    ("obj", "path", "message"),
+    [
+        ({"entryPoints": {"web": {"adress": ":80"}}}, "$.entryPoints.web.adress", "unknown key"),
+        (
+            {"entryPoints": {"web": {"address": ":80", "http": {"maxHeaderBytes": "1k"}}}},
+            "$.entryPoints.web.http.maxHeaderBytes",
+            "expected int, got str",
+        ),
+        ({"entryPoints": {"web": {}}}, "$.entryPoints.web.address", "missing required key"),
+        ({"entryPoint": {}}, "$.entryPoint", "unknown key"),
+        (
+            {
+                "entryPoints": {
+                    "a": {"address": ":1"},
+                    "b": {"address": ":2", "transport": {"lifeCycle": {"graceTimeOut": "soon"}}},
+                }
+            },
+            "$.entryPoints.b.transport.lifeCycle.graceTimeOut",
+            "invalid duration 'soon'",
+        ),
+        (
+            {
+                "entryPoints": {
+                    "web": {"address": ":80", "forwardedHeaders": {"trustedIPs": ["10.0.0.0/33"]}}
+                }
+            },
+            "$.entryPoints.web.forwardedHeaders",
+            "'10.0.0.0/33' is not an IP address or CIDR",
+        ),
+        ({"log": {"level": "chatty"}}, "$.log", "invalid log level 'chatty'"),
+        (
+            {"log": {"format": "xml"}},
+            "$.log.format",
+            "invalid value 'xml': expected one of 'common', 'json'",
+        ),
+        ({"providers": {"file": {}}}, "$.providers.file", "exactly one of filename, directory"),
+        (
+            {"providers": {"file": {"filename": "a.yml", "directory": "d"}}},
+            "$.providers.file",
+            "exactly one of filename, directory",
+        ),
+        (
+            {"entryPoints": {"web": {"address": ":80"}}, "ping": {"entryPoint": "admin"}},
+            "$",
+            "ping: entryPoint 'admin' is not defined",
+        ),
+        (
+            {"entryPoints": {"dns": {"address": ":53/udp"}}, "ping": {"entryPoint": "dns"}},
+            "$",
+            "UDP entry point",
+        ),
+        ({"accessLog": {"bufferingSize": -1}}, "$.accessLog.bufferingSize", "expected int >= 0"),
+        (
+            {"entryPoints": {8080: {"address": ":80"}}},
+            '$.entryPoints["8080"]',
+            "invalid key: expected str, got int",
+        ),
+        ([], "$", "expected object, got array"),
+    ],
+)
+def test_static_errors_name_the_key_path(obj: object, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static(obj, source="edge.yaml")
+    err = info.value
+    assert err.path == path
+    assert message in err.message
+    assert err.source == "edge.yaml"
+    assert str(err).startswith(f"edge.yaml: {path}: ")
+
+
+def test_workers_auto_follows_the_cpus_a_pod_may_use(tmp_path):
+    """``workers: auto`` in a container: the cgroup quota and the pod's CPU limit bound the count."""
+    from edge.config.static import usable_cpus
+
+    affinity = len(os.sched_getaffinity(0))
+    none = tmp_path / "none"
+    none.mkdir()
+    assert usable_cpus({}, str(none)) == affinity
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs: 2 workers
+    assert usable_cpus({}, str(v2)) == min(affinity, 2)
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus({}, str(v2)) == affinity
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus({}, str(v1)) == 1
+    assert usable_cpus({"EDGE_CPU_LIMIT": "1"}, str(none)) == 1
+    assert usable_cpus({"EDGE_CPU_LIMIT": "64"}, str(none)) == affinity
+    assert usable_cpus({"EDGE_CPU_LIMIT": "0"}, str(none)) == affinity
+
+
+def test_default_is_one_process():
+    static = decode_static({})
+    assert static.workers == 1 and static.worker_count == 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 16])
+def test_number(n):
+    static = decode_static({"workers": n})
+    assert static.workers == n and static.worker_count == n
+
+
+def test_auto_is_cpu_count():
+    static = decode_static({"workers": "auto"})
+    assert static.workers == "auto"
+    assert static.worker_count == max(1, os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "expected int >= 1"),
+        (-2, "expected int >= 1"),
+        ("many", "invalid value 'many'"),
+        ("4", "invalid value '4'"),
+        (True, "got bool"),
+        (1.5, "got float"),
+        ([2], "got array"),
+    ],
+)
+def test_wrong_values_name_the_key(value, message):
+    with pytest.raises(ConfigError) as info:
+        decode_static({"workers": value}, source="static.yaml")
+    assert info.value.path == "$.workers"
+    assert message in str(info.value)
+    assert str(info.value).startswith("static.yaml: $.workers: ")
+
+
+def test_from_a_file(tmp_path):
+    path = tmp_path / "static.yaml"
+    path.write_text("entryPoints:\n  web: {address: ':0'}\nworkers: auto\n")
+    assert load_static(path).worker_count >= 1
+    path.write_text("workers: 0\n")
+    with pytest.raises(ConfigError, match=r"\$\.workers"):
+        load_static(path)
+
+
+def test_the_file_provider_watches_unless_told_not_to() -> None:
+    """Traefik's providers.file.watch defaults to true (file.Provider.SetDefaults), and its
+    documentation's examples leave it out; edge defaulted to false, so a Traefik static
+    configuration never picked up a change to its dynamic files."""
+    static = decode_static({"providers": {"file": {"directory": "/etc/edge/dynamic"}}})
+    assert static.providers.file is not None and static.providers.file.watch is True
+    static = decode_static({"providers": {"file": {"filename": "d.yaml", "watch": False}}})
+    assert static.providers.file is not None and static.providers.file.watch is False
