@@ -30,8 +30,7 @@ from edge.errors import ConfigError
 from edge.tcp.proxyproto import encode_v2
 from tests.fixtures.tls.pki import PKI
 from tests.harness import ROOT, Edge, get, lb, need, raw
-from tests.integration.test_proxyproto_peers import HAPROXY_DEFAULTS, free_port, running
-from tests.integration.test_tls_tcp import nginx_proxy_protocol  # noqa: F401  (a fixture)
+from tests.integration.peers import HAPROXY_DEFAULTS, free_port, running
 
 # -- the static side and validation, pure ------------------------------------------------------
 
@@ -510,7 +509,7 @@ def test_malformed_or_unfinished_headers_close_the_connection(proxied):
         assert 0.9 <= time.monotonic() - start < 3.5  # readTimeout 1s bounds the header too
 
 
-def test_tcp_router_sees_the_header_client_and_passes_it_on(tmp_path, nginx_proxy_protocol):  # noqa: F811
+def test_tcp_router_sees_the_header_client_and_passes_it_on(tmp_path, nginx_proxy_protocol):
     eps = {"tcpin": {"address": "127.0.0.1:0", "proxyProtocol": {"insecure": True}}}
     dynamic = {
         "tcp": {

@@ -11,6 +11,7 @@ import http.client
 import os
 import re
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import LISTEN_RE, Edge, get
+from tests.harness import LISTEN_RE, Edge, get, lb
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="needs /proc and SO_REUSEPORT"
@@ -339,3 +340,37 @@ def test_supervisor_killed_takes_the_workers_down(tmp_path, whoami):
             if alive(p):
                 os.kill(p, signal.SIGKILL)
         e.stop()
+
+
+def test_restarted_workers_resume_sessions_issued_before(tmp_path, whoami):
+    """Guard (passes before): with workers: 2, both workers killed and restarted by the
+    supervisor get its ticket secret again in Start, so a session issued before the
+    crash resumes on them (and they serve the current routes)."""
+    from tests.fixtures.tls.pki import PKI
+    from tests.integration.peers import resumed_get
+
+    cert = PKI("pipeline CA").issue("a.test").write(tmp_path, "a")
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app", "tls": {}}},
+            "services": {"app": lb(whoami.url)},
+        },
+        "tls": {"certificates": [{"certFile": cert[0], "keyFile": cert[1]}]},
+    }
+    e = Edge(tmp_path, routes, static_extra={"workers": 2})
+    try:
+        before = wait_workers(e)
+        ctx = ssl._create_unverified_context()
+        session = resumed_get(e.port, "a.test", ctx=ctx).session
+        for pid in before:
+            os.kill(pid, signal.SIGKILL)
+        wait_workers(e, exclude=tuple(before), timeout=15)
+        deadline = time.monotonic() + 15
+        while len(e.all_matches(r"worker \d \(pid \d+\): ready")) < 4:  # 2 at start, 2 now
+            assert time.monotonic() < deadline, e.log
+            time.sleep(0.05)
+        for _ in range(6):
+            got = resumed_get(e.port, "a.test", session, ctx)
+            assert got.answer.startswith(b"HTTP/1.1 200") and got.reused
+    finally:
+        assert e.stop() == 0

@@ -1,12 +1,14 @@
-"""Review of the configuration pipeline on a running edge (file provider, workers, API):
-each test pins a defect found by the review and fails on the commit before its fix."""
+"""The file provider on a running edge: a file or a directory, watched or not, a
+Kubernetes ConfigMap volume, a writer caught half way, certificates renewed in place.
+
+Each test pins a defect found by the review of the configuration pipeline and
+failed on the commit before its fix.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import ssl
 import subprocess
 import sys
 import time
@@ -51,41 +53,6 @@ def test_a_repeated_router_name_leaves_the_rest_of_its_file_serving(tmp_path, wh
         assert get(e.port, "/", host="a.test")[0] == 200
         assert get(e.port, "/", host="b.test")[0] == 404  # the repeat is left out
         e.wait_for(r"http.routers 'shared' is defined in both .*a\.yaml and .*b\.yaml")
-    finally:
-        e.stop()
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_request_accept_grace_timeout_keeps_accepting_then_drains(tmp_path, whoami, workers):
-    """Traefik's lifeCycle.requestAcceptGraceTimeout: after SIGTERM an entry point keeps
-    accepting and serving for that long while /ping answers 503, so a load balancer
-    health-checking it takes the node out of rotation before its port refuses
-    connections. Edge accepted the key and ignored it: the port refused new connections
-    at once (the client saw ECONNREFUSED), on every rolling update."""
-    life = {"lifeCycle": {"requestAcceptGraceTimeout": "1500ms", "graceTimeOut": "1s"}}
-    eps = {
-        "web": {"address": "127.0.0.1:0", "transport": life},
-        "traefik": {"address": "127.0.0.1:0", "transport": life},
-    }
-    routes = {
-        "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
-            "services": {"app": lb(whoami.url)},
-        }
-    }
-    e = Edge(tmp_path, routes, entrypoints=eps, static_extra={"workers": workers})
-    try:
-        assert get(e.port, "/", host="a.test")[0] == 200
-        start = time.monotonic()
-        e.signal(signal.SIGTERM)
-        e.wait_for(r"stopping", timeout=5)
-        time.sleep(0.3)
-        assert get(e.port, "/", host="a.test")[0] == 200  # a new connection, served
-        assert get(e.ports["traefik"], "/ping")[0] == 503  # out of rotation
-        assert e.proc.wait(timeout=15) == 0
-        assert time.monotonic() - start >= 1.4
-        assert get(e.port, "/", host="a.test")[0] == 0  # and then refused
-        assert "SIGKILL" not in e.log
     finally:
         e.stop()
 
@@ -163,54 +130,6 @@ def test_a_directory_that_cannot_be_listed_keeps_the_last_good_configuration(tmp
     assert "cannot list" in done.stderr and "keeping the last good configuration" in done.stderr
 
 
-def wait_text(path: Path, needle: str, timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text() if path.exists() else ""
-        if needle in text:
-            return text
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} never reached {path}")
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigusr1_reopens_the_access_log_for_logrotate(tmp_path, whoami, workers):
-    """Traefik's SIGUSR1 closes and reopens its log files, which logrotate's postrotate
-    sends after moving them away. Edge had no handler, and SIGUSR1's default action
-    ends the process: a Traefik logrotate configuration killed edge (and every worker
-    its pkill reached)."""
-    log_path = tmp_path / "access.log"
-    routes = {
-        "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
-            "services": {"app": lb(whoami.url)},
-        }
-    }
-    extra = {"accessLog": {"filePath": str(log_path)}, "workers": workers}
-    e = Edge(tmp_path, routes, static_extra=extra)
-    try:
-        assert get(e.port, "/before", host="a.test")[0] == 200
-        wait_text(log_path, "GET /before ")
-        rotated = tmp_path / "access.log.1"
-        log_path.rename(rotated)
-        e.signal(signal.SIGUSR1)
-        processes = 1 + (workers if workers > 1 else 0)  # the supervisor sends it on
-        deadline = time.monotonic() + 5
-        while len(e.all_matches("log files reopened")) < processes:
-            assert e.proc.poll() is None, f"edge ended on SIGUSR1:\n{e.log}"
-            assert time.monotonic() < deadline, e.log
-            time.sleep(0.05)
-        assert log_path.exists()  # opened again where it was
-        for i in range(8):  # with workers, let every worker log one
-            assert get(e.port, f"/after{i}", host="a.test")[0] == 200
-        text = wait_text(log_path, "GET /after")
-        assert "/before" not in text
-        assert "/after" not in rotated.read_text()
-        assert e.proc.poll() is None  # still serving
-    finally:
-        assert e.stop() == 0
-
-
 def configmap_version(folder: Path, version: int, files: dict[str, dict]) -> None:
     """Write ``files`` as kubelet's atomic writer updates a ConfigMap volume: a new
     hidden timestamped folder, then the ``..data`` symlink swapped to it by rename,
@@ -262,41 +181,6 @@ def test_a_configmap_volume_update_is_followed(tmp_path, whoami, form):
         e.stop()
 
 
-def test_restarted_workers_resume_sessions_issued_before(tmp_path, whoami):
-    """Guard (passes before): with workers: 2, both workers killed and restarted by the
-    supervisor get its ticket secret again in Start, so a session issued before the
-    crash resumes on them (and they serve the current routes)."""
-    from tests.fixtures.tls.pki import PKI
-    from tests.integration.test_tls_tcp import resumed_get
-    from tests.integration.test_workers import wait_workers
-
-    cert = PKI("pipeline CA").issue("a.test").write(tmp_path, "a")
-    routes = {
-        "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app", "tls": {}}},
-            "services": {"app": lb(whoami.url)},
-        },
-        "tls": {"certificates": [{"certFile": cert[0], "keyFile": cert[1]}]},
-    }
-    e = Edge(tmp_path, routes, static_extra={"workers": 2})
-    try:
-        before = wait_workers(e)
-        ctx = ssl._create_unverified_context()
-        session = resumed_get(e.port, "a.test", ctx=ctx).session
-        for pid in before:
-            os.kill(pid, signal.SIGKILL)
-        wait_workers(e, exclude=tuple(before), timeout=15)
-        deadline = time.monotonic() + 15
-        while len(e.all_matches(r"worker \d \(pid \d+\): ready")) < 4:  # 2 at start, 2 now
-            assert time.monotonic() < deadline, e.log
-            time.sleep(0.05)
-        for _ in range(6):
-            got = resumed_get(e.port, "a.test", session, ctx)
-            assert got.answer.startswith(b"HTTP/1.1 200") and got.reused
-    finally:
-        assert e.stop() == 0
-
-
 @pytest.mark.parametrize(("workers", "sighup"), [(1, True), (2, True), (1, False), (2, False)])
 def test_a_renewed_certificate_is_served(tmp_path, whoami, workers, sighup):
     """A certificate renewed in place (certbot's deploy hook, a Vault agent) is served
@@ -307,7 +191,7 @@ def test_a_renewed_certificate_is_served(tmp_path, whoami, workers, sighup):
     watched directory are followed, its watcher reloading on any event there), edge now
     looks at the files every CERT_POLL (1 s) while a file provider watches."""
     from tests.fixtures.tls.pki import PKI
-    from tests.integration.test_tls_tcp import peer_fingerprint
+    from tests.integration.peers import peer_fingerprint
 
     pki = PKI("pipeline CA")
     first, renewed = pki.issue("a.test"), pki.issue("a.test")

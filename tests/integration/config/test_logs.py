@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,51 @@ def test_http_parser_flag_overrides_the_static_file(tmp_path, whoami):
         run.wait_for(r"entrypoint web: listening on .* \(h11\)")
     finally:
         run.stop()
+
+
+def wait_text(path: Path, needle: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never reached {path}")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigusr1_reopens_the_access_log_for_logrotate(tmp_path, whoami, workers):
+    """Traefik's SIGUSR1 closes and reopens its log files, which logrotate's postrotate
+    sends after moving them away. Edge had no handler, and SIGUSR1's default action
+    ends the process: a Traefik logrotate configuration killed edge (and every worker
+    its pkill reached)."""
+    log_path = tmp_path / "access.log"
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    extra = {"accessLog": {"filePath": str(log_path)}, "workers": workers}
+    e = Edge(tmp_path, routes, static_extra=extra)
+    try:
+        assert get(e.port, "/before", host="a.test")[0] == 200
+        wait_text(log_path, "GET /before ")
+        rotated = tmp_path / "access.log.1"
+        log_path.rename(rotated)
+        e.signal(signal.SIGUSR1)
+        processes = 1 + (workers if workers > 1 else 0)  # the supervisor sends it on
+        deadline = time.monotonic() + 5
+        while len(e.all_matches("log files reopened")) < processes:
+            assert e.proc.poll() is None, f"edge ended on SIGUSR1:\n{e.log}"
+            assert time.monotonic() < deadline, e.log
+            time.sleep(0.05)
+        assert log_path.exists()  # opened again where it was
+        for i in range(8):  # with workers, let every worker log one
+            assert get(e.port, f"/after{i}", host="a.test")[0] == 200
+        text = wait_text(log_path, "GET /after")
+        assert "/before" not in text
+        assert "/after" not in rotated.read_text()
+        assert e.proc.poll() is None  # still serving
+    finally:
+        assert e.stop() == 0

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness import Edge, get
+from tests.harness import Edge, get, lb
 
 
 def dyn(whoami, extra_routers: dict | None = None, weight_a: int = 1) -> dict:
@@ -156,3 +156,38 @@ def test_sigterm_cuts_requests_past_grace(tmp_path, whoami, grace):
     assert time.monotonic() - start < 3
     t.join(timeout=10)
     assert results and isinstance(results[0], OSError)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_request_accept_grace_timeout_keeps_accepting_then_drains(tmp_path, whoami, workers):
+    """Traefik's lifeCycle.requestAcceptGraceTimeout: after SIGTERM an entry point keeps
+    accepting and serving for that long while /ping answers 503, so a load balancer
+    health-checking it takes the node out of rotation before its port refuses
+    connections. Edge accepted the key and ignored it: the port refused new connections
+    at once (the client saw ECONNREFUSED), on every rolling update."""
+    life = {"lifeCycle": {"requestAcceptGraceTimeout": "1500ms", "graceTimeOut": "1s"}}
+    eps = {
+        "web": {"address": "127.0.0.1:0", "transport": life},
+        "traefik": {"address": "127.0.0.1:0", "transport": life},
+    }
+    routes = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, routes, entrypoints=eps, static_extra={"workers": workers})
+    try:
+        assert get(e.port, "/", host="a.test")[0] == 200
+        start = time.monotonic()
+        e.signal(signal.SIGTERM)
+        e.wait_for(r"stopping", timeout=5)
+        time.sleep(0.3)
+        assert get(e.port, "/", host="a.test")[0] == 200  # a new connection, served
+        assert get(e.ports["traefik"], "/ping")[0] == 503  # out of rotation
+        assert e.proc.wait(timeout=15) == 0
+        assert time.monotonic() - start >= 1.4
+        assert get(e.port, "/", host="a.test")[0] == 0  # and then refused
+        assert "SIGKILL" not in e.log
+    finally:
+        e.stop()

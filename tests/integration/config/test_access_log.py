@@ -6,7 +6,7 @@ import json
 import re
 
 from tests.harness import Edge, get, lb
-from tests.integration.test_logs import dyn, wait_lines
+from tests.integration.config.test_logs import dyn, wait_lines
 
 CLF = re.compile(
     r'^(?P<client>\S+) - - \[(?P<time>[^\]]+)\] "(?P<method>\S+) (?P<path>\S+) (?P<proto>[^"]+)" '
