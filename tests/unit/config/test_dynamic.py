@@ -14,9 +14,10 @@ import msgspec
 import pytest
 
 from edge.config.durations import enc_hook
-from edge.config.dynamic import Configuration, split_host_port
+from edge.config.dynamic import Configuration, UDPLoadBalancer, split_host_port
 from edge.config.loader import decode_dynamic, load_dynamic
 from edge.errors import ConfigError
+from tests.unit.router.test_udp import udp
 
 
 @pytest.mark.parametrize(
@@ -406,3 +407,19 @@ def test_is_empty() -> None:
     assert not decode_dynamic(
         {"tls": {"certificates": [{"certFile": "a", "keyFile": "b"}]}}
     ).is_empty()
+
+
+def test_proxy_protocol_version_1_is_refused_for_udp():
+    with pytest.raises(Exception, match="version 2"):
+        decode_dynamic(udp({}, {}, {"pp": {"proxyProtocol": {"version": 1}}}))
+
+
+def test_session_timeout_must_be_positive():
+    with pytest.raises(msgspec.ValidationError, match="sessionTimeout"):
+        msgspec.convert({"sessionTimeout": 0}, UDPLoadBalancer, dec_hook=_dec)
+
+
+def _dec(type_, obj):
+    from edge.config.durations import dec_hook
+
+    return dec_hook(type_, obj)

@@ -332,3 +332,14 @@ def test_the_file_provider_watches_unless_told_not_to() -> None:
     assert static.providers.file is not None and static.providers.file.watch is True
     static = decode_static({"providers": {"file": {"filename": "d.yaml", "watch": False}}})
     assert static.providers.file is not None and static.providers.file.watch is False
+
+
+def test_static_max_sessions():
+    static = decode_static({"entryPoints": {"dns": {"address": ":53/udp"}}})
+    assert static.entry_points["dns"].udp.max_sessions == 10_000
+    static = decode_static(
+        {"entryPoints": {"dns": {"address": ":53/udp", "udp": {"maxSessions": 5}}}}
+    )
+    assert static.entry_points["dns"].udp.max_sessions == 5
+    with pytest.raises(Exception, match="maxSessions"):
+        decode_static({"entryPoints": {"dns": {"address": ":53/udp", "udp": {"maxSessions": 0}}}})

@@ -1,18 +1,25 @@
-"""A wildcard stands for exactly one non-empty label: ``*.example.com`` never covers
-``.example.com``, in each place a wildcard is looked up (issue 12 item 4).
+"""Host handling (edge.rules.hosts): the one normalisation of a Host value, and the
+wildcard key of a name.
 
-The places: :func:`edge.rules.wildcard_of` (the Host and HostSNI matchers and the
-RouteTable index), ``TCPRouters.https_route`` (which TLS options a name's handshake
-and Host need) and the certificate tables (``_certificate``, ``errors_for``).
-Traefik's own ``DomainMatchHostExpression`` replaces the first label whatever it
-is, so it matches ``.example.com``; edge does not.
+A wildcard stands for exactly one non-empty label: ``*.example.com`` never covers
+``.example.com``, in each place a wildcard is looked up (issue 12 item 4):
+:func:`edge.rules.wildcard_of` (the Host and HostSNI matchers and the RouteTable
+index) here, ``TCPRouters.https_route`` in ``router/test_tcp.py`` and the certificate
+tables in ``tls/test_certs.py``. Traefik's own ``DomainMatchHostExpression`` replaces
+the first label whatever it is, so it matches ``.example.com``; edge does not.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from edge.rules import RequestView, RouteTable, compile_rule, wildcard_of
+from edge.rules import (
+    RequestView,
+    RouteTable,
+    canonical_host,
+    compile_rule,
+    wildcard_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +70,26 @@ def test_an_exact_route_under_a_wildcard_keeps_the_wildcard_from_the_empty_label
     )
     assert table.match(RequestView(host="a.example.com", path="/b")) == "wild"
     assert table.match(RequestView(host=".example.com", path="/a")) is None
+
+
+@pytest.mark.parametrize(
+    ("authority", "host"),
+    [
+        ("Example.COM", "example.com"),
+        ("example.com:8080", "example.com"),
+        ("example.com.", "example.com"),
+        ("Example.com.:443", "example.com"),
+        ("[::1]:8080", "::1"),
+        ("[::1]", "::1"),
+        ("::1", "::1"),
+        ("10.0.0.1:80", "10.0.0.1"),
+        ("", ""),
+    ],
+)
+def test_canonical_host(authority: str, host: str) -> None:
+    assert canonical_host(authority) == host
+
+
+def test_host_from_a_request_with_port_and_case_matches() -> None:
+    rule = compile_rule("Host(`example.com`)")
+    assert rule.match(RequestView(host=canonical_host("EXAMPLE.com:8443")))

@@ -1,4 +1,7 @@
-"""Traefik v3's rule semantics, case by case: the rule, the request, and Traefik's answer.
+"""The compiled rule (edge.rules.rule): ``compile_rule`` gives Traefik v3's answer, case by
+case (the rule, the request, and Traefik's answer); ``Rule.hosts`` is sound; matching
+never compiles; ``RuleCompiler`` builds from a shape seen before what ``compile_rule``
+builds; a router's ``ruleSyntax`` (and the static default) picks v2 or v3.
 
 Each case names where Traefik documents its answer: the docs (``routing/routers``
 rules, the v2 -> v3 migration guide), or the table tests of ``pkg/muxer/http``
@@ -14,29 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import edge.rules.request as rules_mod
 from edge.errors import RuleError
-from edge.rules import RequestView, RouteTable, canonical_host, compile_rule
-
-
-@dataclass(frozen=True)
-class Req:
-    target: str = "/"
-    host: str = "example.com"
-    method: str = "GET"
-    headers: tuple[tuple[str, str], ...] = ()
-
-    def view(self) -> RequestView:
-        """The request as the HTTP server hands it to the rules."""
-        path, _, query = self.target.partition("?")
-        return RequestView(
-            host=canonical_host(self.host),
-            path=path,
-            query=query,
-            method=self.method,
-            client_ip="127.0.0.1",
-            headers=[(k.encode(), v.encode("utf-8")) for k, v in self.headers],
-        )
+from edge.rules import (
+    RequestView,
+    RouteTable,
+    Rule,
+    RuleCompiler,
+    compile_rule,
+)
+from tests.unit.rules.requests import Req, req
 
 
 @dataclass(frozen=True)
@@ -55,17 +48,37 @@ def C(bullet: str, rule: str, req: Req, match: bool, source: str, **kw: Any) -> 
 
 
 PATH = "path: reserved escapes kept (v3.4.1)"
+
+
 WILD = "Host wildcards (v3.7)"
+
+
 HOSTRE = "HostRegexp: lowercased host, case-sensitive"
+
+
 BRACES = "{name:re} is not a template in v3"
+
+
 ARITY = "arity, empty values, Query(`k`)"
+
+
 V2 = "ruleSyntax v2"
+
+
 RE2 = "RE2 semantics"
 
+
 MUX = "pkg/muxer/http/mux.go withRoutingPath + server normalizePath"
+
+
 MT = "pkg/muxer/http/matcher_test.go"
+
+
 MT2 = "pkg/muxer/http/matcher_v2_test.go"
+
+
 GO = "Go regexp (RE2) semantics"
+
 
 CASES: list[Case] = [
     # -- reserved characters stay encoded, the rest is decoded ------------------------
@@ -219,6 +232,7 @@ CASES: list[Case] = [
     C(RE2, r"PathRegexp(`^/[[:alpha:]]+$`)", Req("/abc"), True, GO + ": POSIX classes"),
 ]
 
+
 # (rule, syntax, kind, a fragment of edge's message): Traefik refuses these too.
 REFUSED: list[tuple[str, str, str, str]] = [
     ("Host(`a.com`, `b.com`)", "v3", "http", "takes exactly 1 argument, got 2"),
@@ -249,6 +263,7 @@ REFUSED: list[tuple[str, str, str, str]] = [
     ("HostSNI(`*.a.com`)", "v2", "tcp", "invalid HostSNI"),
     ("ALPN(`acme-tls/1`)", "v3", "tcp", "not allowed"),
 ]
+
 
 # (rule, syntax, sni, Traefik's answer): pkg/muxer/tcp matcher tests.
 TCP_CASES: list[tuple[str, str, str, bool]] = [
@@ -304,28 +319,6 @@ def test_the_backtracking_pattern_would_stall_pythons_re() -> None:
         assert not compile_rule("PathRegexp(`^/(a+)+$`)").match(RequestView(path=text))
     fast = (time.perf_counter() - started) / 100
     assert fast * 100 < slow, (fast, slow)
-
-
-def test_wildcard_hosts_are_indexed_not_scanned() -> None:
-    rule = compile_rule("Host(`*.example.com`) && PathPrefix(`/api`)")
-    assert rule.hosts == frozenset({"*.example.com"})
-    table = RouteTable(
-        [
-            ("wild", rule, 10, "wild"),
-            ("exact", compile_rule("Host(`a.example.com`)"), 5, "exact"),
-            ("star", compile_rule("Host(`*`)"), 1, "star"),
-        ]
-    )
-    assert table.match(Req("/api/x", host="a.example.com").view()) == "wild"
-    assert table.match(Req("/other", host="a.example.com").view()) == "exact"
-    assert table.match(Req("/api/x", host="b.example.com").view()) == "wild"
-    assert table.match(Req("/other", host="b.example.com").view()) == "star"
-    assert table.match(Req("/api", host="example.com").view()) == "star"
-    wild_only = RouteTable([("w", compile_rule("Host(`*.example.com`)"), 1, "w")])
-    assert wild_only.match_host("*.example.com") == "w"
-
-
-# --- ruleSyntax and core.defaultRuleSyntax, through validation -----------------------------
 
 
 def runtime_for(routers: dict[str, Any], tcp: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -387,3 +380,167 @@ def test_default_rule_syntax_in_the_static_configuration() -> None:
     assert decode_static({"core": {"defaultRuleSyntax": "v2"}}).core.default_rule_syntax == "v2"
     with pytest.raises(ConfigError, match=r"\$\.core\.defaultRuleSyntax"):
         decode_static({"core": {"defaultRuleSyntax": "v1"}})
+
+
+# (rule, kind, expected hosts)
+HOSTS_CASES: list[tuple[str, str, frozenset[str] | None]] = [
+    ("Host(`a`)", "http", frozenset({"a"})),
+    ("Host(`A.com`) || Host(`b.com`)", "http", frozenset({"a.com", "b.com"})),
+    ("Host(`*.a.com`)", "http", frozenset({"*.a.com"})),
+    ("Host(`*.a.com`) && Host(`x.a.com`)", "http", frozenset({"x.a.com"})),
+    ("Host(`x.a.com`) && Host(`*.a.com`)", "http", frozenset({"x.a.com"})),
+    ("Host(`x.b.com`) && Host(`*.a.com`)", "http", frozenset()),
+    ("Host(`*.a.com`) && Host(`*.b.com`)", "http", frozenset()),
+    ("Host(`*.a.com`) && Host(`*.a.com`)", "http", frozenset({"*.a.com"})),
+    ("Host(`x.y.a.com`) && Host(`*.a.com`)", "http", frozenset()),
+    ("Host(`*`)", "http", None),
+    ("Host(`a`) && PathPrefix(`/x`)", "http", frozenset({"a"})),
+    ("PathPrefix(`/x`) && Host(`a`)", "http", frozenset({"a"})),
+    ("Host(`a`) || Host(`b`)", "http", frozenset({"a", "b"})),
+    ("(Host(`a`) && Path(`/p`)) || (Host(`b`) && Path(`/q`))", "http", frozenset({"a", "b"})),
+    ("PathPrefix(`/`) && (Host(`a`) || Host(`b`))", "http", frozenset({"a", "b"})),
+    ("(Host(`a`) || Host(`b`)) && (Host(`b`) || Host(`c`))", "http", frozenset({"b"})),
+    ("Host(`a`) && Host(`b`)", "http", frozenset()),
+    ("Host(`a`) && !Host(`b`)", "http", frozenset({"a"})),
+    ("Host(`a`) || PathPrefix(`/x`)", "http", None),
+    ("!Host(`a`)", "http", None),
+    ("!!Host(`a`)", "http", None),
+    ("HostRegexp(`^a$`)", "http", None),
+    ("Host(`a`) || HostRegexp(`^b$`)", "http", None),
+    ("Path(`/`)", "http", None),
+    ("HostSNI(`a.com`)", "tcp", frozenset({"a.com"})),
+    ("HostSNI(`a.com`) && ALPN(`h2`)", "tcp", frozenset({"a.com"})),
+    ("HostSNI(`*`)", "tcp", None),
+    ("HostSNI(`*.a.com`)", "tcp", frozenset({"*.a.com"})),
+    ("HostSNI(`a`) || ClientIP(`::1`)", "tcp", None),
+    ("HostSNIRegexp(`a`)", "tcp", None),
+]
+
+
+@pytest.mark.parametrize(("rule", "kind", "expected"), HOSTS_CASES)
+def test_hosts_derivation(rule: str, kind: str, expected: frozenset[str] | None) -> None:
+    assert compile_rule(rule, kind=kind).hosts == expected
+
+
+def test_contradictory_hosts_never_match() -> None:
+    rule = compile_rule("Host(`a`) && Host(`b`)")
+    assert not rule.match(req(host="a")) and not rule.match(req(host="b"))
+
+
+def test_matching_never_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    rule = compile_rule(
+        "HostRegexp(`^a`) && PathRegexp(`^/x`) && ClientIP(`10.0.0.0/8`) "
+        "&& HeaderRegexp(`k`, `v`) && QueryRegexp(`q`, `1`)"
+    )
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("compiled at match time")
+
+    monkeypatch.setattr(re, "compile", boom)
+    monkeypatch.setattr(rules_mod.ipaddress, "ip_network", boom)
+    view = req(host="a.com", path="/x", client_ip="10.0.0.1", headers=[(b"k", b"v")], query="q=1")
+    assert rule.match(view)
+
+
+SHAPES = [
+    ("http", "v3", "Host(`{}`)"),
+    ("http", "v3", "Host(`{}`) && Path(`{}`)"),
+    ("http", "v3", "Host(`{}`) && (Path(`{}`) || PathPrefix(`{}`))"),
+    ("http", "v3", "PathPrefix(`{}`)"),
+    ("http", "v3", "!Method(`{}`) && HostRegexp(`{}`)"),
+    ("http", "v3", "Header(`{}`, `{}`) || Query(`{}`)"),
+    ("http", "v3", "ClientIP(`{}`) && PathRegexp(`{}`)"),
+    ("http", "v2", "Host(`{}`, `{}`) && PathPrefix(`{}`)"),
+    ("http", "v2", "HostRegexp(`{}`)"),
+    ("tcp", "v3", "HostSNI(`{}`) && ClientIP(`{}`)"),
+    ("tcp", "v3", "HostSNIRegexp(`{}`)"),
+]
+
+
+VALUES = [
+    "a.example.com", "*.example.com", "B.Example.COM", "/api", "/api/", "/", "GET",
+    "^[a-z]+\\.example\\.com$", "X-Env", "prod", "10.0.0.0/8", "::1", "*", "",
+    "/a%2Fb", "{sub:[a-z]+}.example.com", "(", "caf\u00e9.com", "a b", "x`",
+]  # fmt: skip
+
+
+def dump(node: Any) -> Any:
+    """A node as plain data: its type and every slot that is not a bound match function."""
+    if isinstance(node, tuple | list):
+        return [dump(n) for n in node]
+    if type(node).__module__ == "ipaddress":
+        return repr(node)
+    slots = getattr(type(node), "__slots__", None)
+    if slots is None or isinstance(node, str | bytes | int | frozenset):
+        return repr(node) if not isinstance(node, frozenset) else sorted(map(repr, node))
+    out: dict[str, Any] = {"type": type(node).__name__}
+    for slot in slots:
+        value = getattr(node, slot, None)
+        if slot == "searches":  # bound searches of compiled regexps: their patterns
+            out[slot] = [repr(search.__self__) for search in value]
+        elif slot not in ("fns", "fn"):
+            out[slot] = dump(value)
+    return out
+
+
+def outcome(make: Any) -> Any:
+    try:
+        rule: Rule = make()
+    except RuleError as exc:
+        return ("error", str(exc), exc.column)
+    return ("rule", rule.text, rule.kind, rule.syntax, dump(rule.root),
+            sorted(rule.hosts) if rule.hosts is not None else None, rule.host_only)  # fmt: skip
+
+
+def texts() -> list[tuple[str, str, str]]:
+    out = []
+    for kind, syntax, shape in SHAPES:
+        n = shape.count("{}")
+        for i in range(len(VALUES)):
+            values = [VALUES[(i + k * 7) % len(VALUES)] for k in range(n)]
+            if "`" in "".join(values):
+                continue  # a backquote cannot stand in a backquoted string
+            out.append((kind, syntax, shape.format(*values)))
+    return out
+
+
+def test_rules_written_alike_compile_as_compile_rule_compiles_them() -> None:
+    compiler = RuleCompiler()
+    cases = texts()
+    assert len(cases) > 150
+    errors = 0
+    for kind, syntax, text in cases + cases:  # the second pass: every shape seen
+        expected = outcome(lambda: compile_rule(text, kind=kind, syntax=syntax))  # noqa: B023
+        got = outcome(lambda: compiler.compile(text, kind=kind, syntax=syntax))  # noqa: B023
+        assert got == expected, text
+        errors += expected[0] == "error"
+    assert 20 < errors < 2 * len(cases) - 20  # both kinds of answer were compared
+    assert len(compiler._plans) <= len(SHAPES)  # one parse per shape: the others built
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Host("a.com") && Path(`/x`)',  # a double-quoted string: compiled in full
+        "Host(`a.com`) && Path(`/x`) ||",
+        "Host(`a.com`",
+        "Hots(`a.com`)",
+        "Host(`a.com`) && Path(`x`)",
+    ],
+)
+def test_odd_rules_read_the_same(text: str) -> None:
+    compiler = RuleCompiler()
+    compiler.compile("Host(`b.com`) && Path(`/y`)")
+    assert outcome(lambda: compiler.compile(text)) == outcome(lambda: compile_rule(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    host=st.text(alphabet="abcXYZ.-*09_ \u00e9", min_size=0, max_size=12),
+    path=st.text(alphabet="/ab%2F{}:[]^$ ", min_size=0, max_size=10),
+)
+def test_a_shape_seen_gives_what_a_full_parse_gives(host: str, path: str) -> None:
+    compiler = RuleCompiler()
+    compiler.compile("Host(`seed.com`) && PathPrefix(`/seed`)")
+    text = f"Host(`{host}`) && PathPrefix(`{path}`)"
+    assert outcome(lambda: compiler.compile(text)) == outcome(lambda: compile_rule(text))
