@@ -1,7 +1,9 @@
-"""Review of what ships: offline checks of k8s/ and k8s/examples/ against the image.
+"""What the image is built from and run with, checked offline: the Dockerfile's pinned
+versions and base image, and the capabilities k8s/ and k8s/examples/ give its containers.
 
-Each check here pins a defect the shipping review found, one property at a time, so a
-failure names what would break in a cluster.
+Each check pins a defect the shipping review found, one property at a time, so a
+failure names what would break in a cluster. Pure Python (it reads files), but a
+deployment check: it tests what ships, not a unit of edge.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
+pytestmark = pytest.mark.deploy
+
 IMAGE = "localhost/edge"  # the name the Dockerfile's image is built and loaded under
 
 
