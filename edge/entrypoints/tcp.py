@@ -52,7 +52,7 @@ from edge.entrypoints.base import SWEEP_MAX, SWEEP_MIN, Swept, format_address
 from edge.http.codec.parsers import parser_classes
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.http.middlewares.builtin import RedirectScheme
-from edge.http.server.connection import Arrival, HTTPConnection, HTTPContext
+from edge.http.server.connection import Arrival, HTTPConnection, HTTPContext, Router
 from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.router.tcp import TCPRouter
@@ -91,35 +91,18 @@ class TCPEntryPoint:
         self.internal = internal is not None
         self.shed = 0  # connections closed at once (no descriptor to spare) since the last sweep
         self.parser = parser or config.http.parser
-        request_parser, response_parser = parser_classes(self.parser)
+        self._parsers = parser_classes(self.parser)
+        self._internal = internal  # what it answers itself (/ping, the API), or None
+        self._access_log = access_log
         timeouts = config.transport.responding_timeouts
         # Every live connection of this entrypoint, whatever it became (HTTP, a
         # tunnel): the sweep reads their deadlines, the drain waits for them.
         self.connections: set[Swept] = set()
         self.routers = EMPTY_SET
-        shared = dict(
-            name=name,
-            port=config.port,
-            loop=loop,
-            request_parser=request_parser,
-            response_parser=response_parser,
-            max_header_bytes=config.http.max_header_bytes,
-            max_header_count=config.http.max_header_count,
-            sanitize_path=config.http.sanitize_path,
-            read_timeout=timeouts.read_timeout,
-            write_timeout=timeouts.write_timeout,
-            idle_timeout=timeouts.idle_timeout,
-            trusted_ips=config.forwarded_headers.trusted_ips,
-            insecure=config.forwarded_headers.insecure,
-            internal=internal,
-            access_log=access_log,
-            connections=self.connections,
-        )
-        self.http = HTTPContext(**shared)
-        self.https = HTTPContext(**shared, scheme=b"https")
+        self.http = self._http_context(b"http")
+        self.https = self._http_context(b"https")
         # Where HTTPS hosts differ in TLS options (clientAuth, versions): one HTTPS
         # context per options name a handshake used, routing with SNICheckRouter.
-        self._shared = shared
         self.https_checked: dict[str, HTTPContext] = {}
         # The first bytes are part of the first request's head: a client gets at
         # most readTimeout (and PEEK_TIMEOUT) to send enough of them to decide, and
@@ -156,6 +139,32 @@ class TCPEntryPoint:
         self.redirect = config.http.redirect
         self.server: asyncio.Server | None = None
 
+    def _http_context(self, scheme: bytes) -> HTTPContext:
+        """A new HTTP context of this entrypoint for ``scheme``: every HTTP context of
+        the entrypoint shares these settings and its set of connections."""
+        config = self.config
+        timeouts = config.transport.responding_timeouts
+        request_parser, response_parser = self._parsers
+        return HTTPContext(
+            name=self.name,
+            port=config.port,
+            loop=self.loop,
+            request_parser=request_parser,
+            response_parser=response_parser,
+            max_header_bytes=config.http.max_header_bytes,
+            max_header_count=config.http.max_header_count,
+            sanitize_path=config.http.sanitize_path,
+            read_timeout=timeouts.read_timeout,
+            write_timeout=timeouts.write_timeout,
+            idle_timeout=timeouts.idle_timeout,
+            trusted_ips=config.forwarded_headers.trusted_ips,
+            insecure=config.forwarded_headers.insecure,
+            internal=self._internal,
+            access_log=self._access_log,
+            connections=self.connections,
+            scheme=scheme,
+        )
+
     @property
     def port(self) -> int:
         """The bound port (the configured one, or the one the OS chose for port 0)."""
@@ -164,7 +173,7 @@ class TCPEntryPoint:
         return self.config.port
 
     @property
-    def router(self) -> HTTPRouter:
+    def router(self) -> Router:
         return self.http.router
 
     def switch(self, routers: RouterSet) -> None:
@@ -184,12 +193,16 @@ class TCPEntryPoint:
     ) -> HTTPConnection:
         """The HTTP connection over TLS edge terminated for ``sni`` with TLS ``options``
         (None: the entrypoint's only options, which every host shares)."""
-        ctx = self.https if options is None else self.https_checked.get(options)
-        if ctx is None:
-            ctx = self.https_checked[options] = HTTPContext(**self._shared, scheme=b"https")  # type: ignore[index]
-            ctx.port = self.https.port
-            ctx.closing = self.https.closing
-            ctx.router = self._checked_router(options)  # type: ignore[arg-type]
+        if options is None:
+            ctx = self.https
+        else:
+            checked = self.https_checked.get(options)
+            if checked is None:
+                checked = self.https_checked[options] = self._http_context(b"https")
+                checked.port = self.https.port
+                checked.closing = self.https.closing
+                checked.router = self._checked_router(options)
+            ctx = checked
         return HTTPConnection(ctx, Arrival(client=client, sni=sni))
 
     def _checked_router(self, options: str) -> HTTPRouter | SNICheckRouter:
@@ -267,6 +280,7 @@ class TCPEntryPoint:
         """Enforce the deadlines of every connection; log the connections shed since."""
         if self.shed:
             budget = self.budget
+            assert budget is not None  # only a budget sheds connections
             log.warning(
                 "entrypoint %s: %d connections closed at once: %d of %d descriptors in use,"
                 " %d kept for /ping, the API and the providers",
@@ -358,8 +372,10 @@ class SNICheckRouter:
             if tcp.https_options(host) == options
         }
         self.misdirected = Route(
-            "snicheck@internal", _NoService(), Pipeline([_Misdirected(options)])
-        )  # type: ignore[arg-type]
+            "snicheck@internal",
+            _NoService(),  # type: ignore[arg-type]
+            Pipeline([_Misdirected(options)]),
+        )
 
     def match(self, view) -> Route | None:
         if self.tcp.https_options(view.host) != self.options:

@@ -388,7 +388,7 @@ class Peek(asyncio.Protocol):
         if route.service is None:
             # The client as read above (the HTTP connection need not ask the TLS transport).
             # Under the route's options: the request's Host must need those (snicheck).
-            app: asyncio.BaseProtocol = self.ctx.https(
+            app: asyncio.Protocol = self.ctx.https(
                 hello.server_name, self.source or self.client, route.options
             )
         else:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from edge.deadlines import NO_DEADLINE, PROXY_HEADER
 from edge.tcp.middlewares import client_address, networks
@@ -138,9 +138,9 @@ class ProxyHeaderReader(asyncio.Protocol):
         if not self.buf and transport is not None:
             # Done sending before a byte: no header. What the connection becomes hears the EOF.
             self._hand_over(None, None, b"")
-            return (
-                False if transport.is_closing() else bool(transport.get_protocol().eof_received())
-            )
+            if transport.is_closing():
+                return False
+            return bool(_holder(transport).eof_received())
         log.debug(
             "%s: %s closed before its PROXY protocol header was complete", self.ctx.name, self.peer
         )
@@ -198,7 +198,13 @@ class ProxyHeaderReader(asyncio.Protocol):
         # takes connections at once parks it for its relay): the bytes go to whoever
         # holds it now.
         if rest and not transport.is_closing():
-            transport.get_protocol().data_received(rest)
+            _holder(transport).data_received(rest)
+
+
+def _holder(transport: asyncio.Transport) -> asyncio.Protocol:
+    """The protocol holding ``transport`` now: what the connection became, or what that
+    handed it on to (every one of them reads: an ``asyncio.Protocol``)."""
+    return cast(asyncio.Protocol, transport.get_protocol())
 
 
 def trust(trusted_ips: list[str], insecure: bool) -> Callable[[str], bool]:

@@ -139,7 +139,9 @@ class Pending(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.data.append(data)
-        self.transport.pause_reading()
+        transport = self.transport
+        assert transport is not None  # connection_made or attach came first
+        transport.pause_reading()
         self._wake()
 
     def eof_received(self) -> bool:
@@ -160,6 +162,7 @@ class Pending(asyncio.Protocol):
         """Wait until ``size`` bytes are held, or EOF or loss; what is held (it stays held)."""
         while sum(map(len, self.data)) < size and not self.eof and not self.lost:
             self.waiter = asyncio.get_running_loop().create_future()
+            assert self.transport is not None  # a holder reads once it holds a transport
             self.transport.resume_reading()
             try:
                 await self.waiter
@@ -305,6 +308,7 @@ def splice(
     transports: list[asyncio.Transport] = []
     for x in (a, b):
         if isinstance(x, Pending):
+            assert x.transport is not None  # a holder keeps its transport, lost or not
             held.append(x)
             transports.append(x.transport)
         else:
@@ -326,7 +330,11 @@ def splice(
                 side.write(data)
     if s.a.lost or s.b.lost:
         # Lost while parked: act now as its connection_lost would have.
-        lost = [(side, pending) for side, pending in zip(sides, held, strict=True) if side.lost]
+        lost = [
+            (side, pending)
+            for side, pending in zip(sides, held, strict=True)
+            if side.lost and pending is not None  # (only a holder's side is lost here)
+        ]
         for side, _ in lost:
             side.lost = False
         for side, pending in lost:
@@ -421,7 +429,7 @@ async def dial_splice(
             if preamble is not None:
                 await _exchange(upstream, *preamble)
     except TimeoutError:
-        if upstream is not None:
+        if upstream is not None and upstream.transport is not None:
             upstream.transport.abort()
         raise DialError(f"dial {host}:{port}: no connection within {timeout:g}s") from None
     except OSError as exc:

@@ -12,8 +12,8 @@ asyncio's ``start_tls`` transports it half-closes under TLS 1.3.
 :class:`TLSTransport` is both sides of the seam: to the raw transport it is the
 protocol (``data_received``, ``eof_received``, ``connection_lost``,
 ``pause_writing``/``resume_writing``), to the application the transport
-(``write``, ``close``, ``pause_reading``, ``get_extra_info``, ...). Its
-asyncio.Protocol callbacks are duck-typed, as asyncio's transports expect.
+(``write``, ``close``, ``pause_reading``, ``get_extra_info``, ...): it is an
+``asyncio.Transport`` and an ``asyncio.Protocol`` at once.
 
 Invariants:
 - No byte is lost or reordered: the peeked bytes enter the incoming BIO before any
@@ -51,7 +51,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge.deadlines import HANDSHAKE, NO_DEADLINE
 
@@ -83,7 +83,7 @@ ALERT_INTERNAL_ERROR = 80
 ALERT_UNRECOGNIZED_NAME = 112
 
 
-def refuse(transport: asyncio.BaseTransport, description: int = ALERT_UNRECOGNIZED_NAME) -> None:
+def refuse(transport: asyncio.WriteTransport, description: int = ALERT_UNRECOGNIZED_NAME) -> None:
     """Answer a ClientHello with a fatal alert and close (no handshake: nothing to
     encrypt, so the alert is a plain record, as a TLS server sends it before keys exist).
 
@@ -97,7 +97,7 @@ def refuse(transport: asyncio.BaseTransport, description: int = ALERT_UNRECOGNIZ
 def start_tls(
     raw: asyncio.Transport,
     context: ssl.SSLContext,
-    protocol: asyncio.BaseProtocol,
+    protocol: asyncio.Protocol,
     peeked: bytes = b"",
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
@@ -123,7 +123,7 @@ def start_tls(
 async def connect_tls(
     raw: asyncio.Transport,
     context: ssl.SSLContext,
-    protocol: asyncio.BaseProtocol,
+    protocol: asyncio.Protocol,
     server_hostname: str | None,
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
@@ -149,7 +149,7 @@ async def connect_tls(
     return tls
 
 
-class TLSTransport(asyncio.Transport):
+class TLSTransport(asyncio.Transport, asyncio.Protocol):
     """The application's transport over one TLS connection; the raw transport's protocol."""
 
     __slots__ = (
@@ -183,7 +183,7 @@ class TLSTransport(asyncio.Transport):
         self,
         raw: asyncio.Transport,
         context: ssl.SSLContext,
-        protocol: asyncio.BaseProtocol,
+        protocol: asyncio.Protocol,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         *,
         server_hostname: str | None = None,
@@ -206,12 +206,14 @@ class TLSTransport(asyncio.Transport):
         self._ssl: ssl.SSLObject | None
         if server_hostname is None:
             self._ssl = None
-            sslobj = context._wrap_bio(self._in, self._out, server_side=True, server_hostname=None)
+            sslobj = context._wrap_bio(  # type: ignore[attr-defined]  # CPython's, see above
+                self._in, self._out, server_side=True, server_hostname=None
+            )
         else:
             self._ssl = context.wrap_bio(
                 self._in, self._out, server_side=False, server_hostname=server_hostname
             )
-            sslobj = self._ssl._sslobj
+            sslobj = self._ssl._sslobj  # type: ignore[attr-defined]
         self._sslobj = sslobj
         self._waiter = waiter
         self._read_record = sslobj.read
@@ -366,7 +368,7 @@ class TLSTransport(asyncio.Transport):
         if self._in.pending and not self._closing:
             self._read()  # data sent with the client's Finished
 
-    def _make_app(self) -> asyncio.BaseProtocol:
+    def _make_app(self) -> asyncio.Protocol:
         raise NotImplementedError  # only TLSAccept starts without its application
 
     def _handshake_timed_out(self) -> None:
@@ -520,7 +522,8 @@ class TLSTransport(asyncio.Transport):
         return not self._reading_paused and not self._closing
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._app = protocol
+        # Every application edge hands a transport to reads it (an asyncio.Protocol).
+        self._app = cast(asyncio.Protocol, protocol)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._app
@@ -550,7 +553,7 @@ class TLSTransport(asyncio.Transport):
         obj = self._ssl
         if obj is None:
             obj = self._ssl = ssl.SSLObject.__new__(ssl.SSLObject)
-            obj._sslobj = self._sslobj
+            obj._sslobj = self._sslobj  # type: ignore[attr-defined]
             self._sslobj.owner = obj
         return obj
 
@@ -576,7 +579,7 @@ class Acceptor:
         context: ssl.SSLContext,
         loop: asyncio.AbstractEventLoop,
         connections: set[Swept],
-        https: Callable[[str | None, Address | None], asyncio.BaseProtocol],
+        https: Callable[[str | None, Address | None], asyncio.Protocol],
         plain: Callable[[asyncio.Transport, bytes, Address | None], None],
         first_timeout: float,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
@@ -658,5 +661,5 @@ class TLSAccept(TLSTransport):
         self._in.write(data)
         self._handshake()
 
-    def _make_app(self) -> asyncio.BaseProtocol:
+    def _make_app(self) -> asyncio.Protocol:
         return self._acceptor.https(self.sni, self._client)

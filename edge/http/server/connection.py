@@ -55,18 +55,22 @@ import ipaddress
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
 from edge.http.codec import RequestHead, forward
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
-from edge.router.http import EMPTY_ROUTER, HTTPRouter
+from edge.router.http import EMPTY_ROUTER
 from edge.rules import unmapped_network
 from edge.tcp.splice import Splice, peer_reset, splice
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from edge.entrypoints.base import Swept
+    from edge.router.http import Route
+    from edge.rules import RequestView
 
 log = logging.getLogger("edge.http")
 
@@ -79,6 +83,21 @@ TUNNEL_TERMINATION = 1.0  # seconds a tunnel's other side may go on sending afte
 MAX_REMEMBERED_HOSTS = 1024
 LINGER = 2.0  # seconds a connection closed before its request body ended reads on (_linger)
 MAX_REMEMBERED_HOST = 256
+
+
+class Router(Protocol):
+    """What an HTTP context routes with: the entrypoint's
+    :class:`~edge.router.http.HTTPRouter`, or a wrapper of the entrypoint's around
+    it (a redirect to another entrypoint, the TLS options check).
+
+    ``by_host``: the routes the Host alone picks (the express path reads it);
+    ``match``: the route for a request, or None (404).
+    """
+
+    @property
+    def by_host(self) -> Mapping[str, Route]: ...
+
+    def match(self, view: RequestView) -> Route | None: ...
 
 
 class HTTPContext:
@@ -133,7 +152,7 @@ class HTTPContext:
         self.sanitize_path = (
             sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
         )
-        self.router: HTTPRouter = EMPTY_ROUTER
+        self.router: Router = EMPTY_ROUTER
         self.connections: set[Swept] = set() if connections is None else connections
         self.closing = False
         # What every connection would otherwise work out for itself:
