@@ -30,8 +30,7 @@ from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from tests.fixtures.tls.pki import PKI
 from tests.harness import ROOT, Edge, get, lb, need
-from tests.integration.test_proxyproto_peers import free_port, running
-from tests.integration.test_tls_tcp import Process
+from tests.integration.peers import Process, free_port, running
 
 # -- validation, pure ----------------------------------------------------------------------
 

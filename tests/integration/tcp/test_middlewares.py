@@ -10,19 +10,26 @@ middlewares sit behind its TLS handler.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import ssl
+import struct
 import time
 
 import pytest
 
-from edge.config.loader import decode_dynamic
+from edge.app import Dataplane
+from edge.config.loader import decode_dynamic, decode_static
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
+from edge.rules import RequestView
 from edge.tcp.middlewares import InFlightConn, IPAllowList, TCPChain
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge
-from tests.integration.test_tls_tcp import echo  # noqa: F401  (a fixture)
+from tests.integration.peers import (
+    run,
+)
 
 # -- validation and the chain, pure --------------------------------------------------------------
 
@@ -103,7 +110,7 @@ def echoes(sock: socket.socket, data: bytes = b"ping\n") -> bool:
 
 
 @pytest.fixture(scope="module")
-def edge(tmp_path_factory, echo):  # noqa: F811
+def edge(tmp_path_factory, echo):
     folder = tmp_path_factory.mktemp("tcp-mw")
     pki = PKI()
     crt, key = pki.issue("t.test").write(folder, "t")
@@ -184,3 +191,161 @@ def test_in_flight_conn_limits_simultaneous_connections_per_ip(edge):
     finally:
         first.close()
         second.close()
+
+
+def test_in_flight_counts_come_back_on_every_way_a_connection_ends(tmp_path):
+    """``inFlightConn`` (amount 1) on a plain and a terminating TCP router, in process so
+    the counts are read: a refused dial, a client reset mid-relay, a peek that times out,
+    a failed handshake and a reload with a connection in flight each leave the counts
+    as they should be, and the next connection from the same address is admitted."""
+    pki = PKI()
+    crt, key = pki.issue("t.test").write(tmp_path, "t")
+    ca = pki.write_ca(tmp_path)
+    static = decode_static(
+        {
+            "entryPoints": {
+                "plain": {"address": "127.0.0.1:0"},
+                "tls": {
+                    "address": "127.0.0.1:0",
+                    "transport": {"respondingTimeouts": {"readTimeout": "1s"}},
+                },
+            }
+        }
+    )
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def echo(reader, writer) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await reader.read(65536):
+                    writer.write(data)
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        live = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()  # nothing listens there: a dial is refused
+        dp = Dataplane(static, loop)
+        await dp.start()
+
+        def apply(extra_router: bool = False) -> None:
+            routers = {
+                "p": {
+                    "rule": "HostSNI(`*`)",
+                    "service": "both",
+                    "entryPoints": ["plain"],
+                    "middlewares": ["one"],
+                },
+                "t": {
+                    "rule": "HostSNI(`t.test`)",
+                    "service": "live",
+                    "entryPoints": ["tls"],
+                    "middlewares": ["one"],
+                    "tls": {},
+                },
+            }
+            if extra_router:
+                routers["x"] = {
+                    "rule": "HostSNI(`x.test`)",
+                    "service": "live",
+                    "entryPoints": ["tls"],
+                    "tls": {},
+                }
+            dynamic = {
+                "tcp": {
+                    "routers": routers,
+                    "services": {  # equal weights, dead first: connections alternate dead, live
+                        "both": {
+                            "loadBalancer": {"servers": [{"address": dead}, {"address": live}]}
+                        },
+                        "live": {"loadBalancer": {"servers": [{"address": live}]}},
+                    },
+                    "middlewares": {"one": {"inFlightConn": {"amount": 1}}},
+                },
+                "tls": {"certificates": [{"certFile": crt, "keyFile": key}]},
+            }
+            runtime = build_runtime(
+                merge({"file": decode_dynamic(dynamic)}), static.entry_point_protocols()
+            )
+            assert not [e for e in runtime.errors() if "warning" not in e], runtime.errors()
+            dp.apply(runtime)
+
+        def counts(ep: str, name: str) -> dict:
+            routers = dp.entrypoints.all[ep].routers.tcp
+            route = (
+                routers.at_once("127.0.0.1")
+                if ep == "plain"
+                else routers._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1")).value
+            )
+            return route.middlewares.steps[0].connections
+
+        async def settled(ep: str, want: dict) -> None:
+            for _ in range(250):
+                if counts(ep, "one") == want:
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"{ep}: counts {counts(ep, 'one')}, expected {want}")
+
+        async def echoes(port: int, tls: ssl.SSLContext | None = None) -> tuple:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=tls, server_hostname="t.test" if tls else None
+            )
+            writer.write(b"ping")
+            got = await asyncio.wait_for(reader.read(4), 5)
+            return got == b"ping", reader, writer
+
+        try:
+            apply()
+            plain, secure = dp.entrypoints.all["plain"].port, dp.entrypoints.all["tls"].port
+            # a refused dial (the dead server) gives the count back
+            reader, writer = await asyncio.open_connection("127.0.0.1", plain)
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            await settled("plain", {})
+            # a client reset mid-relay (the live server) gives it back
+            ok, reader, writer = await echoes(plain)
+            assert ok and counts("plain", "one") == {"127.0.0.1": 1}
+            writer.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            writer.transport.abort()  # RST
+            await settled("plain", {})
+            # a peek that times out (part of a ClientHello, readTimeout 1 s) never counted
+            reader, writer = await asyncio.open_connection("127.0.0.1", secure)
+            writer.write(b"\x16\x03\x01\x02\x00")  # a record header, then silence
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            # a failed handshake (the client refuses edge's certificate) never counted
+            with pytest.raises(ssl.SSLError):
+                await echoes(secure, ssl.create_default_context())  # no test CA: verification fails
+            assert counts("tls", "one") == {}
+            # then one connection is admitted, and counted while it lasts
+            trusting = ssl.create_default_context(cafile=ca)
+            ok, reader, writer = await echoes(secure, trusting)
+            assert ok and counts("tls", "one") == {"127.0.0.1": 1}
+            old = (
+                dp.entrypoints.all["tls"]
+                .routers.tcp._tls.match(RequestView(sni="t.test", client_ip="127.0.0.1"))
+                .value
+            )
+            # a reload with it in flight: new counts for the new routers; it leaves the old ones
+            apply(extra_router=True)
+            assert counts("tls", "one") == {}
+            ok2, _, writer2 = await echoes(secure, trusting)
+            assert ok2 and counts("tls", "one") == {"127.0.0.1": 1}
+            writer.close()
+            writer2.close()
+            await settled("tls", {})
+            for _ in range(250):
+                if old.middlewares.steps[0].connections == {}:
+                    break
+                await asyncio.sleep(0.02)
+            assert old.middlewares.steps[0].connections == {}
+        finally:
+            await dp.stop()
+            server.close()
+
+    run(main)

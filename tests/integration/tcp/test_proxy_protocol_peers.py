@@ -10,57 +10,16 @@ stopped at the end; every wait has a timeout.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from edge.tcp.proxyproto import NEED_MORE, ProxyHeader, encode_v1, encode_v2, parse
 from tests.harness import need
+from tests.integration.peers import HAPROXY_DEFAULTS, free_port, running
 
 STREAM_MODULE = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(proc: subprocess.Popen, port: int, host: str = "127.0.0.1") -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{proc.args[0]} is not listening on {host}:{port}")
-
-
-@contextlib.contextmanager
-def running(args: list[str], log: Path, *ports: int):
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        for port in ports:
-            wait_listening(proc, port)
-        yield proc
-    except Exception as exc:
-        raise AssertionError(f"{exc}; log:\n{log.read_text(errors='replace')}") from exc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def capture(listener: socket.socket, payload_len: int) -> tuple[ProxyHeader, bytes]:
@@ -104,18 +63,6 @@ def body(response: bytes) -> bytes:
 
 
 # -- HAProxy as the sender ---------------------------------------------------------------
-
-HAPROXY_DEFAULTS = """
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 10s
-  timeout server 10s
-frontend ready
-  mode http
-  bind 127.0.0.1:{ready}
-  http-request return status 200
-"""
 
 
 def test_haproxy_send_proxy_v1_and_v2(tmp_path):

@@ -24,22 +24,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from edge.app import Dataplane
 from edge.config.loader import decode_dynamic, decode_static
 from edge.config.runtime import build_runtime
 from edge.entrypoints.udp import UDPEntryPoint, enable_pktinfo
 from edge.router.udp import UDPLoadBalancer, UDPRouter, UDPServer
+from edge.tcp.proxyproto import Verdict, parse
 from edge.udp.mmsg import BatchReader, address_of, recvmmsg
 from edge.udp.server import CMSG_SIZE, REFUSED_DOWN, DatagramProxy, local_from_pktinfo
-from tests.harness import WHOAMI_RE, Edge, Proc, need
+from tests.harness import ROOT, WHOAMI_RE, Edge, Proc, need
+from tests.integration.peers import (
+    run,
+)
 
-LOOP_TIMEOUT = 30.0
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading and /proc are Linux's"
 )
@@ -65,19 +67,6 @@ def free_udp_port(host: str = "127.0.0.1") -> int:
 
 
 # --- in process ---------------------------------------------------------------------
-
-
-def run(main: Callable[[], Awaitable[None]], timeout: float = LOOP_TIMEOUT) -> None:
-    """Run ``main()`` on a fresh uvloop; an exception raised in a callback fails the test."""
-    errors: list[dict] = []
-
-    async def bounded() -> None:
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        async with asyncio.timeout(timeout):
-            await main()
-
-    uvloop.run(bounded())
-    assert not errors, f"errors inside loop callbacks: {errors}"
 
 
 async def eventually(cond: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
@@ -1086,7 +1075,7 @@ print("fit", fit_sessions("dns", 2000, 0.25), resource.getrlimit(resource.RLIMIT
         capture_output=True,
         text=True,
         timeout=30,
-        cwd=Path(__file__).parents[2],
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -1454,3 +1443,216 @@ def test_proxy_protocol_on_a_udp_entrypoint_is_named_as_having_no_effect(tmp_pat
         )
     finally:
         edge.stop()
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_header_once_per_flow_across_a_refusal_and_an_eviction(monkeypatch, batch):
+    """A session's first datagram to a server carries one header naming its client; a
+    refusal (ICMP port unreachable) moves the session and the new server gets its own
+    header first; a session evicted (maxSessions 1) and opened again starts over."""
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        good = await named("good")
+        closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()  # the kernel answers ICMP port unreachable there
+        async with InProcess(udp={"maxSessions": 1}) as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(dead, good.address, serversTransport="pp")},
+                        "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+                    }
+                }
+            )
+            first = await client(edge.port)
+            reply = None
+            for i in range(
+                5
+            ):  # the first datagram goes to the dead server (dead first, equal weights)
+                try:
+                    reply = await first.ask(b"try%d" % i, timeout=0.5)
+                    break
+                except TimeoutError:
+                    continue
+            assert reply is not None and dead in edge.entrypoint.proxy.down
+            assert await first.ask(b"after") == b"good|after"
+            second = await client(edge.port)  # evicts the first client's session
+            assert (await second.ask(b"other")).endswith(
+                b"other"
+            )  # the backend echoes the header too
+            assert (await first.ask(b"back")).endswith(
+                b"back"
+            )  # a new session for the first client
+
+            def header_of(c) -> tuple:
+                return (c.transport.get_extra_info("sockname")[:2], ("127.0.0.1", edge.port))
+
+            got = []
+            for _, data in good.seen:
+                header = parse(data)
+                if isinstance(header, Verdict):
+                    got.append((None, data))
+                else:
+                    got.append(
+                        ((header.family, header.source, header.destination), data[header.length :])
+                    )
+            f, s = header_of(first), header_of(second)
+            assert [(h[1:] if h else None, d) for h, d in got] == [
+                (f, reply[-4:]),  # the first datagram the good server hears: a header, then tryN
+                (None, b"after"),
+                (s, b"other"),
+                (f, b"back"),
+            ]
+            assert {h[0] for h, _ in got if h} == {"UDP4"}
+            first.close()
+            second.close()
+
+    run(main)
+
+
+class Inbox(asyncio.DatagramProtocol):
+    """A client socket (unconnected): what comes back, with the address it came from."""
+
+    def __init__(self) -> None:
+        self.got: asyncio.Queue[tuple[bytes, tuple]] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.got.put_nowait((data, addr[:2]))
+
+
+def loopback_broadcast_arrives() -> bool:
+    """Whether this host delivers a datagram sent to 127.255.255.255 to a wildcard socket
+    (Linux's local table has that broadcast route on lo)."""
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
+        listener.bind(("0.0.0.0", 0))
+        listener.settimeout(1)
+        sender.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        try:
+            sender.sendto(b"?", ("127.255.255.255", listener.getsockname()[1]))
+            return listener.recv(10) == b"?"
+        except OSError:
+            return False
+
+
+@pytest.mark.parametrize("address", [":0/udp", "0.0.0.0:0/udp"], ids=["dual-stack", "ipv4"])
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_broadcast_to_a_wildcard_listener_is_answered(monkeypatch, address, batch):
+    """A client broadcasting (a LAN discovery, a DHCP-like service) writes to
+    127.255.255.255: the reply leaves from the listener's address on the interface it
+    came in on (127.0.0.1). Before, edge made every reply leave from the broadcast
+    address, which the kernel refuses (ENETUNREACH, EINVAL): all were dropped. The
+    PROXY header still names the address written to."""
+    if not loopback_broadcast_arrives():
+        pytest.skip("no broadcast route on lo (127.255.255.255) on this host")
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess(address=address) as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(a.address, serversTransport="pp")},
+                        "serversTransports": {"pp": {"proxyProtocol": {"version": 2}}},
+                    }
+                }
+            )
+            transport, inbox = await asyncio.get_running_loop().create_datagram_endpoint(
+                Inbox, local_addr=("127.0.0.1", 0), allow_broadcast=True
+            )
+            try:
+                transport.sendto(b"who is there", ("127.255.255.255", edge.port))
+                data, source = await asyncio.wait_for(inbox.got.get(), 3)  # before: never
+                assert source == ("127.0.0.1", edge.port)
+                header = parse(a.seen[0][1])
+                assert not isinstance(header, Verdict)
+                assert header.destination == (
+                    "127.255.255.255",
+                    edge.port,
+                )  # where the client wrote
+                assert data == b"a|" + a.seen[0][1]
+                assert edge.counters().dropped == 0
+            finally:
+                transport.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["recvmmsg", "socket-module"])
+def test_udp_datagram_from_a_server_address_is_dropped_not_looped(monkeypatch, caplog, batch):
+    """A datagram whose source is a server of the service (spoofed, or the server itself
+    writing to edge) would open a session whose replies go to that server, from the
+    listener; a server that answers what it gets answers them, back to the listener, as
+    requests of the same session: a loop that runs for ever on one datagram. Before, the
+    backend below (which answers everything) saw some ten thousand datagrams a second."""
+    if not batch:
+        monkeypatch.setattr("edge.udp.server.recvmmsg", lambda: None)
+
+    async def main() -> None:
+        a = await named("a")
+        async with InProcess() as edge:
+            edge.apply(one_service(a))
+            a.transport.sendto(b"x", ("127.0.0.1", edge.port))  # from the server's own address
+            await asyncio.sleep(0.5)
+            assert len(a.seen) == 0, f"{len(a.seen)} datagrams looped"
+            assert edge.counters().dropped == 1 and edge.counters().sessions_opened == 0
+            c = await client(edge.port)  # anyone else is served
+            assert await c.ask(b"hello") == b"a|hello"
+            # a reload that makes a live session's client a server ends that session
+            b = await named("b")
+            assert len(edge.entrypoint.proxy.table) == 1
+            edge.apply(one_service(a, b))
+            assert len(edge.entrypoint.proxy.table) == 1  # servers that stay keep their sessions
+            host, port = c.transport.get_extra_info("sockname")[:2]
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(a.address, f"{host}:{port}")},
+                    }
+                }
+            )
+            assert len(edge.entrypoint.proxy.table) == 0
+            edge.entrypoint.sweep(asyncio.get_running_loop().time())
+            c.close()
+
+    with caplog.at_level("WARNING", logger="edge.udp"):
+        run(main)
+    assert any("came from a server of the service" in r.getMessage() for r in caplog.records)
+
+
+def test_udp_server_named_by_host_is_guarded_once_resolved():
+    async def main() -> None:
+        a = await named("a")
+        port = a.address.rsplit(":", 1)[1]
+        async with InProcess() as edge:
+            edge.apply(
+                {
+                    "udp": {
+                        "routers": {"r": {"service": "svc"}},
+                        "services": {"svc": lb(f"localhost:{port}")},
+                    }
+                }
+            )
+            proxy = edge.entrypoint.proxy
+            for _ in range(100):
+                if proxy.servers_at:
+                    break
+                await asyncio.sleep(0.02)
+            if ("127.0.0.1", int(port)) not in proxy.servers_at:
+                pytest.skip(f"localhost does not resolve to 127.0.0.1 here: {proxy.servers_at}")
+            a.transport.sendto(b"x", ("127.0.0.1", edge.port))
+            await asyncio.sleep(0.3)
+            assert len(a.seen) == 0 and edge.counters().dropped == 1
+
+    run(main)

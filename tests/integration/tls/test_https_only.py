@@ -1,8 +1,9 @@
-"""Review of the no-peek TLS path (TLSAccept, TLSCertificates.selecting_context).
+"""An entrypoint with HTTPS routers only: the no-peek TLS path (TLSAccept,
+TLSCertificates.selecting_context).
 
 On an entrypoint that only terminates into HTTPS under one set of TLS options,
-OpenSSL's SNI callback picks the certificate. These tests pin what the review
-found that path must keep from the peek path it replaces:
+OpenSSL's SNI callback picks the certificate. Several tests pin what the review
+of that path found it must keep from the peek path it replaces:
 
 - ``sniStrict`` holds for resumed sessions too. Under TLS 1.2, OpenSSL hands the
   SNI callback the *session's* server name on a resumption, not the one the client
@@ -38,8 +39,15 @@ from edge.router.tcp import build_tcp_routers
 from edge.tcp.peek import Peek, PeekContext
 from edge.tls.certs import TLSCertificates
 from edge.tls.terminate import Acceptor, TLSAccept
-from tests.harness import Edge, lb
-from tests.integration.test_tls_tcp import certificates, certs, pki, recv_all, resumed_get  # noqa: F401 (fixtures)
+from tests.harness import Edge, get, lb
+from tests.integration.peers import (
+    certificates,
+    https_get,
+    pair,
+    recv_all,
+    resumed_get,
+    s_client_refused,
+)
 from tests.unit.tls.test_certs import handshake
 
 
@@ -57,7 +65,7 @@ STRICT_13 = {
 
 
 @pytest.fixture(scope="module", params=[STRICT, STRICT_13], ids=["strict", "strict-tls13-only"])
-def strict_edge(request, tmp_path_factory, certs, whoami):  # noqa: F811
+def strict_edge(request, tmp_path_factory, certs, whoami):
     dynamic = {
         "http": {
             "routers": {
@@ -82,7 +90,7 @@ def strict_edge(request, tmp_path_factory, certs, whoami):  # noqa: F811
 )
 def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(
     strict_edge,
-    certs,  # noqa: F811
+    certs,
     version,
 ):
     if strict_edge.tls13_only and version != ssl.TLSVersion.TLSv1_3:
@@ -103,7 +111,7 @@ def test_sni_strict_refuses_an_unknown_name_that_offers_a_known_names_session(
         resumed_get(strict_edge.port, "nobody.test", ctx=ctx)
 
 
-def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_counting(certs):  # noqa: F811
+def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_counting(certs):
     section = msgspec.convert(
         {"certificates": certificates(certs, "a.test", "echo.test")}, TLSConfiguration
     )
@@ -126,7 +134,7 @@ def test_a_snapshot_whose_sni_callback_chose_certificates_is_freed_by_reference_
             gc.enable()
 
 
-def test_the_no_peek_path_is_kept_for_sni_strict_only_where_tls_1_2_cannot_be_negotiated(certs):  # noqa: F811
+def test_the_no_peek_path_is_kept_for_sni_strict_only_where_tls_1_2_cannot_be_negotiated(certs):
     def selecting(options: dict) -> ssl.SSLContext | None:
         section = {"certificates": certificates(certs, "a.test"), "options": {"default": options}}
         return TLSCertificates(msgspec.convert(section, TLSConfiguration)).selecting_context()
@@ -159,8 +167,8 @@ def tls_get(
 
 def test_a_host_whose_tls_options_differ_from_the_sni_is_misdirected_not_served(
     tmp_path,
-    pki,  # noqa: F811
-    certs,  # noqa: F811
+    pki,
+    certs,
     whoami,
 ):
     # Traefik's snicheck: the handshake is made under the options of its server name,
@@ -242,7 +250,7 @@ class _Echo(asyncio.Protocol):
         self.transport = None
 
 
-def test_tls_accept_connections_are_freed_by_reference_counting(certs):  # noqa: F811
+def test_tls_accept_connections_are_freed_by_reference_counting(certs):
     # Served (a named certificate, the default one, no SNI), refused (not TLS), or
     # silent and dropped by the client: each TLSAccept is freed when its socket
     # closes, with the cyclic GC off (gc.freeze() would keep a cycle's for good).
@@ -305,7 +313,7 @@ def test_tls_accept_connections_are_freed_by_reference_counting(certs):  # noqa:
 
 
 @pytest.fixture(scope="module")
-def no_idle_timeout(tmp_path_factory, certs, whoami):  # noqa: F811
+def no_idle_timeout(tmp_path_factory, certs, whoami):
     dynamic = {
         "http": {
             "routers": {
@@ -384,3 +392,146 @@ def test_an_entrypoints_http_tls_options_and_a_wildcard_hosts_options_keep_the_p
     assert (
         first_protocol({"http": {"routers": routers, "services": service}, "tls": options}) is Peek
     )
+
+
+# -- an entrypoint with HTTPS routers only: no peek stage (TLSAccept) ------------------------
+
+
+@pytest.fixture(scope="module")
+def https_only(tmp_path_factory, pki, certs, whoami):
+    folder = tmp_path_factory.mktemp("https_only")
+    wild, default = pki.issue("*.wild.test"), pki.issue("default.test")
+    dynamic = {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}},
+                "wild": {"rule": "Host(`x.wild.test`)", "service": "who", "tls": {}},
+            },
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": [*certificates(certs, "a.test"), pair(wild.write(folder, "wild"))],
+            "stores": {"default": {"defaultCertificate": pair(default.write(folder, "default"))}},
+        },
+    }
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "transport": {"respondingTimeouts": {"readTimeout": "1s"}},
+        }
+    }
+    e = Edge(folder, dynamic, entrypoints=eps)
+    e.fingerprints = {
+        "a.test": certs["pairs"]["a.test"].fingerprint,
+        "wild": wild.fingerprint,
+        "default": default.fingerprint,
+    }
+    yield e
+    e.stop()
+
+
+def test_https_only_serves_the_certificate_for_each_name_and_resumes_sessions(https_only):
+    fp = https_only.fingerprints
+    cases = (
+        ("a.test", fp["a.test"]),
+        ("x.wild.test", fp["wild"]),
+        ("nobody.test", fp["default"]),
+        (None, fp["default"]),
+    )
+    for name, expected in cases:
+        status = (
+            b"HTTP/1.1 200" if name in ("a.test", "x.wild.test") else b"HTTP/1.1 404"
+        )  # routed by Host
+        ctx = ssl._create_unverified_context()
+        got = resumed_get(https_only.port, name, ctx=ctx)
+        assert got.fingerprint == expected and got.answer.startswith(status), (name, got.answer)
+        assert got.session is not None and not got.reused
+        # The session (its tickets came with the answer) resumes, and the request is served.
+        for _ in range(2):
+            got = resumed_get(https_only.port, name, got.session, ctx)
+            assert got.reused and got.answer.startswith(status), (name, got.answer)
+    status, info = https_get(https_only.port, "a.test")
+    assert status == 200 and info["headers"]["X-Forwarded-Proto"] == ["https"]
+
+
+def test_https_only_serves_plain_http_on_the_same_port(https_only):
+    assert get(https_only.port, "/", host="a.test")[0] == 404  # its routers are HTTPS routers
+
+
+def test_https_only_closes_a_silent_client_and_an_unfinished_handshake_after_read_timeout(
+    https_only,
+):
+    for first in (b"", b"\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):
+        with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
+            start = time.monotonic()
+            s.sendall(first)
+            try:
+                data = s.recv(100)
+            except ConnectionResetError:
+                data = b""
+            elapsed = time.monotonic() - start
+        assert data == b"", first  # closed, nothing sent
+        assert 0.9 <= elapsed < 3.5, (first, elapsed)  # readTimeout 1s; the sweep runs every 0.25s
+
+
+def test_https_only_refuses_a_server_name_that_is_not_ascii_with_an_alert_and_one_log_line(
+    https_only,
+):
+    # CPython cannot decode such a name for the SNI callback: OpenSSL sends
+    # internal_error, and Python reports the failure to sys.unraisablehook, which
+    # setup_logging routes to the log at DEBUG (by default it prints a traceback on
+    # stderr, a line per connection any client could ask for).
+    ctx = ssl._create_unverified_context()
+    out = ssl.MemoryBIO()
+    hello = ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname="a.test")
+    with pytest.raises(ssl.SSLWantReadError):
+        hello.do_handshake()
+    first = out.read().replace(b"a.test", b"\xe9.test")
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", https_only.port), timeout=10) as s:
+            s.sendall(first)
+            assert recv_all(s) == bytes((21, 3, 3, 0, 2, 2, 80))  # alert: fatal, internal_error
+    for _ in range(100):  # bounded: edge's log line may land after the alert
+        lines = https_only.all_matches(r"TLS handshake refused: a server name that is not ASCII")
+        if len(lines) >= 2:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 2
+    assert "Traceback" not in https_only.log and "Exception ignored" not in https_only.log
+    assert resumed_get(https_only.port, "a.test").answer.startswith(
+        b"HTTP/1.1 200"
+    )  # the rest serves
+
+
+def test_https_only_refuses_a_server_name_with_a_trailing_dot_with_unrecognized_name(https_only):
+    """Without a peek stage OpenSSL's SNI callback picks the certificate, and it served
+    'a.test.' a.test's certificate (the dot dropped). RFC 6066 forbids the dot and Go's
+    crypto/tls (Traefik) refuses the ClientHello: unrecognized_name, as the peek's parser."""
+    for name in ("a.test.", "x.wild.test.", "nobody.test."):
+        out = s_client_refused(https_only.port, name)
+        assert "SSL alert number 112" in out, (name, out)
+        assert "BEGIN CERTIFICATE" not in out and "Server certificate" not in out, (name, out)
+    assert resumed_get(https_only.port, "a.test").fingerprint == https_only.fingerprints["a.test"]
+
+
+def test_https_only_with_sni_strict_refuses_unknown_names_with_an_alert(tmp_path, certs, whoami):
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": certificates(certs, "a.test"),
+            "options": {"default": {"sniStrict": True}},
+        },
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        for name in ("nobody.test", None):
+            with pytest.raises(ssl.SSLError, match="UNRECOGNIZED_NAME"):
+                resumed_get(e.port, name)
+        got = resumed_get(e.port, "a.test")
+        assert got.answer.startswith(b"HTTP/1.1 200")
+        assert got.fingerprint == certs["pairs"]["a.test"].fingerprint
+    finally:
+        e.stop()

@@ -1,8 +1,10 @@
-"""Review of TCP routing, the splice and TCP middlewares on a shared TLS entrypoint.
+"""TCP proxying through a real edge: routing by server name (a catch-all, names that
+do not resolve, PostgreSQL STARTTLS), keep-alive on relayed connections, the
+load balancer's termination delay.
 
 A real edge process (``tests.harness.Edge``) on 127.0.0.1 port 0, real clients
 (Python's ssl, raw sockets) and small servers in threads that record what they
-get. Each test failed on the commit before its fix; the pure counterparts of the
+get. Each test failed on the commit before its fix (the review of TCP routing); the pure counterparts of the
 precedence cases are in ``tests/unit/router/test_tcp.py``.
 """
 
@@ -20,7 +22,7 @@ import pytest
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge, need, read_until_closed
-from tests.integration.test_smuggling_review import ThreadedServer
+from tests.integration.peers import ThreadedServer
 
 
 class Recorder(ThreadedServer):

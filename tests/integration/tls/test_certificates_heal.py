@@ -26,7 +26,7 @@ import pytest
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge, lb
-from tests.integration.test_tls_tcp import https_get, peer_fingerprint
+from tests.integration.peers import https_get, peer_fingerprint
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="prlimit(2) and /proc: Linux"
