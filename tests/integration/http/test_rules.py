@@ -1,5 +1,5 @@
 """Traefik's rule semantics through a real entrypoint: the table of
-``tests/unit/test_traefik_rules.py``, each case a router, each request raw bytes on a
+``tests/unit/rules/test_rule.py``, each case a router, each request raw bytes on a
 socket to ``edge run``, under both HTTP codecs; and ``edge check`` on rule syntax.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.harness import Edge, lb, raw
-from tests.unit.test_traefik_rules import CASES, Case
+from tests.unit.rules.test_rule import CASES, Case
 
 SERVED = [c for c in CASES if c.entrypoint]
 
@@ -112,3 +112,26 @@ def test_check_says_which_syntax_each_router_uses(tmp_path):
     assert "router modern@file (rule syntax v3): enabled" in lines
     assert "router legacy@file: enabled" in lines
     assert out.returncode == 0, out.stdout
+
+
+def test_host_wildcard_does_not_take_an_empty_label(tmp_path, parser, whoami):
+    dynamic = {
+        "http": {
+            "routers": {"wild": {"rule": "Host(`*.example.com`)", "service": "who"}},
+            "services": {"who": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, dynamic, parser=parser)
+    try:
+        for host, status in (
+            (b"a.example.com", 200),
+            (b".example.com", 404),
+            (b"A.Example.COM.", 200),
+        ):
+            for _ in range(2):  # the second from the entrypoint's remembered Host
+                resp = raw(
+                    e.port, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n"
+                )
+                assert resp.startswith(b"HTTP/1.1 %d " % status), (host, resp[:200])
+    finally:
+        e.stop()

@@ -18,11 +18,11 @@ import csv
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness import ROOT
+
 SCRIPT = ROOT / "loadtest" / "locust_local.py"
 DURATION = 5
 

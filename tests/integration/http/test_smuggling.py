@@ -1,4 +1,7 @@
-"""Adversarial review of the HTTP/1.1 front end (issue 12 item 4): what a backend receives.
+"""Request smuggling: what a backend receives from the HTTP/1.1 front end.
+
+Each test pins a defect found by the adversarial review of the front end (issue 12
+item 4).
 
 Each test sends edge bytes a client controls and reads what a real backend, an
 HTTP/1.1 server that keeps to the framing it is given (h11, in a thread, on
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 
 import h11
@@ -21,118 +23,8 @@ import pytest
 
 from tests import harness
 from tests.harness import Edge, lb, raw, read_until_closed
-
-TIMEOUT = 5.0
-
-
-class Received:
-    """One request as the backend parsed it."""
-
-    def __init__(self, conn: int, request: h11.Request) -> None:
-        self.conn = conn
-        self.method = request.method
-        self.target = request.target
-        self.headers = [(n.lower(), v) for n, v in request.headers]
-        self.body = b""
-
-    def header(self, name: bytes) -> list[bytes]:
-        return [v for n, v in self.headers if n == name]
-
-
-class ThreadedServer:
-    """A server on 127.0.0.1 (port 0), a thread per connection running ``_serve(socket,
-    number)``; every wait is bounded, and ``stop`` ends them all."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.stopped = False
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-
-    def _accept(self) -> None:
-        n = 0
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            n += 1
-            t = threading.Thread(target=self._serve, args=(c, n), daemon=True)
-            self.threads.append(t)
-            t.start()
-
-    def _serve(self, c: socket.socket, n: int) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        self.stopped = True
-        for t in self.threads:
-            t.join(2)
-        self.sock.close()
-
-
-class H11Backend(ThreadedServer):
-    """An HTTP/1.1 server answering 200 ``ok`` to every request head, recording what it parsed.
-
-    ``after_body``: answer once the request's body is read instead (its answer then
-    names the request: method, target, body length)."""
-
-    def __init__(self, after_body: bool = False) -> None:
-        self.after_body = after_body
-        self.requests: list[Received] = []
-        self.errors: list[str] = []
-        self.lock = threading.Lock()
-        super().__init__()
-
-    def _serve(self, c: socket.socket, n: int) -> None:
-        c.settimeout(0.2)
-        conn = h11.Connection(h11.SERVER)
-        current: Received | None = None
-        deadline = time.monotonic() + 4 * TIMEOUT
-        try:
-            while not self.stopped and time.monotonic() < deadline:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    try:
-                        data = c.recv(65536)
-                    except TimeoutError:
-                        continue
-                    conn.receive_data(data)
-                    if not data:
-                        return
-                elif type(event) is h11.Request:
-                    current = Received(n, event)
-                    with self.lock:
-                        self.requests.append(current)
-                    if not self.after_body:
-                        self._answer(c, conn, b"ok")
-                elif type(event) is h11.Data:
-                    current.body += event.data
-                elif type(event) is h11.EndOfMessage:
-                    if self.after_body:
-                        self._answer(
-                            c,
-                            conn,
-                            b"%s %s %d" % (current.method, current.target, len(current.body)),
-                        )
-                    conn.start_next_cycle()
-                else:  # ConnectionClosed
-                    return
-        except (h11.RemoteProtocolError, OSError) as exc:
-            with self.lock:
-                self.errors.append(f"connection {n}: {exc!r}")
-        finally:
-            c.close()
-
-    @staticmethod
-    def _answer(c: socket.socket, conn: h11.Connection, body: bytes) -> None:
-        head = h11.Response(
-            status_code=200, reason=b"OK", headers=[(b"Content-Length", b"%d" % len(body))]
-        )
-        c.sendall(conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+from tests.integration.http.servers import TIMEOUT, H11Backend
+from tests.integration.peers import ThreadedServer
 
 
 @pytest.fixture
