@@ -74,7 +74,7 @@ def test_the_image_build_installs_pinned_versions():
     dependency of edge and the setuptools that builds its wheel. Before, the build took
     whatever the index held that day: two builds of one commit could ship a different
     kubernetes client, uvloop or msgspec than the tests ran against.
-    (tests/integration/test_image.py checks the built image holds exactly the pins.)"""
+    (tests/deploy/test_image.py checks the built image holds exactly the pins.)"""
     dockerfile = (ROOT / "Dockerfile").read_text()
     build = dockerfile.split("\nFROM ", 2)[1]  # the build stage
     assert re.search(r"^COPY [^\n]*\bimage-constraints\.txt\b", build, re.M), "not copied in"

@@ -6,7 +6,7 @@ builds; a router's ``ruleSyntax`` (and the static default) picks v2 or v3.
 Each case names where Traefik documents its answer: the docs (``routing/routers``
 rules, the v2 -> v3 migration guide), or the table tests of ``pkg/muxer/http``
 (``matcher_test.go``, ``mux_test.go``) and ``pkg/muxer/tcp``. The same table runs
-through a real entrypoint in ``tests/integration/test_rules_entrypoint.py``.
+through a real entrypoint in ``tests/integration/http/test_rules.py``.
 """
 
 from __future__ import annotations
