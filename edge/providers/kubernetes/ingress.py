@@ -132,7 +132,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import socket
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,6 +151,13 @@ from edge.config.dynamic import (
     TLSConfiguration,
 )
 from edge.config.static import KubernetesIngressConfig
+from edge.providers.kubernetes.endpoints import (
+    HOST_RE,
+    host_port,
+    ready_addresses,
+    service_port,
+    slices_by_service,
+)
 from edge.providers.kubernetes.objects import (
     INGRESS_CLASS_ANNOTATION,
     TLS_SECRET_TYPE,
@@ -401,8 +407,6 @@ def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
 
 # --- hosts, paths, rules -----------------------------------------------------------------
 
-_LABEL = r"[a-z0-9]+(?:-+[a-z0-9]+)*"  # alphanumerics, inner hyphens (no backtracking)
-_HOST_RE = re.compile(rf"(?:\*\.)?{_LABEL}(?:\.{_LABEL})*")
 _BAD_PATH_RE = re.compile(r"[\x00-\x20\x7f`%]")
 _NAME_RUN_RE = re.compile(r"[^0-9A-Za-z]+")
 _NAME_DASHES = str.maketrans({chr(c): "-" for c in range(128) if not chr(c).isalnum()})
@@ -411,7 +415,7 @@ _NAME_DASHES = str.maketrans({chr(c): "-" for c in range(128) if not chr(c).isal
 def _check_host(host: str) -> str:
     """The host lower-cased; ``ValueError`` if it is not a DNS name or ``*.`` + one."""
     name = host.lower()
-    if len(name) > 253 or not host.isascii() or not _HOST_RE.fullmatch(name):
+    if len(name) > 253 or not host.isascii() or not HOST_RE.fullmatch(name):
         shown = _shown(host)
         raise ValueError(f"invalid host {shown!r}: not a DNS name or a '*.' wildcard of one")
     return name
@@ -505,40 +509,6 @@ class _Refused(Exception):
         self.reason = reason
 
 
-def _server_url(scheme: str, address: str, port: int, family: str = "") -> str | None:
-    """``scheme://address:port``, IPv6 bracketed; None when ``address`` is not an address
-    of ``family`` (an EndpointSlice's ``addressType``: ``IPv4``, ``IPv6``, ``FQDN``; ``""``:
-    any of them, for an externalName).
-
-    ``inet_pton`` checks addresses in C: a Python ``ipaddress`` object per endpoint
-    cost a third of a large conversion.
-    """
-    if family in ("IPv4", ""):
-        try:
-            socket.inet_pton(socket.AF_INET, address)
-            return f"{scheme}://{address}:{port}"
-        except OSError:
-            pass
-    if family in ("IPv6", ""):
-        try:
-            packed = socket.inet_pton(socket.AF_INET6, address)
-            return f"{scheme}://[{socket.inet_ntop(socket.AF_INET6, packed)}]:{port}"
-        except OSError:  # also a scoped address (fe80::1%eth0): no URL can carry it
-            pass
-    if family in ("FQDN", ""):
-        name = address.lower().removesuffix(".")
-        last = name.rpartition(".")[2]
-        if (
-            len(name) <= 253
-            and address.isascii()
-            and _HOST_RE.fullmatch(name)
-            and "*" not in name
-            and not last.isdigit()
-        ):
-            return f"{scheme}://{name}:{port}"
-    return None
-
-
 class _Services:
     """Resolves backends to services; each Service port is built once."""
 
@@ -550,17 +520,8 @@ class _Services:
         self.resolved: dict[tuple[str, str, int, str], ServiceKey | _Refused] = {}
         self.built: dict[ServiceKey, Service] = {}
         self.refused: set[Key] = set()  # Services some backend could not use
-        self.slices: dict[Key, list[EndpointSlice]] = {}  # of the Services in ``only``, or all
-        slices = state.endpoint_slices
-        if only is None:
-            keys = sorted(slices)
-        else:  # endpoint churn: a few Services of thousands, so only their slices are sorted
-            keys = sorted(k for k, eps in slices.items() if (k[0], eps.service_name) in only)
-        for key in keys:
-            eps = slices[key]
-            owner = (key[0], eps.service_name)
-            if eps.service_name and (only is None or owner in only):
-                self.slices.setdefault(owner, []).append(eps)
+        # of the Services in ``only``, or all
+        self.slices: dict[Key, list[EndpointSlice]] = slices_by_service(state.endpoint_slices, only)
 
     def resolve(self, namespace: str, backend: IngressBackend) -> ServiceKey:
         """The service key for a backend; :class:`_Refused` when it cannot be served."""
@@ -593,20 +554,13 @@ class _Services:
             raise _Refused("service-not-found", f"{what} not found")
         if not number and not port_name:
             raise _Refused("port-not-found", f"the backend names no port of {what}")
-        for candidate in svc.spec.ports:
-            if candidate.protocol not in ("TCP", "") or not 0 < candidate.port <= 65535:
-                continue
-            if (number and candidate.port == number) or (
-                not number and candidate.name == port_name
-            ):
-                service_port = candidate
-                break
-        else:
+        found = service_port(svc, number, port_name)
+        if found is None:
             shown = number if number else repr(port_name)
             raise _Refused("port-not-found", f"port {shown} not found on {what}")
-        key = (namespace, name, service_port.name or str(service_port.port))
+        key = (namespace, name, found.name or str(found.port))
         if key not in self.built:
-            self.built[key] = self._build(what, svc, service_port)
+            self.built[key] = self._build(what, svc, found)
         return key
 
     def rebuild(self, key: ServiceKey) -> Service:
@@ -635,29 +589,20 @@ class _Services:
         urls: set[str] = set()
         hosts: list[str] = []  # FQDN slices refused
         if external:
-            url = _server_url(scheme, svc.spec.external_name, service_port.port)
-            if url is None:
+            address = host_port(svc.spec.external_name, service_port.port)
+            if address is None:
                 raise _Refused(
                     "unsupported-backend",
                     f"{what}: externalName {svc.spec.external_name!r} is not a host name",
                 )
-            urls.add(url)
+            urls.add(f"{scheme}://{address}")
         else:
-            for eps in self.slices.get(svc.metadata.key, ()):
-                target = _slice_port(eps, service_port.name)
-                if target is None:
-                    continue
-                if eps.address_type == "FQDN" and not self.options.allow_external_name_services:
-                    hosts.append(eps.metadata.name)  # names any host, as an ExternalName does
-                    continue
-                for endpoint in eps.endpoints:
-                    cond = endpoint.conditions
-                    if cond.ready is False or cond.terminating is True:
-                        continue
-                    for address in endpoint.addresses:
-                        url = _server_url(scheme, address, target, eps.address_type)
-                        if url is not None:
-                            urls.add(url)
+            addresses, hosts = ready_addresses(
+                self.slices.get(svc.metadata.key, ()),
+                service_port.name,
+                allow_fqdn=self.options.allow_external_name_services,
+            )
+            urls = {f"{scheme}://{address}" for address in addresses}
         if not urls and hosts and not self.options.allow_empty_services:
             raise _Refused(
                 "external-name-refused",
@@ -676,16 +621,6 @@ class _Services:
                 servers_transport=opts.servers_transport,
             )
         )
-
-
-def _slice_port(eps: EndpointSlice, name: str) -> int | None:
-    """The port of ``eps`` named like the Service port (``""`` for an unnamed one)."""
-    for port in eps.ports:
-        if (port.name or "") == name and port.protocol in (None, "TCP"):
-            if port.port is not None and 0 < port.port <= 65535:
-                return port.port
-            return None
-    return None
 
 
 # --- the conversion ----------------------------------------------------------------------

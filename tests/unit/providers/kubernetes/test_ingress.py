@@ -41,6 +41,7 @@ from edge.config.static import KubernetesIngressConfig
 from edge.errors import ConfigError
 from edge.providers.kubernetes import ingress as conversion
 from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.endpoints import HOST_RE
 from edge.providers.kubernetes.ingress import (
     IngressOptions,
     convert,
@@ -613,4 +614,4 @@ def test_names_and_hosts_read_as_their_regexps_say(text: str, host: str) -> None
     assert conversion._normalize(text) == re.sub(r"[^0-9A-Za-z]+", "-", text).strip("-")
     label = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
     dns = re.fullmatch(rf"(?:\*\.)?{label}(?:\.{label})*", host) is not None
-    assert (conversion._HOST_RE.fullmatch(host) is not None) == dns
+    assert (HOST_RE.fullmatch(host) is not None) == dns
