@@ -1,17 +1,22 @@
 """The Kubernetes objects edge reads, decoded from the API server's JSON with msgspec.
 
 Owns the models of the few fields edge needs of Ingress (``networking.k8s.io/v1``),
-IngressClass, Service, EndpointSlice (``discovery.k8s.io/v1``) and Secret, their
-decoders (built once), the Pod and Node models the Ingress status reads (decoded by
-the provider's status client, so not in :data:`KINDS`), and :class:`ClusterState`, the snapshot of cached objects the
-conversion (:mod:`edge.providers.kubernetes.ingress`) reads.
+IngressClass, Service, EndpointSlice (``discovery.k8s.io/v1``) and Secret, and of
+Traefik's CRD kinds (``traefik.io/v1alpha1``: IngressRoute, IngressRouteTCP,
+IngressRouteUDP, Middleware, MiddlewareTCP, TLSOption, TLSStore, TraefikService,
+ServersTransport, ServersTransportTCP); their decoders (built once); the Pod and Node
+models the Ingress status reads (decoded by the provider's status client, so not in
+:data:`KINDS`); and :class:`ClusterState`, the snapshot of cached objects the
+conversions (:mod:`edge.providers.kubernetes.ingress`, :mod:`.crd`) read.
 
 Invariants:
 
 * Decoding is lenient where Kubernetes is open-ended: unknown fields are ignored (objects
   carry far more than edge reads), every field has a default, so a BOOKMARK event's
   object (metadata only) decodes too. Types are strict: a field of the wrong JSON type
-  is a :class:`~edge.errors.ConfigError` naming the kind and the key path.
+  is a :class:`~edge.errors.ConfigError` naming the kind and the key path;
+  :func:`decode_items` decodes a LIST item by item, so one such object is skipped
+  (with a message naming it) and the others decode.
 * A Secret keeps only ``tls.crt`` and ``tls.key``, base64-decoded; no other secret data
   (service account tokens, passwords) is held in memory.
 * Models are frozen: a snapshot handed to the conversion never changes under it. They
@@ -32,6 +37,7 @@ import msgspec
 from edge.errors import ConfigError
 
 __all__ = [
+    "CRD_KINDS",
     "INGRESS_CLASS_ANNOTATION",
     "IS_DEFAULT_CLASS_ANNOTATION",
     "KINDS",
@@ -41,17 +47,28 @@ __all__ = [
     "EndpointSlice",
     "Ingress",
     "IngressClass",
+    "IngressRoute",
+    "IngressRouteTCP",
+    "IngressRouteUDP",
     "Key",
+    "Middleware",
+    "MiddlewareTCP",
     "Node",
     "ObjectList",
     "Pod",
     "Secret",
+    "ServersTransport",
+    "ServersTransportTCP",
     "Service",
     "ServicePort",
     "Status",
+    "TLSOption",
+    "TLSStore",
+    "TraefikService",
     "WatchEvent",
     "decode",
     "decode_event",
+    "decode_items",
     "decode_list",
 ]
 
@@ -357,6 +374,214 @@ class Node(_Model):
     status: NodeStatus = NodeStatus()
 
 
+# --- traefik.io/v1alpha1: Traefik's CRDs ------------------------------------------------
+#
+# The fields of Traefik's kinds (``pkg/provider/kubernetes/crd/traefikio/v1alpha1``), as
+# lenient as the core kinds: unknown fields ignored, every field defaulted. Options edge
+# does not implement are kept (as ``Any``) where the conversion must refuse them by name
+# rather than serve without them. Specs that are edge's dynamic models under another
+# name (Middleware, MiddlewareTCP, TLSOption, ServersTransport, ServersTransportTCP) are
+# kept as plain data and converted, key by key, by the CRD conversion.
+
+
+class CRDReference(_Model):
+    """A reference to another object by name, in the referrer's namespace if unset."""
+
+    name: str = ""
+    namespace: str = ""
+
+
+class TLSDomain(_Model):
+    main: str = ""
+    sans: list[str] = []
+
+
+class RouteService(_Model):
+    """One of an IngressRoute route's ``services`` (Traefik's ``LoadBalancerSpec``), or of
+    a TraefikService's ``weighted.services``."""
+
+    name: str = ""
+    kind: str = ""  # "" | "Service" | "TraefikService"
+    namespace: str = ""
+    port: int | str = 0  # a Service port's number or name; 0: none
+    weight: int | None = None
+    scheme: str = ""
+    servers_transport: str = ""
+    pass_host_header: bool | None = None
+    native_lb: bool | None = msgspec.field(default=None, name="nativeLB")
+    node_port_lb: bool = msgspec.field(default=False, name="nodePortLB")
+    strategy: str = ""
+    middlewares: list[CRDReference] = []
+    sticky: Any = None
+    health_check: Any = None
+    passive_health_check: Any = None
+    response_forwarding: Any = None
+
+
+class Route(_Model):
+    match: str = ""
+    kind: str = ""  # "" | "Rule"
+    priority: int = 0
+    syntax: str = ""
+    services: list[RouteService] = []
+    middlewares: list[CRDReference] = []
+    observability: Any = None
+
+
+class RouteTLS(_Model):
+    """An IngressRoute's or IngressRouteTCP's ``tls`` (``passthrough``: TCP only)."""
+
+    secret_name: str = ""
+    passthrough: bool = False
+    options: CRDReference | None = None
+    store: CRDReference | None = None
+    cert_resolver: str = ""
+    domains: list[TLSDomain] = []
+
+
+class IngressRouteSpec(_Model):
+    ingress_class_name: str | None = None
+    entry_points: list[str] = []
+    routes: list[Route] = []
+    tls: RouteTLS | None = None
+    parent_refs: Any = None
+
+
+class IngressRoute(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: IngressRouteSpec = IngressRouteSpec()
+
+
+class ProxyProtocolSpec(_Model):
+    version: int = 0  # 0: Traefik's default, 2
+
+
+class RouteServiceTCP(_Model):
+    name: str = ""
+    namespace: str = ""
+    port: int | str = 0
+    weight: int | None = None
+    termination_delay: int | None = None
+    proxy_protocol: ProxyProtocolSpec | None = None
+    servers_transport: str = ""
+    tls: bool = False
+    native_lb: bool | None = msgspec.field(default=None, name="nativeLB")
+    node_port_lb: bool = msgspec.field(default=False, name="nodePortLB")
+
+
+class RouteTCP(_Model):
+    match: str = ""
+    priority: int = 0
+    syntax: str = ""
+    services: list[RouteServiceTCP] = []
+    middlewares: list[CRDReference] = []
+
+
+class IngressRouteTCPSpec(_Model):
+    ingress_class_name: str | None = None
+    entry_points: list[str] = []
+    routes: list[RouteTCP] = []
+    tls: RouteTLS | None = None
+
+
+class IngressRouteTCP(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: IngressRouteTCPSpec = IngressRouteTCPSpec()
+
+
+class RouteServiceUDP(_Model):
+    name: str = ""
+    namespace: str = ""
+    port: int | str = 0
+    weight: int | None = None
+    native_lb: bool | None = msgspec.field(default=None, name="nativeLB")
+    node_port_lb: bool = msgspec.field(default=False, name="nodePortLB")
+
+
+class RouteUDP(_Model):
+    services: list[RouteServiceUDP] = []
+
+
+class IngressRouteUDPSpec(_Model):
+    ingress_class_name: str | None = None
+    entry_points: list[str] = []
+    routes: list[RouteUDP] = []
+
+
+class IngressRouteUDP(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: IngressRouteUDPSpec = IngressRouteUDPSpec()
+
+
+class Middleware(_Model):
+    """``spec`` holds one middleware kind under its key (``stripPrefix``,
+    ``headers``...), in edge's dynamic configuration's shape: any kind decodes here;
+    the conversion refuses those edge does not implement, naming them."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: dict[str, Any] = {}
+
+
+class MiddlewareTCP(_Model):
+    """``spec``: ``inFlightConn`` or ``ipAllowList``, as :class:`Middleware`'s."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: dict[str, Any] = {}
+
+
+class TLSOption(_Model):
+    """``spec``: edge's TLS options (``minVersion``, ``cipherSuites``...), as plain data."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: dict[str, Any] = {}
+
+
+class TLSStoreCertificate(_Model):
+    secret_name: str = ""
+
+
+class TLSStoreSpec(_Model):
+    default_certificate: TLSStoreCertificate | None = None
+    certificates: list[TLSStoreCertificate] = []
+    default_generated_cert: Any = None
+
+
+class TLSStore(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: TLSStoreSpec = TLSStoreSpec()
+
+
+class WeightedSpec(_Model):
+    services: list[RouteService] = []
+    sticky: Any = None
+
+
+class TraefikServiceSpec(_Model):
+    weighted: WeightedSpec | None = None
+    mirroring: Any = None
+    failover: Any = None
+    highest_random_weight: Any = None
+
+
+class TraefikService(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: TraefikServiceSpec = TraefikServiceSpec()
+
+
+class ServersTransport(_Model):
+    """``spec``: edge's HTTP serversTransport keys, as plain data."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: dict[str, Any] = {}
+
+
+class ServersTransportTCP(_Model):
+    """``spec``: edge's TCP serversTransport keys, as plain data."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: dict[str, Any] = {}
+
+
 KINDS: Mapping[str, type[_Model]] = {
     "Ingress": Ingress,
     "IngressClass": IngressClass,
@@ -364,15 +589,33 @@ KINDS: Mapping[str, type[_Model]] = {
     "EndpointSlice": EndpointSlice,
     "Secret": Secret,
 }
-"""The kinds edge reads, by their Kubernetes ``kind``."""
+"""The kinds the Ingress provider reads, by their Kubernetes ``kind``."""
+
+CRD_KINDS: Mapping[str, type[_Model]] = {
+    "IngressRoute": IngressRoute,
+    "IngressRouteTCP": IngressRouteTCP,
+    "IngressRouteUDP": IngressRouteUDP,
+    "Middleware": Middleware,
+    "MiddlewareTCP": MiddlewareTCP,
+    "TLSOption": TLSOption,
+    "TLSStore": TLSStore,
+    "TraefikService": TraefikService,
+    "ServersTransport": ServersTransport,
+    "ServersTransportTCP": ServersTransportTCP,
+}
+"""Traefik's kinds (``traefik.io/v1alpha1``), read by the CRD conversion with
+Service, EndpointSlice and Secret."""
+
+_ALL_KINDS: Mapping[str, type[_Model]] = {**KINDS, **CRD_KINDS}
 
 _DECODERS: Mapping[str, msgspec.json.Decoder[Any]] = {
-    kind: msgspec.json.Decoder(model) for kind, model in KINDS.items()
+    kind: msgspec.json.Decoder(model) for kind, model in _ALL_KINDS.items()
 }
 _LIST_DECODERS: Mapping[str, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(ObjectList[model])  # type: ignore[valid-type]
-    for kind, model in KINDS.items()
+    for kind, model in _ALL_KINDS.items()
 }
+_RAW_LIST_DECODER = msgspec.json.Decoder(ObjectList[msgspec.Raw])
 _EVENT_DECODER = msgspec.json.Decoder(WatchEvent)
 _STATUS_DECODER = msgspec.json.Decoder(Status)
 
@@ -383,7 +626,8 @@ def _decoder(
     try:
         return table[kind]
     except KeyError:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}") from None
+        known = ", ".join(_ALL_KINDS)
+        raise ValueError(f"unknown kind {kind!r}; expected one of {known}") from None
 
 
 def decode(kind: str, raw: bytes | msgspec.Raw) -> Any:
@@ -402,6 +646,41 @@ def decode_list(kind: str, raw: bytes) -> ObjectList[Any]:
         return decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise ConfigError(f"cannot decode {kind}List: {exc}") from None
+
+
+def decode_items(kind: str, raw: bytes) -> tuple[ObjectList[Any], list[str]]:
+    """A LIST answer for ``kind``, item by item: an object that fails to decode is left
+    out, and what is wrong with it (naming it) is in the second list. Only a body that
+    is not a list at all is a :class:`ConfigError`."""
+    try:
+        listed = _RAW_LIST_DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"cannot decode {kind}List: {exc}") from None
+    decoder = _decoder(_DECODERS, kind)
+    items: list[Any] = []
+    problems: list[str] = []
+    for i, item in enumerate(listed.items):
+        try:
+            items.append(decoder.decode(item))
+        except msgspec.DecodeError as exc:
+            problems.append(f"{kind} {_item_name(item, i)}: cannot decode, skipped: {exc}")
+    return ObjectList(metadata=listed.metadata, items=items), problems
+
+
+class _Named(msgspec.Struct):
+    metadata: ObjectMeta = ObjectMeta()
+
+
+_NAMED_DECODER = msgspec.json.Decoder(_Named)
+
+
+def _item_name(raw: msgspec.Raw, index: int) -> str:
+    """``namespace/name`` of a list item that failed to decode, or its index."""
+    try:
+        meta = _NAMED_DECODER.decode(raw).metadata
+    except msgspec.DecodeError:
+        return f"items[{index}]"
+    return f"{meta.namespace}/{meta.name}" if meta.name else f"items[{index}]"
 
 
 def decode_event(kind: str, raw: bytes) -> tuple[str, Any]:
@@ -435,6 +714,16 @@ class ClusterState(msgspec.Struct, frozen=True):
     services: Mapping[Key, Service] = {}
     endpoint_slices: Mapping[Key, EndpointSlice] = {}
     secrets: Mapping[Key, Secret] = {}
+    ingress_routes: Mapping[Key, IngressRoute] = {}
+    ingress_route_tcps: Mapping[Key, IngressRouteTCP] = {}
+    ingress_route_udps: Mapping[Key, IngressRouteUDP] = {}
+    middlewares: Mapping[Key, Middleware] = {}
+    middleware_tcps: Mapping[Key, MiddlewareTCP] = {}
+    tls_options: Mapping[Key, TLSOption] = {}
+    tls_stores: Mapping[Key, TLSStore] = {}
+    traefik_services: Mapping[Key, TraefikService] = {}
+    servers_transports: Mapping[Key, ServersTransport] = {}
+    servers_transport_tcps: Mapping[Key, ServersTransportTCP] = {}
 
     @classmethod
     def from_snapshot(cls, tables: Mapping[str, Mapping[Key, Any]]) -> ClusterState:
@@ -445,13 +734,24 @@ class ClusterState(msgspec.Struct, frozen=True):
             services=tables.get("Service", {}),
             endpoint_slices=tables.get("EndpointSlice", {}),
             secrets=tables.get("Secret", {}),
+            ingress_routes=tables.get("IngressRoute", {}),
+            ingress_route_tcps=tables.get("IngressRouteTCP", {}),
+            ingress_route_udps=tables.get("IngressRouteUDP", {}),
+            middlewares=tables.get("Middleware", {}),
+            middleware_tcps=tables.get("MiddlewareTCP", {}),
+            tls_options=tables.get("TLSOption", {}),
+            tls_stores=tables.get("TLSStore", {}),
+            traefik_services=tables.get("TraefikService", {}),
+            servers_transports=tables.get("ServersTransport", {}),
+            servers_transport_tcps=tables.get("ServersTransportTCP", {}),
         )
 
     @classmethod
     def from_objects(cls, objects: list[Any]) -> ClusterState:
-        """A snapshot holding ``objects`` (decoded models of any of :data:`KINDS`)."""
-        kinds = {model: kind for kind, model in KINDS.items()}
-        tables: dict[str, dict[Key, Any]] = {kind: {} for kind in KINDS}
+        """A snapshot holding ``objects`` (decoded models of any of :data:`KINDS` and
+        :data:`CRD_KINDS`)."""
+        kinds = {model: kind for kind, model in _ALL_KINDS.items()}
+        tables: dict[str, dict[Key, Any]] = {kind: {} for kind in _ALL_KINDS}
         for obj in objects:
             tables[kinds[type(obj)]][obj.metadata.key] = obj
         return cls.from_snapshot(tables)
