@@ -160,7 +160,6 @@ from edge.providers.kubernetes.endpoints import (
 )
 from edge.providers.kubernetes.objects import (
     INGRESS_CLASS_ANNOTATION,
-    TLS_SECRET_TYPE,
     ClusterState,
     EndpointSlice,
     Ingress,
@@ -170,6 +169,7 @@ from edge.providers.kubernetes.objects import (
     ServicePort,
 )
 from edge.providers.kubernetes.objects import Service as KubeService
+from edge.providers.kubernetes.secrets import SecretError, tls_certificate
 
 __all__ = [
     "ANNOTATION_PREFIX",
@@ -844,26 +844,10 @@ class _Converter:
         return hosts, every
 
     def certificate(self, key: Key) -> CertAndStores:
-        what = f"secret {key[0]}/{key[1]}"
-        secret = self.state.secrets.get(key)
-        if secret is None:
-            raise _Refused("secret-not-found", f"{what} not found")
-        if secret.type != TLS_SECRET_TYPE:
-            raise _Refused(
-                "secret-invalid", f"{what} is of type {secret.type!r}, not {TLS_SECRET_TYPE}"
-            )
-        pems = []
-        for field, data in (("tls.crt", secret.data.tls_crt), ("tls.key", secret.data.tls_key)):
-            if not data:
-                raise _Refused("secret-invalid", f"{what} has no {field}")
-            try:
-                text = data.decode("ascii")
-            except UnicodeDecodeError:
-                text = ""
-            if "-----BEGIN" not in text:
-                raise _Refused("secret-invalid", f"{what}: {field} is not PEM")
-            pems.append(text)
-        return CertAndStores(cert_file=pems[0], key_file=pems[1])
+        try:
+            return tls_certificate(self.state.secrets, key)
+        except SecretError as exc:
+            raise _Refused(exc.kind, exc.reason) from None
 
     def result(self, selected: frozenset[Key]) -> Conversion:
         used = sorted({route.service for route in self.routes if not route.problem})
