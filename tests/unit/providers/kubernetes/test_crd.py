@@ -1,0 +1,192 @@
+"""Traefik's CRDs -> dynamic configuration: table tests over fixture files, one case per file.
+
+Each ``tests/fixtures/kubernetes/crd/*.yaml`` holds:
+
+* ``objects``: Kubernetes objects as ``kubectl get -o yaml`` shows them; each is turned
+  into JSON bytes and decoded by :mod:`edge.providers.kubernetes.objects`, as the API
+  server's answers are;
+* ``options`` (optional): the provider options (:class:`CRDOptions`);
+* ``file`` (optional): a dynamic configuration merged in as provider ``file`` before
+  validation, for what routes refer to across providers;
+* ``expected``: the whole configuration as msgspec dumps it (defaults left out), less
+  the refused routes' stand-in routers; ``problems``: every problem, in order (default:
+  none), each published on its route's stand-in (a router named as the route's would
+  be, holding the problem, which validation disables with it as its error);
+* ``disabled`` (optional): routers the runtime disables besides the stand-ins.
+
+Every case then goes through edge's own validation (merge and ``build_runtime``):
+every other router, service and middleware comes out enabled.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from edge.config.durations import enc_hook
+from edge.config.dynamic import Configuration
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import RuntimeConfig, build_runtime
+from edge.errors import ConfigError
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.crd import PROVIDER, CRDOptions, convert
+from edge.providers.kubernetes.objects import ClusterState
+from tests.fixtures.tls.pki import PKI
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "kubernetes" / "crd"
+CASES = sorted(FIXTURES.glob("*.yaml"))
+ENTRY_POINTS = {"web": "tcp", "websecure": "tcp", "dns": "udp"}
+SECTIONS = ("http", "tcp", "udp")
+
+
+class Case(msgspec.Struct, forbid_unknown_fields=True):
+    objects: list[dict[str, Any]] = []
+    options: CRDOptions = CRDOptions()
+    file: dict[str, Any] | None = None
+    expected: dict[str, Any] = {}
+    problems: list[dict[str, str]] = []
+    disabled: list[str] = []
+
+
+def load(path: Path) -> Case:
+    return msgspec.convert(msgspec.yaml.decode(path.read_bytes()), Case)
+
+
+def decode_objects(docs: list[dict[str, Any]]) -> ClusterState:
+    """Each object through JSON bytes and the objects module's decoders."""
+    return ClusterState.from_objects(
+        [objects.decode(doc["kind"], msgspec.json.encode(doc)) for doc in docs]
+    )
+
+
+def validate(conf: Configuration, file: dict[str, Any] | None = None) -> RuntimeConfig:
+    configs = {PROVIDER: conf}
+    if file is not None:
+        configs["file"] = decode_dynamic(file)
+    return build_runtime(merge(configs), ENTRY_POINTS)
+
+
+def stand_ins(conf: Configuration) -> dict[str, list[str]]:
+    """(section, router name) of every router holding a problem -> its problems."""
+    found = {}
+    for section in SECTIONS:
+        part = getattr(conf, section)
+        for name, router in (part.routers if part else {}).items():
+            if router.problems:
+                found[f"{section}/{name}"] = list(router.problems)
+    return found
+
+
+def test_there_are_cases() -> None:
+    assert len(CASES) >= 10
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_case(path: Path) -> None:
+    case = load(path)
+    result = convert(decode_objects(case.objects), case.options)
+
+    assert [msgspec.to_builtins(p) for p in result.problems] == case.problems
+    refused = stand_ins(result.configuration)
+    route_problems = [str(p) for p in result.problems if p.kind.startswith("IngressRoute")]
+    assert sorted(p for ps in refused.values() for p in ps) == sorted(route_problems)
+
+    served = msgspec.to_builtins(result.configuration, enc_hook=enc_hook)
+    for key in refused:
+        section, name = key.split("/", 1)
+        del served[section]["routers"][name]
+        if not served[section]["routers"]:
+            del served[section]["routers"]
+        if not served[section]:
+            del served[section]
+    assert served == case.expected
+
+    rt = validate(result.configuration, case.file)
+    tables = {"http": rt.http_routers, "tcp": rt.tcp_routers, "udp": rt.udp_routers}
+    disabled = sorted(
+        f"{section}/{name.split('@')[0]}"
+        for section, routers in tables.items()
+        for name, info in routers.items()
+        if info.status == "disabled"
+    )
+    assert disabled == sorted([*refused, *case.disabled]), rt.errors()
+    for key, problems in refused.items():
+        section, name = key.split("/", 1)
+        info = tables[section][f"{name}@{PROVIDER}"]
+        assert info.errors[: len(problems)] == problems
+    for services in (rt.http_services, rt.tcp_services, rt.udp_services):
+        assert all(s.status != "disabled" for s in services.values()), rt.errors()
+    assert all(m.status != "disabled" for m in rt.http_middlewares.values()), rt.errors()
+    assert all(m.status != "disabled" for m in rt.tcp_middlewares.values()), rt.errors()
+
+
+def test_conversion_is_deterministic() -> None:
+    for path in CASES:
+        case = load(path)
+        first = convert(decode_objects(case.objects), case.options)
+        again = convert(decode_objects(list(reversed(case.objects))), case.options)
+        assert first == again, path.stem
+
+
+def test_a_secret_becomes_the_routes_certificate() -> None:
+    pki = PKI()
+    pair = pki.issue("secure.example.com")
+    b64 = base64.b64encode
+    docs = [
+        *load(FIXTURES / "http-basic.yaml").objects,
+        {"kind": "Secret", "metadata": {"name": "tls-a", "namespace": "default"},
+         "type": "kubernetes.io/tls",
+         "data": {"tls.crt": b64(pair.cert_pem.encode()).decode(),
+                  "tls.key": b64(pair.key_pem.encode()).decode()}},
+    ]  # fmt: skip
+    route = docs[0]
+    route["spec"]["tls"] = {"secretName": "tls-a"}
+    result = convert(decode_objects(docs))
+    assert result.problems == []
+    tls = result.configuration.tls
+    assert tls is not None and [c.cert_file for c in tls.certificates] == [pair.cert_pem]
+    http = result.configuration.http
+    assert http is not None
+    assert all(r.tls is not None for r in http.routers.values())
+    rt = validate(result.configuration)
+    assert all(info.status == "enabled" for info in rt.http_routers.values()), rt.errors()
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def test_a_malformed_object_is_skipped_and_named() -> None:
+    body = msgspec.json.encode(
+        {
+            "metadata": {"resourceVersion": "7"},
+            "items": [
+                {"metadata": {"name": "good", "namespace": "default"},
+                 "spec": {"routes": [{"match": "Host(`a`)"}]}, "unknownField": {"x": 1}},
+                {"metadata": {"name": "bad", "namespace": "default"},
+                 "spec": {"routes": "not a list"}},
+                {"metadata": {"name": "good2", "namespace": "default"}},
+            ],
+        }
+    )  # fmt: skip
+    listed, problems = objects.decode_items("IngressRoute", body)
+    assert [ir.metadata.name for ir in listed.items] == ["good", "good2"]
+    assert listed.metadata.resource_version == "7"
+    assert len(problems) == 1
+    assert problems[0].startswith("IngressRoute default/bad: cannot decode, skipped:")
+    assert "$.spec.routes" in problems[0]
+
+
+def test_a_list_that_is_not_a_list_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="IngressRouteList"):
+        objects.decode_items("IngressRoute", b'{"items": 3}')
+
+
+@pytest.mark.parametrize("kind", sorted(objects.CRD_KINDS))
+def test_every_crd_kind_decodes_its_metadata_alone(kind: str) -> None:
+    obj = objects.decode(kind, b'{"metadata": {"name": "x", "namespace": "ns"}}')
+    assert obj.metadata.key == ("ns", "x")
