@@ -86,15 +86,29 @@ from edge.config.dynamic import (
     HTTPConfiguration,
     LoadBalancer,
     Middleware,
+    ProxyProtocol,
     Router,
     RouterTLS,
     Server,
     ServersTransport,
     Service,
     StoreCertificate,
+    TCPConfiguration,
+    TCPLoadBalancer,
+    TCPMiddleware,
+    TCPRouter,
+    TCPRouterTLS,
+    TCPServer,
+    TCPServersTransport,
+    TCPService,
     TLSConfiguration,
     TLSOptions,
     TLSStore,
+    UDPConfiguration,
+    UDPLoadBalancer,
+    UDPRouter,
+    UDPServer,
+    UDPService,
     Weighted,
     WRRService,
 )
@@ -195,6 +209,7 @@ def _kinds(model: type[msgspec.Struct]) -> tuple[str, ...]:
 
 
 _HTTP_KINDS = _kinds(Middleware)
+_TCP_KINDS = _kinds(TCPMiddleware)
 
 T = TypeVar("T")
 
@@ -220,6 +235,12 @@ class _Converter:
         self.http_services: dict[str, Service] = {}
         self.middlewares: dict[str, Middleware] = {}
         self.transports: dict[str, ServersTransport] = {}
+        self.tcp_routers: dict[str, TCPRouter] = {}
+        self.tcp_services: dict[str, TCPService] = {}
+        self.tcp_middlewares: dict[str, TCPMiddleware] = {}
+        self.tcp_transports: dict[str, TCPServersTransport] = {}
+        self.udp_routers: dict[str, UDPRouter] = {}
+        self.udp_services: dict[str, UDPService] = {}
         self.certificates: dict[tuple[str, str, str], CertAndStores] = {}
         self.tls_options: dict[str, TLSOptions] = {}
         self.tls_stores: dict[str, TLSStore] = {}
@@ -383,6 +404,14 @@ class _Converter:
         except _Refused as refused:
             self.refuse("Middleware", key, "spec", refused.reason)
 
+    def middleware_tcp(self, key: Key, mw: objects.MiddlewareTCP) -> None:
+        try:
+            self.tcp_middlewares[_normalize("-".join(key))] = _middleware(
+                mw.spec, TCPMiddleware, _TCP_KINDS
+            )
+        except _Refused as refused:
+            self.refuse("MiddlewareTCP", key, "spec", refused.reason)
+
     def tls_option(self, key: Key, option: objects.TLSOption, defaults: int) -> None:
         try:
             if key[1] == DEFAULT and defaults > 1:
@@ -427,6 +456,17 @@ class _Converter:
             self.transports[_normalize("-".join(key))] = _convert_spec(st.spec, ServersTransport)
         except _Refused as refused:
             self.refuse("ServersTransport", key, "spec", refused.reason)
+
+    def servers_transport_tcp(self, key: Key, st: objects.ServersTransportTCP) -> None:
+        try:
+            tls = st.spec.get("tls")
+            for field in ("rootCAs", "certificatesSecrets"):
+                if isinstance(tls, Mapping) and field in tls:
+                    raise _Refused(f"tls.{field} (Secrets and ConfigMaps): {UNSUPPORTED}")
+            name = _normalize("-".join(key))
+            self.tcp_transports[name] = _convert_spec(st.spec, TCPServersTransport)
+        except _Refused as refused:
+            self.refuse("ServersTransportTCP", key, "spec", refused.reason)
 
     def traefik_service(self, key: Key, ts: objects.TraefikService) -> None:
         spec = ts.spec
@@ -583,6 +623,131 @@ class _Converter:
         services[router] = Service(weighted=Weighted(services=children))
         return router
 
+    # --- IngressRouteTCP -------------------------------------------------------------------
+
+    def tcp_service(self, parent: str, ref: objects.RouteServiceTCP) -> TCPService:
+        ns = self.service_namespace(parent, ref.namespace, ref.name)
+        addresses, _ = self.servers(ns, ref.name, ref.port, "TCP", ref.native_lb, ref.node_port_lb)
+        transport = ""
+        if ref.servers_transport:
+            transport, _ = self.reference(
+                parent, "", ref.servers_transport, "ServersTransportTCP",
+                self.state.servers_transport_tcps,
+            )  # fmt: skip
+        proxy = None
+        if ref.proxy_protocol is not None:
+            version = ref.proxy_protocol.version or 2
+            if version not in (1, 2):
+                raise _Refused(f"service {ref.name}: proxyProtocol version {version} is not 1 or 2")
+            proxy = ProxyProtocol(version=version)  # type: ignore[arg-type]
+        return TCPService(
+            load_balancer=TCPLoadBalancer(
+                servers=[TCPServer(address=address, tls=ref.tls) for address in addresses],
+                servers_transport=transport,
+                proxy_protocol=proxy,
+                termination_delay=None if transport else ref.termination_delay,
+            )
+        )
+
+    def ingress_route_tcp(self, key: Key, ir: objects.IngressRouteTCP) -> None:
+        ns, name = key
+        spec = ir.spec
+        tls_error = ""
+        router_tls = None
+        if spec.tls is not None:
+            try:
+                options, domains = self.route_tls("IngressRouteTCP", key, spec.tls)
+                router_tls = TCPRouterTLS(
+                    passthrough=spec.tls.passthrough, options=options, domains=domains
+                )
+            except _Refused as refused:
+                tls_error = f"tls: {refused.reason}"
+        for i, route in enumerate(spec.routes):
+            router = f"{ns}-{_route_key(route.match, name)}"
+            where = f"spec.routes[{i}]"
+            services: dict[str, TCPService] = {}
+            try:
+                if tls_error:
+                    raise _Refused(tls_error)
+                if not route.match:
+                    raise _Refused("empty match rule")
+                if router in self.tcp_routers:
+                    raise _Refused(f"the same match as an earlier route (router {router})")
+                middlewares = [
+                    self.reference(
+                        ns, m.namespace, m.name, "MiddlewareTCP", self.state.middleware_tcps
+                    )[0]
+                    for m in route.middlewares
+                ]
+                if not route.services:
+                    raise _Refused("the route names no service")
+                if len(route.services) == 1:
+                    services[router] = self.tcp_service(ns, route.services[0])
+                else:
+                    children = []
+                    for ref in route.services:
+                        child = f"{router}-{ref.name}-{_port_text(ref.port)}"
+                        services[child] = self.tcp_service(ns, ref)
+                        children.append(WRRService(name=child, weight=_weight(ref.weight)))
+                    services[router] = TCPService(weighted=Weighted(services=children))
+            except _Refused as refused:
+                found = self.problem("IngressRouteTCP", key, where, refused.reason)
+                if router not in self.tcp_routers:
+                    self.tcp_routers[router] = TCPRouter(
+                        rule=route.match,
+                        service="",
+                        entry_points=list(spec.entry_points),
+                        problems=[str(found)],
+                    )
+                continue
+            self.tcp_services.update(services)
+            self.tcp_routers[router] = TCPRouter(
+                rule=route.match,
+                service=router,
+                entry_points=list(spec.entry_points),
+                priority=route.priority,
+                rule_syntax=route.syntax,
+                middlewares=middlewares,
+                tls=router_tls,
+            )
+
+    # --- IngressRouteUDP -------------------------------------------------------------------
+
+    def udp_service(self, parent: str, ref: objects.RouteServiceUDP) -> UDPService:
+        ns = self.service_namespace(parent, ref.namespace, ref.name)
+        addresses, _ = self.servers(ns, ref.name, ref.port, "UDP", ref.native_lb, ref.node_port_lb)
+        return UDPService(
+            load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in addresses])
+        )
+
+    def ingress_route_udp(self, key: Key, ir: objects.IngressRouteUDP) -> None:
+        ns, name = key
+        for i, route in enumerate(ir.spec.routes):
+            router = f"{ns}-{name}-{i}"
+            services: dict[str, UDPService] = {}
+            try:
+                if not route.services:
+                    raise _Refused("the route names no service")
+                if len(route.services) == 1:
+                    services[router] = self.udp_service(ns, route.services[0])
+                else:
+                    children = []
+                    for ref in route.services:
+                        child = f"{router}-{ref.name}-{_port_text(ref.port)}"
+                        services[child] = self.udp_service(ns, ref)
+                        children.append(WRRService(name=child, weight=_weight(ref.weight)))
+                    services[router] = UDPService(weighted=Weighted(services=children))
+            except _Refused as refused:
+                found = self.problem("IngressRouteUDP", key, f"spec.routes[{i}]", refused.reason)
+                self.udp_routers[router] = UDPRouter(
+                    service="", entry_points=list(ir.spec.entry_points), problems=[str(found)]
+                )
+                continue
+            self.udp_services.update(services)
+            self.udp_routers[router] = UDPRouter(
+                service=router, entry_points=list(ir.spec.entry_points)
+            )
+
     # --- the whole -------------------------------------------------------------------------
 
     def run(self) -> Conversion:
@@ -595,13 +760,23 @@ class _Converter:
             self.tls_store(key, store, defaults)
         for key, mw in self.items(state.middlewares):
             self.middleware(key, mw)
+        for key, mw_tcp in self.items(state.middleware_tcps):
+            self.middleware_tcp(key, mw_tcp)
         for key, st in self.items(state.servers_transports):
             self.servers_transport(key, st)
+        for key, st_tcp in self.items(state.servers_transport_tcps):
+            self.servers_transport_tcp(key, st_tcp)
         for key, ts in self.items(state.traefik_services):
             self.traefik_service(key, ts)
         for key, ir in self.items(state.ingress_routes):
             if self.selected(ir.metadata, ir.spec.ingress_class_name):
                 self.ingress_route(key, ir)
+        for key, tcp in self.items(state.ingress_route_tcps):
+            if self.selected(tcp.metadata, tcp.spec.ingress_class_name):
+                self.ingress_route_tcp(key, tcp)
+        for key, udp in self.items(state.ingress_route_udps):
+            if self.selected(udp.metadata, udp.spec.ingress_class_name):
+                self.ingress_route_udp(key, udp)
         return Conversion(self.configuration(), self.problems)
 
     def configuration(self) -> Configuration:
@@ -611,6 +786,13 @@ class _Converter:
             middlewares=self.middlewares,
             servers_transports=self.transports,
         )
+        tcp = TCPConfiguration(
+            routers=self.tcp_routers,
+            services=self.tcp_services,
+            middlewares=self.tcp_middlewares,
+            servers_transports=self.tcp_transports,
+        )
+        udp = UDPConfiguration(routers=self.udp_routers, services=self.udp_services)
         tls = TLSConfiguration(
             certificates=[self.certificates[k] for k in sorted(self.certificates)],
             options=self.tls_options,
@@ -618,6 +800,8 @@ class _Converter:
         )
         return Configuration(
             http=http if http != HTTPConfiguration() else None,
+            tcp=tcp if tcp != TCPConfiguration() else None,
+            udp=udp if udp != UDPConfiguration() else None,
             tls=tls if tls != TLSConfiguration() else None,
         )
 

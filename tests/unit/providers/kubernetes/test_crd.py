@@ -83,7 +83,7 @@ def stand_ins(conf: Configuration) -> dict[str, list[str]]:
 
 
 def test_there_are_cases() -> None:
-    assert len(CASES) >= 10
+    assert len(CASES) >= 15
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -131,6 +131,23 @@ def test_conversion_is_deterministic() -> None:
         first = convert(decode_objects(case.objects), case.options)
         again = convert(decode_objects(list(reversed(case.objects))), case.options)
         assert first == again, path.stem
+
+
+def test_routers_come_out_enabled_from_edges_validation() -> None:
+    """HTTP, TLS passthrough and UDP from one snapshot, through merge and build_runtime:
+    each router enabled, its service's servers as the EndpointSlices say."""
+    case = load(FIXTURES / "http-tcp-udp-together.yaml")
+    result = convert(decode_objects(case.objects), case.options)
+    assert result.problems == []
+    rt = validate(result.configuration)
+    routers = [*rt.http_routers.values(), *rt.tcp_routers.values(), *rt.udp_routers.values()]
+    assert len(routers) == 3
+    assert all(info.status == "enabled" for info in routers), rt.errors()
+    tcp = next(iter(rt.tcp_routers.values()))
+    assert tcp.config.tls is not None and tcp.config.tls.passthrough
+    udp = next(iter(rt.udp_services.values()))
+    assert udp.config.load_balancer is not None
+    assert [s.address for s in udp.config.load_balancer.servers] == ["10.244.2.4:5353"]
 
 
 def test_a_secret_becomes_the_routes_certificate() -> None:
