@@ -49,8 +49,9 @@ Services
     of its EndpointSlices, resolved exactly as the Ingress conversion resolves them
     (:mod:`edge.providers.kubernetes.endpoints`). ``nativeLB`` (or
     ``nativeLBByDefault``) gives the Service's cluster IP instead. An ExternalName
-    Service gives ``externalName:port`` when ``allowExternalNameServices`` is set, else
-    the route is refused; no ready endpoint gives a service without servers when
+    Service gives ``externalName:port`` when ``allowExternalNameServices`` is set (a port
+    number it does not list is taken as written, as Traefik does), else the route is
+    refused; no ready endpoint gives a service without servers when
     ``allowEmptyServices`` is set, else the route is refused (both as Traefik). The HTTP
     scheme is ``scheme``, else ``https`` for port 443 or a port name starting with
     ``https``, else ``http``. Options edge does not implement (``sticky``,
@@ -314,14 +315,20 @@ class _Converter:
         if port in (0, ""):
             raise _Refused(f"the reference to {what} names no port")
         number, port_name = (port, "") if isinstance(port, int) else (0, port)
+        external = svc.spec.type == "ExternalName"
+        if external and not self.options.allow_external_name_services:
+            raise _Refused(
+                f"{what} is an ExternalName service and allowExternalNameServices is off"
+            )
         found = service_port(svc, number, port_name, protocol)
+        if found is None and external and number:
+            found = objects.ServicePort(port=number, protocol=protocol)  # as Traefik does
         if found is None:
+            other = "UDP" if protocol == "TCP" else "TCP"
+            if service_port(svc, number, port_name, other) is not None:
+                raise _Refused(f"port {port!r} of {what} is {other}, not {protocol}")
             raise _Refused(f"{protocol} port {port!r} not found on {what}")
-        if svc.spec.type == "ExternalName":
-            if not self.options.allow_external_name_services:
-                raise _Refused(
-                    f"{what} is an ExternalName service and allowExternalNameServices is off"
-                )
+        if external:
             address = host_port(svc.spec.external_name, found.port)
             if address is None:
                 raise _Refused(
