@@ -542,10 +542,11 @@ class HTTPConnection(asyncio.Protocol):
         """
         ex = self.ex = Exchange(self, head)
         ctx = self.ctx
-        now = self.loop.time()
-        write = now + ctx.write_timeout if ctx.write_timeout > 0 else 0.0
+        write = self.loop.time() + ctx.write_timeout if ctx.write_timeout > 0 else 0.0
         if (head.chunked or head.content_length) and ctx.read_timeout > 0:
-            body = self.deadline if self.deadline_kind is HEAD else now + ctx.read_timeout
+            body = (
+                self.deadline if self.deadline_kind is HEAD else self.loop.time() + ctx.read_timeout
+            )
             if not write or body < write:
                 self.deadline_kind = BODY
                 self.deadline = body
@@ -829,21 +830,21 @@ class HTTPConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _probe(self, round: int) -> None:
-        """The half-close probe's steps (module doc): round -1 writes the probe, each
+    def _probe(self, step: int) -> None:
+        """The half-close probe's steps (module doc): step -1 writes the probe, each
         later one reads the TCP state and plans the next."""
         self.probe = None
         ex = self.ex
         transport = self.transport
         if ex is None or transport is None:
             return
-        if round < 0 and not ex.resp_started and ex.head.version == b"1.1":
+        if step < 0 and not ex.resp_started and ex.head.version == b"1.1":
             self.send(CONTINUE)
         elif peer_reset(transport):
             self.client_gone("closed after its request (reset by the probe)")
             return
-        delay = PROBE_CHECKS[min(round + 1, len(PROBE_CHECKS) - 1)]
-        self.probe = self.loop.call_later(delay, self._probe, round + 1)
+        delay = PROBE_CHECKS[min(step + 1, len(PROBE_CHECKS) - 1)]
+        self.probe = self.loop.call_later(delay, self._probe, step + 1)
 
     def shutdown(self) -> None:
         """The entrypoint drains: idle now closes, busy closes after its response."""
