@@ -1,4 +1,11 @@
-"""The kubernetesIngress provider: the cluster's Ingresses as edge's dynamic configuration.
+"""edge's Kubernetes providers: one shared core, and the sources built on it.
+
+:class:`KubernetesProvider` is the core every Kubernetes source shares; a source says
+which kinds it watches, its pure conversion, its endpoints-only update if it has one,
+its provider name (which qualifies its elements) and any extra threads.
+:class:`KubernetesIngressProvider` (``providers.kubernetesIngress``, ``@kubernetes``) is
+one source. Below, "the conversion" is the source's; the Ingress status writer is the
+Ingress source's own.
 
 Owns the provider's threads and what flows between them:
 
@@ -66,7 +73,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
@@ -94,7 +102,6 @@ from edge.providers.kubernetes.client import (
 from edge.providers.kubernetes.ingress import (
     Conversion,
     IngressOptions,
-    Problem,
     convert,
     update_endpoints,
 )
@@ -106,6 +113,7 @@ __all__ = [
     "Address",
     "ClusterUnavailable",
     "KubernetesIngressProvider",
+    "KubernetesProvider",
     "check_cluster",
     "node_addresses",
     "service_addresses",
@@ -218,58 +226,56 @@ def _without_status(ing: objects.Ingress | None) -> objects.Ingress | None:
     return msgspec.structs.replace(ing, metadata=meta, status=objects.IngressStatus())
 
 
-# --- the provider -----------------------------------------------------------------------
+# --- the shared core -------------------------------------------------------------------
 
 
-def _watches(config: KubernetesIngressConfig) -> list[WatchSpec]:
-    return [
-        WatchSpec(INGRESSES, objects.Ingress, label_selector=config.label_selector),
-        WatchSpec(INGRESS_CLASSES, objects.IngressClass),
-        WatchSpec(SERVICES, objects.Service),
-        WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
-        WatchSpec(SECRETS, objects.Secret, field_selector=f"type={objects.TLS_SECRET_TYPE}"),
-    ]
+class Converted(Protocol):
+    """What a source's conversion returns: the configuration and its problems."""
+
+    @property
+    def configuration(self) -> Configuration: ...
+
+    @property
+    def problems(self) -> Sequence[Any]: ...
 
 
-class KubernetesIngressProvider:
-    """The ``providers.kubernetesIngress`` provider (see the module doc).
+class KubernetesProvider:
+    """The machinery every Kubernetes source shares (see the module doc): reflectors,
+    the throttled converter thread with the endpoints-only fast path, problem reporting
+    and delivery to the loop. A source (a subclass) says what differs: the kinds it
+    watches (:meth:`watches`), its pure conversion (:meth:`convert_state`), its
+    endpoints-only update if it has one (:meth:`update_endpoints`), which changes need
+    no conversion (:meth:`unchanged`), what its round's log line says (:meth:`describe`),
+    and any extra threads and clients (the Ingress status writer). ``name`` qualifies
+    its elements (``@kubernetes``, ``@kubernetescrd``) and prefixes its log lines.
 
     ``default_throttle`` is ``providersThrottleDuration``, used when the provider's own
-    ``throttleDuration`` is unset. ``environ`` is where ``POD_NAME``/``POD_NAMESPACE``
-    are read (default ``os.environ``); ``timing`` tunes the reflectors. Those two and
+    ``throttleDuration`` is unset; ``timing`` tunes the reflectors. That and
     ``wait_log_interval`` may be changed until :meth:`start`.
     """
 
     def __init__(
         self,
-        config: KubernetesIngressConfig,
         *,
-        name: str = "kubernetes",
+        name: str,
+        api_config: Any,
+        namespaces: Sequence[str],
+        throttle: float | None,
         default_throttle: float = 2.0,
-        environ: Mapping[str, str] | None = None,
         timing: Timing | None = None,
     ) -> None:
-        self.config = config
         self.name = name
-        self.throttle: float | None = (
-            float(config.throttle_duration) if config.throttle_duration is not None else None
-        )
+        self.api_config = api_config
+        self.namespaces = list(namespaces)
+        self.throttle: float | None = float(throttle) if throttle is not None else None
         self.default_throttle = float(default_throttle)
-        self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.timing = timing
         self.wait_log_interval = WAIT_LOG_INTERVAL
-        self.options = IngressOptions.from_config(config)
-        # Credentials are resolved now: a missing or broken one is a configuration error.
-        self.api_config = load_api_config(
-            config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
-        )
         self.client: KubeClient | None = None
-        self.status_client: KubeClient | None = None
         self.conversions = 0  # whole conversions run
         self.patches = 0  # endpoints-only changes applied to the last conversion
         self.published = 0  # configurations handed to the loop
-        self.status_writes = 0  # successful status writes
-        self.conversion: Conversion | None = None  # the last one
+        self.conversion: Any = None  # the last one
         self._loop: asyncio.AbstractEventLoop | None = None
         self._publish: Publish | None = None
         self._cond = threading.Condition()
@@ -277,16 +283,56 @@ class KubernetesIngressProvider:
         self._changed: dict[str, set[Key]] = {}
         self._stopping = False
         self._started = False
-        self._status_cond = threading.Condition()
-        self._status_dirty = False
-        self._selected: frozenset[Key] = frozenset()
-        self._status_mode = ""  # "", "static", "service", "nodes"
         self._threads: list[threading.Thread] = []
         self._last: Configuration | None = None  # the last configuration handed over
-        self._problems: set[Problem] = set()
-        self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
+        self._problems: set[Any] = set()
         self._state: objects.ClusterState | None = None  # that of the last conversion
         self._need_full = True  # the next round converts everything
+
+    # --- what a source says -----------------------------------------------------------
+
+    def watches(self) -> list[WatchSpec]:
+        """The kinds this source reads."""
+        raise NotImplementedError
+
+    def convert_state(self, state: objects.ClusterState) -> Converted:
+        """The pure conversion of a whole snapshot."""
+        raise NotImplementedError
+
+    def update_endpoints(
+        self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
+    ) -> Any:
+        """``previous`` with only EndpointSlices changed from ``old`` to ``new``, or
+        None when a whole conversion is needed (the default: no fast path)."""
+        return None
+
+    def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
+        """Whether ``changed`` cannot change the configuration (no conversion then)."""
+        return False
+
+    def converted(self, conversion: Any, snapshot: Mapping[str, Any], patched: bool) -> None:
+        """Called after each round that converted or patched (converter thread)."""
+
+    def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
+        """The counts of a round's log line."""
+        conf = conversion.configuration
+        parts = []
+        for label, section in (("http", conf.http), ("tcp", conf.tcp), ("udp", conf.udp)):
+            if section is not None:
+                parts.append(f"{len(section.routers)} {label} routers")
+        return ", ".join(parts or ["no routers"]) + f", {len(conversion.problems)} problems"
+
+    def start_extra(self, timing: Timing) -> list[threading.Thread]:
+        """Make the source's extra clients; return its extra threads (not started)."""
+        return []
+
+    def extra_clients(self) -> list[KubeClient]:
+        return []
+
+    def wake_extra(self) -> None:
+        """Wake the source's extra threads (to see ``_stopping``)."""
+
+    # --- state ------------------------------------------------------------------------
 
     @property
     def window(self) -> float:
@@ -313,7 +359,7 @@ class KubernetesIngressProvider:
             await loop.run_in_executor(None, self.stop)
 
     def start(self, loop: asyncio.AbstractEventLoop, publish: Publish) -> None:
-        """Start the reflectors, the converter and the status writer (returns at once)."""
+        """Start the reflectors, the converter and the source's threads (returns at once)."""
         if self._started:
             raise RuntimeError(f"kubernetes provider {self.name}: started twice")
         self._started = True
@@ -321,28 +367,26 @@ class KubernetesIngressProvider:
         timing = self.timing or Timing()
         self.client = KubeClient(
             self.api_config,
-            _watches(self.config),
-            namespaces=self.config.namespaces,
+            self.watches(),
+            namespaces=self.namespaces,
             on_change=self._on_change,
             timing=timing,
         )
-        self.status_client = self._make_status_client(timing)
+        extra = self.start_extra(timing)
         self._threads = [
-            threading.Thread(target=self._convert_loop, name=f"{self.name}-convert", daemon=True)
+            threading.Thread(target=self._convert_loop, name=f"{self.name}-convert", daemon=True),
+            *extra,
         ]
-        if self._status_mode:
-            self._threads.append(
-                threading.Thread(target=self._status_loop, name=f"{self.name}-status", daemon=True)
-            )
         log.info(
-            "kubernetes: watching %s at %s (throttle %.3g s)",
-            ", ".join(self.config.namespaces) or "all namespaces",
+            "%s: watching %s at %s (throttle %.3g s)",
+            self.name,
+            ", ".join(self.namespaces) or "all namespaces",
             self.api_config.host,
             self.window,
         )
         self.client.start()
-        if self.status_client is not None:
-            self.status_client.start()
+        for c in self.extra_clients():
+            c.start()
         for t in self._threads:
             t.start()
 
@@ -353,10 +397,9 @@ class KubernetesIngressProvider:
                 return
             self._stopping = True
             self._cond.notify_all()
-        with self._status_cond:
-            self._status_cond.notify_all()
+        self.wake_extra()
         deadline = time.monotonic() + timeout
-        for c in (self.client, self.status_client):
+        for c in (self.client, *self.extra_clients()):
             if c is not None:
                 c.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
@@ -375,9 +418,6 @@ class KubernetesIngressProvider:
             self._dirty = True
             self._changed.setdefault(change.kind, set()).update(change.keys)
             self._cond.notify_all()
-
-    def _on_status_source(self, change: Change) -> None:
-        self._wake_status()
 
     # --- the converter thread -----------------------------------------------------------
 
@@ -407,7 +447,9 @@ class KubernetesIngressProvider:
             try:
                 self._convert(client, changed, time.monotonic() - started)
             except Exception:  # a bug: keep the last configuration, keep watching
-                log.exception("kubernetes: the conversion failed; keeping the last configuration")
+                log.exception(
+                    "%s: the conversion failed; keeping the last configuration", self.name
+                )
             last_end = time.monotonic()
 
     def _log_waiting(self, elapsed: float) -> None:
@@ -416,65 +458,54 @@ class KubernetesIngressProvider:
             f"{name}: {err or 'no answer yet'}" for name, err in sorted(pending.items())
         )
         log.warning(
-            "kubernetes: no configuration yet after %.0f s, still waiting for the first LIST of "
+            "%s: no configuration yet after %.0f s, still waiting for the first LIST of "
             "%s (retrying)",
+            self.name,
             elapsed,
             detail or "nothing",
         )
 
     def _convert(self, client: KubeClient, changed: dict[str, set[Key]], elapsed: float) -> None:
         snapshot = client.snapshot()
-        ingresses = snapshot.get("Ingress", {})
         previous = None if self._need_full else self.conversion
-        if previous is not None and self._status_only(changed, ingresses):
-            self._ingresses = ingresses
-            self._wake_status()
+        if previous is not None and self.unchanged(changed, snapshot):
             return
         t0 = time.perf_counter()
         state = objects.ClusterState.from_snapshot(snapshot)
         self._need_full = True  # until this round has completed
         conversion = None
         if previous is not None and self._state is not None and set(changed) == {"EndpointSlice"}:
-            conversion = update_endpoints(previous, self._state, state, self.options)
+            conversion = self.update_endpoints(previous, self._state, state)
         patched = conversion is not None
         if conversion is not None:
             self.patches += 1
             how = "endpoints updated in place"
         else:
             with gc_paused():
-                conversion = convert(state, self.options)
+                conversion = self.convert_state(state)
             self.conversions += 1
             self._report(conversion.problems)
-            with self._status_cond:
-                self._selected = conversion.selected
             how = "converted"
         took = time.perf_counter() - t0
         self.conversion = conversion
         self._state = state
-        self._ingresses = ingresses
         self._need_full = False
-        if not patched:
-            self._wake_status()
+        self.converted(conversion, snapshot, patched)
         conf = conversion.configuration
         # Patched, it differs from the last only where servers do: compare those alone.
         if self._last is not None and (
             _same_servers(self._last, conf) if patched else conf == self._last
         ):
-            log.debug("kubernetes: round %d: unchanged (%s in %.3f s)", self.rounds, how, took)
+            log.debug("%s: round %d: unchanged (%s in %.3f s)", self.name, self.rounds, how, took)
             return
         first = self._last is None
         self._last = conf
-        http = conf.http
         log.log(
             logging.INFO if first else logging.DEBUG,
-            "kubernetes: %s: %d Ingresses (%d served), %d routers, %d services, %d problems; "
-            "%s in %.3f s",
+            "%s: %s: %s; %s in %.3f s",
+            self.name,
             f"first sync after {elapsed:.2f} s" if first else f"round {self.rounds}",
-            len(ingresses),
-            len(conversion.selected),
-            len(http.routers) if http is not None else 0,
-            len(http.services) if http is not None else 0,
-            len(conversion.problems),
+            self.describe(conversion, snapshot),
             how,
             took,
         )
@@ -484,23 +515,13 @@ class KubernetesIngressProvider:
     def rounds(self) -> int:
         return self.conversions + self.patches
 
-    def _status_only(
-        self, changed: dict[str, set[Key]], ingresses: Mapping[Key, objects.Ingress]
-    ) -> bool:
-        """Only Ingresses changed, and only in status and resourceVersion: our own status
-        writes (or anyone's) coming back; the configuration cannot have changed."""
-        return set(changed) == {"Ingress"} and all(
-            _without_status(self._ingresses.get(k)) == _without_status(ingresses.get(k))
-            for k in changed["Ingress"]
-        )
-
-    def _report(self, problems: Iterable[Problem]) -> None:
+    def _report(self, problems: Iterable[Any]) -> None:
         """Log each problem once, when it appears; say when one is gone."""
         current = set(problems)
         for p in sorted(current - self._problems, key=str):
-            log.error("kubernetes: %s; that route is left out", p)
+            log.error("%s: %s; that route is left out", self.name, p)
         for p in sorted(self._problems - current, key=str):
-            log.info("kubernetes: resolved: %s", p)
+            log.info("%s: resolved: %s", self.name, p)
         self._problems = current
 
     def _hand_over(self, msg: Message) -> None:
@@ -509,7 +530,7 @@ class KubernetesIngressProvider:
         try:
             loop.call_soon_threadsafe(self._deliver, msg)
         except RuntimeError:  # the loop is closed: edge is stopping
-            log.debug("kubernetes: loop closed, configuration dropped")
+            log.debug("%s: loop closed, configuration dropped", self.name)
             return
         self.published += 1
 
@@ -517,6 +538,118 @@ class KubernetesIngressProvider:
         """On the loop: the one thing this provider does there."""
         if self._publish is not None and not self._stopping:
             self._publish(msg)
+
+
+# --- the kubernetesIngress source -------------------------------------------------------
+
+
+def _watches(config: KubernetesIngressConfig) -> list[WatchSpec]:
+    return [
+        WatchSpec(INGRESSES, objects.Ingress, label_selector=config.label_selector),
+        WatchSpec(INGRESS_CLASSES, objects.IngressClass),
+        WatchSpec(SERVICES, objects.Service),
+        WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+        WatchSpec(SECRETS, objects.Secret, field_selector=f"type={objects.TLS_SECRET_TYPE}"),
+    ]
+
+
+class KubernetesIngressProvider(KubernetesProvider):
+    """The ``providers.kubernetesIngress`` source (see the module doc): Ingresses, the
+    endpoints-only fast path, and the Ingress status writer.
+
+    ``environ`` is where ``POD_NAME``/``POD_NAMESPACE`` are read (default
+    ``os.environ``); it may be changed until :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        config: KubernetesIngressConfig,
+        *,
+        name: str = "kubernetes",
+        default_throttle: float = 2.0,
+        environ: Mapping[str, str] | None = None,
+        timing: Timing | None = None,
+    ) -> None:
+        # Credentials are resolved now: a missing or broken one is a configuration error.
+        super().__init__(
+            name=name,
+            api_config=load_api_config(
+                config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+            ),
+            namespaces=config.namespaces,
+            throttle=config.throttle_duration,
+            default_throttle=default_throttle,
+            timing=timing,
+        )
+        self.config = config
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.options = IngressOptions.from_config(config)
+        self.status_client: KubeClient | None = None
+        self.status_writes = 0  # successful status writes
+        self.conversion: Conversion | None = None  # the last one
+        self._status_cond = threading.Condition()
+        self._status_dirty = False
+        self._selected: frozenset[Key] = frozenset()
+        self._status_mode = ""  # "", "static", "service", "nodes"
+        self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
+
+    # --- the source -------------------------------------------------------------------
+
+    def watches(self) -> list[WatchSpec]:
+        return _watches(self.config)
+
+    def convert_state(self, state: objects.ClusterState) -> Conversion:
+        return convert(state, self.options)
+
+    def update_endpoints(
+        self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
+    ) -> Conversion | None:
+        return update_endpoints(previous, old, new, self.options)
+
+    def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
+        """Only Ingresses changed, and only in status and resourceVersion: our own status
+        writes (or anyone's) coming back; the configuration cannot have changed."""
+        ingresses = snapshot.get("Ingress", {})
+        if set(changed) == {"Ingress"} and all(
+            _without_status(self._ingresses.get(k)) == _without_status(ingresses.get(k))
+            for k in changed["Ingress"]
+        ):
+            self._ingresses = ingresses
+            self._wake_status()
+            return True
+        return False
+
+    def converted(self, conversion: Any, snapshot: Mapping[str, Any], patched: bool) -> None:
+        self._ingresses = snapshot.get("Ingress", {})
+        if not patched:
+            with self._status_cond:
+                self._selected = conversion.selected
+            self._wake_status()
+
+    def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
+        http = conversion.configuration.http
+        return (
+            f"{len(snapshot.get('Ingress', {}))} Ingresses ({len(conversion.selected)} served), "
+            f"{len(http.routers) if http is not None else 0} routers, "
+            f"{len(http.services) if http is not None else 0} services, "
+            f"{len(conversion.problems)} problems"
+        )
+
+    def start_extra(self, timing: Timing) -> list[threading.Thread]:
+        self.status_client = self._make_status_client(timing)
+        if not self._status_mode:
+            return []
+        return [threading.Thread(target=self._status_loop, name=f"{self.name}-status", daemon=True)]
+
+    def extra_clients(self) -> list[KubeClient]:
+        return [self.status_client] if self.status_client is not None else []
+
+    def wake_extra(self) -> None:
+        with self._status_cond:
+            self._status_cond.notify_all()
+
+    def _on_status_source(self, change: Change) -> None:
+        self._wake_status()
 
     # --- Ingress status -------------------------------------------------------------------
 
