@@ -78,6 +78,7 @@ RAW_KEYS = {
 PROVIDERS = {  # static providers section -> the name Traefik's overview lists
     "file": "File",
     "kubernetes_ingress": "KubernetesIngress",
+    "kubernetes_crd": "KubernetesCRD",
     "kubernetes_gateway": "KubernetesGateway",
 }
 

@@ -72,6 +72,13 @@ def build_providers(static: StaticConfig) -> list[Provider]:
         providers.append(
             KubernetesIngressProvider(k8s, default_throttle=static.providers_throttle_duration)
         )
+    crd = static.providers.kubernetes_crd
+    if crd is not None:
+        from edge.providers.kubernetes.provider import KubernetesCRDProvider
+
+        providers.append(
+            KubernetesCRDProvider(crd, default_throttle=static.providers_throttle_duration)
+        )
     if static.providers.kubernetes_gateway is not None:
         log.warning("the Kubernetes Gateway provider is not available in this version; ignored")
     return providers

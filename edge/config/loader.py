@@ -374,7 +374,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             sta.Providers,
             _,
-            "consul consulCatalog docker ecs etcd http kubernetesCRD kubernetesIngressNGINX "
+            "consul consulCatalog docker ecs etcd http kubernetesIngressNGINX "
             "nomad plugin redis rest swarm zooKeeper",
         ),
         (sta.FileProviderConfig, _, "debugLogGeneratedTemplate"),
@@ -384,6 +384,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "strictPrefixMatching",
             _,
         ),
+        (sta.KubernetesCRDConfig, "disableClusterScopeResources", _),
         (sta.KubernetesGatewayConfig, "nativeLBByDefault", "statusAddress"),
     )
 }

@@ -58,6 +58,7 @@ __all__ = [
     "FileProviderConfig",
     "ForwardedHeaders",
     "IngressEndpoint",
+    "KubernetesCRDConfig",
     "KubernetesGatewayConfig",
     "KubernetesIngressConfig",
     "LifeCycle",
@@ -315,6 +316,21 @@ class KubernetesIngressConfig(Base):
     ingress_endpoint: IngressEndpoint | None = None
 
 
+class KubernetesCRDConfig(Base):
+    endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
+    token: str = ""
+    cert_auth_file_path: str = ""
+    kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
+    namespaces: list[str] = []  # empty: all namespaces
+    label_selector: str = ""  # applies to the traefik.io kinds
+    ingress_class: str = ""  # "": objects naming no class or edge's (crd.DEFAULT_CLASS)
+    throttle_duration: Duration | None = None  # None: providersThrottleDuration
+    allow_cross_namespace: bool = False
+    allow_external_name_services: bool = False
+    allow_empty_services: bool = False
+    native_lb_by_default: bool = msgspec.field(default=False, name="nativeLBByDefault")
+
+
 class KubernetesGatewayConfig(Base):
     endpoint: str = ""
     token: str = ""
@@ -329,6 +345,7 @@ class Providers(Base):
     providers_throttle_duration: Duration | None = None  # Traefik's place for it
     file: FileProviderConfig | None = None
     kubernetes_ingress: KubernetesIngressConfig | None = None
+    kubernetes_crd: KubernetesCRDConfig | None = msgspec.field(default=None, name="kubernetesCRD")
     kubernetes_gateway: KubernetesGatewayConfig | None = None
 
 

@@ -64,6 +64,7 @@ from kubernetes.config.config_exception import ConfigException
 from edge.errors import ConfigError, EdgeError
 
 __all__ = [
+    "CRD_RESOURCES",
     "ENDPOINT_SLICES",
     "INGRESSES",
     "INGRESS_CLASSES",
@@ -73,6 +74,7 @@ __all__ = [
     "SERVICES",
     "SERVICE_ACCOUNT_DIR",
     "SHORT_WATCH",
+    "TRAEFIK_GROUP",
     "ApiStatusError",
     "Backoff",
     "Change",
@@ -250,6 +252,25 @@ ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io", "v1", "endpoints
 SECRETS = Resource("Secret", "", "v1", "secrets")
 NODES = Resource("Node", "", "v1", "nodes", False)
 PODS = Resource("Pod", "", "v1", "pods")
+
+TRAEFIK_GROUP = "traefik.io"
+CRD_RESOURCES = tuple(
+    Resource(kind, TRAEFIK_GROUP, "v1alpha1", f"{kind.lower()}s")
+    for kind in (
+        "IngressRoute",
+        "IngressRouteTCP",
+        "IngressRouteUDP",
+        "Middleware",
+        "MiddlewareTCP",
+        "TLSOption",
+        "TLSStore",
+        "TraefikService",
+        "ServersTransport",
+        "ServersTransportTCP",
+    )
+)
+"""Traefik's kinds (``traefik.io/v1alpha1``) the kubernetesCRD provider reads; each
+plural is the kind in lower case with an ``s``, as Traefik's CRDs name them."""
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,12 @@
 which kinds it watches, its pure conversion, its endpoints-only update if it has one,
 its provider name (which qualifies its elements) and any extra threads.
 :class:`KubernetesIngressProvider` (``providers.kubernetesIngress``, ``@kubernetes``) is
-one source. Below, "the conversion" is the source's; the Ingress status writer is the
-Ingress source's own.
+one source; :class:`KubernetesCRDProvider` (``providers.kubernetesCRD``,
+``@kubernetescrd``: Traefik's ``traefik.io/v1alpha1`` kinds) another. Both may run at
+once in one edge; each has its own client connection and reflectors for now (one shared
+connection and one set of Service/EndpointSlice/Secret reflectors for every source is a
+later step). Below, "the conversion" is the source's; the Ingress status writer and the
+endpoints-only fast path are the Ingress source's own.
 
 Owns the provider's threads and what flows between them:
 
@@ -79,10 +83,11 @@ from typing import Any, Protocol
 import msgspec
 
 from edge.config.dynamic import Configuration
-from edge.config.static import KubernetesIngressConfig
+from edge.config.static import KubernetesCRDConfig, KubernetesIngressConfig
 from edge.providers.base import Message, Publish
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
+    CRD_RESOURCES,
     ENDPOINT_SLICES,
     INGRESS_CLASSES,
     INGRESSES,
@@ -99,6 +104,10 @@ from edge.providers.kubernetes.client import (
     gc_paused,
     load_api_config,
 )
+from edge.providers.kubernetes.crd import PROVIDER as CRD_PROVIDER
+from edge.providers.kubernetes.crd import Conversion as CRDConversion
+from edge.providers.kubernetes.crd import CRDOptions
+from edge.providers.kubernetes.crd import convert as convert_crd
 from edge.providers.kubernetes.ingress import (
     Conversion,
     IngressOptions,
@@ -112,6 +121,7 @@ __all__ = [
     "POD_NAME_ENV",
     "Address",
     "ClusterUnavailable",
+    "KubernetesCRDProvider",
     "KubernetesIngressProvider",
     "KubernetesProvider",
     "check_cluster",
@@ -796,6 +806,83 @@ class KubernetesIngressProvider(KubernetesProvider):
             self.status_writes += 1
             log.debug("kubernetes: status of Ingress %s/%s: %s", key[0], key[1], wanted)
         return f"writing Ingress {', '.join(failed)} failed" if failed else ""
+
+
+# --- the kubernetesCRD source ----------------------------------------------------------
+
+
+def _crd_watches(config: KubernetesCRDConfig) -> list[WatchSpec]:
+    models = objects.CRD_KINDS
+    return [
+        *(
+            WatchSpec(r, models[r.kind], label_selector=config.label_selector)
+            for r in CRD_RESOURCES
+        ),
+        WatchSpec(SERVICES, objects.Service),
+        WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+        WatchSpec(SECRETS, objects.Secret, field_selector=f"type={objects.TLS_SECRET_TYPE}"),
+    ]
+
+
+def _crd_options(config: KubernetesCRDConfig) -> CRDOptions:
+    return CRDOptions(
+        namespaces=tuple(config.namespaces),
+        ingress_class=config.ingress_class,
+        allow_cross_namespace=config.allow_cross_namespace,
+        allow_external_name_services=config.allow_external_name_services,
+        allow_empty_services=config.allow_empty_services,
+        native_lb_by_default=config.native_lb_by_default,
+    )
+
+
+class KubernetesCRDProvider(KubernetesProvider):
+    """The ``providers.kubernetesCRD`` source: Traefik's ``traefik.io/v1alpha1`` kinds
+    (:data:`~edge.providers.kubernetes.client.CRD_RESOURCES`) with the Services,
+    EndpointSlices and TLS Secrets they name, converted by the pure
+    :func:`~edge.providers.kubernetes.crd.convert`; elements are ``…@kubernetescrd``.
+    The ``labelSelector`` applies to the traefik.io kinds only (as in Traefik). No
+    endpoints-only fast path yet (every change converts the whole snapshot) and no status
+    writer (Traefik writes none for these kinds). It runs beside the Ingress provider
+    with its own client connection and reflectors: sharing one connection and one set
+    of Service/EndpointSlice/Secret reflectors between sources is a later step.
+    """
+
+    def __init__(
+        self,
+        config: KubernetesCRDConfig,
+        *,
+        name: str = CRD_PROVIDER,
+        default_throttle: float = 2.0,
+        timing: Timing | None = None,
+    ) -> None:
+        # Credentials are resolved now: a missing or broken one is a configuration error.
+        super().__init__(
+            name=name,
+            api_config=load_api_config(
+                config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+            ),
+            namespaces=config.namespaces,
+            throttle=config.throttle_duration,
+            default_throttle=default_throttle,
+            timing=timing,
+        )
+        self.config = config
+        self.options = _crd_options(config)
+
+    def watches(self) -> list[WatchSpec]:
+        return _crd_watches(self.config)
+
+    def convert_state(self, state: objects.ClusterState) -> CRDConversion:
+        return convert_crd(state, self.options)
+
+    def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
+        routes = sum(
+            len(snapshot.get(kind, {}))
+            for kind in ("IngressRoute", "IngressRouteTCP", "IngressRouteUDP")
+        )
+        return f"{routes} IngressRoutes (all three kinds), " + super().describe(
+            conversion, snapshot
+        )
 
 
 # --- edge check -------------------------------------------------------------------------

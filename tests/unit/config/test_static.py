@@ -343,3 +343,50 @@ def test_static_max_sessions():
     assert static.entry_points["dns"].udp.max_sessions == 5
     with pytest.raises(Exception, match="maxSessions"):
         decode_static({"entryPoints": {"dns": {"address": ":53/udp", "udp": {"maxSessions": 0}}}})
+
+
+def test_kubernetes_crd_takes_traefiks_keys() -> None:
+    static = decode_static(
+        {
+            "providers": {
+                "kubernetesCRD": {
+                    "endpoint": "https://10.0.0.1:6443",
+                    "token": "t",
+                    "certAuthFilePath": "/ca.crt",
+                    "namespaces": ["apps"],
+                    "labelSelector": "app=web",
+                    "ingressClass": "edge-crd",
+                    "throttleDuration": "250ms",
+                    "allowCrossNamespace": True,
+                    "allowExternalNameServices": True,
+                    "allowEmptyServices": True,
+                    "nativeLBByDefault": True,
+                }
+            }
+        }
+    )
+    crd = static.providers.kubernetes_crd
+    assert crd is not None
+    assert (crd.endpoint, crd.token, crd.cert_auth_file_path) == (
+        "https://10.0.0.1:6443",
+        "t",
+        "/ca.crt",
+    )
+    assert (crd.namespaces, crd.label_selector, crd.ingress_class) == (
+        ["apps"],
+        "app=web",
+        "edge-crd",
+    )
+    assert crd.throttle_duration == 0.25
+    assert crd.allow_cross_namespace and crd.allow_external_name_services
+    assert crd.allow_empty_services and crd.native_lb_by_default
+    defaults = decode_static({"providers": {"kubernetesCRD": {}}}).providers.kubernetes_crd
+    assert defaults is not None and defaults.ingress_class == ""  # crd.py's default rule
+    assert defaults.throttle_duration is None  # providersThrottleDuration then
+
+
+def test_kubernetes_crd_names_traefiks_other_keys_unsupported() -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static({"providers": {"kubernetesCRD": {"disableClusterScopeResources": True}}})
+    assert "$.providers.kubernetesCRD.disableClusterScopeResources" in str(info.value)
+    assert "not supported by this version of edge" in str(info.value)
