@@ -97,6 +97,22 @@ KINDS = (
     Kind(
         "IngressClass", "networking.k8s.io", "v1", "ingressclasses", namespaced=False, status=False
     ),
+    # Traefik's kinds, which the kubernetesCRD provider reads (edge's k8s/crds/ defines them)
+    *(
+        Kind(kind, "traefik.io", "v1alpha1", f"{kind.lower()}s", namespaced=True, status=False)
+        for kind in (
+            "IngressRoute",
+            "IngressRouteTCP",
+            "IngressRouteUDP",
+            "Middleware",
+            "MiddlewareTCP",
+            "TLSOption",
+            "TLSStore",
+            "TraefikService",
+            "ServersTransport",
+            "ServersTransportTCP",
+        )
+    ),
 )
 
 

@@ -1,0 +1,240 @@
+"""The kubernetesCRD provider end to end: emulator -> provider -> edge -> real backends.
+
+As in ``test_provider.py`` (whose in-process edge and helpers these tests use): a real
+:class:`~tests.kube.emulator.Emulator` serves ``traefik.io/v1alpha1`` objects over a
+socket to the official client in edge's reflector threads; one edge process built by
+``build_providers`` from ``providers.kubernetesCRD`` serves an IngressRoute (HTTP to
+``edge whoami``), an IngressRouteTCP with ``passthrough: true`` (``openssl s_client
+-servername`` through it receives the backend's own certificate) and an IngressRouteUDP
+(``edge whoami --udp`` echoes); an edit in the emulator shows within 1 s; the Ingress
+provider runs beside it. Every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from edge.providers.kubernetes.provider import KubernetesCRDProvider, KubernetesIngressProvider
+from tests.harness import WHOAMI_RE, Proc, Whoami
+from tests.integration.kubernetes import test_provider as KP
+from tests.integration.peers import fingerprint_of, s_client_until
+from tests.kube import objects as o
+from tests.kube.emulator import Emulator
+
+TRAEFIK = "traefik.io/v1alpha1"
+
+
+# --- objects ------------------------------------------------------------------------------
+
+
+def _crd(kind: str, name: str, spec: dict, namespace: str = "default") -> dict:
+    return {
+        "apiVersion": TRAEFIK,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def ingress_route(name: str, host: str, service: str) -> dict:
+    return _crd(
+        "IngressRoute",
+        name,
+        {
+            "entryPoints": ["web"],
+            "routes": [
+                {
+                    "match": f"Host(`{host}`)",
+                    "kind": "Rule",
+                    "services": [{"name": service, "port": 80}],
+                }
+            ],
+        },
+    )
+
+
+def service(name: str, port: int, protocol: str = "TCP") -> dict:
+    svc = o.service(name, port=port)
+    svc["spec"]["ports"] = [{"name": "p", "port": port, "targetPort": port, "protocol": protocol}]
+    return svc
+
+
+def endpoints(name: str, service_name: str, port: int, protocol: str = "TCP") -> dict:
+    eps = o.endpoint_slice(name, service_name=service_name, addresses=["127.0.0.1"], port=port)
+    eps["ports"] = [{"name": "p", "port": port, "protocol": protocol}]
+    return eps
+
+
+# --- edge ---------------------------------------------------------------------------------
+
+
+def static_config(emu: Emulator, ingress: bool = False) -> dict:
+    throttle = f"{int(KP.THROTTLE * 1000)}ms"
+    kube = {"endpoint": emu.url, "token": KP.TOKEN, "throttleDuration": throttle}
+    providers: dict[str, Any] = {"kubernetesCRD": dict(kube)}
+    if ingress:
+        providers["kubernetesIngress"] = dict(kube)
+    return {
+        "entryPoints": {
+            "web": {"address": "127.0.0.1:0"},
+            "websecure": {"address": "127.0.0.1:0"},
+            "dns": {"address": "127.0.0.1:0/udp"},
+            "traefik": {"address": "127.0.0.1:0"},
+        },
+        "providers": providers,
+        "providersThrottleDuration": throttle,
+        "ping": {"entryPoint": "traefik"},
+        "log": {"level": "INFO"},
+    }
+
+
+def _fast(app: Any) -> None:
+    for p in app.providers:
+        if isinstance(p, (KubernetesCRDProvider, KubernetesIngressProvider)):
+            p.timing = KP.FAST
+            p.wait_log_interval = 0.5
+        if isinstance(p, KubernetesIngressProvider):
+            p.environ = {}
+
+
+@pytest.fixture
+def emu() -> Iterator[Emulator]:
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as e:
+        yield e
+
+
+@pytest.fixture
+def start_edge(emu: Emulator) -> Iterator[Callable[..., KP.InProcessEdge]]:
+    started: list[KP.InProcessEdge] = []
+
+    def start(ingress: bool = False) -> KP.InProcessEdge:
+        e = KP.InProcessEdge(static_config(emu, ingress), tweak=_fast).start()
+        started.append(e)
+        assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+    left = [t.name for t in threading.enumerate() if t.name.startswith(("kube-", "kubernetes"))]
+    assert left == []
+
+
+@pytest.fixture(scope="module")
+def udp_echo() -> Iterator[Proc]:
+    """``edge whoami --udp``: a UDP echo server."""
+    p = Proc(["whoami", "--name", "echo", "--udp", "127.0.0.1:0"])
+    p.port = int(p.wait_for(WHOAMI_RE).group(4))  # type: ignore[attr-defined]
+    yield p
+    p.stop()
+
+
+def udp_round_trip(port: int, data: bytes) -> bytes:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.5)
+        s.connect(("127.0.0.1", port))
+        s.send(data)
+        try:
+            return s.recv(65536)
+        except OSError:
+            return b""
+
+
+# --- tests --------------------------------------------------------------------------------
+
+
+def test_http_passthrough_and_udp_from_one_edge(
+    emu: Emulator, start_edge, whoami: Whoami, s_server, certs, udp_echo
+) -> None:
+    """One edge with providers.kubernetesCRD: an IngressRoute serves HTTP, an
+    IngressRouteTCP with passthrough hands the TLS connection to the backend untouched
+    (the backend CA's certificate arrives, its fingerprint unchanged), an IngressRouteUDP
+    echoes; the elements are named ``…@kubernetescrd``."""
+    emu.create(o.service("web"))
+    emu.create(KP.slice_for("web", whoami))
+    emu.create(ingress_route("web", "a.test", "web"))
+    emu.create(service("pt", 443))
+    emu.create(endpoints("pt-1", "pt", s_server.port))
+    emu.create(
+        _crd(
+            "IngressRouteTCP",
+            "pt",
+            {
+                "entryPoints": ["websecure"],
+                "routes": [
+                    {"match": "HostSNI(`pt.test`)", "services": [{"name": "pt", "port": 443}]}
+                ],
+                "tls": {"passthrough": True},
+            },
+        )
+    )
+    emu.create(service("echo", 53, "UDP"))
+    emu.create(endpoints("echo-1", "echo", udp_echo.port, "UDP"))  # type: ignore[attr-defined]
+    emu.create(
+        _crd(
+            "IngressRouteUDP",
+            "echo",
+            {"entryPoints": ["dns"], "routes": [{"services": [{"name": "echo", "port": 53}]}]},
+        )
+    )
+    edge = start_edge()
+    assert KP.follows(edge.port(), "a.test", whoami.name)
+
+    out = s_client_until(edge.port("websecure"), "pt.test", b"hello\n", b"olleh")
+    assert b"olleh" in out  # s_server -rev answered through edge
+    assert fingerprint_of(out) == certs["backend"].fingerprint
+
+    dns = edge.port("dns")
+    assert KP.until(lambda: udp_round_trip(dns, b"ping") == b"ping")
+
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+    conf = provider.conversion.configuration
+    assert conf.http is not None and conf.tcp is not None and conf.udp is not None
+    assert provider.name == "kubernetescrd" and provider.conversion.problems == []
+
+
+def test_an_edited_ingress_route_shows_within_a_second(
+    emu: Emulator, start_edge, whoami: Whoami, whoami2: Whoami
+) -> None:
+    """An IngressRoute edited in the emulator (its Service changed), then deleted:
+    each shows in routing within 1 s."""
+    for name, w in (("one", whoami), ("two", whoami2)):
+        emu.create(o.service(name))
+        emu.create(KP.slice_for(name, w))
+    emu.create(ingress_route("web", "e.test", "one"))
+    edge = start_edge()
+    port = edge.port()
+    assert KP.follows(port, "e.test", whoami.name)
+
+    emu.update(ingress_route("web", "e.test", "two"))
+    assert KP.until(lambda: KP.served_by(port, "e.test") == whoami2.name, 1.0)
+
+    emu.delete("IngressRoute", "default", "web")
+    assert KP.until(lambda: KP.served_by(port, "e.test") == "404", 1.0)
+
+
+def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, whoami2) -> None:
+    """providers.kubernetesIngress and providers.kubernetesCRD in one edge: each serves
+    its own objects, under its own provider name."""
+    emu.create(o.ingress_class("edge"))
+    KP.backend_service(emu, "ing", whoami)
+    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
+    emu.create(o.service("crd"))
+    emu.create(KP.slice_for("crd", whoami2))
+    emu.create(ingress_route("crd", "c.test", "crd"))
+    edge = start_edge(ingress=True)
+    port = edge.port()
+    assert KP.follows(port, "i.test", whoami.name)
+    assert KP.follows(port, "c.test", whoami2.name)
+    names = sorted(p.name for p in edge.app.providers)
+    assert names == ["kubernetes", "kubernetescrd"]
+    by_name = {p.name: p for p in edge.app.providers}
+    ingress_http = by_name["kubernetes"].conversion.configuration.http
+    crd_http = by_name["kubernetescrd"].conversion.configuration.http
+    assert ingress_http is not None and crd_http is not None
+    assert set(ingress_http.routers).isdisjoint(crd_http.routers)
