@@ -52,6 +52,18 @@ NAMESPACE = "edge-system"
 
 # Exactly what edge reads and writes through the API (issue 11): (group, resource, verb).
 READ = ("get", "list", "watch")
+TRAEFIK_RESOURCES = (  # what the kubernetesCRD provider reads (traefik.io/v1alpha1)
+    "ingressroutes",
+    "ingressroutetcps",
+    "ingressrouteudps",
+    "middlewares",
+    "middlewaretcps",
+    "tlsoptions",
+    "tlsstores",
+    "traefikservices",
+    "serverstransports",
+    "serverstransporttcps",
+)
 EXPECTED_RBAC = {
     *(
         (g, r, v)
@@ -62,6 +74,7 @@ EXPECTED_RBAC = {
             ("", "secrets"),
             ("discovery.k8s.io", "endpointslices"),
             ("", "nodes"),
+            *(("traefik.io", plural) for plural in TRAEFIK_RESOURCES),
         ]
         for v in READ
     ),
@@ -469,6 +482,8 @@ def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path, config_text):
     static["providersThrottleDuration"] = "100ms"
     with Emulator(token=token) as emu:
         static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=token)
+        # The kubernetesCRD provider as k8s/examples/ adds it: the ClusterRole covers it.
+        static["providers"].setdefault("kubernetesCRD", {}).update(endpoint=emu.url, token=token)
         (tmp_path / "edge.yaml").write_text(yaml.safe_dump(static))
         emu.create(one("ingressclass.yaml", "IngressClass"))
         emu.create(o.service("whoami"))

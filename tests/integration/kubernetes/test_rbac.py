@@ -12,6 +12,7 @@ import yaml
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import ROOT
+from tests.integration.kubernetes import test_crd_provider as CP
 from tests.integration.kubernetes import test_provider as KP
 from tests.kube import objects as o
 from tests.kube.emulator import Access, Emulator
@@ -30,7 +31,8 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
     manifest grants is used ("get" beside list/watch aside). Before, pods were readable
     in every namespace though edge lists them in its own only (pod specs carry
     environment variables), and ingresses/status could be updated though edge only
-    patches it."""
+    patches it. With the kubernetesCRD provider running too, the traefik.io grants are
+    used as well."""
     ds = yaml.safe_load((K8S / "daemonset.yaml").read_text())
     namespace = ds["metadata"]["namespace"]
     account = ds["spec"]["template"]["spec"]["serviceAccountName"]
@@ -58,10 +60,19 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
         emu.create(KP._pod("edge-a", "n1"))  # in edge-system, as the DaemonSet's
         assert KP._pod("x", "n")["metadata"]["namespace"] == namespace
         environ = {"POD_NAME": "edge-a", "POD_NAMESPACE": namespace, "NODE_NAME": "n1"}
-        edge = KP.InProcessEdge(KP.static_config(emu, **kube), tweak=KP.fast(environ)).start()
+        # The CRD provider beside it, as k8s/examples/ runs it: RBAC covers both.
+        emu.create(CP.ingress_route("crd", "c.test", "app"))
+        static = KP.static_config(emu, **kube)
+        static["providers"]["kubernetesCRD"] = {
+            "endpoint": emu.url,
+            "token": KP.TOKEN,
+            "throttleDuration": f"{int(KP.THROTTLE * 1000)}ms",
+        }
+        edge = KP.InProcessEdge(static, tweak=KP.fast(environ)).start()
         try:
             assert KP.until(lambda: edge.ready() == 200, 10.0), refused
             assert KP.follows(edge.port(), "a.test", whoami.name)
+            assert KP.follows(edge.port(), "c.test", whoami.name)
 
             def status() -> list:
                 ing = emu.get("Ingress", "default", "app") or {}
