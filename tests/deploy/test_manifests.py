@@ -109,6 +109,16 @@ def manifests() -> list[tuple[str, dict]]:
     return out
 
 
+def resource_files(directory: Path = K8S) -> list[Path]:
+    """The files a kustomization lists, a listed folder (``crds``) by its own
+    kustomization.yaml, in order."""
+    out = []
+    for name in documents(directory / "kustomization.yaml")[0]["resources"]:
+        path = directory / name
+        out += resource_files(path) if path.is_dir() else [path]
+    return out
+
+
 def one(path: str, kind: str) -> dict:
     found = [d for d in documents(K8S / path) if d.get("kind") == kind]
     assert len(found) == 1, f"{path}: expected one {kind}, found {len(found)}"
@@ -200,9 +210,11 @@ def test_schema_validation_can_fail(daemonset):
 
 
 def test_kustomization_lists_every_manifest():
-    kust = documents(K8S / "kustomization.yaml")[0]
-    listed = set(kust["resources"])
-    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    """Every manifest of k8s/ and k8s/crds/ is built; the examples are applied apart."""
+    listed = set(resource_files())
+    present = {
+        p for d in (K8S, K8S / "crds") for p in d.glob("*.yaml") if p.name != "kustomization.yaml"
+    }
     assert listed == present
 
 
@@ -219,7 +231,13 @@ def test_kustomize_builds():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     built = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
-    assert built == {
+    crds = {
+        ("CustomResourceDefinition", f"{kind.lower()}s.traefik.io")
+        for kind in ("IngressRoute", "IngressRouteTCP", "IngressRouteUDP", "Middleware",
+                     "MiddlewareTCP", "TLSOption", "TLSStore", "TraefikService",
+                     "ServersTransport", "ServersTransportTCP")
+    }  # fmt: skip
+    assert built - crds == {
         ("Namespace", NAMESPACE),
         ("ServiceAccount", "edge"),
         ("ClusterRole", "edge"),
@@ -230,6 +248,7 @@ def test_kustomize_builds():
         ("IngressClass", INGRESS_CLASS),
         ("DaemonSet", "edge"),
     }
+    assert built & crds == crds
 
 
 # --- the static configuration -----------------------------------------------------
@@ -664,11 +683,7 @@ def _checkov() -> str:
 def _declared_waivers() -> dict[str, str]:
     """check id -> reason, from checkov.io/skip annotations and ``# checkov:skip=`` comments."""
     waivers = {}
-    docs = [
-        d
-        for name in documents(K8S / "kustomization.yaml")[0]["resources"]
-        for d in documents(K8S / name)
-    ]
+    docs = [d for path in resource_files() for d in documents(path)]
     for doc in docs:
         for key, value in (doc.get("metadata", {}).get("annotations") or {}).items():
             if key.startswith("checkov.io/skip"):
@@ -681,8 +696,7 @@ def _declared_waivers() -> dict[str, str]:
 
 def test_checkov():
     checkov = _checkov()
-    kust = documents(K8S / "kustomization.yaml")[0]
-    files = [K8S / name for name in kust["resources"]] + [DOCKERFILE]
+    files = [*resource_files(), DOCKERFILE]
     cmd = [
         checkov,
         "--framework",
