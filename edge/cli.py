@@ -127,23 +127,35 @@ def _load_dynamic(static, notices: list | None = None) -> tuple[dict, list[str]]
 
 
 def _check_kubernetes(static, configs: dict) -> bool:
-    """List the cluster once (kubernetesIngress), print every route left out with its
-    reason, add the converted configuration to ``configs``; True when something is wrong."""
-    k8s = static.providers.kubernetes_ingress
-    if k8s is None:
+    """List the cluster once per Kubernetes provider (kubernetesIngress, kubernetesCRD),
+    print every route left out with its reason, add each converted configuration to
+    ``configs``; True when something is wrong."""
+    ingress = static.providers.kubernetes_ingress
+    crd = static.providers.kubernetes_crd
+    if ingress is None and crd is None:
         return False
     from edge.providers.kubernetes.client import KubernetesError
-    from edge.providers.kubernetes.provider import check_cluster
+    from edge.providers.kubernetes.crd import PROVIDER as CRD_PROVIDER
+    from edge.providers.kubernetes.provider import check_cluster, check_crd_cluster
 
-    try:
-        conversion = check_cluster(k8s)
-    except (ConfigError, KubernetesError) as exc:
-        print(f"kubernetes: {exc}")
-        return True
-    configs["kubernetes"] = conversion.configuration
-    for problem in conversion.problems:
-        print(f"kubernetes: {problem}: left out")
-    return bool(conversion.problems)
+    checks = []
+    if ingress is not None:
+        checks.append(("kubernetes", lambda: check_cluster(ingress)))
+    if crd is not None:
+        checks.append((CRD_PROVIDER, lambda: check_crd_cluster(crd)))
+    wrong = False
+    for name, check in checks:
+        try:
+            conversion = check()
+        except (ConfigError, KubernetesError) as exc:
+            print(f"{name}: {exc}")
+            wrong = True
+            continue
+        configs[name] = conversion.configuration
+        for problem in conversion.problems:
+            print(f"{name}: {problem}: left out")
+        wrong = wrong or bool(conversion.problems)
+    return wrong
 
 
 def cmd_check(args: argparse.Namespace) -> int:

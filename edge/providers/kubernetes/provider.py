@@ -125,6 +125,7 @@ __all__ = [
     "KubernetesIngressProvider",
     "KubernetesProvider",
     "check_cluster",
+    "check_crd_cluster",
     "node_addresses",
     "service_addresses",
 ]
@@ -888,6 +889,27 @@ class KubernetesCRDProvider(KubernetesProvider):
 # --- edge check -------------------------------------------------------------------------
 
 
+def _list_once(
+    api: Any,
+    watches: list[WatchSpec],
+    namespaces: Sequence[str],
+    timeout: float,
+    timing: Timing | None,
+) -> objects.ClusterState:
+    """LIST every watched kind once; :class:`ClusterUnavailable` naming what was not."""
+    client = KubeClient(api, watches, namespaces=namespaces, timing=timing)
+    client.start()
+    try:
+        if not client.wait_synced(timeout):
+            pending = "; ".join(
+                f"{k}: {v or 'no answer'}" for k, v in sorted(client.pending().items())
+            )
+            raise ClusterUnavailable(f"{api.host}: not listed within {timeout:g} s: {pending}")
+        return objects.ClusterState.from_snapshot(client.snapshot())
+    finally:
+        client.stop()
+
+
 def check_cluster(
     config: KubernetesIngressConfig, timeout: float = 10.0, timing: Timing | None = None
 ) -> Conversion:
@@ -899,15 +921,16 @@ def check_cluster(
     api = load_api_config(
         config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
     )
-    client = KubeClient(api, _watches(config), namespaces=config.namespaces, timing=timing)
-    client.start()
-    try:
-        if not client.wait_synced(timeout):
-            pending = "; ".join(
-                f"{k}: {v or 'no answer'}" for k, v in sorted(client.pending().items())
-            )
-            raise ClusterUnavailable(f"{api.host}: not listed within {timeout:g} s: {pending}")
-        state = objects.ClusterState.from_snapshot(client.snapshot())
-    finally:
-        client.stop()
+    state = _list_once(api, _watches(config), config.namespaces, timeout, timing)
     return convert(state, IngressOptions.from_config(config))
+
+
+def check_crd_cluster(
+    config: KubernetesCRDConfig, timeout: float = 10.0, timing: Timing | None = None
+) -> CRDConversion:
+    """:func:`check_cluster` for the kubernetesCRD provider."""
+    api = load_api_config(
+        config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+    )
+    state = _list_once(api, _crd_watches(config), config.namespaces, timeout, timing)
+    return convert_crd(state, _crd_options(config))

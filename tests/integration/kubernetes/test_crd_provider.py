@@ -13,14 +13,17 @@ provider runs beside it. Every wait is bounded by a deadline.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from edge.providers.kubernetes.provider import KubernetesCRDProvider, KubernetesIngressProvider
-from tests.harness import WHOAMI_RE, Proc, Whoami
+from tests.harness import ROOT, WHOAMI_RE, Proc, Whoami
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.peers import fingerprint_of, s_client_until
 from tests.kube import objects as o
@@ -238,3 +241,26 @@ def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, wh
     crd_http = by_name["kubernetescrd"].conversion.configuration.http
     assert ingress_http is not None and crd_http is not None
     assert set(ingress_http.routers).isdisjoint(crd_http.routers)
+
+
+def test_edge_check_lists_the_crd_routes_left_out(emu: Emulator, tmp_path, whoami) -> None:
+    """``edge check`` with providers.kubernetesCRD lists the cluster once: a route to a
+    missing Service is named with its reason, the other is enabled under
+    ``@kubernetescrd``."""
+    emu.create(o.service("app"))
+    emu.create(KP.slice_for("app", whoami))
+    emu.create(ingress_route("good", "a.test", "app"))
+    emu.create(ingress_route("bad", "b.test", "missing"))
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static_config(emu)))
+    out = subprocess.run(
+        [sys.executable, "-m", "edge", "check", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "kubernetescrd: IngressRoute default/bad" in out.stdout, out.stdout
+    assert "service default/missing not found" in out.stdout, out.stdout
+    assert "@kubernetescrd: enabled" in out.stdout, out.stdout
