@@ -14,8 +14,8 @@ import pytest
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import WHOAMI_RE, Proc, need
+from tests.integration import peers
 from tests.integration.peers import (
-    Process,
     free_port,
 )
 
@@ -46,23 +46,7 @@ def certs(tmp_path_factory, pki) -> dict:
 def s_server(certs):
     """``openssl s_server -rev``: TLS with the backend CA's certificate for pt.test; echoes lines reversed."""
     crt, key = certs["backend_files"]
-    p = Process(
-        [
-            need("openssl"),
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-cert",
-            crt,
-            "-key",
-            key,
-            "-rev",
-            "-naccept",
-            "1000",
-        ],
-        r"ACCEPT .*:(\d+)",
-    )
-    p.port = int(p.match.group(1))
+    p = peers.s_server(crt, key, naccept=1000)
     yield p
     p.stop()
 

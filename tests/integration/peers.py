@@ -78,6 +78,15 @@ class Process:
                 self.proc.wait(5)
 
 
+def s_server(crt: str, key: str, *extra: str, naccept: int = 100) -> Process:
+    """``openssl s_server -rev`` on an ephemeral port: TLS with ``crt``/``key``, each line
+    echoed reversed, for ``naccept`` connections at most."""
+    args = ["-accept", "127.0.0.1:0", "-cert", crt, "-key", key, "-rev", "-naccept", str(naccept)]
+    p = Process([need("openssl"), "s_server", *args, *extra], r"ACCEPT .*:(\d+)")
+    p.port = int(p.match.group(1))
+    return p
+
+
 class Backend:
     """A TCP server in a thread: keeps what each connection sent until EOF, and may speak first."""
 

@@ -30,6 +30,7 @@ from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from tests.fixtures.tls.pki import PKI
 from tests.harness import ROOT, Edge, get, lb, need
+from tests.integration import peers
 from tests.integration.peers import Process, free_port, running
 
 # -- validation, pure ----------------------------------------------------------------------
@@ -344,25 +345,7 @@ def test_edge_check_reports_a_missing_certificate_of_tls_certificates(tmp_path, 
 
 def s_server(files: dict, *extra: str) -> Process:
     crt, key = files["server"]
-    p = Process(
-        [
-            need("openssl"),
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-cert",
-            crt,
-            "-key",
-            key,
-            "-rev",
-            "-naccept",
-            "100",
-            *extra,
-        ],
-        r"ACCEPT .*:(\d+)",
-    )
-    p.port = int(p.match.group(1))
-    return p
+    return peers.s_server(crt, key, *extra)
 
 
 def ask(port: int, data: bytes, expect: bytes, timeout: float = 10) -> bytes:
