@@ -1,4 +1,4 @@
-"""The Kubernetes Ingress provider at scale: from LIST answers to router sets, phase by phase.
+"""The Kubernetes providers at scale: from LIST answers to router sets, phase by phase.
 
 Generates the LIST answers an API server would send for N Ingresses (each its own host,
 a Prefix ``/`` and an Exact ``/api`` path, one in ten with a TLS section and its Secret),
@@ -10,12 +10,26 @@ ServersTransports and the router build (TLS certificates included). Then an
 endpoints-only change (K EndpointSlices changed): the full conversion again and
 ``update_endpoints`` (the same result from the previous one), ``changed_servers``,
 validation and the in-place server update.
-Prints the median of ``--repeat`` runs of each phase and the process's resident memory.
+Prints the median of ``--repeat`` runs of each phase, CPU time beside wall time, and
+the process's resident memory.
+
+``--crd`` does the same for the kubernetesCRD provider (``edge.providers.kubernetes.crd``)
+over the cluster :func:`crd_objects` makes: R IngressRoutes (two routes each, as the
+Ingresses' two paths; one in ten with TLS from a Secret, one in five with a Middleware),
+T IngressRouteTCPs (``HostSNI``, passthrough except one in ten, terminated), U
+IngressRouteUDPs, a Service and an EndpointSlice for each, and E endpoints spread over
+them (default 5,000 / 1,000 / 500 / 20,000). That provider has no endpoints-only path:
+an endpoint change converts the whole cluster again; the ``edit`` phases change one
+IngressRoute's match (a router rebuild).
 
     python loadtest/kube_scale.py [--ingresses 5000] [--endpoints 4] [--changed 10] [--repeat 3]
+    python loadtest/kube_scale.py --crd [--routes 5000] [--tcp-routes 1000] [--udp-routes 500]
+        [--total-endpoints 20000]
+    python loadtest/kube_scale.py [--crd] --profile [--top 25]   # cProfile per phase
 
-The generator (:func:`list_bodies`) is also what ``tests/unit/providers/kubernetes/test_ingress.py``
-converts at scale.
+The generators (:func:`list_bodies`, :func:`crd_objects`) are also what
+``tests/unit/providers/kubernetes/test_ingress.py`` converts at scale and what
+``kube_provider_scale.py`` fills its API server with.
 """
 
 from __future__ import annotations
@@ -23,13 +37,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import cProfile
 import datetime
+import gc
+import operator
+import os
+import pstats
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from cryptography import x509
@@ -39,16 +58,17 @@ from cryptography.x509.oid import NameOID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edge.config.diff import changed_servers
-from edge.config.merge import merge
-from edge.config.runtime import build_runtime
-from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.ingress import convert, update_endpoints
+from edge.config.merge import RouterMemo, merge
+from edge.config.runtime import RuntimeConfig, build_runtime, check_tls
+from edge.providers.kubernetes import crd, objects
+from edge.providers.kubernetes import ingress as ingress_conversion
 from edge.providers.kubernetes.objects import ClusterState
 from edge.router.factory import build_router_sets, servers_for
+from edge.tls.certs import TLSCertificates
 from edge.transports import TransportRegistry
 
 ENTRY_POINTS = {"web": "tcp", "websecure": "tcp"}
+T = TypeVar("T")
 
 
 def certificate() -> tuple[str, str]:
@@ -78,7 +98,8 @@ def _namespace(i: int) -> str:
     return f"team-{i % 50}"
 
 
-def ingress(i: int) -> dict[str, Any]:
+def ingress(i: int, edit: int = 0) -> dict[str, Any]:
+    """Ingress ``app<i>`` on Service ``svc<i>``; ``edit`` > 0 changes its second path."""
     host = f"app{i}.example.com"
     spec: dict[str, Any] = {
         "ingressClassName": "edge",
@@ -89,7 +110,7 @@ def ingress(i: int) -> dict[str, Any]:
                     "paths": [
                         {"path": "/", "pathType": "Prefix",
                          "backend": {"service": {"name": f"svc{i}", "port": {"number": 80}}}},
-                        {"path": "/api", "pathType": "Exact",
+                        {"path": f"/api/v{edit}" if edit else "/api", "pathType": "Exact",
                          "backend": {"service": {"name": f"svc{i}", "port": {"name": "http"}}}},
                     ]
                 },
@@ -108,7 +129,9 @@ def ingress(i: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def service(i: int) -> dict[str, Any]:
+def service(
+    i: int, *, port: int = 80, port_name: str = "http", target: int = 8080, protocol: str = "TCP"
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -116,13 +139,23 @@ def service(i: int) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "clusterIP": f"10.96.{i // 250}.{i % 250}",
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+            "ports": [
+                {"name": port_name, "port": port, "targetPort": target, "protocol": protocol}
+            ],
             "selector": {"app": f"app{i}"},
         },
     }
 
 
-def endpoint_slice(i: int, endpoints: int, generation: int = 0) -> dict[str, Any]:
+def endpoint_slice(
+    i: int,
+    endpoints: int,
+    generation: int = 0,
+    *,
+    port: int = 8080,
+    port_name: str = "http",
+    protocol: str = "TCP",
+) -> dict[str, Any]:
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -136,7 +169,7 @@ def endpoint_slice(i: int, endpoints: int, generation: int = 0) -> dict[str, Any
              "nodeName": f"node-{k}", "targetRef": {"kind": "Pod", "name": f"app{i}-{k}"}}
             for k in range(endpoints)
         ],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "ports": [{"name": port_name, "port": port, "protocol": protocol}],
     }  # fmt: skip
 
 
@@ -153,18 +186,129 @@ def secret(i: int, pem: tuple[str, str]) -> dict[str, Any]:
 def list_bodies(ingresses: int, endpoints: int) -> dict[str, bytes]:
     """The LIST answer of every kind, as JSON bytes."""
     pem = certificate()
-    items = {
+    return encode_lists({
         "Ingress": [ingress(i) for i in range(ingresses)],
         "IngressClass": [{"metadata": {"name": "edge"},
                           "spec": {"controller": "edge.dev/ingress-controller"}}],
         "Service": [service(i) for i in range(ingresses)],
         "EndpointSlice": [endpoint_slice(i, endpoints) for i in range(ingresses)],
         "Secret": [secret(i, pem) for i in range(0, ingresses, 10)],
-    }  # fmt: skip
+    })  # fmt: skip
+
+
+def encode_lists(items: dict[str, list[dict[str, Any]]]) -> dict[str, bytes]:
+    """Each kind's objects as the JSON body of its LIST answer."""
     return {
         kind: msgspec.json.encode({"metadata": {"resourceVersion": "1000"}, "items": docs})
         for kind, docs in items.items()
     }
+
+
+# --- the kubernetesCRD cluster ------------------------------------------------------------
+
+TRAEFIK = "traefik.io/v1alpha1"
+CRD_ENTRY_POINTS = {"web": "tcp", "websecure": "tcp", "udp": "udp"}
+TCP_PORT, UDP_PORT = 5432, 53
+
+
+def _crd(kind: str, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": TRAEFIK,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+        "spec": spec,
+    }
+
+
+def ingress_route(i: int, edit: int = 0) -> dict[str, Any]:
+    """IngressRoute ``app<i>`` on Service ``svc<i>``: ``Host`` and ``Host && PathPrefix``
+    (the Ingress's two paths); one in ten with TLS from Secret ``tls<i>``, one in five
+    with the namespace's Middleware. ``edit`` > 0 changes the second route's match."""
+    host = f"app{i}.example.com"
+    api = f"/api/v{edit}" if edit else "/api"
+    routes: list[dict[str, Any]] = [
+        {"match": f"Host(`{host}`)", "kind": "Rule",
+         "services": [{"name": f"svc{i}", "port": 80}]},
+        {"match": f"Host(`{host}`) && PathPrefix(`{api}`)", "kind": "Rule",
+         "services": [{"name": f"svc{i}", "port": "http"}]},
+    ]  # fmt: skip
+    if i % 5 == 0:
+        routes[1]["middlewares"] = [{"name": "strip-api"}]
+    spec: dict[str, Any] = {"entryPoints": ["web"], "routes": routes}
+    if i % 10 == 0:
+        spec["entryPoints"] = ["websecure"]
+        spec["tls"] = {"secretName": f"tls{i}"}
+    return _crd("IngressRoute", f"app{i}", _namespace(i), spec)
+
+
+def ingress_route_tcp(i: int, j: int) -> dict[str, Any]:
+    """IngressRouteTCP ``db<j>`` on Service ``svc<i>``: ``HostSNI``, passthrough, or, when
+    a Secret ``tls<i>`` exists (``i`` a multiple of ten), TLS terminated with it."""
+    spec: dict[str, Any] = {
+        "entryPoints": ["websecure"],
+        "routes": [{"match": f"HostSNI(`db{j}.example.com`)",
+                    "services": [{"name": f"svc{i}", "port": TCP_PORT}]}],
+        "tls": {"secretName": f"tls{i}"} if i % 10 == 0 else {"passthrough": True},
+    }  # fmt: skip
+    return _crd("IngressRouteTCP", f"db{j}", _namespace(i), spec)
+
+
+def ingress_route_udp(i: int, k: int) -> dict[str, Any]:
+    """IngressRouteUDP ``dns<k>`` on Service ``svc<i>`` (entry point ``udp``)."""
+    spec = {
+        "entryPoints": ["udp"],
+        "routes": [{"services": [{"name": f"svc{i}", "port": UDP_PORT}]}],
+    }
+    return _crd("IngressRouteUDP", f"dns{k}", _namespace(i), spec)
+
+
+def crd_spread(routes: int, tcp: int, udp: int, endpoints: int) -> list[int]:
+    """Endpoints per Service ``svc<i>``: ``endpoints`` spread as evenly as they go."""
+    services = routes + tcp + udp
+    per, extra = divmod(endpoints, services)
+    return [per + (i < extra) for i in range(services)]
+
+
+def crd_service(i: int, routes: int, tcp: int) -> dict[str, Any]:
+    """Service ``svc<i>``: HTTP for an IngressRoute, then TCP, then UDP ones."""
+    if i < routes:
+        return service(i)
+    if i < routes + tcp:
+        return service(i, port=TCP_PORT, port_name="pg", target=TCP_PORT)
+    return service(i, port=UDP_PORT, port_name="dns", target=UDP_PORT, protocol="UDP")
+
+
+def crd_slice(i: int, routes: int, tcp: int, endpoints: int, generation: int = 0) -> dict[str, Any]:
+    """Service ``svc<i>``'s EndpointSlice (:func:`crd_service`'s port)."""
+    if i < routes:
+        return endpoint_slice(i, endpoints, generation)
+    if i < routes + tcp:
+        return endpoint_slice(i, endpoints, generation, port=TCP_PORT, port_name="pg")
+    return endpoint_slice(i, endpoints, generation, port=UDP_PORT, port_name="dns", protocol="UDP")
+
+
+def crd_objects(routes: int, tcp: int, udp: int, endpoints: int) -> dict[str, list[dict[str, Any]]]:
+    """Every object of the kubernetesCRD cluster, by kind (see the module doc)."""
+    pem = certificate()
+    spread = crd_spread(routes, tcp, udp, endpoints)
+    return {
+        "IngressRoute": [ingress_route(i) for i in range(routes)],
+        "IngressRouteTCP": [ingress_route_tcp(routes + j, j) for j in range(tcp)],
+        "IngressRouteUDP": [ingress_route_udp(routes + tcp + k, k) for k in range(udp)],
+        "Middleware": [
+            _crd("Middleware", "strip-api", _namespace(n), {"stripPrefix": {"prefixes": ["/api"]}})
+            for n in range(min(50, routes))
+        ],
+        "TLSOption": [_crd("TLSOption", "default", _namespace(0), {"minVersion": "VersionTLS12"})],
+        "Service": [crd_service(i, routes, tcp) for i in range(len(spread))],
+        "EndpointSlice": [crd_slice(i, routes, tcp, e) for i, e in enumerate(spread)],
+        "Secret": [secret(i, pem) for i in range(routes + tcp) if i % 10 == 0],
+    }
+
+
+def crd_list_bodies(routes: int, tcp: int, udp: int, endpoints: int) -> dict[str, bytes]:
+    """The LIST answer of every kind the kubernetesCRD provider reads, as JSON bytes."""
+    return encode_lists(crd_objects(routes, tcp, udp, endpoints))
 
 
 def decode_state(bodies: dict[str, bytes]) -> ClusterState:
@@ -176,10 +320,51 @@ def decode_state(bodies: dict[str, bytes]) -> ClusterState:
     return ClusterState.from_snapshot(tables)
 
 
-def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, (time.perf_counter() - start) * 1000
+class Phases:
+    """Wall and CPU milliseconds of each named phase, run after run; with ``profile``, each
+    phase also runs under a cProfile profiler of its own (its figures then include the
+    profiler's overhead). The cyclic GC waits during a phase, as edge pauses it while it
+    decodes a LIST, converts and prepares a round."""
+
+    def __init__(self, profile: bool) -> None:
+        self.wall: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+        self.profiles: dict[str, cProfile.Profile] | None = {} if profile else None
+
+    def run(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            if self.profiles is not None:
+                out = self.profiles.setdefault(name, cProfile.Profile()).runcall(
+                    fn, *args, **kwargs
+                )
+            else:
+                out = fn(*args, **kwargs)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        finally:
+            if collecting:
+                gc.enable()
+        self.wall.setdefault(name, []).append(wall * 1000)
+        self.cpu.setdefault(name, []).append(cpu * 1000)
+        return out
+
+    def report(self, first_swap: list[str], top: int) -> None:
+        """Medians per phase; the sum of the ``first_swap`` phases; the profiles."""
+        print(f"  {'phase (median of runs)':<46} {'wall ms':>8} {'CPU ms':>8}   runs (wall)")
+        for name, values in self.wall.items():
+            wall, cpu = statistics.median(values), statistics.median(self.cpu[name])
+            runs = ", ".join(f"{v:.0f}" for v in values)
+            print(f"  {name:<46} {wall:8.0f} {cpu:8.0f}   ({runs})")
+        wall = sum(statistics.median(self.wall[n]) for n in first_swap)
+        cpu = sum(statistics.median(self.cpu[n]) for n in first_swap)
+        print(f"  {'LIST bodies -> router sets (sum)':<46} {wall:8.0f} {cpu:8.0f}")
+        for name, prof in (self.profiles or {}).items():
+            if statistics.median(self.cpu[name]) < 20:
+                continue
+            print(f"\n--- cProfile: {name} (all runs), by own time ---")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(top)
 
 
 def rss_mib() -> float:
@@ -189,81 +374,135 @@ def rss_mib() -> float:
     return float("nan")
 
 
+FIRST_SWAP = ["decode LIST bodies", "convert", "merge", "validate (compile rules)",
+              "certificates, check_tls", "transports", "build routers"]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--crd", action="store_true", help="the kubernetesCRD provider's cluster")
     p.add_argument("--ingresses", type=int, default=5000)
     p.add_argument("--endpoints", type=int, default=4, help="ready endpoints per Service")
+    p.add_argument("--routes", type=int, default=5000, help="--crd: IngressRoutes")
+    p.add_argument("--tcp-routes", type=int, default=1000, help="--crd: IngressRouteTCPs")
+    p.add_argument("--udp-routes", type=int, default=500, help="--crd: IngressRouteUDPs")
+    p.add_argument("--total-endpoints", type=int, default=20000, help="--crd: endpoints in all")
     p.add_argument("--changed", type=int, default=10, help="EndpointSlices in the update")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--profile", action="store_true", help="cProfile each phase")
+    p.add_argument("--top", type=int, default=25, help="--profile: functions shown per phase")
     args = p.parse_args()
-    n = args.ingresses
 
     rss_start = rss_mib()
-    bodies = list_bodies(n, args.endpoints)
+    convert: Callable[[ClusterState], Any]
+    if args.crd:
+        n = args.routes
+        spread = crd_spread(args.routes, args.tcp_routes, args.udp_routes, args.total_endpoints)
+        bodies = crd_list_bodies(
+            args.routes, args.tcp_routes, args.udp_routes, args.total_endpoints
+        )
+        convert, entry_points, provider = crd.convert, CRD_ENTRY_POINTS, crd.PROVIDER
+
+        def changed_slice(i: int, generation: int) -> dict[str, Any]:
+            return crd_slice(i, args.routes, args.tcp_routes, spread[i], generation)
+
+        def edited(i: int, edit: int) -> tuple[str, dict[str, Any]]:
+            return "IngressRoute", ingress_route(i, edit)
+    else:
+        n = args.ingresses
+        bodies = list_bodies(n, args.endpoints)
+        convert, entry_points, provider = ingress_conversion.convert, ENTRY_POINTS, "kubernetes"
+
+        def changed_slice(i: int, generation: int) -> dict[str, Any]:
+            return endpoint_slice(i, args.endpoints, generation)
+
+        def edited(i: int, edit: int) -> tuple[str, dict[str, Any]]:
+            return "Ingress", ingress(i, edit)
+
     size = sum(len(b) for b in bodies.values())
     loop = asyncio.new_event_loop()
-    phases: dict[str, list[float]] = {}
-
-    def record(name: str, ms: float) -> None:
-        phases.setdefault(name, []).append(ms)
-
-    state = None
-    for _ in range(args.repeat):
-        state, ms = timed(decode_state, bodies)
-        record("decode LIST bodies", ms)
-        result, ms = timed(convert, state)
-        record("convert", ms)
+    phases = Phases(args.profile)
+    run = phases.run
+    state: ClusterState | None = None
+    result: Any = None
+    for r in range(args.repeat):
+        memo: RouterMemo = {}
+        state = run("decode LIST bodies", decode_state, bodies)
+        result = run("convert", convert, state)
         assert not result.problems, result.problems[:3]
-        merged, ms = timed(merge, {"kubernetes": result.configuration})
-        record("merge", ms)
-        runtime, ms = timed(build_runtime, merged, ENTRY_POINTS)
-        record("validate (compile rules)", ms)
+        merged = run("merge", merge, {provider: result.configuration}, memo)
+        runtime = run("validate (compile rules)", build_runtime, merged, entry_points)
+        certs = run("certificates, check_tls", _certificates, runtime)
         transports = TransportRegistry(loop)
-        plan, ms = timed(transports.plan, runtime.servers_transports)
+        plan = run("transports", transports.plan, runtime.servers_transports)
         transports.commit(plan)
-        record("transports", ms)
         services: dict[str, Any] = {}
-        _, ms = timed(build_router_sets, runtime, transports, list(ENTRY_POINTS), services)
-        record("build routers", ms)
+        run("build routers", build_router_sets, runtime, transports, list(entry_points),
+            services, certs)  # fmt: skip
 
         # K EndpointSlices change (every endpoint of each replaced): the provider's path.
+        step = max(n // max(args.changed, 1), 1)
         slices = dict(state.endpoint_slices)
         for i in range(args.changed):
-            doc = endpoint_slice(i * (n // max(args.changed, 1)), args.endpoints, generation=100)
-            obj = objects.decode("EndpointSlice", msgspec.json.encode(doc))
+            obj = objects.decode("EndpointSlice", msgspec.json.encode(changed_slice(i * step, 100)))
             slices[obj.metadata.key] = obj
         changed_state = msgspec.structs.replace(state, endpoint_slices=slices)
-        result2, ms = timed(convert, changed_state)
-        record(f"update: convert ({args.changed} slices changed)", ms)
-        result3, ms = timed(update_endpoints, result, state, changed_state)
-        record("update: update_endpoints (same result)", ms)
-        assert result3 == result2
-        merged2 = merge({"kubernetes": result2.configuration})
-        names, ms = timed(changed_servers, merged, merged2)
-        record("update: changed_servers", ms)
-        assert names is not None and len(names) == args.changed, names
-        runtime2, ms = timed(build_runtime, merged2, ENTRY_POINTS, previous=runtime)
-        record("update: validate (rules cached)", ms)
-        _, ms = timed(servers_for, services, runtime2, names, transports)
-        record("update: servers in place", ms)
+        label = f"update ({args.changed} slices)"
+        result2: Any = run(f"{label}: convert", convert, changed_state)
+        if not args.crd:
+            result3 = run(f"{label}: update_endpoints", ingress_conversion.update_endpoints, result, state,
+                          changed_state)  # fmt: skip
+            assert result3 == result2
+        else:  # the provider and then the watcher compare with the last configuration
+            run(f"{label}: compare with the last", operator.eq, result2.configuration,
+                result.configuration)  # fmt: skip
+        merged2 = run(f"{label}: merge", merge, {provider: result2.configuration}, memo)
+        runtime2 = run(f"{label}: validate", build_runtime, merged2, entry_points,
+                       previous=runtime)  # fmt: skip
+        names = run(f"{label}: changed_servers", runtime2.changed_servers, runtime)
+        # an IngressRoute's two routes each have a load balancer on the Service
+        assert names is not None and len(names) == args.changed * (2 if args.crd else 1), names
+        run(f"{label}: check_tls", check_tls, runtime2, certs)
+        run(f"{label}: servers in place", servers_for, services, runtime2, names, transports)
 
-    assert state is not None
-    http = result.configuration.http
-    assert http is not None
-    print(
-        f"{n} Ingresses, {n} Services, {n} EndpointSlices ({n * args.endpoints} endpoints), "
-        f"{len(state.secrets)} TLS Secrets; LIST bodies {size / 1e6:.1f} MB; "
-        f"{len(http.routers)} routers, {len(http.services)} services"
+        # One IngressRoute (Ingress) edited: its second route's match; routers rebuilt.
+        kind, doc = edited(n // 2, r + 1)
+        obj = objects.decode(kind, msgspec.json.encode(doc))
+        table = "ingress_routes" if args.crd else "ingresses"
+        edited_state = msgspec.structs.replace(
+            state, **{table: {**getattr(state, table), obj.metadata.key: obj}}
+        )
+        result4: Any = run("edit: convert", convert, edited_state)
+        run("edit: compare with the last", operator.eq, result4.configuration,
+            result.configuration)  # fmt: skip
+        merged4 = run("edit: merge", merge, {provider: result4.configuration}, memo)
+        runtime4 = run("edit: validate", build_runtime, merged4, entry_points, previous=runtime)
+        assert runtime4.changed_servers(runtime) is None
+        run("edit: check_tls", check_tls, runtime4, certs)
+        run("edit: build routers", build_router_sets, runtime4, transports, list(entry_points),
+            {}, certs)  # fmt: skip
+
+    assert state is not None and result is not None
+    conf = result.configuration
+    counts = ", ".join(
+        f"{len(section.routers)} {label} routers / {len(section.services)} services"
+        for label, section in (("http", conf.http), ("tcp", conf.tcp), ("udp", conf.udp))
+        if section is not None
     )
-    first = 0.0
-    for name, values in phases.items():
-        median = statistics.median(values)
-        if not name.startswith("update"):
-            first += median
-        print(f"  {name:<40} {median:8.0f} ms   (runs: {', '.join(f'{v:.0f}' for v in values)})")
-    print(f"  {'LIST bodies -> router sets (sum)':<40} {first:8.0f} ms")
+    endpoints = sum(len(e.endpoints) for e in state.endpoint_slices.values())
+    kinds = ", ".join(f"{len(objects.decode_list(k, b).items)} {k}" for k, b in bodies.items())
+    print(f"{kinds} ({endpoints} endpoints); LIST bodies {size / 1e6:.1f} MB; {counts}")
+    print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+    phases.report(FIRST_SWAP, args.top)
     print(f"  resident memory: {rss_mib():.0f} MiB (at start {rss_start:.0f} MiB)")
     loop.close()
+
+
+def _certificates(runtime: RuntimeConfig) -> TLSCertificates:
+    """The certificate snapshot the data plane makes, and its check of ``runtime``."""
+    certs = TLSCertificates(runtime.tls)
+    check_tls(runtime, certs)
+    return certs
 
 
 if __name__ == "__main__":
