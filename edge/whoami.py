@@ -5,19 +5,34 @@
   a request is read and counted, never stored (``bodyBytes``), so uploads of any
   size cost no memory. ``GET /data?size=N`` streams N bytes with flow control;
   ``&chunked=1`` sends it chunked; ``?status=S`` answers with status S; ``?delay=SECONDS`` waits before answering.
-- TCP: echoes bytes. UDP: echoes datagrams.
+- TCP: echoes bytes. TLS: terminates TLS with the certificate given and echoes the
+  bytes inside (the backend of a passthrough route: a client sees its certificate).
+  UDP: echoes datagrams.
+
+Every address is bound before anything is served; one that cannot be bound (taken,
+not local, not allowed) is a :class:`ListenError` naming the address and what should
+have listened there, and whatever was bound already is closed. ``python -m
+edge.whoami`` runs it with every option (:func:`main`); ``edge whoami`` with those
+its subcommand declares.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import ssl
+import sys
+from collections.abc import Callable, Sequence
 from urllib.parse import parse_qs
 
 import httptools
 import orjson
+
+from edge.errors import ConfigError
 
 log = logging.getLogger("edge.whoami")
 
@@ -34,7 +49,8 @@ class WhoamiHTTP(asyncio.Protocol):
         self.headers: list[tuple[bytes, bytes]] = []
         self.url = b""
         self.body_bytes = 0
-        self.writable: asyncio.Event | None = None
+        self.writable = asyncio.Event()  # set while the transport takes writes
+        self.writable.set()
         self.queue: list[tuple] = []
         self.busy = False
 
@@ -42,8 +58,6 @@ class WhoamiHTTP(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
-        self.writable = asyncio.Event()
-        self.writable.set()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -55,8 +69,7 @@ class WhoamiHTTP(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
-        if self.writable is not None:
-            self.writable.set()
+        self.writable.set()
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -211,46 +224,159 @@ class EchoUDP(asyncio.DatagramProtocol):
         self.transport.sendto(data, addr)
 
 
+class ListenError(ConfigError):
+    """An address whoami was given cannot be listened on (in use, not local, not
+    allowed). A :class:`~edge.errors.ConfigError`: the address is a value of its
+    configuration, and ``edge``'s command line prints such an error as one line and
+    exits 1."""
+
+    def __init__(self, name: str, kind: str, address: str, exc: OSError) -> None:
+        cause: BaseException | None = exc
+        while isinstance(cause, OSError) and not cause.errno:  # uvloop chains the errno
+            cause = cause.__cause__
+        errno = cause.errno if isinstance(cause, OSError) else None
+        reason = os.strerror(errno).lower() if errno else str(exc)
+        super().__init__(f"whoami {name}: cannot listen on {address} ({kind}): {reason}")
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
 
-async def serve(name: str, http: list[str], tcp: list[str], udp: list[str], ready=None) -> None:
-    """Serve until cancelled or SIGTERM/SIGINT. ``ready`` gets the bound addresses."""
-    loop = asyncio.get_running_loop()
-    servers = []
-    bound: dict[str, list[tuple[str, int]]] = {"http": [], "tcp": [], "udp": []}
-    for addr in http:
-        host, port = split_address(addr)
-        srv = await loop.create_server(lambda: WhoamiHTTP(name), host, port, backlog=1024)
-        servers.append(srv)
-        bound["http"].append(srv.sockets[0].getsockname()[:2])
-    for addr in tcp:
-        host, port = split_address(addr)
-        srv = await loop.create_server(EchoTCP, host, port)
-        servers.append(srv)
-        bound["tcp"].append(srv.sockets[0].getsockname()[:2])
-    transports = []
-    for addr in udp:
-        host, port = split_address(addr)
-        t, _ = await loop.create_datagram_endpoint(EchoUDP, local_addr=(host, port))
-        transports.append(t)
-        bound["udp"].append(t.get_extra_info("sockname")[:2])
-    for kind, addrs in bound.items():
-        for host, port in addrs:
-            log.info("whoami %s: %s on %s:%d", name, kind, host, port)
-    if ready is not None:
-        ready(bound)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS echo's context: the certificate chain and key files (PEM); a file that
+    cannot be read or does not hold them is a :class:`~edge.errors.ConfigError`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"whoami: certificate {cert} with key {key}: {exc}") from exc
+    return context
+
+
+Bound = dict[str, list[tuple[str, int]]]
+
+
+async def serve(
+    name: str,
+    http: Sequence[str],
+    tcp: Sequence[str],
+    udp: Sequence[str],
+    ready: Callable[[Bound], object] | None = None,
+    *,
+    tls: Sequence[str] = (),
+    tls_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve until cancelled or SIGTERM/SIGINT. ``ready`` gets the bound addresses by
+    kind (``http``, ``tcp``, ``tls``, ``udp``). ``tls`` addresses need ``tls_context``.
+    Raises :class:`ListenError` when an address cannot be bound."""
+    if tls and tls_context is None:
+        raise ConfigError(f"whoami {name}: a TLS echo address needs a certificate and key")
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+    transports: list[asyncio.BaseTransport] = []
+    bound: Bound = {"http": [], "tcp": [], "tls": [], "udp": []}
+    streams: list[tuple[str, str, Callable[[], asyncio.Protocol], ssl.SSLContext | None]] = [
+        *(("http", a, lambda: WhoamiHTTP(name), None) for a in http),
+        *(("tcp", a, EchoTCP, None) for a in tcp),
+        *(("tls", a, EchoTCP, tls_context) for a in tls),
+    ]
+    try:
+        for kind, addr, factory, context in streams:
+            host, port = split_address(addr)
+            try:
+                srv = await loop.create_server(factory, host, port, ssl=context, backlog=1024)
+            except OSError as exc:
+                raise ListenError(name, kind, addr, exc) from exc
+            servers.append(srv)
+            bound[kind].append(srv.sockets[0].getsockname()[:2])
+        for addr in udp:
+            host, port = split_address(addr)
+            try:
+                t, _ = await loop.create_datagram_endpoint(EchoUDP, local_addr=(host, port))
+            except OSError as exc:
+                raise ListenError(name, "udp", addr, exc) from exc
+            transports.append(t)
+            bound["udp"].append(t.get_extra_info("sockname")[:2])
+        for kind, addrs in bound.items():
+            for host, port in addrs:
+                log.info("whoami %s: %s on %s:%d", name, kind, host, port)
+        if ready is not None:
+            ready(bound)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     finally:
         for srv in servers:
             srv.close()
-        for t in transports:
-            t.close()
+        for transport in transports:
+            transport.close()
+
+
+DEFAULT_HTTP = "127.0.0.1:8001"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """whoami's options, on ``parser``."""
+    parser.add_argument("--name", default="whoami", help="the name its answers carry")
+    parser.add_argument(
+        "--http", action="append", metavar="ADDR", help="HTTP address, host:port (repeatable)"
+    )
+    parser.add_argument(
+        "--tcp", action="append", metavar="ADDR", help="TCP echo address (repeatable)"
+    )
+    parser.add_argument(
+        "--tls",
+        action="append",
+        metavar="ADDR",
+        help="TLS echo address (repeatable): terminates TLS with --cert/--key, echoes inside",
+    )
+    parser.add_argument("--cert", metavar="FILE", help="the TLS echo's certificate chain (PEM)")
+    parser.add_argument("--key", metavar="FILE", help="the TLS echo's private key (PEM)")
+    parser.add_argument(
+        "--udp", action="append", metavar="ADDR", help="UDP echo address (repeatable)"
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run whoami with ``args`` (from :func:`add_arguments`); with no address at all,
+    HTTP on :data:`DEFAULT_HTTP`."""
+    from edge.eventloop import run
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    tls = getattr(args, "tls", None) or []
+    cert, key = getattr(args, "cert", None), getattr(args, "key", None)
+    context = None
+    if tls:
+        if not (cert and key):
+            raise ConfigError("whoami: --tls needs --cert and --key")
+        context = server_context(cert, key)
+    http = args.http or ([] if (args.tcp or args.udp or tls) else [DEFAULT_HTTP])
+    run(serve(args.name, http, args.tcp or [], args.udp or [], tls=tls, tls_context=context))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edge.whoami``: every option, an error as one line and exit status 1."""
+    parser = argparse.ArgumentParser(
+        prog="python -m edge.whoami", description="a tiny echo backend"
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return command(args)
+    except ConfigError as exc:
+        print(f"edge: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
