@@ -65,20 +65,27 @@ def build_providers(static: StaticConfig) -> list[Provider]:
             FileProvider(filename=f.filename or None, directory=f.directory or None, watch=f.watch)
         )
     k8s = static.providers.kubernetes_ingress
-    if k8s is not None:
-        # Imported here: the kubernetes client costs its import time only to those using it.
-        from edge.providers.kubernetes.provider import KubernetesIngressProvider
-
-        providers.append(
-            KubernetesIngressProvider(k8s, default_throttle=static.providers_throttle_duration)
-        )
     crd = static.providers.kubernetes_crd
-    if crd is not None:
-        from edge.providers.kubernetes.provider import KubernetesCRDProvider
-
-        providers.append(
-            KubernetesCRDProvider(crd, default_throttle=static.providers_throttle_duration)
+    if k8s is not None or crd is not None:
+        # Imported here: the kubernetes client costs its import time only to those using it.
+        from edge.providers.kubernetes.provider import (
+            KubernetesCRDProvider,
+            KubernetesIngressProvider,
+            SharedCores,
         )
+
+        # One core per cluster: sources on the same API server with the same credentials
+        # share its connection, reflectors and cache.
+        cores = SharedCores()
+        throttle = static.providers_throttle_duration
+        if k8s is not None:
+            providers.append(
+                KubernetesIngressProvider(k8s, default_throttle=throttle, core=cores.core(k8s))
+            )
+        if crd is not None:
+            providers.append(
+                KubernetesCRDProvider(crd, default_throttle=throttle, core=cores.core(crd))
+            )
     if static.providers.kubernetes_gateway is not None:
         log.warning("the Kubernetes Gateway provider is not available in this version; ignored")
     return providers

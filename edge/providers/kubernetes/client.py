@@ -2,7 +2,10 @@
 
 Owns the credentials (:func:`load_api_config`), one reflector per watched kind and
 namespace (LIST, then WATCH, each in its own daemon thread), the cache of decoded
-objects those reflectors keep (:class:`KubeClient`), and the Ingress status writer
+objects those reflectors keep (:class:`KubeClient`), the core that shares them between
+every source reading one cluster (:class:`KubeCore`: a kind asked for alike is one
+reflector per namespace of the union; each source's :class:`Subscription` reads and
+hears of its own kinds and namespaces only), and the Ingress status writer
 (:meth:`KubeClient.patch_ingress_status`). Requests go through the official
 ``kubernetes`` client (``ApiClient.param_serialize`` / ``call_api``, raw bytes);
 responses are decoded with msgspec into the types the caller names, never into
@@ -42,8 +45,11 @@ which reflectors handle themselves.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -81,8 +87,10 @@ __all__ = [
     "CredentialsError",
     "Gone",
     "KubeClient",
+    "KubeCore",
     "KubernetesError",
     "Resource",
+    "Subscription",
     "Timing",
     "WatchSpec",
     "gc_paused",
@@ -280,13 +288,15 @@ class WatchSpec:
     ``type`` is anything ``msgspec.json.Decoder`` decodes into whose instances have
     ``.metadata.name``, ``.metadata.namespace`` (``""`` when absent) and
     ``.metadata.resource_version`` (the wire's ``resourceVersion``). The selectors
-    go to the server as they are.
+    go to the server as they are. ``namespaces``: where to watch this kind, when not
+    where the client watches the others (``None``); ``()`` is every namespace.
     """
 
     resource: Resource
     type: Any
     label_selector: str = ""
     field_selector: str = ""
+    namespaces: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -439,7 +449,8 @@ class KubeClient:
         self._stores: dict[str, dict[Key, Any]] = {kind: {} for kind in kinds}
         self._reflectors: list[_Reflector] = []
         for spec in watches:
-            scopes = sorted(set(namespaces)) if namespaces and spec.resource.namespaced else [""]
+            where = namespaces if spec.namespaces is None else spec.namespaces
+            scopes = sorted(set(where)) if where and spec.resource.namespaced else [""]
             self._reflectors.extend(_Reflector(self, spec, ns) for ns in scopes)
         self._unsynced = set(self._reflectors)
         self._status_api = k8s.ApiClient(self.configuration)  # thread-safe (urllib3 pool)
@@ -488,10 +499,13 @@ class KubeClient:
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
-    def snapshot(self) -> dict[str, dict[Key, Any]]:
-        """Every kind's objects, copied under the lock (the objects themselves are shared)."""
+    def snapshot(self, kinds: Iterable[str] | None = None) -> dict[str, dict[Key, Any]]:
+        """Every kind's objects (or those of ``kinds``), copied under the lock, so at one
+        moment (the objects themselves are shared)."""
         with self._lock:
-            return {kind: dict(store) for kind, store in self._stores.items()}
+            if kinds is None:
+                return {kind: dict(store) for kind, store in self._stores.items()}
+            return {kind: dict(self._stores[kind]) for kind in kinds}
 
     def objects(self, kind: str) -> dict[Key, Any]:
         with self._lock:
@@ -505,10 +519,21 @@ class KubeClient:
         """The resourceVersion each reflector resumes from, by reflector name."""
         return {r.name: r.rv for r in self._reflectors}
 
-    def pending(self) -> dict[str, str]:
-        """Reflectors that have not completed their first LIST, with their last error."""
+    def pending(
+        self, kinds: Iterable[str] | None = None, namespaces: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Reflectors that have not completed their first LIST, with their last error;
+        only those of ``kinds`` that serve one of ``namespaces`` (all when empty), if
+        given."""
+        wanted = None if kinds is None else set(kinds)
+        where = set(namespaces)
         with self._lock:
-            return {r.name: r.last_error for r in self._unsynced}
+            return {
+                r.name: r.last_error
+                for r in self._unsynced
+                if (wanted is None or r.kind in wanted)
+                and (not where or not r.namespace or r.namespace in where)
+            }
 
     def _replace(self, r: _Reflector, items: dict[Key, Any]) -> None:
         """A LIST's result replaces the reflector's part of the cache."""
@@ -599,6 +624,263 @@ class KubeClient:
             log.warning("kubernetes: %s", _status_error(what, resp.status, answer))
             return False
         return True
+
+
+# --- the shared core ---------------------------------------------------------------------
+
+Scope = frozenset[str] | None
+"""The namespaces a reflector serves or a source reads; None: every namespace."""
+
+
+def _union(a: Scope, b: Scope) -> Scope:
+    return None if a is None or b is None else a | b
+
+
+def _place(groups: list[dict[str, tuple[WatchSpec, Scope]]], spec: WatchSpec, scope: Scope) -> int:
+    """The group (client) that serves ``spec`` in ``scope``: the first that has the kind
+    asked for alike (its scope grows to the union) or not at all; a new one else."""
+    kind = spec.resource.kind
+    alike = dataclasses.replace(spec, namespaces=None)
+    for i, group in enumerate(groups):
+        there = group.get(kind)
+        if there is None:
+            group[kind] = (alike, scope)
+            return i
+        if there[0] == alike:
+            group[kind] = (alike, _union(there[1], scope))
+            return i
+    groups.append({kind: (alike, scope)})
+    return len(groups) - 1
+
+
+class Subscription:
+    """One source's share of a :class:`KubeCore`: its kinds, in its namespaces.
+
+    Made by :meth:`KubeCore.subscribe`. Reads (:meth:`snapshot`, :meth:`objects`,
+    :meth:`get`) and ``on_change`` see this source's kinds only, and in them only
+    objects of its namespaces, even where a reflector serves a wider scope for
+    another source. :attr:`synced` and :meth:`pending` ask only about the reflectors
+    this source reads, so another source's kind that cannot be listed (its CRDs not
+    installed, a 403) never holds this one back. :meth:`open` when the source starts,
+    :meth:`close` when it stops (from then on it hears nothing).
+    """
+
+    def __init__(
+        self,
+        core: KubeCore,
+        name: str,
+        watches: Sequence[WatchSpec],
+        namespaces: Sequence[str],
+        on_change: Callable[[Change], None] | None,
+    ) -> None:
+        kinds = [w.resource.kind for w in watches]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"{name}: a kind is watched twice: {kinds}")
+        self.core = core
+        self.name = name
+        self.watches = tuple(watches)
+        self.namespaces = tuple(namespaces)
+        self.on_change = on_change
+        # Set when the core starts: kind -> (the client serving it, this source's scope,
+        # whether that client's reflectors serve a wider one, so reads are filtered).
+        self._routes: dict[str, tuple[KubeClient, Scope, bool]] = {}
+        self._told_synced = False
+        self._open = False
+
+    def scope(self, spec: WatchSpec) -> Scope:
+        """The namespaces this source reads ``spec``'s kind in."""
+        where = self.namespaces if spec.namespaces is None else spec.namespaces
+        return frozenset(where) if where and spec.resource.namespaced else None
+
+    # --- life cycle ----------------------------------------------------------------
+
+    def open(self) -> None:
+        """The source starts: the core's reflectors start with the first source."""
+        self.core._open(self)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """The source stops: it hears nothing more; the last one stops the reflectors
+        (blocking, about ``timeout``). Idempotent."""
+        self.core._close(self, timeout)
+
+    # --- the source's view ---------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """Every reflector this source reads has completed its first LIST."""
+        return bool(self._routes) and not self.pending()
+
+    def pending(self) -> dict[str, str]:
+        """The reflectors this source reads without a first LIST, with their last error."""
+        out: dict[str, str] = {}
+        for kind, (client, scope, _) in self._routes.items():
+            out.update(client.pending([kind], scope or ()))
+        return out
+
+    def snapshot(self) -> dict[str, dict[Key, Any]]:
+        """This source's kinds and namespaces (one copy per client, each at one moment)."""
+        by_client: dict[int, tuple[KubeClient, list[str]]] = {}
+        for kind, (client, _, _) in self._routes.items():
+            by_client.setdefault(id(client), (client, []))[1].append(kind)
+        out: dict[str, dict[Key, Any]] = {}
+        for client, kinds in by_client.values():
+            out.update(client.snapshot(kinds))
+        for kind, (_, scope, wider) in self._routes.items():
+            if wider and scope is not None:
+                out[kind] = {k: v for k, v in out[kind].items() if k[0] in scope}
+        return out
+
+    def objects(self, kind: str) -> dict[Key, Any]:
+        client, scope, wider = self._routes[kind]
+        found = client.objects(kind)
+        if wider and scope is not None:
+            return {k: v for k, v in found.items() if k[0] in scope}
+        return found
+
+    def get(self, kind: str, namespace: str, name: str) -> Any | None:
+        client, scope, wider = self._routes[kind]
+        if wider and scope is not None and namespace not in scope:
+            return None
+        return client.get(kind, namespace, name)
+
+    def client(self, kind: str) -> KubeClient:
+        """The client whose reflectors serve ``kind`` (its writes go through it)."""
+        return self._routes[kind][0]
+
+    def _hear(self, client: KubeClient, change: Change) -> None:
+        """A change from one of the core's clients (reflector thread): passed on if it
+        is of this source's kinds and namespaces, or it completes this source's sync."""
+        route = self._routes.get(change.kind)
+        if not self._open or self.on_change is None or route is None or route[0] is not client:
+            return
+        _, scope, wider = route
+        keys = change.keys
+        if wider and scope is not None:
+            keys = frozenset(k for k in keys if k[0] in scope)
+        synced = self._told_synced or self.synced
+        first = synced and not self._told_synced
+        if not keys and not first:
+            return  # objects of other namespaces only, or a first LIST before the last
+        self._told_synced = self._told_synced or synced
+        try:
+            self.on_change(Change(change.kind, keys, synced))
+        except Exception:
+            log.exception("kubernetes: %s: change callback failed for %s", self.name, change.kind)
+
+
+class KubeCore:
+    """One API server's reflectors, shared by every source of one edge that reads it.
+
+    A source (the Ingress provider, the CRD provider) subscribes with the kinds it
+    watches, its namespaces and its change callback (:meth:`subscribe`), all before
+    the first of them starts; the first :meth:`Subscription.open` builds the clients
+    and starts their reflectors, the last :meth:`Subscription.close` stops them.
+
+    What is shared: a kind asked for alike (same type, same selectors) by several
+    sources is one reflector per namespace, over the union of their namespaces (every
+    namespace if one of them reads all), each source's reads and callbacks filtered
+    to its own namespaces; so Services, EndpointSlices and TLS Secrets are listed and
+    watched once whoever reads them, and a 410 Gone re-LISTs once for everyone. A kind
+    asked for with other selectors (a source's ``labelSelector`` applies to its own
+    kinds only) cannot be shared: it goes to another client (its own reflectors).
+    Nothing here decides which sources may share a core: whoever builds the sources
+    gives one core to those reading the same API server with the same credentials.
+
+    ``timing`` tunes every reflector; it may be changed until the first source starts.
+    """
+
+    def __init__(self, configuration: k8s.Configuration, *, timing: Timing | None = None):
+        self.configuration = configuration
+        self.timing = timing
+        self.clients: list[KubeClient] = []
+        self._subscriptions: list[Subscription] = []
+        self._lock = threading.Lock()
+        self._opened = 0
+        self._phase = "new"  # new -> running -> stopped
+
+    @property
+    def host(self) -> str:
+        return str(self.configuration.host)
+
+    def subscribe(
+        self,
+        name: str,
+        watches: Sequence[WatchSpec],
+        *,
+        namespaces: Sequence[str] = (),
+        on_change: Callable[[Change], None] | None = None,
+    ) -> Subscription:
+        """A source's share (see the class doc): ``watches`` in ``namespaces`` (empty:
+        all; a spec's own ``namespaces`` wins), ``on_change`` called from reflector
+        threads. Only before the first source starts."""
+        sub = Subscription(self, name, watches, namespaces, on_change)
+        with self._lock:
+            if self._phase != "new":
+                raise RuntimeError(f"kubernetes: {name} subscribes after the core started")
+            self._subscriptions.append(sub)
+        return sub
+
+    def _open(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub._open:
+                return
+            if self._phase == "stopped":
+                raise RuntimeError(f"kubernetes: {sub.name} opens a core already stopped")
+            start = self._phase == "new"
+            if start:
+                self._build()
+                self._phase = "running"
+            sub._open = True
+            self._opened += 1
+        if start:
+            for c in self.clients:
+                c.start()
+
+    def _close(self, sub: Subscription, timeout: float) -> None:
+        with self._lock:
+            if not sub._open:
+                return
+            sub._open = False
+            self._opened -= 1
+            if self._opened or self._phase != "running":
+                return
+            self._phase = "stopped"
+        deadline = time.monotonic() + timeout
+        for c in self.clients:
+            c.stop(max(0.1, deadline - time.monotonic()))
+
+    def _build(self) -> None:
+        """Group every subscription's kinds into clients (see the class doc)."""
+        groups: list[dict[str, tuple[WatchSpec, Scope]]] = []
+        placed: list[tuple[Subscription, WatchSpec, int]] = []
+        for sub in self._subscriptions:
+            for spec in sub.watches:
+                placed.append((sub, spec, _place(groups, spec, sub.scope(spec))))
+        timing = self.timing or Timing()
+        for group in groups:
+            specs = [
+                dataclasses.replace(spec, namespaces=tuple(sorted(scope or ())))
+                for spec, scope in group.values()
+            ]
+            client = KubeClient(self.configuration, specs, timing=timing)
+            client.on_change = functools.partial(self._dispatch, client)
+            self.clients.append(client)
+        for sub, spec, i in placed:
+            kind, scope = spec.resource.kind, sub.scope(spec)
+            sub._routes[kind] = (self.clients[i], scope, groups[i][kind][1] != scope)
+        readers = collections.Counter(spec.resource.kind for _, spec, _ in placed)
+        shared = sorted(kind for kind, n in readers.items() if n > 1)
+        log.info(
+            "kubernetes: %s: %d reflectors for %s%s",
+            self.host,
+            sum(len(c._reflectors) for c in self.clients),
+            ", ".join(s.name for s in self._subscriptions),
+            f" (shared: {', '.join(shared)})" if shared else "",
+        )
+
+    def _dispatch(self, client: KubeClient, change: Change) -> None:
+        for sub in self._subscriptions:
+            sub._hear(client, change)
 
 
 def _rv(obj: Any) -> str:

@@ -6,15 +6,31 @@ its provider name (which qualifies its elements) and any extra threads.
 :class:`KubernetesIngressProvider` (``providers.kubernetesIngress``, ``@kubernetes``) is
 one source; :class:`KubernetesCRDProvider` (``providers.kubernetesCRD``,
 ``@kubernetescrd``: Traefik's ``traefik.io/v1alpha1`` kinds) another. Both may run at
-once in one edge; each has its own client connection and reflectors for now (one shared
-connection and one set of Service/EndpointSlice/Secret reflectors for every source is a
-later step). Below, "the conversion" is the source's; the Ingress status writer and the
-endpoints-only fast path are the Ingress source's own.
+once in one edge, on one :class:`~edge.providers.kubernetes.client.KubeCore` when they
+read the same cluster with the same credentials (:func:`cluster_key`; the app makes the
+cores, :class:`SharedCores`): one connection setup, one reflector per kind and namespace
+whoever reads it, so Services, EndpointSlices and TLS Secrets are listed and watched
+once. Each source keeps its own converter thread, throttle, problems and publishing,
+and is woken only by changes to its own kinds in its own namespaces.
+
+Where the two configurations differ in ``namespaces``, a shared kind is watched once
+per namespace of the union (once in all namespaces if either reads all), and each
+source's reads and wake-ups are filtered to its own namespaces: what it converts is
+exactly what it would list alone, and nothing is listed twice. Separate reflectors
+per source would list the common namespaces twice; one reflector over all namespaces
+for a source restricted to a few would read namespaces neither asked for. The same
+credentials serve both sources, so the union asks the API server for nothing either
+could not read. A ``labelSelector`` applies to its source's own kinds (Ingresses,
+the traefik.io kinds), which are never shared.
+
+Below, "the conversion" is the source's; the Ingress status writer is the Ingress
+source's own.
 
 Owns the provider's threads and what flows between them:
 
-- the :class:`~edge.providers.kubernetes.client.KubeClient` reflectors (one thread per
-  watched kind), whose change callback only marks the cache dirty;
+- its :class:`~edge.providers.kubernetes.client.Subscription` to the core's reflectors
+  (one thread per watched kind and namespace, shared), whose change callback only marks
+  the cache dirty;
 - the *converter* thread: waits for the first full sync, then converts the cached
   snapshot with the pure :func:`~edge.providers.kubernetes.ingress.convert`, at most once
   per throttle window (changes arriving meanwhile are coalesced into the next run); when
@@ -33,7 +49,8 @@ Invariants:
 - Nothing here runs on the event loop but :meth:`KubernetesIngressProvider._deliver`
   (one ``publish`` call). Listing, watching, converting, comparing and status writes
   happen in the threads above.
-- Nothing is published before every reflector has completed its first LIST; until then
+- Nothing is published before every reflector the source reads has completed its first
+  LIST (another source's kinds never hold it back); until then
   edge is not ready (the watcher expects this provider) and the log says every
   ``wait_log_interval`` seconds what is missing and why (the API server unreachable, a
   403, ...). Reflectors keep retrying with backoff, forever.
@@ -98,7 +115,9 @@ from edge.providers.kubernetes.client import (
     Backoff,
     Change,
     KubeClient,
+    KubeCore,
     KubernetesError,
+    Subscription,
     Timing,
     WatchSpec,
     gc_paused,
@@ -240,6 +259,40 @@ def _without_status(ing: objects.Ingress | None) -> objects.Ingress | None:
 # --- the shared core -------------------------------------------------------------------
 
 
+KubernetesConfig = KubernetesIngressConfig | KubernetesCRDConfig
+ClusterKey = tuple[str, str, str, str]
+
+
+def cluster_key(config: KubernetesConfig) -> ClusterKey:
+    """What names a cluster and the credentials to read it with, as configured
+    (``endpoint``, ``token``, ``certAuthFilePath``, ``kubeconfig``): sources whose keys
+    are equal share one core."""
+    return (config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig)
+
+
+def own_core(config: KubernetesConfig) -> KubeCore:
+    """A core for one source's configuration. Credentials are resolved now: a missing
+    or broken one is a configuration error (:class:`CredentialsError`)."""
+    return KubeCore(load_api_config(*cluster_key(config)))
+
+
+class SharedCores:
+    """The Kubernetes cores of one edge, one per cluster key (:func:`cluster_key`): the
+    app makes one and asks it for each Kubernetes source's core, so sources reading
+    the same API server with the same credentials share its connection, reflectors and
+    cache. Not a global: one per :func:`edge.app.build_providers` call."""
+
+    def __init__(self) -> None:
+        self._cores: dict[ClusterKey, KubeCore] = {}
+
+    def core(self, config: KubernetesConfig) -> KubeCore:
+        key = cluster_key(config)
+        found = self._cores.get(key)
+        if found is None:
+            found = self._cores[key] = own_core(config)
+        return found
+
+
 class Converted(Protocol):
     """What a source's conversion returns: the configuration and its problems."""
 
@@ -260,29 +313,33 @@ class KubernetesProvider:
     and any extra threads and clients (the Ingress status writer). ``name`` qualifies
     its elements (``@kubernetes``, ``@kubernetescrd``) and prefixes its log lines.
 
-    ``default_throttle`` is ``providersThrottleDuration``, used when the provider's own
-    ``throttleDuration`` is unset; ``timing`` tunes the reflectors. That and
-    ``wait_log_interval`` may be changed until :meth:`start`.
+    ``core`` is the cluster's shared core: the source subscribes to it here, with the
+    kinds :meth:`watches` names (so a subclass sets what that reads before calling this),
+    and opens its subscription in :meth:`start`; every source on a core is made before
+    the first starts. ``default_throttle`` is ``providersThrottleDuration``, used when
+    the provider's own ``throttleDuration`` is unset; ``timing`` tunes the reflectors
+    (the core's, so every source's on it). That and ``wait_log_interval`` may be changed
+    until :meth:`start`.
     """
 
     def __init__(
         self,
         *,
         name: str,
-        api_config: Any,
+        core: KubeCore,
         namespaces: Sequence[str],
         throttle: float | None,
         default_throttle: float = 2.0,
         timing: Timing | None = None,
     ) -> None:
         self.name = name
-        self.api_config = api_config
+        self.core = core
         self.namespaces = list(namespaces)
         self.throttle: float | None = float(throttle) if throttle is not None else None
         self.default_throttle = float(default_throttle)
-        self.timing = timing
+        if timing is not None:
+            core.timing = timing
         self.wait_log_interval = WAIT_LOG_INTERVAL
-        self.client: KubeClient | None = None
         self.conversions = 0  # whole conversions run
         self.patches = 0  # endpoints-only changes applied to the last conversion
         self.published = 0  # configurations handed to the loop
@@ -299,6 +356,10 @@ class KubernetesProvider:
         self._problems: set[Any] = set()
         self._state: objects.ClusterState | None = None  # that of the last conversion
         self._need_full = True  # the next round converts everything
+        # Last: the source's kinds (``watches``) may read what a subclass set before.
+        self.view: Subscription = core.subscribe(
+            name, self.watches(), namespaces=self.namespaces, on_change=self._on_change
+        )
 
     # --- what a source says -----------------------------------------------------------
 
@@ -351,12 +412,22 @@ class KubernetesProvider:
         return self.throttle if self.throttle is not None else self.default_throttle
 
     @property
+    def timing(self) -> Timing | None:
+        """The reflectors' timing: the core's, shared with every source on it."""
+        return self.core.timing
+
+    @timing.setter
+    def timing(self, timing: Timing | None) -> None:
+        self.core.timing = timing
+
+    @property
     def synced(self) -> bool:
-        return self.client is not None and self.client.synced
+        return self.view.synced
 
     def waiting_for(self) -> dict[str, str]:
-        """Before the first sync: each reflector without a complete LIST, and its last error."""
-        return self.client.pending() if self.client is not None else {}
+        """Before the first sync: each reflector this source reads without a complete
+        LIST, and its last error."""
+        return self.view.pending()
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -376,13 +447,6 @@ class KubernetesProvider:
         self._started = True
         self._loop, self._publish = loop, publish
         timing = self.timing or Timing()
-        self.client = KubeClient(
-            self.api_config,
-            self.watches(),
-            namespaces=self.namespaces,
-            on_change=self._on_change,
-            timing=timing,
-        )
         extra = self.start_extra(timing)
         self._threads = [
             threading.Thread(target=self._convert_loop, name=f"{self.name}-convert", daemon=True),
@@ -392,10 +456,10 @@ class KubernetesProvider:
             "%s: watching %s at %s (throttle %.3g s)",
             self.name,
             ", ".join(self.namespaces) or "all namespaces",
-            self.api_config.host,
+            self.core.host,
             self.window,
         )
-        self.client.start()
+        self.view.open()
         for c in self.extra_clients():
             c.start()
         for t in self._threads:
@@ -410,9 +474,9 @@ class KubernetesProvider:
             self._cond.notify_all()
         self.wake_extra()
         deadline = time.monotonic() + timeout
-        for c in (self.client, *self.extra_clients()):
-            if c is not None:
-                c.stop(max(0.1, deadline - time.monotonic()))
+        self.view.close(timeout)
+        for c in self.extra_clients():
+            c.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.1, deadline - time.monotonic()))
 
@@ -433,19 +497,19 @@ class KubernetesProvider:
     # --- the converter thread -----------------------------------------------------------
 
     def _convert_loop(self) -> None:
-        assert self.client is not None
-        client = self.client
+        view = self.view
         started = time.monotonic()
         next_log = started + self.wait_log_interval
         last_end = float("-inf")
         while True:
             with self._cond:
-                while not self._stopping and not (self._dirty and client.synced):
+                while not self._stopping and not (self._dirty and view.synced):
                     now = time.monotonic()
-                    if not client.synced and now >= next_log:
+                    synced = view.synced
+                    if not synced and now >= next_log:
                         next_log = now + self.wait_log_interval
                         self._log_waiting(now - started)
-                    self._cond.wait(max(0.01, next_log - now) if not client.synced else None)
+                    self._cond.wait(max(0.01, next_log - now) if not synced else None)
                 if self._stopping:
                     return
                 # Throttle: coalesce every change made until the window has passed.
@@ -456,7 +520,7 @@ class KubernetesProvider:
                 self._dirty = False
                 changed, self._changed = self._changed, {}
             try:
-                self._convert(client, changed, time.monotonic() - started)
+                self._convert(view, changed, time.monotonic() - started)
             except Exception:  # a bug: keep the last configuration, keep watching
                 log.exception(
                     "%s: the conversion failed; keeping the last configuration", self.name
@@ -476,8 +540,8 @@ class KubernetesProvider:
             detail or "nothing",
         )
 
-    def _convert(self, client: KubeClient, changed: dict[str, set[Key]], elapsed: float) -> None:
-        snapshot = client.snapshot()
+    def _convert(self, view: Subscription, changed: dict[str, set[Key]], elapsed: float) -> None:
+        snapshot = view.snapshot()
         previous = None if self._need_full else self.conversion
         if previous is not None and self.unchanged(changed, snapshot):
             return
@@ -580,19 +644,17 @@ class KubernetesIngressProvider(KubernetesProvider):
         default_throttle: float = 2.0,
         environ: Mapping[str, str] | None = None,
         timing: Timing | None = None,
+        core: KubeCore | None = None,
     ) -> None:
-        # Credentials are resolved now: a missing or broken one is a configuration error.
+        self.config = config
         super().__init__(
             name=name,
-            api_config=load_api_config(
-                config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
-            ),
+            core=core if core is not None else own_core(config),
             namespaces=config.namespaces,
             throttle=config.throttle_duration,
             default_throttle=default_throttle,
             timing=timing,
         )
-        self.config = config
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.options = IngressOptions.from_config(config)
         self.status_client: KubeClient | None = None
@@ -690,7 +752,7 @@ class KubernetesIngressProvider(KubernetesProvider):
             watches = [WatchSpec(PODS, Pod), WatchSpec(NODES, Node)]
             namespaces = [pod_namespace]
         return KubeClient(
-            self.api_config,
+            self.core.configuration,
             watches,
             namespaces=namespaces,
             on_change=self._on_status_source,
@@ -774,8 +836,8 @@ class KubernetesIngressProvider(KubernetesProvider):
         in ``failing`` and tried after the others from then on, so it never keeps them
         waiting; :data:`STATUS_FAILURE_RUN` failures in a row end the pass (the API
         server is the trouble, not one Ingress)."""
-        client = self.client
-        assert client is not None
+        view = self.view
+        writer = view.client("Ingress")
         want = set(wanted)
         entries = [{kind: value} for kind, value in wanted]
         failed: list[str] = []
@@ -783,7 +845,7 @@ class KubernetesIngressProvider(KubernetesProvider):
         for key in sorted(keys, key=lambda k: k in failing):  # stable: sorted otherwise
             if self._stopping:
                 return ""
-            ing = client.get("Ingress", *key)
+            ing = view.get("Ingress", *key)
             if ing is None:
                 failing.discard(key)
                 continue
@@ -794,7 +856,7 @@ class KubernetesIngressProvider(KubernetesProvider):
                 continue
             if written.get(key) == (tuple(wanted), rv):
                 continue  # written against this version; its event has not come back yet
-            if not client.patch_ingress_status(key[0], key[1], entries):
+            if not writer.patch_ingress_status(key[0], key[1], entries):
                 failing.add(key)
                 failed.append(f"{key[0]}/{key[1]}")
                 run += 1
@@ -843,9 +905,8 @@ class KubernetesCRDProvider(KubernetesProvider):
     :func:`~edge.providers.kubernetes.crd.convert`; elements are ``…@kubernetescrd``.
     The ``labelSelector`` applies to the traefik.io kinds only (as in Traefik). No
     endpoints-only fast path yet (every change converts the whole snapshot) and no status
-    writer (Traefik writes none for these kinds). It runs beside the Ingress provider
-    with its own client connection and reflectors: sharing one connection and one set
-    of Service/EndpointSlice/Secret reflectors between sources is a later step.
+    writer (Traefik writes none for these kinds). Beside the Ingress provider it shares
+    the core (``core``) and with it the Service, EndpointSlice and Secret reflectors.
     """
 
     def __init__(
@@ -855,20 +916,18 @@ class KubernetesCRDProvider(KubernetesProvider):
         name: str = CRD_PROVIDER,
         default_throttle: float = 2.0,
         timing: Timing | None = None,
+        core: KubeCore | None = None,
     ) -> None:
-        # Credentials are resolved now: a missing or broken one is a configuration error.
+        self.config = config
+        self.options = _crd_options(config)
         super().__init__(
             name=name,
-            api_config=load_api_config(
-                config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
-            ),
+            core=core if core is not None else own_core(config),
             namespaces=config.namespaces,
             throttle=config.throttle_duration,
             default_throttle=default_throttle,
             timing=timing,
         )
-        self.config = config
-        self.options = _crd_options(config)
 
     def watches(self) -> list[WatchSpec]:
         return _crd_watches(self.config)

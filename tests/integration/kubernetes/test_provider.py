@@ -550,7 +550,7 @@ def test_status_written_with_the_ingress_endpoint_ip_only_when_it_changes(emu, s
     assert until(lambda: lb("app") == [{"ip": "192.0.2.7"}])
     patch = "/apis/networking.k8s.io/v1/namespaces/default/ingresses/app/status"
     assert until(lambda: emu.count(patch, method="PATCH") == 1)
-    client = edge.provider.client
+    client = edge.provider.view
     assert until(lambda: client.get("Ingress", "default", "app").status.load_balancer.ingress)
     time.sleep(3 * THROTTLE)
     conversions = edge.provider.conversions
