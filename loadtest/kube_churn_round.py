@@ -8,7 +8,16 @@ EndpointSlices (a different set each round) and runs what follows in edge:
 previous snapshot, ``changed_servers`` (the data plane's question), ``check_tls`` with
 the live certificates and ``servers_for`` (the in-place update).
 
+``--crd`` runs the kubernetesCRD provider's round over :func:`kube_scale.crd_objects`'
+cluster (default 5,000 IngressRoutes, 1,000 IngressRouteTCPs, 500 IngressRouteUDPs,
+20,000 endpoints): that provider has no endpoints-only path, so a round converts the
+whole cluster again and compares the result with the last one (the provider, then the
+watcher) before the rest. ``--slices tcp`` changes TCP and UDP Services' slices, which
+``changed_servers`` does not take in place: the data plane then builds every router
+again, as it does for them. The cyclic GC waits during a round, as edge pauses it.
+
     python loadtest/kube_churn_round.py [--ingresses 2000] [--changed 20] [--rounds 10]
+    python loadtest/kube_churn_round.py --crd [--slices http|tcp] [--routes 5000] ...
     python loadtest/kube_churn_round.py --instructions   # callgrind: instructions per round
 
 ``--instructions`` runs this script under callgrind at two round counts (see
@@ -19,20 +28,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kube_scale import ENTRY_POINTS, decode_state, endpoint_slice, list_bodies
+from kube_scale import (
+    CRD_ENTRY_POINTS,
+    ENTRY_POINTS,
+    crd_list_bodies,
+    crd_slice,
+    crd_spread,
+    decode_state,
+    endpoint_slice,
+    list_bodies,
+)
 
 from edge.config.merge import RouterMemo, merge
 from edge.config.runtime import build_runtime, check_tls
-from edge.providers.kubernetes import objects
+from edge.providers.kubernetes import crd, objects
 from edge.providers.kubernetes.ingress import convert, update_endpoints
 from edge.router.factory import build_router_sets, servers_for
 from edge.tls.certs import TLSCertificates
@@ -41,58 +62,109 @@ from edge.transports import TransportRegistry
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--crd", action="store_true", help="the kubernetesCRD provider's round")
     p.add_argument("--ingresses", type=int, default=2000)
     p.add_argument("--endpoints", type=int, default=4, help="ready endpoints per Service")
+    p.add_argument("--routes", type=int, default=5000, help="--crd: IngressRoutes")
+    p.add_argument("--tcp-routes", type=int, default=1000, help="--crd: IngressRouteTCPs")
+    p.add_argument("--udp-routes", type=int, default=500, help="--crd: IngressRouteUDPs")
+    p.add_argument("--total-endpoints", type=int, default=20000, help="--crd: endpoints in all")
+    p.add_argument(
+        "--slices", choices=("http", "tcp"), default="http", help="--crd: whose slices change"
+    )
     p.add_argument("--changed", type=int, default=20, help="EndpointSlices changed per round")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--instructions", action="store_true", help="callgrind: instructions per round")
     args = p.parse_args()
+    if args.crd:
+        flags = ["--crd", "--routes", str(args.routes), "--tcp-routes", str(args.tcp_routes),
+                 "--udp-routes", str(args.udp_routes), "--total-endpoints",
+                 str(args.total_endpoints), "--slices", args.slices]  # fmt: skip
+        what = f"{args.changed} {args.slices} slices changed, {args.routes} IngressRoutes"
+    else:
+        flags = ["--ingresses", str(args.ingresses), "--endpoints", str(args.endpoints)]
+        what = f"{args.changed} slices changed, {args.ingresses} Ingresses"
     if args.instructions:
         from callgrind import per_unit
 
-        flags = ["--ingresses", str(args.ingresses), "--endpoints", str(args.endpoints),
-                 "--changed", str(args.changed)]  # fmt: skip
+        flags += ["--changed", str(args.changed)]
         per_round = per_unit(__file__, "--rounds", flags, 2, 6)
-        print(f"{per_round / 1e6:.1f}M instructions per churn round "
-              f"({args.changed} slices changed, {args.ingresses} Ingresses"
-              ")")  # fmt: skip
+        print(f"{per_round / 1e6:.1f}M instructions per churn round ({what})")
         return
 
-    n = args.ingresses
+    slice_of: Callable[[int, int], dict[str, Any]]
+    if args.crd:
+        spread = crd_spread(args.routes, args.tcp_routes, args.udp_routes, args.total_endpoints)
+        state = decode_state(
+            crd_list_bodies(args.routes, args.tcp_routes, args.udp_routes, args.total_endpoints)
+        )
+        result: Any = crd.convert(state)
+        provider, entry_points = crd.PROVIDER, CRD_ENTRY_POINTS
+        first, n = (
+            (0, args.routes) if args.slices == "http" else (args.routes, len(spread) - args.routes)
+        )
+
+        def slice_of(i: int, generation: int) -> dict[str, Any]:
+            return crd_slice(i, args.routes, args.tcp_routes, spread[i], generation)
+    else:
+        state = decode_state(list_bodies(args.ingresses, args.endpoints))
+        result = convert(state)
+        provider, entry_points = "kubernetes", ENTRY_POINTS
+        first, n = 0, args.ingresses
+
+        def slice_of(i: int, generation: int) -> dict[str, Any]:
+            return endpoint_slice(i, args.endpoints, generation)
+
     loop = asyncio.new_event_loop()
-    state = decode_state(list_bodies(n, args.endpoints))
-    result = convert(state)
     memo: RouterMemo = {}
-    merged = merge({"kubernetes": result.configuration}, memo)
-    runtime = build_runtime(merged, ENTRY_POINTS)
+    merged = merge({provider: result.configuration}, memo)
+    runtime = build_runtime(merged, entry_points)
     certs = TLSCertificates(runtime.tls)
     check_tls(runtime, certs)
     transports = TransportRegistry(loop)
     transports.commit(transports.plan(runtime.servers_transports))
     services: dict = {}
-    build_router_sets(runtime, transports, list(ENTRY_POINTS), services, certs)
+    build_router_sets(runtime, transports, list(entry_points), services, certs)
 
     step = max(n // max(args.changed, 1), 1)
     spent = 0.0
+    rebuilt = 0
     for r in range(args.rounds):
         slices = dict(state.endpoint_slices)
         for i in range(args.changed):
-            doc = endpoint_slice((i * step + r + 1) % n, args.endpoints, generation=100 + r)
+            doc = slice_of(first + (i * step + r + 1) % n, 100 + r)
             obj = objects.decode("EndpointSlice", msgspec.json.encode(doc))
             slices[obj.metadata.key] = obj
         new_state = msgspec.structs.replace(state, endpoint_slices=slices)
+        gc.disable()
         start = time.process_time()
-        new_result = update_endpoints(result, state, new_state)
-        assert new_result is not None
-        new_merged = merge({"kubernetes": new_result.configuration}, memo)
-        new_runtime = build_runtime(new_merged, ENTRY_POINTS, previous=runtime)
+        new_result: Any
+        if args.crd:
+            new_result = crd.convert(new_state)  # no endpoints-only path: all again
+            for _ in ("provider", "watcher"):  # each drops a configuration equal to the last
+                assert new_result.configuration != result.configuration
+        else:
+            new_result = update_endpoints(result, state, new_state)
+            assert new_result is not None
+        new_merged = merge({provider: new_result.configuration}, memo)
+        new_runtime = build_runtime(new_merged, entry_points, previous=runtime)
         names = new_runtime.changed_servers(runtime)  # as the data plane asks
-        assert names is not None and len(names) == args.changed, names
         check_tls(new_runtime, certs)
-        servers_for(services, new_runtime, names, transports)
+        if names is None:  # the data plane builds every router again
+            assert args.slices == "tcp", "an HTTP slices' round rebuilt the routers"
+            services = {}
+            build_router_sets(new_runtime, transports, list(entry_points), services, certs)
+            rebuilt += 1
+        else:
+            assert len(names) == args.changed * (2 if args.crd else 1), names
+            servers_for(services, new_runtime, names, transports)
         spent += time.process_time() - start
+        gc.enable()
         state, result, runtime = new_state, new_result, new_runtime
-    print(f"{args.rounds} rounds: {spent / args.rounds * 1e3:.1f} ms CPU per round")
+    print(
+        f"{args.rounds} rounds ({what}; {rebuilt} rebuilt the routers): "
+        f"{spent / args.rounds * 1e3:.1f} ms CPU per round"
+    )
     loop.close()
 
 
