@@ -21,6 +21,7 @@ from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
+    CRD_RESOURCES,
     ENDPOINT_SLICES,
     INGRESS_CLASSES,
     INGRESSES,
@@ -30,6 +31,8 @@ from edge.providers.kubernetes.client import (
     Change,
     CredentialsError,
     KubeClient,
+    KubeCore,
+    Subscription,
     Timing,
     WatchSpec,
     gc_paused,
@@ -744,3 +747,183 @@ def test_a_rotated_service_account_token_is_read_again(emu, make_client, tmp_pat
     seen = [r.authorization for r in emu.requests if r.at >= t0]
     assert seen[-1].lower() == "bearer rotated"
     assert emu.count(ING_PATH, since=t0, watch=False) == 0
+
+
+# --- the core several sources share ------------------------------------------------------
+
+SVC_PATH = "/api/v1/services"
+SECRET_PATH = "/api/v1/secrets"
+TRAEFIK_ROUTES = "/apis/traefik.io/v1alpha1/ingressroutes"
+INGRESS_ROUTES = CRD_RESOURCES[0]
+
+
+def ns_path(namespace: str, plural: str = "services") -> str:
+    return f"/api/v1/namespaces/{namespace}/{plural}"
+
+
+@pytest.fixture
+def make_core(emu):
+    cores: list[tuple[KubeCore, list[Subscription]]] = []
+
+    def make(timing: Timing = FAST) -> tuple[KubeCore, list[Subscription]]:
+        core = KubeCore(load_api_config(endpoint=emu.url, token=TOKEN), timing=timing)
+        subs: list[Subscription] = []
+        cores.append((core, subs))
+        return core, subs
+
+    yield make
+    for _, subs in cores:
+        for s in subs:
+            s.close()
+
+
+def subscribe(
+    core: KubeCore, subs: list[Subscription], name: str, watches, namespaces=(), rec=None
+) -> Subscription:
+    s = core.subscribe(name, watches, namespaces=namespaces, on_change=rec)
+    subs.append(s)
+    return s
+
+
+def test_two_sources_share_one_reflector_per_kind_and_namespace(emu, make_core):
+    """Two sources asking alike for Services (namespaces a, b and b, c) and each for a
+    kind of its own: Services are listed and watched once per namespace of the union,
+    never twice; each source reads only its namespaces and hears only of them."""
+    for ns in ("a", "b", "c", "d"):
+        emu.create(o.service(f"s-{ns}", ns))
+    emu.create(o.ingress("ing", "a"))
+    core, subs = make_core()
+    one, two = Recorder(), Recorder()
+    ingress = subscribe(
+        core,
+        subs,
+        "ingress",
+        [WatchSpec(INGRESSES, m.Named), WatchSpec(SERVICES, m.Named)],
+        ["a", "b"],
+        one,
+    )
+    crd = subscribe(
+        core,
+        subs,
+        "crd",
+        [WatchSpec(SERVICES, m.Named), WatchSpec(INGRESS_ROUTES, m.Named)],
+        ["b", "c"],
+        two,
+    )
+    ingress.open()
+    crd.open()
+    assert wait_until(lambda: ingress.synced and crd.synced)
+    assert ingress.pending() == {} and crd.pending() == {}
+    assert len(core.clients) == 1
+    assert emu.wait_watches(7)  # Services in a, b, c; Ingresses in a, b; IngressRoutes in b, c
+    for ns in ("a", "b", "c"):
+        assert emu.count(ns_path(ns), watch=False) == 1, ns
+        assert emu.count(ns_path(ns), watch=True) == 1, ns
+    assert emu.count(ns_path("d")) == 0 and emu.count(SVC_PATH) == 0
+    assert set(ingress.objects("Service")) == {("a", "s-a"), ("b", "s-b")}
+    assert set(crd.snapshot()["Service"]) == {("b", "s-b"), ("c", "s-c")}
+    assert sorted(crd.snapshot()) == ["IngressRoute", "Service"]
+    assert crd.get("Service", "a", "s-a") is None and ingress.get("Service", "a", "s-a")
+    # the last Change each heard said synced, once all of its own reflectors were
+    assert one.changes[-1].synced and two.changes[-1].synced
+    # a change in a reaches the ingress source only, one in b both, one in c the crd only
+    n1, n2 = len(one.changes), len(two.changes)
+    emu.create(o.service("new", "a"))
+    assert wait_until(lambda: ("a", "new") in one.keys("Service", n1))
+    emu.create(o.service("new", "c"))
+    assert wait_until(lambda: ("c", "new") in two.keys("Service", n2))
+    emu.create(o.service("new", "b"))
+    assert wait_until(lambda: ("b", "new") in one.keys("Service", n1))
+    assert wait_until(lambda: ("b", "new") in two.keys("Service", n2))
+    assert one.keys("Service", n1) == {("a", "new"), ("b", "new")}
+    assert two.keys("Service", n2) == {("b", "new"), ("c", "new")}
+    # Ingresses are the ingress source's only: the other never hears of them
+    emu.create(o.ingress("later", "b"))
+    assert wait_until(lambda: ("b", "later") in one.keys("Ingress", n1))
+    assert all(ch.kind != "Ingress" for ch in two.changes)
+
+
+def test_a_source_reading_every_namespace_makes_the_shared_reflector_cluster_wide(emu, make_core):
+    """One source in all namespaces, the other in c: one Services reflector over every
+    namespace, listed once; the restricted source still reads c alone."""
+    for ns in ("a", "c"):
+        emu.create(o.service(f"s-{ns}", ns))
+    core, subs = make_core()
+    everywhere = subscribe(core, subs, "all", [WatchSpec(SERVICES, m.Named)])
+    only_c = subscribe(core, subs, "c", [WatchSpec(SERVICES, m.Named)], ["c"])
+    everywhere.open()
+    only_c.open()
+    assert wait_until(lambda: everywhere.synced and only_c.synced)
+    assert emu.wait_watches(1)
+    assert emu.count(SVC_PATH, watch=False) == 1 and emu.count(SVC_PATH, watch=True) == 1
+    assert emu.count(ns_path("c")) == 0
+    assert set(everywhere.objects("Service")) == {("a", "s-a"), ("c", "s-c")}
+    assert set(only_c.objects("Service")) == {("c", "s-c")}
+
+
+def test_a_kind_asked_for_with_other_selectors_is_not_shared(emu, make_core):
+    """Secrets of every type for one source, TLS ones for the other: two reflectors, two
+    clients, each source reading what it asked for."""
+    emu.create(o.secret("tls"))
+    opaque = o.secret("opaque")
+    opaque["type"] = "Opaque"
+    emu.create(opaque)
+    core, subs = make_core()
+    tls = subscribe(
+        core, subs, "tls", [WatchSpec(SECRETS, m.Named, field_selector="type=kubernetes.io/tls")]
+    )
+    every = subscribe(core, subs, "every", [WatchSpec(SECRETS, m.Named)])
+    tls.open()
+    every.open()
+    assert wait_until(lambda: tls.synced and every.synced)
+    assert len(core.clients) == 2
+    assert emu.count(SECRET_PATH, watch=False) == 2
+    assert set(tls.objects("Secret")) == {("default", "tls")}
+    assert set(every.objects("Secret")) == {("default", "tls"), ("default", "opaque")}
+
+
+def test_a_source_that_cannot_list_its_kinds_does_not_hold_the_other_back(emu, make_core):
+    """IngressRoutes refused (403: CRDs not granted): the source reading them waits and
+    says why; the one sharing its Services with it is synced and hears its changes."""
+    emu.authorizer = lambda a: a.group != "traefik.io"
+    emu.create(o.service("s"))
+    core, subs = make_core()
+    rec = Recorder()
+    ingress = subscribe(core, subs, "ingress", [WatchSpec(SERVICES, m.Named)], rec=rec)
+    crd = subscribe(
+        core,
+        subs,
+        "crd",
+        [WatchSpec(SERVICES, m.Named), WatchSpec(INGRESS_ROUTES, m.Named)],
+    )
+    ingress.open()
+    crd.open()
+    assert wait_until(lambda: ingress.synced)
+    assert rec.changes and rec.changes[-1].synced
+    assert wait_until(lambda: "403" in crd.pending().get("IngressRoute in all namespaces", ""))
+    assert not crd.synced and set(crd.pending()) == {"IngressRoute in all namespaces"}
+    emu.authorizer = None
+    assert wait_until(lambda: crd.synced, timeout=10)
+
+
+def test_the_last_source_to_stop_stops_the_reflectors(emu, make_core):
+    core, subs = make_core()
+    first = subscribe(core, subs, "first", [WatchSpec(SERVICES, m.Named)])
+    second = subscribe(core, subs, "second", [WatchSpec(SERVICES, m.Named)])
+    first.open()
+    second.open()
+    assert wait_until(lambda: first.synced and second.synced) and emu.wait_watches(1)
+    with pytest.raises(RuntimeError, match="late subscribes after the core started"):
+        core.subscribe("late", [WatchSpec(SERVICES, m.Named)])
+    rec = Recorder()
+    first.on_change = rec
+    first.close()
+    assert [t for t in threading.enumerate() if t.name == "kube-Service-all"]
+    emu.create(o.service("after"))
+    assert wait_until(lambda: second.get("Service", "default", "after") is not None)
+    assert rec.changes == []  # a closed source hears nothing
+    second.close()
+    assert wait_until(lambda: emu.open_watches() == 0)
+    assert not [t for t in threading.enumerate() if t.name == "kube-Service-all"]
+    with pytest.raises(RuntimeError, match="already stopped"):
+        first.open()
