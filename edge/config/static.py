@@ -7,8 +7,20 @@ parses, trusted IPs are IPs or CIDRs, exactly one of ``providers.file.filename``
 ``directory`` is set, ``ping``/``api``/``metrics`` name an existing TCP entry point, and
 the log level is one of Traefik's (stored upper-case).
 
-Like Traefik, when ``ping``, ``api.insecure`` or ``metrics.prometheus`` use the internal
-entry point ``traefik`` and none is defined, one is added on ``:8080``.
+Like Traefik (``SetEffectiveConfiguration``), a configuration that defines no entry
+point (an empty file included) gets one, ``http`` on ``:80``
+(:attr:`StaticConfig.default_entry_point_added` says so, and the commands warn); when
+``ping``, ``api.insecure`` or ``metrics.prometheus`` use the internal entry point
+``traefik`` and none is defined, one is added on ``:8080``. Two entry points that
+would bind one address (same port and protocol, hosts that overlap: ``:80`` covers
+``0.0.0.0:80`` and ``[::1]:80``) are an error naming both, before anything binds.
+
+``serversTransport`` and ``tcpServersTransport`` (Traefik's static defaults): the
+transport of every HTTP (TCP) load balancer that names none, ``default@internal``.
+``api`` makes the service ``api@internal`` exist, which a router may name to serve
+the API behind its own rule and middlewares (``api.insecure`` is not needed for it).
+Both reach validation through :meth:`StaticConfig.entry_point_protocols`
+(:class:`RuntimeDefaults`).
 ``providersThrottleDuration`` is accepted at the top level (as documented for edge) and
 under ``providers`` (where Traefik reads it); the top-level field holds the result.
 
@@ -40,8 +52,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from edge.config.durations import Duration
-from edge.config.dynamic import Base, Domain, NonNegativeInt, split_host_port
+from edge.config.durations import Duration, SignedDuration
+from edge.config.dynamic import (
+    Base,
+    Domain,
+    ForwardingTimeouts,
+    NonNegativeInt,
+    ServersTransport,
+    TCPServersTransport,
+    TLSClientConfig,
+    split_host_port,
+)
 
 __all__ = [
     "DEFAULT_THROTTLE",
@@ -70,7 +91,10 @@ __all__ = [
     "RedirectEntryPoint",
     "Redirections",
     "RespondingTimeouts",
+    "RuntimeDefaults",
     "StaticConfig",
+    "StaticServersTransport",
+    "StaticTCPServersTransport",
     "Transport",
     "parse_address",
     "usable_cpus",
@@ -78,6 +102,12 @@ __all__ = [
 
 INTERNAL_ENTRY_POINT = "traefik"
 """Traefik's name for the entry point serving ping/api/metrics; not a default for routers."""
+
+DEFAULT_ENTRY_POINT = "http"
+"""The entry point Traefik (and edge) adds, on ``:80``, when the configuration has none."""
+
+API_SERVICE = "api@internal"
+"""Traefik's name for the API as a service a router can name (exists when ``api`` is set)."""
 
 DEFAULT_THROTTLE = Duration(2.0)
 
@@ -408,6 +438,103 @@ class Core(Base):
     default_rule_syntax: Literal["v3", "v2"] = "v3"
 
 
+# --- the default transports -------------------------------------------------------
+
+
+class Spiffe(Base):
+    """Traefik's SPIFFE settings: read so they are named, never applied (edge has no SPIFFE)."""
+
+    ids: list[str] = []
+    trust_domain: str = ""
+
+
+def _refuse_spiffe(spiffe: Spiffe | None) -> None:
+    if spiffe is not None:
+        raise ValueError("spiffe: not supported by edge (it has no SPIFFE workload API client)")
+
+
+class StaticServersTransport(Base):
+    """Traefik's static ``serversTransport``: ``default@internal``, the transport of every
+    HTTP load balancer naming none (:meth:`to_dynamic`). ``rootCAs`` relative to the
+    static file's folder, as every path of the static file (``edge.cli.load_static``)."""
+
+    insecure_skip_verify: bool = False
+    root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+    max_idle_conns_per_host: int = 200
+    forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
+    spiffe: Spiffe | None = None
+
+    def __post_init__(self) -> None:
+        _refuse_spiffe(self.spiffe)
+
+    def to_dynamic(self) -> ServersTransport:
+        return ServersTransport(
+            insecure_skip_verify=self.insecure_skip_verify,
+            root_cas=list(self.root_cas),
+            max_idle_conns_per_host=self.max_idle_conns_per_host,
+            forwarding_timeouts=self.forwarding_timeouts,
+        )
+
+
+class StaticTCPClientTLS(Base):
+    insecure_skip_verify: bool = False
+    root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
+    spiffe: Spiffe | None = None
+
+    def __post_init__(self) -> None:
+        _refuse_spiffe(self.spiffe)
+
+
+class StaticTCPServersTransport(Base):
+    """Traefik's static ``tcpServersTransport``: ``default@internal`` of TCP load balancers."""
+
+    dial_timeout: Duration = Duration(30.0)
+    dial_keep_alive: SignedDuration = SignedDuration(15.0)
+    termination_delay: SignedDuration = SignedDuration(0.1)
+    tls: StaticTCPClientTLS | None = None
+
+    def to_dynamic(self) -> TCPServersTransport:
+        tls = self.tls
+        return TCPServersTransport(
+            dial_timeout=self.dial_timeout,
+            dial_keep_alive=self.dial_keep_alive,
+            termination_delay=self.termination_delay,
+            tls=None
+            if tls is None
+            else TLSClientConfig(
+                insecure_skip_verify=tls.insecure_skip_verify, root_cas=list(tls.root_cas)
+            ),
+        )
+
+
+class RuntimeDefaults:
+    """What the static configuration adds to every dynamic one's validation
+    (:func:`edge.config.runtime.build_runtime`): ``default@internal`` for HTTP and TCP,
+    and whether ``api@internal`` exists. Travels on each :class:`EntryPointKind`."""
+
+    __slots__ = ("api", "servers_transport", "tcp_servers_transport")
+
+    def __init__(
+        self,
+        servers_transport: ServersTransport | None = None,
+        tcp_servers_transport: TCPServersTransport | None = None,
+        api: bool = False,
+    ) -> None:
+        self.servers_transport = servers_transport or ServersTransport()
+        self.tcp_servers_transport = tcp_servers_transport or TCPServersTransport()
+        self.api = api
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RuntimeDefaults) and all(
+            getattr(self, a) == getattr(other, a) for a in self.__slots__
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (RuntimeDefaults, (self.servers_transport, self.tcp_servers_transport, self.api))
+
+
 # --- the whole --------------------------------------------------------------------
 
 
@@ -422,11 +549,17 @@ class StaticConfig(Base):
     access_log: AccessLog | None = None
     core: Core = msgspec.field(default_factory=Core)
     workers: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = 1
+    servers_transport: StaticServersTransport | None = None
+    tcp_servers_transport: StaticTCPServersTransport | None = None
 
     def __post_init__(self) -> None:
         for name in self.entry_points:
             if not name or "@" in name:
                 raise ValueError(f"entryPoints: invalid entry point name {name!r}")
+        if not self.entry_points:  # Traefik's SetEffectiveConfiguration, before `traefik`
+            msgspec.structs.force_setattr(
+                self, "entry_points", {DEFAULT_ENTRY_POINT: _DEFAULT_HTTP}
+            )
 
         nested = self.providers.providers_throttle_duration
         if nested is not None:
@@ -458,7 +591,13 @@ class StaticConfig(Base):
                 raise ValueError(f"{what}: entryPoint {ep!r} is not defined in entryPoints")
             if entry_point.protocol != "tcp":
                 raise ValueError(f"{what}: entryPoint {ep!r} is a UDP entry point")
+        _check_addresses(self.entry_points)
         self._resolve_redirects()
+
+    @property
+    def default_entry_point_added(self) -> bool:
+        """No entry point was configured: ``http`` on ``:80`` was added, as Traefik adds it."""
+        return self.entry_points.get(DEFAULT_ENTRY_POINT) is _DEFAULT_HTTP
 
     def _resolve_redirects(self) -> None:
         """Check every ``http.redirections.entryPoint.to`` and give it the port to name."""
@@ -505,10 +644,17 @@ class StaticConfig(Base):
         """Entry point name -> ``"tcp"`` | ``"udp"``, what the watcher and runtime need.
 
         Each value is an :class:`EntryPointKind`: the protocol, carrying the entry
-        point's ``http.tls`` for the runtime's validation to apply.
+        point's ``http.tls`` and the :class:`RuntimeDefaults` (one object for all) for
+        the runtime's validation to apply.
         """
+        defaults = RuntimeDefaults(
+            self.servers_transport.to_dynamic() if self.servers_transport else None,
+            self.tcp_servers_transport.to_dynamic() if self.tcp_servers_transport else None,
+            api=self.api is not None,
+        )
         return {
-            name: EntryPointKind(ep.protocol, ep.http.tls) for name, ep in self.entry_points.items()
+            name: EntryPointKind(ep.protocol, ep.http.tls, defaults)
+            for name, ep in self.entry_points.items()
         }
 
 
@@ -518,19 +664,63 @@ class EntryPointKind(str):
 
     It travels where the protocols go (the watcher, a worker's validation, ``edge
     check``) so that :func:`edge.config.runtime.build_runtime` can give every HTTP
-    router of an entry point with ``http.tls`` that TLS. Plain strings (no model)
-    work as well.
+    router of an entry point with ``http.tls`` that TLS, and apply the static
+    configuration's ``defaults`` (:class:`RuntimeDefaults`, the same on every kind).
+    Plain strings (no model, no defaults) work as well.
     """
 
     http_tls: EntryPointTLS | None
+    defaults: RuntimeDefaults | None
 
-    def __new__(cls, protocol: str, http_tls: EntryPointTLS | None = None) -> EntryPointKind:
+    def __new__(
+        cls,
+        protocol: str,
+        http_tls: EntryPointTLS | None = None,
+        defaults: RuntimeDefaults | None = None,
+    ) -> EntryPointKind:
         kind = super().__new__(cls, protocol)
         kind.http_tls = http_tls
+        kind.defaults = defaults
         return kind
 
     def __reduce__(self):  # pickles (and copies) keep the model
-        return (EntryPointKind, (str(self), self.http_tls))
+        return (EntryPointKind, (str(self), self.http_tls, self.defaults))
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether binding hosts ``a`` and ``b`` on one port and protocol collide: ``""`` is
+    every interface, ``0.0.0.0`` every IPv4 and ``::`` every IPv6 one (edge binds IPv6
+    sockets v6-only, as asyncio does); names are compared as written."""
+    if a == "" or b == "":
+        return True
+    try:
+        x, y = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    except ValueError:
+        return a.lower() == b.lower()
+    if x.version != y.version:
+        return False
+    return x == y or x.is_unspecified or y.is_unspecified
+
+
+def _check_addresses(entry_points: Mapping[str, EntryPoint]) -> None:
+    """Two entry points binding one address: an error naming both (port 0 never collides)."""
+    seen: list[tuple[str, str, int, str]] = []
+    for name, ep in entry_points.items():
+        host, port, protocol = parse_address(ep.address)
+        for other, other_host, other_port, other_protocol in seen:
+            if (
+                (port, protocol) == (other_port, other_protocol)
+                and port
+                and _overlap(host, other_host)
+            ):
+                raise ValueError(
+                    f"entryPoints {other!r} ({entry_points[other].address}) and {name!r} "
+                    f"({ep.address}) both bind port {port}/{protocol}: give each its own address"
+                )
+        seen.append((name, host, port, protocol))
+
+
+_DEFAULT_HTTP = EntryPoint(address=":80")  # the very object: default_entry_point_added
 
 
 def usable_cpus(

@@ -1,20 +1,32 @@
 """Validation of a merged configuration into a :class:`RuntimeConfig`: one walk per
 protocol (HTTP, TCP, UDP), after a shortcut for rounds where only servers changed.
-See :mod:`edge.config.runtime` for the invariants of the result."""
+See :mod:`edge.config.runtime` for the invariants of the result.
+
+The static configuration's part (:class:`edge.config.static.RuntimeDefaults`, carried by
+the entry point kinds) is applied here, as Traefik's internal provider applies it:
+``default@internal`` is the static ``serversTransport`` / ``tcpServersTransport``, and
+with ``api`` the configuration holds the service ``api@internal`` (no servers: the
+entry point answers its routes with the API, :mod:`edge.entrypoints.internal`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from edge.config.dynamic import Configuration, ServersTransport, TCPServersTransport
+import msgspec
+
+from edge.config.dynamic import Configuration, HTTPConfiguration, LoadBalancer, Service
 from edge.config.runtime.checks import _RuleCache
 from edge.config.runtime.endpoints import _endpoints_only
 from edge.config.runtime.http import _build_http
-from edge.config.runtime.model import DEFAULT_TRANSPORT, RuntimeConfig, _Basis
+from edge.config.runtime.model import DEFAULT_TRANSPORT, RuntimeConfig, ServiceInfo, _Basis
 from edge.config.runtime.tcp import _build_tcp
 from edge.config.runtime.tls import _TransportTLS
 from edge.config.runtime.udp import _build_udp
-from edge.config.static import INTERNAL_ENTRY_POINT
+from edge.config.static import API_SERVICE, INTERNAL_ENTRY_POINT, RuntimeDefaults
+
+API_CONFIG = Service(load_balancer=LoadBalancer())
+"""``api@internal`` in the configuration: a service the entry point answers itself."""
 
 
 def build_runtime(
@@ -32,11 +44,15 @@ def build_runtime(
     endpoint churn), it lends its verdicts too: only those services are validated again
     (see :func:`_endpoints_only`), with the same outcome as a full validation.
     ``default_rule_syntax`` (``core.defaultRuleSyntax``) is the syntax of routers whose
-    ``ruleSyntax`` is empty.
+    ``ruleSyntax`` is empty. The static configuration's defaults come with the entry
+    point kinds (see the module doc).
     """
+    defaults = _defaults(entry_points)
+    conf = _with_api(conf, defaults)
     if previous is not None:
         shortcut = _endpoints_only(conf, entry_points, previous, default_rule_syntax)
         if shortcut is not None:
+            _default_transports(shortcut, defaults)
             return shortcut
     rt = RuntimeConfig(conf, entry_points)
     http_tls = _TransportTLS()
@@ -46,12 +62,16 @@ def build_runtime(
     tcp_defaults = sorted(
         n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
     )
-    rt.servers_transports[DEFAULT_TRANSPORT] = ServersTransport()
-    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = TCPServersTransport()
+    _default_transports(rt, defaults)
     if conf.http is not None:
         _build_http(
             rt, conf.http, entry_points, defaults=tcp_defaults, rules=rules, tls_errors=http_tls
         )
+        api = rt.http_services.get(API_SERVICE)
+        if api is not None and api.config is API_CONFIG:  # no servers by design: no warning
+            used_by = api.used_by
+            api = rt.http_services[API_SERVICE] = ServiceInfo(API_SERVICE, API_CONFIG)
+            api.used_by = used_by
     if conf.tcp is not None:
         _build_tcp(
             rt, conf.tcp, entry_points, defaults=tcp_defaults, rules=rules, tls_errors=tcp_tls
@@ -59,3 +79,26 @@ def build_runtime(
     if conf.udp is not None:
         _build_udp(rt, conf.udp, entry_points)
     return rt
+
+
+def _defaults(entry_points: Mapping[str, str]) -> RuntimeDefaults:
+    for kind in entry_points.values():
+        defaults = getattr(kind, "defaults", None)
+        if defaults is not None:
+            return defaults
+    return RuntimeDefaults()
+
+
+def _default_transports(rt: RuntimeConfig, defaults: RuntimeDefaults) -> None:
+    """``default@internal``: the static transports (Traefik's defaults when none is given)."""
+    rt.servers_transports[DEFAULT_TRANSPORT] = defaults.servers_transport
+    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = defaults.tcp_servers_transport
+
+
+def _with_api(conf: Configuration, defaults: RuntimeDefaults) -> Configuration:
+    """``conf`` holding the service ``api@internal`` when the static ``api`` is set."""
+    if not defaults.api or (conf.http is not None and API_SERVICE in conf.http.services):
+        return conf
+    http = conf.http or HTTPConfiguration()
+    services = {**http.services, API_SERVICE: API_CONFIG}
+    return msgspec.structs.replace(conf, http=msgspec.structs.replace(http, services=services))

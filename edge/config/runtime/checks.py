@@ -17,6 +17,7 @@ from edge.config.runtime.model import (
     RuntimeConfig,
     ServiceInfo,
 )
+from edge.config.static import API_SERVICE
 from edge.errors import RuleError
 from edge.rules import SYNTAXES, Rule, RuleCompiler, default_priority
 
@@ -94,7 +95,10 @@ def _check_service(
 ) -> None:
     info = services.get(service)
     if info is None:
-        r.add_error(f"service {service!r} does not exist")
+        hint = (
+            " (it exists when the static configuration has `api`)" if service == API_SERVICE else ""
+        )
+        r.add_error(f"service {service!r} does not exist{hint}")
         return
     if r.name not in info.used_by:
         info.used_by.append(r.name)
@@ -110,8 +114,17 @@ def _check_references(
     options: str | None,
 ) -> None:
     """What an HTTP or TCP router names: its service, its middlewares and, when it
-    terminates TLS, its TLS ``options``: each exists and is not disabled."""
+    terminates TLS, its TLS ``options``: each exists and is not disabled. A
+    ``tls.certResolver`` is a warning: edge has none (no ACME), and, as Traefik does
+    with a resolver it does not have, serves the router with the certificates it has."""
     _check_service(r, r.config.service, services)
+    resolver = getattr(r.config.tls, "cert_resolver", "")
+    if resolver and not getattr(r.config.tls, "passthrough", False):
+        r.add_error(
+            f"tls.certResolver {resolver!r} does not exist (edge has no certificate resolvers, "
+            "no ACME): served with tls.certificates, else the default certificate",
+            critical=False,
+        )
     for mw in r.config.middlewares:
         m = middlewares.get(mw)
         if m is None:

@@ -246,7 +246,10 @@ class _Checked:
         self.messages: list[str] = []  # (label, name) above: "router", "tcp router"
 
 
-def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[str, object]]:
-    """Entry points as validation reads them: protocol and HTTP model (EntryPointKind
-    compares as its protocol only)."""
-    return {n: (str(k), getattr(k, "http_tls", None)) for n, k in entry_points.items()}
+def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[str, object, object]]:
+    """Entry points as validation reads them: protocol, HTTP model and the static
+    defaults (EntryPointKind compares as its protocol only)."""
+    return {
+        n: (str(k), getattr(k, "http_tls", None), getattr(k, "defaults", None))
+        for n, k in entry_points.items()
+    }

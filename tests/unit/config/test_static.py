@@ -390,3 +390,113 @@ def test_kubernetes_crd_names_traefiks_other_keys_unsupported() -> None:
         decode_static({"providers": {"kubernetesCRD": {"disableClusterScopeResources": True}}})
     assert "$.providers.kubernetesCRD.disableClusterScopeResources" in str(info.value)
     assert "not supported by this version of edge" in str(info.value)
+
+
+# --- what Traefik adds and what it refuses ---------------------------------------------
+
+
+def test_no_entry_point_gets_traefiks_http_on_port_80() -> None:
+    """Traefik's SetEffectiveConfiguration: no entry point defined, ``http`` on ``:80``
+    (before ``traefik`` is added for api.insecure), and the commands are told so."""
+    for static in (decode_static(None), decode_static({}), decode_static({"log": {}})):
+        assert list(static.entry_points) == ["http"]
+        assert static.entry_points["http"].address == ":80"
+        assert static.default_entry_point_added
+    with_api = decode_static({"api": {"insecure": True}})
+    assert sorted(with_api.entry_points) == ["http", "traefik"]
+    written = decode_static({"entryPoints": {"http": {"address": ":80"}}})
+    assert not written.default_entry_point_added
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (":80", ":80"),
+        (":80", "127.0.0.1:80"),
+        (":80", "[::1]:80"),
+        ("0.0.0.0:80", "10.1.2.3:80"),
+        ("[::]:80", "[::1]:80"),
+        ("[0:0::1]:80", "[::1]:80"),
+        (":53/udp", "127.0.0.1:53/udp"),
+        ("localhost:80", "LOCALHOST:80"),
+    ],
+)
+def test_two_entry_points_on_one_address_are_an_error_naming_both(a: str, b: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static({"entryPoints": {"one": {"address": a}, "two": {"address": b}}})
+    message = info.value.message
+    assert "'one'" in message and "'two'" in message and a in message and b in message
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (":80", ":80/udp"),  # TCP and UDP are separate
+        ("127.0.0.1:80", "127.0.0.2:80"),
+        ("0.0.0.0:80", "[::]:80"),  # edge binds IPv6 sockets v6-only
+        ("127.0.0.1:0", "127.0.0.1:0"),  # each gets its own port
+        (":80", ":81"),
+    ],
+)
+def test_entry_points_on_distinct_addresses(a: str, b: str) -> None:
+    decode_static({"entryPoints": {"one": {"address": a}, "two": {"address": b}}})
+
+
+def test_added_traefik_entry_point_collides_with_one_written() -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static({"entryPoints": {"web": {"address": ":8080"}}, "api": {"insecure": True}})
+    assert "'web'" in info.value.message and "'traefik'" in info.value.message
+
+
+def test_static_servers_transports_are_the_defaults_validation_applies() -> None:
+    static = decode_static(
+        {
+            "entryPoints": {"web": {"address": ":80"}},
+            "serversTransport": {
+                "insecureSkipVerify": True,
+                "rootCAs": ["ca.pem"],
+                "maxIdleConnsPerHost": 7,
+                "forwardingTimeouts": {"dialTimeout": "2s", "responseHeaderTimeout": "5s"},
+            },
+            "tcpServersTransport": {
+                "dialTimeout": "3s",
+                "dialKeepAlive": "-1s",
+                "terminationDelay": "50ms",
+                "tls": {"insecureSkipVerify": True},
+            },
+            "api": {},
+        }
+    )
+    defaults = static.entry_point_protocols()["web"].defaults  # type: ignore[attr-defined]
+    http = defaults.servers_transport
+    assert (http.insecure_skip_verify, http.root_cas, http.max_idle_conns_per_host) == (
+        True,
+        ["ca.pem"],
+        7,
+    )
+    assert http.forwarding_timeouts.dial_timeout == 2.0
+    assert http.forwarding_timeouts.response_header_timeout == 5.0
+    tcp = defaults.tcp_servers_transport
+    assert (tcp.dial_timeout, tcp.dial_keep_alive, tcp.termination_delay) == (3.0, -1.0, 0.05)
+    assert tcp.tls is not None and tcp.tls.insecure_skip_verify
+    assert defaults.api
+    plain = decode_static({}).entry_point_protocols()["http"].defaults  # type: ignore[attr-defined]
+    assert not plain.api and plain.servers_transport.max_idle_conns_per_host == 200
+
+
+@pytest.mark.parametrize(
+    ("obj", "path", "words"),
+    [
+        ({"serversTransport": {"spiffe": {"ids": ["x"]}}}, "$.serversTransport", "spiffe"),
+        (
+            {"tcpServersTransport": {"tls": {"spiffe": {}}}},
+            "$.tcpServersTransport.tls",
+            "spiffe",
+        ),
+        ({"serversTransport": {"serverName": "a"}}, "$.serversTransport.serverName", "unknown"),
+    ],
+)
+def test_static_servers_transport_refusals_name_the_key(obj, path: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static(obj)
+    assert info.value.path == path and words in info.value.message

@@ -241,3 +241,142 @@ def test_previous_snapshot_lends_compiled_rules() -> None:
     assert (
         build_runtime(c, EPS).http_routers["r@file"].rule is not first.http_routers["r@file"].rule
     )
+
+
+# --- what the static configuration adds ----------------------------------------------
+
+
+def _static_eps(static: dict) -> dict[str, str]:
+    from edge.config.loader import decode_static
+
+    static_config = decode_static({"entryPoints": {"web": {"address": ":80"}}, **static})
+    return static_config.entry_point_protocols()
+
+
+SERVED = {
+    "http": {
+        "routers": {"r": {"rule": "Host(`a`)", "service": "s"}},
+        "services": {
+            "s": lb("https://127.0.0.1:9001"),
+            "own": {"loadBalancer": {"servers": [{"url": "http://a"}], "serversTransport": "fast"}},
+        },
+        "serversTransports": {"fast": {"forwardingTimeouts": {"dialTimeout": "1s"}}},
+    },
+    "tcp": {
+        "routers": {"t": {"rule": "HostSNI(`*`)", "service": "ts"}},
+        "services": {"ts": {"loadBalancer": {"servers": [{"address": "127.0.0.1:9"}]}}},
+    },
+}
+
+
+def test_static_servers_transports_are_default_at_internal() -> None:
+    eps = _static_eps(
+        {
+            "serversTransport": {"insecureSkipVerify": True, "maxIdleConnsPerHost": 3},
+            "tcpServersTransport": {"dialTimeout": "4s"},
+        }
+    )
+    c = merge({"file": conf(SERVED)})
+    rt = build_runtime(c, eps)
+    default = rt.servers_transports[DEFAULT_TRANSPORT]
+    assert default.insecure_skip_verify and default.max_idle_conns_per_host == 3
+    assert rt.servers_transports["fast@file"].max_idle_conns_per_host == 200  # its own
+    assert rt.tcp_servers_transports[DEFAULT_TRANSPORT].dial_timeout == 4.0
+    assert rt.http_services["s@file"].status == "enabled"
+    # A round where only servers changed keeps them (the endpoints-only shortcut).
+    moved = json.loads(json.dumps(SERVED))
+    moved["http"]["services"]["s"] = lb("https://127.0.0.1:9002")
+    again = build_runtime(merge({"file": conf(moved)}), eps, previous=rt)
+    assert again.http_routers["r@file"] is rt.http_routers["r@file"]  # the shortcut took it
+    assert again.servers_transports[DEFAULT_TRANSPORT] == default
+    assert again.tcp_servers_transports[DEFAULT_TRANSPORT].dial_timeout == 4.0
+    # Without a static one, Traefik's defaults.
+    assert build_runtime(c, EPS).servers_transports[DEFAULT_TRANSPORT] == ServersTransport()
+
+
+def test_static_root_cas_that_cannot_be_read_disable_https_services(tmp_path) -> None:
+    missing = str(tmp_path / "missing-ca.pem")
+    eps = _static_eps({"serversTransport": {"rootCAs": [missing]}})
+    rt = build_runtime(merge({"file": conf(SERVED)}), eps)
+    s = rt.http_services["s@file"]
+    assert s.status == "disabled" and missing in s.errors[0] and DEFAULT_TRANSPORT in s.errors[0]
+    assert rt.http_routers["r@file"].status == "disabled"
+    assert rt.http_services["own@file"].status == "enabled"  # plain http, its own transport
+
+
+API_ROUTERS = {
+    "http": {
+        "routers": {
+            "dash": {"rule": "Host(`api.a`)", "service": "api@internal", "middlewares": ["m"]},
+        },
+        "middlewares": {"m": {"stripPrefix": {"prefixes": ["/x"]}}},
+    }
+}
+
+
+def test_api_at_internal_exists_with_api() -> None:
+    c = merge({"file": conf(API_ROUTERS)})
+    rt = build_runtime(c, _static_eps({"api": {}}))
+    r = rt.http_routers["dash@file"]
+    assert r.status == "enabled" and r.errors == []
+    api = rt.http_services["api@internal"]
+    assert api.status == "enabled" and api.errors == [] and api.used_by == ["dash@file"]
+    assert api.provider == "internal"
+    # Without `api` there is none, and the reason says where it comes from.
+    rt = build_runtime(c, _static_eps({}))
+    r = rt.http_routers["dash@file"]
+    assert r.status == "disabled"
+    assert r.errors == [
+        "service 'api@internal' does not exist (it exists when the static configuration has `api`)"
+    ]
+    assert "api@internal" not in rt.http_services
+
+
+def test_cert_resolver_edge_lacks_is_a_warning_naming_the_router() -> None:
+    """Traefik logs "Router uses a nonexistent certificate resolver" and serves the router
+    with the certificates it has: a warning, the router served."""
+    c = merge(
+        {
+            "file": conf(
+                {
+                    "http": {
+                        "routers": {
+                            "le": {
+                                "rule": "Host(`a`)",
+                                "service": "s",
+                                "tls": {"certResolver": "letsencrypt"},
+                            },
+                            "plain": {"rule": "Host(`b`)", "service": "s", "tls": {}},
+                        },
+                        "services": {"s": lb("http://a")},
+                    },
+                    "tcp": {
+                        "routers": {
+                            "t": {
+                                "rule": "HostSNI(`c`)",
+                                "service": "ts",
+                                "tls": {"certResolver": "letsencrypt"},
+                            },
+                            "pass": {
+                                "rule": "HostSNI(`d`)",
+                                "service": "ts",
+                                "tls": {"passthrough": True, "certResolver": "letsencrypt"},
+                            },
+                        },
+                        "services": {"ts": {"loadBalancer": {"servers": [{"address": "a:1"}]}}},
+                    },
+                }
+            )
+        }
+    )
+    rt = build_runtime(c, EPS)
+    le = rt.http_routers["le@file"]
+    assert le.status == "warning"
+    assert le.errors == [
+        "tls.certResolver 'letsencrypt' does not exist (edge has no certificate resolvers, "
+        "no ACME): served with tls.certificates, else the default certificate"
+    ]
+    assert "router le@file: tls.certResolver 'letsencrypt'" in "\n".join(rt.errors())
+    assert rt.http_routers["plain@file"].status == "enabled"
+    assert rt.tcp_routers["t@file"].status == "warning"
+    assert rt.tcp_routers["pass@file"].status == "enabled"  # passthrough needs no certificate
