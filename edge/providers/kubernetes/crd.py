@@ -56,8 +56,10 @@ Services
     scheme is ``scheme``, else ``https`` for port 443 or a port name starting with
     ``https``, else ``http``. Options edge does not implement (``sticky``,
     ``healthCheck``, ``passiveHealthCheck``, ``responseForwarding``, a ``strategy`` other
-    than ``wrr``, service ``middlewares``, the ``h2c`` scheme, ``nodePortLB``) refuse the
-    route, naming the option: nothing is served without what the user asked for.
+    than ``wrr``, service ``middlewares``, the ``h2c`` scheme) refuse the route, naming
+    the option: nothing is served without what the user asked for. So does ``nodePortLB``
+    on a NodePort Service (edge reads neither Nodes nor nodePorts yet); on a Service of
+    another type it is ignored, as in Traefik.
 
 TLS
     ``tls.secretName`` is read from the route's namespace as the Ingress conversion reads
@@ -67,14 +69,36 @@ TLS
     TLSOption; ``tls.domains`` pass on; ``tls.certResolver`` is not supported and
     refuses the routes. IngressRouteTCP's ``tls.passthrough`` routes the TLS connection
     by SNI without terminating it (its Secret, if any, is not read, as in Traefik).
+
+Secrets of TLSOptions and ServersTransports (Traefik's keys, read in the object's namespace)
+    A ServersTransport's ``certificatesSecrets`` (and a ServersTransportTCP's
+    ``tls.certificatesSecrets``) become edge's client ``certificates``, inline PEM, from
+    Secrets of any type holding ``tls.crt`` and ``tls.key``. CA bundles (``rootCAs``
+    entries ``{secret: name}``, the deprecated ``rootCAsSecrets``, a TLSOption's
+    ``clientAuth.secretNames``) are read by :func:`~edge.providers.kubernetes.secrets.ca_bundle`
+    (today it refuses them: edge keeps no ``tls.ca``/``ca.crt``); ``{configMap: name}``
+    is refused (ConfigMaps are not read). ``clientAuth.clientAuthType`` passes on. Where
+    Traefik logs a missing or bad Secret and serves without it, edge refuses the element
+    (and the routes using it): a transport without its client certificate or CA, or
+    options without the CA that verifies clients, would not be what the user asked for.
+    edge's own file keys (``certificates``, ``clientAuth.caFiles``) are refused in the
+    cluster: an object must not make edge read its files.
+
+Endpoint churn
+    :func:`update_endpoints` derives ``convert(new)`` from ``convert(old)`` when only
+    EndpointSlices changed, rebuilding the load balancers (HTTP, TCP, UDP) of the
+    Services whose slices changed from where each came from (:class:`Backend`, kept in
+    the :class:`Conversion`); routers, weighted services and TraefikServices stay the
+    previous objects. It answers None (a whole conversion) when a changed Service had
+    refused something for lack of ready endpoints, or does now.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import msgspec
 
@@ -82,6 +106,7 @@ from edge.config.durations import dec_hook
 from edge.config.dynamic import (
     UNSUPPORTED,
     CertAndStores,
+    ClientAuth,
     Configuration,
     Domain,
     HTTPConfiguration,
@@ -115,6 +140,8 @@ from edge.config.dynamic import (
 )
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.endpoints import (
+    changed_services,
+    endpoints_only,
     host_port,
     ready_addresses,
     service_port,
@@ -128,9 +155,18 @@ from edge.providers.kubernetes.objects import (
     RouteTLS,
 )
 from edge.providers.kubernetes.objects import Service as KubeService
-from edge.providers.kubernetes.secrets import SecretError, tls_certificate
+from edge.providers.kubernetes.secrets import SecretError, ca_bundle, tls_certificate
 
-__all__ = ["DEFAULT_CLASS", "PROVIDER", "CRDOptions", "Conversion", "Problem", "convert"]
+__all__ = [
+    "DEFAULT_CLASS",
+    "PROVIDER",
+    "Backend",
+    "CRDOptions",
+    "Conversion",
+    "Problem",
+    "convert",
+    "update_endpoints",
+]
 
 PROVIDER = "kubernetescrd"
 """The provider name Traefik gives these elements (``<ns>-<name>@kubernetescrd``)."""
@@ -167,11 +203,33 @@ class CRDOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename
     native_lb_by_default: bool = msgspec.field(default=False, name="nativeLBByDefault")
 
 
+_Ref = objects.RouteService | objects.RouteServiceTCP | objects.RouteServiceUDP
+
+
+class Backend(NamedTuple):
+    """Where one load balancer of a conversion comes from: the namespace of the object
+    naming the Service (an IngressRoute, a TraefikService, an IngressRouteTCP or an
+    IngressRouteUDP) and its reference; :func:`update_endpoints` rebuilds it from that."""
+
+    parent: str
+    ref: _Ref
+
+    @property
+    def service(self) -> Key:
+        """The Kubernetes Service whose endpoints the load balancer holds."""
+        return (self.ref.namespace or self.parent, self.ref.name)
+
+
 class Conversion(NamedTuple):
-    """What :func:`convert` returns: the configuration and every problem, in walk order."""
+    """What :func:`convert` returns: the configuration and every problem, in walk order;
+    for :func:`update_endpoints`, where each load balancer comes from (by section,
+    ``http``, ``tcp`` or ``udp``, and name) and the Services whose lack of ready
+    endpoints refused something (a new endpoint would bring a route back)."""
 
     configuration: Configuration
     problems: list[Problem]
+    backends: Mapping[tuple[str, str], Backend] = {}
+    refused_services: frozenset[Key] = frozenset()
 
 
 class _Refused(Exception):
@@ -213,6 +271,32 @@ _HTTP_KINDS = _kinds(Middleware)
 _TCP_KINDS = _kinds(TCPMiddleware)
 
 T = TypeVar("T")
+S = TypeVar("S", Service, TCPService, UDPService)
+
+
+class _Batch(Generic[S]):
+    """What one route (or TraefikService) builds: services by name, and where each load
+    balancer comes from; it joins the conversion only once the whole route converted."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, S] = {}
+        self.backends: dict[str, Backend] = {}
+
+    def add(self, name: str, service: S, backend: Backend | None = None) -> None:
+        self.services[name] = service
+        if backend is None:
+            self.backends.pop(name, None)
+        else:
+            self.backends[name] = backend
+
+
+def _names(value: Any, where: str) -> list[str]:
+    """A spec's list of Secret names (absent: none); :class:`_Refused` if it is not one."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _Refused(f"invalid spec: {where} is not a list of names")
+    return value
 
 
 def _convert_spec(spec: Mapping[str, Any], model: type[T]) -> T:
@@ -227,10 +311,12 @@ def _convert_spec(spec: Mapping[str, Any], model: type[T]) -> T:
 
 
 class _Converter:
-    def __init__(self, state: ClusterState, options: CRDOptions) -> None:
+    def __init__(
+        self, state: ClusterState, options: CRDOptions, only: set[Key] | None = None
+    ) -> None:
         self.state = state
         self.options = options
-        self.slices = slices_by_service(state.endpoint_slices)
+        self.slices = slices_by_service(state.endpoint_slices, only)
         self.problems: list[Problem] = []
         self.http_routers: dict[str, Router] = {}
         self.http_services: dict[str, Service] = {}
@@ -247,6 +333,8 @@ class _Converter:
         self.tls_stores: dict[str, TLSStore] = {}
         # (kind, namespace, name) -> why it was refused, for those referring to it
         self.refused: dict[tuple[str, str, str], str] = {}
+        self.backends: dict[tuple[str, str], Backend] = {}
+        self.refused_services: set[Key] = set()
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -342,7 +430,9 @@ class _Converter:
                 raise _Refused(f"{what} has no cluster IP for nativeLB")
             return [address], found
         if node_port_lb and svc.spec.type == "NodePort":
-            raise _Refused(f"nodePortLB: {UNSUPPORTED}")
+            raise _Refused(
+                f"{what}: nodePortLB: {UNSUPPORTED} (edge reads neither Nodes nor nodePorts)"
+            )
         addresses, hosts = ready_addresses(
             self.slices.get((namespace, name), ()),
             found.name,
@@ -350,6 +440,7 @@ class _Converter:
             allow_fqdn=self.options.allow_external_name_services,
         )
         if not addresses and not self.options.allow_empty_services:
+            self.refused_services.add((namespace, name))
             if hosts:
                 raise _Refused(
                     f"{what}: its EndpointSlices {', '.join(hosts)} name hosts "
@@ -423,12 +514,97 @@ class _Converter:
         try:
             if key[1] == DEFAULT and defaults > 1:
                 raise _Refused("TLSOptions named default exist in more than one namespace")
-            client_auth = option.spec.get("clientAuth")
-            if isinstance(client_auth, Mapping) and "secretNames" in client_auth:
-                raise _Refused(f"clientAuth.secretNames: {UNSUPPORTED}")
-            self.tls_options[_tls_name(*key)] = _convert_spec(option.spec, TLSOptions)
+            spec = dict(option.spec)
+            client_auth = self.client_auth(key[0], spec.pop("clientAuth", None))
+            options = _convert_spec(spec, TLSOptions)
+            self.tls_options[_tls_name(*key)] = msgspec.structs.replace(
+                options, client_auth=client_auth
+            )
         except _Refused as refused:
             self.refuse("TLSOption", key, "spec", refused.reason)
+
+    def client_auth(self, namespace: str, spec: Any) -> ClientAuth | None:
+        """A TLSOption's ``clientAuth`` (Traefik's: ``secretNames``, CA bundles read from
+        Secrets of the option's namespace, and ``clientAuthType``) as edge's."""
+        if spec is None:
+            return None
+        if not isinstance(spec, Mapping):
+            raise _Refused("invalid spec: clientAuth is not an object")
+        for field in sorted(set(spec) - {"secretNames", "clientAuthType"}):
+            raise _Refused(f"invalid spec: unknown field clientAuth.{field}")
+        names = spec.get("secretNames") or []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _Refused("invalid spec: clientAuth.secretNames is not a list of names")
+        cas = [self.ca(namespace, name, f"clientAuth.secretNames[{i}]")
+               for i, name in enumerate(names)]  # fmt: skip
+        auth = {"caFiles": cas, "clientAuthType": spec.get("clientAuthType") or ""}
+        try:
+            return msgspec.convert(auth, ClientAuth)
+        except msgspec.ValidationError as exc:
+            raise _Refused(f"invalid spec: clientAuth: {exc}") from None
+
+    def ca(self, namespace: str, name: Any, where: str) -> str:
+        """The CA bundle of the Secret ``name`` in ``namespace``."""
+        if not isinstance(name, str) or not name:
+            raise _Refused(f"{where}: names no Secret")
+        if not self.visible(namespace):
+            raise _Refused(f"{where}: secret {namespace}/{name} not found")
+        try:
+            return ca_bundle(self.state.secrets, (namespace, name))
+        except SecretError as exc:
+            raise _Refused(f"{where}: {exc.reason}") from None
+
+    def transport_tls(self, namespace: str, spec: dict[str, Any], where: str) -> dict[str, Any]:
+        """Traefik's keys of a serversTransport's TLS settings that name Secrets and
+        ConfigMaps (``rootCAs``, the deprecated ``rootCAsSecrets``,
+        ``certificatesSecrets``), taken out of ``spec`` and read into edge's
+        ``rootCAs`` and ``certificates`` (inline PEM). edge's own keys for files
+        (``certificates``, and ``rootCAs`` as strings) are refused: an object in the
+        cluster must not make edge read its files."""
+        if "certificates" in spec:
+            raise _Refused(f"invalid spec: unknown field {where}certificates (Traefik's "
+                           "is certificatesSecrets)")  # fmt: skip
+        cas: list[str] = []
+        for i, name in enumerate(
+            _names(spec.pop("rootCAsSecrets", None), f"{where}rootCAsSecrets")
+        ):
+            cas.append(self.ca(namespace, name, f"{where}rootCAsSecrets[{i}]"))
+        roots = spec.pop("rootCAs", None) or []
+        if not isinstance(roots, list):
+            raise _Refused(f"invalid spec: {where}rootCAs is not a list")
+        for i, root in enumerate(roots):
+            at = f"{where}rootCAs[{i}]"
+            if not isinstance(root, Mapping) or set(root) - {"secret", "configMap"}:
+                raise _Refused(
+                    f"invalid spec: {at}: expected {{secret: name}} or {{configMap: name}}"
+                )
+            if not root:
+                raise _Refused(f"{at}: names neither a Secret nor a ConfigMap")
+            if len(root) > 1:
+                raise _Refused(f"{at}: names both a Secret and a ConfigMap")
+            if "configMap" in root:
+                raise _Refused(
+                    f"{at}: configMap {namespace}/{root['configMap']}: a CA bundle from a "
+                    f"ConfigMap is {UNSUPPORTED}"
+                )
+            cas.append(self.ca(namespace, root["secret"], at))
+        certificates = []
+        names = _names(spec.pop("certificatesSecrets", None), f"{where}certificatesSecrets")
+        for i, name in enumerate(names):
+            key = (namespace, name)
+            try:
+                if not self.visible(namespace):
+                    raise SecretError("secret-not-found", f"secret {namespace}/{name} not found")
+                cert = tls_certificate(self.state.secrets, key, any_type=True)
+            except SecretError as exc:
+                raise _Refused(f"{where}certificatesSecrets[{i}]: {exc.reason}") from None
+            certificates.append({"certFile": cert.cert_file, "keyFile": cert.key_file})
+        found: dict[str, Any] = {}
+        if cas:
+            found["rootCAs"] = cas
+        if certificates:
+            found["certificates"] = certificates
+        return found
 
     def tls_store(self, key: Key, store: objects.TLSStore, defaults: int) -> None:
         name = _tls_name(*key)
@@ -457,21 +633,22 @@ class _Converter:
 
     def servers_transport(self, key: Key, st: objects.ServersTransport) -> None:
         try:
-            for field in ("rootCAs", "certificatesSecrets"):
-                if field in st.spec:
-                    raise _Refused(f"{field} (Secrets and ConfigMaps): {UNSUPPORTED}")
-            self.transports[_normalize("-".join(key))] = _convert_spec(st.spec, ServersTransport)
+            spec = dict(st.spec)
+            spec.update(self.transport_tls(key[0], spec, ""))
+            self.transports[_normalize("-".join(key))] = _convert_spec(spec, ServersTransport)
         except _Refused as refused:
             self.refuse("ServersTransport", key, "spec", refused.reason)
 
     def servers_transport_tcp(self, key: Key, st: objects.ServersTransportTCP) -> None:
         try:
-            tls = st.spec.get("tls")
-            for field in ("rootCAs", "certificatesSecrets"):
-                if isinstance(tls, Mapping) and field in tls:
-                    raise _Refused(f"tls.{field} (Secrets and ConfigMaps): {UNSUPPORTED}")
+            spec = dict(st.spec)
+            tls = spec.get("tls")
+            if isinstance(tls, Mapping):
+                tls = dict(tls)
+                tls.update(self.transport_tls(key[0], tls, "tls."))
+                spec["tls"] = tls
             name = _normalize("-".join(key))
-            self.tcp_transports[name] = _convert_spec(st.spec, TCPServersTransport)
+            self.tcp_transports[name] = _convert_spec(spec, TCPServersTransport)
         except _Refused as refused:
             self.refuse("ServersTransportTCP", key, "spec", refused.reason)
 
@@ -489,31 +666,45 @@ class _Converter:
                 raise _Refused("the TraefikService has no weighted services")
             if spec.weighted.sticky is not None:
                 raise _Refused(f"weighted.sticky: {UNSUPPORTED}")
-            services: dict[str, Service] = {}
+            batch: _Batch[Service] = _Batch()
             children = []
             for i, ref in enumerate(spec.weighted.services):
                 try:
-                    name, service = self.http_service(key[0], ref)
+                    name, service, backend = self.http_service(key[0], ref)
                 except _Refused as refused:
                     raise _Refused(f"weighted.services[{i}]: {refused.reason}") from None
                 if service is not None:
-                    services[name] = service
+                    batch.add(name, service, backend)
                 children.append(WRRService(name=name, weight=_weight(ref.weight)))
-            services[_normalize("-".join(key))] = Service(weighted=Weighted(services=children))
-            self.http_services.update(services)
+            batch.add(_normalize("-".join(key)), Service(weighted=Weighted(services=children)))
+            self.commit("http", self.http_services, batch)
         except _Refused as refused:
             self.refuse("TraefikService", key, "spec", refused.reason)
 
-    # --- IngressRoute ----------------------------------------------------------------------
+    # --- services ----------------------------------------------------------------------------
 
-    def http_service(self, parent: str, ref: objects.RouteService) -> tuple[str, Service | None]:
-        """(name, the load balancer to add; None for a TraefikService) of a reference."""
+    def commit(self, section: str, table: dict[str, S], batch: _Batch[S]) -> None:
+        """Add what a route (or a TraefikService) built, and where its load balancers
+        come from (a name rebuilt without one, a weighted service, forgets it)."""
+        table.update(batch.services)
+        for name in batch.services:
+            backend = batch.backends.get(name)
+            if backend is None:
+                self.backends.pop((section, name), None)
+            else:
+                self.backends[(section, name)] = backend
+
+    def http_service(
+        self, parent: str, ref: objects.RouteService
+    ) -> tuple[str, Service | None, Backend | None]:
+        """(name, the load balancer to add and where it comes from; None for a
+        TraefikService) of a reference."""
         kind = ref.kind or "Service"
         if kind == "TraefikService":
             name, _ = self.reference(
                 parent, ref.namespace, ref.name, "TraefikService", self.state.traefik_services
             )
-            return name, None
+            return name, None, None
         if kind != "Service":
             raise _Refused(f"unsupported service kind {kind!r}")
         for field, value in (
@@ -551,86 +742,7 @@ class _Converter:
             servers_transport=transport,
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}")
-        return name, Service(load_balancer=balancer)
-
-    def ingress_route(self, key: Key, ir: objects.IngressRoute) -> None:
-        ns, name = key
-        spec = ir.spec
-        tls_error = ""
-        router_tls = None
-        if spec.tls is not None:
-            try:
-                options, domains = self.route_tls("IngressRoute", key, spec.tls)
-                router_tls = RouterTLS(options=options, domains=domains)
-            except _Refused as refused:
-                tls_error = f"tls: {refused.reason}"
-        if spec.parent_refs:
-            tls_error = f"spec.parentRefs: {UNSUPPORTED}"
-        for i, route in enumerate(spec.routes):
-            router = _normalize(f"{ns}-{_route_key(route.match, name)}")
-            where = f"spec.routes[{i}]"
-            services: dict[str, Service] = {}
-            try:
-                if tls_error:  # or parentRefs
-                    raise _Refused(tls_error)
-                if route.kind not in ("", "Rule"):
-                    raise _Refused(f"unsupported match kind {route.kind!r} (only Rule)")
-                if not route.match:
-                    raise _Refused("empty match rule")
-                if router in self.http_routers:
-                    raise _Refused(f"the same match as an earlier route (router {router})")
-                middlewares = [
-                    self.reference(ns, m.namespace, m.name, "Middleware", self.state.middlewares)[0]
-                    for m in route.middlewares
-                ]
-                service = self.route_services(ns, router, route.services, services)
-            except _Refused as refused:
-                found = self.problem("IngressRoute", key, where, refused.reason)
-                if router not in self.http_routers:
-                    self.http_routers[router] = Router(
-                        rule=route.match,
-                        service="",
-                        entry_points=list(spec.entry_points),
-                        problems=[str(found)],
-                    )
-                continue
-            self.http_services.update(services)
-            self.http_routers[router] = Router(
-                rule=route.match,
-                service=service,
-                entry_points=list(spec.entry_points),
-                priority=route.priority,
-                rule_syntax=route.syntax,
-                middlewares=middlewares,
-                tls=router_tls,
-            )
-
-    def route_services(
-        self,
-        ns: str,
-        router: str,
-        refs: list[objects.RouteService],
-        services: dict[str, Service],
-    ) -> str:
-        """The service of a route (``services`` gets what it adds)."""
-        if not refs:
-            raise _Refused("the route names no service")
-        if len(refs) == 1:
-            name, service = self.http_service(ns, refs[0])
-            if service is None:
-                return name
-            services[router] = service
-            return router
-        children = []
-        for ref in refs:
-            name, service = self.http_service(ns, ref)
-            if service is not None:
-                services[name] = service
-            children.append(WRRService(name=name, weight=_weight(ref.weight)))
-        services[router] = Service(weighted=Weighted(services=children))
-        return router
-
-    # --- IngressRouteTCP -------------------------------------------------------------------
+        return name, Service(load_balancer=balancer), Backend(parent, ref)
 
     def tcp_service(self, parent: str, ref: objects.RouteServiceTCP) -> TCPService:
         ns = self.service_namespace(parent, ref.namespace, ref.name)
@@ -656,61 +768,138 @@ class _Converter:
             )
         )
 
-    def ingress_route_tcp(self, key: Key, ir: objects.IngressRouteTCP) -> None:
+    def udp_service(self, parent: str, ref: objects.RouteServiceUDP) -> UDPService:
+        ns = self.service_namespace(parent, ref.namespace, ref.name)
+        addresses, _ = self.servers(ns, ref.name, ref.port, "UDP", ref.native_lb, ref.node_port_lb)
+        return UDPService(
+            load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in addresses])
+        )
+
+    def rebuild(self, backend: Backend) -> Service | TCPService | UDPService:
+        """The load balancer ``backend`` describes, from this state's endpoints."""
+        ref = backend.ref
+        if isinstance(ref, objects.RouteServiceTCP):
+            return self.tcp_service(backend.parent, ref)
+        if isinstance(ref, objects.RouteServiceUDP):
+            return self.udp_service(backend.parent, ref)
+        service = self.http_service(backend.parent, ref)[1]
+        assert service is not None  # a backend is a Service's load balancer
+        return service
+
+    def route_services(
+        self,
+        ns: str,
+        router: str,
+        refs: Sequence[_Ref],
+        batch: _Batch[S],
+        wrap: Callable[[Weighted], S],
+    ) -> str:
+        """The service of a route naming ``refs`` (``batch`` gets what it adds): a
+        reference alone is the route's load balancer, named like its router (a
+        TraefikService is used by its own name); several are a weighted service named
+        like the router over their load balancers."""
+        if not refs:
+            raise _Refused("the route names no service")
+        built = [self.route_service(ns, router, ref) for ref in refs]
+        if len(built) == 1:
+            name, service, backend = built[0]
+            if service is None:
+                return name
+            batch.add(router, cast(S, service), backend)
+            return router
+        children = []
+        for ref, (name, service, backend) in zip(refs, built, strict=True):
+            if service is not None:
+                batch.add(name, cast(S, service), backend)
+            children.append(WRRService(name=name, weight=_weight(ref.weight)))
+        batch.add(router, wrap(Weighted(services=children)))
+        return router
+
+    def route_service(
+        self, ns: str, router: str, ref: _Ref
+    ) -> tuple[str, Service | TCPService | UDPService | None, Backend | None]:
+        """(name as a weighted child, load balancer, its backend) of one reference: HTTP
+        children are named after the Service port (Traefik's ``<ns>-<service>-<port>``),
+        TCP and UDP ones after the router (``<router>-<service>-<port>``)."""
+        if isinstance(ref, objects.RouteService):
+            return self.http_service(ns, ref)
+        child = f"{router}-{ref.name}-{_port_text(ref.port)}"
+        if isinstance(ref, objects.RouteServiceTCP):
+            return child, self.tcp_service(ns, ref), Backend(ns, ref)
+        return child, self.udp_service(ns, ref), Backend(ns, ref)
+
+    # --- IngressRoute and IngressRouteTCP ---------------------------------------------------
+
+    def ingress_route(self, key: Key, ir: objects.IngressRoute | objects.IngressRouteTCP) -> None:
+        """The routers of an IngressRoute (HTTP) or an IngressRouteTCP: one per route,
+        named after its match; a refused route is a stand-in router holding the problem."""
         ns, name = key
         spec = ir.spec
-        tls_error = ""
-        router_tls = None
+        http = isinstance(ir, objects.IngressRoute)
+        # What differs between the two: their kind, tables, models and middleware kind.
+        if http:
+            kind, section, mw_kind = "IngressRoute", "http", "Middleware"
+            tables: tuple[dict[str, Any], dict[str, Any], Mapping[Key, Any]] = (
+                self.http_routers,
+                self.http_services,
+                self.state.middlewares,
+            )
+            make: Callable[..., Any] = Router
+            wrap: Callable[[Weighted], Any] = lambda w: Service(weighted=w)  # noqa: E731
+        else:
+            kind, section, mw_kind = "IngressRouteTCP", "tcp", "MiddlewareTCP"
+            tables = (self.tcp_routers, self.tcp_services, self.state.middleware_tcps)
+            make, wrap = TCPRouter, lambda w: TCPService(weighted=w)
+        routers, services, mw_table = tables
+        error = ""
+        router_tls: Any = None  # RouterTLS or TCPRouterTLS
         if spec.tls is not None:
             try:
-                options, domains = self.route_tls("IngressRouteTCP", key, spec.tls)
-                router_tls = TCPRouterTLS(
-                    passthrough=spec.tls.passthrough, options=options, domains=domains
+                options, domains = self.route_tls(kind, key, spec.tls)
+                router_tls = (
+                    RouterTLS(options=options, domains=domains)
+                    if http
+                    else TCPRouterTLS(
+                        passthrough=spec.tls.passthrough, options=options, domains=domains
+                    )
                 )
             except _Refused as refused:
-                tls_error = f"tls: {refused.reason}"
-        for i, route in enumerate(spec.routes):
+                error = f"tls: {refused.reason}"
+        if isinstance(ir, objects.IngressRoute) and ir.spec.parent_refs:
+            error = f"spec.parentRefs: {UNSUPPORTED}"
+        routes: Sequence[objects.Route | objects.RouteTCP] = spec.routes
+        for i, route in enumerate(routes):
             router = f"{ns}-{_route_key(route.match, name)}"
-            where = f"spec.routes[{i}]"
-            services: dict[str, TCPService] = {}
+            router = _normalize(router) if http else router  # Traefik's names
+            batch: _Batch[Any] = _Batch()
             try:
-                if tls_error:
-                    raise _Refused(tls_error)
+                if error:
+                    raise _Refused(error)
+                if isinstance(route, objects.Route) and route.kind not in ("", "Rule"):
+                    raise _Refused(f"unsupported match kind {route.kind!r} (only Rule)")
                 if not route.match:
                     raise _Refused("empty match rule")
-                if router in self.tcp_routers:
+                if router in routers:
                     raise _Refused(f"the same match as an earlier route (router {router})")
                 middlewares = [
-                    self.reference(
-                        ns, m.namespace, m.name, "MiddlewareTCP", self.state.middleware_tcps
-                    )[0]
+                    self.reference(ns, m.namespace, m.name, mw_kind, mw_table)[0]
                     for m in route.middlewares
                 ]
-                if not route.services:
-                    raise _Refused("the route names no service")
-                if len(route.services) == 1:
-                    services[router] = self.tcp_service(ns, route.services[0])
-                else:
-                    children = []
-                    for ref in route.services:
-                        child = f"{router}-{ref.name}-{_port_text(ref.port)}"
-                        services[child] = self.tcp_service(ns, ref)
-                        children.append(WRRService(name=child, weight=_weight(ref.weight)))
-                    services[router] = TCPService(weighted=Weighted(services=children))
+                service = self.route_services(ns, router, route.services, batch, wrap)
             except _Refused as refused:
-                found = self.problem("IngressRouteTCP", key, where, refused.reason)
-                if router not in self.tcp_routers:
-                    self.tcp_routers[router] = TCPRouter(
+                found = self.problem(kind, key, f"spec.routes[{i}]", refused.reason)
+                if router not in routers:
+                    routers[router] = make(
                         rule=route.match,
                         service="",
                         entry_points=list(spec.entry_points),
                         problems=[str(found)],
                     )
                 continue
-            self.tcp_services.update(services)
-            self.tcp_routers[router] = TCPRouter(
+            self.commit(section, services, batch)
+            routers[router] = make(
                 rule=route.match,
-                service=router,
+                service=service,
                 entry_points=list(spec.entry_points),
                 priority=route.priority,
                 rule_syntax=route.syntax,
@@ -720,39 +909,24 @@ class _Converter:
 
     # --- IngressRouteUDP -------------------------------------------------------------------
 
-    def udp_service(self, parent: str, ref: objects.RouteServiceUDP) -> UDPService:
-        ns = self.service_namespace(parent, ref.namespace, ref.name)
-        addresses, _ = self.servers(ns, ref.name, ref.port, "UDP", ref.native_lb, ref.node_port_lb)
-        return UDPService(
-            load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in addresses])
-        )
-
     def ingress_route_udp(self, key: Key, ir: objects.IngressRouteUDP) -> None:
         ns, name = key
         for i, route in enumerate(ir.spec.routes):
             router = f"{ns}-{name}-{i}"
-            services: dict[str, UDPService] = {}
+            batch: _Batch[UDPService] = _Batch()
             try:
-                if not route.services:
-                    raise _Refused("the route names no service")
-                if len(route.services) == 1:
-                    services[router] = self.udp_service(ns, route.services[0])
-                else:
-                    children = []
-                    for ref in route.services:
-                        child = f"{router}-{ref.name}-{_port_text(ref.port)}"
-                        services[child] = self.udp_service(ns, ref)
-                        children.append(WRRService(name=child, weight=_weight(ref.weight)))
-                    services[router] = UDPService(weighted=Weighted(services=children))
+                service = self.route_services(
+                    ns, router, route.services, batch, lambda w: UDPService(weighted=w)
+                )
             except _Refused as refused:
                 found = self.problem("IngressRouteUDP", key, f"spec.routes[{i}]", refused.reason)
                 self.udp_routers[router] = UDPRouter(
                     service="", entry_points=list(ir.spec.entry_points), problems=[str(found)]
                 )
                 continue
-            self.udp_services.update(services)
+            self.commit("udp", self.udp_services, batch)
             self.udp_routers[router] = UDPRouter(
-                service=router, entry_points=list(ir.spec.entry_points)
+                service=service, entry_points=list(ir.spec.entry_points)
             )
 
     # --- the whole -------------------------------------------------------------------------
@@ -780,11 +954,16 @@ class _Converter:
                 self.ingress_route(key, ir)
         for key, tcp in self.items(state.ingress_route_tcps):
             if self.selected(tcp.metadata, tcp.spec.ingress_class_name):
-                self.ingress_route_tcp(key, tcp)
+                self.ingress_route(key, tcp)
         for key, udp in self.items(state.ingress_route_udps):
             if self.selected(udp.metadata, udp.spec.ingress_class_name):
                 self.ingress_route_udp(key, udp)
-        return Conversion(self.configuration(), self.problems)
+        return Conversion(
+            self.configuration(),
+            self.problems,
+            self.backends,
+            frozenset(self.refused_services),
+        )
 
     def configuration(self) -> Configuration:
         http = HTTPConfiguration(
@@ -828,9 +1007,7 @@ def _middleware(spec: Mapping[str, Any], model: type[T], kinds: tuple[str, ...])
     found = sorted(spec)
     unknown = [kind for kind in found if kind not in kinds]
     if unknown:
-        raise _Refused(
-            f"middleware kind {', '.join(unknown)}: {UNSUPPORTED} (edge has {', '.join(kinds)})"
-        )
+        raise _Refused(f"middleware kind {', '.join(unknown)}: {UNSUPPORTED}")
     if len(found) != 1:
         raise _Refused(f"a middleware must have exactly one kind, found {len(found)}")
     return _convert_spec(spec, model)
@@ -839,3 +1016,39 @@ def _middleware(spec: Mapping[str, Any], model: type[T], kinds: tuple[str, ...])
 def convert(state: ClusterState, options: CRDOptions | None = None) -> Conversion:
     """The dynamic configuration for ``state`` (see the module doc for every rule)."""
     return _Converter(state, options or CRDOptions()).run()
+
+
+def update_endpoints(
+    previous: Conversion,
+    old: ClusterState,
+    new: ClusterState,
+    options: CRDOptions | None = None,
+) -> Conversion | None:
+    """``convert(new, options)``, built from ``previous`` (``convert(old, options)``) at a
+    cost that grows with the EndpointSlices changed, not the cluster: only the HTTP, TCP
+    and UDP load balancers of the Services whose slices changed are rebuilt (from the
+    references they came from); routers, weighted services and TraefikServices are the
+    previous ones. None when :func:`convert` must run: the states differ in more than
+    EndpointSlices, or a changed Service refused something before (no ready endpoint:
+    a new one brings a route back) or does now (its last ready endpoint gone without
+    ``allowEmptyServices``: its routes go).
+    """
+    if not endpoints_only(old, new):
+        return None
+    affected = changed_services(old.endpoint_slices, new.endpoint_slices)
+    if affected & previous.refused_services:
+        return None
+    converter = _Converter(new, options or CRDOptions(), only=affected)
+    rebuilt: dict[str, dict[str, Any]] = {}
+    for (section, name), backend in previous.backends.items():
+        if backend.service in affected:
+            try:
+                rebuilt.setdefault(section, {})[name] = converter.rebuild(backend)
+            except _Refused:
+                return None
+    configuration = previous.configuration
+    for section, services in rebuilt.items():
+        part = getattr(configuration, section)
+        part = msgspec.structs.replace(part, services={**part.services, **services})
+        configuration = msgspec.structs.replace(configuration, **{section: part})
+    return previous._replace(configuration=configuration)

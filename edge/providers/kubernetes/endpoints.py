@@ -7,6 +7,10 @@ and how an address is written (:func:`host_port`). The Ingress conversion
 (:mod:`edge.providers.kubernetes.crd`) both resolve Services through these, so a
 Service port means the same servers whichever object names it.
 
+Endpoint churn: :func:`endpoints_only` tells that two snapshots differ in their
+EndpointSlices alone, and :func:`changed_services` which Services' slices changed, so
+that a conversion rebuilds those Services' server lists and nothing else.
+
 Invariants: pure functions of the decoded objects; an endpoint counts unless ``ready``
 is false or ``terminating`` is true (``ready`` unset means ready, per the API); an
 address that is not of its slice's ``addressType`` is dropped; IPv6 addresses are
@@ -20,11 +24,15 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 
-from edge.providers.kubernetes.objects import EndpointSlice, Key, ServicePort
+import msgspec
+
+from edge.providers.kubernetes.objects import ClusterState, EndpointSlice, Key, ServicePort
 from edge.providers.kubernetes.objects import Service as KubeService
 
 __all__ = [
     "HOST_RE",
+    "changed_services",
+    "endpoints_only",
     "host_port",
     "ready_addresses",
     "service_port",
@@ -141,3 +149,37 @@ def ready_addresses(
                 if found is not None:
                     addresses.add(found)
     return addresses, hosts
+
+
+# --- endpoint churn ----------------------------------------------------------------------
+
+_NOT_SLICES = tuple(
+    f.name for f in msgspec.structs.fields(ClusterState) if f.name != "endpoint_slices"
+)
+
+
+def _same(old: object, new: object) -> bool:
+    return old is new or old == new
+
+
+def endpoints_only(old: ClusterState, new: ClusterState) -> bool:
+    """True when the two snapshots differ, and only in their EndpointSlices. Every
+    other table of :class:`ClusterState` is compared (by identity first: a snapshot's
+    unchanged tables are the same dicts), so a kind added to it later counts too."""
+    return not _same(old.endpoint_slices, new.endpoint_slices) and all(
+        _same(getattr(old, name), getattr(new, name)) for name in _NOT_SLICES
+    )
+
+
+def changed_services(
+    old: Mapping[Key, EndpointSlice], new: Mapping[Key, EndpointSlice]
+) -> set[Key]:
+    """The Services (namespace, name) owning a slice added, removed or changed between
+    ``old`` and ``new`` (a slice relabelled counts for both owners). A slice object the
+    two tables share is unchanged: a snapshot passes untouched objects on."""
+    affected: set[Key] = set()
+    for table, other in ((old, new), (new, old)):
+        for key, eps in table.items():
+            if other.get(key) is not eps and eps.service_name:
+                affected.add((key[0], eps.service_name))
+    return affected

@@ -1,7 +1,9 @@
-"""TLS Secrets -> certificates, shared by every conversion.
+"""Secrets -> certificates and CA bundles, shared by every conversion.
 
-Owns :func:`tls_certificate`: a Secret of type ``kubernetes.io/tls`` whose ``tls.crt``
-and ``tls.key`` are PEM becomes an inline-PEM ``tls.certificates`` entry. Anything
+Owns :func:`tls_certificate`: a Secret whose ``tls.crt`` and ``tls.key`` are PEM becomes
+an inline-PEM ``tls.certificates`` entry (of type ``kubernetes.io/tls`` only, unless the
+caller takes any type, as Traefik does for a serversTransport's client certificates);
+and :func:`ca_bundle`, the CA certificates a Secret holds for verifying peers. Anything
 else is a :class:`SecretError` saying why, so the Ingress conversion
 (:mod:`edge.providers.kubernetes.ingress`) and the CRD conversion
 (:mod:`edge.providers.kubernetes.crd`) refuse the same Secrets for the same reasons.
@@ -16,7 +18,10 @@ from typing import Literal
 from edge.config.dynamic import CertAndStores
 from edge.providers.kubernetes.objects import TLS_SECRET_TYPE, Key, Secret
 
-__all__ = ["SecretError", "tls_certificate"]
+__all__ = ["CA_KEYS", "SecretError", "ca_bundle", "tls_certificate"]
+
+CA_KEYS = ("tls.ca", "ca.crt")
+"""The keys of a Secret (or ConfigMap) Traefik reads a CA bundle from, in its order."""
 
 
 class SecretError(Exception):
@@ -28,13 +33,22 @@ class SecretError(Exception):
         self.reason = reason
 
 
-def tls_certificate(secrets: Mapping[Key, Secret], key: Key) -> CertAndStores:
-    """The certificate held by the Secret ``key``; :class:`SecretError` if it holds none."""
-    what = f"secret {key[0]}/{key[1]}"
+def _secret(secrets: Mapping[Key, Secret], key: Key) -> Secret:
     secret = secrets.get(key)
     if secret is None:
-        raise SecretError("secret-not-found", f"{what} not found")
-    if secret.type != TLS_SECRET_TYPE:
+        raise SecretError("secret-not-found", f"secret {key[0]}/{key[1]} not found")
+    return secret
+
+
+def tls_certificate(
+    secrets: Mapping[Key, Secret], key: Key, *, any_type: bool = False
+) -> CertAndStores:
+    """The certificate held by the Secret ``key``; :class:`SecretError` if it holds none.
+    ``any_type``: a Secret of another type than ``kubernetes.io/tls`` holding both keys
+    is read too."""
+    what = f"secret {key[0]}/{key[1]}"
+    secret = _secret(secrets, key)
+    if secret.type != TLS_SECRET_TYPE and not any_type:
         raise SecretError(
             "secret-invalid", f"{what} is of type {secret.type!r}, not {TLS_SECRET_TYPE}"
         )
@@ -50,3 +64,19 @@ def tls_certificate(secrets: Mapping[Key, Secret], key: Key) -> CertAndStores:
             raise SecretError("secret-invalid", f"{what}: {field} is not PEM")
         pems.append(text)
     return CertAndStores(cert_file=pems[0], key_file=pems[1])
+
+
+def ca_bundle(secrets: Mapping[Key, Secret], key: Key) -> str:
+    """The PEM CA bundle the Secret ``key`` holds under ``tls.ca`` or ``ca.crt``.
+
+    edge's Secret model keeps ``tls.crt`` and ``tls.key`` alone (no other secret data
+    is held in memory), so today every existing Secret is refused here, naming the keys
+    it would need; a missing one is not found. Reading the bundle needs the two keys in
+    :class:`~edge.providers.kubernetes.objects.TLSData`.
+    """
+    _secret(secrets, key)
+    raise SecretError(
+        "secret-invalid",
+        f"secret {key[0]}/{key[1]}: its CA bundle ({' or '.join(CA_KEYS)}) is not read: "
+        "edge keeps only tls.crt and tls.key of Secrets",
+    )

@@ -26,7 +26,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from edge.config.diff import changed_servers
 from edge.config.durations import enc_hook
 from edge.config.dynamic import Configuration
 from edge.config.loader import decode_dynamic
@@ -34,7 +37,7 @@ from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.errors import ConfigError
 from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.crd import PROVIDER, CRDOptions, convert
+from edge.providers.kubernetes.crd import PROVIDER, CRDOptions, convert, update_endpoints
 from edge.providers.kubernetes.objects import ClusterState
 from tests.fixtures.tls.pki import PKI
 
@@ -207,3 +210,168 @@ def test_a_list_that_is_not_a_list_is_an_error() -> None:
 def test_every_crd_kind_decodes_its_metadata_alone(kind: str) -> None:
     obj = objects.decode(kind, b'{"metadata": {"name": "x", "namespace": "ns"}}')
     assert obj.metadata.key == ("ns", "x")
+
+
+# --- endpoints-only updates -------------------------------------------------------------------
+
+SHARED = FIXTURES / "endpoints-shared-by-every-kind.yaml"
+WEB_ALONE = "default-app-629990b524bf9a1a8d27"  # Host(`a.example.com`): web alone
+TCP_WEB = "default-db-673acf455cb2dab0b43a"
+
+
+def with_slices(state: ClusterState, *docs: dict[str, Any]) -> ClusterState:
+    """``state`` with these EndpointSlices replacing (or adding to) its own; every other
+    slice object and table passed on as it is, as a snapshot does."""
+    slices = dict(state.endpoint_slices)
+    for doc in docs:
+        eps = objects.decode("EndpointSlice", msgspec.json.encode(doc))
+        slices[eps.metadata.key] = eps
+    return msgspec.structs.replace(state, endpoint_slices=slices)
+
+
+def slice_doc(svc: str, addresses: list[str], *, udp: bool = False, name: str = "") -> dict:
+    """The slice ``<svc>-1`` (or ``name``) of the shared fixture's Service ``svc``."""
+    port = (
+        {"name": "dns", "port": 5353, "protocol": "UDP"}
+        if udp
+        else {"name": "http", "port": 8080, "protocol": "TCP"}
+    )
+    return {"kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": name or f"{svc}-1", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": svc}},
+            "endpoints": [{"addresses": [a]} for a in addresses], "ports": [port]}  # fmt: skip
+
+
+def shared() -> ClusterState:
+    return decode_objects(load(SHARED).objects)
+
+
+def test_update_endpoints_rebuilds_only_the_changed_services_load_balancers() -> None:
+    """web's slice changes: update_endpoints equals a whole conversion, and only web's
+    load balancers (alone, as the weighted child shared with the TraefikService, behind
+    the IngressRouteTCP) are new objects; routers, weighted services, api's and dns's
+    load balancers are the previous conversion's own."""
+    old = shared()
+    previous = convert(old)
+    assert previous.problems == []
+    new = with_slices(old, slice_doc("web", ["10.244.0.6", "10.244.0.9"]))
+
+    updated = update_endpoints(previous, old, new)
+    assert updated == convert(new)
+    assert updated is not None
+    before, after = previous.configuration, updated.configuration
+    assert before.http and after.http and before.tcp and after.tcp
+    assert after.http.routers is before.http.routers
+    assert after.tcp.routers is before.tcp.routers
+    assert after.udp is before.udp
+    rebuilt = sorted(n for n, svc in after.http.services.items()
+                     if svc is not before.http.services[n])  # fmt: skip
+    assert rebuilt == [WEB_ALONE, "default-web-80"]
+    lb = after.http.services[WEB_ALONE].load_balancer
+    assert lb is not None
+    assert [s.url for s in lb.servers] == ["http://10.244.0.6:8080", "http://10.244.0.9:8080"]
+    tcp = after.tcp.services[TCP_WEB].load_balancer
+    assert tcp is not None
+    assert [s.address for s in tcp.servers] == ["10.244.0.6:8080", "10.244.0.9:8080"]
+    # The HTTP part differs in server lists alone, which the data plane updates in place.
+    in_place = changed_servers(before, msgspec.structs.replace(after, tcp=before.tcp))
+    assert in_place is not None and sorted(in_place) == rebuilt
+
+
+def test_update_endpoints_rebuilds_udp_load_balancers() -> None:
+    old = shared()
+    new = with_slices(old, slice_doc("dns", ["10.244.2.6"], udp=True))
+    updated = update_endpoints(convert(old), old, new)
+    assert updated == convert(new)
+    assert updated is not None and updated.configuration.udp is not None
+    lb = updated.configuration.udp.services["default-dns-0"].load_balancer
+    assert lb is not None and [s.address for s in lb.servers] == ["10.244.2.6:5353"]
+
+
+def test_update_endpoints_of_a_slice_no_route_reads_changes_nothing() -> None:
+    old = shared()
+    previous = convert(old)
+    new = with_slices(old, slice_doc("unused", ["10.244.9.9"]))
+    assert update_endpoints(previous, old, new) == previous == convert(new)
+
+
+def test_update_endpoints_says_when_a_whole_conversion_is_needed() -> None:
+    old = shared()
+    previous = convert(old)
+    # Nothing changed, or more than EndpointSlices: another table differs.
+    assert update_endpoints(previous, old, old) is None
+    moved = with_slices(old, slice_doc("web", ["10.244.0.9"]))
+    assert update_endpoints(previous, old, msgspec.structs.replace(moved, services={})) is None
+    routes = dict(old.ingress_routes)
+    routes.pop(("default", "app"))
+    assert (
+        update_endpoints(previous, old, msgspec.structs.replace(moved, ingress_routes=routes))
+        is None
+    )
+    # web's last ready endpoint gone: its routes go (without allowEmptyServices).
+    gone = with_slices(old, slice_doc("web", []))
+    assert update_endpoints(previous, old, gone) is None
+    assert convert(gone).problems  # as the whole conversion says
+    # ...and a ready endpoint back brings them back: a refused Service is not patched.
+    refused = convert(gone)
+    assert update_endpoints(refused, gone, old) is None
+    # With allowEmptyServices, both are endpoint changes like any other.
+    allow = CRDOptions(allow_empty_services=True)
+    empty = update_endpoints(convert(old, allow), old, gone, allow)
+    assert empty == convert(gone, allow)
+    assert update_endpoints(convert(gone, allow), gone, old, allow) == convert(old, allow)
+
+
+def test_update_endpoints_keeps_native_lb_and_external_name_servers() -> None:
+    """nativeLB load balancers hold the cluster IP, whatever the endpoints say."""
+    old = shared()
+    options = CRDOptions(native_lb_by_default=True)
+    previous = convert(old, options)
+    new = with_slices(old, slice_doc("web", ["10.244.0.9"]))
+    updated = update_endpoints(previous, old, new, options)
+    assert updated == convert(new, options) == previous
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["web", "api", "dns"]),
+                st.lists(st.sampled_from(["10.244.0.5", "10.244.0.6", "10.244.7.1"]), unique=True),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    allow_empty=st.booleans(),
+)
+def test_update_endpoints_equals_a_whole_conversion(
+    steps: list[list[tuple[str, list[str], bool]]], allow_empty: bool
+) -> None:
+    """Random slice churn (replaced, emptied, removed) under routes of every kind: after
+    every step update_endpoints gives what convert gives, or None; with
+    allowEmptyServices never None."""
+    options = CRDOptions(allow_empty_services=allow_empty)
+    state = shared()
+    previous = convert(state, options)
+    for step in steps:
+        slices = dict(state.endpoint_slices)
+        for svc, addresses, keep in step:
+            key = ("default", f"{svc}-1")
+            if keep:
+                doc = slice_doc(svc, addresses, udp=svc == "dns")
+                slices[key] = objects.decode("EndpointSlice", msgspec.json.encode(doc))
+            else:
+                slices.pop(key, None)
+        new = msgspec.structs.replace(state, endpoint_slices=slices)
+        full = convert(new, options)
+        updated = update_endpoints(previous, state, new, options)
+        if updated is not None:
+            assert updated == full
+        elif allow_empty and new.endpoint_slices != state.endpoint_slices:
+            raise AssertionError("with allowEmptyServices an endpoints-only change is in place")
+        state, previous = new, full
