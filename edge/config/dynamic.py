@@ -27,8 +27,10 @@ from typing import Annotated, Literal, dataclass_transform
 from urllib.parse import urlsplit
 
 import msgspec
+import re2  # google-re2: the engine and syntax of Go's regexp
 
 from edge.config.durations import Duration, SignedDuration
+from edge.rules.regexp import _compile_re2
 
 __all__ = [
     "AddPrefix",
@@ -223,6 +225,9 @@ class LoadBalancer(Base):
     servers: list[Server] = []
     pass_host_header: bool = True
     servers_transport: str = ""  # "" means the default transport, default@internal
+    # Traefik's strategies: "wrr" (its default, edge's only one), "p2c", "hrw",
+    # "leasttime"; judged by validation (edge.config.runtime.http).
+    strategy: str = ""
 
 
 class WRRService(Base):
@@ -244,19 +249,84 @@ class Service(Element):
 
 
 class StripPrefix(Base):
+    """Prefixes tried in order; the first the path starts with is taken away."""
+
     prefixes: list[str] = []
+
+    def check(self) -> None:
+        for i, prefix in enumerate(self.prefixes):
+            _target_part(f"prefixes[{i}]", prefix)
+
+
+class StripPrefixRegex(Base):
+    """Regexps (Go's syntax) tried in order; the first match at the path's start is taken away."""
+
+    regex: list[str] = []
+
+    def check(self) -> None:
+        for i, pattern in enumerate(self.regex):
+            go_regexp(pattern.strip(), f"regex[{i}]")
 
 
 class AddPrefix(Base):
-    prefix: str
+    prefix: str = ""
 
-    def __post_init__(self) -> None:
-        # It goes into the request line: a space or a line break there would start
-        # another part of the line, or another line (a header, a request).
-        if _NOT_IN_TARGET.search(self.prefix):
-            raise ValueError(
-                f"addPrefix: prefix {self.prefix!r} holds whitespace or a control character"
-            )
+    def check(self) -> None:
+        if not self.prefix:
+            raise ValueError("prefix: must not be empty (Traefik refuses an empty prefix)")
+        _target_part("prefix", self.prefix)
+
+
+class ReplacePath(Base):
+    """The path goes upstream as ``path``; the one replaced as X-Replaced-Path."""
+
+    path: str = ""
+
+    def check(self) -> None:
+        _target_part("path", self.path)
+        if _BAD_ESCAPE.search(self.path):
+            raise ValueError(f"path: {self.path!r} holds a % not followed by two hex digits")
+
+
+class ReplacePathRegex(Base):
+    """Every match of ``regex`` in the (escaped) path replaced by ``replacement``
+    (Go's template: ``$1``, ``${1}``, ``${name}``, ``$$``)."""
+
+    regex: str = ""
+    replacement: str = ""
+
+    def check(self) -> None:
+        compiled = go_regexp(self.regex.strip(), "regex")
+        go_template(self.replacement.strip(), compiled, "replacement")
+        _target_part("replacement", self.replacement.strip())
+
+
+class RedirectRegex(Base):
+    """A redirect to ``replacement`` when ``regex`` matches the request's URL."""
+
+    regex: str = ""
+    replacement: str = ""
+    permanent: bool = False
+
+    def check(self) -> None:
+        compiled = go_regexp(self.regex, "regex")
+        go_template(self.replacement, compiled, "replacement")
+        if _NOT_IN_VALUE.search(self.replacement):
+            raise ValueError("replacement: may not hold CR, LF or another control character")
+
+
+class Chain(Base):
+    """Middlewares run in this order, as if the router named them in its place."""
+
+    middlewares: list[str] = []
+
+
+class ContentType(Base):
+    """Traefik's Content-Type auto-detection switch. edge never sniffs a body: a
+    response without Content-Type goes without one, whatever this says (Traefik v3
+    does the same without this middleware, and sniffs with it)."""
+
+    auto_detect: bool | None = None
 
 
 # What a header edit writes into a head as it is: a token name, and a value of
@@ -265,73 +335,254 @@ class AddPrefix(Base):
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NOT_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _NOT_IN_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _target_part(key: str, value: str) -> None:
+    # It goes into the request line: a space or a line break there would start
+    # another part of the line, or another line (a header, a request).
+    if _NOT_IN_TARGET.search(value):
+        raise ValueError(f"{key}: {value!r} holds whitespace or a control character")
+
+
+def _header_name(key: str, name: str) -> None:
+    if not _HEADER_NAME.fullmatch(name):
+        raise ValueError(f"{key}: invalid header name {name!r}")
+
+
+def _header_value(key: str, value: str) -> None:
+    if _NOT_IN_VALUE.search(value):
+        raise ValueError(f"{key}: a value may not hold CR, LF or another control character")
 
 
 class Headers(Base):
-    """Custom headers; an empty value removes the header, as in Traefik."""
+    """Traefik's headers middleware: custom request and response headers (an empty
+    value removes the header), CORS, and the security headers of unrolled/secure."""
 
     custom_request_headers: dict[str, str] = {}
     custom_response_headers: dict[str, str] = {}
+    # CORS
+    access_control_allow_credentials: bool = False
+    access_control_allow_headers: list[str] = []
+    access_control_allow_methods: list[str] = []
+    access_control_allow_origin_list: list[str] = []
+    access_control_allow_origin_list_regex: list[str] = []
+    access_control_expose_headers: list[str] = []
+    access_control_max_age: int | None = None
+    add_vary_header: bool = False
+    # security
+    allowed_hosts: list[str] = []
+    hosts_proxy_headers: list[str] = []
+    ssl_proxy_headers: dict[str, str] = {}
+    sts_seconds: int | None = None
+    sts_include_subdomains: bool = False
+    sts_preload: bool = False
+    force_sts_header: bool = msgspec.field(default=False, name="forceSTSHeader")
+    frame_deny: bool = False
+    custom_frame_options_value: str = ""
+    content_type_nosniff: bool = False
+    browser_xss_filter: bool = False
+    custom_browser_xss_value: str = msgspec.field(default="", name="customBrowserXSSValue")
+    content_security_policy: str = ""
+    content_security_policy_report_only: str = ""
+    public_key: str = ""
+    referrer_policy: str = ""
+    permissions_policy: str = ""
+    is_development: bool = False
 
-    def __post_init__(self) -> None:
+    def has_custom(self) -> bool:
+        return bool(self.custom_request_headers or self.custom_response_headers)
+
+    def has_cors(self) -> bool:
+        return bool(
+            self.access_control_allow_credentials
+            or self.access_control_allow_headers
+            or self.access_control_allow_methods
+            or self.access_control_allow_origin_list
+            or self.access_control_allow_origin_list_regex
+            or self.access_control_expose_headers
+            or self.access_control_max_age is not None
+            or self.add_vary_header
+        )
+
+    def has_secure(self) -> bool:
+        return bool(
+            self.allowed_hosts
+            or self.hosts_proxy_headers
+            or self.ssl_proxy_headers
+            or self.sts_seconds is not None
+            or self.sts_include_subdomains
+            or self.sts_preload
+            or self.force_sts_header
+            or self.frame_deny
+            or self.custom_frame_options_value
+            or self.content_type_nosniff
+            or self.browser_xss_filter
+            or self.custom_browser_xss_value
+            or self.content_security_policy
+            or self.content_security_policy_report_only
+            or self.public_key
+            or self.referrer_policy
+            or self.permissions_policy
+            or self.is_development
+        )
+
+    def check(self) -> None:
+        if not (self.has_custom() or self.has_cors() or self.has_secure()):
+            raise ValueError(": sets nothing (Traefik refuses an empty headers middleware)")
         for field, headers in (
             ("customRequestHeaders", self.custom_request_headers),
             ("customResponseHeaders", self.custom_response_headers),
+            ("sslProxyHeaders", self.ssl_proxy_headers),
         ):
             for name, value in headers.items():
-                if not _HEADER_NAME.fullmatch(name):
-                    raise ValueError(f"headers.{field}: invalid header name {name!r}")
-                if _NOT_IN_VALUE.search(value):
-                    raise ValueError(
-                        f"headers.{field}.{name}: a value may not hold CR, LF or another control character"
-                    )
+                _header_name(field, name)
+                _header_value(f"{field}.{name}", value)
+        for i, name in enumerate(self.hosts_proxy_headers):
+            _header_name(f"hostsProxyHeaders[{i}]", name)
+        for field, values in (
+            ("accessControlAllowHeaders", self.access_control_allow_headers),
+            ("accessControlAllowMethods", self.access_control_allow_methods),
+            ("accessControlAllowOriginList", self.access_control_allow_origin_list),
+            ("accessControlExposeHeaders", self.access_control_expose_headers),
+            ("allowedHosts", self.allowed_hosts),
+        ):
+            for i, value in enumerate(values):
+                _header_value(f"{field}[{i}]", value)
+        for field, value in (
+            ("customFrameOptionsValue", self.custom_frame_options_value),
+            ("customBrowserXSSValue", self.custom_browser_xss_value),
+            ("contentSecurityPolicy", self.content_security_policy),
+            ("contentSecurityPolicyReportOnly", self.content_security_policy_report_only),
+            ("publicKey", self.public_key),
+            ("referrerPolicy", self.referrer_policy),
+            ("permissionsPolicy", self.permissions_policy),
+        ):
+            _header_value(field, value)
+        for i, pattern in enumerate(self.access_control_allow_origin_list_regex):
+            go_regexp(pattern, f"accessControlAllowOriginListRegex[{i}]")
 
 
 class RedirectScheme(Base):
     scheme: str
     port: str = ""
     permanent: bool = False
+    # Not a key of Traefik's files (its providers set it): 308 whatever the method.
+    force_permanent_redirect: bool = False
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         if not self.scheme:
-            raise ValueError("redirectScheme: scheme must not be empty")
+            raise ValueError("scheme: must not be empty")
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", self.scheme):
-            raise ValueError(f"redirectScheme: invalid scheme {self.scheme!r}")
+            raise ValueError(f"scheme: invalid scheme {self.scheme!r}")
         if self.port and not (
             self.port.isascii() and self.port.isdigit() and int(self.port) <= 65535
         ):
-            raise ValueError(f"redirectScheme: invalid port {self.port!r}")
+            raise ValueError(f"port: invalid port {self.port!r}")
 
 
 class Middleware(Element):
+    """One HTTP middleware: exactly one kind set (checked when decoded); its values
+    are judged by :meth:`check`, which validation calls, so a bad one disables that
+    middleware and the routers using it, never the whole configuration."""
+
     strip_prefix: StripPrefix | None = None
     add_prefix: AddPrefix | None = None
     headers: Headers | None = None
     redirect_scheme: RedirectScheme | None = None
+    strip_prefix_regex: StripPrefixRegex | None = None
+    replace_path: ReplacePath | None = None
+    replace_path_regex: ReplacePathRegex | None = None
+    redirect_regex: RedirectRegex | None = None
+    chain: Chain | None = None
+    content_type: ContentType | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported:  # disabled anyway; it may have lost its only kind
             return
-        _exactly_one(
-            "a middleware",
-            stripPrefix=self.strip_prefix,
-            addPrefix=self.add_prefix,
-            headers=self.headers,
-            redirectScheme=self.redirect_scheme,
-        )
+        _exactly_one("a middleware", **dict(self._kinds()))
+
+    def _kinds(self) -> list[tuple[str, Base | None]]:
+        return [(key, getattr(self, field)) for field, key in _MIDDLEWARE_KEYS.items()]
 
     @property
     def kind(self) -> str:
         """Traefik's name of the middleware type set (``"stripPrefix"``, ...)."""
-        for key, value in (
-            ("stripPrefix", self.strip_prefix),
-            ("addPrefix", self.add_prefix),
-            ("headers", self.headers),
-            ("redirectScheme", self.redirect_scheme),
-        ):
+        for key, value in self._kinds():
             if value is not None:
                 return key
         raise AssertionError("unreachable: validated in __post_init__")
+
+    def check(self) -> list[str]:
+        """What is wrong with this middleware's values, each naming its key
+        (``"replacePathRegex.regex: ..."``); empty when it can be built."""
+        for key, value in self._kinds():
+            if value is not None and hasattr(value, "check"):
+                try:
+                    value.check()
+                except ValueError as exc:
+                    text = str(exc)
+                    return [f"{key}{text}" if text.startswith(":") else f"{key}.{text}"]
+        return []
+
+
+_MIDDLEWARE_KEYS = {
+    f.name: f.encode_name
+    for f in msgspec.structs.fields(Middleware)
+    if f.name not in ("unsupported", "problems")
+}
+
+
+# --- Go's regexps (RE2) and their replacement templates ------------------------------
+
+
+def go_regexp(pattern: str, key: str) -> re2._re2.RE2:
+    """``pattern`` compiled as Go's ``regexp.Compile`` reads it (RE2's syntax, which
+    has no backreference and no lookaround), capturing; ``ValueError`` naming ``key``
+    otherwise. Matching is RE2's: linear in the input, whatever the pattern."""
+    try:
+        _compile_re2(pattern)  # Go's own refusals beside RE2's (\C)
+    except ValueError as exc:
+        raise ValueError(f"{key}: invalid regexp {pattern!r}: {exc}") from None
+    options = re2.Options()
+    options.log_errors = False
+    compiled = re2._re2.RE2(pattern.encode("utf-8", "surrogateescape"), options)
+    names = [name for name, _ in compiled.NamedCapturingGroups()]
+    if len(names) != len(set(names)):
+        raise ValueError(f"{key}: invalid regexp {pattern!r}: duplicate capture group name")
+    return compiled
+
+
+_TEMPLATE_NAME = re.compile(r"\$(?:\$|\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
+
+
+def go_template(template: str, compiled: re2._re2.RE2, key: str) -> tuple[bytes | int, ...]:
+    """Go's ``Regexp.Expand`` template as parts: literal bytes, or the number of the
+    group to put there. ``$1``, ``${1}``, ``$name``, ``${name}``, ``$$`` (a ``$``);
+    a ``$`` starting none of these stays as it is. ``$name`` takes the longest name
+    (``$1x`` is the group named ``1x``: write ``${1}x``). A group the regexp does
+    not have is refused (Go would put an empty string there) naming ``key``."""
+    groups = compiled.NumberOfCapturingGroups()
+    named = {name.decode(): index for name, index in compiled.NamedCapturingGroups()}
+    parts: list[bytes | int] = []
+    pos = 0
+    for m in _TEMPLATE_NAME.finditer(template):
+        parts.append(template[pos : m.start()].encode())
+        pos = m.end()
+        name = m.group(1) or m.group(2)
+        if name is None:
+            parts.append(b"$")
+            continue
+        index = int(name) if name.isdigit() else named.get(name)
+        if index is None or index > groups:
+            hint = ""
+            if name[0].isdigit() and not name.isdigit():
+                digits = name[: len(name) - len(name.lstrip("0123456789"))]
+                hint = f" (write ${{{digits}}}{name[len(digits) :]} for group {digits})"
+            raise ValueError(f"{key}: names group {name!r}, which the regex does not have{hint}")
+        parts.append(index)
+    parts.append(template[pos:].encode())
+    return tuple(p for p in parts if p != b"")
 
 
 class ForwardingTimeouts(Base):

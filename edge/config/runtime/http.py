@@ -1,6 +1,6 @@
 """The HTTP section's walk: serversTransports, services (weighted ones after the others),
-middlewares, then routers with their entry points' models applied (Traefik's
-``applyModel``)."""
+middlewares (their values, then chains), then routers with their entry points' models
+applied (Traefik's ``applyModel``) and the chains they name unrolled."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from collections.abc import Mapping
 import msgspec
 
 from edge.config.dynamic import (
+    UNSUPPORTED,
     HTTPConfiguration,
+    Middleware,
     Router,
     RouterTLS,
     ServersTransport,
@@ -24,7 +26,13 @@ from edge.config.runtime.checks import (
     _check_weighted,
     _RuleCache,
 )
-from edge.config.runtime.model import DEFAULT_TRANSPORT, RouterInfo, RuntimeConfig, ServiceInfo
+from edge.config.runtime.model import (
+    DEFAULT_TRANSPORT,
+    DISABLED,
+    RouterInfo,
+    RuntimeConfig,
+    ServiceInfo,
+)
 from edge.config.runtime.tls import _TransportTLS
 
 
@@ -42,6 +50,7 @@ def _build_http(
     rt.servers_transports.update(http.servers_transports)
     rt.http_services = {n: ServiceInfo(n, s) for n, s in http.services.items()}
     rt.http_middlewares = {n: ServiceInfo(n, m) for n, m in http.middlewares.items()}
+    _check_middlewares(rt.http_middlewares)
     for info in rt.http_services.values():
         _check_http_service(info, rt.servers_transports, tls_errors)
     _check_weighted(rt.http_services)
@@ -55,6 +64,78 @@ def _build_http(
         _check_entry_points(r, router.entry_points, "tcp", defaults, entry_points)
         options = None if router.tls is None else router.tls.options or DEFAULT_TLS
         _check_references(r, rt.http_services, rt.http_middlewares, rt.tls.options, options)
+        if r.status != DISABLED and any(
+            rt.http_middlewares[m].config.chain is not None for m in router.middlewares
+        ):
+            # The router runs a chain's middlewares in its place (Traefik's chain is
+            # a handler made of them); what the factory builds is the unrolled list.
+            r.config = msgspec.structs.replace(
+                router, middlewares=_unrolled(router.middlewares, rt.http_middlewares)
+            )
+
+
+def _check_middlewares(middlewares: Mapping[str, ServiceInfo[Middleware]]) -> None:
+    """Each middleware's values (:meth:`Middleware.check`), then each chain: its
+    members exist, are enabled and do not lead back to it."""
+    for info in middlewares.values():
+        if info.status != DISABLED:
+            for error in info.config.check():
+                info.add_error(error)
+    done: set[str] = set()
+    for name, info in middlewares.items():
+        if info.config.chain is not None:
+            _check_chain(name, middlewares, done, [])
+
+
+def _chain_members(name: str, chain: list[str]) -> list[str]:
+    """A chain's members, qualified by the chain's provider where they name none
+    (as the router's own references are, edge.config.merge)."""
+    provider = split_name(name)[1]
+    return [m if "@" in m or not provider else qualify(m, provider) for m in chain]
+
+
+def _check_chain(
+    name: str, middlewares: Mapping[str, ServiceInfo[Middleware]], done: set[str], path: list[str]
+) -> None:
+    """Depth first, so a member chain is judged before the chains naming it."""
+    info = middlewares[name]
+    chain = info.config.chain
+    if name in done or chain is None:
+        return
+    if name in path:
+        cycle = " -> ".join([*path[path.index(name) :], name])
+        for member in path[path.index(name) :]:
+            middlewares[member].add_error(f"chain: a cycle of chains: {cycle}")
+            done.add(member)
+        return
+    path.append(name)
+    for i, member in enumerate(_chain_members(name, chain.middlewares)):
+        m = middlewares.get(member)
+        if m is None:
+            info.add_error(f"chain.middlewares[{i}]: middleware {member!r} does not exist")
+            continue
+        _check_chain(member, middlewares, done, path)
+        if name in done:
+            break  # on a cycle: judged there
+        if m.status == DISABLED:
+            info.add_error(f"chain.middlewares[{i}]: middleware {member!r} is disabled")
+        if name not in m.used_by:
+            m.used_by.append(name)
+    path.pop()
+    done.add(name)
+
+
+def _unrolled(names: list[str], middlewares: Mapping[str, ServiceInfo[Middleware]]) -> list[str]:
+    """``names`` with each chain replaced by its members, in order (all of them
+    enabled: a router naming a disabled chain is disabled itself)."""
+    out: list[str] = []
+    for name in names:
+        chain = middlewares[name].config.chain
+        if chain is None:
+            out.append(name)
+        else:
+            out += _unrolled(_chain_members(name, chain.middlewares), middlewares)
+    return out
 
 
 def _check_http_service(
@@ -68,6 +149,13 @@ def _check_http_service(
     if lb is None:
         return
     _check_transport(info, lb.servers_transport, transports)
+    if lb.strategy not in ("", "wrr"):
+        if lb.strategy in ("p2c", "hrw", "leasttime"):
+            info.add_error(f"loadBalancer.strategy {lb.strategy!r}: {UNSUPPORTED} (it has wrr)")
+        else:
+            info.add_error(
+                f"loadBalancer.strategy {lb.strategy!r}: unknown (Traefik's: wrr, p2c, hrw, leasttime)"
+            )
     if not lb.servers:
         info.add_error("no servers: requests get 503", critical=False)
     name = lb.servers_transport or DEFAULT_TRANSPORT

@@ -4,9 +4,10 @@ A :class:`Middleware` says what it does to an exchange in three ways, and a
 :class:`Pipeline` folds a route's middlewares into exactly those three:
 
 - ``request(fwd)``: per-request work on the request as it will be forwarded
-  (:class:`Forward`: path, X-Forwarded-Prefix, headers to set); returning an
-  :class:`Answer` ends the exchange with edge's own response instead. The base
-  class does nothing; a middleware that overrides it runs on every request.
+  (:class:`Forward`: path, X-Forwarded-Prefix, headers to set, and response
+  headers that depend on the request); returning an :class:`Answer` ends the
+  exchange with edge's own response instead. The base class does nothing; a
+  middleware that overrides it runs on every request.
 - ``request_edits`` / ``response_edits``: header edits fixed by the
   configuration, merged once per pipeline (later middlewares win).
 
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from edge.http.codec import RequestHead
 from edge.http.codec.forward import HeaderEdits
 
-__all__ = ["Answer", "Forward", "Middleware", "Pipeline"]
+__all__ = ["Answer", "Forward", "Middleware", "Pipeline", "merge_edits"]
 
 
 class Forward:
@@ -32,12 +33,14 @@ class Forward:
 
     __slots__ = (
         "authority",
+        "head",
         "headers",
         "host",
         "method",
         "path",
         "prefix",
         "query",
+        "response",
         "scheme",
         "trusted_head",
     )
@@ -51,7 +54,9 @@ class Forward:
         authority: bytes = b"",
         scheme: bytes = b"http",
         trusted_head: RequestHead | None = None,
+        head: RequestHead | None = None,
     ) -> None:
+        self.head = head  # the request's head, as the client sent it
         self.method = method
         self.authority = authority  # the Host (or absolute-form target's authority) as sent
         self.scheme = scheme  # the entrypoint's: http or https
@@ -65,11 +70,25 @@ class Forward:
         self.headers: list[tuple[bytes, bytes]] | None = (
             None  # set per request (empty value: remove)
         )
+        # Response headers set per request, after the pipeline's fixed ones.
+        self.response: list[tuple[bytes, bytes]] | None = None
 
     def set_header(self, name: bytes, value: bytes) -> None:
         if self.headers is None:
             self.headers = []
         self.headers.append((name, value))
+
+    def add_response(self, name: bytes, value: bytes) -> None:
+        if self.response is None:
+            self.response = []
+        self.response.append((name, value))
+
+    def response_edits(self, fixed: HeaderEdits | None) -> HeaderEdits | None:
+        """The response header edits for this request: ``fixed`` (the pipeline's),
+        then the ones set per request."""
+        if self.response is None:
+            return fixed
+        return merge_edits((fixed, HeaderEdits(self.response)))
 
 
 class Answer:
@@ -101,14 +120,24 @@ class Middleware:
 class Pipeline:
     """A route's middlewares, folded into what the exchange runs."""
 
-    __slots__ = ("empty", "names", "request_edits", "response_edits", "rewrites", "steps")
+    __slots__ = (
+        "empty",
+        "names",
+        "request_edits",
+        "response_edits",
+        "rewrites",
+        "steps",
+        "vary",
+    )
 
     def __init__(self, middlewares: Sequence[Middleware] = ()) -> None:
         self.names = tuple(m.name for m in middlewares)
         # Only middlewares with per-request work are called per request.
         self.steps = tuple(m for m in middlewares if type(m).request is not Middleware.request)
-        self.request_edits = _merge(m.request_edits for m in middlewares)
-        self.response_edits = _merge(m.response_edits for m in middlewares)
+        self.request_edits = merge_edits(m.request_edits for m in middlewares)
+        self.response_edits = merge_edits(m.response_edits for m in middlewares)
+        # Origin goes into the response's own Vary (headers.vary_origin).
+        self.vary = any(getattr(m, "vary", False) for m in middlewares)
         # The request head cannot go upstream as its own bytes.
         self.rewrites = bool(self.steps) or self.request_edits is not None
         # Nothing of the exchange changes: both heads may go through as they came.
@@ -118,7 +147,7 @@ class Pipeline:
         return len(self.names)
 
 
-def _merge(edits: Iterable[HeaderEdits | None]) -> HeaderEdits | None:
+def merge_edits(edits: Iterable[HeaderEdits | None]) -> HeaderEdits | None:
     """One HeaderEdits applying ``edits`` in order (a later value for a name wins)."""
     merged: dict[bytes, tuple[bytes, bytes]] = {}
     for edit in edits:

@@ -31,6 +31,7 @@ from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, Upstream
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import HeaderEdits
 from edge.http.middlewares import Answer, Forward
+from edge.http.middlewares.headers import vary_origin
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
 
@@ -228,6 +229,7 @@ class Exchange:
                 authority,
                 ctx.scheme,
                 head if conn.trusted else None,
+                head,
             )
             for step in pipeline.steps:
                 answer = step.request(fwd)
@@ -236,8 +238,10 @@ class Exchange:
                     return
         # From here on every answer, the service's errors included, takes the route's
         # response header edits (Traefik's headers middleware modifies what the
-        # handlers after it write).
-        self.response_edits = pipeline.response_edits
+        # handlers after it write), with those the pipeline set for this request.
+        self.response_edits = (
+            pipeline.response_edits if fwd is None else fwd.response_edits(pipeline.response_edits)
+        )
         backend = route.service.pick()
         if backend is None:
             self.answer_error(
@@ -467,7 +471,10 @@ class Exchange:
         if self.head.upgrade and head.status != 101:
             self.keep_alive = False  # the request parser stopped at the upgrade
         self.resp_chunked = chunked
-        out = forward.client_response(head, self.keep_alive, chunked, self.response_edits)
+        edits = self.response_edits
+        if edits is not None and self.route is not None and self.route.pipeline.vary:
+            edits = vary_origin(edits, head.headers)  # Origin joins the response's own Vary
+        out = forward.client_response(head, self.keep_alive, chunked, edits)
         if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
             out = forward.keep_alive_for_http10(out)
         self.resp_out = out  # upstream_failed looks for it among the writes held back

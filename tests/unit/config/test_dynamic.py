@@ -3,7 +3,8 @@ values refused with the key path that holds them.
 
 Middleware values written into heads as they are (header edits, addPrefix,
 redirectScheme's scheme) are refused when they could write a line of their own: the
-HTTP smuggling review (issue 12 item 4).
+HTTP smuggling review (issue 12 item 4). A middleware's values are judged by
+validation (``Middleware.check``): a bad one disables that middleware, not the file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import pytest
 from edge.config.durations import enc_hook
 from edge.config.dynamic import Configuration, UDPLoadBalancer, split_host_port
 from edge.config.loader import decode_dynamic, load_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
 from edge.errors import ConfigError
+from tests.unit.config.documents import EPS
 from tests.unit.router.test_udp import udp
 
 
@@ -46,11 +50,36 @@ def test_middleware_that_would_write_a_line_of_its_own_is_refused(middleware, er
     # Header edits, addPrefix and redirectScheme's scheme are written into heads as
     # they are: a CR or LF in one was a header, or a request, of the configuration's
     # own on every request through the route (Transfer-Encoding: chunked upstream
-    # with no chunked body: a desync). Refused when the configuration is read,
-    # naming the field (Traefik's Go server and client never write such a line).
-    with pytest.raises(ConfigError, match=error) as info:
-        decode_dynamic({"http": {"middlewares": {"m": middleware}}})
-    assert "$.http.middlewares.m." in str(info.value)
+    # with no chunked body: a desync). Refused, naming the key: the configuration
+    # decodes, and validation disables that middleware and the routers using it
+    # (Traefik's Go server and client never write such a line).
+    conf = decode_dynamic({"http": {"middlewares": {"m": middleware}}})
+    [problem] = conf.http.middlewares["m"].check()
+    assert error in problem
+    assert problem.startswith(f"{next(iter(middleware))}.")
+    rt = build_runtime(
+        merge(
+            {
+                "file": decode_dynamic(
+                    {
+                        "http": {
+                            "routers": {
+                                "r": {"rule": "Host(`a`)", "service": "s", "middlewares": ["m"]}
+                            },
+                            "services": {
+                                "s": {"loadBalancer": {"servers": [{"url": "http://a:1"}]}}
+                            },
+                            "middlewares": {"m": middleware},
+                        }
+                    }
+                )
+            }
+        ),
+        EPS,
+    )
+    assert rt.http_middlewares["m@file"].status == "disabled"
+    assert rt.http_middlewares["m@file"].errors == [problem]
+    assert rt.http_routers["r@file"].status == "disabled"
 
 
 def test_middleware_values_edge_writes_as_they_are():

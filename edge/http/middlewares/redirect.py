@@ -1,0 +1,105 @@
+"""The redirect middlewares: redirectScheme and redirectRegex, as Traefik v3's
+(pkg/middlewares/redirect).
+
+Both answer with edge's own response (a Location and the status's text as body)
+instead of forwarding; the status keeps a request's method and body when it is
+not a GET (307, 308), as Traefik's do; ``forcePermanentRedirect`` (set by
+Traefik's providers, not a key of its files) makes it 308 whatever the method.
+"""
+
+from __future__ import annotations
+
+from edge.http.middlewares import Answer, Forward, Middleware
+from edge.http.middlewares.goregexp import GoRegexp
+from edge.rules import split_authority
+
+__all__ = ["RedirectRegex", "RedirectScheme"]
+
+_DEFAULT_PORT = {"http": "80", "https": "443"}
+_TEXT = {
+    301: b"Moved Permanently",
+    302: b"Found",
+    307: b"Temporary Redirect",
+    308: b"Permanent Redirect",
+}
+
+
+def _redirect(method: bytes, permanent: bool, force: bool, location: bytes) -> Answer:
+    if force:
+        status = 308
+    elif method == b"GET":
+        status = 301 if permanent else 302
+    else:
+        status = 308 if permanent else 307
+    return Answer(status, b"Location: %s\r\n" % location, _TEXT[status])
+
+
+class RedirectScheme(Middleware):
+    """Answers with a redirect to the same host and path under another scheme."""
+
+    __slots__ = ("force", "permanent", "port", "scheme")
+
+    def __init__(
+        self, name: str, scheme: str, port: str, permanent: bool, force: bool = False
+    ) -> None:
+        super().__init__(name)
+        self.scheme = scheme
+        self.port = port
+        self.permanent = permanent
+        self.force = force
+
+    def location(self, host: str, target: bytes) -> bytes:
+        port = self.port
+        default = _DEFAULT_PORT.get(self.scheme)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        hostport = host if not port or port == default else f"{host}:{port}"
+        return f"{self.scheme}://{hostport}".encode() + target
+
+    def already(self, fwd: Forward) -> bool:
+        """The request's URL is the one it would be sent to: Traefik then serves the
+        route instead (a redirect would loop). Its scheme is the entrypoint's, or
+        what a trusted client's X-Forwarded-Proto says (http/ws, https/wss); its
+        port the one its Host names, where not the scheme's default."""
+        scheme = fwd.scheme.decode()
+        if fwd.trusted_head is not None:
+            for name, value in fwd.trusted_head.headers:
+                if name.lower() == b"x-forwarded-proto":
+                    proto = value.strip().lower()
+                    if proto in (b"http", b"ws"):
+                        scheme = "http"
+                    elif proto in (b"https", b"wss"):
+                        scheme = "https"
+                    break
+        if scheme != self.scheme:
+            return False
+        port = split_authority(fwd.authority.decode("latin-1"))[1]
+        if port == _DEFAULT_PORT.get(scheme):
+            port = ""
+        return port == ("" if self.port == _DEFAULT_PORT.get(self.scheme) else self.port)
+
+    def request(self, fwd: Forward) -> Answer | None:
+        if self.already(fwd):
+            return None
+        target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+        return _redirect(fwd.method, self.permanent, self.force, self.location(fwd.host, target))
+
+
+class RedirectRegex(Middleware):
+    """Redirects to the replacement of the request's URL (``scheme://host[:port]/path?query``,
+    the scheme the entrypoint's) when the regexp matches it and the result differs."""
+
+    __slots__ = ("permanent", "regexp")
+
+    def __init__(self, name: str, regex: str, replacement: str, permanent: bool) -> None:
+        super().__init__(name)
+        self.regexp = GoRegexp(regex, "redirectRegex.regex", replacement)
+        self.permanent = permanent
+
+    def request(self, fwd: Forward) -> Answer | None:
+        target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+        url = b"%s://%s%s" % (fwd.scheme, fwd.authority, target)
+        new = self.regexp.replace_all(url)
+        if new is None or new == url:
+            return None
+        return _redirect(fwd.method, self.permanent, False, new)
