@@ -18,6 +18,18 @@ route is served without what its user asked for; an option that only adds someth
 beside the traffic (the API, metrics, tracing, log rotation, other providers) is
 *ignored*: edge runs without it and says so. Callers passing ``notices`` report
 them; otherwise an ignored one is logged and any other fails the load.
+
+Read as Traefik's parser reads files, in one walk of the document against the models
+(:class:`_Walk`, once per load, never per request): keys that are configuration field
+names match case-insensitively (``entrypoints``, ``ENTRYPOINTS``: ``entryPoints``),
+while user-chosen names (the keys of routers, services, headers...) keep their case;
+errors name the key path as written, and one key written twice in two casings is an
+error naming both. A list may be written as one comma-separated string
+(``entryPoints: "web,websecure"``, ``sourceRange: "10.0.0.0/8,192.168.0.0/16"``), in
+files as in Traefik's labels. Each element is decoded on its own, so a caller passing
+``errors`` gets a key error in one element disabling that element only (see
+:func:`decode_dynamic`). Traefik's single-file layout, a static configuration whose
+file provider reads that very file, is read as two halves (:func:`reads_itself`).
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ __all__ = [
     "load_dynamic",
     "load_static",
     "read_document",
+    "reads_itself",
 ]
 
 EXTENSIONS = (".yml", ".yaml", ".toml", ".json")
@@ -114,11 +127,19 @@ def load_static(path: str | os.PathLike[str], notices: Notices | None = None) ->
         return decode_static(read_document(source), source=source, notices=notices)
 
 
-def load_dynamic(path: str | os.PathLike[str], notices: Notices | None = None) -> Configuration:
-    """Read and decode one dynamic configuration file; raises ``ConfigError``."""
+def load_dynamic(
+    path: str | os.PathLike[str],
+    notices: Notices | None = None,
+    errors: list[ConfigError] | None = None,
+) -> Configuration:
+    """Read and decode one dynamic configuration file; raises ``ConfigError``.
+
+    ``errors``: each element's key error goes there, the element disabled or left
+    out (see :func:`decode_dynamic`); without it the first one raises.
+    """
     source = os.fspath(path)
     with _undecodable(source):
-        return decode_dynamic(read_document(source), source=source, notices=notices)
+        return decode_dynamic(read_document(source), source=source, notices=notices, errors=errors)
 
 
 @contextlib.contextmanager
@@ -140,56 +161,91 @@ def decode_static(
 ) -> StaticConfig:
     """A :class:`StaticConfig` from plain Python data (``None`` is empty).
 
-    Traefik options edge lacks go to ``notices`` when given (see the module doc).
+    Traefik options edge lacks go to ``notices`` when given (see the module doc). The
+    dynamic sections (``http``, ``tcp``, ``udp``, ``tls``) of a file that is also the
+    file provider's (the single-file layout, see :func:`reads_itself`) are left to it;
+    in any other static file they are an error, since nothing would read them.
     """
-    return _convert(_without_unsupported(obj, StaticConfig, source, notices), StaticConfig, source)
+    if isinstance(obj, Mapping):
+        dynamic = [k for k in obj if _root_key(k, Configuration) is not None]
+        if dynamic:
+            if not reads_itself(obj, source):
+                raise ConfigError(
+                    "dynamic configuration in the static file, which the file provider does "
+                    "not read: set providers.file.filename to this file (Traefik's single-file "
+                    "layout) or move it to the file provider's file",
+                    path="$" + _render_key(dynamic[0]),
+                    source=source,
+                )
+            obj = {k: v for k, v in obj.items() if k not in dynamic}
+    walked, walk = _walk(obj, StaticConfig, source, notices)
+    return _convert(walked, StaticConfig, source, walk.spelling)
 
 
 def decode_dynamic(
-    obj: object, *, source: str | None = None, notices: Notices | None = None
+    obj: object,
+    *,
+    source: str | None = None,
+    notices: Notices | None = None,
+    errors: list[ConfigError] | None = None,
 ) -> Configuration:
     """A dynamic :class:`Configuration` from plain Python data (``None`` is empty).
 
     Element names must be non-empty and free of ``@`` (which qualifies names by provider).
     Traefik options edge lacks go into their element's ``unsupported``, or, outside any
     element, to ``notices`` when given (see the module doc).
+
+    Each element (router, service, middleware, serversTransport, TLS options, TLS
+    store, certificate) is decoded on its own. Without ``errors`` a key error in one
+    fails the whole; with it, the error goes there (key path as written, and whether
+    the element was disabled or left out) and the rest decodes: a router, service or
+    middleware is replaced by a stand-in whose ``problems`` hold it (validation
+    disables it, and the routers using it, each with its reason); serversTransports,
+    TLS options, stores and certificates are left out (what names them is disabled).
+    An error outside any element fails the whole.
+
+    In the single-file layout (see :func:`reads_itself`) the static keys at the root
+    are the static configuration's, left to it.
     """
-    obj = _without_unsupported(obj, Configuration, source, notices)
-    conf = _convert(obj, Configuration, source)
-    _check_names(conf, source)
-    return conf
+    if isinstance(obj, Mapping) and any(_root_key(k, Configuration) is None for k in obj):
+        static = [k for k in obj if _root_key(k, StaticConfig) is not None]
+        if static and reads_itself(obj, source):
+            obj = {k: v for k, v in obj.items() if k not in static}
+    walked, walk = _walk(obj, Configuration, source, notices, errors)
+    return _convert(walked, Configuration, source, walk.spelling)
 
 
-def _check_names(conf: Configuration, source: str | None) -> None:
-    sections: list[tuple[str, Mapping[str, object]]] = []
-    if conf.http is not None:
-        sections += [
-            ("http.routers", conf.http.routers),
-            ("http.services", conf.http.services),
-            ("http.middlewares", conf.http.middlewares),
-            ("http.serversTransports", conf.http.servers_transports),
-        ]
-    if conf.tcp is not None:
-        sections += [
-            ("tcp.routers", conf.tcp.routers),
-            ("tcp.services", conf.tcp.services),
-            ("tcp.middlewares", conf.tcp.middlewares),
-            ("tcp.serversTransports", conf.tcp.servers_transports),
-        ]
-    if conf.udp is not None:
-        sections += [("udp.routers", conf.udp.routers), ("udp.services", conf.udp.services)]
-    if conf.tls is not None:
-        sections += [("tls.options", conf.tls.options), ("tls.stores", conf.tls.stores)]
-    for where, elements in sections:
-        for name in elements:
-            if not name.strip():
-                raise ConfigError("empty name", path=f"$.{where}{_render_key(name)}", source=source)
-            if "@" in name:
-                raise ConfigError(
-                    "a name must not contain '@' (it separates a name from its provider)",
-                    path=f"$.{where}{_render_key(name)}",
-                    source=source,
-                )
+def reads_itself(doc: Mapping[Any, Any], source: str | None) -> bool:
+    """Whether ``doc``, read from ``source``, is Traefik's single-file layout: a static
+    configuration whose file provider reads ``source`` itself (``providers.file.filename``
+    names it, or ``directory`` holds it; relative paths from the file's folder, as
+    ``edge run`` resolves them). Keys match case-insensitively."""
+    if source is None:
+        return False
+    file = _get(_get(doc, "providers"), "file")
+    here = os.path.realpath(source)
+    base = os.path.dirname(here)
+    filename, directory = _get(file, "filename"), _get(file, "directory")
+    if isinstance(filename, str) and filename:
+        return os.path.realpath(os.path.join(base, filename)) == here
+    if isinstance(directory, str) and directory:
+        return here.startswith(os.path.join(os.path.realpath(os.path.join(base, directory)), ""))
+    return False
+
+
+def _get(doc: object, key: str) -> object:
+    """``doc[key]``, the key matched case-insensitively; None when absent."""
+    if not isinstance(doc, Mapping):
+        return None
+    for k, v in doc.items():
+        if isinstance(k, str) and k.lower() == key:
+            return v
+    return None
+
+
+def _root_key(key: object, tp: type) -> str | None:
+    """The root key of ``tp`` that ``key`` writes, matched case-insensitively."""
+    return _model(tp).folded.get(key.lower()) if isinstance(key, str) else None
 
 
 def read_document(path: str | os.PathLike[str]) -> object:
@@ -393,87 +449,330 @@ model declares is never one of them (it is implemented, however partly), except 
 ignored keys a model reads but edge does nothing with (``metrics``)."""
 
 
-def _without_unsupported(
-    obj: object, type_: Any, source: str | None, notices: Notices | None
-) -> object:
-    """``obj`` without the Traefik keys edge lacks; each reported as the module doc says."""
-    found: Notices = []
-    obj = _strip(obj, type_, "$", found, source)
+class _Bad(Exception):
+    """A key error the walk finds itself (a key written twice in two casings, a key
+    only edge writes): its message and key path."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+_INTERNAL = frozenset({"unsupported", "problems"})
+"""Element fields edge fills itself (see :class:`~edge.config.dynamic.Element`): a
+file writing one is an unknown key."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    """What the walk needs of one Struct type, made once per type.
+
+    ``folded``: every key of the type (its fields and the Traefik keys edge lacks)
+    lower-cased, to the spelling the model uses; ``leaves``: the fields whose values
+    hold nothing to walk (no Struct, mapping or list), copied as they are."""
+
+    fields: dict[str, Any]
+    folded: dict[str, str]
+    refused: frozenset[str]
+    ignored: frozenset[str]
+    leaves: frozenset[str]
+    element: bool
+
+
+@functools.cache
+def _model(tp: type) -> _Model:
+    refused, ignored = TRAEFIK_KEYS.get(tp, (frozenset(), frozenset()))
+    fields = {
+        f.encode_name: f.type
+        for f in msgspec.structs.fields(tp)
+        if f.encode_name not in _INTERNAL or not issubclass(tp, Element)
+    }
+    folded = {key.lower(): key for key in (*refused, *ignored, *fields)}
+    leaves = frozenset(key for key, t in fields.items() if not _walked(t) and key not in ignored)
+    return _Model(fields, folded, refused, ignored, leaves, issubclass(tp, Element))
+
+
+def _walked(tp: Any) -> bool:
+    """Whether a value of type ``tp`` may hold something the walk changes: a Struct
+    (keys to fold), a mapping of them, or a list (written as one string)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _walked(typing.get_args(tp)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_walked(a) for a in typing.get_args(tp))
+    if origin in (dict, list, tuple):
+        return True
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+_ALONE = (Element, dyn.TLSStore, dyn.CertAndStores)
+"""What is decoded alone, so that a key error in it leaves out only it: the elements,
+TLS stores and certificates."""
+
+_LEFT_OUT = (
+    dyn.ServersTransport,
+    dyn.TCPServersTransport,
+    dyn.UDPServersTransport,
+    dyn.TLSOptions,
+    dyn.TLSStore,
+    dyn.CertAndStores,
+)
+"""What a key error leaves out rather than standing in for: what uses it then names
+something that does not exist, and is disabled, where a stand-in with the defaults
+would be used as if it were what the user wrote (validation reads ``problems`` of
+routers, services and middlewares only)."""
+
+_ROUTER_KEYS = ("rule", "service", "entryPoints")
+"""What a router's stand-in keeps of what the user wrote, where it is well formed."""
+
+
+class _Walk:
+    """One walk of a raw document against its model, before msgspec converts it.
+
+    On the way: keys that are field names match case-insensitively, as Traefik's
+    parser matches them (user-chosen names, the keys of mappings, keep their case);
+    a string where the model has a list of strings or numbers is a comma-separated
+    list, as Traefik's parser reads it in files too (its ``setSlice``); Traefik
+    options edge lacks are taken out and reported (see the module doc); each
+    element (``_ALONE``) is converted on its own, so that, with ``errors``, a key
+    error in it disables or leaves out only that element (see :func:`decode_dynamic`).
+
+    ``spelling``: for each mapping the walk made in which a key was renamed, the
+    key as the user wrote it, so errors name the path as written.
+    """
+
+    __slots__ = ("errors", "found", "source", "spelling")
+
+    def __init__(self, source: str | None, errors: list[ConfigError] | None) -> None:
+        self.source = source
+        self.errors = errors
+        self.found: Notices = []
+        self.spelling: dict[int, dict[str, str]] = {}
+
+    def value(self, obj: object, tp: Any, path: str) -> object:
+        tp = _unwrap(tp, obj)
+        if isinstance(obj, Mapping):
+            if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+                return self.struct(obj, tp, path)
+            if typing.get_origin(tp) is dict:
+                value_type = _dict_value_type(tp)
+                if isinstance(value_type, type) and issubclass(value_type, _ALONE):
+                    named = ((k, self.element(v, value_type, path, k)) for k, v in obj.items())
+                    return {k: v for k, v in named if v is not None}
+                return {k: self.value(v, value_type, path + _render_key(k)) for k, v in obj.items()}
+        elif isinstance(obj, list):
+            if typing.get_origin(tp) in (list, tuple):
+                item_type = _item_type(tp)
+                if isinstance(item_type, type) and issubclass(item_type, _ALONE):
+                    items = (self.element(v, item_type, path, i) for i, v in enumerate(obj))
+                    return [v for v in items if v is not None]
+                return [self.value(v, item_type, f"{path}[{i}]") for i, v in enumerate(obj)]
+        elif isinstance(obj, str) and typing.get_origin(tp) in (list, tuple):
+            return _comma_list(obj, _item_type(tp))
+        return obj
+
+    def struct(self, obj: Mapping[Any, Any], tp: type, path: str) -> dict[Any, object]:
+        m = _model(tp)
+        found = self.found
+        start = len(found)
+        out: dict[Any, object] = {}
+        renamed: dict[str, str] | None = None  # the model's key -> the user's
+        for key, value in obj.items():
+            if key in m.fields:
+                name = key
+                if renamed is not None and name in out:
+                    raise _Bad(_twice(renamed.get(name, name), key), path + _render_key(key))
+            else:
+                folded = m.folded.get(key.lower()) if isinstance(key, str) else None
+                if folded is None:
+                    if isinstance(key, str) and m.element and key.lower() in _INTERNAL:
+                        raise _Bad("unknown key", path + _render_key(key))
+                    out[key] = value  # conversion names it: an unknown key
+                    continue
+                name = folded
+                if renamed is None:
+                    renamed = {}
+                if name in out or name in renamed:
+                    raise _Bad(_twice(renamed.get(name, name), key), path + _render_key(key))
+                renamed[name] = key
+            if name in m.leaves:
+                out[name] = value
+                continue
+            where = path + _render_key(key)
+            if name in m.fields:
+                if name in m.ignored:
+                    found.append(Unsupported(where, True, self.source))
+                out[name] = self.value(value, m.fields[name], where)
+            else:
+                found.append(Unsupported(where, name in m.ignored, self.source))
+        if renamed is not None:
+            self.spelling[id(out)] = renamed
+        if m.element:
+            mine = [n.path for n in found[start:] if not n.ignored]
+            if mine:  # the element holds them; validation disables it
+                found[start:] = [n for n in found[start:] if n.ignored]
+                out["unsupported"] = mine
+        return out
+
+    def element(self, raw: object, tp: type, path: str, key: str | int) -> Any:
+        """``raw`` converted to ``tp`` (an ``_ALONE`` type) at ``path``'s ``key``; on a
+        key error, with ``errors``, its stand-in or None (left out), else the error."""
+        where = f"{path}[{key}]" if isinstance(key, int) else path + _render_key(key)
+        start = len(self.found)
+        walked: object = None
+        try:
+            if isinstance(key, str) and (not key.strip() or "@" in key):
+                raise _Bad(
+                    "empty name"
+                    if not key.strip()
+                    else "a name must not contain '@' (it separates a name from its provider)",
+                    where,
+                )
+            walked = self.value(raw, tp, where)
+            return msgspec.convert(walked, tp, dec_hook=dec_hook)
+        except _Bad as bad:
+            message, at = bad.message, bad.path
+        except msgspec.ValidationError as exc:
+            message, at = translate_error(exc, walked, tp, self.spelling)
+            at = where + at[1:]
+        del self.found[start:]  # what the walk found in it: the element is disabled anyway
+        if self.errors is None:
+            raise ConfigError(message, path=at, source=self.source)
+        stand_in = None
+        if isinstance(key, str) and key.strip() and "@" not in key:
+            stand_in = _stand_in(tp, raw, f"{at}: {message}")
+        what = "disabled" if stand_in is not None else "left out"
+        self.errors.append(ConfigError(f"{message} ({what})", path=at, source=self.source))
+        return stand_in
+
+
+def _twice(first: str, second: str) -> str:
+    return f"{first!r} and {second!r} are one key written twice (keys match case-insensitively)"
+
+
+def _comma_list(text: str, item_type: Any) -> list[object]:
+    """A list written as one string, as Traefik reads it: split at commas, each item
+    trimmed, numbers read as the model's numbers; ``""`` is the empty list."""
+    if not text:
+        return []
+    items = [item.strip() for item in text.split(",")]
+    number = _unwrap(item_type, None)
+    if number is not int and number is not float:
+        return list(items)
+    read: list[object] = []
+    for item in items:
+        try:
+            read.append(number(item))
+        except ValueError:
+            read.append(item)  # conversion names it, a string where a number goes
+    return read
+
+
+def _stand_in(tp: type, raw: object, problem: str) -> Any:
+    """What stands in for an element of type ``tp`` that did not decode (``raw``, as
+    written): disabled by validation with ``problem``, so the API and ``edge check``
+    show it; None for what is left out instead (``_LEFT_OUT``)."""
+    if not issubclass(tp, Element) or issubclass(tp, _LEFT_OUT):
+        return None
+    m = _model(tp)
+    kept: dict[str, object] = {"problems": [problem]}
+    if "rule" in m.fields or "service" in m.fields:  # a router: what it was, where readable
+        written = {m.folded.get(str(k).lower()): v for k, v in _items(raw)}
+        for key in _ROUTER_KEYS:
+            if key not in m.fields:
+                continue
+            value = written.get(key)
+            if key == "entryPoints" and isinstance(value, str):
+                value = _comma_list(value, str)
+            if key == "entryPoints":
+                ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+                kept[key] = value if ok else []
+            else:
+                kept[key] = value if isinstance(value, str) else ""
+    try:
+        return msgspec.convert(kept, tp, dec_hook=dec_hook)
+    except msgspec.ValidationError:
+        pass
+    # A service or middleware must have one kind: the one written, else any that
+    # decodes empty. Its problem disables it, whatever the kind.
+    written_kinds = [m.folded.get(str(k).lower()) for k, _ in _items(raw)]
+    kinds = [k for k in m.fields if _is_struct(m.fields[k])]
+    for kind in [k for k in written_kinds if k in kinds] + kinds:
+        try:
+            return msgspec.convert({**kept, kind: {}}, tp, dec_hook=dec_hook)
+        except msgspec.ValidationError:
+            continue
+    return None
+
+
+def _items(raw: object) -> list[tuple[Any, object]]:
+    return list(raw.items()) if isinstance(raw, Mapping) else []
+
+
+def _is_struct(tp: Any) -> bool:
+    tp = _unwrap(tp, {})
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _walk(
+    obj: object,
+    type_: Any,
+    source: str | None,
+    notices: Notices | None,
+    errors: list[ConfigError] | None = None,
+) -> tuple[object, _Walk]:
+    """``obj`` walked against ``type_`` (see :class:`_Walk`); the Traefik keys edge
+    lacks found outside any element reported as the module doc says."""
+    walk = _Walk(source, errors)
+    try:
+        obj = walk.value(obj, type_, "$")
+    except _Bad as bad:  # outside any element
+        raise ConfigError(bad.message, path=bad.path, source=source) from None
+    found = walk.found
     if notices is not None:
         notices.extend(found)
-        return obj
+        return obj, walk
     refused = [n.path for n in found if not n.ignored]
     if refused:
         raise ConfigError(f"{UNSUPPORTED}: {', '.join(refused)}", source=source)
     for notice in found:
         log.warning("%s", notice)
-    return obj
-
-
-@functools.cache
-def _struct_fields(tp: type) -> dict[str, Any]:
-    return {f.encode_name: f.type for f in msgspec.structs.fields(tp)}
-
-
-def _strip(obj: object, tp: Any, path: str, found: Notices, source: str | None) -> object:
-    tp = _unwrap(tp, obj)
-    if isinstance(obj, Mapping):
-        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-            refused, ignored = TRAEFIK_KEYS.get(tp, (frozenset(), frozenset()))
-            fields = _struct_fields(tp)
-            start = len(found)
-            out: dict[Any, object] = {}
-            for key, value in obj.items():
-                where = path + _render_key(key)
-                if key in fields:
-                    if key in ignored:
-                        found.append(Unsupported(where, True, source))
-                    out[key] = _strip(value, fields[key], where, found, source)
-                elif key in refused or key in ignored:
-                    found.append(Unsupported(where, key in ignored, source))
-                else:
-                    out[key] = value  # conversion names it: an unknown key
-            if issubclass(tp, Element):
-                mine = [n.path for n in found[start:] if not n.ignored]
-                if mine:  # the element holds them; validation disables it
-                    found[start:] = [n for n in found[start:] if n.ignored]
-                    out["unsupported"] = mine
-            return out
-        if typing.get_origin(tp) is dict:
-            value_type = _dict_value_type(tp)
-            return {
-                k: _strip(v, value_type, path + _render_key(k), found, source)
-                for k, v in obj.items()
-            }
-    if isinstance(obj, list) and typing.get_origin(tp) in (list, tuple):
-        item_type = _item_type(tp)
-        return [_strip(v, item_type, f"{path}[{i}]", found, source) for i, v in enumerate(obj)]
-    return obj
+    return obj, walk
 
 
 # --- decoding and error translation ------------------------------------------------------
 
 
-def _convert(obj: object, type_: type[T], source: str | None) -> T:
+def _convert(
+    obj: object, type_: type[T], source: str | None, spelling: _Spelling | None = None
+) -> T:
     if obj is None:
         obj = {}
     try:
         return msgspec.convert(obj, type_, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
-        message, path = translate_error(exc, obj, type_)
+        message, path = translate_error(exc, obj, type_, spelling)
         raise ConfigError(message, path=path, source=source) from None
 
 
-def translate_error(exc: msgspec.ValidationError, obj: object, type_: Any) -> tuple[str, str]:
+_Spelling = dict[int, dict[str, str]]
+"""For a mapping the walk made (by ``id``), the keys it renamed: the model's -> the user's."""
+
+
+def translate_error(
+    exc: msgspec.ValidationError, obj: object, type_: Any, spelling: _Spelling | None = None
+) -> tuple[str, str]:
     """``(message, path)`` for a msgspec error raised while converting ``obj`` to ``type_``.
 
     Dictionary keys that msgspec elides as ``[...]`` are recovered by finding, in order,
     the first entry that fails on its own (msgspec stops at the first failing entry).
+    Keys the walk renamed (``spelling``) are named as the user wrote them.
     """
     m = _AT.match(str(exc))
     assert m is not None  # the pattern matches any string
     message, raw_path = m.group("message"), m.group("path") or "$"
-    path, leaf_type, leaf = _locate(obj, type_, raw_path)
+    path, leaf_type, leaf = _locate(obj, type_, raw_path, spelling or {})
     if m.group("key"):  # a dictionary key itself is wrong (YAML: a number as a name)
         key = _failing_key(leaf, None) if isinstance(leaf, Mapping) else None
         text = message[0].lower() + message[1:]
@@ -500,7 +799,7 @@ def translate_error(exc: msgspec.ValidationError, obj: object, type_: Any) -> tu
     return message, path
 
 
-def _locate(obj: object, type_: Any, raw_path: str) -> tuple[str, Any, object]:
+def _locate(obj: object, type_: Any, raw_path: str, spelling: _Spelling) -> tuple[str, Any, object]:
     """The path with ``[...]`` replaced by real keys, and the type and value at its end."""
     out = "$"
     tp: Any = type_
@@ -513,7 +812,8 @@ def _locate(obj: object, type_: Any, raw_path: str) -> tuple[str, Any, object]:
         tp = _unwrap(tp, obj)
         field, index = m.group(1), m.group(2)
         if field is not None:
-            out += f".{field}"
+            written = spelling.get(id(obj))
+            out += _render_key(written.get(field, field) if written else field)
             tp = _field_type(tp, field)
             obj = obj.get(field) if isinstance(obj, Mapping) else None
         elif index == "...":

@@ -7,10 +7,15 @@ two files is an error naming both). With ``watch``, changes are found by polling
 ``os.stat`` (inode, mtime_ns, size) of every file and the listing itself; no new
 dependency, no thread.
 
-Invariants: only configurations that decoded completely are ever published, and only
-when the result differs from the last one published; an invalid source is logged once
-per change (file and key path) and the last good configuration stays in force. In a
-directory each file stands alone: one that does not decode is left out with its
+Invariants: a configuration is published only when the result differs from the
+last one published; a source that does not decode at all (syntax, a key error
+outside any element) is logged once per change (file and key path) and the last
+good configuration stays in force. A key error inside an element (router, service,
+middleware, serversTransport, TLS options, store or certificate) costs only that
+element, as in Traefik: it is logged with its key path and disabled (the API and
+``edge check`` show it, and the routers using it, each with its reason) or left out,
+and the rest of the file is served (see :func:`edge.config.loader.decode_dynamic`).
+In a directory each file stands alone: one that does not decode is left out with its
 error, or keeps its last good version, and the other files are served; an element
 whose name an earlier file (in sorted order) defines is left out with an error
 naming both files, and the rest of its file is served (Traefik keeps the first too). A file caught mid-rewrite cannot be published
@@ -70,14 +75,15 @@ def load_file_provider(
 ) -> Configuration:
     """Read the provider's source once; raises ``ConfigError`` naming the file at fault.
 
-    With ``errors``, a directory's files that cannot be served are left out and their
-    errors appended there (see :func:`read_directory`); without it the first one raises.
+    With ``errors``, an element with a key error is disabled or left out and a
+    directory's files that cannot be served are left out, each error appended there
+    (see :func:`read_directory`); without it the first one raises.
     ``notices``: as for :func:`edge.config.loader.load_dynamic`.
     """
     if (filename is None) == (directory is None):
         raise ValueError("set exactly one of filename, directory")
     if filename is not None:
-        return load_dynamic(filename, notices)
+        return load_dynamic(filename, notices, errors)
     assert directory is not None
     failed: list[ConfigError] = [] if errors is None else errors
     conf, _ = read_directory(directory, failed, notices)
@@ -95,7 +101,8 @@ def read_directory(
     """Every file of ``directory`` merged, and what each file contributed.
 
     A file that does not decode is left out, or, when ``previous`` (what each file
-    contributed to the last read) has it, keeps that version. An element whose name
+    contributed to the last read) has it, keeps that version; an element with a key
+    error is disabled or left out, the rest of its file kept. An element whose name
     an earlier file (in sorted order) defines is left out, the rest of its file kept.
     Each error is appended to ``errors``, saying what was left out or kept. Raises ``ConfigError`` only when
     ``directory`` is not one.
@@ -105,8 +112,10 @@ def read_directory(
     used: dict[str, Configuration] = {}
     seen: dict[tuple[str, str], str] = {}  # (table, name) -> file
     for path in _files(directory):
+        elements: list[ConfigError] = []  # kept only when the file decodes
         try:
-            conf = load_dynamic(path, notices)
+            conf = load_dynamic(path, notices, elements)
+            errors += elements
         except ConfigError as exc:
             last = previous.get(path) if previous is not None else None
             if last is None:
@@ -354,7 +363,8 @@ class FileProvider:
         notices: list[Unsupported] = []
         try:
             if self.filename is not None:
-                return load_dynamic(self.filename, notices), self._files, errors, notices
+                conf = load_dynamic(self.filename, notices, errors)
+                return conf, self._files, errors, notices
             conf, files = read_directory(str(self.directory), errors, notices, self._files)
         except ConfigError as exc:
             return exc, self._files, errors, notices

@@ -293,3 +293,324 @@ def test_a_key_written_twice_in_a_yaml_mapping_is_an_error(tmp_path: Path) -> No
     conf = load_dynamic(path)
     assert conf.http is not None and conf.http.routers["two"].rule == "Host(`b.test`)"
     assert conf.http.routers["two"].service == "app"
+
+
+# --- keys as Traefik's parser matches them ------------------------------------------
+
+CANONICAL: dict[str, Any] = {
+    "http": {
+        "routers": {
+            "MyRouter": {"rule": "Host(`a`)", "service": "App", "entryPoints": ["web"]},
+        },
+        "services": {
+            "App": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:1"}]}},
+        },
+        "serversTransports": {"T": {"forwardingTimeouts": {"dialTimeout": "1s"}}},
+    },
+    "tcp": {"middlewares": {"allow": {"ipAllowList": {"sourceRange": ["10.0.0.0/8"]}}}},
+    "tls": {"options": {"strict": {"minVersion": "VersionTLS13", "sniStrict": True}}},
+}
+FOLDED_YAML = """\
+HTTP:
+  routers:
+    MyRouter: {RULE: "Host(`a`)", Service: App, entrypoints: [web]}
+  Services:
+    App: {LOADBALANCER: {servers: [{URL: "http://127.0.0.1:1"}]}}
+  serverstransports:
+    T: {forwardingtimeouts: {DIALTIMEOUT: 1s}}
+tcp:
+  middlewares:
+    allow: {ipallowlist: {SourceRange: [10.0.0.0/8]}}
+TLS:
+  options:
+    strict: {minversion: VersionTLS13, SNISTRICT: true}
+"""
+FOLDED_TOML = """\
+[HTTP.routers.MyRouter]
+RULE = "Host(`a`)"
+Service = "App"
+entrypoints = ["web"]
+[[HTTP.Services.App.LOADBALANCER.servers]]
+URL = "http://127.0.0.1:1"
+[HTTP.serverstransports.T.forwardingtimeouts]
+DIALTIMEOUT = "1s"
+[tcp.middlewares.allow.ipallowlist]
+SourceRange = ["10.0.0.0/8"]
+[TLS.options.strict]
+minversion = "VersionTLS13"
+SNISTRICT = true
+"""
+
+
+def test_keys_match_case_insensitively_in_yaml_toml_and_json(tmp_path: Path) -> None:
+    """Traefik's parser matches a key to its option whatever its case (its own fixtures
+    write ``entrypoints``); edge answered ``unknown key``. The keys of mappings, which the
+    user chose (router, service, transport names), keep theirs."""
+    expected = decode_dynamic(CANONICAL)
+    assert expected.http is not None and "MyRouter" in expected.http.routers
+    import json
+
+    import yaml
+
+    (tmp_path / "d.yaml").write_text(FOLDED_YAML)
+    (tmp_path / "d.toml").write_text(FOLDED_TOML)
+    (tmp_path / "d.json").write_text(json.dumps(yaml.safe_load(FOLDED_YAML)))
+    for name in ("d.yaml", "d.toml", "d.json"):
+        assert load_dynamic(tmp_path / name) == expected, name
+
+
+def test_static_keys_match_case_insensitively(tmp_path: Path) -> None:
+    path = tmp_path / "edge.toml"
+    path.write_text(
+        '[entrypoints.Web]\nADDRESS = ":8000"\n[entrypoints.Web.forwardedheaders]\n'
+        'trustedips = ["10.0.0.1"]\n[Providers.File]\nfilename = "d.yaml"\n[LOG]\nlevel = "debug"\n'
+    )
+    static = load_static(path)
+    assert static.entry_points["Web"].address == ":8000"
+    assert static.entry_points["Web"].forwarded_headers.trusted_ips == ["10.0.0.1"]
+    assert static.providers.file is not None and static.providers.file.filename == "d.yaml"
+    assert static.log.level == "DEBUG"
+
+
+def test_names_the_user_chose_keep_their_case() -> None:
+    conf = decode_dynamic(
+        {
+            "http": {
+                "routers": {
+                    "r": {"rule": "Host(`a`)", "service": "s"},
+                    "R": {"rule": "Host(`b`)", "service": "S"},
+                },
+                "middlewares": {
+                    "h": {"headers": {"customRequestHeaders": {"X-Custom-Header": "v"}}}
+                },
+            }
+        }
+    )
+    assert conf.http is not None
+    assert set(conf.http.routers) == {"r", "R"}  # two routers, not one written twice
+    assert conf.http.routers["R"].service == "S"
+    headers = conf.http.middlewares["h"].headers
+    assert headers is not None and headers.custom_request_headers == {"X-Custom-Header": "v"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "message"),
+    [
+        ({"HTTP": {"Routers": {"r": {"RULE": 1, "service": "s"}}}}, "$.HTTP.Routers.r.RULE", "expected str, got int"),
+        ({"http": {"services": {"s": {"LoadBalancer": {"Servers": [{"URL": "ftp://x"}]}}}}}, "$.http.services.s.LoadBalancer.Servers[0]", "scheme must be http or https"),
+        ({"http": {"routers": {"r": {"rule": "x", "service": "s", "entrypointz": []}}}}, "$.http.routers.r.entrypointz", "unknown key"),
+        ({"tls": {"Options": {"o": {"MinVersion": "TLS12"}}}}, "$.tls.Options.o.MinVersion", "invalid value 'TLS12'"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_key_path_as_written(doc: dict, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic(doc)
+    assert info.value.path == path
+    assert message in info.value.message
+
+
+def test_a_key_written_twice_in_two_casings_is_an_error_naming_both(tmp_path: Path) -> None:
+    doc = {"http": {"routers": {"r": {"rule": "x", "service": "s", "entryPoints": ["a"], "EntryPoints": ["b"]}}}}  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic(doc)
+    assert info.value.path == "$.http.routers.r.EntryPoints"
+    assert "'entryPoints' and 'EntryPoints' are one key written twice" in info.value.message
+    # Either order; at the root and in the static configuration too.
+    with pytest.raises(ConfigError, match="'Http' and 'http' are one key written twice"):
+        decode_dynamic({"Http": {}, "http": {}})
+    path = tmp_path / "edge.yaml"
+    path.write_text("entryPoints:\n  web: {address: ':80', ADDRESS: ':81'}\n")
+    with pytest.raises(ConfigError) as info:
+        load_static(path)
+    assert str(info.value) == (
+        f"{path}: $.entryPoints.web.ADDRESS: 'address' and 'ADDRESS' are one key written "
+        "twice (keys match case-insensitively)"
+    )
+
+
+def test_keys_only_edge_writes_are_unknown_in_a_file() -> None:
+    """``problems`` and ``unsupported`` are edge's own bookkeeping in an element: a file
+    writing ``problems: []`` must not decide what validation reports."""
+    for key in ("problems", "Unsupported"):
+        with pytest.raises(ConfigError) as info:
+            decode_dynamic({"http": {"routers": {"r": {"rule": "x", "service": "s", key: []}}}})
+        assert (info.value.path, info.value.message) == (f"$.http.routers.r.{key}", "unknown key")
+
+
+def test_a_list_may_be_one_comma_separated_string() -> None:
+    """Traefik's parser splits a string at commas where its model has a list, in files
+    too (paerser's setSlice), each item trimmed."""
+    conf = decode_dynamic(
+        {
+            "http": {"routers": {"r": {"rule": "x", "service": "s", "entryPoints": "web, websecure"}}},
+            "tcp": {"middlewares": {"a": {"ipAllowList": {"sourceRange": "10.0.0.0/8,192.168.0.0/16"}}}},
+        }
+    )  # fmt: skip
+    assert conf.http is not None and conf.http.routers["r"].entry_points == ["web", "websecure"]
+    assert conf.tcp is not None
+    allow = conf.tcp.middlewares["a"].ip_allow_list
+    assert allow is not None and allow.source_range == ["10.0.0.0/8", "192.168.0.0/16"]
+    static = decode_static(
+        {
+            "entryPoints": {"web": {"address": ":80", "forwardedHeaders": {"trustedIPs": "10.0.0.1"}}},
+            "metrics": {"prometheus": {"buckets": "0.1,0.3,1.2"}},
+        }
+    )  # fmt: skip
+    assert static.entry_points["web"].forwarded_headers.trusted_ips == ["10.0.0.1"]
+    assert static.metrics is not None and static.metrics.prometheus is not None
+    assert static.metrics.prometheus.buckets == [0.1, 0.3, 1.2]
+    empty = decode_dynamic(
+        {"http": {"routers": {"r": {"rule": "x", "service": "s", "entryPoints": ""}}}}
+    )
+    assert empty.http is not None and empty.http.routers["r"].entry_points == []
+    with pytest.raises(ConfigError) as info:
+        decode_static({"metrics": {"prometheus": {"buckets": "0.1,fast"}}})
+    assert info.value.path == "$.metrics.prometheus.buckets[1]"
+
+
+# --- one element at a time -----------------------------------------------------------
+
+ONE_BAD_EACH: dict[str, Any] = {
+    "http": {
+        "routers": {
+            "good": {"rule": "Host(`good`)", "service": "app"},
+            "no-service": {"rule": "Host(`a`)", "entryPoints": "web"},
+            "uses-bad-service": {"rule": "Host(`b`)", "service": "bad-url"},
+            "uses-bad-transport": {"rule": "Host(`c`)", "service": "via"},
+            "uses-bad-options": {"rule": "Host(`d`)", "service": "app", "tls": {"options": "old"}},
+            "twice": {"rule": "Host(`e`)", "service": "app", "service ": "x", "Service": "y"},
+        },
+        "services": {
+            "app": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:1"}]}},
+            "bad-url": {"loadBalancer": {"servers": [{"url": "ftp://127.0.0.1"}]}},
+            "via": {"loadBalancer": {"servers": [{"url": "https://127.0.0.1:1"}], "serversTransport": "t"}},
+        },
+        "serversTransports": {"t": {"insecureSkipVerify": "yes"}},
+    },
+    "tcp": {
+        "routers": {"t": {"rule": "HostSNI(`*`)", "service": "db", "priority": "high"}},
+        "services": {"db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:5432"}]}}},
+    },
+    "udp": {"services": {"dns": {"loadBalancer": {"servers": [{"address": "nowhere"}]}}}},
+    "tls": {
+        "options": {"old": {"minVersion": "TLS1.0"}},
+        "stores": {"default": {"defaultCertificate": {"certFile": "c.pem"}}},
+        "certificates": [{"certFile": "a.pem"}, {"certFile": "b.pem", "keyFile": "b.key"}],
+    },
+}  # fmt: skip
+
+
+def test_a_key_error_disables_only_its_element_with_its_key_path() -> None:
+    errors: list[ConfigError] = []
+    conf = decode_dynamic(ONE_BAD_EACH, source="d.yaml", errors=errors)
+    assert [str(e) for e in errors] == [
+        "d.yaml: $.http.routers.no-service.service: missing required key (disabled)",
+        "d.yaml: $.http.routers.twice.Service: 'service' and 'Service' are one key written twice (keys match case-insensitively) (disabled)",
+        "d.yaml: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url 'ftp://127.0.0.1': scheme must be http or https (disabled)",
+        "d.yaml: $.http.serversTransports.t.insecureSkipVerify: expected bool, got str (left out)",
+        "d.yaml: $.tcp.routers.t.priority: expected int, got str (disabled)",
+        "d.yaml: $.udp.services.dns.loadBalancer.servers[0]: invalid address 'nowhere': expected host:port (missing ':port') (disabled)",
+        "d.yaml: $.tls.options.old.minVersion: invalid value 'TLS1.0': expected one of 'VersionTLS10', 'VersionTLS11', 'VersionTLS12', 'VersionTLS13' (left out)",
+        "d.yaml: $.tls.stores.default.defaultCertificate.keyFile: missing required key (left out)",
+        "d.yaml: $.tls.certificates[0].keyFile: missing required key (left out)",
+    ]  # fmt: skip
+    assert conf.tls is not None and [c.cert_file for c in conf.tls.certificates] == ["b.pem"]
+    assert conf.tls.options == {} and conf.tls.stores == {}
+    assert conf.http is not None and conf.http.servers_transports == {}
+    stand_in = conf.http.routers["no-service"]
+    assert stand_in.rule == "Host(`a`)" and stand_in.entry_points == ["web"]  # what it was
+
+    rt = build_runtime(merge({"file": conf}), {"web": "tcp", "dns": "udp"})
+    assert rt.http_routers["good@file"].status == "enabled"
+    assert rt.http_services["app@file"].status == "enabled"
+    assert rt.tcp_services["db@file"].status == "enabled"
+    reasons = {
+        "no-service": "$.http.routers.no-service.service: missing required key",
+        "twice": "'service' and 'Service' are one key written twice",
+        "uses-bad-service": "service 'bad-url@file' is disabled: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url",
+        "uses-bad-transport": "serversTransport 't@file' does not exist",
+        "uses-bad-options": "TLS options 'old@file' do not exist",
+    }  # fmt: skip
+    for name, reason in reasons.items():
+        info = rt.http_routers[f"{name}@file"]
+        assert info.status == "disabled", name
+        assert any(reason in e for e in info.errors), (name, info.errors)
+    assert rt.http_services["bad-url@file"].status == "disabled"
+    assert rt.tcp_routers["t@file"].status == "disabled"
+    assert rt.tcp_routers["t@file"].errors[0] == "$.tcp.routers.t.priority: expected int, got str"
+    assert rt.udp_services["dns@file"].status == "disabled"
+
+
+def test_without_errors_the_first_key_error_fails_the_whole() -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic(ONE_BAD_EACH)
+    assert info.value.path == "$.http.routers.no-service.service"
+
+
+def test_an_error_outside_any_element_fails_the_whole() -> None:
+    errors: list[ConfigError] = []
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic({"http": {"routers": []}}, errors=errors)
+    assert info.value.path == "$.http.routers"
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic({"http": {"routerz": {}}}, errors=errors)
+    assert (info.value.path, info.value.message) == ("$.http.routerz", "unknown key")
+
+
+def test_a_bad_name_leaves_its_element_out() -> None:
+    errors: list[ConfigError] = []
+    conf = decode_dynamic(
+        {"http": {"routers": {"a@b": {"rule": "x", "service": "s"}, " ": {"rule": "x", "service": "s"}, "ok": {"rule": "x", "service": "s"}}}},
+        errors=errors,
+    )  # fmt: skip
+    assert conf.http is not None and list(conf.http.routers) == ["ok"]
+    assert [(e.path, e.message) for e in errors] == [
+        ('$.http.routers["a@b"]', "a name must not contain '@' (it separates a name from its provider) (left out)"),
+        ('$.http.routers[" "]', "empty name (left out)"),
+    ]  # fmt: skip
+
+
+# --- Traefik's single-file layout ------------------------------------------------------
+
+SINGLE_FILE = """\
+entrypoints:
+  web: {address: ":8000"}
+providers:
+  file: {filename: "%s"}
+log: {level: DEBUG}
+http:
+  routers:
+    r: {rule: "Host(`a`)", service: s}
+  services:
+    s: {loadBalancer: {servers: [{url: "http://127.0.0.1:1"}]}}
+"""
+
+
+def test_a_file_both_static_and_the_file_providers_is_read_as_two_halves(tmp_path: Path) -> None:
+    """Traefik's fixtures hold both in one file whose file provider names the file
+    itself; edge refused the static half (``$.http: unknown key``) and the dynamic half
+    (``$.entrypoints: unknown key``)."""
+    for i, filename in enumerate(("traefik.yaml", "./traefik.yaml", str(tmp_path / "traefik.yaml"))):  # fmt: skip
+        path = tmp_path / "traefik.yaml"
+        path.write_text(SINGLE_FILE % filename)
+        static = load_static(path)
+        assert static.entry_points["web"].address == ":8000", i
+        conf = load_dynamic(path)
+        assert conf.http is not None and list(conf.http.routers) == ["r"], i
+    # A provider reading a folder that holds the file reads it too.
+    path.write_text(SINGLE_FILE.replace('filename: "%s"', 'directory: "."'))
+    assert load_static(path).providers.file is not None
+    assert load_dynamic(path).http is not None
+
+
+def test_dynamic_configuration_in_a_static_file_nothing_reads_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "traefik.yaml"
+    path.write_text(SINGLE_FILE % "other.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_static(path)
+    assert info.value.path == "$.http"
+    assert "dynamic configuration in the static file" in info.value.message
+    # Its dynamic half is not a dynamic file either: the static keys are unknown there.
+    with pytest.raises(ConfigError) as info:
+        load_dynamic(path)
+    assert (info.value.path, info.value.message) == ("$.entrypoints", "unknown key")

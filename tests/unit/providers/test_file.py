@@ -130,6 +130,8 @@ def test_directory_duplicate_names_are_an_error_naming_both_files(tmp_path: Path
 
 
 def test_invalid_file_keeps_last_good_and_logs_the_path(tmp_path: Path, caplog) -> None:
+    """A file that does not decode at all (here a key error outside any element) keeps
+    its last good version."""
     path = tmp_path / "dynamic.yml"
     write(path, routers_yaml("a"))
 
@@ -138,8 +140,8 @@ def test_invalid_file_keeps_last_good_and_logs_the_path(tmp_path: Path, caplog) 
         provider = FileProvider(filename=str(path), watch=True, poll_interval=0.02)
         async with running(provider, sink):
             await until(lambda: len(sink.messages) == 1)
-            write(path, "http:\n  routers:\n    a:\n      rule: Host(`a`)\n      sevice: app\n")
-            await until(lambda: "sevice" in caplog.text)
+            write(path, "http:\n  routerz:\n    a:\n      rule: Host(`a`)\n      service: app\n")
+            await until(lambda: "routerz" in caplog.text)
             await asyncio.sleep(0.1)
             assert len(sink.messages) == 1  # nothing published
             write(path, routers_yaml("a", "b"))
@@ -150,7 +152,57 @@ def test_invalid_file_keeps_last_good_and_logs_the_path(tmp_path: Path, caplog) 
         run(main())
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1  # logged once for that version of the file
-    assert f"{path}: $.http.routers.a.sevice: unknown key" in errors[0]
+    assert f"{path}: $.http.routerz: unknown key" in errors[0]
+    assert "keeping the last good configuration" in errors[0]
+
+
+def test_a_key_error_in_one_element_costs_only_that_element(tmp_path: Path, caplog) -> None:
+    """At the first read and on reload: the router with a misspelt key stands in
+    disabled, with its key path, and the file's other routers are published (before,
+    the whole file was refused, and at start nothing was served)."""
+    path = tmp_path / "dynamic.yml"
+    bad = "    bad:\n      rule: Host(`bad`)\n      sevice: app\n"
+    write(path, routers_yaml("a") + bad)
+
+    async def main() -> None:
+        sink = Sink()
+        provider = FileProvider(filename=str(path), watch=True, poll_interval=0.02)
+        async with running(provider, sink):
+            await until(lambda: len(sink.messages) == 1)
+            first = sink.messages[0].configuration.http
+            assert first is not None and first.routers["a"].problems == []
+            assert first.routers["bad"].problems == ["$.http.routers.bad.sevice: unknown key"]
+            write(path, routers_yaml("a", "b") + bad.replace("bad", "worse"))
+            await until(lambda: len(sink.messages) == 2)
+            assert routers(sink.messages[-1]) == ["a", "b", "worse"]
+            last = sink.messages[-1].configuration.http
+            assert last is not None and last.routers["worse"].problems != []
+
+    with caplog.at_level(logging.ERROR, logger="edge.providers.file"):
+        run(main())
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [
+        f"file provider file: {path}: $.http.routers.bad.sevice: unknown key (disabled)",
+        f"file provider file: {path}: $.http.routers.worse.sevice: unknown key (disabled)",
+    ]
+
+
+def test_a_key_error_in_a_directory_file_costs_only_that_element(tmp_path: Path) -> None:
+    write(tmp_path / "a.yml", routers_yaml("a"))
+    write(tmp_path / "b.yml", routers_yaml("b") + "    c:\n      rule: Host(`c`)\n")
+    errors: list[ConfigError] = []
+    conf = load_file_provider(directory=str(tmp_path), errors=errors)
+    assert conf.http is not None and sorted(conf.http.routers) == ["a", "b", "c"]
+    assert conf.http.routers["c"].problems == ["$.http.routers.c.service: missing required key"]
+    assert [str(e) for e in errors] == [
+        f"{tmp_path / 'b.yml'}: $.http.routers.c.service: missing required key (disabled)"
+    ]
+    # A file that does not decode at all is left out whole, with no element's error.
+    write(tmp_path / "b.yml", routers_yaml("b") + "    c:\n      rule: Host(`c`)\n" + "tcp: []\n")
+    errors = []
+    conf = load_file_provider(directory=str(tmp_path), errors=errors)
+    assert conf.http is not None and sorted(conf.http.routers) == ["a"]
+    assert [e.path for e in errors] == ["$.tcp"]
 
 
 def test_watch_picks_up_a_rewrite_within_a_second(tmp_path: Path) -> None:
@@ -307,7 +359,7 @@ def test_a_file_that_breaks_keeps_its_last_good_version(tmp_path: Path) -> None:
 
 def test_the_provider_serves_the_good_files_and_logs_the_bad_one(tmp_path: Path, caplog) -> None:
     write(tmp_path / "a.yml", routers_yaml("a"))
-    write(tmp_path / "b.yml", "http: {routers: {b: {rule: 'Host(`b`)', sevice: s}}}\n")
+    write(tmp_path / "b.yml", "http: {routerz: {b: {rule: 'Host(`b`)', service: s}}}\n")
 
     async def main() -> None:
         sink = Sink()
@@ -327,7 +379,7 @@ def test_the_provider_serves_the_good_files_and_logs_the_bad_one(tmp_path: Path,
 
     with caplog.at_level(logging.ERROR, logger="edge.providers.file"):
         run(main())
-    assert f"{tmp_path / 'b.yml'}: $.http.routers.b.sevice: unknown key (left out)" in caplog.text
+    assert f"{tmp_path / 'b.yml'}: $.http.routerz: unknown key (left out)" in caplog.text
     assert "(its last good version is kept)" in caplog.text
 
 
