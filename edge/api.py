@@ -1,8 +1,10 @@
 """Traefik's read-only API: the configuration edge serves, each element with its status
 and the reasons it is disabled.
 
-Served on the ``traefik`` entry point when ``api.insecure`` is true, as Traefik does
-(without it, nowhere: edge has no ``api@internal`` service to put behind a router).
+Served on the ``traefik`` entry point when ``api.insecure`` is true, as Traefik does,
+and, with ``api`` set, by every router naming the service ``api@internal``, behind that
+router's rule and middlewares (:mod:`edge.entrypoints.internal`); ``api@internal`` is
+listed as Traefik lists it, without a configuration of its own.
 The paths and JSON shapes are Traefik's, so its tools and the habits of its users
 carry over:
 
@@ -43,7 +45,7 @@ import msgspec
 
 from edge.config.durations import enc_hook
 from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
-from edge.config.static import EntryPoint, StaticConfig
+from edge.config.static import API_SERVICE, EntryPoint, StaticConfig
 
 __all__ = ["API", "APIAnswer"]
 
@@ -102,7 +104,7 @@ def _message(status: int, message: str) -> APIAnswer:
 def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
     """One element as Traefik's API shows it (see the module doc)."""
     out: dict[str, Any] = msgspec.to_builtins(info.config, enc_hook=enc_hook)
-    if not isinstance(out, dict):
+    if not isinstance(out, dict) or info.name == API_SERVICE:  # edge's own: nothing to show
         out = {}
     out.pop("unsupported", None)  # both shown as errors
     out.pop("problems", None)

@@ -72,10 +72,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         _uvloop_run(run_supervisor(static, workers=workers, parser=args.http_parser))
     else:
-        from edge.app import run
-
-        _uvloop_run(run(static, parser=args.http_parser))
+        _uvloop_run(_run_single(static, args.http_parser))
     return 0
+
+
+async def _run_single(static, parser: str | None) -> None:
+    """One process: edge.app's Edge, with ``api@internal`` routes served (``api``)."""
+    from edge.app import Edge, serve
+    from edge.entrypoints.internal import attach_api
+
+    app = Edge(static, parser=parser)
+    attach_api(app.dataplane, static)
+    await serve(app)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -64,6 +64,7 @@ from edge.app import ControlPlane, Dataplane, Stoppable, serve
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import StaticConfig
 from edge.entrypoints import format_address
+from edge.entrypoints.internal import attach_api
 from edge.ipc import (
     Ack,
     Apply,
@@ -784,6 +785,7 @@ class Worker:
             ticket_key=start.ticket_key,
         )
         self.dataplane.retry = self._reapply
+        attach_api(self.dataplane, start.static)
         try:
             await self.dataplane.start()
         except OSError as exc:

@@ -6,6 +6,8 @@ assignment); it decides per connection what the connection becomes (HTTP
 today; a TLS peek, a splice or a UDP session as the kinds grow).
 :class:`EntryPoints` owns them all, runs the one periodic sweep (connection
 deadlines, idle upstream connections, UDP sessions) and drains them on stop.
+With ``api`` set (:func:`edge.entrypoints.internal.attach_api`), the routes naming
+``api@internal`` answer with the API.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 
 from edge import eventloop
 from edge.entrypoints.base import SWEEP_MAX, EntryPoint, format_address
+from edge.entrypoints.internal import APIAnswer, serve_api
 from edge.router.set import RouterSet
 from edge.transports import TransportRegistry
 
@@ -30,6 +33,7 @@ class EntryPoints:
         self.loop = loop
         self.transports = transports
         self.all: dict[str, EntryPoint] = {}
+        self.api: APIAnswer | None = None  # what api@internal routes answer with
         self._sweeper: asyncio.TimerHandle | None = None
         self._table = eventloop.transport_table(loop)  # pruned by the sweep (edge.eventloop)
         self._pruned = loop.time()
@@ -54,7 +58,7 @@ class EntryPoints:
         for name, ep in self.all.items():
             router = routers.get(name)
             if router is not None:
-                ep.switch(router)
+                ep.switch(router if self.api is None else serve_api(router, self.api))
 
     def _schedule_sweep(self) -> None:
         interval = min((ep.sweep_interval() for ep in self.all.values()), default=SWEEP_MAX)

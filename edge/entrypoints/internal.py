@@ -1,0 +1,105 @@
+"""``api@internal``: the API served by the routers that name it, behind their middlewares.
+
+Traefik users protect the API with a router of their own (``service: api@internal``, a
+rule, TLS, authentication middlewares) instead of ``api.insecure``'s open entry point.
+Validation gives such a router the service ``api@internal`` (it exists when the static
+configuration has ``api``; :mod:`edge.config.runtime.build`), which the router factory
+builds as a load balancer without servers. Here, once per configuration, each route
+whose service is that one becomes a route whose pipeline ends with :class:`APIAnswer`:
+the router's own middlewares run first (an authentication middleware answers first,
+a ``stripPrefix`` changes the path the API reads), then the API answers
+(:meth:`edge.api.API.answer`), from the configuration the data plane serves.
+
+Invariant: an entry point's routers are rebuilt only where one of its routes names
+``api@internal``; every other entry point gets its router set as built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edge import __version__
+from edge.api import API
+from edge.config.static import API_SERVICE, StaticConfig
+from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
+from edge.router.http import HTTPRouter, Route
+from edge.router.set import RouterSet
+from edge.rules import RouteTable
+
+if TYPE_CHECKING:
+    from edge.app import Dataplane
+
+__all__ = ["APIAnswer", "attach_api", "serve_api"]
+
+
+class APIAnswer(Middleware):
+    """The last step of an ``api@internal`` route: the API's answer to GET and HEAD
+    (``/api/...``), Traefik's 404 for any other path and 405 for other methods."""
+
+    __slots__ = ("api",)
+
+    def __init__(self, api: API) -> None:
+        super().__init__(API_SERVICE)
+        self.api = api
+
+    def request(self, fwd: Forward) -> Answer | None:
+        if fwd.method not in (b"GET", b"HEAD"):
+            return Answer(405, b"Allow: GET, HEAD\r\n", b"405 method not allowed\n")
+        found = self.api.answer(fwd.path, fwd.query)
+        if found is None:
+            return Answer(404, b"", b"404 page not found\n")
+        status, body, _content_type, lines = found
+        # An Answer has no content type of its own yet: edge's text/plain goes with it.
+        return Answer(status, lines, body)
+
+
+class _Edits(Middleware):
+    """A pipeline's folded header edits, kept when the pipeline is extended."""
+
+    __slots__ = ("request_edits", "response_edits")
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        super().__init__("edits")
+        self.request_edits = pipeline.request_edits
+        self.response_edits = pipeline.response_edits
+
+
+def _api_route(route: Route, answer: APIAnswer) -> Route:
+    pipeline = route.pipeline
+    return Route(route.name, route.service, Pipeline([*pipeline.steps, _Edits(pipeline), answer]))
+
+
+def _with_api(router: HTTPRouter | None, answer: APIAnswer) -> HTTPRouter | None:
+    """``router`` with its ``api@internal`` routes answering with the API; itself if none."""
+    if router is None:
+        return None
+    entries = router.table.entries
+    if not any(route.service.name == API_SERVICE for *_, route in entries):
+        return router
+    swapped: dict[Route, Route] = {}
+    out = []
+    for name, rule, priority, route in entries:
+        if route.service.name == API_SERVICE:
+            route = swapped.get(route) or swapped.setdefault(route, _api_route(route, answer))
+        out.append((name, rule, priority, route))
+    return HTTPRouter(RouteTable(out))
+
+
+def serve_api(routers: RouterSet, answer: APIAnswer) -> RouterSet:
+    """``routers`` with every ``api@internal`` route answering with the API (see the module doc)."""
+    http = _with_api(routers.http, answer)
+    https = _with_api(routers.https, answer)
+    if http is routers.http and https is routers.https:
+        return routers
+    assert http is not None
+    return RouterSet(http=http, https=https, tcp=routers.tcp, udp=routers.udp)
+
+
+def attach_api(dataplane: Dataplane, static: StaticConfig) -> None:
+    """Have ``dataplane``'s entry points serve ``api@internal`` routes when ``api`` is set:
+    the API reads the configuration ``dataplane`` serves (its ``api.insecure`` one when
+    there is one)."""
+    if static.api is None:
+        return
+    api = dataplane.api or API(static, lambda: dataplane.runtime, __version__)
+    dataplane.entrypoints.api = APIAnswer(api)
