@@ -1,0 +1,254 @@
+"""ServersTransport and ServersTransportTCP objects naming Secrets, end to end.
+
+A real :class:`~tests.kube.emulator.Emulator` serves the objects to one in-process edge
+(``providers.kubernetesCRD``, as ``test_provider.py`` runs it); the upstreams are
+``openssl s_server`` demanding a client certificate from a CA of their own (``-Verify
+1``): ``-www`` answers HTTP with a page naming the client certificate it got, ``-rev``
+echoes lines reversed over TLS. curl through an IngressRoute whose ServersTransport has
+``certificatesSecrets`` reaches the HTTPS upstream as the Secret's certificate; the same
+upstream through a transport without one answers 502 (the handshake is refused);
+a transport naming a missing Secret disables the route with its reason; raw TCP
+through an IngressRouteTCP with a ServersTransportTCP's ``tls.certificatesSecrets``
+gets its echo. The Secret deleted, the route goes (404) within a bounded wait.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from edge.providers.kubernetes.provider import KubernetesCRDProvider
+from tests.fixtures.tls.pki import PKI
+from tests.harness import need
+from tests.integration.kubernetes import test_provider as KP
+from tests.integration.peers import Process
+from tests.kube import objects as o
+from tests.kube.emulator import Emulator
+
+TRAEFIK = "traefik.io/v1alpha1"
+CLIENT_CN = "edge-upstream-client"
+
+
+# --- peers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream_tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The upstreams' certificate, the CA they trust for clients, and edge's client pair."""
+    folder = tmp_path_factory.mktemp("upstream-tls")
+    client_ca = PKI("upstream client CA")
+    client = client_ca.issue(cn=CLIENT_CN, client=True)
+    server = PKI("upstream server CA").issue("upstream.test")
+    crt, key = server.write(folder, "server")
+    return {"crt": crt, "key": key, "client_ca": client_ca.write_ca(folder, "client-ca"),
+            "client": client}  # fmt: skip
+
+
+def s_server(tls: dict[str, Any], mode: str) -> Process:
+    """``openssl s_server`` in ``mode`` (``-www`` or ``-rev``) that requires a client
+    certificate signed by the client CA."""
+    args = [need("openssl"), "s_server", "-accept", "127.0.0.1:0", "-cert", tls["crt"],
+            "-key", tls["key"], "-Verify", "1", "-CAfile", tls["client_ca"], mode,
+            "-naccept", "200"]  # fmt: skip
+    p = Process(args, r"ACCEPT .*:(\d+)")
+    p.port = int(p.match.group(1))  # type: ignore[attr-defined]
+    return p
+
+
+@pytest.fixture(scope="module")
+def www(upstream_tls: dict[str, Any]) -> Iterator[Process]:
+    p = s_server(upstream_tls, "-www")
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def rev(upstream_tls: dict[str, Any]) -> Iterator[Process]:
+    p = s_server(upstream_tls, "-rev")
+    yield p
+    p.stop()
+
+
+# --- objects ------------------------------------------------------------------------------
+
+
+def crd(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": TRAEFIK, "kind": kind,
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}  # fmt: skip
+
+
+def upstream(name: str, port: int) -> list[dict[str, Any]]:
+    """A Service (port 8443, ``https``) and its slice pointing at 127.0.0.1:``port``."""
+    svc = o.service(name, port=8443, target_port=port)
+    svc["spec"]["ports"][0]["name"] = "https"
+    eps = o.endpoint_slice(f"{name}-1", service_name=name, addresses=["127.0.0.1"], port=port)
+    eps["ports"][0]["name"] = "https"
+    return [svc, eps]
+
+
+def http_route(host: str, transport: str) -> dict[str, Any]:
+    return {"match": f"Host(`{host}`)",
+            "services": [{"name": "www", "port": 8443, "scheme": "https",
+                          "serversTransport": transport}]}  # fmt: skip
+
+
+def client_secret(tls: dict[str, Any]) -> dict[str, Any]:
+    pair = tls["client"]
+    b64 = base64.b64encode
+    return o.secret("upstream-client", cert=b64(pair.cert_pem.encode()).decode(),
+                    key=b64(pair.key_pem.encode()).decode())  # fmt: skip
+
+
+# --- edge ---------------------------------------------------------------------------------
+
+
+def static_config(emu: Emulator) -> dict[str, Any]:
+    throttle = f"{int(KP.THROTTLE * 1000)}ms"
+    return {
+        "entryPoints": {
+            "web": {"address": "127.0.0.1:0"},
+            "tcp": {"address": "127.0.0.1:0"},
+            "traefik": {"address": "127.0.0.1:0"},
+        },
+        "providers": {
+            "kubernetesCRD": {"endpoint": emu.url, "token": KP.TOKEN, "throttleDuration": throttle}
+        },
+        "providersThrottleDuration": throttle,
+        "ping": {"entryPoint": "traefik"},
+        "log": {"level": "INFO"},
+    }
+
+
+def fast(app: Any) -> None:
+    for p in app.providers:
+        if isinstance(p, KubernetesCRDProvider):
+            p.timing = KP.FAST
+            p.wait_log_interval = 0.5
+
+
+@pytest.fixture
+def emu() -> Iterator[Emulator]:
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as e:
+        yield e
+
+
+@pytest.fixture
+def start_edge(emu: Emulator) -> Iterator[Callable[[], KP.InProcessEdge]]:
+    started: list[KP.InProcessEdge] = []
+
+    def start() -> KP.InProcessEdge:
+        e = KP.InProcessEdge(static_config(emu), tweak=fast).start()
+        started.append(e)
+        assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def curl(port: int, host: str) -> tuple[int, str]:
+    """(status, body) of ``curl http://127.0.0.1:port/ -H Host: host``; 0 if none."""
+    out = subprocess.run(
+        [need("curl"), "-s", "-m", "10", "-H", f"Host: {host}", "-w", "\n%{http_code}",
+         f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    body, _, code = out.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def tcp_round_trip(port: int, data: bytes, expect: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` over plain TCP and read until ``expect`` (or EOF, or ``timeout``)."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        while expect not in got and time.monotonic() < deadline:
+            s.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+# --- tests --------------------------------------------------------------------------------
+
+
+def test_transports_present_the_client_certificate_their_secrets_hold(
+    emu: Emulator, start_edge, upstream_tls: dict[str, Any], www: Process, rev: Process
+) -> None:
+    for obj in (*upstream("www", www.port), *upstream("rev", rev.port)):  # type: ignore[attr-defined]
+        emu.create(obj)
+    emu.create(client_secret(upstream_tls))
+    emu.create(
+        crd(
+            "ServersTransport",
+            "mtls",
+            {"insecureSkipVerify": True, "certificatesSecrets": ["upstream-client"]},
+        )
+    )
+    emu.create(crd("ServersTransport", "plain", {"insecureSkipVerify": True}))
+    emu.create(
+        crd(
+            "ServersTransport",
+            "broken",
+            {"insecureSkipVerify": True, "certificatesSecrets": ["missing"]},
+        )
+    )
+    emu.create(
+        crd(
+            "ServersTransportTCP",
+            "mtls-tcp",
+            {"tls": {"insecureSkipVerify": True, "certificatesSecrets": ["upstream-client"]}},
+        )
+    )
+    emu.create(
+        crd(
+            "IngressRoute",
+            "app",
+            {
+                "entryPoints": ["web"],
+                "routes": [
+                    http_route("mtls.test", "mtls"),
+                    http_route("plain.test", "plain"),
+                    http_route("broken.test", "broken"),
+                ],
+            },
+        )
+    )
+    emu.create(crd("IngressRouteTCP", "echo", {"entryPoints": ["tcp"], "routes": [
+        {"match": "HostSNI(`*`)",
+         "services": [{"name": "rev", "port": 8443, "tls": True,
+                       "serversTransport": "mtls-tcp"}]}]}))  # fmt: skip
+    edge = start_edge()
+    web = edge.port("web")
+
+    assert KP.until(lambda: curl(web, "mtls.test")[0] == 200, 10.0)
+    status, page = curl(web, "mtls.test")
+    assert status == 200 and f"Subject: CN={CLIENT_CN}" in page  # s_server saw edge's cert
+    assert curl(web, "plain.test")[0] == 502  # no client certificate: refused upstream
+    assert curl(web, "broken.test")[0] == 404  # the route is disabled
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+    reasons = [str(p) for p in provider.conversion.problems]
+    assert "ServersTransport default/broken: spec: certificatesSecrets[0]: secret " \
+           "default/missing not found" in reasons  # fmt: skip
+
+    assert b"olleh" in tcp_round_trip(edge.port("tcp"), b"hello\n", b"olleh")
+
+    # The Secret gone: the transports that name it are refused, and so are their routes.
+    emu.delete("Secret", "default", "upstream-client")
+    assert KP.until(lambda: curl(web, "mtls.test")[0] == 404, 10.0)
+    # No TCP router left: the entry point reads the bytes as HTTP, and answers 400.
+    answer = tcp_round_trip(edge.port("tcp"), b"hello\n", b"olleh", timeout=2.0)
+    assert b"olleh" not in answer and answer.startswith(b"HTTP/1.1 400")
