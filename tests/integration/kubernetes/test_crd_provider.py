@@ -16,12 +16,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import yaml
 
+from edge.providers.kubernetes.client import CRD_RESOURCES
 from edge.providers.kubernetes.provider import KubernetesCRDProvider, KubernetesIngressProvider
 from tests.harness import ROOT, WHOAMI_RE, Proc, Whoami
 from tests.integration.kubernetes import test_provider as KP
@@ -241,6 +243,73 @@ def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, wh
     crd_http = by_name["kubernetescrd"].conversion.configuration.http
     assert ingress_http is not None and crd_http is not None
     assert set(ingress_http.routers).isdisjoint(crd_http.routers)
+
+
+SHARED_KINDS = (
+    "/api/v1/services",
+    "/apis/discovery.k8s.io/v1/endpointslices",
+    "/api/v1/secrets",
+)
+OWN_KINDS = ("/apis/networking.k8s.io/v1/ingresses", "/apis/traefik.io/v1alpha1/ingressroutes")
+WATCHES = 2 + len(SHARED_KINDS) + len(CRD_RESOURCES)  # Ingress, IngressClass; shared; traefik.io
+
+
+def test_both_providers_list_and_watch_services_slices_and_secrets_once(
+    emu: Emulator, start_edge, whoami: Whoami, whoami2: Whoami
+) -> None:
+    """Both providers in one edge share one core: Services, EndpointSlices and Secrets
+    are LISTed and WATCHed once for the two (counted at the API server); each provider
+    is woken only by its own kinds; a 410 Gone (history compacted while the watches were
+    away) re-LISTs each shared kind once, and both providers follow what changed."""
+    emu.create(o.ingress_class("edge"))
+    KP.backend_service(emu, "ing", whoami)
+    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
+    emu.create(o.service("crd"))
+    emu.create(KP.slice_for("crd", whoami))
+    emu.create(ingress_route("crd", "c.test", "crd"))
+    edge = start_edge(ingress=True)
+    port = edge.port()
+    assert KP.follows(port, "i.test", whoami.name)
+    assert KP.follows(port, "c.test", whoami.name)
+    assert edge.app is not None
+    by_name = {p.name: p for p in edge.app.providers}
+    ing, crd = by_name["kubernetes"], by_name["kubernetescrd"]
+    assert ing.core is crd.core and len(ing.core.clients) == 1
+    assert emu.wait_watches(WATCHES)
+    for path in (*SHARED_KINDS, *OWN_KINDS):
+        assert emu.count(path, watch=False) == 1, path
+        assert emu.count(path, watch=True) == 1, path
+
+    # An Ingress wakes the Ingress provider only, an IngressRoute the CRD provider only.
+    time.sleep(3 * KP.THROTTLE)
+    ing_rounds, crd_rounds = ing.rounds, crd.rounds
+    emu.create(KP.ingress("more", [("m.test", "/", "Prefix", "ing")]))
+    assert KP.follows(port, "m.test", whoami.name)
+    emu.create(ingress_route("more", "n.test", "crd"))
+    assert KP.follows(port, "n.test", whoami.name)
+    time.sleep(3 * KP.THROTTLE)
+    assert (ing.rounds, crd.rounds) == (ing_rounds + 1, crd_rounds + 1)
+
+    # Watches stalled, both Services' endpoints moved, history compacted, watches cut:
+    # every reflector gets 410 Gone and LISTs again, the shared ones once for both.
+    emu.stall_watches()
+    for service in ("ing", "crd"):
+        emu.delete("EndpointSlice", "default", f"{service}-{whoami.name}")
+        emu.create(KP.slice_for(service, whoami2))
+    emu.compact()
+    t0 = time.monotonic()
+    emu.drop_watches()
+    assert KP.follows(port, "i.test", whoami2.name)
+    assert KP.follows(port, "c.test", whoami2.name)
+    assert emu.wait_watches(WATCHES)
+    for path in (*SHARED_KINDS, *OWN_KINDS):
+        assert emu.count(path, since=t0, watch=False) == 1, path
+    # and both go on following from the new LIST's watches
+    for service in ("ing", "crd"):
+        emu.delete("EndpointSlice", "default", f"{service}-{whoami2.name}")
+        emu.create(KP.slice_for(service, whoami, name=f"{service}-back"))
+    assert KP.follows(port, "i.test", whoami.name)
+    assert KP.follows(port, "c.test", whoami.name)
 
 
 def test_edge_check_lists_the_crd_routes_left_out(emu: Emulator, tmp_path, whoami) -> None:
