@@ -48,8 +48,12 @@ option cannot be honoured exactly, edge does the nearest safe thing:
   ``RequireAnyClientCert`` requires one that verifies against ``caFiles`` (an
   error without ``caFiles``). An empty type means ``RequireAndVerifyClientCert``
   when ``caFiles`` are given, ``NoClientCert`` otherwise (Traefik's rule).
-- ``minVersion: VersionTLS10/11`` is set, but OpenSSL 3's default security
-  level still refuses those versions; edge does not lower it.
+- ``minVersion: VersionTLS10/11`` works, as in Go: OpenSSL 3's default
+  security level (Debian's too) allows no TLS 1.0/1.1 handshake (their
+  signatures use SHA-1), so for those options alone the context's level is
+  lowered to 0 (``@SECLEVEL=0``; the cipher list, when ``cipherSuites`` names
+  none, is Go's default kinds: ECDHE with AES-GCM, ChaCha20 or AES-CBC). Options
+  with ``VersionTLS12`` and above keep OpenSSL's level.
 - ``alpnProtocols``: a context that terminates into HTTPS routers offers only
   what edge speaks to HTTP clients (``http/1.1``, ``http/1.0``) from the list, and
   no ALPN at all when none is listed (the client falls back to HTTP/1.1): Traefik's
@@ -125,6 +129,10 @@ TRANSIENT_NOTE = " (transient: retried)"  # ends the message of an error marked 
 # What edge speaks to a client it terminates into HTTPS routers: the ALPN names an
 # HTTPS context may offer from an options entry's alpnProtocols.
 HTTP_ALPN = ("http/1.1", "http/1.0")
+
+LEGACY_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE+AES"
+"""The cipher list of options allowing TLS 1.0/1.1 without ``cipherSuites``: Go's
+default kinds (ECDHE; AES-GCM, ChaCha20-Poly1305, AES-CBC, which TLS 1.0/1.1 need)."""
 
 VERSIONS = {
     "VersionTLS10": ssl.TLSVersion.TLSv1,
@@ -793,6 +801,9 @@ def _options(name: str, opts: TLSOptions) -> _Options:
             ciphers = ":".join(wanted)
         elif minimum < ssl.TLSVersion.TLSv1_3:
             raise fail("cipherSuites names no TLS 1.2 suite while minVersion allows TLS 1.2")
+    if minimum < ssl.TLSVersion.TLSv1_2:
+        # TLS 1.0/1.1 need SHA-1 signatures, which OpenSSL's default level refuses.
+        ciphers = f"{ciphers or LEGACY_CIPHERS}:@SECLEVEL=0"
 
     curve = None
     if opts.curve_preferences:
