@@ -547,12 +547,13 @@ def go_regexp(pattern: str, key: str) -> re2._re2.RE2:
     options = re2.Options()
     options.log_errors = False
     compiled = re2._re2.RE2(pattern.encode("utf-8", "surrogateescape"), options)
-    names = [name for name, _ in compiled.NamedCapturingGroups()]
+    names = _GROUP_NAME.findall(pattern)  # RE2 keeps one of a repeated name; Go refuses it
     if len(names) != len(set(names)):
         raise ValueError(f"{key}: invalid regexp {pattern!r}: duplicate capture group name")
     return compiled
 
 
+_GROUP_NAME = re.compile(r"(?<!\\)\(\?P?<([A-Za-z0-9_]+)>")
 _TEMPLATE_NAME = re.compile(r"\$(?:\$|\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
 
 

@@ -9,6 +9,8 @@ Traefik's providers, not a key of its files) makes it 308 whatever the method.
 
 from __future__ import annotations
 
+import re
+
 from edge.http.middlewares import Answer, Forward, Middleware
 from edge.http.middlewares.goregexp import GoRegexp
 from edge.rules import split_authority
@@ -102,4 +104,24 @@ class RedirectRegex(Middleware):
         new = self.regexp.replace_all(url)
         if new is None or new == url:
             return None
+        if not _parses(new):
+            return BAD_GATEWAY  # Traefik: url.Parse fails, its error handler answers 502
         return _redirect(fwd.method, self.permanent, False, new)
+
+
+BAD_GATEWAY = Answer(502, b"", b"Bad Gateway\n")
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+_HOST_ESCAPE = re.compile(rb"%(?!25)[0-7][0-9A-Fa-f]")
+
+
+def _parses(url: bytes) -> bool:
+    """What Go's url.Parse takes: every ``%`` starts an escape, and the host escapes
+    no ASCII byte but ``%25`` (Go: "invalid URL escape")."""
+    if _BAD_ESCAPE.search(url):
+        return False
+    _, sep, rest = url.partition(b"://")
+    if sep:
+        host = re.split(rb"[/?#]", rest, maxsplit=1)[0].rpartition(b"@")[2]
+        if _HOST_ESCAPE.search(host):
+            return False
+    return True

@@ -1,0 +1,143 @@
+"""The HTTP section's validation (edge.config.runtime.http): a middleware with a bad
+value disabled with its key named and its routers with it, the rest served; chains
+judged and unrolled into their routers; loadBalancer.strategy."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
+from tests.unit.config.documents import EPS, conf, lb
+
+
+def runtime(middlewares: dict, routers: dict, services: dict | None = None):
+    http = {
+        "routers": {
+            name: {"rule": f"Host(`{name}`)", "service": "app", "middlewares": mws}
+            for name, mws in routers.items()
+        },
+        "services": services or {"app": lb("http://127.0.0.1:9001")},
+        "middlewares": middlewares,
+    }
+    return build_runtime(merge({"file": conf({"http": http})}), EPS)
+
+
+@pytest.mark.parametrize(
+    ("middleware", "error"),
+    [
+        (
+            {"replacePathRegex": {"regex": "^/(a", "replacement": "/$1"}},
+            "replacePathRegex.regex: invalid regexp '^/(a': missing )",
+        ),
+        (
+            {"replacePathRegex": {"regex": "^/(a)", "replacement": "/$2"}},
+            "replacePathRegex.replacement: names group '2', which the regex does not have",
+        ),
+        (
+            {"redirectRegex": {"regex": "(?<=a)b", "replacement": "x"}},
+            "redirectRegex.regex: invalid regexp '(?<=a)b'",
+        ),
+        (
+            {"stripPrefixRegex": {"regex": ["/ok", "(a)\\1"]}},
+            "stripPrefixRegex.regex[1]: invalid regexp",
+        ),
+        (
+            {"headers": {"hostsProxyHeaders": ["X Host"]}},
+            "headers.hostsProxyHeaders[0]: invalid header name 'X Host'",
+        ),
+        (
+            {"headers": {"accessControlAllowOriginListRegex": ["a(b"]}},
+            "headers.accessControlAllowOriginListRegex[0]: invalid regexp",
+        ),
+        ({"headers": {}}, "headers: sets nothing"),
+        ({"addPrefix": {"prefix": ""}}, "addPrefix.prefix: must not be empty"),
+        ({"replacePath": {"path": "/a%zz"}}, "replacePath.path: '/a%zz' holds a %"),
+    ],
+)
+def test_a_bad_middleware_disables_itself_and_its_routers_only(middleware, error):
+    rt = runtime(
+        {"bad": middleware, "good": {"stripPrefix": {"prefixes": ["/x"]}}},
+        {"uses-bad": ["good", "bad"], "uses-good": ["good"]},
+    )
+    bad = rt.http_middlewares["bad@file"]
+    assert bad.status == "disabled"
+    assert len(bad.errors) == 1 and bad.errors[0].startswith(error), bad.errors
+    assert rt.http_routers["uses-bad@file"].status == "disabled"
+    assert rt.http_routers["uses-good@file"].status == "enabled"
+    assert rt.http_middlewares["good@file"].status == "enabled"
+
+
+def test_a_chain_is_unrolled_into_its_routers():
+    rt = runtime(
+        {
+            "a": {"stripPrefix": {"prefixes": ["/a"]}},
+            "b": {"addPrefix": {"prefix": "/b"}},
+            "inner": {"chain": {"middlewares": ["b", "a"]}},
+            "outer": {"chain": {"middlewares": ["a", "inner@file"]}},
+        },
+        {"r": ["outer", "b"]},
+    )
+    router = rt.http_routers["r@file"]
+    assert router.status == "enabled"
+    assert router.config.middlewares == ["a@file", "b@file", "a@file", "b@file"]
+    assert rt.http_middlewares["outer@file"].used_by == ["r@file"]
+    assert rt.http_middlewares["inner@file"].used_by == ["outer@file"]
+
+
+@pytest.mark.parametrize(
+    ("middlewares", "errors"),
+    [
+        (
+            {"c": {"chain": {"middlewares": ["ghost"]}}},
+            {"c@file": ["chain.middlewares[0]: middleware 'ghost@file' does not exist"]},
+        ),
+        (
+            {
+                "c": {"chain": {"middlewares": ["bad"]}},
+                "bad": {"addPrefix": {"prefix": ""}},
+            },
+            {"c@file": ["chain.middlewares[0]: middleware 'bad@file' is disabled"]},
+        ),
+        (
+            {
+                "c": {"chain": {"middlewares": ["d"]}},
+                "d": {"chain": {"middlewares": ["c"]}},
+            },
+            {
+                "c@file": ["chain: a cycle of chains: c@file -> d@file -> c@file"],
+                "d@file": ["chain: a cycle of chains: c@file -> d@file -> c@file"],
+            },
+        ),
+    ],
+)
+def test_a_broken_chain_is_disabled_with_its_routers(middlewares, errors):
+    rt = runtime(middlewares, {"r": ["c"]})
+    for name, expected in errors.items():
+        assert rt.http_middlewares[name].status == "disabled"
+        assert rt.http_middlewares[name].errors[-len(expected) :] == expected
+    assert rt.http_routers["r@file"].status == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "error"),
+    [
+        ("", None),
+        ("wrr", None),
+        ("p2c", "loadBalancer.strategy 'p2c': not supported by this version of edge"),
+        ("hrw", "loadBalancer.strategy 'hrw': not supported by this version of edge"),
+        ("fastest", "loadBalancer.strategy 'fastest': unknown"),
+    ],
+)
+def test_load_balancer_strategy(strategy, error):
+    service = lb("http://127.0.0.1:9001")
+    service["loadBalancer"]["strategy"] = strategy
+    rt = runtime({}, {"r": []}, {"app": service})
+    info = rt.http_services["app@file"]
+    if error is None:
+        assert info.status == "enabled"
+        assert rt.http_routers["r@file"].status == "enabled"
+    else:
+        assert info.status == "disabled"
+        assert info.errors[0].startswith(error), info.errors
+        assert rt.http_routers["r@file"].status == "disabled"
