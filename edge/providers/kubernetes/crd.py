@@ -76,8 +76,8 @@ Secrets of TLSOptions and ServersTransports (Traefik's keys, read in the object'
     Secrets of any type holding ``tls.crt`` and ``tls.key``. CA bundles (``rootCAs``
     entries ``{secret: name}``, the deprecated ``rootCAsSecrets``, a TLSOption's
     ``clientAuth.secretNames``) are read by :func:`~edge.providers.kubernetes.secrets.ca_bundle`
-    (today it refuses them: edge keeps no ``tls.ca``/``ca.crt``); ``{configMap: name}``
-    is refused (ConfigMaps are not read). ``clientAuth.clientAuthType`` passes on. Where
+    (``tls.ca``, else ``ca.crt``: refused while edge's Secret model keeps neither key);
+    ``{configMap: name}`` is refused (ConfigMaps are not read). ``clientAuth.clientAuthType`` passes on. Where
     Traefik logs a missing or bad Secret and serves without it, edge refuses the element
     (and the routes using it): a transport without its client certificate or CA, or
     options without the CA that verifies clients, would not be what the user asked for.

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+import msgspec
+
 from edge.config.dynamic import CertAndStores
 from edge.providers.kubernetes.objects import TLS_SECRET_TYPE, Key, Secret
 
@@ -67,16 +69,30 @@ def tls_certificate(
 
 
 def ca_bundle(secrets: Mapping[Key, Secret], key: Key) -> str:
-    """The PEM CA bundle the Secret ``key`` holds under ``tls.ca`` or ``ca.crt``.
+    """The PEM CA bundle the Secret ``key`` holds under ``tls.ca``, else ``ca.crt``
+    (Traefik's order); :class:`SecretError` if it holds neither, or one that is not PEM.
 
-    edge's Secret model keeps ``tls.crt`` and ``tls.key`` alone (no other secret data
-    is held in memory), so today every existing Secret is refused here, naming the keys
-    it would need; a missing one is not found. Reading the bundle needs the two keys in
-    :class:`~edge.providers.kubernetes.objects.TLSData`.
+    The keys are looked up by their Kubernetes names among those edge's Secret model
+    keeps (:class:`~edge.providers.kubernetes.objects.TLSData`): no other secret data is
+    held in memory, and today that is ``tls.crt`` and ``tls.key`` alone, so every
+    Secret is refused naming the keys kept. Traefik's fallback (a Secret holding one key
+    only is read as the bundle, whatever its name) is not followed: edge never sees
+    the other keys.
     """
-    _secret(secrets, key)
+    what = f"secret {key[0]}/{key[1]}"
+    data = msgspec.to_builtins(_secret(secrets, key).data, builtin_types=(bytes,))
+    for name in CA_KEYS:
+        value = data.get(name)
+        if value:
+            try:
+                text = value.decode("ascii")
+            except UnicodeDecodeError:
+                text = ""
+            if "-----BEGIN CERTIFICATE-----" not in text:
+                raise SecretError("secret-invalid", f"{what}: {name} is not PEM certificates")
+            return text
     raise SecretError(
         "secret-invalid",
-        f"secret {key[0]}/{key[1]}: its CA bundle ({' or '.join(CA_KEYS)}) is not read: "
-        "edge keeps only tls.crt and tls.key of Secrets",
+        f"{what} has no CA bundle under {' or '.join(CA_KEYS)} "
+        f"(edge reads only {', '.join(sorted(data))} of Secrets)",
     )

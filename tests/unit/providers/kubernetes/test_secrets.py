@@ -55,9 +55,38 @@ def test_what_is_not_a_certificate_is_refused_naming_why(data: dict[str, str], r
     assert missing.value.kind == "secret-not-found"
 
 
-def test_a_ca_bundle_is_refused_naming_the_keys_edge_does_not_keep(pair: Any) -> None:
+def test_a_ca_bundle_is_refused_naming_the_keys_edge_keeps(pair: Any) -> None:
     secrets = {("default", "ca"): secret("ca", "Opaque", {"ca.crt": pair.cert_pem})}
-    with pytest.raises(SecretError, match=r"default/ca: its CA bundle \(tls.ca or ca.crt\)"):
+    with pytest.raises(SecretError) as info:
         ca_bundle(secrets, ("default", "ca"))
+    assert info.value.reason == (
+        "secret default/ca has no CA bundle under tls.ca or ca.crt "
+        "(edge reads only tls.crt, tls.key of Secrets)"
+    )
     with pytest.raises(SecretError, match="secret default/other not found"):
         ca_bundle(secrets, ("default", "other"))
+
+
+class CAData(msgspec.Struct, frozen=True):
+    """A Secret's data as a model keeping the CA keys would hold it."""
+
+    tls_ca: bytes | None = msgspec.field(default=None, name="tls.ca")
+    ca_crt: bytes | None = msgspec.field(default=None, name="ca.crt")
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        (CAData(ca_crt=b"-----BEGIN CERTIFICATE-----\nB\n"), "B"),
+        (CAData(tls_ca=b"-----BEGIN CERTIFICATE-----\nA\n", ca_crt=b"x"), "A"),  # first
+    ],
+)
+def test_a_ca_bundle_is_read_by_its_kubernetes_key_names(data: CAData, found: str) -> None:
+    """The keys are found by the names the model gives them: a model that keeps
+    ``tls.ca`` and ``ca.crt`` has them read, ``tls.ca`` first (Traefik's order)."""
+    s = objects.Secret(metadata=objects.ObjectMeta(name="ca", namespace="default"), data=data)  # type: ignore[arg-type]
+    bundle = ca_bundle({("default", "ca"): s}, ("default", "ca"))
+    assert bundle == f"-----BEGIN CERTIFICATE-----\n{found}\n"
+    bad = objects.Secret(data=CAData(ca_crt=b"/etc/ssl/ca.pem"))  # type: ignore[arg-type]
+    with pytest.raises(SecretError, match=r"secret default/ca: ca\.crt is not PEM certificates"):
+        ca_bundle({("default", "ca"): bad}, ("default", "ca"))
