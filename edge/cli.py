@@ -38,6 +38,7 @@ def load_static(path: str, notices: list | None = None):
 
     static = _load(path, notices)
     base = os.path.dirname(os.path.abspath(path))
+    static = _static_paths(static, base)
     f = static.providers.file
     if f is not None:
         changes = {}
@@ -53,6 +54,49 @@ def load_static(path: str, notices: list | None = None):
     return static
 
 
+def _static_paths(static, base: str):
+    """``static`` with the static transports' relative ``rootCAs`` joined to ``base``."""
+    from edge.config.pem import PEM_MARK
+
+    def joined(values: list[str]) -> list[str]:
+        return [
+            v if PEM_MARK in v or not v or os.path.isabs(v) else os.path.join(base, v)
+            for v in values
+        ]
+
+    http, tcp = static.servers_transport, static.tcp_servers_transport
+    if http is not None and http.root_cas:
+        http = msgspec.structs.replace(http, root_cas=joined(http.root_cas))
+    if tcp is not None and tcp.tls is not None and tcp.tls.root_cas:
+        tls = msgspec.structs.replace(tcp.tls, root_cas=joined(tcp.tls.root_cas))
+        tcp = msgspec.structs.replace(tcp, tls=tls)
+    if http is static.servers_transport and tcp is static.tcp_servers_transport:
+        return static
+    return msgspec.structs.replace(static, servers_transport=http, tcp_servers_transport=tcp)
+
+
+def _static_warnings(static) -> list[str]:
+    """What the static configuration does that its user did not write."""
+    if static.default_entry_point_added:
+        return [
+            "no entry point defined: serving on entry point http, address :80, "
+            "as Traefik does (define entryPoints to choose)"
+        ]
+    return []
+
+
+def _notice_text(notice) -> str:
+    """An option edge lacks, said the way it is: one edge will implement says what edge
+    does meanwhile (:data:`edge.config.static.NOT_YET_IMPLEMENTED`)."""
+    from edge.config.static import NOT_YET_IMPLEMENTED
+
+    meanwhile = NOT_YET_IMPLEMENTED.get(notice.path.removeprefix("$.").lower())
+    if meanwhile is None:
+        return str(notice)
+    where = f"{notice.source}: " if notice.source else ""
+    return f"{where}{notice.path}: {meanwhile} (ignored)"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from edge.logs import setup_logging
 
@@ -61,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(static.log)
     if not _report_static(notices):
         return 1
+    for warning in _static_warnings(static):
+        log.warning("static configuration: %s", warning)
     if static.core.default_rule_syntax == "v2":
         log.warning(
             "core.defaultRuleSyntax: v2: routers without ruleSyntax read Traefik v2 rules "
@@ -102,7 +148,7 @@ def _report_static(notices: list) -> bool:
     must stop the start (what holds it would run without it)."""
     for notice in notices:
         if notice.ignored:
-            log.warning("static configuration: %s", notice)
+            log.warning("static configuration: %s", _notice_text(notice))
         else:
             log.error("static configuration: %s", notice)
     if any(not n.ignored for n in notices):
@@ -168,7 +214,7 @@ def _check_kubernetes(static, configs: dict) -> bool:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from edge.config.merge import merge
-    from edge.config.runtime import build_runtime, check_tls
+    from edge.config.runtime import build_runtime, check_tls, relative_files
     from edge.tls.certs import TLSCertificates
 
     notices: list = []
@@ -178,7 +224,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"static configuration: {exc}")
         return 1
     for notice in notices:
-        print(f"static configuration: {notice}")
+        print(f"static configuration: {_notice_text(notice)}")
+    for warning in _static_warnings(static):
+        print(f"static configuration: {warning}")
     dynamic_notices: list = []
     configs, errors = _load_dynamic(static, dynamic_notices)
     for err in errors:
@@ -188,9 +236,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     notices += dynamic_notices
     left_out = _check_kubernetes(static, configs)
     default_syntax = static.core.default_rule_syntax
+    merged = merge(configs)
     runtime = build_runtime(
-        merge(configs), static.entry_point_protocols(), default_rule_syntax=default_syntax
+        merged, static.entry_point_protocols(), default_rule_syntax=default_syntax
     )
+    # Relative certificate, key and CA paths are opened from the working directory, as
+    # Traefik opens them: say which file each is here.
+    for where, path in relative_files(merged):
+        print(
+            f"dynamic configuration: {where}: relative path {path!r} is read from the "
+            f"working directory: {os.path.abspath(path)}"
+        )
     # Certificates and TLS options as the data plane reads them: a broken file disables its routers.
     check_tls(runtime, TLSCertificates(runtime.tls))
     bad = bool(errors) or left_out or any(not n.ignored for n in notices)

@@ -106,6 +106,15 @@ INTERNAL_ENTRY_POINT = "traefik"
 DEFAULT_ENTRY_POINT = "http"
 """The entry point Traefik (and edge) adds, on ``:80``, when the configuration has none."""
 
+NOT_YET_IMPLEMENTED: dict[str, str] = {
+    "accesslog.filters": "not yet implemented: every request is logged (filtering by status "
+    "code, retries or duration comes with edge's observability work)",
+    "accesslog.fields": "not yet implemented: every request is logged with edge's own fixed "
+    "set of fields (choosing fields and headers comes with edge's observability work)",
+}
+"""Traefik options edge reads past (the loader reports them as ignored) that it will
+implement: key path (lower case, no ``$.``) -> what edge does meanwhile."""
+
 API_SERVICE = "api@internal"
 """Traefik's name for the API as a service a router can name (exists when ``api`` is set)."""
 

@@ -46,7 +46,7 @@ from edge.config.runtime.model import (
     RuntimeConfig,
     ServiceInfo,
 )
-from edge.config.runtime.tls import check_tls, client_tls_context
+from edge.config.runtime.tls import check_tls, client_tls_context, relative_files
 
 __all__ = [
     "DEFAULT_TRANSPORT",
@@ -60,4 +60,5 @@ __all__ = [
     "build_runtime",
     "check_tls",
     "client_tls_context",
+    "relative_files",
 ]

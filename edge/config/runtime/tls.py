@@ -1,15 +1,26 @@
 """TLS in validation: the routers that terminate TLS checked against a certificate
 snapshot (:func:`check_tls`), and the client side of TLS to upstream servers
 (:func:`client_tls_context`), whose files each serversTransport's check loads once.
+
+Certificate, key and CA files of a dynamic configuration named by a relative path are
+opened relative to the process's working directory, as Traefik (Go's ``os.ReadFile``)
+opens them; :func:`relative_files` lists them, so that ``edge check`` can say which
+file each one is where it runs.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
-from edge.config.dynamic import ClientCertificate, ServersTransport, TCPServersTransport
+from edge.config.dynamic import (
+    ClientCertificate,
+    Configuration,
+    ServersTransport,
+    TCPServersTransport,
+)
 from edge.config.merge import DEFAULT_TLS
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.runtime.model import DISABLED, RouterInfo, RuntimeConfig, _Checked
@@ -146,6 +157,54 @@ def client_tls_context(
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+def relative_files(conf: Configuration) -> list[tuple[str, str]]:
+    """``(key path, path)`` of every certificate, key and CA file ``conf`` names by a
+    relative path (inline PEM excluded), in the configuration's order."""
+    return [
+        (where, value)
+        for where, value in _files(conf)
+        if PEM_MARK not in value and value and not os.path.isabs(value)
+    ]
+
+
+def _files(conf: Configuration) -> Iterator[tuple[str, str]]:
+    def pairs(where: str, certs: Sequence[ClientCertificate]) -> Iterator[tuple[str, str]]:
+        for i, cert in enumerate(certs):
+            yield f"{where}.certificates[{i}].certFile", cert.cert_file
+            yield f"{where}.certificates[{i}].keyFile", cert.key_file
+
+    def cas(where: str, values: Sequence[str]) -> Iterator[tuple[str, str]]:
+        for i, value in enumerate(values):
+            yield f"{where}[{i}]", value
+
+    tls = conf.tls
+    if tls is not None:
+        for i, cert in enumerate(tls.certificates):
+            yield f"tls.certificates[{i}].certFile", cert.cert_file
+            yield f"tls.certificates[{i}].keyFile", cert.key_file
+        for name, store in tls.stores.items():
+            default = store.default_certificate
+            if default is not None:
+                yield f"tls.stores.{name}.defaultCertificate.certFile", default.cert_file
+                yield f"tls.stores.{name}.defaultCertificate.keyFile", default.key_file
+        for name, options in tls.options.items():
+            if options.client_auth is not None:
+                yield from cas(
+                    f"tls.options.{name}.clientAuth.caFiles", options.client_auth.ca_files
+                )
+    if conf.http is not None:
+        for name, transport in conf.http.servers_transports.items():
+            where = f"http.serversTransports.{name}"
+            yield from cas(f"{where}.rootCAs", transport.root_cas)
+            yield from pairs(where, transport.certificates)
+    if conf.tcp is not None:
+        for name, tcp in conf.tcp.servers_transports.items():
+            if tcp.tls is not None:
+                where = f"tcp.serversTransports.{name}.tls"
+                yield from cas(f"{where}.rootCAs", tcp.tls.root_cas)
+                yield from pairs(where, tcp.tls.certificates)
 
 
 def _no_password() -> bytes:

@@ -124,3 +124,98 @@ def test_run_refuses_a_busy_port(tmp_path):
         )
     assert out.returncode == 1
     assert "cannot start" in out.stderr and str(port) in out.stderr
+
+
+# --- nothing ignored in silence -----------------------------------------------------------
+
+
+def test_check_of_an_empty_static_file_says_http_on_port_80_is_added(tmp_path):
+    (tmp_path / "static.yaml").write_text("")
+    out = edge("check", "--config", str(tmp_path / "static.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        "static configuration: no entry point defined: serving on entry point http, "
+        "address :80, as Traefik does (define entryPoints to choose)"
+    ) in out.stdout.splitlines()
+
+
+def test_two_entry_points_on_one_address_fail_check_and_start_naming_both(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port free now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    eps = {"web": {"address": f":{port}"}, "admin": {"address": f"127.0.0.1:{port}"}}
+    static = write(tmp_path, {"entryPoints": eps}, GOOD)
+    checked = edge("check", "--config", static)
+    assert checked.returncode == 1
+    said = f"entryPoints 'admin' (127.0.0.1:{port}) and 'web' (:{port}) both bind port {port}/tcp"
+    assert said in checked.stdout
+    run = edge("run", "--config", static)  # refused before anything binds
+    assert run.returncode == 1
+    assert said in run.stderr and "already in use" not in run.stderr
+
+
+def test_cert_resolver_edge_lacks_is_a_warning_naming_the_router(tmp_path):
+    dyn = yaml.safe_load(yaml.safe_dump(GOOD))
+    dyn["http"]["routers"]["a"]["tls"] = {"certResolver": "le"}
+    out = edge(
+        "check", "--config", write(tmp_path, {"entryPoints": {"web": {"address": ":80"}}}, dyn)
+    )
+    assert out.returncode == 0, out.stdout  # served, with what edge has
+    assert (
+        "router a@file: warning: tls.certResolver 'le' does not exist (edge has no certificate "
+        "resolvers, no ACME): served with tls.certificates, else the default certificate"
+    ) in out.stdout.splitlines()
+
+
+def test_access_log_filters_and_fields_are_named_not_yet_implemented(tmp_path):
+    static = {
+        "entryPoints": {"web": {"address": ":80"}},
+        "accessLog": {"filters": {"statusCodes": ["500"]}, "fields": {"defaultMode": "keep"}},
+    }
+    out = edge("check", "--config", write(tmp_path, static, GOOD))
+    assert out.returncode == 0, out.stdout
+    lines = out.stdout.splitlines()
+    for key in ("filters", "fields"):
+        line = next(x for x in lines if f"$.accessLog.{key}:" in x)
+        assert "not yet implemented" in line and "observability" in line, line
+
+
+def test_relative_certificate_paths_are_read_from_the_working_directory(tmp_path):
+    """As Traefik (Go) opens them; ``edge check`` says which file each is, wherever it
+    runs, so two runs from two folders give two answers that say why."""
+    from tests.fixtures.tls.pki import PKI
+
+    PKI().issue("a.test").write(tmp_path, "a")  # a.crt, a.key in the static file's folder
+    dyn = yaml.safe_load(yaml.safe_dump(GOOD))
+    dyn["http"]["routers"]["a"]["tls"] = {}
+    dyn["tls"] = {"certificates": [{"certFile": "a.crt", "keyFile": "a.key"}]}
+    static = write(tmp_path, {"entryPoints": {"web": {"address": ":80"}}}, dyn)
+    here = edge("check", "--config", static, cwd=tmp_path)
+    assert here.returncode == 0, here.stdout
+    said = "dynamic configuration: tls.certificates[0].certFile: relative path 'a.crt' is read"
+    assert f"{said} from the working directory: {tmp_path / 'a.crt'}" in here.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    there = edge("check", "--config", static, cwd=elsewhere)
+    assert f"{said} from the working directory: {elsewhere / 'a.crt'}" in there.stdout
+    assert there.returncode == 1 and "router a@file: disabled" in there.stdout
+
+
+def test_static_root_cas_are_relative_to_the_static_file(tmp_path):
+    from tests.fixtures.tls.pki import PKI
+
+    PKI().write_ca(tmp_path)
+    ca = next(tmp_path.glob("*.crt")).name
+    dyn = yaml.safe_load(yaml.safe_dump(GOOD))
+    dyn["http"]["services"]["s"] = {"loadBalancer": {"servers": [{"url": "https://127.0.0.1:9"}]}}
+    static = {"entryPoints": {"web": {"address": ":80"}}, "serversTransport": {"rootCAs": [ca]}}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = edge("check", "--config", write(tmp_path, static, dyn), cwd=elsewhere)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "service s@file: enabled" in out.stdout
+    (tmp_path / ca).unlink()
+    out = edge("check", "--config", str(tmp_path / "static.yaml"), cwd=elsewhere)
+    assert out.returncode == 1 and str(tmp_path / ca) in out.stdout

@@ -637,3 +637,31 @@ def test_reencrypt_half_open_pair_closes_after_the_termination_delay(half_close_
     server.release.set()
     assert server.done.wait(15) and server.error is None, server.error
     assert server.got == b"x" and server.close_notify
+
+
+def test_static_servers_transport_is_the_default_of_every_http_service(tmp_path, files, nginx):
+    """Traefik's static ``serversTransport``: every service naming no transport uses it
+    (here ``insecureSkipVerify``, which edge refused to start with); a service with a
+    transport of its own keeps its own, which verifies."""
+    tls_url = f"https://127.0.0.1:{nginx['tls']}"
+    dynamic = {
+        "http": {
+            "routers": {
+                "plain": {"rule": "Host(`plain.test`)", "service": "plain"},
+                "own": {"rule": "Host(`own.test`)", "service": "own"},
+            },
+            "services": {
+                "plain": lb(tls_url),
+                "own": lb(tls_url, serversTransport="strict"),
+            },
+            "serversTransports": {"strict": {"maxIdleConnsPerHost": 1}},  # the system's CAs
+        }
+    }
+    static = {"serversTransport": {"insecureSkipVerify": True, "maxIdleConnsPerHost": 4}}
+    e = Edge(tmp_path, dynamic, static_extra=static)
+    try:
+        status, text = body(e.port, "plain.test")
+        assert status == 200 and text.startswith("tls "), text
+        assert body(e.port, "own.test")[0] == 502  # its own transport does not know the CA
+    finally:
+        e.stop()
