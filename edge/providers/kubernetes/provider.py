@@ -32,11 +32,12 @@ Owns the provider's threads and what flows between them:
   (one thread per watched kind and namespace, shared), whose change callback only marks
   the cache dirty;
 - the *converter* thread: waits for the first full sync, then converts the cached
-  snapshot with the pure :func:`~edge.providers.kubernetes.ingress.convert`, at most once
-  per throttle window (changes arriving meanwhile are coalesced into the next run); when
-  only EndpointSlices changed since the last round it derives the result from the last
-  one instead (:func:`~edge.providers.kubernetes.ingress.update_endpoints`: a cost that
-  grows with the slices changed, not the cluster); it logs each problem once (when it
+  snapshot with the source's pure conversion (:func:`~edge.providers.kubernetes.ingress.convert`,
+  :func:`~edge.providers.kubernetes.crd.convert`), at most once per throttle window
+  (changes arriving meanwhile are coalesced into the next run); when only EndpointSlices
+  changed since the last round it derives the result from the last one instead (the
+  source's ``update_endpoints``: a cost that grows with the slices changed, not the
+  cluster); it logs each problem once (when it
   appears; its disappearance at INFO), and hands a configuration that differs from the
   last one to the event loop with ``loop.call_soon_threadsafe``;
 - the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
@@ -59,7 +60,7 @@ Invariants:
   good one keeps serving, and the reflectors resume (re-LIST on 410) when it is back.
 - An EndpointSlice change yields a configuration that differs from the previous one in
   server lists only (the conversion guarantees it, see its module doc), which the
-  Dataplane applies in place. An Ingress change that touches only its ``status`` (our
+  Dataplane applies in place (HTTP load balancers; a TCP or UDP one rebuilds routers). An Ingress change that touches only its ``status`` (our
   own writes coming back) is not converted at all.
 - A status write happens only when the wanted addresses differ from the Ingress' own
   ``status.loadBalancer.ingress`` (as a set), and the same write is not repeated while
@@ -127,6 +128,7 @@ from edge.providers.kubernetes.crd import PROVIDER as CRD_PROVIDER
 from edge.providers.kubernetes.crd import Conversion as CRDConversion
 from edge.providers.kubernetes.crd import CRDOptions
 from edge.providers.kubernetes.crd import convert as convert_crd
+from edge.providers.kubernetes.crd import update_endpoints as update_crd_endpoints
 from edge.providers.kubernetes.ingress import (
     Conversion,
     IngressOptions,
@@ -243,10 +245,15 @@ def _status_of(ing: objects.Ingress) -> set[Address]:
 
 
 def _same_servers(old: Configuration, new: Configuration) -> bool:
-    """Two configurations equal but for server lists: are those equal too?"""
-    a = old.http.services if old.http is not None else {}
-    b = new.http.services if new.http is not None else {}
-    return a.keys() == b.keys() and all(a[k] is b[k] or a[k] == b[k] for k in a)
+    """Two configurations equal but for server lists (HTTP, TCP and UDP load balancers):
+    are those equal too?"""
+    for section in ("http", "tcp", "udp"):
+        part_a, part_b = getattr(old, section), getattr(new, section)
+        a = part_a.services if part_a is not None else {}
+        b = part_b.services if part_b is not None else {}
+        if a.keys() != b.keys() or not all(a[k] is b[k] or a[k] == b[k] for k in a):
+            return False
+    return True
 
 
 def _without_status(ing: objects.Ingress | None) -> objects.Ingress | None:
@@ -903,9 +910,11 @@ class KubernetesCRDProvider(KubernetesProvider):
     (:data:`~edge.providers.kubernetes.client.CRD_RESOURCES`) with the Services,
     EndpointSlices and TLS Secrets they name, converted by the pure
     :func:`~edge.providers.kubernetes.crd.convert`; elements are ``…@kubernetescrd``.
-    The ``labelSelector`` applies to the traefik.io kinds only (as in Traefik). No
-    endpoints-only fast path yet (every change converts the whole snapshot) and no status
-    writer (Traefik writes none for these kinds). Beside the Ingress provider it shares
+    The ``labelSelector`` applies to the traefik.io kinds only (as in Traefik). A change
+    of EndpointSlices alone takes the endpoints-only fast path
+    (:func:`~edge.providers.kubernetes.crd.update_endpoints`: the HTTP, TCP and UDP load
+    balancers of the Services whose slices changed are rebuilt, nothing else); there is
+    no status writer (Traefik writes none for these kinds). Beside the Ingress provider it shares
     the core (``core``) and with it the Service, EndpointSlice and Secret reflectors.
     """
 
@@ -934,6 +943,11 @@ class KubernetesCRDProvider(KubernetesProvider):
 
     def convert_state(self, state: objects.ClusterState) -> CRDConversion:
         return convert_crd(state, self.options)
+
+    def update_endpoints(
+        self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
+    ) -> CRDConversion | None:
+        return update_crd_endpoints(previous, old, new, self.options)
 
     def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
         routes = sum(

@@ -12,6 +12,7 @@ provider runs beside it. Every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -221,6 +222,55 @@ def test_an_edited_ingress_route_shows_within_a_second(
 
     emu.delete("IngressRoute", "default", "web")
     assert KP.until(lambda: KP.served_by(port, "e.test") == "404", 1.0)
+
+
+def _closed_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_endpoint_change_updates_load_balancers_without_a_conversion(
+    emu: Emulator, start_edge, whoami: Whoami, whoami2: Whoami, udp_echo, caplog
+) -> None:
+    """EndpointSlices changed under an IngressRoute's and an IngressRouteUDP's Services:
+    the CRD provider derives its configuration from the last one (no whole conversion),
+    the HTTP load balancer gets its new servers in place (no router rebuild), and the
+    UDP route follows its slice too."""
+    caplog.set_level(logging.INFO, KP.LOG)
+    emu.create(o.service("web"))
+    emu.create(KP.slice_for("web", whoami))
+    emu.create(ingress_route("web", "a.test", "web"))
+    emu.create(service("echo", 53, "UDP"))
+    emu.create(endpoints("echo-1", "echo", _closed_udp_port(), "UDP"))
+    emu.create(
+        _crd(
+            "IngressRouteUDP",
+            "echo",
+            {"entryPoints": ["dns"], "routes": [{"services": [{"name": "echo", "port": 53}]}]},
+        )
+    )
+    edge = start_edge()
+    port, dns = edge.port(), edge.port("dns")
+    assert KP.follows(port, "a.test", whoami.name)
+    assert udp_round_trip(dns, b"ping") == b""  # nothing listens where the slice points
+    assert edge.app is not None
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+    time.sleep(3 * KP.THROTTLE)
+    rebuilds = len(KP.messages(caplog, "configuration applied:"))
+    conversions, patches = provider.conversions, provider.patches
+
+    emu.create(KP.slice_for("web", whoami2))
+    emu.delete("EndpointSlice", "default", f"web-{whoami.name}")
+    assert KP.until(lambda: all(KP.served_by(port, "a.test") == whoami2.name for _ in range(4)))
+    assert provider.conversions == conversions and provider.patches > patches
+    assert KP.until(lambda: KP.messages(caplog, "configuration applied in place"))
+    assert len(KP.messages(caplog, "configuration applied:")) == rebuilds
+
+    patches = provider.patches
+    emu.update(endpoints("echo-1", "echo", udp_echo.port, "UDP"))  # type: ignore[attr-defined]
+    assert KP.until(lambda: udp_round_trip(dns, b"ping") == b"ping")
+    assert provider.conversions == conversions and provider.patches > patches
 
 
 def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, whoami2) -> None:
