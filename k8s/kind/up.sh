@@ -112,6 +112,7 @@ cat <<MSG
 edge serves the kind node's ports on this host:
   curl http://127.0.0.1:8082/ready      # 200 once the routes are live
   curl -H 'Host: <an Ingress host>' http://127.0.0.1/
+  (k8s/examples/README.md: the examples' hosts, TLS passthrough on :443, UDP on :8053)
   kubectl --context $context -n edge-system logs daemonset/edge
 Delete the cluster with: $here/down.sh
 MSG

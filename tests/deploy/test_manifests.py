@@ -39,6 +39,8 @@ pytestmark = pytest.mark.deploy
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 KIND = K8S / "kind"
+EXAMPLES = K8S / "examples"
+TRAEFIK = "traefik.io/v1alpha1"
 DOCKERFILE = ROOT / "Dockerfile"
 
 # The Kubernetes version whose schemas the manifests must satisfy: the node image
@@ -191,6 +193,17 @@ def test_yaml_parses(path):
 
 @pytest.mark.parametrize("doc", [d for _, d in manifests()], ids=[n for n, _ in manifests()])
 def test_schema(doc):
+    if doc["apiVersion"] == TRAEFIK:
+        # Traefik's kinds (k8s/examples/): against the schemas of k8s/crds/, unknown fields
+        # refused as kubectl apply's strict field validation refuses them.
+        from tests.deploy.test_crds import validator
+
+        errors = [
+            f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator(doc["kind"]).iter_errors(doc)
+        ]
+        assert not errors, "\n".join(errors)
+        return
     try:
         import kubernetes_validate
     except ImportError:
@@ -297,6 +310,10 @@ def test_configmap_entry_points(static):
     assert eps["traefik"][2] == "tcp" and eps["traefik"][1] not in (80, 443, 8080)
     assert static.providers.kubernetes_ingress is not None
     assert static.providers.kubernetes_ingress.ingress_class == INGRESS_CLASS
+    # Traefik's kinds beside the Ingresses: the one way to ask for passthrough and UDP
+    assert static.providers.kubernetes_crd is not None
+    assert static.providers.kubernetes_crd.ingress_class == INGRESS_CLASS
+    assert eps["udp"][1:] == (8053, "udp")
     assert static.workers == "auto"
 
 
@@ -559,6 +576,144 @@ def test_ingress_class():
     ic = one("ingressclass.yaml", "IngressClass")
     assert ic["metadata"]["name"] == INGRESS_CLASS
     assert ic["spec"]["controller"] == CONTROLLER
+
+
+# --- k8s/examples/ ---------------------------------------------------------------------
+
+
+def example_objects() -> list[dict]:
+    return [d for path in resource_files(EXAMPLES) for d in documents(path)]
+
+
+def example(kind: str, namespace: str, name: str) -> dict | None:
+    found = [
+        d
+        for d in example_objects()
+        if d["kind"] == kind
+        and d["metadata"].get("namespace") == namespace
+        and d["metadata"]["name"] == name
+    ]
+    return found[0] if found else None
+
+
+def test_examples_kustomization_lists_every_example():
+    """k8s/examples/ and its crd/ (Traefik's kinds), each file applied by one kustomization."""
+    listed = set(resource_files(EXAMPLES))
+    present = {p for p in EXAMPLES.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert listed == present
+    assert {p.parent.name for p in listed if p.parent != EXAMPLES} == {"crd"}
+
+
+def test_kustomize_builds_the_examples():
+    kubectl = tool("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(EXAMPLES)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    built = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
+    assert {
+        ("Ingress", "demo"),
+        ("IngressRoute", "whoami"),
+        ("Middleware", "strip-whoami"),
+        ("IngressRouteTCP", "echo-passthrough"),
+        ("IngressRouteTCP", "echo-terminated"),
+        ("IngressRouteUDP", "echo"),
+    } <= built
+
+
+ROUTE_KINDS = {"IngressRoute": "tcp", "IngressRouteTCP": "tcp", "IngressRouteUDP": "udp"}
+
+
+def test_example_routes_name_what_exists(static):
+    """Each IngressRoute, IngressRouteTCP and IngressRouteUDP of the examples is one
+    edge serves (the provider's class), on entry points of the ConfigMap of its
+    protocol, and names Services, ports, Middlewares and Secrets that the examples
+    hold: a route whose reference is missing would be refused in the cluster."""
+    crd = static.providers.kubernetes_crd
+    routes = [d for d in example_objects() if d["kind"] in ROUTE_KINDS]
+    assert sorted(d["kind"] for d in routes) == sorted(
+        ["IngressRoute", "IngressRouteTCP", "IngressRouteTCP", "IngressRouteUDP"]
+    )
+    for route in routes:
+        where = f"{route['kind']}/{route['metadata']['name']}"
+        namespace, protocol = route["metadata"]["namespace"], ROUTE_KINDS[route["kind"]]
+        annotations = route["metadata"].get("annotations", {})
+        assert annotations.get("kubernetes.io/ingress.class") == crd.ingress_class, where
+        for name in route["spec"]["entryPoints"]:
+            assert name in static.entry_points, (where, name)
+            assert parse_address(static.entry_points[name].address)[2] == protocol, (where, name)
+        for r in route["spec"]["routes"]:
+            for mw in r.get("middlewares", []):
+                assert example("Middleware", namespace, mw["name"]), (where, mw)
+            for ref in r["services"]:
+                svc = example("Service", namespace, ref["name"])
+                assert svc, (where, ref)
+                ports = [
+                    p
+                    for p in svc["spec"]["ports"]
+                    if ref["port"] in (p.get("name"), p["port"])
+                    and p.get("protocol", "TCP").lower() == protocol
+                ]
+                assert len(ports) == 1, (where, ref)
+        secret = route["spec"].get("tls", {}).get("secretName")
+        if secret:
+            found = example("Secret", namespace, secret)
+            assert found and found["type"] == "kubernetes.io/tls", (where, secret)
+
+
+def test_example_services_reach_their_pods():
+    """Every Service's port targets a port that a Deployment's pods it selects declare,
+    with the same protocol; every such container port is an address its arguments
+    listen on (0.0.0.0:PORT); every Secret it mounts is in the examples."""
+    deployments = [d for d in example_objects() if d["kind"] == "Deployment"]
+    for svc in (d for d in example_objects() if d["kind"] == "Service"):
+        selector = svc["spec"]["selector"]
+        (pod,) = [
+            d["spec"]["template"]
+            for d in deployments
+            if d["metadata"]["namespace"] == svc["metadata"]["namespace"]
+            and selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        (container,) = pod["spec"]["containers"]
+        declared = {
+            (p["name"], p["containerPort"], p.get("protocol", "TCP")) for p in container["ports"]
+        }
+        for port in svc["spec"]["ports"]:
+            target, protocol = port["targetPort"], port.get("protocol", "TCP")
+            assert [d for d in declared if target in d[:2] and d[2] == protocol], (
+                svc["metadata"]["name"],
+                port,
+            )
+        listening = {
+            int(a.rsplit(":", 1)[1]) for a in container["args"] if a.startswith("0.0.0.0:")
+        }
+        assert {number for _, number, _ in declared} == listening, container["name"]
+        for volume in pod["spec"].get("volumes", []):
+            secret = example("Secret", svc["metadata"]["namespace"], volume["secret"]["secretName"])
+            assert secret is not None, volume
+
+
+def test_example_backends_parse_their_arguments():
+    """The containers' command lines are whoami's: ``edge whoami ARGS`` or ``python -m
+    edge.whoami ARGS``, each parsed here by the parser that runs in the pod."""
+    import argparse
+
+    from edge import whoami
+    from edge.cli import build_parser
+
+    for d in (d for d in example_objects() if d["kind"] == "Deployment"):
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        command = container.get("command", ["edge"])
+        if command == ["python", "-m", "edge.whoami"]:
+            parser = argparse.ArgumentParser(exit_on_error=False)
+            whoami.add_arguments(parser)
+            args = parser.parse_args(container["args"])
+        else:
+            assert command == ["edge"] and container["args"][0] == "whoami", d["metadata"]["name"]
+            args = build_parser().parse_args(container["args"])
+        assert args.name, d["metadata"]["name"]
 
 
 # --- the kind cluster and its scripts ------------------------------------------------
