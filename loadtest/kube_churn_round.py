@@ -10,11 +10,13 @@ the live certificates and ``servers_for`` (the in-place update).
 
 ``--crd`` runs the kubernetesCRD provider's round over :func:`kube_scale.crd_objects`'
 cluster (default 5,000 IngressRoutes, 1,000 IngressRouteTCPs, 500 IngressRouteUDPs,
-20,000 endpoints): that provider has no endpoints-only path, so a round converts the
-whole cluster again and compares the result with the last one (the provider, then the
-watcher) before the rest. ``--slices tcp`` changes TCP and UDP Services' slices, which
-``changed_servers`` does not take in place: the data plane then builds every router
-again, as it does for them. The cyclic GC waits during a round, as edge pauses it.
+20,000 endpoints), its ``update_endpoints`` in place of the Ingress one; ``--full``
+converts the whole cluster instead (what a round cost before that provider had an
+endpoints-only path, and still costs for any other change) and compares the result
+with the last (the provider, then the watcher). ``--slices tcp`` changes TCP and UDP
+Services' slices, which ``changed_servers`` does not take in place: the data plane then
+builds every router again, as it does for them. The cyclic GC waits during a round, as
+edge pauses it.
 
     python loadtest/kube_churn_round.py [--ingresses 2000] [--changed 20] [--rounds 10]
     python loadtest/kube_churn_round.py --crd [--slices http|tcp] [--routes 5000] ...
@@ -72,6 +74,7 @@ def main() -> None:
     p.add_argument(
         "--slices", choices=("http", "tcp"), default="http", help="--crd: whose slices change"
     )
+    p.add_argument("--full", action="store_true", help="--crd: convert all, no update_endpoints")
     p.add_argument("--changed", type=int, default=20, help="EndpointSlices changed per round")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--instructions", action="store_true", help="callgrind: instructions per round")
@@ -80,7 +83,9 @@ def main() -> None:
         flags = ["--crd", "--routes", str(args.routes), "--tcp-routes", str(args.tcp_routes),
                  "--udp-routes", str(args.udp_routes), "--total-endpoints",
                  str(args.total_endpoints), "--slices", args.slices]  # fmt: skip
+        flags += ["--full"] if args.full else []
         what = f"{args.changed} {args.slices} slices changed, {args.routes} IngressRoutes"
+        what += ", whole conversions" if args.full else ""
     else:
         flags = ["--ingresses", str(args.ingresses), "--endpoints", str(args.endpoints)]
         what = f"{args.changed} slices changed, {args.ingresses} Ingresses"
@@ -139,12 +144,13 @@ def main() -> None:
         gc.disable()
         start = time.process_time()
         new_result: Any
-        if args.crd:
-            new_result = crd.convert(new_state)  # no endpoints-only path: all again
+        if args.full:
+            new_result = crd.convert(new_state)
             for _ in ("provider", "watcher"):  # each drops a configuration equal to the last
                 assert new_result.configuration != result.configuration
         else:
-            new_result = update_endpoints(result, state, new_state)
+            update = crd.update_endpoints if args.crd else update_endpoints
+            new_result = update(result, state, new_state)
             assert new_result is not None
         new_merged = merge({provider: new_result.configuration}, memo)
         new_runtime = build_runtime(new_merged, entry_points, previous=runtime)

@@ -386,7 +386,6 @@ def launch(
     its entry points' ports and the first swap's figures."""
     edge_log = workdir / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
-    first_request = len(emu.requests)
     started = time.monotonic()
     with open(edge_log, "w") as logf:
         edge = subprocess.Popen(
@@ -396,8 +395,10 @@ def launch(
     ports: dict[str, int] = {}
     cpu_at_list: float | None = None  # edge's CPU seconds when its first LIST arrived
     deadline = started + 120
-    while "traefik" not in ports or not ready(ports["traefik"]):
-        if cpu_at_list is None and len(emu.requests) > first_request:
+    # /ready is asked only after the first LIST: edge answers it 200 from when its ping
+    # entry point is bound until its providers are started (they are not expected yet)
+    while cpu_at_list is None or "traefik" not in ports or not ready(ports["traefik"]):
+        if cpu_at_list is None and emu.count(since=started):
             cpu_at_list = cpu_seconds(edge.pid)
         if time.monotonic() > deadline or edge.poll() is not None:
             stop(edge)
@@ -410,7 +411,7 @@ def launch(
         time.sleep(0.005)
     ready_at = time.monotonic()
     cpu = cpu_seconds(edge.pid)
-    first_list = emu.requests[first_request].at
+    first_list = min((r.at for r in emu.requests if r.at >= started), default=float("nan"))
     sync = next((ln for ln in log_lines(edge_log) if "first sync after" in ln), "")
     conv = re.search(r"converted in ([\d.]+) s", sync)
     return (

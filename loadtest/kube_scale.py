@@ -18,9 +18,8 @@ over the cluster :func:`crd_objects` makes: R IngressRoutes (two routes each, as
 Ingresses' two paths; one in ten with TLS from a Secret, one in five with a Middleware),
 T IngressRouteTCPs (``HostSNI``, passthrough except one in ten, terminated), U
 IngressRouteUDPs, a Service and an EndpointSlice for each, and E endpoints spread over
-them (default 5,000 / 1,000 / 500 / 20,000). That provider has no endpoints-only path:
-an endpoint change converts the whole cluster again; the ``edit`` phases change one
-IngressRoute's match (a router rebuild).
+them (default 5,000 / 1,000 / 500 / 20,000). In both modes the ``edit`` phases change
+one IngressRoute's (Ingress's) match: a whole conversion and a router rebuild.
 
     python loadtest/kube_scale.py [--ingresses 5000] [--endpoints 4] [--changed 10] [--repeat 3]
     python loadtest/kube_scale.py --crd [--routes 5000] [--tcp-routes 1000] [--udp-routes 500]
@@ -449,14 +448,13 @@ def main() -> None:
         changed_state = msgspec.structs.replace(state, endpoint_slices=slices)
         label = f"update ({args.changed} slices)"
         result2: Any = run(f"{label}: convert", convert, changed_state)
-        if not args.crd:
-            result3 = run(f"{label}: update_endpoints", ingress_conversion.update_endpoints, result, state,
-                          changed_state)  # fmt: skip
-            assert result3 == result2
-        else:  # the provider and then the watcher compare with the last configuration
-            run(f"{label}: compare with the last", operator.eq, result2.configuration,
-                result.configuration)  # fmt: skip
-        merged2 = run(f"{label}: merge", merge, {provider: result2.configuration}, memo)
+        update = crd.update_endpoints if args.crd else ingress_conversion.update_endpoints
+        result3 = run(f"{label}: update_endpoints", update, result, state, changed_state)
+        assert result3 is not None and result3.configuration == result2.configuration
+        # the watcher compares with the last configuration (the provider, servers only)
+        run(f"{label}: compare with the last", operator.eq, result3.configuration,
+            result.configuration)  # fmt: skip
+        merged2 = run(f"{label}: merge", merge, {provider: result3.configuration}, memo)
         runtime2 = run(f"{label}: validate", build_runtime, merged2, entry_points,
                        previous=runtime)  # fmt: skip
         names = run(f"{label}: changed_servers", runtime2.changed_servers, runtime)
