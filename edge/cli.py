@@ -287,7 +287,12 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Start one ``edge whoami`` per loopback server of the dynamic configuration, then edge."""
+    """Start one ``edge whoami`` per loopback server of the dynamic configuration, then edge.
+
+    Ctrl-C stops edge first, then the backends: the terminal sends SIGINT to its whole
+    foreground process group, so the backends run in a process group of their own and
+    get SIGTERM once edge has drained (its in-flight requests answered) and stopped.
+    """
     static = load_static(args.config)
     configs, errors = _load_dynamic(static)
     if errors:
@@ -309,7 +314,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for addr, name in backends.items():
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr]
+                [sys.executable, "-m", "edge", "whoami", "--name", name, "--http", addr],
+                process_group=0,  # out of the terminal's group: Ctrl-C reaches edge alone
             )
         )
     try:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
-from tests.harness import Proc, get
+from tests.harness import ROOT, Proc, get
 
 DEMO_PORTS = (8000, 8080, 9101, 9102, 9103, 9104)
 
@@ -48,3 +53,60 @@ def test_demo_routes_hosts_and_prefix():
         while not _free(port) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _free(port), f"port {port} still bound after the demo stopped"
+
+
+def test_ctrl_c_drains_edge_before_the_backends_stop():
+    """Ctrl-C in a terminal is SIGINT to the whole foreground process group: edge drains
+    (a request in flight gets its answer), then the demo stops its backends."""
+    busy = [p for p in DEMO_PORTS if not _free(p)]
+    if busy:
+        pytest.skip(f"the demo's fixed ports {busy} are in use on this machine")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "edge", "demo"],
+        cwd=ROOT,
+        process_group=0,  # as a shell puts a job in its own group
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while get(8080, "/ready")[0] != 200:
+            assert time.monotonic() < deadline and demo.poll() is None, "demo never became ready"
+            time.sleep(0.1)
+        answer: list = []
+        slow = threading.Thread(
+            target=lambda: answer.append(get(8000, "/?delay=2", host="b.localhost", timeout=15))
+        )
+        slow.start()
+        deadline = time.monotonic() + 5  # edge forwarded it to app-b: it is in flight
+        while not _in_flight(9103):
+            assert time.monotonic() < deadline, "the slow request never arrived"
+            time.sleep(0.02)
+        os.killpg(demo.pid, signal.SIGINT)
+        slow.join(timeout=15)
+        assert answer and answer[0][0] == 200, answer
+        assert json.loads(answer[0][2])["name"] == "app-b-1"
+        assert demo.wait(timeout=20) == 0
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(timeout=5)
+        _, err = demo.communicate(timeout=5)
+    assert "stopping: draining" in err, err
+    for port in DEMO_PORTS:  # edge and every whoami it started are gone
+        deadline = time.monotonic() + 5
+        while not _free(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _free(port), f"port {port} still bound after the demo stopped"
+
+
+def _in_flight(port: int) -> bool:
+    """A connection to ``port`` is established (``ss``, from the kernel)."""
+    out = subprocess.run(
+        ["ss", "-Htn", "state", "established", f"( dport = :{port} )"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+    )
+    return bool(out.stdout.strip())
