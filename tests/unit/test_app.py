@@ -1,4 +1,5 @@
-"""The endpoints-only path: a change that touches only servers updates them in place.
+"""The endpoints-only path: a change that touches only servers updates them in place;
+and the providers the app builds (Kubernetes sources on one cluster share one core).
 
 Real Dataplane listeners over real validated snapshots (nothing bound: the
 routers are read from the entrypoints). What must hold after an endpoints-only
@@ -16,12 +17,13 @@ import msgspec
 import pytest
 import uvloop
 
-from edge.app import Dataplane
+from edge.app import Dataplane, build_providers
 from edge.config.diff import changed_servers
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from edge.config.static import StaticConfig
+from edge.providers.kubernetes.provider import KubernetesCRDProvider, KubernetesIngressProvider
 
 
 def conf(
@@ -152,3 +154,46 @@ def test_changed_servers_tells_an_endpoints_only_change():
         {"tcp": {"services": {"x": {"loadBalancer": {"servers": []}}}}}, Configuration
     ).tcp
     assert changed_servers(base, replace(base, tcp=tcp)) is None
+
+
+# --- build_providers: one Kubernetes core per cluster ---------------------------------------
+
+
+def kube_static(ingress: dict[str, Any], crd: dict[str, Any]) -> StaticConfig:
+    return msgspec.convert(
+        {"providers": {"kubernetesIngress": ingress, "kubernetesCRD": crd}}, StaticConfig
+    )
+
+
+CLUSTER = {"endpoint": "http://127.0.0.1:1", "token": "t0ken"}
+
+
+def kube_sources(static: StaticConfig) -> tuple[KubernetesIngressProvider, KubernetesCRDProvider]:
+    ingress, crd = build_providers(static)
+    assert isinstance(ingress, KubernetesIngressProvider)
+    assert isinstance(crd, KubernetesCRDProvider)
+    return ingress, crd
+
+
+def test_kubernetes_sources_reading_one_cluster_share_its_core():
+    """Same endpoint and credentials, other namespaces and selectors: one core, both
+    sources subscribed to it (nothing connects until a source starts)."""
+    ingress, crd = kube_sources(
+        kube_static(
+            {**CLUSTER, "namespaces": ["a"], "labelSelector": "x=1"},
+            {**CLUSTER, "namespaces": ["b"], "labelSelector": "y=2"},
+        )
+    )
+    assert ingress.core is crd.core
+    assert ingress.view.core is crd.view.core is crd.core
+    assert (ingress.view.namespaces, crd.view.namespaces) == (("a",), ("b",))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [{"endpoint": "http://127.0.0.1:2"}, {"token": "another"}],
+    ids=["another endpoint", "another token"],
+)
+def test_kubernetes_sources_on_another_cluster_or_credentials_have_their_own_core(other):
+    ingress, crd = kube_sources(kube_static(CLUSTER, {**CLUSTER, **other}))
+    assert ingress.core is not crd.core
