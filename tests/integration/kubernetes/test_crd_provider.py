@@ -275,7 +275,8 @@ def test_an_endpoint_change_updates_load_balancers_without_a_conversion(
 
 def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, whoami2) -> None:
     """providers.kubernetesIngress and providers.kubernetesCRD in one edge: each serves
-    its own objects, under its own provider name."""
+    its own objects, under its own provider name; SIGHUP converts both again; one
+    stopped, the other goes on following the Services and EndpointSlices they shared."""
     emu.create(o.ingress_class("edge"))
     KP.backend_service(emu, "ing", whoami)
     emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
@@ -293,6 +294,20 @@ def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, wh
     crd_http = by_name["kubernetescrd"].conversion.configuration.http
     assert ingress_http is not None and crd_http is not None
     assert set(ingress_http.routers).isdisjoint(crd_http.routers)
+
+    # SIGHUP: both convert again.
+    ing, crd = by_name["kubernetes"], by_name["kubernetescrd"]
+    before = (ing.conversions, crd.conversions)
+    assert edge.loop is not None and edge.app is not None
+    edge.loop.call_soon_threadsafe(edge.app.reload)
+    assert KP.until(lambda: ing.conversions > before[0] and crd.conversions > before[1])
+
+    # One stops: the other goes on reading the kinds they shared.
+    crd.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("kubernetescrd")]
+    emu.create(KP.slice_for("ing", whoami2))
+    emu.delete("EndpointSlice", "default", f"ing-{whoami.name}")
+    assert KP.follows(port, "i.test", whoami2.name)
 
 
 SHARED_KINDS = (
