@@ -88,6 +88,7 @@ class Kind:
 KINDS = (
     Kind("Service", "", "v1", "services", namespaced=True, status=True),
     Kind("Secret", "", "v1", "secrets", namespaced=True, status=False),
+    Kind("ConfigMap", "", "v1", "configmaps", namespaced=True, status=False),
     Kind("Pod", "", "v1", "pods", namespaced=True, status=True),
     Kind("Node", "", "v1", "nodes", namespaced=False, status=True),
     Kind(
