@@ -31,8 +31,11 @@ sets them all for its local set-up:
   EDGE_LOCUST_UDP_TIMEOUT  seconds to wait for a datagram's echo; later is a failure (2)
   EDGE_LOCUST_WAIT         each user's pause between requests: "0" (default), "S" or "MIN-MAX"
 
-The backends behind TLS and UDP must echo: TLS a line back as sent (the local
-set-up's TLS echo server), UDP a datagram back as sent (``edge whoami --udp``).
+The backends behind TLS and UDP must echo: TLS a line back as sent, inside TLS with
+its own certificate (``python -m edge.whoami --tls``), UDP a datagram back as sent
+(``edge whoami --udp``). ``locust_local.py --cluster`` runs them as k8s/examples/
+deploys them (``crd/echo.yaml``), behind that directory's routes, and adds the
+IngressRoute's host to the HTTP routes.
 Pick users by class name on the command line (``locust -f locustfile.py
 HTTPUser UDPUser``); with none named, all three run with equal weight.
 Nothing here imports edge: the file runs wherever locust is installed.
