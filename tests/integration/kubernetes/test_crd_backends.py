@@ -1,4 +1,5 @@
-"""ServersTransport and ServersTransportTCP objects naming Secrets, end to end.
+"""How CRD services reach their backends, end to end: ServersTransport and
+ServersTransportTCP objects naming Secrets.
 
 A real :class:`~tests.kube.emulator.Emulator` serves the objects to one in-process edge
 (``providers.kubernetesCRD``, as ``test_provider.py`` runs it); the upstreams are
