@@ -79,12 +79,14 @@ def endpoints(name: str, service_name: str, port: int, protocol: str = "TCP") ->
 # --- edge ---------------------------------------------------------------------------------
 
 
-def static_config(emu: Emulator, ingress: bool = False) -> dict:
+def static_config(
+    emu: Emulator, ingress: bool = False, ingress_namespaces: tuple[str, ...] = ()
+) -> dict:
     throttle = f"{int(KP.THROTTLE * 1000)}ms"
     kube = {"endpoint": emu.url, "token": KP.TOKEN, "throttleDuration": throttle}
     providers: dict[str, Any] = {"kubernetesCRD": dict(kube)}
     if ingress:
-        providers["kubernetesIngress"] = dict(kube)
+        providers["kubernetesIngress"] = dict(kube, namespaces=list(ingress_namespaces))
     return {
         "entryPoints": {
             "web": {"address": "127.0.0.1:0"},
@@ -118,8 +120,8 @@ def emu() -> Iterator[Emulator]:
 def start_edge(emu: Emulator) -> Iterator[Callable[..., KP.InProcessEdge]]:
     started: list[KP.InProcessEdge] = []
 
-    def start(ingress: bool = False) -> KP.InProcessEdge:
-        e = KP.InProcessEdge(static_config(emu, ingress), tweak=_fast).start()
+    def start(ingress: bool = False, ingress_namespaces: tuple[str, ...] = ()) -> KP.InProcessEdge:
+        e = KP.InProcessEdge(static_config(emu, ingress, ingress_namespaces), tweak=_fast).start()
         started.append(e)
         assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
         return e
@@ -375,6 +377,47 @@ def test_both_providers_list_and_watch_services_slices_and_secrets_once(
         emu.create(KP.slice_for(service, whoami, name=f"{service}-back"))
     assert KP.follows(port, "i.test", whoami.name)
     assert KP.follows(port, "c.test", whoami.name)
+
+
+def test_providers_reading_other_namespaces_share_one_cluster_wide_reflector(
+    emu: Emulator, start_edge, whoami: Whoami, whoami2: Whoami
+) -> None:
+    """The Ingress provider in namespace ``ing``, the CRD provider in all: Services and
+    EndpointSlices are listed once, cluster-wide, none in ``ing`` alone; each provider
+    serves its own; a slice changed in ``default`` wakes the CRD provider only."""
+    emu.create(o.ingress_class("edge"))
+    emu.create(o.service("app", "ing"))
+    slice_ing = KP.slice_for("app", whoami)
+    slice_ing["metadata"]["namespace"] = "ing"
+    emu.create(slice_ing)
+    ing_obj = KP.ingress("app", [("i.test", "/", "Prefix", "app")])
+    ing_obj["metadata"]["namespace"] = "ing"
+    emu.create(ing_obj)
+    emu.create(o.service("crd"))
+    emu.create(KP.slice_for("crd", whoami))
+    emu.create(ingress_route("crd", "c.test", "crd"))
+    edge = start_edge(ingress=True, ingress_namespaces=("ing",))
+    port = edge.port()
+    assert KP.follows(port, "i.test", whoami.name)
+    assert KP.follows(port, "c.test", whoami.name)
+    for path in SHARED_KINDS:
+        assert emu.count(path, watch=False) == 1, path
+        head, _, plural = path.rpartition("/")
+        assert emu.count(f"{head}/namespaces/ing/{plural}") == 0, path
+    assert emu.count("/apis/networking.k8s.io/v1/namespaces/ing/ingresses", watch=False) == 1
+    assert edge.app is not None
+    by_name = {p.name: p for p in edge.app.providers}
+    ing, crd = by_name["kubernetes"], by_name["kubernetescrd"]
+    assert set(ing.view.snapshot()["Service"]) == {("ing", "app")}
+    assert set(crd.view.snapshot()["Service"]) == {("ing", "app"), ("default", "crd")}
+
+    time.sleep(3 * KP.THROTTLE)
+    ing_rounds, crd_rounds = ing.rounds, crd.rounds
+    emu.create(KP.slice_for("crd", whoami2))
+    emu.delete("EndpointSlice", "default", f"crd-{whoami.name}")
+    assert KP.follows(port, "c.test", whoami2.name)
+    time.sleep(3 * KP.THROTTLE)
+    assert ing.rounds == ing_rounds and crd.rounds > crd_rounds
 
 
 def test_edge_check_lists_the_crd_routes_left_out(emu: Emulator, tmp_path, whoami) -> None:
