@@ -8,9 +8,9 @@ one source; :class:`KubernetesCRDProvider` (``providers.kubernetesCRD``,
 ``@kubernetescrd``: Traefik's ``traefik.io/v1alpha1`` kinds) another. Both may run at
 once in one edge, on one :class:`~edge.providers.kubernetes.client.KubeCore` when they
 read the same cluster with the same credentials (:func:`cluster_key`; the app makes the
-cores, :class:`SharedCores`): one connection setup, one reflector per kind and namespace
-whoever reads it, so Services, EndpointSlices and TLS Secrets are listed and watched
-once. Each source keeps its own converter thread, throttle, problems and publishing,
+cores, :class:`SharedCores`): one client, one reflector per kind and namespace whoever
+reads it, one cache, so Services, EndpointSlices and TLS Secrets are listed, watched and
+decoded once. Each source keeps its own converter thread, throttle, problems and publishing,
 and is woken only by changes to its own kinds in its own namespaces.
 
 Where the two configurations differ in ``namespaces``, a shared kind is watched once
@@ -32,14 +32,15 @@ Owns the provider's threads and what flows between them:
   (one thread per watched kind and namespace, shared), whose change callback only marks
   the cache dirty;
 - the *converter* thread: waits for the first full sync, then converts the cached
-  snapshot with the source's pure conversion (:func:`~edge.providers.kubernetes.ingress.convert`,
+  snapshot with the source's pure conversion
+  (:func:`~edge.providers.kubernetes.ingress.convert`,
   :func:`~edge.providers.kubernetes.crd.convert`), at most once per throttle window
   (changes arriving meanwhile are coalesced into the next run); when only EndpointSlices
   changed since the last round it derives the result from the last one instead (the
   source's ``update_endpoints``: a cost that grows with the slices changed, not the
-  cluster); it logs each problem once (when it
-  appears; its disappearance at INFO), and hands a configuration that differs from the
-  last one to the event loop with ``loop.call_soon_threadsafe``;
+  cluster); it logs each problem once (when it appears; its disappearance at INFO), and
+  hands a configuration that differs from the last one to the event loop with
+  ``loop.call_soon_threadsafe``;
 - the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
   serves when the address set differs from what the Ingress holds, retrying failures
   with backoff; an Ingress that failed is tried after the others (one the API server
@@ -51,17 +52,18 @@ Invariants:
   (one ``publish`` call). Listing, watching, converting, comparing and status writes
   happen in the threads above.
 - Nothing is published before every reflector the source reads has completed its first
-  LIST (another source's kinds never hold it back); until then
-  edge is not ready (the watcher expects this provider) and the log says every
-  ``wait_log_interval`` seconds what is missing and why (the API server unreachable, a
-  403, ...). Reflectors keep retrying with backoff, forever.
+  LIST (another source's kinds never hold it back); until then edge is not ready (the
+  watcher expects this provider) and the log says every ``wait_log_interval`` seconds
+  what is missing and why (the API server unreachable, a 403, ...). Reflectors keep
+  retrying with backoff, forever.
 - Once a configuration was published, losing the API server changes nothing: the cache
   keeps the last objects seen, no new configuration is made from a failure, the last
   good one keeps serving, and the reflectors resume (re-LIST on 410) when it is back.
 - An EndpointSlice change yields a configuration that differs from the previous one in
   server lists only (the conversion guarantees it, see its module doc), which the
-  Dataplane applies in place (HTTP load balancers; a TCP or UDP one rebuilds routers). An Ingress change that touches only its ``status`` (our
-  own writes coming back) is not converted at all.
+  Dataplane applies in place (HTTP load balancers; a TCP or UDP one rebuilds routers).
+  An Ingress change that touches only its ``status`` (our own writes coming back) is not
+  converted at all.
 - A status write happens only when the wanted addresses differ from the Ingress' own
   ``status.loadBalancer.ingress`` (as a set), and the same write is not repeated while
   the Ingress still shows the version it was written against.
@@ -914,8 +916,9 @@ class KubernetesCRDProvider(KubernetesProvider):
     of EndpointSlices alone takes the endpoints-only fast path
     (:func:`~edge.providers.kubernetes.crd.update_endpoints`: the HTTP, TCP and UDP load
     balancers of the Services whose slices changed are rebuilt, nothing else); there is
-    no status writer (Traefik writes none for these kinds). Beside the Ingress provider it shares
-    the core (``core``) and with it the Service, EndpointSlice and Secret reflectors.
+    no status writer (Traefik writes none for these kinds). Beside the Ingress provider
+    it shares the core (``core``) and with it the Service, EndpointSlice and Secret
+    reflectors.
     """
 
     def __init__(
