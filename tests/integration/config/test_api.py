@@ -17,6 +17,7 @@ import pytest
 
 from tests.fixtures.tls.pki import PKI
 from tests.harness import Edge, get, lb, need
+from tests.integration.peers import certificates
 
 
 def api(port: int, path: str) -> tuple[int, dict[str, str], object]:
@@ -303,5 +304,40 @@ def test_api_at_internal_with_workers(tmp_path, whoami):
             status, _, body = curl(e.port, "/api/http/routers/api@file", "api.test")
             assert status == 200, body
             assert json.loads(body)["service"] == "api@internal"
+    finally:
+        e.stop()
+
+
+def test_api_at_internal_behind_an_https_router(tmp_path, certs):
+    """The usual protection: the API's router terminates TLS (its rule names the host)."""
+    dyn = {
+        "http": {
+            "routers": {
+                "api": {"rule": "Host(`a.test`)", "service": "api@internal", "tls": {}},
+            }
+        },
+        "tls": {"certificates": certificates(certs, "a.test")},
+    }
+    e = Edge(tmp_path, dyn, static_extra={"api": {}})
+    try:
+        url = f"https://a.test:{e.port}/api/http/routers/api@file"
+        out = subprocess.run(
+            [
+                need("curl"),
+                "-s",
+                "--max-time",
+                "10",
+                "--resolve",
+                f"a.test:{e.port}:127.0.0.1",
+                "--cacert",
+                certs["ca"],
+                url,
+            ],
+            capture_output=True,
+            timeout=20,
+            check=True,
+        )
+        assert json.loads(out.stdout)["tls"] == {}
+        assert get(e.port, "/api/version", host="a.test")[0] == 404  # not without TLS
     finally:
         e.stop()
