@@ -244,3 +244,56 @@ def test_a_file_truncated_by_a_slow_writer_keeps_its_routes_until_written(tmp_pa
         assert e.applied() == n + 1  # the empty file was never applied
     finally:
         e.stop()
+
+
+def test_a_bad_element_costs_only_itself_at_start_and_on_reload(tmp_path, whoami):
+    """A key error inside one router or service disables that element, with its key
+    path, and the routers using it, each with its reason, in the log and the API; the
+    rest of the file serves, at start and after a reload. Before, edge refused the
+    whole file: at start nothing was served and /ready stayed 503."""
+    good = {"rule": "Host(`good.test`)", "service": "app"}
+    dynamic = {
+        "http": {
+            "routers": {"good": good, "misspelt": {"rule": "Host(`m.test`)", "sevice": "app"}},
+            "services": {"app": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, dynamic, static_extra={"api": {"insecure": True}})
+    try:
+        assert get(e.port, "/", host="good.test")[0] == 200
+        assert get(e.port, "/", host="m.test")[0] == 404
+        e.wait_for(r"\$\.http\.routers\.misspelt\.sevice: unknown key \(disabled\)", start=0)
+        router = api(e, "/api/http/routers/misspelt@file")
+        assert router["status"] == "disabled"
+        assert router["error"] == ["$.http.routers.misspelt.sevice: unknown key"]
+
+        dynamic["http"]["routers"] = {
+            "good": good,
+            "to-broken": {"rule": "Host(`b.test`)", "service": "broken"},
+        }
+        dynamic["http"]["services"]["broken"] = lb("ftp://127.0.0.1:21")
+        n = e.applied()
+        e.write_dynamic(dynamic)
+        e.wait_applied(n + 1, timeout=10)
+        assert get(e.port, "/", host="good.test")[0] == 200
+        assert get(e.port, "/", host="b.test")[0] == 404
+        reason = "$.http.services.broken.loadBalancer.servers[0]: invalid server url 'ftp://127.0.0.1:21'"
+        service = api(e, "/api/http/services/broken@file")
+        assert service["status"] == "disabled" and service["error"][0].startswith(reason)
+        router = api(e, "/api/http/routers/to-broken@file")
+        assert router["status"] == "disabled"
+        assert router["error"][0].startswith(f"service 'broken@file' is disabled: {reason}")
+        assert api(e, "/api/http/routers/good@file")["status"] == "enabled"
+
+        # A file that does not parse at all keeps its last good version.
+        e.dynamic_path.write_text("http: {routers: [\n")
+        e.wait_for(r"invalid YAML .*keeping the last good configuration", timeout=10)
+        assert get(e.port, "/", host="good.test")[0] == 200
+    finally:
+        e.stop()
+
+
+def api(e: Edge, path: str) -> dict:
+    status, _, body = get(e.ports["traefik"], path)
+    assert status == 200, (path, status, body)
+    return json.loads(body)
