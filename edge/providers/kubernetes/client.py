@@ -695,8 +695,12 @@ class Subscription:
     # --- life cycle ----------------------------------------------------------------
 
     def open(self) -> None:
-        """The source starts: the core's reflectors start with the first source."""
+        """The source starts: the core's reflectors start with the first source. One
+        that opens after its reflectors synced (for a source opened before it) is told
+        so at once: no reflector would say it again."""
         self.core._open(self)
+        if self.synced:
+            self._tell_synced()
 
     def close(self, timeout: float = 2.0) -> None:
         """The source stops: it hears nothing more; the last one stops the reflectors
@@ -762,8 +766,18 @@ class Subscription:
         if not keys and not first:
             return  # objects of other namespaces only, or a first LIST before the last
         self._told_synced = self._told_synced or synced
+        self._tell(Change(change.kind, keys, synced))
+
+    def _tell_synced(self) -> None:
+        if not self._told_synced and self._routes:
+            self._told_synced = True
+            self._tell(Change(next(iter(self._routes)), frozenset(), True))
+
+    def _tell(self, change: Change) -> None:
+        if self.on_change is None:
+            return
         try:
-            self.on_change(Change(change.kind, keys, synced))
+            self.on_change(change)
         except Exception:
             log.exception("kubernetes: %s: change callback failed for %s", self.name, change.kind)
 

@@ -927,3 +927,19 @@ def test_the_last_source_to_stop_stops_the_reflectors(emu, make_core):
     assert not [t for t in threading.enumerate() if t.name == "kube-Service-all"]
     with pytest.raises(RuntimeError, match="already stopped"):
         first.open()
+
+
+def test_a_source_opened_after_its_reflectors_synced_is_told_at_once(emu, make_core):
+    """The second source opens once the first has synced every reflector they share:
+    no reflector will say so again, so opening says it (else its provider would wait
+    for a change that may never come)."""
+    emu.create(o.service("s"))
+    core, subs = make_core()
+    first = subscribe(core, subs, "first", [WatchSpec(SERVICES, m.Named)])
+    rec = Recorder()
+    late = subscribe(core, subs, "late", [WatchSpec(SERVICES, m.Named)], rec=rec)
+    first.open()
+    assert wait_until(lambda: first.synced)
+    assert rec.changes == []  # not open yet: hears nothing
+    late.open()
+    assert [(c.kind, c.keys, c.synced) for c in rec.changes] == [("Service", frozenset(), True)]
