@@ -54,6 +54,7 @@ from edge.config import dynamic as dyn
 from edge.config import static as sta
 from edge.config.durations import dec_hook
 from edge.config.dynamic import UNSUPPORTED, Configuration, Element
+from edge.config.merge import DEFAULT_TLS
 from edge.config.static import StaticConfig
 from edge.errors import ConfigError
 
@@ -202,7 +203,8 @@ def decode_dynamic(
     middleware is replaced by a stand-in whose ``problems`` hold it (validation
     disables it, and the routers using it, each with its reason); serversTransports,
     TLS options, stores and certificates are left out (what names them is disabled).
-    An error outside any element fails the whole.
+    An error outside any element, or in the ``default`` TLS options or store (which
+    edge's built-in defaults would replace), fails the whole.
 
     In the single-file layout (see :func:`reads_itself`) the static keys at the root
     are the static configuration's, left to it.
@@ -523,6 +525,11 @@ something that does not exist, and is disabled, where a stand-in with the defaul
 would be used as if it were what the user wrote (validation reads ``problems`` of
 routers, services and middlewares only)."""
 
+_DEFAULTS = (dyn.TLSOptions, dyn.TLSStore)
+"""What, named ``default``, a key error fails the whole file for: left out, edge's
+built-in defaults would take its place (TLS 1.2 where the user asked for 1.3, the
+generated certificate), serving what the user did not ask for."""
+
 _ROUTER_KEYS = ("rule", "service", "entryPoints")
 """What a router's stand-in keeps of what the user wrote, where it is well formed."""
 
@@ -637,7 +644,7 @@ class _Walk:
             message, at = translate_error(exc, walked, tp, self.spelling)
             at = where + at[1:]
         del self.found[start:]  # what the walk found in it: the element is disabled anyway
-        if self.errors is None:
+        if self.errors is None or (key == DEFAULT_TLS and issubclass(tp, _DEFAULTS)):
             raise ConfigError(message, path=at, source=self.source)
         stand_in = None
         if isinstance(key, str) and key.strip() and "@" not in key:

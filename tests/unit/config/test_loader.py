@@ -494,7 +494,7 @@ ONE_BAD_EACH: dict[str, Any] = {
     "udp": {"services": {"dns": {"loadBalancer": {"servers": [{"address": "nowhere"}]}}}},
     "tls": {
         "options": {"old": {"minVersion": "TLS1.0"}},
-        "stores": {"default": {"defaultCertificate": {"certFile": "c.pem"}}},
+        "stores": {"other": {"defaultCertificate": {"certFile": "c.pem"}}},
         "certificates": [{"certFile": "a.pem"}, {"certFile": "b.pem", "keyFile": "b.key"}],
     },
 }  # fmt: skip
@@ -511,7 +511,7 @@ def test_a_key_error_disables_only_its_element_with_its_key_path() -> None:
         "d.yaml: $.tcp.routers.t.priority: expected int, got str (disabled)",
         "d.yaml: $.udp.services.dns.loadBalancer.servers[0]: invalid address 'nowhere': expected host:port (missing ':port') (disabled)",
         "d.yaml: $.tls.options.old.minVersion: invalid value 'TLS1.0': expected one of 'VersionTLS10', 'VersionTLS11', 'VersionTLS12', 'VersionTLS13' (left out)",
-        "d.yaml: $.tls.stores.default.defaultCertificate.keyFile: missing required key (left out)",
+        "d.yaml: $.tls.stores.other.defaultCertificate.keyFile: missing required key (left out)",
         "d.yaml: $.tls.certificates[0].keyFile: missing required key (left out)",
     ]  # fmt: skip
     assert conf.tls is not None and [c.cert_file for c in conf.tls.certificates] == ["b.pem"]
@@ -545,6 +545,20 @@ def test_without_errors_the_first_key_error_fails_the_whole() -> None:
     with pytest.raises(ConfigError) as info:
         decode_dynamic(ONE_BAD_EACH)
     assert info.value.path == "$.http.routers.no-service.service"
+
+
+def test_a_key_error_in_the_default_tls_options_or_store_fails_the_whole() -> None:
+    """Left out, they would be replaced by edge's built-in defaults: TLS 1.2 served
+    where the user asked for 1.3 only, the generated certificate for the user's."""
+    errors: list[ConfigError] = []
+    for tls, path in (
+        ({"options": {"default": {"minversion": "TLS13"}}}, "$.tls.options.default.minversion"),
+        ({"stores": {"default": {"defaultCertificate": {}}}}, "$.tls.stores.default.defaultCertificate.certFile"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as info:
+            decode_dynamic({"tls": tls}, errors=errors)
+        assert info.value.path == path
+    assert errors == []
 
 
 def test_an_error_outside_any_element_fails_the_whole() -> None:
