@@ -209,15 +209,16 @@ _Ref = objects.RouteService | objects.RouteServiceTCP | objects.RouteServiceUDP
 class Backend(NamedTuple):
     """Where one load balancer of a conversion comes from: the namespace of the object
     naming the Service (an IngressRoute, a TraefikService, an IngressRouteTCP or an
-    IngressRouteUDP) and its reference; :func:`update_endpoints` rebuilds it from that."""
+    IngressRouteUDP) and its reference; :func:`update_endpoints` rebuilds it from that.
+    ``service``: the Kubernetes Service whose endpoints the load balancer holds."""
 
     parent: str
     ref: _Ref
+    service: Key
 
-    @property
-    def service(self) -> Key:
-        """The Kubernetes Service whose endpoints the load balancer holds."""
-        return (self.ref.namespace or self.parent, self.ref.name)
+    @classmethod
+    def of(cls, parent: str, ref: _Ref) -> Backend:
+        return cls(parent, ref, (ref.namespace or parent, ref.name))
 
 
 class Conversion(NamedTuple):
@@ -742,7 +743,7 @@ class _Converter:
             servers_transport=transport,
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}")
-        return name, Service(load_balancer=balancer), Backend(parent, ref)
+        return name, Service(load_balancer=balancer), Backend.of(parent, ref)
 
     def tcp_service(self, parent: str, ref: objects.RouteServiceTCP) -> TCPService:
         ns = self.service_namespace(parent, ref.namespace, ref.name)
@@ -825,8 +826,8 @@ class _Converter:
             return self.http_service(ns, ref)
         child = f"{router}-{ref.name}-{_port_text(ref.port)}"
         if isinstance(ref, objects.RouteServiceTCP):
-            return child, self.tcp_service(ns, ref), Backend(ns, ref)
-        return child, self.udp_service(ns, ref), Backend(ns, ref)
+            return child, self.tcp_service(ns, ref), Backend.of(ns, ref)
+        return child, self.udp_service(ns, ref), Backend.of(ns, ref)
 
     # --- IngressRoute and IngressRouteTCP ---------------------------------------------------
 
