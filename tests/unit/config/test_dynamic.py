@@ -319,8 +319,8 @@ def test_configurations_compare_by_value() -> None:
     ("obj", "path", "message"),
     [
         (
-            {"http": {"routers": {"r": {"rule": "x", "service": "s", "entrypoints": []}}}},
-            "$.http.routers.r.entrypoints",
+            {"http": {"routers": {"r": {"rule": "x", "service": "s", "entryPointz": []}}}},
+            "$.http.routers.r.entryPointz",
             "unknown key",
         ),
         (
