@@ -575,8 +575,10 @@ class _Walk:
                     items = (self.element(v, item_type, path, i) for i, v in enumerate(obj))
                     return [v for v in items if v is not None]
                 return [self.value(v, item_type, f"{path}[{i}]") for i, v in enumerate(obj)]
-        elif isinstance(obj, str) and typing.get_origin(tp) in (list, tuple):
-            return _comma_list(obj, _item_type(tp))
+        elif isinstance(obj, str | int | float) and typing.get_origin(tp) in (list, tuple):
+            if isinstance(obj, str):
+                return _comma_list(obj, _item_type(tp))
+            return [obj]  # one value where a list goes: Traefik's parser reads a list of one
         return obj
 
     def struct(self, obj: Mapping[Any, Any], tp: type, path: str) -> dict[Any, object]:

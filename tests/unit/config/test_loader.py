@@ -459,6 +459,9 @@ def test_a_list_may_be_one_comma_separated_string() -> None:
     assert static.entry_points["web"].forwarded_headers.trusted_ips == ["10.0.0.1"]
     assert static.metrics is not None and static.metrics.prometheus is not None
     assert static.metrics.prometheus.buckets == [0.1, 0.3, 1.2]
+    one = decode_static({"metrics": {"prometheus": {"buckets": 2.5}}})
+    assert one.metrics is not None and one.metrics.prometheus is not None
+    assert one.metrics.prometheus.buckets == [2.5]
     empty = decode_dynamic(
         {"http": {"routers": {"r": {"rule": "x", "service": "s", "entryPoints": ""}}}}
     )
