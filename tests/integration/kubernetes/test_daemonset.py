@@ -52,7 +52,8 @@ class DeployedEdge:
                     life["requestAcceptGraceTimeout"] = accept_grace
         for ep in static["entryPoints"].values():  # the same entry points on free loopback ports
             ep["address"] = "127.0.0.1:0" + ("/udp" if ep["address"].endswith("/udp") else "")
-        static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=TOKEN)
+        for provider in static["providers"].values():  # kubernetesIngress, kubernetesCRD
+            provider.update(endpoint=emu.url, token=TOKEN)
         static["providersThrottleDuration"] = "100ms"
         path = tmp / "edge.yaml"
         path.write_text(yaml.safe_dump(static))
