@@ -85,6 +85,7 @@ from cryptography.x509.oid import NameOID
 
 from edge.config.dynamic import TLSConfiguration, TLSOptions
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
+from edge.config.runtime.tls import relative_note
 from edge.errors import ConfigError
 from edge.tls import tickets as ticket_keys
 
@@ -663,7 +664,7 @@ def _read(where: str, what: str, value: str) -> bytes:
         return read_pem(what, value)
     except ConfigError as exc:
         raise CertificateError(
-            exc.message, path=where, transient=transient(exc.__cause__)
+            exc.message + relative_note(value), path=where, transient=transient(exc.__cause__)
         ) from None
 
 

@@ -136,7 +136,7 @@ def client_tls_context(
             else:
                 ctx.load_verify_locations(cafile=value)
         except FileNotFoundError:
-            raise ConfigError(f"{what}: no such file") from None
+            raise ConfigError(f"{what}: no such file{relative_note(value)}") from None
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise ConfigError(f"{what}: no CA certificate could be read ({_reason(exc)})") from None
     if not root_cas and system_roots and not insecure_skip_verify:
@@ -157,6 +157,14 @@ def client_tls_context(
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+def relative_note(value: str) -> str:
+    """What an error about file ``value`` adds when the path is relative: where it was
+    looked for (the working directory); ``""`` for an absolute path or inline PEM."""
+    if not value or PEM_MARK in value or os.path.isabs(value):
+        return ""
+    return f" (a relative path, read from the working directory: {os.path.abspath(value)})"
 
 
 def relative_files(conf: Configuration) -> list[tuple[str, str]]:

@@ -201,6 +201,9 @@ def test_relative_certificate_paths_are_read_from_the_working_directory(tmp_path
     there = edge("check", "--config", static, cwd=elsewhere)
     assert f"{said} from the working directory: {elsewhere / 'a.crt'}" in there.stdout
     assert there.returncode == 1 and "router a@file: disabled" in there.stdout
+    # The reason, in the log and the API too, says where the relative path was looked for.
+    reason = next(x for x in there.stdout.splitlines() if x.startswith("router a@file:"))
+    assert f"(a relative path, read from the working directory: {elsewhere / 'a.crt'})" in reason
 
 
 def test_static_root_cas_are_relative_to_the_static_file(tmp_path):
