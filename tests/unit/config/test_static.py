@@ -500,3 +500,14 @@ def test_static_servers_transport_refusals_name_the_key(obj, path: str, words: s
     with pytest.raises(ConfigError) as info:
         decode_static(obj)
     assert info.value.path == path and words in info.value.message
+
+
+def test_entry_point_kinds_keep_the_defaults_through_pickle() -> None:
+    import pickle
+
+    static = decode_static({"serversTransport": {"insecureSkipVerify": True}, "api": {}})
+    kind = static.entry_point_protocols()["http"]
+    copy = pickle.loads(pickle.dumps(kind))
+    assert copy == "tcp" and copy.defaults == kind.defaults  # type: ignore[attr-defined]
+    assert copy.defaults.servers_transport.insecure_skip_verify  # type: ignore[attr-defined]
+    assert copy.defaults != decode_static({}).entry_point_protocols()["http"].defaults  # type: ignore[attr-defined]
