@@ -665,3 +665,29 @@ def test_static_servers_transport_is_the_default_of_every_http_service(tmp_path,
         assert body(e.port, "own.test")[0] == 502  # its own transport does not know the CA
     finally:
         e.stop()
+
+
+def test_static_tcp_servers_transport_is_the_default_of_every_tcp_service(tmp_path, files):
+    """Traefik's static ``tcpServersTransport``: a TCP service naming no transport dials
+    with it (here its ``tls.insecureSkipVerify`` reaches a server whose CA edge lacks)."""
+    plain = s_server(files)
+    dynamic = {
+        "tcp": {
+            "routers": {"t": {"rule": "HostSNI(`*`)", "service": "t", "entryPoints": ["web"]}},
+            "services": {
+                "t": {
+                    "loadBalancer": {
+                        "servers": [{"address": f"127.0.0.1:{plain.port}", "tls": True}]
+                    }
+                }
+            },
+        }
+    }
+    static = {"tcpServersTransport": {"dialTimeout": "5s", "tls": {"insecureSkipVerify": True}}}
+    e = Edge(tmp_path, dynamic, static_extra=static)
+    try:
+        got = ask(e.port, b"hello edge\n", b"egde olleh")
+        assert b"egde olleh" in got, got
+    finally:
+        e.stop()
+        plain.stop()
