@@ -262,8 +262,10 @@ CASES = [
          HTTP("byQuery", "/?x=1", 200), HTTP("byQuery", "/?debug=1", 404)),
     ),
     Case(
-        "secure-api.toml", "api@internal behind the user's router and stripPrefix", "checked (the API service is another engineer's)",
-        ("middleware unprefix@file: enabled",), True,
+        "secure-api.toml", "api@internal behind the user's router and stripPrefix", "served",
+        ("router api@file: enabled", "middleware unprefix@file: enabled"), True,
+        (HTTP("web", "/secure/api/http/routers/api@file", 200, body='"status":"enabled"'),
+         HTTP("web", "/api/http/routers", 404)),
     ),
     Case(
         "internal-entrypoint.toml", "a router on the internal traefik entry point", "served",
