@@ -242,6 +242,10 @@ def behind_router(tmp_path_factory, whoami):
                     "middlewares": ["to-https"],
                 },
                 "site": {"rule": "Host(`site.test`)", "service": "app"},
+                "by-path": {  # not routed by its host alone: the router's match()
+                    "rule": "Host(`path.test`) && PathPrefix(`/api`)",
+                    "service": "api@internal",
+                },
             },
             "services": {"app": lb(whoami.url)},
             "middlewares": {
@@ -267,13 +271,15 @@ def test_api_at_internal_is_served_by_the_routers_naming_it(behind_router):
     api_service = json.loads(body)
     assert api_service["provider"] == "internal" and api_service["status"] == "enabled"
     assert "loadBalancer" not in api_service and "serverStatus" not in api_service
-    assert sorted(api_service["usedBy"]) == ["dashboard@file", "guarded@file"]
+    assert sorted(api_service["usedBy"]) == ["by-path@file", "dashboard@file", "guarded@file"]
     # The API reads the path the router's middlewares leave: /admin is stripped, a path
     # still outside /api after them is Traefik's 404.
     status, _, body = curl(port, "/admin/other/api/version", "api.test")
     assert (status, body) == (404, b"404 page not found\n")
     status, headers, _ = curl(port, "/admin/api/version", "api.test", "-X", "POST")
     assert status == 405 and headers["allow"] == "GET, HEAD"
+    status, _, body = curl(port, "/api/version", "path.test")
+    assert status == 200 and json.loads(body)["Codename"] == "edge", body
     # Other hosts route as before; nothing else serves the API.
     assert get(port, "/", host="site.test")[0] == 200
     assert get(port, "/api/version", host="other.test")[0] == 404
