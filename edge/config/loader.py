@@ -546,16 +546,18 @@ class _Walk:
     error in it disables or leaves out only that element (see :func:`decode_dynamic`).
 
     ``spelling``: for each mapping the walk made in which a key was renamed, the
-    key as the user wrote it, so errors name the path as written.
+    key as the user wrote it, so errors name the path as written; ``renamed`` keeps
+    those mappings alive while the walk is, so no other takes their ``id``.
     """
 
-    __slots__ = ("errors", "found", "source", "spelling")
+    __slots__ = ("errors", "found", "renamed", "source", "spelling")
 
     def __init__(self, source: str | None, errors: list[ConfigError] | None) -> None:
         self.source = source
         self.errors = errors
         self.found: Notices = []
-        self.spelling: dict[int, dict[str, str]] = {}
+        self.spelling: _Spelling = {}
+        self.renamed: list[dict[Any, object]] = []
 
     def value(self, obj: object, tp: Any, path: str) -> object:
         tp = _unwrap(tp, obj)
@@ -617,6 +619,7 @@ class _Walk:
                 found.append(Unsupported(where, name in m.ignored, self.source))
         if renamed is not None:
             self.spelling[id(out)] = renamed
+            self.renamed.append(out)
         if m.element:
             mine = [n.path for n in found[start:] if not n.ignored]
             if mine:  # the element holds them; validation disables it

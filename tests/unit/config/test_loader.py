@@ -631,3 +631,13 @@ def test_dynamic_configuration_in_a_static_file_nothing_reads_is_an_error(tmp_pa
     with pytest.raises(ConfigError) as info:
         load_dynamic(path)
     assert (info.value.path, info.value.message) == ("$.entrypoints", "unknown key")
+
+
+def test_an_error_names_its_own_keys_as_written_not_another_elements() -> None:
+    """Each router's keys as its user wrote them: a mapping the walk renamed keys in
+    must not lend its spelling to another made after it in the same memory."""
+    routers = {f"r{i}": {"rule": "x", "service": "s", "entrypoints": ["web"]} for i in range(50)}
+    routers["last"] = {"rule": "x", "service": "s", "entryPoints": 1}
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic({"http": {"routers": routers}})
+    assert info.value.path == "$.http.routers.last.entryPoints[0]"
