@@ -70,6 +70,7 @@ from kubernetes.config.config_exception import ConfigException
 from edge.errors import ConfigError, EdgeError
 
 __all__ = [
+    "CONFIG_MAPS",
     "CRD_RESOURCES",
     "ENDPOINT_SLICES",
     "INGRESSES",
@@ -258,6 +259,7 @@ INGRESS_CLASSES = Resource("IngressClass", "networking.k8s.io", "v1", "ingresscl
 SERVICES = Resource("Service", "", "v1", "services")
 ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices")
 SECRETS = Resource("Secret", "", "v1", "secrets")
+CONFIG_MAPS = Resource("ConfigMap", "", "v1", "configmaps")
 NODES = Resource("Node", "", "v1", "nodes", False)
 PODS = Resource("Pod", "", "v1", "pods")
 

@@ -17,8 +17,9 @@ Invariants:
   is a :class:`~edge.errors.ConfigError` naming the kind and the key path;
   :func:`decode_items` decodes a LIST item by item, so one such object is skipped
   (with a message naming it) and the others decode.
-* A Secret keeps only ``tls.crt`` and ``tls.key``, base64-decoded; no other secret data
-  (service account tokens, passwords) is held in memory.
+* A Secret keeps only ``tls.crt``, ``tls.key`` and the CA bundle keys ``tls.ca`` and
+  ``ca.crt``, base64-decoded, and a ConfigMap only ``tls.ca`` and ``ca.crt``; no other
+  secret data (service account tokens, passwords) is held in memory.
 * Models are frozen: a snapshot handed to the conversion never changes under it. They
   are not tracked by the garbage collector (``gc=False``): they hold strings, numbers
   and other models, never a cycle, and a cluster's worth of tracked objects (5,000
@@ -41,9 +42,12 @@ __all__ = [
     "INGRESS_CLASS_ANNOTATION",
     "IS_DEFAULT_CLASS_ANNOTATION",
     "KINDS",
+    "OTHER_KINDS",
     "SERVICE_NAME_LABEL",
     "TLS_SECRET_TYPE",
+    "CAData",
     "ClusterState",
+    "ConfigMap",
     "EndpointSlice",
     "Ingress",
     "IngressClass",
@@ -210,6 +214,7 @@ class ServicePort(_Model):
     name: str = ""
     protocol: str = "TCP"
     target_port: int | str | None = None
+    node_port: int = 0  # NodePort and LoadBalancer Services
 
 
 class LoadBalancerIngress(_Model):
@@ -275,16 +280,34 @@ class EndpointSlice(_Model):
 
 
 class TLSData(msgspec.Struct, frozen=True, gc=False):
-    """The two keys of a TLS Secret's ``data``; JSON base64 decodes to bytes."""
+    """The keys of a Secret's ``data`` edge reads: a certificate and its key, and a CA
+    bundle (Traefik's ``tls.ca``, else ``ca.crt``); JSON base64 decodes to bytes."""
 
     tls_crt: bytes | None = msgspec.field(default=None, name="tls.crt")
     tls_key: bytes | None = msgspec.field(default=None, name="tls.key")
+    tls_ca: bytes | None = msgspec.field(default=None, name="tls.ca")
+    ca_crt: bytes | None = msgspec.field(default=None, name="ca.crt")
 
 
 class Secret(_Model):
     metadata: ObjectMeta = ObjectMeta()
     type: str = ""
     data: TLSData = TLSData()
+
+
+# --- ConfigMap: CA bundles ---------------------------------------------------------------
+
+
+class CAData(msgspec.Struct, frozen=True, gc=False):
+    """The keys of a ConfigMap's ``data`` edge reads: a CA bundle, as Traefik does."""
+
+    tls_ca: str | None = msgspec.field(default=None, name="tls.ca")
+    ca_crt: str | None = msgspec.field(default=None, name="ca.crt")
+
+
+class ConfigMap(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    data: CAData = CAData()
 
 
 # --- lists, watch events, status ---------------------------------------------------------
@@ -606,7 +629,11 @@ CRD_KINDS: Mapping[str, type[_Model]] = {
 """Traefik's kinds (``traefik.io/v1alpha1``), read by the CRD conversion with
 Service, EndpointSlice and Secret."""
 
-_ALL_KINDS: Mapping[str, type[_Model]] = {**KINDS, **CRD_KINDS}
+OTHER_KINDS: Mapping[str, type[_Model]] = {"ConfigMap": ConfigMap, "Node": Node}
+"""Kinds the CRD conversion reads besides :data:`KINDS` and :data:`CRD_KINDS`: CA
+bundles of ConfigMaps, and Nodes for ``nodePortLB``."""
+
+_ALL_KINDS: Mapping[str, type[_Model]] = {**KINDS, **CRD_KINDS, **OTHER_KINDS}
 
 _DECODERS: Mapping[str, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(model) for kind, model in _ALL_KINDS.items()
@@ -724,6 +751,8 @@ class ClusterState(msgspec.Struct, frozen=True):
     traefik_services: Mapping[Key, TraefikService] = {}
     servers_transports: Mapping[Key, ServersTransport] = {}
     servers_transport_tcps: Mapping[Key, ServersTransportTCP] = {}
+    config_maps: Mapping[Key, ConfigMap] = {}
+    nodes: Mapping[Key, Node] = {}
 
     @classmethod
     def from_snapshot(cls, tables: Mapping[str, Mapping[Key, Any]]) -> ClusterState:
@@ -744,6 +773,8 @@ class ClusterState(msgspec.Struct, frozen=True):
             traefik_services=tables.get("TraefikService", {}),
             servers_transports=tables.get("ServersTransport", {}),
             servers_transport_tcps=tables.get("ServersTransportTCP", {}),
+            config_maps=tables.get("ConfigMap", {}),
+            nodes=tables.get("Node", {}),
         )
 
     @classmethod

@@ -107,6 +107,7 @@ from edge.config.static import KubernetesCRDConfig, KubernetesIngressConfig
 from edge.providers.base import Message, Publish
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
+    CONFIG_MAPS,
     CRD_RESOURCES,
     ENDPOINT_SLICES,
     INGRESS_CLASSES,
@@ -893,6 +894,8 @@ def _crd_watches(config: KubernetesCRDConfig) -> list[WatchSpec]:
         WatchSpec(SERVICES, objects.Service),
         WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
         WatchSpec(SECRETS, objects.Secret, field_selector=f"type={objects.TLS_SECRET_TYPE}"),
+        WatchSpec(CONFIG_MAPS, objects.ConfigMap),
+        WatchSpec(NODES, objects.Node),
     ]
 
 
