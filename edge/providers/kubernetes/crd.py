@@ -57,9 +57,11 @@ Services
     ``https``, else ``http``. Options edge does not implement (``sticky``,
     ``healthCheck``, ``passiveHealthCheck``, ``responseForwarding``, a ``strategy`` other
     than ``wrr``, service ``middlewares``, the ``h2c`` scheme) refuse the route, naming
-    the option: nothing is served without what the user asked for. So does ``nodePortLB``
-    on a NodePort Service (edge reads neither Nodes nor nodePorts yet); on a Service of
-    another type it is ignored, as in Traefik.
+    the option: nothing is served without what the user asked for. ``nodePortLB`` on a
+    NodePort Service gives every Node's ``InternalIP`` with the port's ``nodePort`` (in
+    node name order; for TCP and UDP it beats ``nativeLB``, for HTTP ``nativeLB`` wins:
+    Traefik's order); a port without nodePort, or no node with an InternalIP, refuses
+    the route; on a Service of another type it is ignored, as in Traefik.
 
 TLS
     ``tls.secretName`` is read from the route's namespace as the Ingress conversion reads
@@ -76,8 +78,8 @@ Secrets of TLSOptions and ServersTransports (Traefik's keys, read in the object'
     Secrets of any type holding ``tls.crt`` and ``tls.key``. CA bundles (``rootCAs``
     entries ``{secret: name}``, the deprecated ``rootCAsSecrets``, a TLSOption's
     ``clientAuth.secretNames``) are read by :func:`~edge.providers.kubernetes.secrets.ca_bundle`
-    (``tls.ca``, else ``ca.crt``: refused while edge's Secret model keeps neither key);
-    ``{configMap: name}`` is refused (ConfigMaps are not read). ``clientAuth.clientAuthType`` passes on. Where
+    (``tls.ca``, else ``ca.crt``), ``{configMap: name}`` entries by
+    :func:`~edge.providers.kubernetes.secrets.config_map_ca_bundle` (the same keys). ``clientAuth.clientAuthType`` passes on. Where
     Traefik logs a missing or bad Secret and serves without it, edge refuses the element
     (and the routes using it): a transport without its client certificate or CA, or
     options without the CA that verifies clients, would not be what the user asked for.
@@ -143,6 +145,7 @@ from edge.providers.kubernetes.endpoints import (
     changed_services,
     endpoints_only,
     host_port,
+    node_port_addresses,
     ready_addresses,
     service_port,
     slices_by_service,
@@ -155,7 +158,12 @@ from edge.providers.kubernetes.objects import (
     RouteTLS,
 )
 from edge.providers.kubernetes.objects import Service as KubeService
-from edge.providers.kubernetes.secrets import SecretError, ca_bundle, tls_certificate
+from edge.providers.kubernetes.secrets import (
+    SecretError,
+    ca_bundle,
+    config_map_ca_bundle,
+    tls_certificate,
+)
 
 __all__ = [
     "DEFAULT_CLASS",
@@ -395,8 +403,12 @@ class _Converter:
         protocol: str,
         native_lb: bool | None,
         node_port_lb: bool,
+        *,
+        http: bool = False,
     ) -> tuple[list[str], objects.ServicePort]:
-        """``host:port`` of a Service port's servers (sorted) and the port."""
+        """``host:port`` of a Service port's servers (sorted; nodes in node order) and the
+        port. ``nodePortLB`` beats ``nativeLB`` for TCP and UDP, loses for ``http`` (the
+        order of Traefik's checks)."""
         what = f"service {namespace}/{name}"
         svc: KubeService | None = self.state.services.get((namespace, name))
         if svc is None or not self.visible(namespace):
@@ -424,16 +436,17 @@ class _Converter:
                     f"{what}: externalName {svc.spec.external_name!r} is not a host name"
                 )
             return [address], found
+        node_ports = node_port_lb and svc.spec.type == "NodePort"
+        if node_ports and not http:
+            return self.node_ports(what, found), found
         if native_lb if native_lb is not None else self.options.native_lb_by_default:
             ip = svc.spec.cluster_ip
             address = host_port(ip, found.port) if ip and ip != "None" else None
             if address is None:
                 raise _Refused(f"{what} has no cluster IP for nativeLB")
             return [address], found
-        if node_port_lb and svc.spec.type == "NodePort":
-            raise _Refused(
-                f"{what}: nodePortLB: {UNSUPPORTED} (edge reads neither Nodes nor nodePorts)"
-            )
+        if node_ports:
+            return self.node_ports(what, found), found
         addresses, hosts = ready_addresses(
             self.slices.get((namespace, name), ()),
             found.name,
@@ -449,6 +462,15 @@ class _Converter:
                 )
             raise _Refused(f"{what} has no ready endpoints for port {found.name or found.port}")
         return sorted(addresses), found
+
+    def node_ports(self, what: str, port: objects.ServicePort) -> list[str]:
+        """``nodePortLB``: every node's InternalIP with the port's nodePort."""
+        if not 0 < port.node_port <= 65535:
+            raise _Refused(f"port {port.name or port.port} of {what} has no nodePort")
+        found = node_port_addresses(self.state.nodes, port.node_port)
+        if not found:
+            raise _Refused(f"nodePortLB: no node has an InternalIP address for {what}")
+        return found
 
     def service_namespace(self, parent: str, namespace: str, name: str) -> str:
         namespace = namespace or parent
@@ -544,13 +566,16 @@ class _Converter:
         except msgspec.ValidationError as exc:
             raise _Refused(f"invalid spec: clientAuth: {exc}") from None
 
-    def ca(self, namespace: str, name: Any, where: str) -> str:
-        """The CA bundle of the Secret ``name`` in ``namespace``."""
+    def ca(self, namespace: str, name: Any, where: str, config_map: bool = False) -> str:
+        """The CA bundle of the Secret (or ConfigMap) ``name`` in ``namespace``."""
+        what = "configMap" if config_map else "secret"
         if not isinstance(name, str) or not name:
-            raise _Refused(f"{where}: names no Secret")
+            raise _Refused(f"{where}: names no {what}")
         if not self.visible(namespace):
-            raise _Refused(f"{where}: secret {namespace}/{name} not found")
+            raise _Refused(f"{where}: {what} {namespace}/{name} not found")
         try:
+            if config_map:
+                return config_map_ca_bundle(self.state.config_maps, (namespace, name))
             return ca_bundle(self.state.secrets, (namespace, name))
         except SecretError as exc:
             raise _Refused(f"{where}: {exc.reason}") from None
@@ -584,11 +609,9 @@ class _Converter:
             if len(root) > 1:
                 raise _Refused(f"{at}: names both a Secret and a ConfigMap")
             if "configMap" in root:
-                raise _Refused(
-                    f"{at}: configMap {namespace}/{root['configMap']}: a CA bundle from a "
-                    f"ConfigMap is {UNSUPPORTED}"
-                )
-            cas.append(self.ca(namespace, root["secret"], at))
+                cas.append(self.ca(namespace, root["configMap"], at, config_map=True))
+            else:
+                cas.append(self.ca(namespace, root["secret"], at))
         certificates = []
         names = _names(spec.pop("certificatesSecrets", None), f"{where}certificatesSecrets")
         for i, name in enumerate(names):
@@ -726,7 +749,7 @@ class _Converter:
             raise _Refused(f"service {ref.name}: invalid scheme {ref.scheme!r}")
         ns = self.service_namespace(parent, ref.namespace, ref.name)
         addresses, port = self.servers(
-            ns, ref.name, ref.port, "TCP", ref.native_lb, ref.node_port_lb
+            ns, ref.name, ref.port, "TCP", ref.native_lb, ref.node_port_lb, http=True
         )
         scheme = ref.scheme or (
             "https" if port.port == 443 or port.name.startswith("https") else "http"

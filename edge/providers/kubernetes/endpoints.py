@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from edge.providers.kubernetes.objects import ClusterState, EndpointSlice, Key, ServicePort
+from edge.providers.kubernetes.objects import ClusterState, EndpointSlice, Key, Node, ServicePort
 from edge.providers.kubernetes.objects import Service as KubeService
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "changed_services",
     "endpoints_only",
     "host_port",
+    "node_port_addresses",
     "ready_addresses",
     "service_port",
     "slice_port",
@@ -119,6 +120,19 @@ def host_port(address: str, port: int, family: str = "") -> str | None:
         ):
             return f"{name}:{port}"
     return None
+
+
+def node_port_addresses(nodes: Mapping[Key, Node], node_port: int) -> list[str]:
+    """``address:nodePort`` of every node's ``InternalIP`` addresses (as Traefik's
+    ``nodePortLB`` picks them), in node order."""
+    found: list[str] = []
+    for key in sorted(nodes):
+        for address in nodes[key].status.addresses:
+            if address.type == "InternalIP":
+                hp = host_port(address.address, node_port)
+                if hp is not None and hp not in found:
+                    found.append(hp)
+    return found
 
 
 def ready_addresses(

@@ -18,9 +18,9 @@ from typing import Literal
 import msgspec
 
 from edge.config.dynamic import CertAndStores
-from edge.providers.kubernetes.objects import TLS_SECRET_TYPE, Key, Secret
+from edge.providers.kubernetes.objects import TLS_SECRET_TYPE, ConfigMap, Key, Secret
 
-__all__ = ["CA_KEYS", "SecretError", "ca_bundle", "tls_certificate"]
+__all__ = ["CA_KEYS", "SecretError", "ca_bundle", "config_map_ca_bundle", "tls_certificate"]
 
 CA_KEYS = ("tls.ca", "ca.crt")
 """The keys of a Secret (or ConfigMap) Traefik reads a CA bundle from, in its order."""
@@ -71,28 +71,31 @@ def tls_certificate(
 def ca_bundle(secrets: Mapping[Key, Secret], key: Key) -> str:
     """The PEM CA bundle the Secret ``key`` holds under ``tls.ca``, else ``ca.crt``
     (Traefik's order); :class:`SecretError` if it holds neither, or one that is not PEM.
+    Traefik's fallback (a Secret holding one key only is read as the bundle, whatever
+    its name) is not followed: edge's Secret model keeps no other key."""
+    return _ca(f"secret {key[0]}/{key[1]}", _secret(secrets, key).data)
 
-    The keys are looked up by their Kubernetes names among those edge's Secret model
-    keeps (:class:`~edge.providers.kubernetes.objects.TLSData`): no other secret data is
-    held in memory, and today that is ``tls.crt`` and ``tls.key`` alone, so every
-    Secret is refused naming the keys kept. Traefik's fallback (a Secret holding one key
-    only is read as the bundle, whatever its name) is not followed: edge never sees
-    the other keys.
-    """
-    what = f"secret {key[0]}/{key[1]}"
-    data = msgspec.to_builtins(_secret(secrets, key).data, builtin_types=(bytes,))
+
+def config_map_ca_bundle(config_maps: Mapping[Key, ConfigMap], key: Key) -> str:
+    """:func:`ca_bundle` of the ConfigMap ``key``."""
+    found = config_maps.get(key)
+    if found is None:
+        raise SecretError("secret-not-found", f"configMap {key[0]}/{key[1]} not found")
+    return _ca(f"configMap {key[0]}/{key[1]}", found.data)
+
+
+def _ca(what: str, model: msgspec.Struct) -> str:
+    """The bundle of a Secret's or ConfigMap's data, the keys by their Kubernetes names."""
+    data = msgspec.to_builtins(model, builtin_types=(bytes,))
     for name in CA_KEYS:
         value = data.get(name)
         if value:
-            try:
-                text = value.decode("ascii")
-            except UnicodeDecodeError:
-                text = ""
-            if "-----BEGIN CERTIFICATE-----" not in text:
+            if isinstance(value, bytes):
+                try:
+                    value = value.decode("ascii")
+                except UnicodeDecodeError:
+                    value = ""
+            if "-----BEGIN CERTIFICATE-----" not in value:
                 raise SecretError("secret-invalid", f"{what}: {name} is not PEM certificates")
-            return text
-    raise SecretError(
-        "secret-invalid",
-        f"{what} has no CA bundle under {' or '.join(CA_KEYS)} "
-        f"(edge reads only {', '.join(sorted(data))} of Secrets)",
-    )
+            return str(value)
+    raise SecretError("secret-invalid", f"{what} has no CA bundle under {' or '.join(CA_KEYS)}")

@@ -1,5 +1,5 @@
 """How CRD services reach their backends, end to end: ServersTransport and
-ServersTransportTCP objects naming Secrets.
+ServersTransportTCP objects naming Secrets and ConfigMaps, and nodePortLB.
 
 A real :class:`~tests.kube.emulator.Emulator` serves the objects to one in-process edge
 (``providers.kubernetesCRD``, as ``test_provider.py`` runs it); the upstreams are
@@ -10,7 +10,9 @@ echoes lines reversed over TLS. curl through an IngressRoute whose ServersTransp
 upstream through a transport without one answers 502 (the handshake is refused);
 a transport naming a missing Secret disables the route with its reason; raw TCP
 through an IngressRouteTCP with a ServersTransportTCP's ``tls.certificatesSecrets``
-gets its echo. The Secret deleted, the route goes (404) within a bounded wait.
+gets its echo. The Secret deleted, the route goes (404) within a bounded wait. rootCAs
+from a Secret's ``ca.crt`` and a ConfigMap's ``tls.ca`` verify the upstream, another
+CA's do not (502). nodePortLB reaches whoami through a Node's InternalIP and nodePort.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ def upstream_tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("upstream-tls")
     client_ca = PKI("upstream client CA")
     client = client_ca.issue(cn=CLIENT_CN, client=True)
-    server = PKI("upstream server CA").issue("upstream.test")
-    crt, key = server.write(folder, "server")
+    server_ca = PKI("upstream server CA")
+    crt, key = server_ca.issue("upstream.test").write(folder, "server")
     return {"crt": crt, "key": key, "client_ca": client_ca.write_ca(folder, "client-ca"),
-            "client": client}  # fmt: skip
+            "client": client, "server_ca": server_ca.cert_pem,
+            "other_ca": PKI("another CA").cert_pem}  # fmt: skip
 
 
 def s_server(tls: dict[str, Any], mode: str) -> Process:
@@ -253,3 +256,75 @@ def test_transports_present_the_client_certificate_their_secrets_hold(
     # No TCP router left: the entry point reads the bytes as HTTP, and answers 400.
     answer = tcp_round_trip(edge.port("tcp"), b"hello\n", b"olleh", timeout=2.0)
     assert b"olleh" not in answer and answer.startswith(b"HTTP/1.1 400")
+
+
+def test_transports_verify_upstreams_with_ca_bundles_of_secrets_and_config_maps(
+    emu: Emulator, start_edge, upstream_tls: dict[str, Any], www: Process
+) -> None:
+    """rootCAs from a Secret's ca.crt and from a ConfigMap's tls.ca verify the upstream
+    (its name, upstream.test, and its CA); a bundle of another CA does not (502)."""
+    for obj in upstream("www", www.port):  # type: ignore[attr-defined]
+        emu.create(obj)
+    emu.create(client_secret(upstream_tls))
+    ca_secret = client_secret(upstream_tls)
+    ca_secret["metadata"]["name"] = "upstream-ca"
+    ca_secret["data"]["ca.crt"] = base64.b64encode(upstream_tls["server_ca"].encode()).decode()
+    emu.create(ca_secret)
+    for name, pem in (
+        ("upstream-ca", upstream_tls["server_ca"]),
+        ("other-ca", upstream_tls["other_ca"]),
+    ):
+        emu.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default"},
+                "data": {"tls.ca": pem},
+            }
+        )
+    for name, root in (
+        ("by-secret", {"secret": "upstream-ca"}),
+        ("by-config-map", {"configMap": "upstream-ca"}),
+        ("wrong-ca", {"configMap": "other-ca"}),
+    ):
+        emu.create(
+            crd(
+                "ServersTransport",
+                name,
+                {
+                    "serverName": "upstream.test",
+                    "rootCAs": [root],
+                    "certificatesSecrets": ["upstream-client"],
+                },
+            )
+        )
+    emu.create(crd("IngressRoute", "app", {"entryPoints": ["web"], "routes": [
+        http_route("secret.test", "by-secret"), http_route("config.test", "by-config-map"),
+        http_route("wrong.test", "wrong-ca")]}))  # fmt: skip
+    edge = start_edge()
+    web = edge.port("web")
+
+    assert KP.until(lambda: curl(web, "secret.test")[0] == 200, 10.0)
+    assert f"Subject: CN={CLIENT_CN}" in curl(web, "secret.test")[1]
+    assert curl(web, "config.test")[0] == 200
+    assert curl(web, "wrong.test")[0] == 502  # the upstream's certificate does not verify
+
+
+def test_node_port_lb_goes_to_the_nodes_internal_ips(emu: Emulator, start_edge, whoami) -> None:
+    """nodePortLB: the servers are the Nodes' InternalIPs with the Service port's
+    nodePort (here whoami's own port on 127.0.0.1, as a node would forward it); a node
+    address changed moves them within a bounded wait."""
+    svc = o.service("web", port=80, target_port=8080)
+    svc["spec"]["type"] = "NodePort"
+    svc["spec"]["ports"][0]["nodePort"] = whoami.port
+    emu.create(svc)
+    emu.create(KP._node("node-a", "127.0.0.1", external="203.0.113.1"))
+    emu.create(crd("IngressRoute", "app", {"entryPoints": ["web"], "routes": [
+        {"match": "Host(`node.test`)",
+         "services": [{"name": "web", "port": 80, "nodePortLB": True}]}]}))  # fmt: skip
+    edge = start_edge()
+    web = edge.port("web")
+    assert KP.until(lambda: KP.served_by(web, "node.test") == whoami.name, 10.0)
+    # The node's InternalIP moves where nothing listens: edge follows (502).
+    emu.update(KP._node("node-a", "127.0.0.2"))
+    assert KP.until(lambda: curl(web, "node.test")[0] == 502, 10.0)

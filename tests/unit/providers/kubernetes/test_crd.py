@@ -375,3 +375,13 @@ def test_update_endpoints_equals_a_whole_conversion(
         elif allow_empty and new.endpoint_slices != state.endpoint_slices:
             raise AssertionError("with allowEmptyServices an endpoints-only change is in place")
         state, previous = new, full
+
+
+def test_node_port_lb_without_a_nodes_internal_ip_refuses_the_route() -> None:
+    docs = [
+        d
+        for d in load(FIXTURES / "node-port-lb.yaml").objects
+        if d["kind"] != "Node" or d["metadata"]["name"] == "node-c"
+    ]  # ExternalIP only
+    reasons = {p.reason for p in convert(decode_objects(docs)).problems}
+    assert "nodePortLB: no node has an InternalIP address for service default/nodeport" in reasons

@@ -9,7 +9,12 @@ import msgspec
 import pytest
 
 from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.secrets import SecretError, ca_bundle, tls_certificate
+from edge.providers.kubernetes.secrets import (
+    SecretError,
+    ca_bundle,
+    config_map_ca_bundle,
+    tls_certificate,
+)
 from tests.fixtures.tls.pki import PKI
 
 
@@ -55,38 +60,35 @@ def test_what_is_not_a_certificate_is_refused_naming_why(data: dict[str, str], r
     assert missing.value.kind == "secret-not-found"
 
 
-def test_a_ca_bundle_is_refused_naming_the_keys_edge_keeps(pair: Any) -> None:
-    secrets = {("default", "ca"): secret("ca", "Opaque", {"ca.crt": pair.cert_pem})}
-    with pytest.raises(SecretError) as info:
-        ca_bundle(secrets, ("default", "ca"))
-    assert info.value.reason == (
-        "secret default/ca has no CA bundle under tls.ca or ca.crt "
-        "(edge reads only tls.crt, tls.key of Secrets)"
-    )
-    with pytest.raises(SecretError, match="secret default/other not found"):
-        ca_bundle(secrets, ("default", "other"))
-
-
-class CAData(msgspec.Struct, frozen=True):
-    """A Secret's data as a model keeping the CA keys would hold it."""
-
-    tls_ca: bytes | None = msgspec.field(default=None, name="tls.ca")
-    ca_crt: bytes | None = msgspec.field(default=None, name="ca.crt")
-
-
 @pytest.mark.parametrize(
     ("data", "found"),
     [
-        (CAData(ca_crt=b"-----BEGIN CERTIFICATE-----\nB\n"), "B"),
-        (CAData(tls_ca=b"-----BEGIN CERTIFICATE-----\nA\n", ca_crt=b"x"), "A"),  # first
+        ({"ca.crt": "-----BEGIN CERTIFICATE-----\nB\n"}, "B"),
+        ({"tls.ca": "-----BEGIN CERTIFICATE-----\nA\n", "ca.crt": "x"}, "A"),  # first
     ],
 )
-def test_a_ca_bundle_is_read_by_its_kubernetes_key_names(data: CAData, found: str) -> None:
-    """The keys are found by the names the model gives them: a model that keeps
-    ``tls.ca`` and ``ca.crt`` has them read, ``tls.ca`` first (Traefik's order)."""
-    s = objects.Secret(metadata=objects.ObjectMeta(name="ca", namespace="default"), data=data)  # type: ignore[arg-type]
-    bundle = ca_bundle({("default", "ca"): s}, ("default", "ca"))
-    assert bundle == f"-----BEGIN CERTIFICATE-----\n{found}\n"
-    bad = objects.Secret(data=CAData(ca_crt=b"/etc/ssl/ca.pem"))  # type: ignore[arg-type]
-    with pytest.raises(SecretError, match=r"secret default/ca: ca\.crt is not PEM certificates"):
-        ca_bundle({("default", "ca"): bad}, ("default", "ca"))
+def test_a_ca_bundle_is_read_from_tls_ca_else_ca_crt(data: dict[str, str], found: str) -> None:
+    secrets = {("default", "ca"): secret("ca", "Opaque", data)}
+    assert ca_bundle(secrets, ("default", "ca")) == f"-----BEGIN CERTIFICATE-----\n{found}\n"
+    cm = objects.decode("ConfigMap", msgspec.json.encode(
+        {"metadata": {"name": "ca", "namespace": "default"}, "data": data}))  # fmt: skip
+    assert config_map_ca_bundle({("default", "ca"): cm}, ("default", "ca")) == ca_bundle(
+        secrets, ("default", "ca")
+    )
+
+
+def test_what_is_not_a_ca_bundle_is_refused_naming_why(pair: Any) -> None:
+    secrets = {
+        ("default", "tls"): secret("tls", "kubernetes.io/tls", {"tls.crt": pair.cert_pem}),
+        ("default", "path"): secret("path", "Opaque", {"ca.crt": "/etc/ssl/ca.pem"}),
+    }
+    with pytest.raises(
+        SecretError, match=r"secret default/tls has no CA bundle under tls\.ca or ca\.crt"
+    ):
+        ca_bundle(secrets, ("default", "tls"))
+    with pytest.raises(SecretError, match=r"secret default/path: ca\.crt is not PEM certificates"):
+        ca_bundle(secrets, ("default", "path"))
+    with pytest.raises(SecretError, match="secret default/other not found"):
+        ca_bundle(secrets, ("default", "other"))
+    with pytest.raises(SecretError, match="configMap default/ca not found"):
+        config_map_ca_bundle({}, ("default", "ca"))
