@@ -83,13 +83,6 @@ class Forward:
             self.response = []
         self.response.append((name, value))
 
-    def response_edits(self, fixed: HeaderEdits | None) -> HeaderEdits | None:
-        """The response header edits for this request: ``fixed`` (the pipeline's),
-        then the ones set per request."""
-        if self.response is None:
-            return fixed
-        return merge_edits((fixed, HeaderEdits(self.response)))
-
 
 class Answer:
     """A response of edge's own that ends the exchange (a redirect, a refusal)."""
@@ -121,6 +114,7 @@ class Pipeline:
     """A route's middlewares, folded into what the exchange runs."""
 
     __slots__ = (
+        "_responses",
         "empty",
         "names",
         "request_edits",
@@ -138,10 +132,27 @@ class Pipeline:
         self.response_edits = merge_edits(m.response_edits for m in middlewares)
         # Origin goes into the response's own Vary (headers.vary_origin).
         self.vary = any(getattr(m, "vary", False) for m in middlewares)
+        self._responses: dict[tuple[tuple[bytes, bytes], ...], HeaderEdits] = {}
         # The request head cannot go upstream as its own bytes.
         self.rewrites = bool(self.steps) or self.request_edits is not None
         # Nothing of the exchange changes: both heads may go through as they came.
         self.empty = not self.rewrites and self.response_edits is None
+
+    def respond(self, fwd: Forward) -> HeaderEdits | None:
+        """The response header edits for the request ``fwd`` went through: the fixed
+        ones, then those the steps set for it (:meth:`Forward.add_response`). The
+        few combinations a route sees (an allowed origin, HSTS or not) are made once
+        and kept, up to :data:`RESPONSES_KEPT` of them."""
+        if fwd.response is None:
+            return self.response_edits
+        key = tuple(fwd.response)
+        edits = self._responses.get(key)
+        if edits is None:
+            edits = merge_edits((self.response_edits, HeaderEdits(fwd.response)))
+            assert edits is not None
+            if len(self._responses) < RESPONSES_KEPT:
+                self._responses[key] = edits
+        return edits
 
     def __len__(self) -> int:
         return len(self.names)
@@ -157,5 +168,9 @@ def merge_edits(edits: Iterable[HeaderEdits | None]) -> HeaderEdits | None:
                 merged[name.lower()] = (name, value)
     return HeaderEdits(list(merged.values())) if merged else None
 
+
+RESPONSES_KEPT = 64
+"""Per pipeline, the response header edits kept made (an origin echoed from a
+regexp or ``*`` with credentials can take any value: the rest are made per request)."""
 
 EMPTY_PIPELINE = Pipeline()

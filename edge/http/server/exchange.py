@@ -239,9 +239,7 @@ class Exchange:
         # From here on every answer, the service's errors included, takes the route's
         # response header edits (Traefik's headers middleware modifies what the
         # handlers after it write), with those the pipeline set for this request.
-        self.response_edits = (
-            pipeline.response_edits if fwd is None else fwd.response_edits(pipeline.response_edits)
-        )
+        self.response_edits = pipeline.response_edits if fwd is None else pipeline.respond(fwd)
         backend = route.service.pick()
         if backend is None:
             self.answer_error(
@@ -255,7 +253,8 @@ class Exchange:
         target = None
         prefix = b""
         if fwd is not None:
-            target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
+            if cleaned or fwd.path is not path or fwd.query is not query or fwd.prefix:
+                target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
             prefix = fwd.prefix
             if fwd.headers:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])

@@ -11,7 +11,7 @@ import pytest
 
 from edge.config.dynamic import Headers as HeadersConfig
 from edge.http.codec import RequestHead
-from edge.http.middlewares import Forward
+from edge.http.middlewares import Forward, Pipeline
 from edge.http.middlewares.headers import headers, vary_origin
 
 
@@ -31,7 +31,7 @@ def serve(config: dict, method=b"GET", request=(), response=(), scheme=b"http", 
     if answer is not None:
         lines = [line.split(b": ", 1) for line in answer.lines.split(b"\r\n") if line]
         return answer.status, {n.decode(): v.decode() for n, v in lines}
-    edits = fwd.response_edits(mw.response_edits)
+    edits = Pipeline([mw]).respond(fwd)
     out = dict(response)
     if edits is not None:
         if mw.vary:
@@ -410,8 +410,6 @@ def test_allowed_hosts(host, request_headers, dev, status):
 def test_fixed_headers_run_no_code_per_request():
     """Headers that do not depend on the request are edits made once: the
     middleware has no per-request step, so the pipeline calls nothing for it."""
-    from edge.http.middlewares import Pipeline
-
     fixed = headers(
         "h",
         msgspec.convert(
