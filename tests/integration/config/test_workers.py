@@ -235,9 +235,9 @@ def test_sighup_rereads_the_providers(tmp_path, whoami):
 
 
 def test_ready_only_after_every_worker_applied(tmp_path, whoami):
-    class Broken(Edge):  # the first file does not load: no configuration at all
+    class Broken(Edge):  # the first file does not parse: no configuration at all
         def write_dynamic(self, dynamic):
-            self.dynamic_path.write_text("http:\n  routers:\n    a:\n      rule: 1\n")
+            self.dynamic_path.write_text("http:\n  routers:\n    a: [rule\n")
 
     e = Broken(tmp_path, dyn(whoami), static_extra=WORKERS, wait_ready=False)
     try:
