@@ -349,8 +349,9 @@ class Phases:
         self.cpu.setdefault(name, []).append(cpu * 1000)
         return out
 
-    def report(self, first_swap: list[str], top: int) -> None:
-        """Medians per phase; the sum of the ``first_swap`` phases; the profiles."""
+    def report(self, first_swap: list[str], top: int, least_ms: float = 20.0) -> None:
+        """Medians per phase; the sum of the ``first_swap`` phases; the profiles of the
+        phases that took at least ``least_ms`` of CPU."""
         print(f"  {'phase (median of runs)':<46} {'wall ms':>8} {'CPU ms':>8}   runs (wall)")
         for name, values in self.wall.items():
             wall, cpu = statistics.median(values), statistics.median(self.cpu[name])
@@ -360,7 +361,7 @@ class Phases:
         cpu = sum(statistics.median(self.cpu[n]) for n in first_swap)
         print(f"  {'LIST bodies -> router sets (sum)':<46} {wall:8.0f} {cpu:8.0f}")
         for name, prof in (self.profiles or {}).items():
-            if statistics.median(self.cpu[name]) < 20:
+            if statistics.median(self.cpu[name]) < least_ms:
                 continue
             print(f"\n--- cProfile: {name} (all runs), by own time ---")
             pstats.Stats(prof).sort_stats("tottime").print_stats(top)
@@ -390,6 +391,9 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="cProfile each phase")
     p.add_argument("--top", type=int, default=25, help="--profile: functions shown per phase")
+    p.add_argument(
+        "--profile-least", type=float, default=20.0, help="--profile: phases of this many CPU ms"
+    )
     args = p.parse_args()
 
     rss_start = rss_mib()
@@ -491,7 +495,7 @@ def main() -> None:
     kinds = ", ".join(f"{len(objects.decode_list(k, b).items)} {k}" for k, b in bodies.items())
     print(f"{kinds} ({endpoints} endpoints); LIST bodies {size / 1e6:.1f} MB; {counts}")
     print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
-    phases.report(FIRST_SWAP, args.top)
+    phases.report(FIRST_SWAP, args.top, args.profile_least)
     print(f"  resident memory: {rss_mib():.0f} MiB (at start {rss_start:.0f} MiB)")
     loop.close()
 
