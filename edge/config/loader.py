@@ -199,12 +199,12 @@ def decode_dynamic(
     Each element (router, service, middleware, serversTransport, TLS options, TLS
     store, certificate) is decoded on its own. Without ``errors`` a key error in one
     fails the whole; with it, the error goes there (key path as written, and whether
-    the element was disabled or left out) and the rest decodes: a router, service or
-    middleware is replaced by a stand-in whose ``problems`` hold it (validation
-    disables it, and the routers using it, each with its reason); serversTransports,
-    TLS options, stores and certificates are left out (what names them is disabled).
-    An error outside any element, or in the ``default`` TLS options or store (which
-    edge's built-in defaults would replace), fails the whole.
+    the element was disabled or left out) and the rest decodes: an element (router,
+    service, middleware, serversTransport, TLS options) is replaced by a stand-in
+    whose ``problems`` hold it (validation disables it, and what uses it: the routers
+    and services naming it, each with its reason); TLS stores and certificates are
+    left out. An error outside any element, or in the ``default`` TLS options or
+    store (which every TLS router uses unless it names others), fails the whole.
 
     In the single-file layout (see :func:`reads_itself`) the static keys at the root
     are the static configuration's, left to it.
@@ -407,8 +407,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         # -- static configuration --
         (
             StaticConfig,
-            "certificatesResolvers experimental hostResolver ocsp serversTransport spiffe "
-            "tcpServersTransport",
+            "certificatesResolvers experimental hostResolver ocsp spiffe",
             "global hub metrics pilot tracing",  # metrics: read, and unused
         ),
         (
@@ -512,23 +511,16 @@ _ALONE = (Element, dyn.TLSStore, dyn.CertAndStores)
 """What is decoded alone, so that a key error in it leaves out only it: the elements,
 TLS stores and certificates."""
 
-_LEFT_OUT = (
-    dyn.ServersTransport,
-    dyn.TCPServersTransport,
-    dyn.UDPServersTransport,
-    dyn.TLSOptions,
-    dyn.TLSStore,
-    dyn.CertAndStores,
-)
-"""What a key error leaves out rather than standing in for: what uses it then names
-something that does not exist, and is disabled, where a stand-in with the defaults
-would be used as if it were what the user wrote (validation reads ``problems`` of
-routers, services and middlewares only)."""
+_LEFT_OUT = (dyn.TLSStore, dyn.CertAndStores)
+"""What a key error leaves out rather than standing in for: TLS stores and certificates
+are no :class:`~edge.config.dynamic.Element`, with no ``problems`` to carry. Every
+element stands in: validation disables it and what uses it (a serversTransport's
+services, a TLS options' routers), and nothing is built from it (:mod:`edge.tls.certs`)."""
 
 _DEFAULTS = (dyn.TLSOptions, dyn.TLSStore)
-"""What, named ``default``, a key error fails the whole file for: left out, edge's
-built-in defaults would take its place (TLS 1.2 where the user asked for 1.3, the
-generated certificate), serving what the user did not ask for."""
+"""What, named ``default``, a key error fails the whole file for: every TLS router
+uses it unless it names others, so the stand-in would disable them all, and a store
+left out would have edge's built-in one serve the generated certificate."""
 
 _ROUTER_KEYS = ("rule", "service", "entryPoints")
 """What a router's stand-in keeps of what the user wrote, where it is well formed."""

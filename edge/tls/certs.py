@@ -17,7 +17,8 @@ Invariants:
   and clients keep resuming); connections keep the context they got.
 - A broken certificate never fails the snapshot: it is left out and its
   :class:`CertificateError` (naming the file) is kept in ``errors``; a broken
-  options entry is kept in :meth:`~TLSCertificates.options_error` and refuses its
+  options entry (one the loader stood in for, with ``problems``, included: nothing
+  is built from it) is kept in :meth:`~TLSCertificates.options_error` and refuses its
   connections. The runtime asks both to disable only the routers concerned.
 - A failure that may pass by itself (:func:`transient`: descriptors or memory
   short, an interrupted call, an I/O error) is never kept for the life of the
@@ -389,6 +390,11 @@ class TLSCertificates:
             else {DEFAULT: TLSOptions(), **config.options}
         )
         for name, opts in options.items():
+            if opts.problems:  # the loader's stand-in for options that did not decode
+                self._options_errors[name] = TLSOptionsError(
+                    name, f"TLS options {name!r} are disabled: {'; '.join(opts.problems)}"
+                )
+                continue
             try:
                 configured = _options(name, opts)
             except TLSOptionsError as exc:

@@ -52,7 +52,6 @@ def build_runtime(
     if previous is not None:
         shortcut = _endpoints_only(conf, entry_points, previous, default_rule_syntax)
         if shortcut is not None:
-            _default_transports(shortcut, defaults)
             return shortcut
     rt = RuntimeConfig(conf, entry_points)
     http_tls = _TransportTLS()

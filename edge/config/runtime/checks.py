@@ -141,19 +141,29 @@ def _check_references(
             _check_options(r, options, tls_options[options])
 
 
-def _check_transport(info: ServiceInfo[Any], name: str, transports: Mapping[str, object]) -> None:
+def _check_transport(info: ServiceInfo[Any], name: str, transports: Mapping[str, object]) -> bool:
+    """A service's serversTransport (``name``, ``""`` for the default) exists and is
+    usable: no Traefik option edge lacks, no key error (``problems``, the loader's
+    stand-in). Returns whether its other settings are worth checking (it exists and
+    has no problems)."""
     transport = name or DEFAULT_TRANSPORT
     if transport not in transports:
         info.add_error(f"serversTransport {transport!r} does not exist")
-        return
+        return False
     unsupported = getattr(transports[transport], "unsupported", ())
     if unsupported:
         info.add_error(f"serversTransport {transport!r}: {', '.join(unsupported)}: {UNSUPPORTED}")
+    problems = getattr(transports[transport], "problems", ())
+    if problems:
+        info.add_error(f"serversTransport {transport!r} is disabled: {'; '.join(problems)}")
+    return not problems
 
 
 def _check_options(r: RouterInfo[Any], name: str, options: TLSOptions) -> None:
     if options.unsupported:
         r.add_error(f"TLS options {name!r}: {', '.join(options.unsupported)}: {UNSUPPORTED}")
+    if options.problems:
+        r.add_error(f"TLS options {name!r} are disabled: {'; '.join(options.problems)}")
 
 
 def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
@@ -168,7 +178,8 @@ def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
 
     def visit(name: str) -> None:
         info = services[name]
-        weighted: Weighted | None = info.config.weighted
+        # A stand-in (a key error: its problems disable it) has no members to judge.
+        weighted: Weighted | None = None if info.config.problems else info.config.weighted
         visiting.append(name)
         for member in [] if weighted is None else [m.name for m in weighted.services]:
             child = services.get(member)

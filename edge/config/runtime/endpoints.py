@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edge.config.diff import changed_servers
-from edge.config.dynamic import Configuration, ServersTransport, TCPServersTransport
+from edge.config.dynamic import Configuration
 from edge.config.runtime.http import _check_http_service
 from edge.config.runtime.model import (
     DEFAULT_TRANSPORT,
@@ -52,8 +52,12 @@ def _endpoints_only(
     rt = RuntimeConfig(conf, entry_points)
     http_tls = _TransportTLS()
     tcp_tls = _TransportTLS()
-    rt.servers_transports[DEFAULT_TRANSPORT] = ServersTransport()
-    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = TCPServersTransport()
+    # default@internal is the static one, the same as previous's (the static defaults
+    # come with the entry point kinds, compared above).
+    rt.servers_transports[DEFAULT_TRANSPORT] = previous.servers_transports[DEFAULT_TRANSPORT]
+    rt.tcp_servers_transports[DEFAULT_TRANSPORT] = previous.tcp_servers_transports[
+        DEFAULT_TRANSPORT
+    ]
     if conf.http is not None:
         rt.servers_transports.update(conf.http.servers_transports)
     if conf.tcp is not None:

@@ -68,15 +68,17 @@ def _check_tcp_service(
     tls_errors: _TransportTLS,
 ) -> None:
     """A service's own checks: its transport exists and suits its load balancer; no
-    servers is a warning. Weighted services are judged later."""
+    servers is a warning. Weighted services are judged later. A stand-in for a service
+    that did not decode (``problems``, disabled with them) has nothing else to check:
+    its reason alone is shown."""
     lb = info.config.load_balancer
-    if lb is None:
+    if lb is None or info.config.problems:
         return
-    _check_transport(info, lb.servers_transport, transports)
+    usable = _check_transport(info, lb.servers_transport, transports)
     if not lb.servers:
         info.add_error("no servers: connections are closed", critical=False)
-    transport = transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
-    if transport is not None:
+    if usable:
+        transport = transports[lb.servers_transport or DEFAULT_TRANSPORT]
         _check_tcp_transport(info, lb.servers_transport, transport, tls_errors)
 
 

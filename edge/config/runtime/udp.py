@@ -40,8 +40,10 @@ def _build_udp(rt: RuntimeConfig, udp: UDPConfiguration, entry_points: Mapping[s
 
 
 def _check_udp_service(info: ServiceInfo[UDPService], transports: Mapping[str, object]) -> None:
+    """A service's own checks: its transport exists; no servers is a warning. A stand-in
+    (``problems``, disabled with them) has nothing else to check."""
     lb = info.config.load_balancer
-    if lb is not None:
+    if lb is not None and not info.config.problems:
         _check_transport(info, lb.servers_transport, transports)
         if not lb.servers:
             info.add_error("no servers: datagrams are dropped", critical=False)

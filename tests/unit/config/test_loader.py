@@ -510,16 +510,23 @@ def test_a_key_error_disables_only_its_element_with_its_key_path() -> None:
         "d.yaml: $.http.routers.no-service.service: missing required key (disabled)",
         "d.yaml: $.http.routers.twice.Service: 'service' and 'Service' are one key written twice (keys match case-insensitively) (disabled)",
         "d.yaml: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url 'ftp://127.0.0.1': scheme must be http or https (disabled)",
-        "d.yaml: $.http.serversTransports.t.insecureSkipVerify: expected bool, got str (left out)",
+        "d.yaml: $.http.serversTransports.t.insecureSkipVerify: expected bool, got str (disabled)",
         "d.yaml: $.tcp.routers.t.priority: expected int, got str (disabled)",
         "d.yaml: $.udp.services.dns.loadBalancer.servers[0]: invalid address 'nowhere': expected host:port (missing ':port') (disabled)",
-        "d.yaml: $.tls.options.old.minVersion: invalid value 'TLS1.0': expected one of 'VersionTLS10', 'VersionTLS11', 'VersionTLS12', 'VersionTLS13' (left out)",
+        "d.yaml: $.tls.options.old.minVersion: invalid value 'TLS1.0': expected one of 'VersionTLS10', 'VersionTLS11', 'VersionTLS12', 'VersionTLS13' (disabled)",
         "d.yaml: $.tls.stores.other.defaultCertificate.keyFile: missing required key (left out)",
         "d.yaml: $.tls.certificates[0].keyFile: missing required key (left out)",
     ]  # fmt: skip
     assert conf.tls is not None and [c.cert_file for c in conf.tls.certificates] == ["b.pem"]
-    assert conf.tls.options == {} and conf.tls.stores == {}
-    assert conf.http is not None and conf.http.servers_transports == {}
+    assert conf.tls.stores == {}
+    assert conf.tls.options["old"].problems == [
+        "$.tls.options.old.minVersion: invalid value 'TLS1.0': expected one of 'VersionTLS10', 'VersionTLS11', 'VersionTLS12', 'VersionTLS13'"
+    ]  # fmt: skip
+    assert conf.http is not None
+    transport = conf.http.servers_transports["t"]
+    assert transport.problems == [
+        "$.http.serversTransports.t.insecureSkipVerify: expected bool, got str"
+    ]
     stand_in = conf.http.routers["no-service"]
     assert stand_in.rule == "Host(`a`)" and stand_in.entry_points == ["web"]  # what it was
 
@@ -531,8 +538,8 @@ def test_a_key_error_disables_only_its_element_with_its_key_path() -> None:
         "no-service": "$.http.routers.no-service.service: missing required key",
         "twice": "'service' and 'Service' are one key written twice",
         "uses-bad-service": "service 'bad-url@file' is disabled: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url",
-        "uses-bad-transport": "serversTransport 't@file' does not exist",
-        "uses-bad-options": "TLS options 'old@file' do not exist",
+        "uses-bad-transport": "service 'via@file' is disabled: serversTransport 't@file' is disabled: $.http.serversTransports.t.insecureSkipVerify: expected bool, got str",
+        "uses-bad-options": "TLS options 'old@file' are disabled: $.tls.options.old.minVersion: invalid value 'TLS1.0'",
     }  # fmt: skip
     for name, reason in reasons.items():
         info = rt.http_routers[f"{name}@file"]
@@ -551,8 +558,9 @@ def test_without_errors_the_first_key_error_fails_the_whole() -> None:
 
 
 def test_a_key_error_in_the_default_tls_options_or_store_fails_the_whole() -> None:
-    """Left out, they would be replaced by edge's built-in defaults: TLS 1.2 served
-    where the user asked for 1.3 only, the generated certificate for the user's."""
+    """Every TLS router uses them unless it names others: disabled, the options would
+    take every such router with them; left out, the store's place would go to edge's
+    built-in one, serving the generated certificate for the user's."""
     errors: list[ConfigError] = []
     for tls, path in (
         ({"options": {"default": {"minversion": "TLS13"}}}, "$.tls.options.default.minversion"),

@@ -314,6 +314,22 @@ def test_invalid_options_are_reported_by_name(options, message):
     assert certs.context_for("a.test") is not None
 
 
+def test_options_the_loader_stood_in_for_build_nothing(pairs):
+    """Options with a key error are the loader's stand-in: its defaults (TLS 1.2 and
+    up, no client certificate) are not what the user wrote, so no context is built
+    from them and the reason is the key error."""
+    problem = "$.tls.options.mtls.clientAuth.caFile: unknown key"
+    certs = TLSCertificates(tls({"options": {"mtls": {"problems": [problem]}}}))
+    err = certs.options_error("mtls@file")
+    assert err is not None
+    assert str(err) == f"$.tls.options.mtls@file: TLS options 'mtls@file' are disabled: {problem}"
+    assert certs.context_for("a.test", "mtls@file") is None
+    assert certs.context_for("a.test", "mtls@file", tcp=True) is None
+    assert certs.selecting_context("mtls@file") is None
+    assert certs.options_error("default") is None  # the others still serve
+    assert certs.context_for("a.test") is not None
+
+
 def test_unknown_options_name():
     certs = TLSCertificates(tls({}))
     assert "'nope@file' do not exist" in str(certs.options_error("nope@file"))

@@ -239,3 +239,41 @@ def test_the_shortcut_validates_only_the_changed_services() -> None:
     third = build_runtime(conf([]), eps, previous=second)
     assert third.http_services["a@file"].status == "warning"
     assert third.http_routers["ra@file"] is not second.http_routers["ra@file"]
+
+
+def test_an_endpoints_only_round_keeps_the_static_default_transport(tmp_path: Path) -> None:
+    """default@internal is the static serversTransport; when its rootCAs cannot be read,
+    the round that moves servers keeps that verdict and takes the shortcut. It used to
+    make the round's default Traefik's own (no rootCAs, no error): a verdict other
+    than the previous one's, so every such round was a full validation."""
+    from edge.config.loader import decode_static
+
+    missing = str(tmp_path / "missing-ca.pem")
+    static = decode_static(
+        {
+            "entryPoints": {"web": {"address": ":80"}},
+            "serversTransport": {"rootCAs": [missing], "maxIdleConnsPerHost": 7},
+        }
+    )
+    eps = static.entry_point_protocols()
+
+    def conf(plain: str) -> Configuration:
+        http = {
+            "routers": {
+                "tls": {"rule": "Host(`a.test`)", "service": "secure"},
+                "plain": {"rule": "Host(`b.test`)", "service": "plain"},
+            },
+            "services": {
+                "secure": {"loadBalancer": {"servers": [{"url": "https://10.0.0.1:443"}]}},
+                "plain": {"loadBalancer": {"servers": [{"url": plain}]}},
+            },
+        }
+        return merge({"file": msgspec.convert({"http": http}, Configuration)})
+
+    first = build_runtime(conf("http://10.0.0.2:80"), eps)
+    assert missing in first.http_services["secure@file"].errors[0]
+    second = build_runtime(conf("http://10.0.0.3:80"), eps, previous=first)
+    assert second.http_routers["tls@file"] is first.http_routers["tls@file"]  # the shortcut
+    assert second.http_services["secure@file"] is first.http_services["secure@file"]
+    default = second.servers_transports["default@internal"]
+    assert default.root_cas == [missing] and default.max_idle_conns_per_host == 7

@@ -1,0 +1,110 @@
+"""The checks the protocols' walks share (edge.config.runtime.checks), on elements the
+loader stood in for: a serversTransport or TLS options with a key error is kept with
+its reason, and disables what uses it, naming the key path; a weighted service that
+did not decode shows its reason alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge.config.loader import decode_dynamic
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
+from edge.errors import ConfigError
+from tests.unit.config.documents import EPS, lb
+
+BAD_TRANSPORT = "$.http.serversTransports.slow.forwardingTimeouts.dialTimeout: invalid duration"
+
+
+def runtime(doc: dict[str, Any]):
+    errors: list[ConfigError] = []
+    conf = decode_dynamic(doc, source="d.yaml", errors=errors)
+    assert errors, "the document holds a key error"
+    return build_runtime(merge({"file": conf}), EPS)
+
+
+def test_a_servers_transport_with_a_key_error_disables_its_services_only() -> None:
+    rt = runtime(
+        {
+            "http": {
+                "routers": {
+                    "via-slow": {"rule": "Host(`a`)", "service": "slow-app"},
+                    "via-fast": {"rule": "Host(`b`)", "service": "fast-app"},
+                    "plain": {"rule": "Host(`c`)", "service": "app"},
+                },
+                "services": {
+                    "slow-app": {"loadBalancer": {**lb("http://10.0.0.1")["loadBalancer"], "serversTransport": "slow"}},
+                    "fast-app": {"loadBalancer": {**lb("http://10.0.0.2")["loadBalancer"], "serversTransport": "fast"}},
+                    "app": lb("http://10.0.0.3"),
+                },
+                "serversTransports": {
+                    "slow": {"forwardingTimeouts": {"dialTimeout": "soon"}},
+                    "fast": {"forwardingTimeouts": {"dialTimeout": "1s"}},
+                },
+            }
+        }
+    )  # fmt: skip
+    service = rt.http_services["slow-app@file"]
+    assert service.status == "disabled"
+    assert len(service.errors) == 1
+    assert service.errors[0].startswith(
+        f"serversTransport 'slow@file' is disabled: {BAD_TRANSPORT}"
+    )
+    router = rt.http_routers["via-slow@file"]
+    assert router.status == "disabled"
+    assert router.errors[0].startswith(
+        "service 'slow-app@file' is disabled: serversTransport 'slow@file'"
+    )
+    # The transport is kept (the API shows it, its key error with it), not left out.
+    assert rt.servers_transports["slow@file"].problems[0].startswith(BAD_TRANSPORT)
+    for name in ("via-fast@file", "plain@file"):
+        assert rt.http_routers[name].status == "enabled", rt.http_routers[name].errors
+
+
+def test_tls_options_with_a_key_error_disable_the_routers_using_them() -> None:
+    rt = runtime(
+        {
+            "http": {
+                "routers": {
+                    "strict": {"rule": "Host(`a`)", "service": "app", "tls": {"options": "strict"}},
+                    "modern": {"rule": "Host(`b`)", "service": "app", "tls": {"options": "modern"}},
+                    "default": {"rule": "Host(`c`)", "service": "app", "tls": {}},
+                },
+                "services": {"app": lb("http://10.0.0.1")},
+            },
+            "tcp": {
+                "routers": {"db": {"rule": "HostSNI(`db`)", "service": "db", "tls": {"options": "strict"}}},
+                "services": {"db": {"loadBalancer": {"servers": [{"address": "10.0.0.1:5432"}]}}},
+            },
+            "tls": {
+                "options": {
+                    "strict": {"minVersion": "VersionTLS13", "sniStrict": "yes"},
+                    "modern": {"minVersion": "VersionTLS13"},
+                }
+            },
+        }
+    )  # fmt: skip
+    reason = (
+        "TLS options 'strict@file' are disabled: "
+        "$.tls.options.strict.sniStrict: expected bool, got str"
+    )
+    for r in (rt.http_routers["strict@file"], rt.tcp_routers["db@file"]):
+        assert r.status == "disabled" and r.errors == [reason]
+    assert rt.http_routers["modern@file"].status == "enabled"
+    assert rt.http_routers["default@file"].status == "enabled"
+    assert rt.tls.options["strict@file"].problems  # kept, with its reason
+
+
+def test_a_weighted_service_with_a_key_error_shows_its_reason_alone() -> None:
+    rt = runtime(
+        {
+            "http": {
+                "routers": {"r": {"rule": "Host(`a`)", "service": "split"}},
+                "services": {"split": {"weighted": {"services": [{"name": "x", "wieght": 1}]}}},
+            }
+        }
+    )
+    split = rt.http_services["split@file"]
+    assert split.status == "disabled"
+    assert split.errors == ["$.http.services.split.weighted.services[0].wieght: unknown key"]
+    assert rt.http_routers["r@file"].status == "disabled"
