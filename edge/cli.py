@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from edge import __version__
+from edge import __version__, whoami
 from edge.errors import ConfigError
 
 log = logging.getLogger("edge")
@@ -274,18 +274,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def cmd_whoami(args: argparse.Namespace) -> int:
-    from edge.whoami import serve
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if not (args.http or args.tcp or args.udp):
-        args.http = ["127.0.0.1:8001"]
-    _uvloop_run(serve(args.name, args.http or [], args.tcp or [], args.udp or []))
-    return 0
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """Start one ``edge whoami`` per loopback server of the dynamic configuration, then edge.
 
@@ -376,13 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
 
     who = sub.add_parser("whoami", help="a tiny echo backend")
-    who.add_argument("--name", default="whoami")
-    who.add_argument(
-        "--http", action="append", metavar="ADDR", help="HTTP address, host:port (repeatable)"
-    )
-    who.add_argument("--tcp", action="append", metavar="ADDR", help="TCP echo address (repeatable)")
-    who.add_argument("--udp", action="append", metavar="ADDR", help="UDP echo address (repeatable)")
-    who.set_defaults(func=cmd_whoami)
+    whoami.add_arguments(who)
+    who.set_defaults(func=whoami.command)
 
     demo = sub.add_parser(
         "demo", help="run edge on the bundled demo configuration with its whoami backends"

@@ -696,24 +696,17 @@ def test_example_services_reach_their_pods():
 
 
 def test_example_backends_parse_their_arguments():
-    """The containers' command lines are whoami's: ``edge whoami ARGS`` or ``python -m
-    edge.whoami ARGS``, each parsed here by the parser that runs in the pod."""
-    import argparse
-
+    """The containers' command lines are ``edge whoami ARGS`` (the image's entrypoint,
+    no ``command``), each parsed here by the parser that runs in the pod."""
     from edge import whoami
     from edge.cli import build_parser
 
     for d in (d for d in example_objects() if d["kind"] == "Deployment"):
         (container,) = d["spec"]["template"]["spec"]["containers"]
-        command = container.get("command", ["edge"])
-        if command == ["python", "-m", "edge.whoami"]:
-            parser = argparse.ArgumentParser(exit_on_error=False)
-            whoami.add_arguments(parser)
-            args = parser.parse_args(container["args"])
-        else:
-            assert command == ["edge"] and container["args"][0] == "whoami", d["metadata"]["name"]
-            args = build_parser().parse_args(container["args"])
-        assert args.name, d["metadata"]["name"]
+        name = d["metadata"]["name"]
+        assert "command" not in container and container["args"][0] == "whoami", name
+        args = build_parser().parse_args(container["args"])
+        assert args.func is whoami.command and args.name, name
 
 
 # --- the kind cluster and its scripts ------------------------------------------------

@@ -222,3 +222,43 @@ def test_static_root_cas_are_relative_to_the_static_file(tmp_path):
     (tmp_path / ca).unlink()
     out = edge("check", "--config", str(tmp_path / "static.yaml"), cwd=elsewhere)
     assert out.returncode == 1 and str(tmp_path / ca) in out.stdout
+
+
+# --- edge whoami ------------------------------------------------------------------------
+
+
+def test_whoami_takes_every_whoami_option(tmp_path):
+    """``edge whoami`` is whoami's own argument set: the TLS echo (``--tls`` with
+    ``--cert``/``--key``) runs as ``python -m edge.whoami`` runs it, which
+    k8s/examples/crd/echo.yaml relies on; before, the command knew no ``--tls``."""
+    import hashlib
+    import socket
+    import ssl
+
+    from tests.fixtures.tls.pki import PKI
+    from tests.harness import Proc
+
+    pair = PKI().issue("echo.example.test")
+    cert, key = pair.write(tmp_path, "echo")
+    echo = Proc(["whoami", "--name", "echo", "--tls", "127.0.0.1:0", "--cert", cert, "--key", key])
+    try:
+        port = int(echo.wait_for(r"whoami echo: tls on 127\.0\.0\.1:(\d+)", timeout=20).group(1))
+        client = ssl.create_default_context()
+        client.check_hostname = False
+        client.verify_mode = ssl.CERT_NONE
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with client.wrap_socket(raw, server_hostname="echo.example.test") as tls:
+            der = tls.getpeercert(binary_form=True)
+            assert der is not None and hashlib.sha256(der).hexdigest() == pair.fingerprint
+            tls.sendall(b"hello\n")
+            got = b""
+            while len(got) < 6:
+                chunk = tls.recv(6 - len(got))
+                assert chunk, got
+                got += chunk
+            assert got == b"hello\n"
+    finally:
+        echo.stop()
+    out = edge("whoami", "--tls", "127.0.0.1:0")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == "edge: whoami: --tls needs --cert and --key"
