@@ -262,3 +262,38 @@ def test_whoami_takes_every_whoami_option(tmp_path):
     out = edge("whoami", "--tls", "127.0.0.1:0")
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1] == "edge: whoami: --tls needs --cert and --key"
+
+
+def test_check_names_a_bad_servers_transport_and_tls_options_where_they_are_used(tmp_path):
+    """A key error in a serversTransport or TLS options: ``edge check`` shows the
+    services and routers using it disabled with the key path, and the rest enabled."""
+    dyn = yaml.safe_load(yaml.safe_dump(GOOD))
+    dyn["http"]["routers"]["via"] = {"rule": "Host(`v`)", "service": "via"}
+    dyn["http"]["routers"]["secure"] = {
+        "rule": "Host(`t`)",
+        "service": "s",
+        "tls": {"options": "x"},
+    }
+    dyn["http"]["services"]["via"] = {
+        "loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}], "serversTransport": "t"}
+    }
+    dyn["http"]["serversTransports"] = {"t": {"maxIdleConnsPerHost": "many"}}
+    dyn["tls"] = {
+        "options": {"x": {"minVersion": "VersionTLS13", "clientAuth": {"caFile": "ca.pem"}}}
+    }
+    out = edge(
+        "check", "--config", write(tmp_path, {"entryPoints": {"web": {"address": ":80"}}}, dyn)
+    )
+    assert out.returncode == 1
+    transport = "$.http.serversTransports.t.maxIdleConnsPerHost: expected int, got str"
+    options = "$.tls.options.x.clientAuth.caFile: unknown key"
+    lines = out.stdout.splitlines()
+    assert "router a@file: enabled" in lines, out.stdout
+    assert (
+        f"service via@file: disabled: serversTransport 't@file' is disabled: {transport}" in lines
+    ), out.stdout
+    assert any(
+        line.startswith("router via@file: disabled: service 'via@file' is disabled")
+        for line in lines
+    ), out.stdout
+    assert f"router secure@file: disabled: TLS options 'x@file' are disabled: {options}" in lines

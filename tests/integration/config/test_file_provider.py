@@ -8,6 +8,7 @@ failed on the commit before its fix.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.harness import ROOT, Edge, get, lb
+from tests.harness import ROOT, Edge, get, lb, need
 
 
 def directory_edge(tmp: Path, files: dict[str, dict], **kwargs) -> Edge:
@@ -289,6 +290,80 @@ def test_a_bad_element_costs_only_itself_at_start_and_on_reload(tmp_path, whoami
         e.dynamic_path.write_text("http: {routers: [\n")
         e.wait_for(r"invalid YAML .*keeping the last good configuration", timeout=10)
         assert get(e.port, "/", host="good.test")[0] == 200
+    finally:
+        e.stop()
+
+
+def test_a_bad_servers_transport_or_tls_options_costs_only_what_uses_it(tmp_path, whoami):
+    """A key error in a serversTransport or in TLS options disables the services and
+    routers using it, each naming the key path, in the log and the API; the good
+    transport and options beside them serve. Before, such an element was left out:
+    what used it said that it "does not exist", and not why."""
+    curl = need("curl")
+    bad_transport = (
+        "$.http.serversTransports.bad.forwardingTimeouts.dialTimeout: invalid duration 'soon'"
+    )
+    bad_options = "$.tls.options.broken.sniStrict: expected bool, got str"
+    dynamic = {
+        "http": {
+            "routers": {
+                "good": {"rule": "Host(`good.test`)", "service": "app"},
+                "via-bad": {"rule": "Host(`bad.test`)", "service": "via-bad"},
+                "via-fast": {"rule": "Host(`fast.test`)", "service": "via-fast"},
+                "modern": {"rule": "Host(`modern.test`)", "service": "app", "tls": {"options": "modern"}},
+                "strict": {"rule": "Host(`strict.test`)", "service": "app", "tls": {"options": "broken"}},
+            },
+            "services": {
+                "app": lb(whoami.url),
+                "via-bad": lb(whoami.url, serversTransport="bad"),
+                "via-fast": lb(whoami.url, serversTransport="fast"),
+            },
+            "serversTransports": {
+                "bad": {"forwardingTimeouts": {"dialTimeout": "soon"}},
+                "fast": {"forwardingTimeouts": {"dialTimeout": "2s"}},
+            },
+        },
+        "tls": {
+            "options": {
+                "modern": {"minVersion": "VersionTLS12"},
+                "broken": {"minVersion": "VersionTLS13", "sniStrict": "yes"},
+            }
+        },
+    }  # fmt: skip
+    e = Edge(tmp_path, dynamic, static_extra={"api": {"insecure": True}})
+
+    def https(host: str) -> str:
+        out = subprocess.run(
+            [curl, "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+             "--resolve", f"{host}:{e.port}:127.0.0.1", f"https://{host}:{e.port}/"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        return out.stdout
+
+    try:
+        assert get(e.port, "/", host="good.test")[0] == 200
+        assert get(e.port, "/", host="fast.test")[0] == 200
+        assert get(e.port, "/", host="bad.test")[0] == 404
+        assert https("modern.test") == "200"
+        assert https("strict.test") == "404"
+        e.wait_for(re.escape(bad_transport) + r".* \(disabled\)", start=0)
+        e.wait_for(re.escape(bad_options) + r" \(disabled\)", start=0)
+
+        service = api(e, "/api/http/services/via-bad@file")
+        assert service["status"] == "disabled"
+        assert service["error"][0].startswith(
+            f"serversTransport 'bad@file' is disabled: {bad_transport}"
+        )
+        router = api(e, "/api/http/routers/via-bad@file")
+        assert router["status"] == "disabled"
+        assert router["error"][0].startswith(
+            "service 'via-bad@file' is disabled: serversTransport 'bad@file' is disabled"
+        )
+        router = api(e, "/api/http/routers/strict@file")
+        assert router["status"] == "disabled"
+        assert router["error"] == [f"TLS options 'broken@file' are disabled: {bad_options}"]
+        for name in ("good", "via-fast", "modern"):
+            assert api(e, f"/api/http/routers/{name}@file")["status"] == "enabled", name
     finally:
         e.stop()
 
