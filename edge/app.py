@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from edge import __version__
 from edge.api import API, APIAnswer
+from edge.config.diff import Backends, changed_backends
 from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.descriptors import Budget
@@ -36,6 +37,8 @@ from edge.logs import AccessLogger, reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
+from edge.router.tcp import tcp_servers_for
+from edge.router.udp import udp_servers_for
 from edge.tls import tickets as ticket_keys
 from edge.tls.certs import TLSCertificates, file_stamps
 from edge.transports import TransportRegistry
@@ -91,6 +94,29 @@ def build_providers(static: StaticConfig) -> list[Provider]:
     return providers
 
 
+def _changed_backends(previous: RuntimeConfig, runtime: RuntimeConfig) -> Backends | None:
+    """The load balancers whose servers alone changed from ``previous`` to ``runtime``
+    (:func:`edge.config.diff.changed_backends`), or None when routers must be rebuilt.
+
+    HTTP servers alone: the runtime validated them from ``previous`` and kept every
+    other verdict. TCP or UDP servers too: ``runtime`` was validated in full, so the
+    change is applied in place only where every element kept its status and errors
+    (a service left with no server may disable its routers)."""
+    http = runtime.changed_servers(previous)
+    if http is not None:
+        return Backends(http, [], [])
+    found = changed_backends(previous.configuration, runtime.configuration)
+    if found is None or _verdicts(previous) != _verdicts(runtime):
+        return None
+    return found
+
+
+def _verdicts(runtime: RuntimeConfig) -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
+    return {
+        (label, info.name): (info.status, tuple(info.errors)) for label, info in runtime.elements()
+    }
+
+
 class Dataplane:
     """One process's entrypoints and ServersTransports, and the listeners that apply a snapshot.
 
@@ -135,6 +161,8 @@ class Dataplane:
         self.budget = Budget()
         self.runtime: RuntimeConfig | None = None
         self.services: dict = {}  # the HTTP services of the live routers, by name
+        self.tcp_services: dict = {}  # their TCP services
+        self.udp_services: dict = {}  # their UDP services
         self.certs: TLSCertificates | None = None  # the live routers' certificate snapshot
         self._tls_reported: set[str] = set()  # check_tls's messages logged, still true
         self.retry: Callable[[], None] | None = None  # runs a round again (see the class doc)
@@ -211,7 +239,7 @@ class Dataplane:
         """
         transports = self.transports.plan(runtime.servers_transports)
         previous = self.runtime
-        changed = runtime.changed_servers(previous) if previous is not None else None
+        changed = _changed_backends(previous, runtime) if previous is not None else None
         live = self.certs
         # A certificate file rewritten since (renewed in place) needs the full path,
         # which reads it: its stamps, a stat per file, are checked on every round.
@@ -220,18 +248,29 @@ class Dataplane:
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.
             self._check_tls(runtime, self.certs)  # the same tls section: the same verdicts
-            backends = servers_for(self.services, runtime, changed, transports)
+            http = servers_for(self.services, runtime, changed.http, transports)
+            tcp = tcp_servers_for(self.tcp_services, runtime, changed.tcp)
+            udp = udp_servers_for(self.udp_services, runtime, changed.udp)
 
             def in_place() -> None:
-                for service, servers in backends:
+                for service, servers in http:
                     service.update(servers)
+                for tcp_service, tcp_servers in tcp:
+                    tcp_service.update(tcp_servers)
+                for udp_service, udp_servers in udp:
+                    udp_service.update(udp_servers)
+                if udp:
+                    self._udp_servers_changed()
                 self.runtime = runtime
                 log.info(
-                    "configuration applied in place: new servers for %d services", len(backends)
+                    "configuration applied in place: new servers for %d services",
+                    len(http) + len(tcp) + len(udp),
                 )
 
             return in_place
         services: dict = {}
+        tcp_services: dict = {}
+        udp_services: dict = {}
         # This configuration's certificates: read now where the tls section or a file it
         # names changed (a change applies to new connections), else the live snapshot:
         # its SSL contexts, and the session-ticket keys clients resume with, stay.
@@ -240,11 +279,21 @@ class Dataplane:
         else:
             certs = TLSCertificates(runtime.tls, ticket_key=self.ticket_key)
         self._check_tls(runtime, certs)
-        routers = build_router_sets(runtime, transports, self.entrypoints.all, services, certs)
+        routers = build_router_sets(
+            runtime,
+            transports,
+            self.entrypoints.all,
+            services,
+            certs,
+            tcp_services=tcp_services,
+            udp_services=udp_services,
+        )
 
         def switch() -> None:
             self.transports.commit(transports)
             self.services = services
+            self.tcp_services = tcp_services
+            self.udp_services = udp_services
             self.certs = certs
             self.entrypoints.switch(routers)
             self.runtime = runtime
@@ -262,6 +311,15 @@ class Dataplane:
             )
 
         return switch
+
+    def _udp_servers_changed(self) -> None:
+        """After UDP load balancers took new servers in place: each UDP entry point's
+        router reads them again, and the entry point switches to the same router set
+        (sessions on a server gone end, new host names are resolved)."""
+        for ep in self.entrypoints.all.values():
+            if isinstance(ep, UDPEntryPoint) and ep.routers.udp is not None:
+                ep.routers.udp.refresh()
+                ep.switch(ep.routers)
 
     def __call__(self, runtime: RuntimeConfig) -> None:
         self.apply(runtime)

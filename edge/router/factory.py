@@ -18,8 +18,8 @@ from edge.http.middlewares.builtin import from_config
 from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
 from edge.router.services import build_service
 from edge.router.set import RouterSet
-from edge.router.tcp import build_tcp_routers
-from edge.router.udp import build_udp_routers
+from edge.router.tcp import TCPService, build_tcp_routers
+from edge.router.udp import UDPService, build_udp_routers
 from edge.rules import RouteTable
 from edge.tls.certs import TLSCertificates
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
@@ -84,23 +84,31 @@ def build_router_sets(
     entry_points: Iterable[str],
     services: dict[str, Service | None] | None = None,
     certs: TLSCertificates | None = None,
+    *,
+    tcp_services: dict[str, TCPService | None] | None = None,
+    udp_services: dict[str, UDPService | None] | None = None,
 ) -> dict[str, RouterSet]:
     """One RouterSet per named entrypoint.
 
     ``services``, when given, receives the HTTP services built, by name: what
-    :func:`update_servers` changes in place on an endpoints-only change.
+    :func:`servers_for` changes in place on an endpoints-only change;
+    ``tcp_services`` and ``udp_services`` likewise (:func:`tcp_servers_for`,
+    :func:`udp_servers_for`).
     ``certs`` is the configuration's certificate snapshot (built here from
     ``runtime.tls`` when not given and some entrypoint terminates TLS).
     """
     if services is None:
         services = {}
     http = build_http_routers(runtime, transports, entry_points, services)
-    udp = build_udp_routers(runtime, transports, http)
+    udp = build_udp_routers(runtime, transports, http, udp_services)
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
     secure = any(info.config.tls is not None for info in runtime.http_routers.values())
     https = build_http_routers(runtime, transports, http, services, secure=True) if secure else {}
     tcp = build_tcp_routers(
-        runtime, http, certs if certs is not None else lambda: TLSCertificates(runtime.tls)
+        runtime,
+        http,
+        certs if certs is not None else lambda: TLSCertificates(runtime.tls),
+        tcp_services,
     )
     return {
         ep: RouterSet(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.config.dynamic import TCPLoadBalancer as TCPLoadBalancerConfig
@@ -57,6 +57,7 @@ __all__ = [
     "TCPServer",
     "TCPWeighted",
     "build_tcp_routers",
+    "tcp_servers_for",
 ]
 
 # What a matched route does with the connection.
@@ -129,6 +130,13 @@ class TCPLoadBalancer:
     def __init__(self, name: str, servers: Iterable[tuple[TCPServer, int]]) -> None:
         self.name = name
         self._wrr = SmoothWeightedRoundRobin(list(servers))
+
+    def update(self, servers: Iterable[tuple[TCPServer, int]]) -> None:
+        """New servers, in place (endpoints only); the rotation goes on for the servers
+        that stay, and connections already relayed are left alone."""
+        wrr = SmoothWeightedRoundRobin(list(servers))
+        wrr.inherit(self._wrr, lambda s: s.address)
+        self._wrr = wrr
 
     def pick(self) -> TCPServer | None:
         """The next server; None when the service has none (the connection is closed)."""
@@ -359,6 +367,12 @@ class _Builder:
         )
 
     def load_balancer(self, name: str, lb: TCPLoadBalancerConfig) -> TCPLoadBalancer | None:
+        servers = self.servers(name, lb)
+        return None if servers is None else TCPLoadBalancer(name, servers)
+
+    def servers(self, name: str, lb: TCPLoadBalancerConfig) -> list[tuple[TCPServer, int]] | None:
+        """The servers of load balancer ``name``, with their weights; None when its
+        serversTransport cannot be built."""
         transport_name = lb.servers_transport or DEFAULT_TRANSPORT
         transport = self.runtime.tcp_servers_transports[transport_name]
         # Traefik v3: a named serversTransport's proxyProtocol, else the load balancer's.
@@ -390,20 +404,43 @@ class _Builder:
         except ConfigError as exc:  # reported by validation, which disabled the service
             log.error("tcp service %s: serversTransport %s: %s", name, transport_name, exc)
             return None
-        return TCPLoadBalancer(name, servers)
+        return servers
+
+
+def tcp_servers_for(
+    services: Mapping[str, TCPService | None], runtime: RuntimeConfig, names: Iterable[str]
+) -> list[tuple[TCPLoadBalancer, list[tuple[TCPServer, int]]]]:
+    """The live TCP load balancers ``names`` (of ``services``, what
+    :func:`build_tcp_routers` built) and the servers ``runtime`` gives them: the
+    endpoints-only path; the caller hands each its servers with
+    :meth:`TCPLoadBalancer.update`. Builds only (any thread)."""
+    builder = _Builder(runtime)
+    out = []
+    for name in names:
+        live = services.get(name)
+        config = runtime.tcp_services[name].config.load_balancer
+        if isinstance(live, TCPLoadBalancer) and config is not None:
+            servers = builder.servers(name, config)
+            if servers is not None:
+                out.append((live, servers))
+    return out
 
 
 def build_tcp_routers(
     runtime: RuntimeConfig,
     entry_points: Iterable[str],
     certs: TLSCertificates | Callable[[], TLSCertificates],
+    services: dict[str, TCPService | None] | None = None,
 ) -> dict[str, TCPRouter | None]:
     """One TCPRouter per named entrypoint that has TCP routers or HTTPS routers, else None.
 
     ``certs`` is the configuration's certificate snapshot, or a function that builds
-    it (called once, only when some entrypoint needs it).
+    it (called once, only when some entrypoint needs it). ``services``, when given,
+    receives the TCP services built, by name (:func:`tcp_servers_for` updates them).
     """
     builder = _Builder(runtime)
+    if services is not None:
+        builder.services = services
     eps = list(entry_points)
     plain: dict[str, list] = {ep: [] for ep in eps}
     tls: dict[str, list] = {ep: [] for ep in eps}

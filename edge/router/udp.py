@@ -9,14 +9,16 @@ gets a PROXY protocol v2 header. So the data plane only reads.
 
 Mutable state: the balancers' round-robin scores, and a server's socket address,
 filled in once when its host name resolves (numeric addresses are set when built,
-names by the entry point, off the hot path; until then the server is not picked).
+names by the entry point, off the hot path; until then the server is not picked); on
+an endpoints-only change, a load balancer's servers and its routers' address table
+(:func:`udp_servers_for`, :meth:`UDPLoadBalancer.update`, :meth:`UDPRouter.refresh`).
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.config.dynamic import UDPLoadBalancer as UDPLoadBalancerConfig
@@ -26,7 +28,14 @@ from edge.router.services import build_service
 
 log = logging.getLogger("edge.router")
 
-__all__ = ["UDPLoadBalancer", "UDPRouter", "UDPServer", "UDPWeighted", "build_udp_routers"]
+__all__ = [
+    "UDPLoadBalancer",
+    "UDPRouter",
+    "UDPServer",
+    "UDPWeighted",
+    "build_udp_routers",
+    "udp_servers_for",
+]
 
 
 class UDPServer:
@@ -85,6 +94,15 @@ class UDPLoadBalancer:
         self.servers = [server for server, _ in members]
         self._wrr = SmoothWeightedRoundRobin(members)
 
+    def update(self, servers: Iterable[tuple[UDPServer, int]]) -> None:
+        """New servers, in place (endpoints only); the rotation goes on for the servers
+        that stay. The routers holding this service are then refreshed."""
+        members = list(servers)
+        wrr = SmoothWeightedRoundRobin(members)
+        wrr.inherit(self._wrr, lambda s: s.address)
+        self.servers = [server for server, _ in members]
+        self._wrr = wrr
+
     def pick(self, down: Container[str]) -> UDPServer | None:
         """The next resolved server whose address is not in ``down``; None if there is none."""
         for _ in range(len(self._wrr)):
@@ -141,8 +159,14 @@ class UDPRouter:
         self.service = service
         # address -> server, for sessions that keep their server across a reload
         self.servers: dict[str, UDPServer] = {}
-        for server in service.leaves():
-            self.servers.setdefault(server.address, server)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the service's servers again (after :meth:`UDPLoadBalancer.update`)."""
+        servers: dict[str, UDPServer] = {}
+        for server in self.service.leaves():
+            servers.setdefault(server.address, server)
+        self.servers = servers
 
     def pick(self, down: Container[str]) -> UDPServer | None:
         """A server for a new session: one not marked down if any, else any resolved one."""
@@ -155,32 +179,52 @@ class UDPRouter:
         return 1
 
 
+def _servers(
+    runtime: RuntimeConfig, name: str, lb: UDPLoadBalancerConfig
+) -> list[tuple[UDPServer, int]]:
+    """The servers of load balancer ``name``, with their weights."""
+    udp = runtime.configuration.udp
+    transport = udp.servers_transports.get(lb.servers_transport) if udp is not None else None
+    proxy = transport is not None and transport.proxy_protocol is not None
+    return [
+        (UDPServer(name, s.address, timeout=lb.session_timeout, proxy_protocol=proxy), s.weight)
+        for s in lb.servers
+    ]
+
+
+def udp_servers_for(
+    services: Mapping[str, UDPService | None], runtime: RuntimeConfig, names: Iterable[str]
+) -> list[tuple[UDPLoadBalancer, list[tuple[UDPServer, int]]]]:
+    """The live UDP load balancers ``names`` (of ``services``, what
+    :func:`build_udp_routers` built) and the servers ``runtime`` gives them: the
+    endpoints-only path. Builds only (any thread)."""
+    out = []
+    for name in names:
+        live = services.get(name)
+        config = runtime.udp_services[name].config.load_balancer
+        if isinstance(live, UDPLoadBalancer) and config is not None:
+            out.append((live, _servers(runtime, name, config)))
+    return out
+
+
 def build_udp_routers(
-    runtime: RuntimeConfig, transports: object | None, entry_points: Iterable[str]
+    runtime: RuntimeConfig,
+    transports: object | None,
+    entry_points: Iterable[str],
+    services: dict[str, UDPService | None] | None = None,
 ) -> dict[str, UDPRouter]:
     """The UDP router of each named entry point that has one.
 
     ``transports`` (the HTTP ServersTransports) is not used: a UDP serversTransport is
     plain configuration (its PROXY protocol choice), read from ``runtime``.
+    ``services``, when given, receives the UDP services built, by name
+    (:func:`udp_servers_for` updates them).
     """
     wanted = set(entry_points)
-    udp = runtime.configuration.udp
-    udp_transports = udp.servers_transports if udp is not None else {}
-    built: dict[str, UDPService | None] = {}
+    built: dict[str, UDPService | None] = {} if services is None else services
 
     def load_balancer(name: str, lb: UDPLoadBalancerConfig) -> UDPLoadBalancer:
-        transport = udp_transports.get(lb.servers_transport)
-        proxy = transport is not None and transport.proxy_protocol is not None
-        return UDPLoadBalancer(
-            name,
-            (
-                (
-                    UDPServer(name, s.address, timeout=lb.session_timeout, proxy_protocol=proxy),
-                    s.weight,
-                )
-                for s in lb.servers
-            ),
-        )
+        return UDPLoadBalancer(name, _servers(runtime, name, lb))
 
     # Typed as making any service: mypy cannot infer build_service's S from the class.
     weighted: Callable[[str, list[tuple[UDPService, int]]], UDPService] = UDPWeighted

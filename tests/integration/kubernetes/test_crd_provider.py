@@ -275,6 +275,47 @@ def test_an_endpoint_change_updates_load_balancers_without_a_conversion(
     assert provider.conversions == conversions and provider.patches > patches
 
 
+def test_tcp_and_udp_endpoint_changes_reach_traffic_without_a_router_rebuild(
+    emu: Emulator, start_edge, whoami: Whoami, whoami2: Whoami, udp_echo, caplog
+) -> None:
+    """EndpointSlices changed under an IngressRouteTCP's and an IngressRouteUDP's
+    Services: the TCP and UDP load balancers take their new servers in place (the
+    entry points keep their router sets: nothing is rebuilt), and traffic follows: raw
+    TCP (HTTP bytes relayed to whoami) reaches the new backend, the UDP route echoes."""
+    caplog.set_level(logging.INFO, KP.LOG)
+    emu.create(o.service("raw"))
+    emu.create(KP.slice_for("raw", whoami))
+    emu.create(_crd("IngressRouteTCP", "raw", {"entryPoints": ["websecure"], "routes": [
+        {"match": "HostSNI(`*`)", "services": [{"name": "raw", "port": 80}]}]}))  # fmt: skip
+    emu.create(service("echo", 53, "UDP"))
+    emu.create(endpoints("echo-1", "echo", _closed_udp_port(), "UDP"))
+    emu.create(_crd("IngressRouteUDP", "echo", {"entryPoints": ["dns"],
+        "routes": [{"services": [{"name": "echo", "port": 53}]}]}))  # fmt: skip
+    edge = start_edge()
+    raw, dns = edge.port("websecure"), edge.port("dns")
+    assert KP.follows(raw, "any.test", whoami.name)
+    assert udp_round_trip(dns, b"ping") == b""  # nothing listens where the slice points
+    assert edge.app is not None
+    time.sleep(3 * KP.THROTTLE)
+    entrypoints = edge.app.entrypoints.all
+    sets = {name: entrypoints[name].routers for name in ("websecure", "dns")}
+    rebuilds = len(KP.messages(caplog, "configuration applied:"))
+
+    emu.create(KP.slice_for("raw", whoami2))
+    emu.delete("EndpointSlice", "default", f"raw-{whoami.name}")
+    assert KP.until(lambda: all(KP.served_by(raw, "any.test") == whoami2.name for _ in range(4)))
+    emu.update(endpoints("echo-1", "echo", udp_echo.port, "UDP"))  # type: ignore[attr-defined]
+    assert KP.until(lambda: udp_round_trip(dns, b"ping") == b"ping")
+    # The UDP router's address table (sessions keep their server across a switch by it,
+    # datagrams from a server are told from clients by it) holds the new server only.
+    udp_router = entrypoints["dns"].routers.udp
+    assert udp_router is not None
+    assert set(udp_router.servers) == {f"127.0.0.1:{udp_echo.port}"}  # type: ignore[attr-defined]
+    assert len(KP.messages(caplog, "configuration applied in place")) >= 2
+    assert len(KP.messages(caplog, "configuration applied:")) == rebuilds
+    assert all(entrypoints[name].routers is routers for name, routers in sets.items())
+
+
 def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, whoami2) -> None:
     """providers.kubernetesIngress and providers.kubernetesCRD in one edge: each serves
     its own objects, under its own provider name; SIGHUP converts both again; one

@@ -12,7 +12,7 @@ import pytest
 from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime, check_tls
-from edge.router.tcp import HTTPS, PASSTHROUGH, build_tcp_routers
+from edge.router.tcp import HTTPS, PASSTHROUGH, TCPLoadBalancer, build_tcp_routers, tcp_servers_for
 from edge.tls.certs import TLSCertificates
 from edge.tls.clienthello import ClientHello
 
@@ -233,3 +233,28 @@ def test_tcp_routers_hostsni_and_https_options_skip_the_empty_label():
     assert r.https_route("x.site.test").options == "strict@file"
     assert r.https_route(".site.test") is None
     assert r.https_options(".site.test") == "default"  # not the wildcard's
+
+
+def test_tcp_servers_for_updates_the_live_load_balancer_in_place():
+    """The endpoints-only path: the load balancer the routers hold takes the servers of
+    the new runtime; the rotation goes on for the servers that stay."""
+    servers = [{"address": "127.0.0.1:1001"}, {"address": "127.0.0.1:1002"}]
+    dynamic = {"tcp": {"routers": {"r": {"rule": "HostSNI(`*`)", "service": "s"}},
+                       "services": {"s": {"loadBalancer": {"servers": servers}}}}}  # fmt: skip
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    built: dict = {}
+    build_tcp_routers(runtime, ("web",), TLSCertificates(runtime.tls), built)
+    live = built["s@file"]
+    assert isinstance(live, TCPLoadBalancer)
+    assert live.pick().address == "127.0.0.1:1001"  # 1002 is next
+
+    servers[0] = {"address": "127.0.0.1:1003"}
+    new = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    ((found, members),) = tcp_servers_for(built, new, ["s@file"])
+    assert found is live
+    live.update(members)
+    assert [live.pick().address for _ in range(3)] == [
+        "127.0.0.1:1002",
+        "127.0.0.1:1003",
+        "127.0.0.1:1002",
+    ]

@@ -8,7 +8,7 @@ import socket
 from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
-from edge.router.udp import UDPServer, build_udp_routers
+from edge.router.udp import UDPLoadBalancer, UDPServer, build_udp_routers, udp_servers_for
 
 
 def runtime_of(dynamic: dict, entry_points: dict | None = None, *, qualify: bool = False):
@@ -136,3 +136,23 @@ def test_server_addresses_numeric_and_names():
     router = build_udp_routers(rt, None, ["dns"])["dns"]
     assert router.unresolved() == [router.servers["dns.example:53"]]
     assert router.pick(()) is None  # not picked before it resolves
+
+
+def test_udp_servers_for_updates_the_live_load_balancer_and_its_router():
+    """The endpoints-only path: the live load balancer takes the new runtime's servers,
+    and its router's address table follows once refreshed."""
+    built: dict = {}
+    routers = build_udp_routers(
+        runtime_of(udp({"r": {"service": "s"}}, {"s": lb("127.0.0.1:1001")})), None, ["dns"], built
+    )
+    router = routers["dns"]
+    live = built["s"]
+    assert isinstance(live, UDPLoadBalancer) and router.service is live
+    new = runtime_of(udp({"r": {"service": "s"}}, {"s": lb("127.0.0.1:1002", "127.0.0.1:1003")}))
+    ((found, members),) = udp_servers_for(built, new, ["s"])
+    assert found is live
+    live.update(members)
+    assert {live.pick(()).address for _ in range(2)} == {"127.0.0.1:1002", "127.0.0.1:1003"}
+    assert set(router.servers) == {"127.0.0.1:1001"}
+    router.refresh()
+    assert set(router.servers) == {"127.0.0.1:1002", "127.0.0.1:1003"}
