@@ -795,7 +795,7 @@ class KubeCore:
     What is shared: a kind asked for alike (same type, same selectors) by several
     sources is one reflector per namespace, over the union of their namespaces (every
     namespace if one of them reads all), each source's reads and callbacks filtered
-    to its own namespaces; so Services, EndpointSlices and TLS Secrets are listed and
+    to its own namespaces; so Services, EndpointSlices and Secrets are listed and
     watched once whoever reads them, and a 410 Gone re-LISTs once for everyone. A kind
     asked for with other selectors (a source's ``labelSelector`` applies to its own
     kinds only) cannot be shared: it goes to another client (its own reflectors).

@@ -328,3 +328,65 @@ def test_node_port_lb_goes_to_the_nodes_internal_ips(emu: Emulator, start_edge, 
     # The node's InternalIP moves where nothing listens: edge follows (502).
     emu.update(KP._node("node-a", "127.0.0.2"))
     assert KP.until(lambda: curl(web, "node.test")[0] == 502, 10.0)
+
+
+def test_opaque_secrets_hold_client_certificates_and_ca_bundles(
+    emu: Emulator, start_edge, upstream_tls: dict[str, Any], www: Process
+) -> None:
+    """Secrets of every type are read, as Traefik reads them: a client certificate and a
+    CA bundle in Opaque Secrets reach the upstream. A Secret changed in its metadata
+    alone (a Helm release relabelled) converts nothing; its CA changed, the transport
+    follows (502 under another CA)."""
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    for obj in upstream("www", www.port):  # type: ignore[attr-defined]
+        emu.create(obj)
+    pair = upstream_tls["client"]
+    opaque = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque"}
+    emu.create(
+        {
+            **opaque,
+            "metadata": {"name": "client", "namespace": "default"},
+            "data": {"tls.crt": b64(pair.cert_pem), "tls.key": b64(pair.key_pem)},
+        }
+    )
+    emu.create(
+        {
+            **opaque,
+            "metadata": {"name": "ca", "namespace": "default"},
+            "data": {"ca.crt": b64(upstream_tls["server_ca"])},
+        }
+    )
+    helm = {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+            "metadata": {"name": "sh.helm.release.v1.app.v1", "namespace": "default",
+                         "labels": {"status": "deployed"}},
+            "data": {"release": b64("x" * 50_000)}}  # fmt: skip
+    emu.create(helm)
+    emu.create(crd("ServersTransport", "opaque", {"serverName": "upstream.test",
+        "rootCAs": [{"secret": "ca"}], "certificatesSecrets": ["client"]}))  # fmt: skip
+    emu.create(crd("IngressRoute", "app", {"entryPoints": ["web"], "routes": [
+        http_route("opaque.test", "opaque")]}))  # fmt: skip
+    edge = start_edge()
+    web = edge.port("web")
+    assert KP.until(lambda: curl(web, "opaque.test")[0] == 200, 10.0)
+    assert f"Subject: CN={CLIENT_CN}" in curl(web, "opaque.test")[1]
+
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+    conversions = provider.conversions
+    helm["metadata"]["labels"] = {"status": "superseded"}
+    emu.update(helm)
+    assert KP.until(
+        lambda: (
+            provider.view.get("Secret", "default", helm["metadata"]["name"]).metadata.labels.get(
+                "status"
+            )
+            == "superseded"
+        ),
+        10.0,
+    )
+    time.sleep(5 * KP.THROTTLE)  # rounds past the throttle window would have run
+    assert provider.conversions == conversions
+
+    emu.update({**opaque, "metadata": {"name": "ca", "namespace": "default"},
+                "data": {"ca.crt": b64(upstream_tls["other_ca"])}})  # fmt: skip
+    assert KP.until(lambda: curl(web, "opaque.test")[0] == 502, 10.0)
+    assert provider.conversions > conversions

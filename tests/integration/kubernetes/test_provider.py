@@ -895,7 +895,9 @@ def test_workers_2_run_the_provider_once_in_the_supervisor(emu, tmp_path: Path, 
         assert served_by(ports["web"], "a.test") == "w1"
         emu.create(slice_for("app", whoami2))
         emu.delete("EndpointSlice", "default", "app-w1")
-        assert until(lambda: all(served_by(ports["web"], "a.test") == "w2" for _ in range(6)))
+        assert until(lambda: all(served_by(ports["web"], "a.test") == "w2" for _ in range(6))), (
+            edge.log
+        )
         # one set of reflectors, in the supervisor: one LIST per kind so far
         assert emu.count("/apis/networking.k8s.io/v1/ingresses", watch=False) == 1
         assert len(edge.all_matches(r"kubernetes: first sync after")) == 1
