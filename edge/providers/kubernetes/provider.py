@@ -81,7 +81,10 @@ Where the addresses come from (``providers.kubernetesIngress.ingressEndpoint``):
   ``hostNetwork``, the addresses of the nodes running a pod of the same controller
   (its DaemonSet: same ``ownerReferences`` controller uid) in that namespace, not being
   deleted, phase Running (this pod counts at once); per node its ExternalIP addresses,
-  else its InternalIP ones. Pods in ``POD_NAMESPACE`` and Nodes are watched for it.
+  else its InternalIP ones. Pods in ``POD_NAMESPACE`` are watched for it (by the
+  status client), and Nodes (through the core: one reflector with the CRD source's
+  ``nodePortLB``; subscribed whenever no ``ingressEndpoint`` is set, since whether edge
+  runs in a pod is known only at start).
 - otherwise no status is written (logged once at start).
 With no address known yet (a LoadBalancer still pending) nothing is written, and an
 Ingress edge stops serving keeps the status last written (as with Traefik).
@@ -453,6 +456,10 @@ class KubernetesProvider:
     def extra_clients(self) -> list[KubeClient]:
         return []
 
+    def extra_views(self) -> list[Subscription]:
+        """The source's other subscriptions to the core, opened and closed with it."""
+        return []
+
     def wake_extra(self) -> None:
         """Wake the source's extra threads (to see ``_stopping``)."""
 
@@ -512,6 +519,8 @@ class KubernetesProvider:
             self.window,
         )
         self.view.open()
+        for v in self.extra_views():
+            v.open()
         for c in self.extra_clients():
             c.start()
         for t in self._threads:
@@ -526,7 +535,9 @@ class KubernetesProvider:
             self._cond.notify_all()
         self.wake_extra()
         deadline = time.monotonic() + timeout
-        self.view.close(timeout)
+        for v in self.extra_views():
+            v.close(max(0.1, deadline - time.monotonic()))
+        self.view.close(max(0.1, deadline - time.monotonic()))
         for c in self.extra_clients():
             c.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
@@ -724,6 +735,16 @@ class KubernetesIngressProvider(KubernetesProvider):
         self._selected: frozenset[Key] = frozenset()
         self._status_mode = ""  # "", "static", "service", "nodes"
         self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
+        # The Nodes the status writer reads (the nodes edge's own pods run on): a
+        # subscription of the core, so a CRD source reading Nodes (nodePortLB) shares the
+        # reflector. Made now (subscriptions come before the core starts), wherever the
+        # addresses may come from nodes (no ingressEndpoint): whether they do is known at
+        # start, from ``environ``.
+        self.node_view: Subscription | None = None
+        if config.ingress_endpoint is None:
+            self.node_view = self.core.subscribe(
+                f"{name}-status", [WatchSpec(NODES, Node)], on_change=self._on_status_source
+            )
 
     # --- the source -------------------------------------------------------------------
 
@@ -776,6 +797,11 @@ class KubernetesIngressProvider(KubernetesProvider):
     def extra_clients(self) -> list[KubeClient]:
         return [self.status_client] if self.status_client is not None else []
 
+    def extra_views(self) -> list[Subscription]:
+        if self._status_mode == "nodes" and self.node_view is not None:
+            return [self.node_view]
+        return []
+
     def wake_extra(self) -> None:
         with self._status_cond:
             self._status_cond.notify_all()
@@ -808,7 +834,7 @@ class KubernetesIngressProvider(KubernetesProvider):
                 )
                 return None
             self._status_mode = "nodes"
-            watches = [WatchSpec(PODS, Pod), WatchSpec(NODES, Node)]
+            watches = [WatchSpec(PODS, Pod)]  # and Nodes, through ``node_view``
             namespaces = [pod_namespace]
         return KubeClient(
             self.core.configuration,
@@ -836,9 +862,10 @@ class KubernetesIngressProvider(KubernetesProvider):
                 found,
                 "" if found else f"published service {namespace}/{name} has no address yet",
             )
+        nodes = self.node_view.objects("Node") if self.node_view is not None else {}
         return node_addresses(
             sc.objects("Pod"),
-            sc.objects("Node"),
+            nodes,
             self.environ.get(POD_NAMESPACE_ENV, ""),
             self.environ.get(POD_NAME_ENV, ""),
         )

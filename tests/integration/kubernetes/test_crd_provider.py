@@ -359,7 +359,8 @@ SHARED_KINDS = (
     "/api/v1/secrets",
 )
 OWN_KINDS = ("/apis/networking.k8s.io/v1/ingresses", "/apis/traefik.io/v1alpha1/ingressroutes")
-WATCHES = 2 + len(SHARED_KINDS) + len(CRD_RESOURCES)  # Ingress, IngressClass; shared; traefik.io
+# Ingress, IngressClass; shared; traefik.io; the CRD provider's ConfigMaps and Nodes
+WATCHES = 2 + len(SHARED_KINDS) + len(CRD_RESOURCES) + 2
 
 
 def test_both_providers_list_and_watch_services_slices_and_secrets_once(
@@ -418,6 +419,52 @@ def test_both_providers_list_and_watch_services_slices_and_secrets_once(
         emu.create(KP.slice_for(service, whoami, name=f"{service}-back"))
     assert KP.follows(port, "i.test", whoami.name)
     assert KP.follows(port, "c.test", whoami.name)
+
+
+def test_ingress_status_and_node_port_lb_read_nodes_through_one_reflector(
+    emu: Emulator, whoami: Whoami
+) -> None:
+    """The Ingress provider's status writer (a hostNetwork DaemonSet's nodes) and the
+    CRD provider's nodePortLB read Nodes through the core: one LIST and one WATCH of
+    Nodes for both, and each follows a node's address."""
+    emu.create(o.ingress_class("edge"))
+    KP.backend_service(emu, "ing", whoami)
+    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
+    svc = o.service("np", port=80, target_port=8080)
+    svc["spec"]["type"] = "NodePort"
+    svc["spec"]["ports"][0]["nodePort"] = whoami.port
+    emu.create(svc)
+    emu.create(_crd("IngressRoute", "np", {"entryPoints": ["web"], "routes": [
+        {"match": "Host(`np.test`)",
+         "services": [{"name": "np", "port": 80, "nodePortLB": True}]}]}))  # fmt: skip
+    emu.create(KP._node("n1", "127.0.0.1"))
+    emu.create(KP._pod("edge-a", "n1"))
+
+    def in_a_pod(app: Any) -> None:
+        _fast(app)
+        for p in app.providers:
+            if isinstance(p, KubernetesIngressProvider):
+                p.environ = {"POD_NAME": "edge-a", "POD_NAMESPACE": "edge-system"}
+
+    def status() -> set[str]:
+        found = emu.get("Ingress", "default", "ing").get("status", {})
+        return {a["ip"] for a in found.get("loadBalancer", {}).get("ingress", [])}
+
+    edge = KP.InProcessEdge(static_config(emu, ingress=True), tweak=in_a_pod).start()
+    try:
+        assert KP.until(lambda: edge.ready() == 200, 10.0)
+        port = edge.port()
+        assert KP.follows(port, "np.test", whoami.name)
+        assert KP.until(lambda: status() == {"127.0.0.1"})
+        assert emu.count("/api/v1/nodes", watch=False) == 1
+        assert KP.until(lambda: emu.count("/api/v1/nodes", watch=True) == 1)
+
+        emu.update(KP._node("n1", "127.0.0.2"))  # nothing listens there: 502
+        assert KP.until(lambda: status() == {"127.0.0.2"})
+        assert KP.until(lambda: KP.served_by(port, "np.test") == "502")
+        assert emu.count("/api/v1/nodes", watch=False) == 1
+    finally:
+        edge.stop()
 
 
 def test_providers_reading_other_namespaces_share_one_cluster_wide_reflector(

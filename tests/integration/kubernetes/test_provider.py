@@ -682,6 +682,8 @@ def test_status_from_the_nodes_of_a_host_network_daemonset(emu, start_edge, whoa
     assert until(lambda: lb() == {"10.1.0.1", "198.51.100.2", "10.1.0.3"})
     emu.update(_pod("edge-b", "n2", deleting=True))  # and leaves n2
     assert until(lambda: lb() == {"10.1.0.1", "10.1.0.3"})
+    emu.update(_node("n3", "10.1.0.33"))  # a node's address changes
+    assert until(lambda: lb() == {"10.1.0.1", "10.1.0.33"})
 
 
 # --- addresses, pure -------------------------------------------------------------------------
