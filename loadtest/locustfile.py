@@ -32,7 +32,7 @@ sets them all for its local set-up:
   EDGE_LOCUST_WAIT         each user's pause between requests: "0" (default), "S" or "MIN-MAX"
 
 The backends behind TLS and UDP must echo: TLS a line back as sent, inside TLS with
-its own certificate (``python -m edge.whoami --tls``), UDP a datagram back as sent
+its own certificate (``edge whoami --tls``), UDP a datagram back as sent
 (``edge whoami --udp``). ``locust_local.py --cluster`` runs them as k8s/examples/
 deploys them (``crd/echo.yaml``), behind that directory's routes, and adds the
 IngressRoute's host to the HTTP routes.
