@@ -464,6 +464,10 @@ class ControlPlane:
             offload=True,  # merge, validation and router builds off the loop
             default_rule_syntax=static.core.default_rule_syntax,
         )
+        # Expected from the start, not when they start: a ready check answered between
+        # the entry points' binding and start() must not see "nothing expected".
+        for provider in self.providers:
+            self.watcher.expect(provider.name)
         self._tasks: set[asyncio.Task] = set()
         # The certificate files of the configuration served, while a file provider
         # watches: their stamps, checked every CERT_POLL seconds.
@@ -485,7 +489,6 @@ class ControlPlane:
 
     def start(self) -> None:
         for provider in self.providers:
-            self.watcher.expect(provider.name)
             # The provider's own window (throttleDuration) when it has one, else the global one.
             publish = functools.partial(self.watcher.publish, throttle=provider.throttle)
             task = self.loop.create_task(provider.run(publish))

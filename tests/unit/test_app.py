@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import uvloop
 
-from edge.app import Dataplane, build_providers
+from edge.app import ControlPlane, Dataplane, build_providers
 from edge.config.diff import changed_servers
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
@@ -197,3 +197,24 @@ def test_kubernetes_sources_reading_one_cluster_share_its_core():
 def test_kubernetes_sources_on_another_cluster_or_credentials_have_their_own_core(other):
     ingress, crd = kube_sources(kube_static(CLUSTER, {**CLUSTER, **other}))
     assert ingress.core is not crd.core
+
+
+def test_a_control_plane_is_not_ready_before_its_providers_start(tmp_path):
+    # /ready may be asked between the entry points' binding and start(): with
+    # nothing expected yet, "every provider delivered" would be vacuously true.
+    dynamic = tmp_path / "dynamic.yaml"
+    dynamic.write_text("http: {}\n")
+    static = msgspec.convert(
+        {
+            "entryPoints": {"web": {"address": "127.0.0.1:0"}},
+            "providers": {"file": {"filename": str(dynamic)}},
+        },
+        StaticConfig,
+    )
+    loop = uvloop.new_event_loop()
+    try:
+        control = ControlPlane(static, loop, listeners=[])
+        assert [p.name for p in control.providers] == ["file"]
+        assert not control.ready
+    finally:
+        loop.close()
