@@ -74,6 +74,7 @@ EXPECTED_RBAC = {
             ("networking.k8s.io", "ingressclasses"),
             ("", "services"),
             ("", "secrets"),
+            ("", "configmaps"),
             ("discovery.k8s.io", "endpointslices"),
             ("", "nodes"),
             *(("traefik.io", plural) for plural in TRAEFIK_RESOURCES),
