@@ -244,8 +244,9 @@ class Service(Element):
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        if not self.unsupported:  # else disabled anyway; it may have lost its only kind
-            _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if self.unsupported or self.problems:  # disabled anyway; it may have no kind
+            return
+        _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class StripPrefix(Base):
@@ -498,7 +499,7 @@ class Middleware(Element):
     content_type: ContentType | None = None
 
     def __post_init__(self) -> None:
-        if self.unsupported:  # disabled anyway; it may have lost its only kind
+        if self.unsupported or self.problems:  # disabled anyway; it may have no kind
             return
         _exactly_one("a middleware", **dict(self._kinds()))
 
@@ -680,8 +681,9 @@ class TCPService(Element):
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        if not self.unsupported:
-            _exactly_one("a TCP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if self.unsupported or self.problems:  # disabled anyway; it may have no kind
+            return
+        _exactly_one("a TCP service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class TLSClientConfig(Base):
@@ -726,7 +728,7 @@ class TCPMiddleware(Element):
     in_flight_conn: TCPInFlightConn | None = None
 
     def __post_init__(self) -> None:
-        if self.unsupported:  # disabled anyway; it may have lost its only kind
+        if self.unsupported or self.problems:  # disabled anyway; it may have no kind
             return
         _exactly_one(
             "a TCP middleware", ipAllowList=self.ip_allow_list, inFlightConn=self.in_flight_conn
@@ -784,8 +786,9 @@ class UDPService(Element):
     weighted: Weighted | None = None
 
     def __post_init__(self) -> None:
-        if not self.unsupported:
-            _exactly_one("a UDP service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        if self.unsupported or self.problems:  # disabled anyway; it may have no kind
+            return
+        _exactly_one("a UDP service", loadBalancer=self.load_balancer, weighted=self.weighted)
 
 
 class UDPConfiguration(Base):

@@ -694,29 +694,15 @@ def _stand_in(tp: type, raw: object, problem: str) -> Any:
                 kept[key] = value if ok else []
             else:
                 kept[key] = value if isinstance(value, str) else ""
+    # A service or middleware with problems needs no kind: its problem disables it.
     try:
         return msgspec.convert(kept, tp, dec_hook=dec_hook)
     except msgspec.ValidationError:
-        pass
-    # A service or middleware must have one kind: the one written, else any that
-    # decodes empty. Its problem disables it, whatever the kind.
-    written_kinds = [m.folded.get(str(k).lower()) for k, _ in _items(raw)]
-    kinds = [k for k in m.fields if _is_struct(m.fields[k])]
-    for kind in [k for k in written_kinds if k in kinds] + kinds:
-        try:
-            return msgspec.convert({**kept, kind: {}}, tp, dec_hook=dec_hook)
-        except msgspec.ValidationError:
-            continue
-    return None
+        return None
 
 
 def _items(raw: object) -> list[tuple[Any, object]]:
     return list(raw.items()) if isinstance(raw, Mapping) else []
-
-
-def _is_struct(tp: Any) -> bool:
-    tp = _unwrap(tp, {})
-    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
 
 
 def _walk(

@@ -144,9 +144,11 @@ def _check_http_service(
     tls_errors: _TransportTLS,
 ) -> None:
     """A service's own checks: its transport exists and, for ``https`` servers, its TLS
-    files can be used; no servers is a warning. Weighted services are judged later."""
+    files can be used; no servers is a warning. Weighted services are judged later. A
+    stand-in that did not decode (``problems``, disabled with them) has nothing else to
+    check: its real reason is all it shows."""
     lb = info.config.load_balancer
-    if lb is None:
+    if lb is None or info.config.problems:
         return
     _check_transport(info, lb.servers_transport, transports)
     if lb.strategy not in ("", "wrr"):

@@ -452,3 +452,14 @@ def _dec(type_, obj):
     from edge.config.durations import dec_hook
 
     return dec_hook(type_, obj)
+
+
+def test_an_element_with_problems_needs_no_kind() -> None:
+    """A stand-in for an element that did not decode (``problems``) is disabled by them,
+    so it has no kind to invent; without problems exactly one kind is still required."""
+    from edge.config import dynamic as dyn
+
+    for cls in (dyn.Service, dyn.TCPService, dyn.UDPService, dyn.Middleware, dyn.TCPMiddleware):
+        assert cls(problems=["$.x: unknown key"]).problems == ["$.x: unknown key"]
+        with pytest.raises(ValueError, match="exactly one of"):
+            cls()

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from edge.config import dynamic as dyn
+from edge.config.loader import decode_dynamic
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
+from edge.errors import ConfigError
 from tests.unit.config.documents import EPS, conf, lb
 
 
@@ -141,3 +144,46 @@ def test_load_balancer_strategy(strategy, error):
         assert info.status == "disabled"
         assert info.errors[0].startswith(error), info.errors
         assert rt.http_routers["r@file"].status == "disabled"
+
+
+def test_a_service_or_middleware_with_a_key_error_shows_that_reason_alone():
+    """The loader's stand-in for an element that did not decode carries its problem and
+    no invented kind: no "no servers" warning, no middleware check beside its reason."""
+
+    doc = {
+        "http": {
+            "routers": {
+                "r": {"rule": "Host(`r`)", "service": "broken", "middlewares": ["bad"]},
+            },
+            "services": {"broken": {"loadBalancer": {"servers": [{"uri": "http://x:1"}]}}},
+            "middlewares": {"bad": {"addPrefix": {"prefx": "/a"}}},
+        }
+    }
+    errors: list[ConfigError] = []
+    decoded = decode_dynamic(doc, errors=errors)
+    assert decoded.http is not None
+    service = decoded.http.services["broken"]
+    assert service.load_balancer is None and service.weighted is None
+    middleware = decoded.http.middlewares["bad"]
+    assert middleware.add_prefix is None
+    rt = build_runtime(merge({"file": decoded}), EPS)
+    broken = rt.http_services["broken@file"]
+    assert broken.status == "disabled"
+    assert broken.errors == ["$.http.services.broken.loadBalancer.servers[0].uri: unknown key"]
+    bad = rt.http_middlewares["bad@file"]
+    assert bad.status == "disabled"
+    assert bad.errors == ["$.http.middlewares.bad.addPrefix.prefx: unknown key"]
+    assert rt.http_routers["r@file"].status == "disabled"
+
+
+def test_a_service_a_provider_could_not_make_shows_its_problem_alone():
+    """A provider's stand-in (``problems``) may still carry a load balancer, empty:
+    its problem is the reason shown, with no "no servers" warning beside it."""
+
+    service = dyn.Service(
+        problems=["Service default/app not found"], load_balancer=dyn.LoadBalancer()
+    )
+    decoded = dyn.Configuration(http=dyn.HTTPConfiguration(services={"app": service}))
+    info = build_runtime(merge({"kubernetes": decoded}), EPS).http_services["app@kubernetes"]
+    assert info.status == "disabled"
+    assert info.errors == ["Service default/app not found"]
