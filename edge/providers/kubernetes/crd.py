@@ -55,9 +55,10 @@ Services
     ``allowEmptyServices`` is set, else the route is refused (both as Traefik). The HTTP
     scheme is ``scheme``, else ``https`` for port 443 or a port name starting with
     ``https``, else ``http``. Options edge does not implement (``sticky``,
-    ``healthCheck``, ``passiveHealthCheck``, ``responseForwarding``, a ``strategy`` other
-    than ``wrr``, service ``middlewares``, the ``h2c`` scheme) refuse the route, naming
-    the option: nothing is served without what the user asked for. ``nodePortLB`` on a
+    ``healthCheck``, ``passiveHealthCheck``, ``responseForwarding``, service
+    ``middlewares``, the ``h2c`` scheme) refuse the route, naming the option: nothing is
+    served without what the user asked for. ``strategy`` passes on to the load balancer
+    (Traefik's deprecated ``RoundRobin`` as ``wrr``); validation refuses what edge lacks. ``nodePortLB`` on a
     NodePort Service gives every Node's ``InternalIP`` with the port's ``nodePort`` (in
     node name order; for TCP and UDP it beats ``nativeLB``, for HTTP ``nativeLB`` wins:
     Traefik's order); a port without nodePort, or no node with an InternalIP, refuses
@@ -255,12 +256,18 @@ _NAME_RUN_RE = re.compile(r"[\W_]+")
 def _normalize(name: str) -> str:
     """Traefik's ``provider.Normalize``: runs of characters other than letters and
     digits become one ``-``, none at either end."""
-    return "-".join(part for part in _NAME_RUN_RE.split(name) if part)
+    return _NAME_RUN_RE.sub("-", name).strip("-")
 
 
 def _route_key(match: str, name: str) -> str:
     """Traefik's ``makeServiceKey``: the name and 10 bytes (20 hex digits) of SHA-256."""
     return f"{name}-{hashlib.sha256(match.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
+
+
+_STRATEGIES = {"RoundRobin": "wrr"}
+"""Traefik's CRD spellings of a load balancer's ``strategy`` that differ from the dynamic
+configuration's: its deprecated ``RoundRobin`` is ``wrr``. The others
+(``wrr``, ``p2c``, ``hrw``, ``leasttime``) pass on as written, and validation judges them."""
 
 
 def _port_text(port: int | str) -> str:
@@ -377,6 +384,22 @@ class _Converter:
     ) -> tuple[str, Key | None]:
         """(the element's name, the object's key; None across providers) of a reference
         from namespace ``parent``; :class:`_Refused` if not allowed, missing or refused."""
+        found, key = self.resolve(parent, namespace, name, kind)
+        if key is None:
+            return found, None
+        namespace = key[0]
+        what = f"{kind} {namespace}/{name}"
+        if key not in table or not self.visible(namespace):
+            raise _Refused(f"{what} not found")
+        reason = self.refused.get((kind, *key))
+        if reason is not None:
+            raise _Refused(f"{what} is refused: {reason}")
+        return found, key
+
+    def resolve(self, parent: str, namespace: str, name: str, kind: str) -> tuple[str, Key | None]:
+        """Traefik's ``resolveReference``: (the element's name, the object's key; None
+        across providers) of a reference from namespace ``parent``, without looking the
+        object up; :class:`_Refused` if the reference is not allowed."""
         if "@" in name:
             if not self.options.allow_cross_namespace and name.endswith(f"@{PROVIDER}"):
                 raise _Refused(f"{kind} {name!r}: @{PROVIDER} references need allowCrossNamespace")
@@ -384,16 +407,12 @@ class _Converter:
         if not name:
             raise _Refused(f"a {kind} reference names nothing")
         namespace = namespace or parent
-        what = f"{kind} {namespace}/{name}"
         if namespace != parent and not self.options.allow_cross_namespace:
-            raise _Refused(f"{what} is not in namespace {parent} and allowCrossNamespace is off")
-        key = (namespace, name)
-        if key not in table or not self.visible(namespace):
-            raise _Refused(f"{what} not found")
-        reason = self.refused.get((kind, *key))
-        if reason is not None:
-            raise _Refused(f"{what} is refused: {reason}")
-        return _normalize(f"{namespace}-{name}"), key
+            raise _Refused(
+                f"{kind} {namespace}/{name} is not in namespace {parent} "
+                "and allowCrossNamespace is off"
+            )
+        return _normalize(f"{namespace}-{name}"), (namespace, name)
 
     def servers(
         self,
@@ -519,11 +538,37 @@ class _Converter:
 
     def middleware(self, key: Key, mw: objects.Middleware) -> None:
         try:
-            self.middlewares[_normalize("-".join(key))] = _middleware(
-                mw.spec, Middleware, _HTTP_KINDS
-            )
+            spec = mw.spec
+            if "chain" in spec:
+                spec = {**spec, "chain": self.chain(key[0], spec["chain"])}
+            self.middlewares[_normalize("-".join(key))] = _middleware(spec, Middleware, _HTTP_KINDS)
         except _Refused as refused:
             self.refuse("Middleware", key, "spec", refused.reason)
+
+    def chain(self, namespace: str, spec: Any) -> Any:
+        """A Middleware's ``chain`` with its ``middlewares`` (Traefik's ``{name,
+        namespace}`` references, the namespace defaulting to the Middleware's) as the
+        element names a router would use; ``@`` names pass on as written. Other
+        namespaces need ``allowCrossNamespace``. Whether each exists is validation's
+        question, as for a router's list (Traefik does not look either)."""
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("middlewares"), list):
+            return spec  # decoding names what is wrong
+        names = []
+        for i, ref in enumerate(spec["middlewares"]):
+            where = f"chain.middlewares[{i}]"
+            if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+                raise _Refused(f"invalid spec: {where}: expected {{name, namespace}}")
+            if set(ref) - {"name", "namespace"}:
+                raise _Refused(f"invalid spec: {where}: unknown field "
+                               f"{sorted(set(ref) - {'name', 'namespace'})[0]!r}")  # fmt: skip
+            ns = ref.get("namespace") or ""
+            if not isinstance(ns, str):
+                raise _Refused(f"invalid spec: {where}.namespace is not a string")
+            try:
+                names.append(self.resolve(namespace, ns, ref["name"], "Middleware")[0])
+            except _Refused as refused:
+                raise _Refused(f"{where}: {refused.reason}") from None
+        return {**spec, "middlewares": names}
 
     def middleware_tcp(self, key: Key, mw: objects.MiddlewareTCP) -> None:
         try:
@@ -741,8 +786,6 @@ class _Converter:
                 raise _Refused(f"service {ref.name}: {field}: {UNSUPPORTED}")
         if ref.middlewares:
             raise _Refused(f"service {ref.name}: middlewares: {UNSUPPORTED}")
-        if ref.strategy not in ("", "wrr", "RoundRobin"):
-            raise _Refused(f"service {ref.name}: strategy {ref.strategy!r}: {UNSUPPORTED}")
         if ref.scheme not in ("", "http", "https"):
             if ref.scheme == "h2c":
                 raise _Refused(f"service {ref.name}: scheme h2c: {UNSUPPORTED}")
@@ -764,6 +807,7 @@ class _Converter:
             servers=[Server(url=f"{scheme}://{address}") for address in addresses],
             pass_host_header=True if ref.pass_host_header is None else ref.pass_host_header,
             servers_transport=transport,
+            strategy=_STRATEGIES.get(ref.strategy, ref.strategy),
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}")
         return name, Service(load_balancer=balancer), Backend.of(parent, ref)

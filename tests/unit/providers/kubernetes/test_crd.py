@@ -21,6 +21,7 @@ every other router, service and middleware comes out enabled.
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,13 @@ from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.errors import ConfigError
 from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.crd import PROVIDER, CRDOptions, convert, update_endpoints
+from edge.providers.kubernetes.crd import (
+    PROVIDER,
+    CRDOptions,
+    _normalize,
+    convert,
+    update_endpoints,
+)
 from edge.providers.kubernetes.objects import ClusterState
 from tests.fixtures.tls.pki import PKI
 
@@ -385,3 +392,36 @@ def test_node_port_lb_without_a_nodes_internal_ip_refuses_the_route() -> None:
     ]  # ExternalIP only
     reasons = {p.reason for p in convert(decode_objects(docs)).problems}
     assert "nodePortLB: no node has an InternalIP address for service default/nodeport" in reasons
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.text(
+        alphabet=st.one_of(st.sampled_from("aZ09-_.@/: \t~é²١"), st.characters(codec="utf-8")),
+        max_size=40,
+    )
+)
+def test_normalize_keeps_the_words_joined_by_one_dash(name: str) -> None:
+    """One substitution gives what splitting on runs and joining the words gave."""
+    words = [part for part in re.split(r"[\W_]+", name) if part]
+    assert _normalize(name) == "-".join(words)
+
+
+def test_a_strategy_edge_lacks_passes_on_and_validation_refuses_its_service() -> None:
+    docs = load(FIXTURES / "http-chain-and-strategy.yaml").objects
+    route = docs[0]["spec"]["routes"][1]
+    route["services"][0]["strategy"] = "p2c"
+    result = convert(decode_objects(docs), CRDOptions(allow_cross_namespace=True))
+    assert result.problems == []
+    http = result.configuration.http
+    assert http is not None
+    name = "default-app-bb8032711cdceed5dddf"
+    balancer = http.services[name].load_balancer
+    assert balancer is not None and balancer.strategy == "p2c"
+    rt = validate(
+        result.configuration, {"http": {"middlewares": {"extra": {"addPrefix": {"prefix": "/x"}}}}}
+    )
+    service = rt.http_services[f"{name}@{PROVIDER}"]
+    assert service.status == "disabled"
+    assert any("strategy 'p2c'" in error for error in service.errors), service.errors
+    assert rt.http_routers[f"{name}@{PROVIDER}"].status == "disabled"
