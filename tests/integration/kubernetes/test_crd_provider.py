@@ -12,6 +12,7 @@ provider runs beside it. Every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import subprocess
@@ -26,7 +27,7 @@ import yaml
 
 from edge.providers.kubernetes.client import CRD_RESOURCES
 from edge.providers.kubernetes.provider import KubernetesCRDProvider, KubernetesIngressProvider
-from tests.harness import ROOT, WHOAMI_RE, Proc, Whoami
+from tests.harness import ROOT, WHOAMI_RE, Proc, Whoami, need
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.peers import fingerprint_of, s_client_until
 from tests.kube import objects as o
@@ -529,3 +530,34 @@ def test_edge_check_lists_the_crd_routes_left_out(emu: Emulator, tmp_path, whoam
     assert "kubernetescrd: IngressRoute default/bad" in out.stdout, out.stdout
     assert "service default/missing not found" in out.stdout, out.stdout
     assert "@kubernetescrd: enabled" in out.stdout, out.stdout
+
+
+def test_a_chain_middleware_runs_the_middlewares_it_names(
+    emu: Emulator, start_edge, whoami: Whoami
+) -> None:
+    """An IngressRoute using a chain Middleware whose members are Traefik's ``{name,
+    namespace}`` references: curl's request reaches the backend with the prefix
+    stripped and the header added, in the chain's order."""
+    emu.create(o.service("web"))
+    emu.create(KP.slice_for("web", whoami))
+    emu.create(_crd("Middleware", "strip", {"stripPrefix": {"prefixes": ["/shop"]}}))
+    headers = {"customRequestHeaders": {"X-Chained": "yes"}}
+    emu.create(_crd("Middleware", "mark", {"headers": headers}))
+    chain = {"middlewares": [{"name": "strip"}, {"name": "mark", "namespace": "default"}]}
+    emu.create(_crd("Middleware", "both", {"chain": chain}))
+    route = ingress_route("web", "chain.test", "web")
+    route["spec"]["routes"][0]["middlewares"] = [{"name": "both"}]
+    emu.create(route)
+    edge = start_edge()
+    assert KP.follows(edge.port(), "chain.test", whoami.name, "/shop/cart")
+
+    out = subprocess.run(
+        [need("curl"), "-s", "-m", "10", "-H", "Host: chain.test",
+         f"http://127.0.0.1:{edge.port()}/shop/cart"],
+        capture_output=True, text=True, timeout=20, check=True,
+    )  # fmt: skip
+    seen = json.loads(out.stdout)
+    assert seen["path"] == "/cart"
+    assert seen["headers"].get("X-Chained") == ["yes"], seen["headers"]
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+    assert provider.conversion.problems == []
