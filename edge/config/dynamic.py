@@ -29,16 +29,19 @@ from urllib.parse import urlsplit
 import msgspec
 import re2  # google-re2: the engine and syntax of Go's regexp
 
+from edge.config import htpasswd
 from edge.config.durations import Duration, SignedDuration
 from edge.rules.regexp import _compile_re2
 
 __all__ = [
     "AddPrefix",
     "Base",
+    "BasicAuth",
     "CertAndStores",
     "ClientAuth",
     "ClientCertificate",
     "Configuration",
+    "DigestAuth",
     "Domain",
     "Element",
     "ForwardingTimeouts",
@@ -482,6 +485,48 @@ class RedirectScheme(Base):
             raise ValueError(f"port: invalid port {self.port!r}")
 
 
+class BasicAuth(Base):
+    """HTTP Basic authentication against htpasswd lines (:mod:`edge.config.htpasswd`):
+    ``users`` (``name:hash``) and the lines of ``usersFile`` (read when the
+    configuration is checked and built; ``users`` win over the file's). A request
+    without valid credentials is answered 401 with ``WWW-Authenticate: Basic
+    realm="..."``; an authenticated one goes upstream with the user's name in
+    ``headerField`` (when set) and without its Authorization header when
+    ``removeHeader``."""
+
+    users: list[str] = []
+    users_file: str = ""
+    realm: str = ""  # "traefik" when empty
+    header_field: str = ""
+    remove_header: bool = False
+
+    def check(self) -> None:
+        _auth_check(self.realm, self.header_field)
+        htpasswd.basic_users(self.users, self.users_file)
+
+
+class DigestAuth(Base):
+    """HTTP Digest authentication (RFC 2617, MD5, ``qop=auth``) against htdigest lines
+    (``name:realm:md5``; only the middleware's realm's are used), as
+    :class:`BasicAuth` otherwise."""
+
+    users: list[str] = []
+    users_file: str = ""
+    realm: str = ""  # "traefik" when empty
+    header_field: str = ""
+    remove_header: bool = False
+
+    def check(self) -> None:
+        _auth_check(self.realm, self.header_field)
+        htpasswd.digest_users(self.users, self.users_file)
+
+
+def _auth_check(realm: str, header_field: str) -> None:
+    _header_value("realm", realm)  # it goes into WWW-Authenticate
+    if header_field:
+        _header_name("headerField", header_field)
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -497,6 +542,8 @@ class Middleware(Element):
     redirect_regex: RedirectRegex | None = None
     chain: Chain | None = None
     content_type: ContentType | None = None
+    basic_auth: BasicAuth | None = None
+    digest_auth: DigestAuth | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind
