@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
 import msgspec
 
-from edge.config.diff import changed_servers
+from edge.config.diff import Backends, changed_backends, changed_servers
 from edge.config.durations import enc_hook
 from edge.config.dynamic import (
     UNSUPPORTED,
@@ -153,13 +153,28 @@ class RuntimeConfig:
             for message in info.errors
         ]
 
-    def changed_servers(self, previous: RuntimeConfig) -> list[str] | None:
-        """:func:`edge.config.diff.changed_servers` from ``previous``'s configuration to
+    def validated_from(self, previous: RuntimeConfig) -> bool:
+        """Whether this snapshot was validated from ``previous`` by an endpoints-only
+        round: then every element kept its status and errors, and
+        :meth:`changed_backends` is what that round found."""
+        since = self._basis.since if self._basis is not None else None
+        return since is not None and since[0] is previous.configuration
+
+    def changed_backends(self, previous: RuntimeConfig) -> Backends | None:
+        """:func:`edge.config.diff.changed_backends` from ``previous``'s configuration to
         this one's, without comparing them again when this snapshot was validated from
         ``previous`` (an endpoints-only round: :func:`build_runtime` compared them)."""
-        since = self._basis.since if self._basis is not None else None
-        if since is not None and since[0] is previous.configuration:
-            return list(since[1])
+        if self.validated_from(previous):
+            assert self._basis is not None and self._basis.since is not None
+            return Backends(*(list(names) for names in self._basis.since[1]))
+        return changed_backends(previous.configuration, self.configuration)
+
+    def changed_servers(self, previous: RuntimeConfig) -> list[str] | None:
+        """:func:`edge.config.diff.changed_servers` (HTTP servers alone changed) from
+        ``previous``'s configuration to this one's, as :meth:`changed_backends`."""
+        if self.validated_from(previous):
+            found = self.changed_backends(previous)
+            return None if found is None or found.tcp or found.udp else found.http
         return changed_servers(previous.configuration, self.configuration)
 
     def to_builtins(self) -> dict[str, Any]:
@@ -230,7 +245,7 @@ class _Basis:
         self.inherited: _Checked | None = None
         # An endpoints-only round's: the previous configuration and the services changed
         # since (it holds that configuration, not the snapshot: no chain of snapshots).
-        self.since: tuple[Configuration, list[str]] | None = None
+        self.since: tuple[Configuration, Backends] | None = None
 
 
 class _Checked:

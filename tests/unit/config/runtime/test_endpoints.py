@@ -1,7 +1,7 @@
 """Endpoints-only validation against full validation, on random configurations.
 
 ``build_runtime(conf, previous=...)`` takes a shortcut when ``conf`` differs from the
-previous snapshot's configuration only in HTTP load balancers' servers: it validates
+previous snapshot's configuration only in load balancers' servers (HTTP, TCP, UDP): it validates
 those services again and reuses every other verdict. What must hold is that nobody can
 tell: after ``check_tls`` (which the data plane runs on every snapshot), the snapshot's
 dump (the API's view, serialised in order), its errors and the messages ``check_tls``
@@ -14,8 +14,8 @@ whose CA file comes and goes between rounds, a certificate that cannot be read (
 TLS router without a certificate of its own gets its error from ``check_tls``) until
 its file is written and the certificates are read again, and deleted again, entry
 points with an ``http.tls`` model. The rounds change servers (to none, to ``https``
-ones, whose transport's files are then checked), and now and then something else, or
-a file. The test also counts how often the shortcut was taken and how often it
+ones, whose transport's files are then checked; TCP servers to none or with ``tls``,
+UDP ones to none), and now and then something else, or a file. The test also counts how often the shortcut was taken and how often it
 declined, so that it cannot pass by never taking it.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from edge.config.diff import changed_servers
+from edge.config.diff import changed_backends, changed_servers
 from edge.config.dynamic import Configuration
 from edge.config.merge import merge
 from edge.config.runtime import RuntimeConfig, build_runtime, check_tls
@@ -46,6 +46,17 @@ def servers(rng: random.Random, https: float = 0.25) -> list[dict[str, Any]]:
         i = rng.randrange(1, 50)
         url = f"https://10.0.0.{i}:443" if rng.random() < https else f"http://10.0.0.{i}:80"
         out.append({"url": url, "weight": rng.randrange(1, 4)})
+    return out
+
+
+def tcp_servers(rng: random.Random) -> list[dict[str, Any]]:
+    """TCP servers as endpoint churn gives them, now and then none or one with ``tls``."""
+    out: list[dict[str, Any]] = []
+    for _ in range(rng.choice([0, 1, 1, 2])):
+        server: dict[str, Any] = {"address": f"10.0.1.{rng.randrange(1, 50)}:5432"}
+        if rng.random() < 0.15:
+            server["tls"] = True
+        out.append(server)
     return out
 
 
@@ -118,6 +129,9 @@ def random_conf(rng: random.Random, files: dict[str, str]) -> dict[str, Any]:
             },
             "services": {"t": {"loadBalancer": {"servers": [{"address": "10.0.1.1:5432"}]}}},
         }
+        if rng.random() < 0.5:  # a transport whose CA file comes and goes
+            doc["tcp"]["serversTransports"] = {"flaky": {"tls": {"rootCAs": [files["flaky"]]}}}
+            doc["tcp"]["services"]["t"]["loadBalancer"]["serversTransport"] = "flaky"
     if rng.random() < 0.3:
         doc["udp"] = {
             "routers": {"u": {"service": "d", "entryPoints": ["udpep"]}},
@@ -177,6 +191,12 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
                 # Mostly what endpoint churn does (other plain servers), now and then anything.
                 churn = servers(rng, https=0.0 if rng.random() < 0.7 else 0.25)
                 doc["http"]["services"][name]["loadBalancer"]["servers"] = churn
+            if "tcp" in doc and rng.random() < 0.4:
+                doc["tcp"]["services"]["t"]["loadBalancer"]["servers"] = tcp_servers(rng)
+            if "udp" in doc and rng.random() < 0.4:
+                doc["udp"]["services"]["d"]["loadBalancer"]["servers"] = [
+                    {"address": f"10.0.2.{i}:53"} for i in range(rng.choice([0, 1, 1, 2]))
+                ]
             if rng.random() < 0.15:  # the CA file of serversTransport "flaky" comes or goes
                 if flaky.exists():
                     flaky.unlink()
@@ -187,7 +207,7 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
                 first["priority"] = rng.randrange(1, 100)
             conf_now = merge({"file": msgspec.convert(doc, Configuration)})
             shortcut = validation._endpoints_only(conf_now, eps, previous, "v3")
-            if changed_servers(previous.configuration, conf_now) is not None:
+            if changed_backends(previous.configuration, conf_now) is not None:
                 if shortcut is not None:
                     taken += 1
                 else:
@@ -202,6 +222,9 @@ def test_endpoints_only_validation_equals_full_validation(tmp_path: Path) -> Non
             full = validated(conf_now, eps, certs, None)
             assert seen(*short) == seen(*full), f"seed {seed}"
             assert short[0].changed_servers(previous) == changed_servers(
+                previous.configuration, conf_now
+            )
+            assert short[0].changed_backends(previous) == changed_backends(
                 previous.configuration, conf_now
             )
             previous = short[0]
@@ -277,3 +300,45 @@ def test_an_endpoints_only_round_keeps_the_static_default_transport(tmp_path: Pa
     assert second.http_services["secure@file"] is first.http_services["secure@file"]
     default = second.servers_transports["default@internal"]
     assert default.root_cas == [missing] and default.max_idle_conns_per_host == 7
+
+
+def test_a_tcp_or_udp_endpoint_change_takes_the_shortcut() -> None:
+    """Servers of a TCP and of a UDP load balancer change, nothing else: only those two
+    services are validated again (each by its own check), every router is the previous
+    info, the snapshot says which changed, and a full validation agrees."""
+
+    def conf(tcp: str, udp: list[str]) -> Configuration:
+        doc = {
+            "http": {
+                "routers": {"ra": {"rule": "Host(`a.test`)", "service": "a"}},
+                "services": {"a": {"loadBalancer": {"servers": [{"url": "http://10.0.0.1"}]}}},
+            },
+            "tcp": {
+                "routers": {"db": {"rule": "HostSNI(`*`)", "service": "t"}},
+                "services": {"t": {"loadBalancer": {"servers": [{"address": tcp}]}}},
+            },
+            "udp": {
+                "routers": {"u": {"service": "d"}},
+                "services": {"d": {"loadBalancer": {"servers": [{"address": a} for a in udp]}}},
+            },
+        }
+        return merge({"file": msgspec.convert(doc, Configuration)})
+
+    eps = {"web": "tcp", "db": "tcp", "dns": "udp"}
+    first = build_runtime(conf("10.0.1.1:5432", ["10.0.2.1:53"]), eps)
+    now = conf("10.0.1.2:5432", ["10.0.2.1:53", "10.0.2.2:53"])
+    second = validation._endpoints_only(now, eps, first, "v3")
+    assert second is not None
+    assert all(second.tcp_routers[n] is first.tcp_routers[n] for n in first.tcp_routers)
+    assert second.udp_routers["u@file"] is first.udp_routers["u@file"]
+    assert second.http_services["a@file"] is first.http_services["a@file"]
+    assert second.tcp_services["t@file"] is not first.tcp_services["t@file"]
+    assert second.udp_services["d@file"] is not first.udp_services["d@file"]
+    assert second.tcp_services["t@file"].used_by == ["db@file"]
+    assert second.changed_backends(first) == ([], ["t@file"], ["d@file"])
+    assert second.changed_servers(first) is None  # not HTTP alone
+    full = build_runtime(now, eps)
+    assert second.validated_from(first) and not full.validated_from(first)
+    assert msgspec.json.encode(second.to_builtins()) == msgspec.json.encode(full.to_builtins())
+    # No UDP server left is a warning: a verdict of its own, so a full validation.
+    assert validation._endpoints_only(conf("10.0.1.2:5432", []), eps, second, "v3") is None
