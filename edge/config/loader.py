@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "basicAuth buffering chain circuitBreaker compress contentType digestAuth "
+            "buffering chain circuitBreaker compress contentType "
             "encodedCharacters errors forwardAuth grpcWeb inFlightReq ipAllowList ipWhiteList "
             "passTLSClientCert plugin rateLimit redirectRegex replacePath replacePathRegex "
             "retry stripPrefixRegex",

@@ -4,7 +4,7 @@ Each is built once per configuration from its dynamic-configuration model and
 holds only what its requests need, prepared (regexps compiled, header edits
 made). The families live in their own modules: :mod:`.paths` (stripPrefix,
 stripPrefixRegex, addPrefix, replacePath, replacePathRegex), :mod:`.redirect`
-(redirectScheme, redirectRegex), :mod:`.headers`. ``chain`` is unrolled into the
+(redirectScheme, redirectRegex), :mod:`.headers`, :mod:`.auth`. ``chain`` is unrolled into the
 routers naming it by validation (:mod:`edge.config.runtime.http`), so it is never
 built; ``contentType`` builds to a middleware that does nothing (edge never sniffs
 a body's type), which leaves the route's pipeline empty.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares import Middleware
+from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
 from edge.http.middlewares.headers import Headers, headers
 from edge.http.middlewares.paths import (
     AddPrefix,
@@ -26,6 +27,8 @@ from edge.http.middlewares.redirect import RedirectRegex, RedirectScheme
 
 __all__ = [
     "AddPrefix",
+    "BasicAuth",
+    "DigestAuth",
     "Headers",
     "RedirectRegex",
     "RedirectScheme",
@@ -62,6 +65,10 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
         return RedirectRegex(name, rr.regex, rr.replacement, rr.permanent)
     if c.content_type is not None:
         return Middleware(name)
+    if c.basic_auth is not None:
+        return basic_auth(name, c.basic_auth)
+    if c.digest_auth is not None:
+        return digest_auth(name, c.digest_auth)
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")
