@@ -5,8 +5,10 @@ EndpointSlices, one Ingress in ten with TLS) and its first configuration as the
 provider and the data plane do, then runs R churn rounds: each replaces K
 EndpointSlices (a different set each round) and runs what follows in edge:
 ``update_endpoints``, ``merge`` with the watcher's memo, ``build_runtime`` with the
-previous snapshot, ``changed_servers`` (the data plane's question), ``check_tls`` with
-the live certificates and ``servers_for`` (the in-place update).
+previous snapshot, the data plane's question (``edge.app._changed_backends``: which
+HTTP, TCP and UDP load balancers changed in their servers alone), ``check_tls`` with
+the live certificates and ``servers_for``, ``tcp_servers_for``, ``udp_servers_for``
+with each live load balancer's ``update`` (the in-place path).
 
 ``--crd`` runs the kubernetesCRD provider's round over :func:`kube_scale.crd_objects`'
 cluster (default 5,000 IngressRoutes, 1,000 IngressRouteTCPs, 500 IngressRouteUDPs,
@@ -14,9 +16,9 @@ cluster (default 5,000 IngressRoutes, 1,000 IngressRouteTCPs, 500 IngressRouteUD
 converts the whole cluster instead (what a round cost before that provider had an
 endpoints-only path, and still costs for any other change) and compares the result
 with the last (the provider, then the watcher). ``--slices tcp`` changes TCP and UDP
-Services' slices, which ``changed_servers`` does not take in place: the data plane then
-builds every router again, as it does for them. The cyclic GC waits during a round, as
-edge pauses it.
+Services' slices, which the data plane also takes in place. A round that must build
+every router again (counted as rebuilt) is a failure. The cyclic GC waits during a
+round, as edge pauses it.
 
     python loadtest/kube_churn_round.py [--ingresses 2000] [--changed 20] [--rounds 10]
     python loadtest/kube_churn_round.py --crd [--slices http|tcp] [--routes 5000] ...
@@ -53,11 +55,14 @@ from kube_scale import (
     list_bodies,
 )
 
+from edge.app import _changed_backends
 from edge.config.merge import RouterMemo, merge
 from edge.config.runtime import build_runtime, check_tls
 from edge.providers.kubernetes import crd, objects
 from edge.providers.kubernetes.ingress import convert, update_endpoints
 from edge.router.factory import build_router_sets, servers_for
+from edge.router.tcp import tcp_servers_for
+from edge.router.udp import udp_servers_for
 from edge.tls.certs import TLSCertificates
 from edge.transports import TransportRegistry
 
@@ -129,11 +134,15 @@ def main() -> None:
     transports = TransportRegistry(loop)
     transports.commit(transports.plan(runtime.servers_transports))
     services: dict = {}
-    build_router_sets(runtime, transports, list(entry_points), services, certs)
+    tcp_services: dict = {}
+    udp_services: dict = {}
+    build_router_sets(
+        runtime, transports, list(entry_points), services, certs,
+        tcp_services=tcp_services, udp_services=udp_services,
+    )  # fmt: skip
 
     step = max(n // max(args.changed, 1), 1)
     spent = 0.0
-    rebuilt = 0
     for r in range(args.rounds):
         slices = dict(state.endpoint_slices)
         for i in range(args.changed):
@@ -154,21 +163,25 @@ def main() -> None:
             assert new_result is not None
         new_merged = merge({provider: new_result.configuration}, memo)
         new_runtime = build_runtime(new_merged, entry_points, previous=runtime)
-        names = new_runtime.changed_servers(runtime)  # as the data plane asks
+        changed = _changed_backends(runtime, new_runtime)  # as the data plane asks
         check_tls(new_runtime, certs)
-        if names is None:  # the data plane builds every router again
-            assert args.slices == "tcp", "an HTTP slices' round rebuilt the routers"
-            services = {}
-            build_router_sets(new_runtime, transports, list(entry_points), services, certs)
-            rebuilt += 1
-        else:
-            assert len(names) == args.changed * (2 if args.crd else 1), names
-            servers_for(services, new_runtime, names, transports)
+        if changed is None:  # the data plane would build every router again
+            raise AssertionError(f"round {r}: the routers were rebuilt")
+        names = [*changed.http, *changed.tcp, *changed.udp]
+        assert len(names) == args.changed * (2 if args.crd and args.slices == "http" else 1), (
+            changed
+        )
+        for service, servers in servers_for(services, new_runtime, changed.http, transports):
+            service.update(servers)
+        for tcp_service, tcp_servers in tcp_servers_for(tcp_services, new_runtime, changed.tcp):
+            tcp_service.update(tcp_servers)
+        for udp_service, udp_servers in udp_servers_for(udp_services, new_runtime, changed.udp):
+            udp_service.update(udp_servers)
         spent += time.process_time() - start
         gc.enable()
         state, result, runtime = new_state, new_result, new_runtime
     print(
-        f"{args.rounds} rounds ({what}; {rebuilt} rebuilt the routers): "
+        f"{args.rounds} rounds ({what}; all in place): "
         f"{spent / args.rounds * 1e3:.1f} ms CPU per round"
     )
     loop.close()
