@@ -351,6 +351,12 @@ class _Converter:
         self.refused: dict[tuple[str, str, str], str] = {}
         self.backends: dict[tuple[str, str], Backend] = {}
         self.refused_services: set[Key] = set()
+        # Per conversion (a Service port is named by many routes): its ready endpoints,
+        # sorted, with the FQDN slices left out, by (namespace, name, port, port name,
+        # protocol); the HTTP servers of one such list by (id(addresses), scheme), the
+        # value holding the list so that its id stays its own.
+        self.ready: dict[tuple[str, str, int, str, str], tuple[list[str], list[str]]] = {}
+        self.http_servers: dict[tuple[int, str], tuple[list[str], list[Server]]] = {}
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -466,12 +472,17 @@ class _Converter:
             return [address], found
         if node_ports:
             return self.node_ports(what, found), found
-        addresses, hosts = ready_addresses(
-            self.slices.get((namespace, name), ()),
-            found.name,
-            protocol=protocol,
-            allow_fqdn=self.options.allow_external_name_services,
-        )
+        memo = (namespace, name, found.port, found.name, protocol)
+        ready = self.ready.get(memo)
+        if ready is None:
+            found_addresses, found_hosts = ready_addresses(
+                self.slices.get((namespace, name), ()),
+                found.name,
+                protocol=protocol,
+                allow_fqdn=self.options.allow_external_name_services,
+            )
+            ready = self.ready[memo] = (sorted(found_addresses), found_hosts)
+        addresses, hosts = ready
         if not addresses and not self.options.allow_empty_services:
             self.refused_services.add((namespace, name))
             if hosts:
@@ -480,7 +491,7 @@ class _Converter:
                     "(addressType FQDN) and allowExternalNameServices is off"
                 )
             raise _Refused(f"{what} has no ready endpoints for port {found.name or found.port}")
-        return sorted(addresses), found
+        return addresses, found
 
     def node_ports(self, what: str, port: objects.ServicePort) -> list[str]:
         """``nodePortLB``: every node's InternalIP with the port's nodePort."""
@@ -764,10 +775,11 @@ class _Converter:
                 self.backends[(section, name)] = backend
 
     def http_service(
-        self, parent: str, ref: objects.RouteService
+        self, parent: str, ref: objects.RouteService, named: bool = True
     ) -> tuple[str, Service | None, Backend | None]:
         """(name, the load balancer to add and where it comes from; None for a
-        TraefikService) of a reference."""
+        TraefikService) of a reference; a Service's name is ``""`` unless ``named`` (a
+        route's only service is named after its router)."""
         kind = ref.kind or "Service"
         if kind == "TraefikService":
             name, _ = self.reference(
@@ -803,13 +815,18 @@ class _Converter:
                 parent, "", ref.servers_transport, "ServersTransport",
                 self.state.servers_transports,
             )  # fmt: skip
+        memo = (id(addresses), scheme)
+        held = self.http_servers.get(memo)
+        if held is None:
+            servers = [Server(url=f"{scheme}://{address}") for address in addresses]
+            held = self.http_servers[memo] = (addresses, servers)
         balancer = LoadBalancer(
-            servers=[Server(url=f"{scheme}://{address}") for address in addresses],
+            servers=held[1],
             pass_host_header=True if ref.pass_host_header is None else ref.pass_host_header,
             servers_transport=transport,
             strategy=_STRATEGIES.get(ref.strategy, ref.strategy),
         )
-        name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}")
+        name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}") if named else ""
         return name, Service(load_balancer=balancer), Backend.of(parent, ref)
 
     def tcp_service(self, parent: str, ref: objects.RouteServiceTCP) -> TCPService:
@@ -850,7 +867,7 @@ class _Converter:
             return self.tcp_service(backend.parent, ref)
         if isinstance(ref, objects.RouteServiceUDP):
             return self.udp_service(backend.parent, ref)
-        service = self.http_service(backend.parent, ref)[1]
+        service = self.http_service(backend.parent, ref, named=False)[1]
         assert service is not None  # a backend is a Service's load balancer
         return service
 
@@ -868,7 +885,8 @@ class _Converter:
         like the router over their load balancers."""
         if not refs:
             raise _Refused("the route names no service")
-        built = [self.route_service(ns, router, ref) for ref in refs]
+        named = len(refs) > 1
+        built = [self.route_service(ns, router, ref, named) for ref in refs]
         if len(built) == 1:
             name, service, backend = built[0]
             if service is None:
@@ -884,13 +902,14 @@ class _Converter:
         return router
 
     def route_service(
-        self, ns: str, router: str, ref: _Ref
+        self, ns: str, router: str, ref: _Ref, named: bool
     ) -> tuple[str, Service | TCPService | UDPService | None, Backend | None]:
         """(name as a weighted child, load balancer, its backend) of one reference: HTTP
-        children are named after the Service port (Traefik's ``<ns>-<service>-<port>``),
-        TCP and UDP ones after the router (``<router>-<service>-<port>``)."""
+        children are named after the Service port (Traefik's ``<ns>-<service>-<port>``;
+        only when ``named``: a route's only Service needs no such name), TCP and UDP ones
+        after the router (``<router>-<service>-<port>``)."""
         if isinstance(ref, objects.RouteService):
-            return self.http_service(ns, ref)
+            return self.http_service(ns, ref, named)
         child = f"{router}-{ref.name}-{_port_text(ref.port)}"
         if isinstance(ref, objects.RouteServiceTCP):
             return child, self.tcp_service(ns, ref), Backend.of(ns, ref)
