@@ -7,6 +7,7 @@ with its reason in the log and the API, while the rest serves."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import subprocess
@@ -188,3 +189,42 @@ def test_bad_users_disable_only_their_middleware(edge):
         "a plain-text password? (bcrypt $2y$/$2b$/$2a$/$2x$, MD5 $apr1$/$1$ and {SHA} "
         "are read: htpasswd -B, -m or -s)"
     ]
+
+
+def test_basic_auth_guards_api_at_internal(tmp_path):
+    """The common Traefik set-up: the API (``api`` without ``insecure``) behind a
+    router of the user's with basicAuth. The API lists the middleware as
+    Traefik does (``type: basicauth``, enabled)."""
+    dyn = {
+        "http": {
+            "routers": {
+                "dashboard": {
+                    "rule": "Host(`api.test`)",
+                    "service": "api@internal",
+                    "middlewares": ["admin"],
+                }
+            },
+            "middlewares": {"admin": {"basicAuth": {"users": [f"admin:{APR1}"]}}},
+        }
+    }
+    e = Edge(tmp_path, dyn, static_extra={"api": {}})
+    try:
+        status, hdrs, _ = get(e.port, "/api/http/middlewares", host="api.test")
+        assert (status, hdrs["WWW-Authenticate"]) == (401, 'Basic realm="traefik"')
+        token = base64.b64encode(b"admin:test").decode()
+        status, _, body = get(
+            e.port,
+            "/api/http/middlewares",
+            host="api.test",
+            headers={"Authorization": f"Basic {token}"},
+        )
+        assert status == 200, body
+        [info] = json.loads(body)
+        assert (info["name"], info["type"], info["status"]) == (
+            "admin@file",
+            "basicauth",
+            "enabled",
+        )
+        assert info["basicAuth"]["users"] == [f"admin:{APR1}"]
+    finally:
+        e.stop()
