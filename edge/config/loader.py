@@ -366,29 +366,20 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering chain circuitBreaker compress contentType "
-            "encodedCharacters errors forwardAuth grpcWeb inFlightReq ipAllowList ipWhiteList "
-            "passTLSClientCert plugin rateLimit redirectRegex replacePath replacePathRegex "
-            "retry stripPrefixRegex",
+            "buffering circuitBreaker compress encodedCharacters errors forwardAuth grpcWeb "
+            "inFlightReq ipAllowList ipWhiteList passTLSClientCert plugin rateLimit retry",
             _,
         ),
         (
             dyn.Headers,
-            "accessControlAllowCredentials accessControlAllowHeaders accessControlAllowMethods "
-            "accessControlAllowOriginList accessControlAllowOriginListRegex "
-            "accessControlExposeHeaders accessControlMaxAge addVaryHeader allowedHosts "
-            "browserXssFilter contentSecurityPolicy contentSecurityPolicyReportOnly "
-            "contentTypeNosniff customBrowserXSSValue customFrameOptionsValue featurePolicy "
-            "forceSTSHeader frameDeny hostsProxyHeaders isDevelopment permissionsPolicy "
-            "publicKey referrerPolicy sslForceHost sslHost sslProxyHeaders sslRedirect "
-            "sslTemporaryRedirect stsIncludeSubdomains stsPreload stsSeconds",
+            "featurePolicy sslForceHost sslHost sslRedirect sslTemporaryRedirect",
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.Service, "failover highestRandomWeight mirroring", _),
         (
             dyn.LoadBalancer,
-            "healthCheck passiveHealthCheck responseForwarding sticky strategy",
+            "healthCheck passiveHealthCheck responseForwarding sticky",
             _,
         ),
         (dyn.Server, "preservePath", _),
@@ -441,7 +432,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "strictPrefixMatching",
             _,
         ),
-        (sta.KubernetesCRDConfig, "disableClusterScopeResources", _),
         (sta.KubernetesGatewayConfig, "nativeLBByDefault", "statusAddress"),
     )
 }

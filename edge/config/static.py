@@ -368,6 +368,8 @@ class KubernetesCRDConfig(Base):
     allow_external_name_services: bool = False
     allow_empty_services: bool = False
     native_lb_by_default: bool = msgspec.field(default=False, name="nativeLBByDefault")
+    # Nodes (cluster-scoped) are not watched; nodePortLB is refused for want of them.
+    disable_cluster_scope_resources: bool = False
 
 
 class KubernetesGatewayConfig(Base):

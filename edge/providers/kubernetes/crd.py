@@ -62,7 +62,8 @@ Services
     NodePort Service gives every Node's ``InternalIP`` with the port's ``nodePort`` (in
     node name order; for TCP and UDP it beats ``nativeLB``, for HTTP ``nativeLB`` wins:
     Traefik's order); a port without nodePort, or no node with an InternalIP, refuses
-    the route; on a Service of another type it is ignored, as in Traefik.
+    the route, as does ``disableClusterScopeResources`` (Nodes are not read); on a
+    Service of another type it is ignored, as in Traefik.
 
 TLS
     ``tls.secretName`` is read from the route's namespace as the Ingress conversion reads
@@ -210,6 +211,7 @@ class CRDOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename
     allow_external_name_services: bool = False
     allow_empty_services: bool = False
     native_lb_by_default: bool = msgspec.field(default=False, name="nativeLBByDefault")
+    disable_cluster_scope_resources: bool = False
 
 
 _Ref = objects.RouteService | objects.RouteServiceTCP | objects.RouteServiceUDP
@@ -495,6 +497,10 @@ class _Converter:
 
     def node_ports(self, what: str, port: objects.ServicePort) -> list[str]:
         """``nodePortLB``: every node's InternalIP with the port's nodePort."""
+        if self.options.disable_cluster_scope_resources:
+            raise _Refused(
+                f"nodePortLB on {what}: Nodes are not read (disableClusterScopeResources)"
+            )
         if not 0 < port.node_port <= 65535:
             raise _Refused(f"port {port.name or port.port} of {what} has no nodePort")
         found = node_port_addresses(self.state.nodes, port.node_port)

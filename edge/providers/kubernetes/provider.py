@@ -961,7 +961,10 @@ class KubernetesIngressProvider(KubernetesProvider):
 
 
 def _crd_watches(config: KubernetesCRDConfig) -> list[WatchSpec]:
+    """What the CRD source lists and watches; Nodes (cluster-scoped, for ``nodePortLB``)
+    unless ``disableClusterScopeResources``."""
     models = objects.CRD_KINDS
+    nodes = [] if config.disable_cluster_scope_resources else [WatchSpec(NODES, objects.Node)]
     return [
         *(
             WatchSpec(r, models[r.kind], label_selector=config.label_selector)
@@ -971,7 +974,7 @@ def _crd_watches(config: KubernetesCRDConfig) -> list[WatchSpec]:
         WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
         SECRETS_WATCH,
         WatchSpec(CONFIG_MAPS, objects.ConfigMap),
-        WatchSpec(NODES, objects.Node),
+        *nodes,
     ]
 
 
@@ -983,6 +986,7 @@ def _crd_options(config: KubernetesCRDConfig) -> CRDOptions:
         allow_external_name_services=config.allow_external_name_services,
         allow_empty_services=config.allow_empty_services,
         native_lb_by_default=config.native_lb_by_default,
+        disable_cluster_scope_resources=config.disable_cluster_scope_resources,
     )
 
 

@@ -12,10 +12,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from edge.config.dynamic import Configuration
 from edge.config.loader import (
+    TRAEFIK_KEYS,
     Unsupported,
     decode_dynamic,
     decode_static,
@@ -649,3 +651,15 @@ def test_an_error_names_its_own_keys_as_written_not_another_elements() -> None:
     with pytest.raises(ConfigError) as info:
         decode_dynamic({"http": {"routers": routers}})
     assert info.value.path == "$.http.routers.last.entryPoints[0]"
+
+
+def test_no_traefik_key_edge_lacks_is_a_field_its_model_declares() -> None:
+    """TRAEFIK_KEYS lists only what the models do not declare: a key implemented since
+    must leave the table (else it goes stale). The one exception is documented: an
+    ignored key a model reads and edge does nothing with (the static ``metrics``)."""
+    declared_there = []
+    for model, (refused, ignored) in TRAEFIK_KEYS.items():
+        declared = {f.encode_name for f in msgspec.structs.fields(model)}
+        declared_there += [(model.__name__, key) for key in sorted((refused | ignored) & declared)]
+    assert declared_there == [("StaticConfig", "metrics")]
+    assert "metrics" in TRAEFIK_KEYS[StaticConfig][1]  # ignored, not refused

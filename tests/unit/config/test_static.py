@@ -361,6 +361,7 @@ def test_kubernetes_crd_takes_traefiks_keys() -> None:
                     "allowExternalNameServices": True,
                     "allowEmptyServices": True,
                     "nativeLBByDefault": True,
+                    "disableClusterScopeResources": True,
                 }
             }
         }
@@ -380,16 +381,11 @@ def test_kubernetes_crd_takes_traefiks_keys() -> None:
     assert crd.throttle_duration == 0.25
     assert crd.allow_cross_namespace and crd.allow_external_name_services
     assert crd.allow_empty_services and crd.native_lb_by_default
+    assert crd.disable_cluster_scope_resources
     defaults = decode_static({"providers": {"kubernetesCRD": {}}}).providers.kubernetes_crd
     assert defaults is not None and defaults.ingress_class == ""  # crd.py's default rule
     assert defaults.throttle_duration is None  # providersThrottleDuration then
-
-
-def test_kubernetes_crd_names_traefiks_other_keys_unsupported() -> None:
-    with pytest.raises(ConfigError) as info:
-        decode_static({"providers": {"kubernetesCRD": {"disableClusterScopeResources": True}}})
-    assert "$.providers.kubernetesCRD.disableClusterScopeResources" in str(info.value)
-    assert "not supported by this version of edge" in str(info.value)
+    assert not defaults.disable_cluster_scope_resources  # Nodes are watched
 
 
 # --- what Traefik adds and what it refuses ---------------------------------------------

@@ -425,3 +425,26 @@ def test_a_strategy_edge_lacks_passes_on_and_validation_refuses_its_service() ->
     assert service.status == "disabled"
     assert any("strategy 'p2c'" in error for error in service.errors), service.errors
     assert rt.http_routers[f"{name}@{PROVIDER}"].status == "disabled"
+
+
+def test_node_port_lb_is_refused_when_nodes_are_not_read() -> None:
+    """disableClusterScopeResources: Nodes are not read, so every route asking for
+    nodePortLB on a NodePort Service is refused, naming the option; the HTTP route where
+    nativeLB wins and the one on a ClusterIP Service are served as before."""
+    docs = load(FIXTURES / "node-port-lb.yaml").objects
+    result = convert(decode_objects(docs), CRDOptions(disable_cluster_scope_resources=True))
+    reason = (
+        "nodePortLB on service default/nodeport: Nodes are not read (disableClusterScopeResources)"
+    )
+    refused = {(p.kind, p.where) for p in result.problems if p.reason == reason}
+    assert refused == {
+        ("IngressRoute", "spec.routes[0]"),
+        ("IngressRoute", "spec.routes[3]"),
+        ("IngressRouteTCP", "spec.routes[0]"),
+        ("IngressRouteUDP", "spec.routes[0]"),
+    }, result.problems
+    served = convert(decode_objects(docs)).configuration
+    assert result.configuration.http is not None and served.http is not None
+    for name, service in served.http.services.items():  # the others stay as they were
+        if name in result.configuration.http.services:
+            assert result.configuration.http.services[name] == service

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edge.config.static import KubernetesCRDConfig
 from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.provider import _relevant
+from edge.providers.kubernetes.provider import _crd_options, _crd_watches, _relevant
 
 
 def decode(kind: str, obj: dict[str, Any]) -> Any:
@@ -54,3 +55,14 @@ def test_content_changed_added_or_deleted_counts() -> None:
     assert _relevant(changed, old, {"Node": {("", "n1"): node("10.0.0.2")}}) == changed
     assert _relevant(changed, old, {"Node": {}}) == changed  # deleted
     assert _relevant(changed, {}, old) == changed  # added
+
+
+def test_the_crd_source_watches_nodes_unless_cluster_scope_is_disabled() -> None:
+    def kinds(config: KubernetesCRDConfig) -> list[str]:
+        return [w.resource.kind for w in _crd_watches(config)]
+
+    assert "Node" in kinds(KubernetesCRDConfig())
+    disabled = KubernetesCRDConfig(disable_cluster_scope_resources=True)
+    assert "Node" not in kinds(disabled)
+    assert set(kinds(KubernetesCRDConfig())) - set(kinds(disabled)) == {"Node"}
+    assert _crd_options(disabled).disable_cluster_scope_resources
