@@ -7,7 +7,10 @@ A :class:`Middleware` says what it does to an exchange in three ways, and a
   (:class:`Forward`: path, X-Forwarded-Prefix, headers to set, and response
   headers that depend on the request); returning an :class:`Answer` ends the
   exchange with edge's own response instead. The base class does nothing; a
-  middleware that overrides it runs on every request.
+  middleware that overrides it runs on every request. ``fwd.client_ip`` is the
+  connection's peer (or the client a trusted PROXY header named);
+  :meth:`Forward.on_end` registers what must run when the exchange ends,
+  however it ends (answered, the upstream failed, the client gone).
 - ``request_edits`` / ``response_edits``: header edits fixed by the
   configuration, merged once per pipeline (later middlewares win).
 
@@ -20,12 +23,14 @@ added later, makes the route take the general path, which runs the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from edge.http.codec import RequestHead
 from edge.http.codec.forward import HeaderEdits
 
 __all__ = ["Answer", "Forward", "Middleware", "Pipeline", "merge_edits"]
+
+TEXT_PLAIN = b"text/plain; charset=utf-8"
 
 
 class Forward:
@@ -33,6 +38,8 @@ class Forward:
 
     __slots__ = (
         "authority",
+        "client_ip",
+        "ends",
         "head",
         "headers",
         "host",
@@ -55,8 +62,10 @@ class Forward:
         scheme: bytes = b"http",
         trusted_head: RequestHead | None = None,
         head: RequestHead | None = None,
+        client_ip: str = "",
     ) -> None:
         self.head = head  # the request's head, as the client sent it
+        self.client_ip = client_ip  # the connection's client address (IPv4-mapped unmapped)
         self.method = method
         self.authority = authority  # the Host (or absolute-form target's authority) as sent
         self.scheme = scheme  # the entrypoint's: http or https
@@ -72,6 +81,17 @@ class Forward:
         )
         # Response headers set per request, after the pipeline's fixed ones.
         self.response: list[tuple[bytes, bytes]] | None = None
+        # What runs once when the exchange ends (on_end), in the order registered.
+        self.ends: list[Callable[[], None]] | None = None
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` run once when the exchange ends, however it ends: its
+        response complete (edge's own included), the upstream failed, the client
+        gone. Registered by a step that holds something for the request (an
+        in-flight slot) even when a later step answers instead."""
+        if self.ends is None:
+            self.ends = []
+        self.ends.append(callback)
 
     def set_header(self, name: bytes, value: bytes) -> None:
         if self.headers is None:
@@ -85,14 +105,25 @@ class Forward:
 
 
 class Answer:
-    """A response of edge's own that ends the exchange (a redirect, a refusal)."""
+    """A response of edge's own that ends the exchange (a redirect, a refusal).
 
-    __slots__ = ("body", "lines", "status")
+    It goes out with the response header edits of the middlewares before the step
+    that answered (:meth:`Pipeline.answer_edits`), as Traefik's handlers write
+    through the response writers of those that wrap them."""
 
-    def __init__(self, status: int, lines: bytes = b"", body: bytes = b"") -> None:
+    __slots__ = ("body", "content_type", "lines", "status")
+
+    def __init__(
+        self,
+        status: int,
+        lines: bytes = b"",
+        body: bytes = b"",
+        content_type: bytes = TEXT_PLAIN,
+    ) -> None:
         self.status = status
         self.lines = lines  # extra header lines, each ending in CRLF
         self.body = body
+        self.content_type = content_type  # sent with a body
 
 
 class Middleware:
@@ -114,6 +145,7 @@ class Pipeline:
     """A route's middlewares, folded into what the exchange runs."""
 
     __slots__ = (
+        "_answers",
         "_responses",
         "empty",
         "names",
@@ -130,6 +162,15 @@ class Pipeline:
         self.steps = tuple(m for m in middlewares if type(m).request is not Middleware.request)
         self.request_edits = merge_edits(m.request_edits for m in middlewares)
         self.response_edits = merge_edits(m.response_edits for m in middlewares)
+        # Per step, the fixed response edits of the middlewares before it: what an
+        # answer of that step goes out with (answer_edits).
+        before: list[HeaderEdits | None] = []
+        answers: list[HeaderEdits | None] = []
+        for m in middlewares:
+            if type(m).request is not Middleware.request:
+                answers.append(merge_edits(before))
+            before.append(m.response_edits)
+        self._answers = tuple(answers)
         # Origin goes into the response's own Vary (headers.vary_origin).
         self.vary = any(getattr(m, "vary", False) for m in middlewares)
         self._responses: dict[tuple[tuple[bytes, bytes], ...], HeaderEdits] = {}
@@ -153,6 +194,15 @@ class Pipeline:
             if len(self._responses) < RESPONSES_KEPT:
                 self._responses[key] = edits
         return edits
+
+    def answer_edits(self, step: int, fwd: Forward) -> HeaderEdits | None:
+        """The response header edits for an :class:`Answer` of ``steps[step]``: those
+        of the middlewares before it (a ``headers`` middleware after it never ran,
+        as in Traefik), then those the earlier steps set for this request."""
+        edits = self._answers[step]
+        if fwd.response is None:
+            return edits
+        return merge_edits((edits, HeaderEdits(fwd.response)))
 
     def __len__(self) -> int:
         return len(self.names)

@@ -15,6 +15,11 @@ Invariants:
   is taken only when the route's pipeline does nothing (``Route.express``), and
   writes heads with the same writers as the general path (:mod:`edge.http.codec.forward`):
   the bytes each path sends are the same.
+- What a middleware registered for the exchange's end (``Forward.on_end``) runs
+  exactly once, whichever way the exchange ends: its response complete (edge's
+  own included), handed over to a tunnel, or the client gone (which an upstream
+  failure in the middle of a response also comes to). Express exchanges have
+  none and never check.
 - It is the upstream connection's owner (the interface ``UpstreamConnection``
   calls is :class:`edge.http.server.upstream.UpstreamOwner`); an upstream connection is
   owned by one exchange at a time, and by none while pooled.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
@@ -68,6 +74,7 @@ class Exchange:
         "buffered_size",
         "conn",
         "dial_task",
+        "ends",
         "express",
         "head",
         "header_timer",
@@ -111,6 +118,8 @@ class Exchange:
         self.header_timer: asyncio.TimerHandle | None = None
         self.upgrade_rest: bytes | None = None
         self.retried = False
+        # ends (Forward.on_end's) is set by begin(), the general path, and read only
+        # when not self.express: the express path never pays for it.
         self.status = 0
         self.sent = 0
         self.started = (
@@ -176,6 +185,7 @@ class Exchange:
         conn = self.conn
         ctx = conn.ctx
         head = self.head
+        self.ends: list[Callable[[], None]] | None = None
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -230,12 +240,15 @@ class Exchange:
                 ctx.scheme,
                 head if conn.trusted else None,
                 head,
+                conn.client_ip,
             )
-            for step in pipeline.steps:
+            for i, step in enumerate(pipeline.steps):
                 answer = step.request(fwd)
                 if answer is not None:
-                    self._answer_own(answer)
+                    self.ends = fwd.ends
+                    self._answer_own(answer, pipeline.answer_edits(i, fwd))
                     return
+            self.ends = fwd.ends
         # From here on every answer, the service's errors included, takes the route's
         # response header edits (Traefik's headers middleware modifies what the
         # handlers after it write), with those the pipeline set for this request.
@@ -274,7 +287,12 @@ class Exchange:
             prefix,
         )
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
-        self.express = self.response_edits is None and not head.upgrade and head.version == b"1.1"
+        self.express = (
+            self.response_edits is None
+            and self.ends is None  # upstream_quick runs no ends
+            and not head.upgrade
+            and head.version == b"1.1"
+        )
         if head.expect_continue and (head.chunked or head.content_length):
             conn.send(CONTINUE)
         self._connect()
@@ -424,6 +442,8 @@ class Exchange:
         if not self.resp_started:
             self.status = status
         self.abandon()
+        if not self.express and self.ends is not None:
+            self.run_ends()
         self.log()
 
     # -- UpstreamOwner: events from the upstream connection -----------------------------
@@ -552,6 +572,8 @@ class Exchange:
 
     def _response_done(self) -> None:
         """The response is complete: the upstream connection goes back or away."""
+        if not self.express and self.ends is not None:
+            self.run_ends()
         upstream = self.upstream
         if upstream is not None:  # release_upstream, without the call
             self.upstream = None
@@ -587,6 +609,8 @@ class Exchange:
         upstream = self.upstream
         self.upstream = None
         upstream.owner = None
+        if not self.express and self.ends is not None:
+            self.run_ends()
         self.conn.tunnel(upstream.transport, rest, self.upgrade_rest or b"")
         self.upgrade_rest = None
         self.log()
@@ -683,15 +707,38 @@ class Exchange:
         self.resp_started = True
         self.resp_done = True
         self.conn.send(data)
+        if not self.express and self.ends is not None:
+            self.run_ends()
         if self.req_done or not self.keep_alive:
             self.conn.exchange_done(self)
 
-    def _answer_own(self, answer: Answer) -> None:
+    def _answer_own(self, answer: Answer, edits: HeaderEdits | None) -> None:
         close = not self.answer_keeps_alive()
         self._answer(
-            forward.own_response(answer.status, answer.body, close=close, lines=answer.lines),
+            forward.own_response(
+                answer.status,
+                answer.body,
+                close=close,
+                content_type=answer.content_type,
+                lines=answer.lines,
+                edits=edits,
+            ),
             answer.status,
         )
+
+    def run_ends(self) -> None:
+        """Run what middlewares registered for the exchange's end (Forward.on_end), once."""
+        ends = self.ends
+        self.ends = None
+        if ends:
+            for end in ends:
+                try:
+                    end()
+                except Exception:  # one middleware's bug must not keep the others' slots
+                    log.exception(
+                        "router %s: a middleware's end of exchange failed",
+                        self.route.name if self.route else "?",
+                    )
 
     def answer_error(self, exc: HTTPError) -> None:
         if isinstance(exc, ProtocolError):  # a malformed request: 4xx, then the connection closes

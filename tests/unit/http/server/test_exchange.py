@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import uvloop
 
-from edge.http.middlewares import Middleware, Pipeline
+from edge.http.middlewares import Answer, Middleware, Pipeline
 from edge.http.server.exchange import Exchange
 from edge.router.http import Route
 from loadtest.bench_hotpath import setup
@@ -275,5 +275,123 @@ def test_a_middleware_added_to_the_pipeline_applies_to_plain_traffic():
             assert b"\r\nX-Tag: tagged\r\n" in upstream.transport.data[before:]
             upstream.data_received(OK)
         assert client.transport.data.count(b"hello") == 3
+    finally:
+        loop.close()
+
+
+class Held(Middleware):
+    """Takes a slot for each request and gives it back when the exchange ends
+    (Forward.on_end); notes the client address it was given."""
+
+    __slots__ = ("clients", "held", "released")
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.held = 0
+        self.released = 0
+        self.clients: list[str] = []
+
+    def request(self, fwd):
+        self.clients.append(fwd.client_ip)
+        self.held += 1
+        fwd.on_end(self.release)
+        return None
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class Refuse(Middleware):
+    __slots__ = ()
+
+    def request(self, fwd):
+        return Answer(429, b"Retry-After: 1\r\n", b"Too Many Requests", b"text/x-test")
+
+
+def _held_route(client, *steps):
+    route = client.ctx.router.by_host["a.test"]
+    client.ctx.router.by_host["a.test"] = Route(route.name, route.service, Pipeline(steps))
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_what_a_middleware_holds_is_released_however_the_exchange_ends(codec):
+    """Forward.on_end runs once per exchange: after a complete response, after an
+    own answer of a later step, after an upstream failure, when the client leaves
+    mid-exchange and when a response is cut; fwd.client_ip is the peer's."""
+    loop = uvloop.new_event_loop()
+    try:
+        client, upstream = setup(
+            loop, codec, host="a.test", client_ip="10.0.0.7", transport=Recorder
+        )
+        held = Held("held")
+        _held_route(client, held)
+        # 1. a complete response (twice on one connection).
+        for n in (1, 2):
+            client.data_received(GET)
+            assert (held.held, held.released) == (n, n - 1)
+            upstream.data_received(OK)
+            assert held.released == n
+        assert held.clients == ["10.0.0.7", "10.0.0.7"]
+        # 2. a later step answers: the slot taken before it is given back.
+        _held_route(client, held, Refuse("refuse"))
+        before = len(client.transport.data)
+        client.data_received(GET)
+        answer = bytes(client.transport.data[before:])
+        assert answer.startswith(b"HTTP/1.1 429 ")
+        assert b"\r\nContent-Type: text/x-test\r\n" in answer and b"Retry-After: 1" in answer
+        assert (held.held, held.released) == (3, 3)
+        # 3. the upstream connection fails before responding (a POST: not retried): 502.
+        _held_route(client, held)
+        client.data_received(b"POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\nhi")
+        assert held.released == 3
+        client.ex.upstream.connection_lost(ConnectionResetError())
+        assert held.released == 4
+        assert b"HTTP/1.1 502 " in client.transport.data[before:]
+        # 4. the client leaves while its request is at the upstream.
+        client2, _ = setup(loop, codec, host="a.test", client_ip="10.0.0.8", transport=Recorder)
+        _held_route(client2, held)
+        client2.data_received(GET)
+        assert held.held == 5 and held.released == 4
+        client2.connection_lost(None)
+        assert held.released == 5
+        # 5. the response is cut after its head: the client connection is aborted,
+        # its loss releases.
+        client3, upstream3 = setup(
+            loop, codec, host="a.test", client_ip="10.0.0.9", transport=Recorder
+        )
+        _held_route(client3, held)
+        client3.data_received(GET)
+        upstream3.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel")
+        assert held.released == 5
+        upstream3.connection_lost(None)
+        assert client3.transport.closing
+        client3.connection_lost(None)  # what the abort brings
+        assert (held.held, held.released) == (6, 6)
+        assert held.clients[-2:] == ["10.0.0.8", "10.0.0.9"]
+    finally:
+        loop.close()
+
+
+def test_an_answer_takes_the_response_edits_of_the_middlewares_before_it():
+    """Traefik: a headers middleware's response headers wrap what the handlers after
+    it write, edge's own answers included; one after the answering step never ran."""
+    from edge.http.codec.forward import HeaderEdits
+
+    class Fixed(Middleware):
+        __slots__ = ("response_edits",)
+
+        def __init__(self, name: str, value: bytes) -> None:
+            super().__init__(name)
+            self.response_edits = HeaderEdits([(b"X-" + name.encode(), value)])
+
+    loop = uvloop.new_event_loop()
+    try:
+        client, _ = setup(loop, "httptools", host="a.test", transport=Recorder)
+        _held_route(client, Fixed("before", b"1"), Refuse("refuse"), Fixed("after", b"2"))
+        client.data_received(GET)
+        answer = bytes(client.transport.data)
+        assert answer.startswith(b"HTTP/1.1 429 ")
+        assert b"\r\nX-before: 1\r\n" in answer
+        assert b"X-after" not in answer
     finally:
         loop.close()
