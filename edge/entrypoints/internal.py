@@ -47,9 +47,8 @@ class APIAnswer(Middleware):
         found = self.api.answer(fwd.path, fwd.query)
         if found is None:
             return Answer(404, b"", b"404 page not found\n")
-        status, body, _content_type, lines = found
-        # An Answer has no content type of its own yet: edge's text/plain goes with it.
-        return Answer(status, lines, body)
+        status, body, content_type, lines = found
+        return Answer(status, lines, body, content_type)
 
 
 class _Edits(Middleware):

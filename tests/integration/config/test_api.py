@@ -291,11 +291,6 @@ def test_a_middleware_in_front_of_the_api_answers_first(behind_router):
     assert status == 302 and headers["location"] == "https://guarded.test/api/version"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a middleware's Answer carries no content type yet: the API's JSON goes as "
-    "text/plain through a router (edge.http.middlewares.Answer, exchange._answer_own)",
-)
 def test_api_at_internal_answers_json(behind_router):
     _, headers, _ = curl(behind_router.port, "/admin/api/version", "api.test")
     assert headers["content-type"] == "application/json"
