@@ -23,8 +23,8 @@ An element is its configuration as written (camelCase, defaults left out), plus
 ``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
 ``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
 it serves on), a service or middleware ``usedBy`` and ``type``, an HTTP or TCP load
-balancer ``serverStatus`` (every server ``UP``: edge has no health checks, and Traefik
-says ``UP`` without them). Lists are sorted by name and paged as Traefik pages them:
+balancer ``serverStatus`` (``DOWN`` for a server a health check took out, else ``UP``,
+as Traefik says without health checks). Lists are sorted by name and paged as Traefik pages them:
 ``page`` and ``per_page`` (100 by default), the next page in ``X-Next-Page`` (1 on
 the last page); ``search`` (a substring of the name, or of a router's rule, any
 case), ``status``, and for routers ``serviceName`` and ``middlewareName`` filter them.
@@ -37,7 +37,7 @@ plane added), taken at each request: a worker answers for its own configuration.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -101,8 +101,11 @@ def _message(status: int, message: str) -> APIAnswer:
     return _answer(status, {"message": message})
 
 
-def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
-    """One element as Traefik's API shows it (see the module doc)."""
+def represent(
+    info: ElementInfo[Any], table: str, down: Callable[[str], Collection[str]] | None = None
+) -> dict[str, Any]:
+    """One element as Traefik's API shows it (see the module doc); ``down(service)``:
+    the URLs of the HTTP service's servers a health check took out."""
     out: dict[str, Any] = msgspec.to_builtins(info.config, enc_hook=enc_hook)
     if not isinstance(out, dict) or info.name == API_SERVICE:  # edge's own: nothing to show
         out = {}
@@ -122,8 +125,15 @@ def represent(info: ElementInfo[Any], table: str) -> dict[str, Any]:
             out["type"] = kind.lower()
         if table in ("http_services", "tcp_services"):
             servers = (out.get("loadBalancer") or {}).get("servers") or ()
+            out_of_rotation = (
+                down(info.name) if down is not None and table == "http_services" else ()
+            )
             status = {
-                s.get("url") or s.get("address"): "UP" for s in servers if isinstance(s, dict)
+                s.get("url") or s.get("address"): "DOWN"
+                if s.get("url") in out_of_rotation
+                else "UP"
+                for s in servers
+                if isinstance(s, dict)
             }
             status.pop(None, None)
             if status:
@@ -210,11 +220,19 @@ class API:
     """Answers ``/api/...`` from the runtime ``runtime()`` returns (see the module doc)."""
 
     def __init__(
-        self, static: StaticConfig, runtime: Callable[[], RuntimeConfig | None], version: str
+        self,
+        static: StaticConfig,
+        runtime: Callable[[], RuntimeConfig | None],
+        version: str,
+        *,
+        down: Callable[[str], Collection[str]] | None = None,
     ) -> None:
+        """``down(service)``: the URLs of an HTTP service's servers out of the rotation
+        (the data plane's health checks), shown ``DOWN`` in ``serverStatus``."""
         self.static = static
         self.runtime = runtime
         self.version = version
+        self.down = down
         self.started = datetime.datetime.now(datetime.UTC).isoformat()
 
     def answer(self, path: bytes, query: bytes) -> APIAnswer | None:
@@ -246,12 +264,14 @@ class API:
             attribute, label = TABLES[(parts[0], parts[1])]
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
             if len(parts) == 2:
-                return _listed((represent(info, attribute) for info in table.values()), query)
+                return _listed(
+                    (represent(info, attribute, self.down) for info in table.values()), query
+                )
             name = unquote(parts[2].decode("latin-1"))
             info = table.get(name)
             if info is None:
                 return _message(404, f"{label} not found: {name}")
-            return _answer(200, represent(info, attribute))
+            return _answer(200, represent(info, attribute, self.down))
         return _message(404, "page not found")
 
     def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
@@ -272,14 +292,14 @@ class API:
         start, end, following = _page(query, len(reps))
         return _answer(200, reps[start:end], b"X-Next-Page: %d\r\n" % following)
 
-    @staticmethod
-    def _rawdata(runtime: RuntimeConfig) -> dict[str, Any]:
+    def _rawdata(self, runtime: RuntimeConfig) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for attribute, key in RAW_KEYS.items():
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
             if table:
                 out[key] = {
-                    name: represent(info, attribute) for name, info in sorted(table.items())
+                    name: represent(info, attribute, self.down)
+                    for name, info in sorted(table.items())
                 }
         return out
 

@@ -37,6 +37,7 @@ from edge.logs import AccessLogger, reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
+from edge.router.health import HealthRegistry
 from edge.router.tcp import tcp_servers_for
 from edge.router.udp import udp_servers_for
 from edge.tls import tickets as ticket_keys
@@ -155,6 +156,8 @@ class Dataplane:
             )
         self.loop = loop
         self.transports = TransportRegistry(loop)
+        # The servers down, by service, and the checks deciding it: outlives snapshots.
+        self.health = HealthRegistry(loop)
         self.entrypoints = EntryPoints(loop, self.transports)
         # The descriptors the data plane may take: every TCP entry point admits its
         # connections from it, UDP session caps fit it (edge.descriptors).
@@ -174,7 +177,7 @@ class Dataplane:
         # Traefik's API (api.insecure), on the traefik entry point: this process's runtime.
         api = static.api
         self.api = (
-            API(static, lambda: self.runtime, __version__)
+            API(static, lambda: self.runtime, __version__, down=self.health.status)
             if api is not None and api.insecure
             else None
         )
@@ -248,7 +251,7 @@ class Dataplane:
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.
             self._check_tls(runtime, self.certs)  # the same tls section: the same verdicts
-            http = servers_for(self.services, runtime, changed.http, transports)
+            http = servers_for(self.services, runtime, changed.http, transports, self.health)
             tcp = tcp_servers_for(self.tcp_services, runtime, changed.tcp)
             udp = udp_servers_for(self.udp_services, runtime, changed.udp)
 
@@ -261,6 +264,8 @@ class Dataplane:
                     udp_service.update(udp_servers)
                 if udp:
                     self._udp_servers_changed()
+                if http:
+                    self.health.reconcile(self.services)
                 self.runtime = runtime
                 log.info(
                     "configuration applied in place: new servers for %d services",
@@ -287,6 +292,7 @@ class Dataplane:
             certs,
             tcp_services=tcp_services,
             udp_services=udp_services,
+            health=self.health,
         )
 
         def switch() -> None:
@@ -296,6 +302,7 @@ class Dataplane:
             self.udp_services = udp_services
             self.certs = certs
             self.entrypoints.switch(routers)
+            self.health.reconcile(services)
             self.runtime = runtime
             self._retry_transient(certs)
             # The snapshot just built lives until the next one: keep it out of the
@@ -388,6 +395,7 @@ class Dataplane:
             self._retry_timer = None
         await self._accept_grace()
         await self.entrypoints.stop(self.graces())
+        self.health.stop()
         if self.access_log is not None:
             self.access_log.close()
 

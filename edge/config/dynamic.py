@@ -20,6 +20,7 @@ Durations are :class:`~edge.config.durations.Duration` (float seconds).
 
 from __future__ import annotations
 
+import http
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -44,18 +45,28 @@ __all__ = [
     "DigestAuth",
     "Domain",
     "Element",
+    "Failover",
     "ForwardingTimeouts",
     "HTTPConfiguration",
     "Headers",
+    "HealthCheck",
+    "IPAllowList",
+    "IPStrategy",
+    "IPWhiteList",
+    "InFlightReq",
     "LoadBalancer",
     "Middleware",
+    "PassiveServerHealthCheck",
     "ProxyProtocol",
+    "RateLimit",
     "RedirectScheme",
     "Router",
     "RouterTLS",
     "Server",
+    "ServerHealthCheck",
     "ServersTransport",
     "Service",
+    "SourceCriterion",
     "StoreCertificate",
     "StripPrefix",
     "TCPConfiguration",
@@ -224,6 +235,71 @@ class Server(Base):
             raise ValueError(f"invalid server url {self.url!r}: port 0")
 
 
+class ServerHealthCheck(Base):
+    """``loadBalancer.healthCheck``: each server is asked ``method path`` every
+    ``interval`` (every ``unhealthyInterval`` while down); an answer within ``timeout``
+    with ``status`` (any 2xx or 3xx when 0) keeps it in the rotation, anything else
+    takes it out until a check passes. ``scheme``, ``port`` and ``hostname`` (the Host
+    sent) replace the server URL's; redirects are followed unless ``followRedirects``
+    is false. Values Traefik replaces by its defaults (an interval or timeout of 0 or
+    less) are refused here, so the file says what runs."""
+
+    scheme: str = ""
+    mode: str = "http"
+    path: str = ""
+    method: str = ""  # "": GET
+    status: int = 0
+    port: Port = 0
+    interval: SignedDuration = SignedDuration(30.0)
+    unhealthy_interval: SignedDuration | None = None  # None: interval
+    timeout: SignedDuration = SignedDuration(5.0)
+    hostname: str = ""
+    follow_redirects: bool = True
+    headers: dict[str, str] = {}
+
+    def check(self) -> None:
+        if self.mode == "grpc":
+            raise ValueError(f"mode 'grpc': {UNSUPPORTED} (it has http)")
+        if self.mode != "http":
+            raise ValueError(f"mode {self.mode!r}: unknown (Traefik's: http, grpc)")
+        if self.scheme not in ("", "http", "https"):
+            raise ValueError(f"scheme {self.scheme!r}: expected http or https")
+        if self.path and (not self.path.startswith("/") or any(c in self.path for c in " \r\n")):
+            raise ValueError(f"path {self.path!r}: expected a relative URL path, starting with /")
+        if self.method and not re.fullmatch(r"[A-Z]+", self.method):
+            raise ValueError(f"method {self.method!r}: expected an HTTP method")
+        if self.status and not 100 <= self.status <= 599:
+            raise ValueError(f"status {self.status}: expected an HTTP status (100 to 599)")
+        if self.interval <= 0:
+            raise ValueError("interval: must be greater than 0")
+        if self.timeout <= 0:
+            raise ValueError("timeout: must be greater than 0")
+        if self.unhealthy_interval is not None and self.unhealthy_interval <= 0:
+            raise ValueError("unhealthyInterval: must be greater than 0")
+        _header_value("hostname", self.hostname)
+        for name, value in self.headers.items():
+            _header_name(f"headers[{name!r}]", name)
+            _header_value(f"headers[{name!r}]", value)
+
+
+class PassiveServerHealthCheck(Base):
+    """``loadBalancer.passiveHealthCheck``: ``maxFailedAttempts`` failed requests to a
+    server (no answer, or a 5xx) within ``failureWindow`` take it out of the rotation
+    for ``failureWindow`` (until an active check passes, when there is one)."""
+
+    failure_window: Duration = Duration(10.0)
+    max_failed_attempts: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+    def check(self) -> None:
+        if self.failure_window <= 0:
+            raise ValueError("failureWindow: must be greater than 0")
+
+
+class HealthCheck(Base):
+    """``healthCheck: {}`` of a weighted or failover service: its health (whether a
+    child can serve) goes up to the services using it, which skip it while down."""
+
+
 class LoadBalancer(Base):
     servers: list[Server] = []
     pass_host_header: bool = True
@@ -231,6 +307,8 @@ class LoadBalancer(Base):
     # Traefik's strategies: "wrr" (its default, edge's only one), "p2c", "hrw",
     # "leasttime"; judged by validation (edge.config.runtime.http).
     strategy: str = ""
+    health_check: ServerHealthCheck | None = None
+    passive_health_check: PassiveServerHealthCheck | None = None
 
 
 class WRRService(Base):
@@ -240,16 +318,31 @@ class WRRService(Base):
 
 class Weighted(Base):
     services: list[WRRService] = []
+    health_check: HealthCheck | None = None
+
+
+class Failover(Base):
+    """``failover``: ``service`` while it has a server up, else ``fallback``."""
+
+    service: str = ""
+    fallback: str = ""
+    health_check: HealthCheck | None = None
 
 
 class Service(Element):
     load_balancer: LoadBalancer | None = None
     weighted: Weighted | None = None
+    failover: Failover | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind
             return
-        _exactly_one("a service", loadBalancer=self.load_balancer, weighted=self.weighted)
+        _exactly_one(
+            "a service",
+            loadBalancer=self.load_balancer,
+            weighted=self.weighted,
+            failover=self.failover,
+        )
 
 
 class StripPrefix(Base):
@@ -527,6 +620,149 @@ def _auth_check(realm: str, header_field: str) -> None:
         _header_name("headerField", header_field)
 
 
+class IPStrategy(Base):
+    """How a middleware finds the client's address (Traefik's ``ipStrategy``):
+    ``depth`` (> 0) takes the depth-th X-Forwarded-For entry from the right and wins
+    over ``excludedIPs`` (the first entry from the right not among them); with
+    neither, the connection's peer. ``ipv6Subnet`` (1 to 128; peer and depth only)
+    counts an IPv6 address as the first of its subnet."""
+
+    depth: int = 0
+    excluded_ips: list[str] = msgspec.field(default_factory=list, name="excludedIPs")
+    ipv6_subnet: int | None = None
+
+    def check(self) -> None:
+        if self.depth < 0:
+            raise ValueError(f"depth: {self.depth} is negative (0: no depth)")
+        if self.depth == 0 and self.excluded_ips:
+            for i, entry in enumerate(self.excluded_ips):
+                _ip_range_of(f"excludedIPs[{i}]", entry)
+            return  # Traefik reads no ipv6Subnet with excludedIPs
+        if self.ipv6_subnet is not None and not 0 < self.ipv6_subnet <= 128:
+            raise ValueError(f"ipv6Subnet: {self.ipv6_subnet} is not between 1 and 128")
+
+
+def ip_range(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An IP or a CIDR as Go reads it (``net.ParseIP``, ``net.ParseCIDR``: no zone, no
+    netmask form, no spaces); ``ValueError`` otherwise."""
+    addr, slash, bits = entry.partition("/")
+    if "%" in addr or (slash and not (bits.isascii() and bits.isdigit())):
+        raise ValueError(f"invalid IP or CIDR {entry!r}")
+    ip = ipaddress.ip_address(addr)
+    return ipaddress.ip_network((ip, int(bits) if slash else ip.max_prefixlen), strict=False)
+
+
+def _ip_range_of(key: str, entry: str) -> None:
+    try:
+        ip_range(entry)
+    except ValueError:
+        raise ValueError(f"{key}: invalid IP or CIDR {entry!r}") from None
+
+
+def _source_range(ranges: list[str]) -> None:
+    if not ranges:
+        raise ValueError("sourceRange: is empty (Traefik refuses to build the middleware)")
+    for i, entry in enumerate(ranges):
+        _ip_range_of(f"sourceRange[{i}]", entry)
+
+
+def _ip_strategy(strategy: IPStrategy | None) -> None:
+    if strategy is not None:
+        try:
+            strategy.check()
+        except ValueError as exc:
+            raise ValueError(f"ipStrategy.{exc}") from None
+
+
+class IPAllowList(Base):
+    """Requests whose client address (``ipStrategy``'s) is in ``sourceRange`` (IPs and
+    CIDRs, v4 and v6) pass; the others are answered ``rejectStatusCode`` (403 when 0)."""
+
+    source_range: list[str] = []
+    ip_strategy: IPStrategy | None = None
+    reject_status_code: int = 0
+
+    def check(self) -> None:
+        _source_range(self.source_range)
+        code = self.reject_status_code
+        if code and code not in _HTTP_STATUSES:
+            raise ValueError(f"rejectStatusCode: {code} is not an HTTP status code")
+        _ip_strategy(self.ip_strategy)
+
+
+class IPWhiteList(Base):
+    """Traefik's deprecated name of :class:`IPAllowList` (no ``rejectStatusCode``: 403)."""
+
+    source_range: list[str] = []
+    ip_strategy: IPStrategy | None = None
+
+    def check(self) -> None:
+        _source_range(self.source_range)
+        _ip_strategy(self.ip_strategy)
+
+
+_HTTP_STATUSES = frozenset(s.value for s in http.HTTPStatus)
+
+
+class SourceCriterion(Base):
+    """What groups requests as one source (at most one of them): ``ipStrategy``, the
+    value of the header ``requestHeaderName``, or the Host (``requestHost``)."""
+
+    ip_strategy: IPStrategy | None = None
+    request_header_name: str = ""
+    request_host: bool = False
+
+    def check(self) -> None:
+        if self.ip_strategy is not None and self.request_header_name:
+            raise ValueError("ipStrategy and requestHeaderName are mutually exclusive")
+        if self.ip_strategy is not None and self.request_host:
+            raise ValueError("ipStrategy and requestHost are mutually exclusive")
+        if self.request_header_name and self.request_host:
+            raise ValueError("requestHost and requestHeaderName are mutually exclusive")
+        if self.request_header_name:
+            _header_name("requestHeaderName", self.request_header_name)
+        _ip_strategy(self.ip_strategy)
+
+
+def _source_criterion(criterion: SourceCriterion | None) -> None:
+    if criterion is not None:
+        try:
+            criterion.check()
+        except ValueError as exc:
+            raise ValueError(f"sourceCriterion.{exc}") from None
+
+
+class RateLimit(Base):
+    """A token bucket per source: ``average`` requests per ``period`` (0: no limit),
+    ``burst`` at once (at least 1); ``sourceCriterion`` groups requests (the peer's
+    address when unset)."""
+
+    average: int = 0
+    period: SignedDuration = SignedDuration(1.0)  # 0: a second
+    burst: int = 1
+    source_criterion: SourceCriterion | None = None
+
+    def check(self) -> None:
+        if self.average < 0:
+            raise ValueError(f"average: {self.average} is negative (0: no limit)")
+        if self.period < 0:
+            raise ValueError(f"period: {self.period} is negative")
+        _source_criterion(self.source_criterion)
+
+
+class InFlightReq(Base):
+    """At most ``amount`` requests of one source in flight (``sourceCriterion``; the
+    Host when unset); the next are answered 429."""
+
+    amount: int = 0
+    source_criterion: SourceCriterion | None = None
+
+    def check(self) -> None:
+        if self.amount < 0:
+            raise ValueError(f"amount: {self.amount} is negative")
+        _source_criterion(self.source_criterion)
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -544,6 +780,10 @@ class Middleware(Element):
     content_type: ContentType | None = None
     basic_auth: BasicAuth | None = None
     digest_auth: DigestAuth | None = None
+    ip_allow_list: IPAllowList | None = None
+    ip_white_list: IPWhiteList | None = None
+    rate_limit: RateLimit | None = None
+    in_flight_req: InFlightReq | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

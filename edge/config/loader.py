@@ -376,14 +376,11 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
-        (dyn.Service, "failover highestRandomWeight mirroring", _),
-        (
-            dyn.LoadBalancer,
-            "healthCheck passiveHealthCheck responseForwarding sticky",
-            _,
-        ),
+        (dyn.Service, "highestRandomWeight mirroring", _),
+        (dyn.LoadBalancer, "responseForwarding sticky", _),
         (dyn.Server, "preservePath", _),
-        (dyn.Weighted, "healthCheck sticky", _),
+        (dyn.Weighted, "sticky", _),
+        (dyn.Failover, "errors", _),
         (
             dyn.ServersTransport,
             "cipherSuites disableHTTP2 maxVersion minVersion peerCertURI spiffe",

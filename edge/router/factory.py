@@ -12,10 +12,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from edge.config.runtime import RuntimeConfig
+from edge.config.runtime import DISABLED, RuntimeConfig
+from edge.config.runtime.http import failover_members
 from edge.http.middlewares import EMPTY_PIPELINE, Middleware, Pipeline
 from edge.http.middlewares.builtin import from_config
-from edge.router.http import Backend, HTTPRouter, LoadBalancer, Route, Service, Weighted
+from edge.router.health import HealthRegistry
+from edge.router.http import (
+    Backend,
+    Failover,
+    HTTPRouter,
+    LoadBalancer,
+    Route,
+    Service,
+    Weighted,
+)
 from edge.router.services import build_service
 from edge.router.set import RouterSet
 from edge.router.tcp import TCPService, build_tcp_routers
@@ -28,14 +38,38 @@ log = logging.getLogger("edge.router")
 
 
 class _Builder:
-    def __init__(self, runtime: RuntimeConfig, transports: TransportRegistry) -> None:
+    def __init__(
+        self,
+        runtime: RuntimeConfig,
+        transports: TransportRegistry,
+        health: HealthRegistry | None = None,
+    ) -> None:
         self.runtime = runtime
         self.transports = transports
+        self.health = health
         self.services: dict[str, Service | None] = {}
         self.middlewares: dict[str, Middleware] = {}
         self.pipelines: dict[tuple[str, ...], Pipeline] = {}
+        self._visiting: set[str] = set()
 
     def service(self, name: str) -> Service | None:
+        if name in self.services or name in self._visiting:
+            return self.services.get(name)
+        info = self.runtime.http_services.get(name)
+        config = info.config if info is not None and info.status != DISABLED else None
+        if config is not None and config.failover is not None:
+            self.services[name] = None  # a cycle resolves to None (validation reports it)
+            main, fallback = failover_members(name, config.failover)
+            built: Service = Failover(name, self.service(main), self.service(fallback))
+            self.services[name] = built
+            return built
+        if config is not None and config.weighted is not None:
+            # Members first, so a failover among them (which build_service does not
+            # make) is there when build_service looks.
+            self._visiting.add(name)
+            for member in config.weighted.services:
+                self.service(member.name)
+            self._visiting.discard(name)
         # Typed as making any service: mypy cannot infer build_service's S from the class.
         weighted: Callable[[str, list[tuple[Service, int]]], Service] = Weighted
         return build_service(
@@ -44,12 +78,33 @@ class _Builder:
 
     def load_balancer(self, name: str, lb) -> LoadBalancer:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
-        return LoadBalancer(name, self.backends(name, lb), lb.pass_host_header, transport.pools)
+        # Health of any kind: the servers down are the registry's set for this name,
+        # the same across snapshots; without a registry (a tool), a set no check fills.
+        down = None
+        if lb.health_check is not None or lb.passive_health_check is not None:
+            down = self.health.down_for(name) if self.health is not None else set()
+        return LoadBalancer(
+            name,
+            self.backends(name, lb),
+            lb.pass_host_header,
+            transport.pools,
+            down=down,
+            health_check=lb.health_check,
+        )
 
     def backends(self, name: str, lb) -> list[tuple[Backend, int]]:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
+        passive = None
+        check = lb.passive_health_check
+        if check is not None and self.health is not None:
+            passive = self.health.passive_for(
+                name,
+                float(check.failure_window),
+                check.max_failed_attempts,
+                active=lb.health_check is not None,
+            )
         return [
-            (Backend(name, ServerURL(s.url), transport, lb.pass_host_header), s.weight)
+            (Backend(name, ServerURL(s.url), transport, lb.pass_host_header, passive), s.weight)
             for s in lb.servers
         ]
 
@@ -87,6 +142,7 @@ def build_router_sets(
     *,
     tcp_services: dict[str, TCPService | None] | None = None,
     udp_services: dict[str, UDPService | None] | None = None,
+    health: HealthRegistry | None = None,
 ) -> dict[str, RouterSet]:
     """One RouterSet per named entrypoint.
 
@@ -96,14 +152,20 @@ def build_router_sets(
     :func:`udp_servers_for`).
     ``certs`` is the configuration's certificate snapshot (built here from
     ``runtime.tls`` when not given and some entrypoint terminates TLS).
+    ``health``: the process's server health, which load balancers with health checks
+    read (:mod:`edge.router.health`).
     """
     if services is None:
         services = {}
-    http = build_http_routers(runtime, transports, entry_points, services)
+    http = build_http_routers(runtime, transports, entry_points, services, health=health)
     udp = build_udp_routers(runtime, transports, http, udp_services)
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
     secure = any(info.config.tls is not None for info in runtime.http_routers.values())
-    https = build_http_routers(runtime, transports, http, services, secure=True) if secure else {}
+    https = (
+        build_http_routers(runtime, transports, http, services, secure=True, health=health)
+        if secure
+        else {}
+    )
     tcp = build_tcp_routers(
         runtime,
         http,
@@ -119,7 +181,11 @@ def build_router_sets(
 
 
 def servers_for(
-    services: dict[str, Service | None], runtime: RuntimeConfig, names: Iterable[str], transports
+    services: dict[str, Service | None],
+    runtime: RuntimeConfig,
+    names: Iterable[str],
+    transports,
+    health: HealthRegistry | None = None,
 ) -> list[tuple[LoadBalancer, list[tuple[Backend, int]]]]:
     """The live load balancers ``names`` and the servers ``runtime`` gives them.
 
@@ -128,7 +194,7 @@ def servers_for(
     rebuilt, pools stay (keyed by server in their transport), and the
     round-robin goes on for the servers that stay. Builds only (any thread).
     """
-    builder = _Builder(runtime, transports)
+    builder = _Builder(runtime, transports, health)
     out = []
     for name in names:
         service = services.get(name)
@@ -146,13 +212,14 @@ def build_http_routers(
     services: dict[str, Service | None] | None = None,
     *,
     secure: bool = False,
+    health: HealthRegistry | None = None,
 ) -> dict[str, HTTPRouter]:
     """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes).
 
     The routers without ``tls``; with ``secure``, the routers with ``tls`` instead
     (for TLS connections only: a router that asks for TLS never answers without it).
     """
-    builder = _Builder(runtime, transports)
+    builder = _Builder(runtime, transports, health)
     if services is not None:
         builder.services = services
     entries: dict[str, list] = {ep: [] for ep in entry_points}

@@ -7,31 +7,58 @@ turned into balancers over :class:`Backend` objects holding their transport,
 middlewares built into a pipeline), so the hot path only reads.
 
 The only mutable state is inside balancers (round-robin scores), which belong to
-the snapshot and die with it.
+the snapshot and die with it, and the health of servers: a load balancer with a
+health check reads the set of its servers that are down, which outlives snapshots
+(:mod:`edge.health` owns it and the checks that change it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from edge.balancer import SmoothWeightedRoundRobin
+from edge.config.dynamic import ServerHealthCheck
 from edge.http.middlewares import EMPTY_PIPELINE, Pipeline
 from edge.rules import RouteTable
 from edge.transports import ServerURL, Transport
 
+if TYPE_CHECKING:
+    from edge.router.health import PassiveHealth
+
 
 class Backend:
-    """One server of a load balancer, with what is needed to reach it."""
+    """One server of a load balancer, with what is needed to reach it.
 
-    __slots__ = ("pass_host", "server", "service", "transport")
+    ``health``: its load balancer's passive health check (None without one), told of
+    each request's outcome by whoever sends it (``failed()``, ``answered(status)``).
+    """
+
+    __slots__ = ("health", "pass_host", "server", "service", "transport")
 
     def __init__(
-        self, service: str, server: ServerURL, transport: Transport, pass_host: bool
+        self,
+        service: str,
+        server: ServerURL,
+        transport: Transport,
+        pass_host: bool,
+        health: PassiveHealth | None = None,
     ) -> None:
         self.service = service
         self.server = server
         self.transport = transport
         self.pass_host = pass_host
+        self.health = health
+
+    def failed(self) -> None:
+        """A request to this server got no answer (refused, reset, timed out)."""
+        if self.health is not None:
+            self.health.failed(self.server.url)
+
+    def answered(self, status: int) -> None:
+        """This server answered a request with ``status`` (a 5xx counts as a failure)."""
+        if self.health is not None:
+            self.health.answered(self.server.url, status)
 
 
 class LoadBalancer:
@@ -43,31 +70,69 @@ class LoadBalancer:
     transport, never from the servers, so it cannot go stale.
     """
 
-    __slots__ = ("_wrr", "name", "pass_host", "pooled", "single")
+    __slots__ = (
+        "_wrr",
+        "backends",
+        "down",
+        "health_check",
+        "name",
+        "pass_host",
+        "pooled",
+        "single",
+    )
 
     def __init__(
-        self, name: str, backends: Iterable[tuple[Backend, int]], pass_host: bool, pooled: bool
+        self,
+        name: str,
+        backends: Iterable[tuple[Backend, int]],
+        pass_host: bool,
+        pooled: bool,
+        *,
+        down: set[str] | None = None,
+        health_check: ServerHealthCheck | None = None,
     ) -> None:
+        """``down``: the URLs of its servers that are down (the health registry's set for
+        this service, which checks change in place; None: no health check of any kind);
+        ``health_check``: its active health check, which the registry runs."""
         self.name = name
         # Every server gets the client's Host (passHostHeader, the default).
         self.pass_host = pass_host
         # Every server's connections are kept alive between requests.
         self.pooled = pooled
-        self._set(SmoothWeightedRoundRobin(list(backends)))
+        self.down = down
+        self.health_check = health_check
+        self._set(list(backends))
 
-    def _set(self, wrr: SmoothWeightedRoundRobin[Backend]) -> None:
+    def _set(
+        self,
+        backends: list[tuple[Backend, int]],
+        old: SmoothWeightedRoundRobin[Backend] | None = None,
+    ) -> None:
+        wrr = SmoothWeightedRoundRobin(backends)
+        if old is not None:
+            wrr.inherit(old, lambda b: b.server.key)
         self._wrr = wrr
-        # One server (the common case): nothing to balance.
-        self.single: Backend | None = wrr.single
+        # Every server, the checks' targets (weight 0 ones too, as Traefik checks them).
+        self.backends: list[Backend] = [b for b, _ in backends]
+        # One server (the common case) and no health to read: nothing to balance.
+        self.single: Backend | None = wrr.single if self.down is None else None
 
     def update(self, backends: Iterable[tuple[Backend, int]]) -> None:
         """New servers, in place; the rotation goes on for the servers that stay."""
-        wrr = SmoothWeightedRoundRobin(list(backends))
-        wrr.inherit(self._wrr, lambda b: b.server.key)
-        self._set(wrr)
+        self._set(list(backends), self._wrr)
 
     def pick(self) -> Backend | None:
-        return self._wrr.pick()
+        """The next server up; None when none is (the service answers 503)."""
+        down = self.down
+        if not down:
+            return self._wrr.pick()
+        for _ in range(len(self._wrr)):
+            backend = self._wrr.pick()
+            if backend is None:
+                return None
+            if backend.server.url not in down:
+                return backend
+        return None
 
 
 class Weighted:
@@ -76,12 +141,12 @@ class Weighted:
     __slots__ = ("_wrr", "name", "pass_host", "pooled")
     single = None  # never one server to skip the balancing for
 
-    _wrr: SmoothWeightedRoundRobin[LoadBalancer | Weighted]
+    _wrr: SmoothWeightedRoundRobin[Service]
     name: str
     pass_host: bool  # every server of every child gets the client's Host
     pooled: bool  # every child keeps its connections alive
 
-    def __init__(self, name: str, children: Iterable[tuple[LoadBalancer | Weighted, int]]) -> None:
+    def __init__(self, name: str, children: Iterable[tuple[Service, int]]) -> None:
         self.name = name
         children = list(children)
         self._wrr = SmoothWeightedRoundRobin(children)
@@ -100,7 +165,40 @@ class Weighted:
         return None
 
 
-Service = LoadBalancer | Weighted
+class Failover:
+    """A failover service: its main service while that has a server up, else its fallback.
+
+    A child with no server up (every one down, or none at all) picks None, so the
+    health of a child, whatever its kind, is what it picks; a failover with neither
+    picks None itself, which a weighted or failover parent skips in turn.
+    """
+
+    __slots__ = ("fallback", "main", "name", "pass_host", "pooled")
+    single = None  # never one server to skip the choice for
+
+    main: Service | None
+    fallback: Service | None
+    name: str
+    pass_host: bool  # every server of both children gets the client's Host
+    pooled: bool  # both children keep their connections alive
+
+    def __init__(self, name: str, main: Service | None, fallback: Service | None) -> None:
+        self.name = name
+        self.main = main
+        self.fallback = fallback
+        children = [c for c in (main, fallback) if c is not None]
+        self.pass_host = all(c.pass_host for c in children)
+        self.pooled = all(c.pooled for c in children)
+
+    def pick(self) -> Backend | None:
+        main = self.main
+        backend = main.pick() if main is not None else None
+        if backend is None and self.fallback is not None:
+            return self.fallback.pick()
+        return backend
+
+
+Service = LoadBalancer | Weighted | Failover
 
 
 class Route:

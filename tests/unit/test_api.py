@@ -125,3 +125,34 @@ def test_entrypoints_show_the_timeouts_in_force_defaults_included():
     _, listed, _ = get(api, "/api/entrypoints")
     assert {e["name"]: e["transport"] for e in listed}["slow"] == slow["transport"]
     assert {e["name"]: e["udp"] for e in listed}["dns"] == {"timeout": "10s"}
+
+
+def test_http_services_show_each_servers_health():
+    """serverStatus says DOWN for a server a health check took out, UP for the others,
+    in every view (the list, the element, rawdata)."""
+    dynamic = {
+        "http": {
+            "services": {
+                "app": {
+                    "loadBalancer": {
+                        "servers": [{"url": "http://10.0.0.1:80"}, {"url": "http://10.0.0.2:80"}],
+                        "healthCheck": {"path": "/h"},
+                    }
+                },
+                "spare": {"loadBalancer": {"servers": [{"url": "http://10.0.0.1:80"}]}},
+            }
+        }
+    }
+    runtime = build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})
+    down = {"app@file": {"http://10.0.0.2:80"}}
+    api = API(decode_static(STATIC), lambda: runtime, "test", down=lambda s: down.get(s, set()))
+    expected = {"http://10.0.0.1:80": "UP", "http://10.0.0.2:80": "DOWN"}
+    _, service, _ = get(api, "/api/http/services/app@file")
+    assert service["serverStatus"] == expected
+    assert service["loadBalancer"]["healthCheck"] == {"path": "/h"}
+    _, listed, _ = get(api, "/api/http/services")
+    by_name = {s["name"]: s for s in listed}
+    assert by_name["app@file"]["serverStatus"] == expected
+    assert by_name["spare@file"]["serverStatus"] == {"http://10.0.0.1:80": "UP"}
+    _, raw, _ = get(api, "/api/rawdata")
+    assert raw["services"]["app@file"]["serverStatus"] == expected

@@ -10,6 +10,7 @@ import msgspec
 
 from edge.config.dynamic import (
     UNSUPPORTED,
+    Failover,
     HTTPConfiguration,
     Middleware,
     Router,
@@ -54,6 +55,7 @@ def _build_http(
     for info in rt.http_services.values():
         _check_http_service(info, rt.servers_transports, tls_errors)
     _check_weighted(rt.http_services)
+    _check_failovers(rt.http_services)
     for name, router in _apply_models(http.routers, entry_points, defaults).items():
         r = RouterInfo(name, router)
         rt.http_routers[name] = r
@@ -151,6 +153,20 @@ def _check_http_service(
     if lb is None or info.config.problems:
         return
     _check_transport(info, lb.servers_transport, transports)
+    for key, check in (
+        ("healthCheck", lb.health_check),
+        ("passiveHealthCheck", lb.passive_health_check),
+    ):
+        if check is not None:
+            try:
+                check.check()
+            except ValueError as exc:
+                info.add_error(f"loadBalancer.{key}.{exc}")
+    if lb.passive_health_check is not None:
+        # edge.router.health.PassiveHealth counts what Backend.failed/answered tell it;
+        # until the exchange reports each request's outcome there, the check would
+        # never see a failure: refused, as every option edge does not serve.
+        info.add_error(f"loadBalancer.passiveHealthCheck: {UNSUPPORTED} (yet)")
     if lb.strategy not in ("", "wrr"):
         if lb.strategy in ("p2c", "hrw", "leasttime"):
             info.add_error(f"loadBalancer.strategy {lb.strategy!r}: {UNSUPPORTED} (it has wrr)")
@@ -210,3 +226,50 @@ def _apply_models(
         if rest:
             out[name] = msgspec.structs.replace(router, entry_points=rest)
     return out
+
+
+def failover_members(name: str, failover: Failover) -> tuple[str, str]:
+    """A failover's ``service`` and ``fallback``, qualified by its own provider where
+    they name none (as a router's references are, edge.config.merge)."""
+    provider = split_name(name)[1]
+    main, fallback = failover.service, failover.fallback
+    if provider:
+        main = main if "@" in main else qualify(main, provider)
+        fallback = fallback if "@" in fallback else qualify(fallback, provider)
+    return main, fallback
+
+
+def _check_failovers(services: Mapping[str, ServiceInfo[Service]]) -> None:
+    """Disable failover services whose ``service`` or ``fallback`` is missing, disabled,
+    or leads back to them; depth first, so a member's status is final first (weighted
+    services were judged before)."""
+    done: set[str] = set()
+    for name in services:
+        _check_failover(name, services, done, [])
+
+
+def _check_failover(
+    name: str, services: Mapping[str, ServiceInfo[Service]], done: set[str], path: list[str]
+) -> None:
+    info = services[name]
+    failover = None if info.config.problems else info.config.failover
+    if name in done or failover is None:
+        return
+    path.append(name)
+    members = failover_members(name, failover)
+    for key, member in zip(("service", "fallback"), members, strict=True):
+        child = services.get(member)
+        if not member or child is None:
+            info.add_error(f"failover.{key}: service {member!r} does not exist")
+            continue
+        if name not in child.used_by:
+            child.used_by.append(name)
+        if member in path:
+            cycle = " -> ".join([*path[path.index(member) :], member])
+            info.add_error(f"failover.{key}: services form a cycle: {cycle}")
+            continue
+        _check_failover(member, services, done, path)
+        if child.status == DISABLED:
+            info.add_error(f"failover.{key}: service {member!r} is disabled")
+    path.pop()
+    done.add(name)

@@ -47,7 +47,9 @@ def traefik_dynamic(backend: str) -> dict:
             "services": {
                 "app": lb(backend),
                 "sticky": lb(
-                    backend, sticky={"cookie": {"name": "lb"}}, healthCheck={"path": "/health"}
+                    backend,
+                    sticky={"cookie": {"name": "lb"}},
+                    responseForwarding={"flushInterval": "1s"},
                 ),
                 "mirror": {
                     "mirroring": {"service": "app", "mirrors": [{"name": "app", "percent": 10}]}
@@ -87,7 +89,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
         assert line in lines, out.stdout
     sticky = next(line for line in lines if line.startswith("service sticky@file: disabled"))
     assert f"$.http.services.sticky.loadBalancer.sticky: {nope}" in sticky
-    assert f"$.http.services.sticky.loadBalancer.healthCheck: {nope}" in sticky
+    assert f"$.http.services.sticky.loadBalancer.responseForwarding: {nope}" in sticky
     for router in ("dashboard", "app", "sticky"):
         assert any(line.startswith(f"router {router}@file: disabled") for line in lines), router
     # The rest is still checked: a typo in a rule is reported as one.
@@ -233,7 +235,7 @@ CASES = [
     Case(
         "service-errors.toml", "an empty service beside a good one", "partly: the empty service and its router disabled",
         (
-            "dynamic configuration: {dir}/service-errors.toml: $.http.services.empty: a service must have exactly one of: loadBalancer, weighted (disabled)",
+            "dynamic configuration: {dir}/service-errors.toml: $.http.services.empty: a service must have exactly one of: loadBalancer, weighted, failover (disabled)",
             "router to-good@file: enabled",
             "router to-empty@file: disabled: service 'empty@file' is disabled: $.http.services.empty: a service must have exactly one of",
         ),

@@ -119,11 +119,11 @@ def test_a_middleware_edge_lacks_disables_it_and_its_routers_only() -> None:
         ("middlewares", {"headers": {"customRequestHeaders": {"x": "1"}, "sslRedirect": True}}, "headers.sslRedirect"),
         ("middlewares", {"stripPrefix": {"prefixes": ["/a"], "forceSlash": False}}, "stripPrefix.forceSlash"),
         ("middlewares", {"rateLimit": {"average": 100}}, "rateLimit"),
-        ("services", {"loadBalancer": {"servers": [{"url": "http://a"}], "healthCheck": {"path": "/h"}}}, "loadBalancer.healthCheck"),
+        ("services", {"loadBalancer": {"servers": [{"url": "http://a"}], "responseForwarding": {"flushInterval": "1s"}}}, "loadBalancer.responseForwarding"),
         ("services", {"loadBalancer": {"servers": [{"url": "http://a"}], "sticky": {"cookie": {}}}}, "loadBalancer.sticky"),
         ("services", {"loadBalancer": {"servers": [{"url": "http://a", "preservePath": True}]}}, "loadBalancer.servers[0].preservePath"),
         ("services", {"mirroring": {"service": "s"}}, "mirroring"),
-        ("services", {"failover": {"service": "s", "fallback": "s"}}, "failover"),
+        ("services", {"failover": {"service": "s", "fallback": "s", "errors": {}}}, "failover.errors"),
     ],
 )  # fmt: skip
 def test_each_element_is_disabled_with_its_key_path(

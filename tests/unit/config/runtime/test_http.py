@@ -187,3 +187,73 @@ def test_a_service_a_provider_could_not_make_shows_its_problem_alone():
     info = build_runtime(merge({"kubernetes": decoded}), EPS).http_services["app@kubernetes"]
     assert info.status == "disabled"
     assert info.errors == ["Service default/app not found"]
+
+
+@pytest.mark.parametrize(
+    ("key", "check", "error"),
+    [
+        ("healthCheck", {"path": "/h"}, None),
+        ("healthCheck", {"mode": "grpc"}, "loadBalancer.healthCheck.mode 'grpc': not supported by this version of edge"),
+        ("healthCheck", {"mode": "tcp"}, "loadBalancer.healthCheck.mode 'tcp': unknown"),
+        ("healthCheck", {"scheme": "ftp"}, "loadBalancer.healthCheck.scheme 'ftp': expected http or https"),
+        ("healthCheck", {"path": "health"}, "loadBalancer.healthCheck.path 'health': expected a relative URL path"),
+        ("healthCheck", {"interval": "0s"}, "loadBalancer.healthCheck.interval: must be greater than 0"),
+        ("healthCheck", {"unhealthyInterval": "-1s"}, "loadBalancer.healthCheck.unhealthyInterval: must be greater than 0"),
+        ("healthCheck", {"timeout": "0s"}, "loadBalancer.healthCheck.timeout: must be greater than 0"),
+        ("healthCheck", {"status": 99}, "loadBalancer.healthCheck.status 99: expected an HTTP status"),
+        ("healthCheck", {"headers": {"X A": "1"}}, "loadBalancer.healthCheck.headers['X A']: invalid header name"),
+        ("healthCheck", {"hostname": "a\r\nb"}, "loadBalancer.healthCheck.hostname: a value may not hold CR"),
+        ("passiveHealthCheck", {"maxFailedAttempts": 3, "failureWindow": "5s"}, "loadBalancer.passiveHealthCheck: not supported by this version of edge (yet)"),
+        ("passiveHealthCheck", {"failureWindow": "0s"}, "loadBalancer.passiveHealthCheck.failureWindow: must be greater than 0"),
+    ],
+)  # fmt: skip
+def test_health_checks_judged_naming_the_key(key, check, error):
+    service = lb("http://127.0.0.1:9001")
+    service["loadBalancer"][key] = check
+    rt = runtime({}, {"r": []}, {"app": service})
+    info = rt.http_services["app@file"]
+    if error is None:
+        assert info.status == "enabled", info.errors
+    else:
+        assert info.status == "disabled"
+        assert info.errors[0].startswith(error), info.errors
+        assert rt.http_routers["r@file"].status == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("services", "errors"),
+    [
+        ({"app": {"failover": {"service": "main", "fallback": "spare"}}}, {}),
+        (
+            {"app": {"failover": {"service": "main", "fallback": "nope"}}},
+            {"app": ["failover.fallback: service 'nope@file' does not exist"]},
+        ),
+        (
+            {"app": {"failover": {"service": "main", "fallback": "app"}}},
+            {"app": ["failover.fallback: services form a cycle: app@file -> app@file"]},
+        ),
+        (
+            {
+                "app": {"failover": {"service": "main", "fallback": "bad"}},
+                "bad": {"loadBalancer": {"servers": [{"url": "http://x:1"}], "strategy": "p2c"}},
+            },
+            {"app": ["failover.fallback: service 'bad@file' is disabled"]},
+        ),
+    ],
+)
+def test_failover_members_must_exist_and_serve(services, errors):
+    rt = runtime(
+        {},
+        {"r": []},
+        {"main": lb("http://127.0.0.1:1"), "spare": lb("http://127.0.0.1:2"), **services},
+    )
+    info = rt.http_services["app@file"]
+    expected = errors.get("app")
+    if not expected:
+        assert info.status == "enabled", info.errors
+        assert rt.http_routers["r@file"].status == "enabled"
+        assert sorted(rt.http_services["main@file"].used_by) == ["app@file"]
+    else:
+        assert info.status == "disabled"
+        assert info.errors == expected
+        assert rt.http_routers["r@file"].status == "disabled"

@@ -1,0 +1,269 @@
+"""Server health through a real edge: loadBalancer.healthCheck takes a failing server
+out of the rotation and brings it back, a failover service switches to its fallback
+and back, a reload keeps the verdicts, the API shows serverStatus.
+
+The backends are purpose-built (:class:`Scripted`): each answers its health path with
+the status the test sets and every other request 200 with its name, and counts the
+requests it served. Times are measured from the moment the test flips a backend's
+health to the moment edge's answers show it, and asserted with generous bounds (two
+cores shared by many); the figures are printed for the report (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from tests.harness import Edge, get, lb
+from tests.integration.peers import ThreadedServer
+
+INTERVAL = "200ms"
+BOUND = 5.0  # seconds to leave or rejoin the rotation, at an interval of 0.2 s
+
+
+class Scripted(ThreadedServer):
+    """An HTTP/1.1 server: ``GET /health`` answers ``health`` (the status the test sets),
+    anything else 200 with the server's name; every answer closes the connection."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.health = 200
+        self.served = 0  # requests other than health checks
+        self.checks = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(2.0)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            target = data.split(b" ", 2)[1] if data.count(b" ") >= 2 else b""
+            if target == b"/health":
+                with self.lock:
+                    self.checks += 1
+                status, body = self.health, b"health"
+            else:
+                with self.lock:
+                    self.served += 1
+                status, body = 200, self.name.encode()
+            c.sendall(
+                b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (status, len(body), body)
+            )
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def servers():
+    made = [Scripted("a"), Scripted("b")]
+    yield made
+    for s in made:
+        s.stop()
+
+
+def checked(*urls: str, **check) -> dict:
+    return lb(
+        *urls, healthCheck={"path": "/health", "interval": INTERVAL, "timeout": "1s", **check}
+    )
+
+
+def start(tmp_path, parser: str, services: dict, service: str = "app") -> Edge:
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": service}},
+            "services": services,
+        }
+    }
+    return Edge(tmp_path, dyn, parser=parser, static_extra={"api": {"insecure": True}})
+
+
+def who(e: Edge) -> tuple[int, bytes]:
+    status, _, body = get(e.port, "/", host="app.example")
+    return status, body
+
+
+def until(predicate, timeout: float = BOUND) -> float:
+    """Seconds until ``predicate()`` holds (polled every 20 ms); fails after ``timeout``."""
+    began = time.monotonic()
+    while not predicate():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"not within {timeout}s")
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+def only(e: Edge, name: bytes, count: int = 6) -> bool:
+    """Whether ``count`` requests in a row are all answered 200 by ``name``."""
+    return all(who(e) == (200, name) for _ in range(count))
+
+
+def server_status(e: Edge, service: str) -> dict:
+    status, _, body = get(e.ports["traefik"], f"/api/http/services/{service}")
+    assert status == 200, body
+    return json.loads(body)["serverStatus"]
+
+
+def test_a_failing_server_leaves_the_rotation_and_rejoins(tmp_path, parser, servers):
+    a, b = servers
+    e = start(tmp_path, parser, {"app": checked(a.url, b.url)})
+    try:
+        assert {who(e)[1] for _ in range(4)} == {b"a", b"b"}
+        a.health = 500
+        flipped = time.monotonic()
+        e.wait_for(rf"server http://127\.0\.0\.1:{a.port} is down", timeout=BOUND)
+        marked = time.monotonic() - flipped
+        assert server_status(e, "app@file") == {a.url: "DOWN", b.url: "UP"}
+        # Not one request reaches a server once it is marked down.
+        before = a.served
+        answers = [who(e) for _ in range(20)]
+        assert answers == [(200, b"b")] * 20
+        assert a.served == before
+        a.health = 200
+        flipped = time.monotonic()
+        rejoined = until(lambda: who(e) == (200, b"a"))
+        assert server_status(e, "app@file") == {a.url: "UP", b.url: "UP"}
+        print(f"\nhealthCheck interval 0.2s: down after {marked:.3f}s, back after {rejoined:.3f}s")
+        assert marked < BOUND and rejoined < BOUND
+    finally:
+        e.stop()
+
+
+def test_a_service_with_no_server_up_answers_503(tmp_path, parser, servers):
+    a, _ = servers
+    e = start(tmp_path, parser, {"app": checked(a.url)})
+    try:
+        assert who(e) == (200, b"a")
+        a.health = 503
+        until(lambda: who(e)[0] == 503)
+        before = a.served
+        assert [who(e)[0] for _ in range(5)] == [503] * 5
+        assert a.served == before
+        a.health = 200
+        until(lambda: who(e) == (200, b"a"))
+    finally:
+        e.stop()
+
+
+def test_a_check_expecting_a_status_and_a_hostname(tmp_path, parser, servers):
+    """``status`` replaces 2xx/3xx as the healthy answer: a 200 is down where 204 is wanted."""
+    a, b = servers
+    e = start(tmp_path, parser, {"app": checked(a.url, b.url, status=200, hostname="h.example")})
+    try:
+        a.health = 204
+        e.wait_for(rf"server http://127\.0\.0\.1:{a.port} is down", timeout=BOUND)
+        assert only(e, b"b")
+    finally:
+        e.stop()
+
+
+def test_failover_switches_to_the_fallback_and_back(tmp_path, parser, servers):
+    a, b = servers
+    services = {
+        "app": {"failover": {"service": "main", "fallback": "spare"}},
+        "main": checked(a.url),
+        "spare": lb(b.url),
+    }
+    e = start(tmp_path, parser, services)
+    try:
+        assert only(e, b"a")
+        a.health = 500
+        flipped = time.monotonic()
+        switched = until(lambda: who(e) == (200, b"b"))
+        before = a.served
+        assert only(e, b"b", 10)
+        assert a.served == before
+        a.health = 200
+        flipped = time.monotonic()
+        back = until(lambda: who(e) == (200, b"a"))
+        assert only(e, b"a")
+        del flipped
+        print(f"\nfailover: to the fallback after {switched:.3f}s, back after {back:.3f}s")
+    finally:
+        e.stop()
+
+
+def test_a_weighted_child_with_no_server_up_is_skipped(tmp_path, parser, servers):
+    a, b = servers
+    services = {
+        "app": {
+            "weighted": {
+                "services": [{"name": "one", "weight": 1}, {"name": "two", "weight": 1}],
+                "healthCheck": {},
+            }
+        },
+        "one": checked(a.url),
+        "two": checked(b.url),
+    }
+    e = start(tmp_path, parser, services)
+    try:
+        assert {who(e)[1] for _ in range(4)} == {b"a", b"b"}
+        a.health = 500
+        until(lambda: only(e, b"b"))
+    finally:
+        e.stop()
+
+
+def test_a_reload_keeps_the_servers_down_down(tmp_path, parser, servers):
+    """A configuration swap builds new load balancers; the verdicts of servers that
+    stay are kept, so a server found down is not sent requests again until a check
+    passes (with a 30 s unhealthyInterval, a fresh start would send it requests)."""
+    a, b = servers
+    services = {"app": checked(a.url, b.url, unhealthyInterval="30s")}
+    e = start(tmp_path, parser, services)
+    try:
+        a.health = 500
+        e.wait_for(rf"server http://127\.0\.0\.1:{a.port} is down", timeout=BOUND)
+        applied = e.applied()
+        e.write_dynamic(
+            {
+                "http": {
+                    "routers": {
+                        "app": {"rule": "Host(`app.example`)", "service": "app"},
+                        "other": {"rule": "Host(`other.example`)", "service": "app"},
+                    },
+                    "services": services,
+                }
+            }
+        )
+        e.wait_applied(applied + 1, timeout=BOUND)
+        before = a.served
+        assert [who(e) for _ in range(10)] == [(200, b"b")] * 10
+        assert a.served == before
+        assert server_status(e, "app@file")[a.url] == "DOWN"
+    finally:
+        e.stop()
+
+
+def test_a_removed_service_stops_being_checked(tmp_path, parser, servers):
+    a, b = servers
+    e = start(tmp_path, parser, {"app": checked(a.url)})
+    try:
+        until(lambda: a.checks >= 2)
+        applied = e.applied()
+        e.write_dynamic(
+            {
+                "http": {
+                    "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
+                    "services": {"app": lb(b.url)},
+                }
+            }
+        )
+        e.wait_applied(applied + 1, timeout=BOUND)
+        time.sleep(0.3)
+        checks = a.checks
+        time.sleep(1.0)  # five intervals
+        assert a.checks == checks
+    finally:
+        e.stop()
