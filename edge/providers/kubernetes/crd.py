@@ -88,6 +88,14 @@ Secrets of TLSOptions and ServersTransports (Traefik's keys, read in the object'
     edge's own file keys (``certificates``, ``clientAuth.caFiles``) are refused in the
     cluster: an object must not make edge read its files.
 
+Middlewares (Traefik's CRD shapes)
+    A chain's ``middlewares`` are ``{name, namespace}`` references, resolved as a
+    route's are (cross-namespace with ``allowCrossNamespace``; whether each exists is
+    validation's question). ``basicAuth.secret`` and ``digestAuth.secret`` name a Secret
+    of the Middleware's namespace whose users become ``users``
+    (:func:`~edge.providers.kubernetes.secrets.auth_users`); a missing or unreadable one
+    refuses the Middleware, as does ``usersFile`` (a file of edge's).
+
 Endpoint churn
     :func:`update_endpoints` derives ``convert(new)`` from ``convert(old)`` when only
     EndpointSlices changed, rebuilding the load balancers (HTTP, TCP, UDP) of the
@@ -162,6 +170,7 @@ from edge.providers.kubernetes.objects import (
 from edge.providers.kubernetes.objects import Service as KubeService
 from edge.providers.kubernetes.secrets import (
     SecretError,
+    auth_users,
     ca_bundle,
     config_map_ca_bundle,
     tls_certificate,
@@ -558,9 +567,36 @@ class _Converter:
             spec = mw.spec
             if "chain" in spec:
                 spec = {**spec, "chain": self.chain(key[0], spec["chain"])}
+            for auth in ("basicAuth", "digestAuth"):
+                if auth in spec:
+                    spec = {**spec, auth: self.auth(key[0], auth, spec[auth])}
             self.middlewares[_normalize("-".join(key))] = _middleware(spec, Middleware, _HTTP_KINDS)
         except _Refused as refused:
             self.refuse("Middleware", key, "spec", refused.reason)
+
+    def auth(self, namespace: str, kind: str, spec: Any) -> Any:
+        """A Middleware's ``basicAuth`` or ``digestAuth`` with Traefik's ``secret`` (a
+        Secret of the Middleware's namespace) read into ``users``
+        (:func:`~edge.providers.kubernetes.secrets.auth_users`). ``usersFile`` is
+        refused: an object in the cluster must not make edge read its files."""
+        if not isinstance(spec, Mapping):
+            return spec  # decoding names what is wrong
+        if "usersFile" in spec:
+            raise _Refused(f"invalid spec: unknown field {kind}.usersFile (Traefik's is secret)")
+        if "secret" not in spec:
+            return spec
+        name = spec["secret"]
+        if not isinstance(name, str) or not name:
+            raise _Refused(f"invalid spec: {kind}.secret names no Secret")
+        if "users" in spec:
+            raise _Refused(f"invalid spec: {kind} has both secret and users")
+        try:
+            if not self.visible(namespace):
+                raise SecretError("secret-not-found", f"secret {namespace}/{name} not found")
+            users = auth_users(self.state.secrets, (namespace, name), basic=kind == "basicAuth")
+        except SecretError as exc:
+            raise _Refused(f"{kind}.secret: {exc.reason}") from None
+        return {**{k: v for k, v in spec.items() if k != "secret"}, "users": users}
 
     def chain(self, namespace: str, spec: Any) -> Any:
         """A Middleware's ``chain`` with its ``middlewares`` (Traefik's ``{name,

@@ -86,6 +86,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """The label that ties an EndpointSlice to its Service."""
 
 TLS_SECRET_TYPE = "kubernetes.io/tls"
+BASIC_AUTH_SECRET_TYPE = "kubernetes.io/basic-auth"
 
 Key = tuple[str, str]
 """(namespace, name) of a namespaced object."""
@@ -280,13 +281,19 @@ class EndpointSlice(_Model):
 
 
 class TLSData(msgspec.Struct, frozen=True, gc=False):
-    """The keys of a Secret's ``data`` edge reads: a certificate and its key, and a CA
-    bundle (Traefik's ``tls.ca``, else ``ca.crt``); JSON base64 decodes to bytes."""
+    """The keys of a Secret's ``data`` edge reads: a certificate and its key, a CA
+    bundle (Traefik's ``tls.ca``, else ``ca.crt``), and the users of an auth
+    middleware (``username`` and ``password`` of a ``kubernetes.io/basic-auth``
+    Secret, else htpasswd lines under ``users``); JSON base64 decodes to bytes. Other
+    keys are not kept (a Helm release's would be most of the memory)."""
 
     tls_crt: bytes | None = msgspec.field(default=None, name="tls.crt")
     tls_key: bytes | None = msgspec.field(default=None, name="tls.key")
     tls_ca: bytes | None = msgspec.field(default=None, name="tls.ca")
     ca_crt: bytes | None = msgspec.field(default=None, name="ca.crt")
+    username: bytes | None = None
+    password: bytes | None = None
+    users: bytes | None = None
 
 
 class Secret(_Model):

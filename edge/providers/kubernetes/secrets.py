@@ -3,7 +3,8 @@
 Owns :func:`tls_certificate`: a Secret whose ``tls.crt`` and ``tls.key`` are PEM becomes
 an inline-PEM ``tls.certificates`` entry (of type ``kubernetes.io/tls`` only, unless the
 caller takes any type, as Traefik does for a serversTransport's client certificates);
-and :func:`ca_bundle`, the CA certificates a Secret holds for verifying peers. Anything
+:func:`ca_bundle`, the CA certificates a Secret holds for verifying peers; and
+:func:`auth_users`, the htpasswd lines of an auth middleware's Secret. Anything
 else is a :class:`SecretError` saying why, so the Ingress conversion
 (:mod:`edge.providers.kubernetes.ingress`) and the CRD conversion
 (:mod:`edge.providers.kubernetes.crd`) refuse the same Secrets for the same reasons.
@@ -12,15 +13,30 @@ A value that is not PEM is refused because edge would read it as a file path.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
 
 from edge.config.dynamic import CertAndStores
-from edge.providers.kubernetes.objects import TLS_SECRET_TYPE, ConfigMap, Key, Secret
+from edge.providers.kubernetes.objects import (
+    BASIC_AUTH_SECRET_TYPE,
+    TLS_SECRET_TYPE,
+    ConfigMap,
+    Key,
+    Secret,
+)
 
-__all__ = ["CA_KEYS", "SecretError", "ca_bundle", "config_map_ca_bundle", "tls_certificate"]
+__all__ = [
+    "CA_KEYS",
+    "SecretError",
+    "auth_users",
+    "ca_bundle",
+    "config_map_ca_bundle",
+    "tls_certificate",
+]
 
 CA_KEYS = ("tls.ca", "ca.crt")
 """The keys of a Secret (or ConfigMap) Traefik reads a CA bundle from, in its order."""
@@ -99,3 +115,38 @@ def _ca(what: str, model: msgspec.Struct) -> str:
                 raise SecretError("secret-invalid", f"{what}: {name} is not PEM certificates")
             return str(value)
     raise SecretError("secret-invalid", f"{what} has no CA bundle under {' or '.join(CA_KEYS)}")
+
+
+def auth_users(secrets: Mapping[Key, Secret], key: Key, *, basic: bool) -> list[str]:
+    """The users the Secret ``key`` holds for a basicAuth (``basic``) or digestAuth
+    middleware, as Traefik reads them: a ``kubernetes.io/basic-auth`` Secret's
+    ``username`` and ``password`` as one ``name:{SHA}...`` line (basicAuth only), else
+    the non-empty lines of the Secret's one key (edge reads it under ``users``: the
+    model keeps no other). :class:`SecretError` saying what is missing."""
+    what = f"secret {key[0]}/{key[1]}"
+    secret = _secret(secrets, key)
+    data = secret.data
+    if basic and secret.type == BASIC_AUTH_SECRET_TYPE:
+        if data.username is None or data.password is None:
+            raise SecretError("secret-invalid", f"{what} must hold both username and password")
+        try:
+            name = data.username.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SecretError("secret-invalid", f"{what}: username is not UTF-8") from None
+        digest = base64.b64encode(hashlib.sha1(data.password).digest()).decode("ascii")
+        return [f"{name}:{{SHA}}{digest}"]
+    held = [k for k, v in msgspec.to_builtins(data, builtin_types=(bytes,)).items() if v]
+    if "users" not in held:
+        raise SecretError("secret-invalid", f"{what} has no key users (where edge reads them)")
+    if held != ["users"]:
+        raise SecretError(
+            "secret-invalid", f"{what} must hold its users alone, it holds {', '.join(held)}"
+        )
+    assert data.users is not None
+    try:
+        lines = [line for line in data.users.decode("utf-8").splitlines() if line]
+    except UnicodeDecodeError:
+        raise SecretError("secret-invalid", f"{what}: users is not UTF-8") from None
+    if not lines:
+        raise SecretError("secret-invalid", f"{what} holds no users")
+    return lines

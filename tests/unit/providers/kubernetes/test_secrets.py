@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from typing import Any
 
 import msgspec
@@ -11,6 +12,7 @@ import pytest
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.secrets import (
     SecretError,
+    auth_users,
     ca_bundle,
     config_map_ca_bundle,
     tls_certificate,
@@ -92,3 +94,30 @@ def test_what_is_not_a_ca_bundle_is_refused_naming_why(pair: Any) -> None:
         ca_bundle(secrets, ("default", "other"))
     with pytest.raises(SecretError, match="configMap default/ca not found"):
         config_map_ca_bundle({}, ("default", "ca"))
+
+
+def test_auth_users_read_as_traefik_reads_them() -> None:
+    """A basic-auth Secret's username and password are one {SHA} line for basicAuth
+    (for digestAuth, as any other Secret: its users lines); other Secrets give the
+    non-empty lines under users, which must be their only key edge reads."""
+    secrets = {
+        s.metadata.key: s
+        for s in (
+            secret("ba", "kubernetes.io/basic-auth", {"username": "alice", "password": "s3cret"}),
+            secret("lines", "Opaque", {"users": "bob:{SHA}x\n\ncarol:{SHA}y\n"}),
+            secret("both", "Opaque", {"users": "bob:{SHA}x", "tls.crt": "PEM"}),
+            secret("empty", "Opaque", {"users": "\n\n"}),
+        )
+    }
+    sha = base64.b64encode(hashlib.sha1(b"s3cret").digest()).decode()
+    assert auth_users(secrets, ("default", "ba"), basic=True) == [f"alice:{{SHA}}{sha}"]
+    assert auth_users(secrets, ("default", "lines"), basic=True) == ["bob:{SHA}x", "carol:{SHA}y"]
+    assert auth_users(secrets, ("default", "lines"), basic=False) == ["bob:{SHA}x", "carol:{SHA}y"]
+    with pytest.raises(SecretError, match="has no key users"):
+        auth_users(secrets, ("default", "ba"), basic=False)
+    with pytest.raises(SecretError, match=r"must hold its users alone, it holds tls\.crt, users"):
+        auth_users(secrets, ("default", "both"), basic=True)
+    with pytest.raises(SecretError, match="holds no users"):
+        auth_users(secrets, ("default", "empty"), basic=True)
+    with pytest.raises(SecretError, match="secret default/gone not found"):
+        auth_users(secrets, ("default", "gone"), basic=True)
