@@ -12,6 +12,7 @@ provider runs beside it. Every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import socket
@@ -561,3 +562,46 @@ def test_a_chain_middleware_runs_the_middlewares_it_names(
     assert seen["headers"].get("X-Chained") == ["yes"], seen["headers"]
     provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
     assert provider.conversion.problems == []
+
+
+def test_basic_auth_reads_its_users_from_a_secret_and_follows_it(
+    emu: Emulator, start_edge, whoami: Whoami
+) -> None:
+    """A basicAuth Middleware naming a kubernetes.io/basic-auth Secret: curl without
+    credentials gets 401, with the Secret's gets through; the password changed in the
+    Secret is the one asked for within a second."""
+
+    def basic_auth_secret(password: str) -> dict:
+        data = {"username": b"alice", "password": password.encode()}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "admin", "namespace": "default"},
+            "type": "kubernetes.io/basic-auth",
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+
+    def status(user: str | None) -> int:
+        auth = ["-u", user] if user else []
+        out = subprocess.run(
+            [need("curl"), "-s", "-o", "/dev/null", "-m", "10", "-w", "%{http_code}",
+             "-H", "Host: auth.test", *auth, f"http://127.0.0.1:{edge.port()}/"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+        return int(out.stdout or 0)
+
+    emu.create(o.service("web"))
+    emu.create(KP.slice_for("web", whoami))
+    emu.create(basic_auth_secret("s3cret"))
+    emu.create(_crd("Middleware", "login", {"basicAuth": {"secret": "admin"}}))
+    route = ingress_route("web", "auth.test", "web")
+    route["spec"]["routes"][0]["middlewares"] = [{"name": "login"}]
+    emu.create(route)
+    edge = start_edge()
+    assert KP.until(lambda: status(None) == 401, 10.0)
+    assert status("alice:s3cret") == 200
+    assert status("alice:wrong") == 401
+
+    emu.update(basic_auth_secret("n3w"))
+    assert KP.until(lambda: status("alice:n3w") == 200, 1.0)
+    assert status("alice:s3cret") == 401
