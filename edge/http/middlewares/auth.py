@@ -3,9 +3,9 @@
 
 Both read the request's first Authorization header. Without valid credentials the
 answer is edge's own 401 with a ``WWW-Authenticate`` challenge and the body
-``401 Unauthorized``; with them the request goes upstream, with the user's name
-in ``headerField`` (replacing any the client sent) and, with ``removeHeader``,
-without its Authorization header.
+``401 Unauthorized`` (``text/plain``, as go-http-auth writes it); with them the
+request goes upstream, with the user's name in ``headerField`` (replacing any the
+client sent) and, with ``removeHeader``, without its Authorization header.
 
 Cost: the user tables are made once per configuration (:mod:`edge.config.htpasswd`).
 A Basic password check can be a bcrypt (tens of milliseconds, on the event
@@ -54,6 +54,7 @@ NONCES_TOLERANCE = 100
 """go-http-auth's client cache: past KEPT + TOLERANCE nonces, 2 x TOLERANCE of the
 least recently used are dropped."""
 UNAUTHORIZED = b"401 Unauthorized\n"
+UNAUTHORIZED_TYPE = b"text/plain"  # go-http-auth's, without a charset
 _AUTHORIZATION = b"authorization"
 _NONCE_COUNT = re.compile(rb"[0-9a-fA-F]{1,16}")
 
@@ -106,7 +107,10 @@ class BasicAuth(_Auth):
         self.key = os.urandom(32)
         self.verified: OrderedDict[bytes, str] = OrderedDict()
         self.challenge = Answer(
-            401, b'WWW-Authenticate: Basic realm="%s"\r\n' % self.realm.encode(), UNAUTHORIZED
+            401,
+            b'WWW-Authenticate: Basic realm="%s"\r\n' % self.realm.encode(),
+            UNAUTHORIZED,
+            UNAUTHORIZED_TYPE,
         )
 
     def request(self, fwd: Forward) -> Answer | None:
@@ -235,7 +239,7 @@ class DigestAuth(_Auth):
                 b'stale="true", ' if stale else b"",
             )
         )
-        return Answer(401, header, UNAUTHORIZED)
+        return Answer(401, header, UNAUTHORIZED, UNAUTHORIZED_TYPE)
 
 
 def digest_params(text: bytes) -> dict[bytes, bytes]:

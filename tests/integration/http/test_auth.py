@@ -228,3 +228,11 @@ def test_basic_auth_guards_api_at_internal(tmp_path):
         assert info["basicAuth"]["users"] == [f"admin:{APR1}"]
     finally:
         e.stop()
+
+
+def test_the_401_is_go_http_auths(edge):
+    """Status, challenge, body and Content-Type as Traefik answers."""
+    for host in ("basic.example", "digest.example"):
+        status, hdrs, body = get(edge.port, "/x", host=host)
+        assert (status, body) == (401, b"401 Unauthorized\n")
+        assert hdrs["Content-Type"] == "text/plain"
