@@ -90,6 +90,7 @@ __all__ = [
     "UDPService",
     "WRRService",
     "Weighted",
+    "ip_range",
     "split_host_port",
 ]
 

@@ -367,7 +367,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             dyn.Middleware,
             "buffering circuitBreaker compress encodedCharacters errors forwardAuth grpcWeb "
-            "inFlightReq ipAllowList ipWhiteList passTLSClientCert plugin rateLimit retry",
+            "passTLSClientCert plugin retry",
             _,
         ),
         (
@@ -376,6 +376,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
+        (dyn.RateLimit, "redis", _),
         (dyn.Service, "highestRandomWeight mirroring", _),
         (dyn.LoadBalancer, "responseForwarding sticky", _),
         (dyn.Server, "preservePath", _),
