@@ -13,8 +13,11 @@ loop), so each middleware keeps the Authorization values it has verified, as a
 keyed BLAKE2b of the value (the key random per middleware, so no value is kept
 and none can be made to collide), at most :data:`VERIFIED_KEPT`, least recently
 used out first; a value not in it is checked in full, and only a success goes
-in, so a wrong password is never taken for a right one. The table goes with the
-configuration. Digest costs a few MD5s per request; its nonces are kept per
+in, so a wrong password is never taken for a right one. Refused values are kept
+apart the same way, so a client repeating a stale password costs one check, not
+one per request (different wrong passwords still cost a check each: on the
+event loop, until the pipeline can hand a check to a thread). Both tables go
+with the configuration. Digest costs a few MD5s per request; its nonces are kept per
 middleware as go-http-auth keeps them (the last nonce count seen, at most
 :data:`NONCES_KEPT` plus a tolerance, the least recently used dropped first).
 
@@ -89,7 +92,7 @@ class _Auth(Middleware):
 class BasicAuth(_Auth):
     """Basic authentication against an htpasswd table, verified passwords cached."""
 
-    __slots__ = ("challenge", "key", "not_found", "users", "verified")
+    __slots__ = ("challenge", "key", "not_found", "refused", "users", "verified")
 
     def __init__(
         self,
@@ -105,7 +108,8 @@ class BasicAuth(_Auth):
         # taken does not tell which users exist).
         self.not_found = next(iter(users.values()), "")
         self.key = os.urandom(32)
-        self.verified: OrderedDict[bytes, str] = OrderedDict()
+        self.verified: OrderedDict[bytes, str | None] = OrderedDict()  # value -> user
+        self.refused: OrderedDict[bytes, str | None] = OrderedDict()  # value -> None
         self.challenge = Answer(
             401,
             b'WWW-Authenticate: Basic realm="%s"\r\n' % self.realm.encode(),
@@ -121,13 +125,13 @@ class BasicAuth(_Auth):
         user = self.verified.get(key)
         if user is not None:
             self.verified.move_to_end(key)
+        elif key in self.refused:
+            return self.challenge
         else:
             user = self.check(value)
+            _keep(self.verified if user is not None else self.refused, key, user)
             if user is None:
                 return self.challenge
-            if len(self.verified) >= VERIFIED_KEPT:
-                self.verified.popitem(last=False)
-            self.verified[key] = user
         self.authenticated(fwd, user)
         return None
 
@@ -143,6 +147,12 @@ class BasicAuth(_Auth):
                 verify(password, self.not_found)
             return None
         return user if verify(password, hashed) else None
+
+
+def _keep(kept: OrderedDict[bytes, str | None], key: bytes, value: str | None) -> None:
+    if len(kept) >= VERIFIED_KEPT:
+        kept.popitem(last=False)
+    kept[key] = value
 
 
 def basic_credentials(value: bytes) -> tuple[str, bytes] | None:

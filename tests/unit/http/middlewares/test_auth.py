@@ -180,8 +180,8 @@ class CountingBasicAuth(BasicAuth):
 
 def test_basic_bcrypt_checked_once_per_credential():
     """TestBasicAuthConcurrentHashOnce's point, on one loop: a credential verified
-    once is not hashed again; a wrong password is hashed each time and never
-    cached, so it never gets in after the right one did."""
+    once is not hashed again; a wrong one is refused from then on without a hash
+    either, and is never taken for the right one (nor the right one for it)."""
     user, hashed = BCRYPT_TEST.split(":")
     m = CountingBasicAuth("auth@file", {user: hashed})
     for _ in range(5):
@@ -189,10 +189,12 @@ def test_basic_bcrypt_checked_once_per_credential():
     assert m.checks == 1
     for _ in range(3):
         assert m.request(request(basic("test", "tesT"))) is not None
-    assert m.checks == 4
-    assert len(m.verified) == 1
+    assert m.checks == 2
+    assert m.request(request(basic("test", "Test"))) is not None  # another: checked
+    assert m.checks == 3
+    assert (len(m.verified), len(m.refused)) == (1, 2)
     assert m.request(request(basic("test", "test"))) is None
-    assert m.checks == 4
+    assert m.checks == 3
 
 
 def test_basic_cache_is_bounded_and_keeps_no_credential():
@@ -201,7 +203,9 @@ def test_basic_cache_is_bounded_and_keeps_no_credential():
     m = CountingBasicAuth("auth@file", users)
     for i in range(VERIFIED_KEPT + 10):
         assert m.request(request(basic(f"u{i}", "pw"))) is None
-    assert len(m.verified) == VERIFIED_KEPT
+    for i in range(VERIFIED_KEPT + 10):
+        assert m.request(request(basic(f"u{i}", "wrong"))) is not None
+    assert len(m.verified) == len(m.refused) == VERIFIED_KEPT
     token = base64.b64encode(b"u0:pw")
     for key in m.verified:  # keyed hashes, not the values
         assert len(key) == 16 and token not in key
