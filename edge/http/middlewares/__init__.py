@@ -10,7 +10,8 @@ A :class:`Middleware` says what it does to an exchange in three ways, and a
   middleware that overrides it runs on every request. ``fwd.client_ip`` is the
   connection's peer (or the client a trusted PROXY header named);
   :meth:`Forward.on_end` registers what must run when the exchange ends,
-  however it ends (answered, the upstream failed, the client gone).
+  however it ends (answered, the upstream failed, the client gone);
+  ``fwd.delay`` holds the request that long before it goes upstream.
 - ``request_edits`` / ``response_edits``: header edits fixed by the
   configuration, merged once per pipeline (later middlewares win).
 
@@ -39,6 +40,7 @@ class Forward:
     __slots__ = (
         "authority",
         "client_ip",
+        "delay",
         "ends",
         "head",
         "headers",
@@ -81,6 +83,9 @@ class Forward:
         )
         # Response headers set per request, after the pipeline's fixed ones.
         self.response: list[tuple[bytes, bytes]] | None = None
+        # Seconds the request is held before it goes on upstream (a rateLimit's wait
+        # for its token; the longest a step asks for).
+        self.delay = 0.0
         # What runs once when the exchange ends (on_end), in the order registered.
         self.ends: list[Callable[[], None]] | None = None
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares import Middleware
+from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
 from edge.http.middlewares.headers import Headers, headers
+from edge.http.middlewares.limits import InFlightReq, RateLimit, rate_limit, source
 from edge.http.middlewares.paths import (
     AddPrefix,
     ReplacePath,
@@ -30,6 +32,9 @@ __all__ = [
     "BasicAuth",
     "DigestAuth",
     "Headers",
+    "IPAllowList",
+    "InFlightReq",
+    "RateLimit",
     "RedirectRegex",
     "RedirectScheme",
     "ReplacePath",
@@ -69,6 +74,18 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
         return basic_auth(name, c.basic_auth)
     if c.digest_auth is not None:
         return digest_auth(name, c.digest_auth)
+    if c.ip_allow_list is not None:
+        a = c.ip_allow_list
+        return IPAllowList(name, a.source_range, ip_strategy(a.ip_strategy), a.reject_status_code)
+    if c.ip_white_list is not None:
+        w = c.ip_white_list
+        return IPAllowList(name, w.source_range, ip_strategy(w.ip_strategy))
+    if c.rate_limit is not None:
+        rl = c.rate_limit
+        return rate_limit(name, rl.average, rl.period, rl.burst, rl.source_criterion)
+    if c.in_flight_req is not None:
+        f = c.in_flight_req
+        return InFlightReq(name, f.amount, source(f.source_criterion, by_host=True))
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

@@ -249,6 +249,38 @@ class Exchange:
                     self._answer_own(answer, pipeline.answer_edits(i, fwd))
                     return
             self.ends = fwd.ends
+            if fwd.delay:
+                # A step holds the request (a rateLimit waiting for its token, where
+                # Traefik's handler sleeps): header_timer holds the wait, which
+                # abandon() cancels with it; no response header timer runs before.
+                self.header_timer = conn.loop.call_later(
+                    fwd.delay,
+                    self._held,
+                    (route, fwd, path, query, authority, forwarded_port, cleaned),
+                )
+                return
+        self._forward(route, fwd, path, query, authority, forwarded_port, cleaned)
+
+    def _held(self, args: tuple) -> None:
+        self.header_timer = None
+        if self.conn.ex is self and not self.resp_done:
+            self._forward(*args)
+
+    def _forward(
+        self,
+        route: Route,
+        fwd: Forward | None,
+        path: bytes,
+        query: bytes,
+        authority: bytes,
+        forwarded_port: bytes,
+        cleaned: bool,
+    ) -> None:
+        """The general path after the pipeline: pick the server, write the head, connect."""
+        conn = self.conn
+        ctx = conn.ctx
+        head = self.head
+        pipeline = route.pipeline
         # From here on every answer, the service's errors included, takes the route's
         # response header edits (Traefik's headers middleware modifies what the
         # handlers after it write), with those the pipeline set for this request.

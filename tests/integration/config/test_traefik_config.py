@@ -42,7 +42,9 @@ def traefik_dynamic(backend: str) -> dict:
             },
             "middlewares": {
                 "auth": {"basicAuth": {"users": ["admin:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/"]}},
-                "limit": {"rateLimit": {"average": 100, "burst": 50}},
+                "limit": {
+                    "rateLimit": {"average": 100, "burst": 50, "redis": {"endpoints": ["r:6379"]}}
+                },
             },
             "services": {
                 "app": lb(backend),
@@ -82,7 +84,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
         f"static configuration: {tmp_path / 'edge.yaml'}: $.providers.docker: {nope} (ignored)",
         f"dynamic configuration: {dyn}: $.tls.stores.default.defaultGeneratedCert: {nope} (ignored)",
         f"middleware auth@file: disabled: $.http.middlewares.auth.basicAuth: {nope}",
-        f"middleware limit@file: disabled: $.http.middlewares.limit.rateLimit: {nope}",
+        f"middleware limit@file: disabled: $.http.middlewares.limit.rateLimit.redis: {nope}",
         f"service mirror@file: disabled: $.http.services.mirror.mirroring: {nope}",
         "router site@file: enabled",
     ]:
