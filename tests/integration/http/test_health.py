@@ -131,7 +131,6 @@ def test_a_failing_server_leaves_the_rotation_and_rejoins(tmp_path, parser, serv
         assert answers == [(200, b"b")] * 20
         assert a.served == before
         a.health = 200
-        flipped = time.monotonic()
         rejoined = until(lambda: who(e) == (200, b"a"))
         assert server_status(e, "app@file") == {a.url: "UP", b.url: "UP"}
         print(f"\nhealthCheck interval 0.2s: down after {marked:.3f}s, back after {rejoined:.3f}s")
@@ -179,16 +178,13 @@ def test_failover_switches_to_the_fallback_and_back(tmp_path, parser, servers):
     try:
         assert only(e, b"a")
         a.health = 500
-        flipped = time.monotonic()
         switched = until(lambda: who(e) == (200, b"b"))
         before = a.served
         assert only(e, b"b", 10)
         assert a.served == before
         a.health = 200
-        flipped = time.monotonic()
         back = until(lambda: who(e) == (200, b"a"))
         assert only(e, b"a")
-        del flipped
         print(f"\nfailover: to the fallback after {switched:.3f}s, back after {back:.3f}s")
     finally:
         e.stop()
