@@ -195,6 +195,9 @@ class ActiveChecker:
             reason = f"no answer within {self.config.timeout}"
         except (HealthCheckError, UpstreamConnectError) as exc:
             reason = str(exc)
+        except Exception as exc:  # never the end of the checker: a failed check
+            log.exception("service %s: server %s: health check broke", self.name, url)
+            reason = f"{type(exc).__name__}: {exc}"
         if reason is None:
             if url in self.down:
                 self.down.discard(url)

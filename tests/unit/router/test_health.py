@@ -237,3 +237,35 @@ def test_a_backend_tells_its_passive_check_what_its_requests_met():
         Backend("s", ServerURL("http://10.0.0.2:80"), transport, True).failed()  # no check
 
     asyncio.run(main())
+
+
+def test_servers_given_in_place_are_checked_and_those_gone_forgotten():
+    """An endpoints-only change hands a live load balancer new servers (update): its
+    checker checks them from then on, and reconcile forgets the verdicts of those gone."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ok = {b"/h": b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"}
+        server, port, _ = await serve(ok)
+        silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        good = f"http://127.0.0.1:{port}"
+        bad = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}"
+        health = HealthRegistry(loop)
+        down = health.down_for("s")
+        lb = lb_of(loop, good, down)
+        lb.health_check = ServerHealthCheck(path="/h", interval=0.05, timeout=0.2)
+        health.reconcile({"s": lb})
+        lb.update([(lb.backends[0], 1), (lb_of(loop, bad, down).backends[0], 1)])
+        began = loop.time()
+        while not down and loop.time() - began < 5.0:
+            await asyncio.sleep(0.02)
+        assert down == {bad}
+        assert {lb.pick().server.url for _ in range(4)} == {good}
+        lb.update([(lb.backends[0], 1)])
+        health.reconcile({"s": lb})
+        assert health.status("s") == set()
+        health.stop()
+        server.close()
+        silent.close()
+
+    asyncio.run(main())
