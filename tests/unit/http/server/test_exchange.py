@@ -11,6 +11,8 @@ the benchmark measures what is tested here.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import uvloop
 
@@ -393,5 +395,41 @@ def test_an_answer_takes_the_response_edits_of_the_middlewares_before_it():
         assert answer.startswith(b"HTTP/1.1 429 ")
         assert b"\r\nX-before: 1\r\n" in answer
         assert b"X-after" not in answer
+    finally:
+        loop.close()
+
+
+class Hold(Middleware):
+    """Asks the exchange to hold each request 30 ms (as a rateLimit waiting for its token)."""
+
+    __slots__ = ()
+
+    def request(self, fwd):
+        fwd.delay = 0.03
+        return None
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_a_held_request_goes_upstream_after_its_delay(codec):
+    loop = uvloop.new_event_loop()
+    try:
+        client, upstream = setup(loop, codec, host="a.test", transport=Recorder)
+        held = Held("held")
+        _held_route(client, Hold("hold"), held)
+        client.data_received(GET)
+        assert upstream.transport.data == b"" and held.held == 1
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert upstream.transport.data == b""  # still held
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert upstream.transport.data.startswith(b"GET /x?y=1 HTTP/1.1\r\n")
+        upstream.data_received(OK)
+        assert client.transport.data.endswith(b"hello") and held.released == 1
+        # The client leaves while its request is held: nothing goes upstream, released.
+        before = len(upstream.transport.data)
+        client.data_received(GET)
+        client.connection_lost(None)
+        assert held.released == 2
+        loop.run_until_complete(asyncio.sleep(0.06))
+        assert len(upstream.transport.data) == before
     finally:
         loop.close()
