@@ -95,21 +95,17 @@ def test_a_middleware_edge_lacks_disables_it_and_its_routers_only() -> None:
                     "private": {"rule": "Host(`a`)", "service": "s", "middlewares": ["auth"]},
                     "public": {"rule": "Host(`b`)", "service": "s"},
                 },
-                "middlewares": {"auth": {"basicAuth": {"users": ["u:$apr1$x"]}}},
+                "middlewares": {"auth": {"plugin": {"x": {}}}},
                 "services": {"s": LB},
             }
         }
     )
     auth = rt.http_middlewares["auth@file"]
     assert auth.status == "disabled"
-    assert auth.errors == [
-        "$.http.middlewares.auth.basicAuth: not supported by this version of edge"
-    ]
+    assert auth.errors == ["$.http.middlewares.auth.plugin: not supported by this version of edge"]
     private = rt.http_routers["private@file"]
     assert private.status == "disabled"
-    assert (
-        "middleware 'auth@file' is disabled: $.http.middlewares.auth.basicAuth" in private.errors[0]
-    )
+    assert "middleware 'auth@file' is disabled: $.http.middlewares.auth.plugin" in private.errors[0]
     assert rt.http_routers["public@file"].status == "enabled"
 
 
