@@ -83,16 +83,17 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
         f"static configuration: {tmp_path / 'edge.yaml'}: $.metrics: {nope} (ignored)",
         f"static configuration: {tmp_path / 'edge.yaml'}: $.providers.docker: {nope} (ignored)",
         f"dynamic configuration: {dyn}: $.tls.stores.default.defaultGeneratedCert: {nope} (ignored)",
-        f"middleware auth@file: disabled: $.http.middlewares.auth.basicAuth: {nope}",
+        "middleware auth@file: enabled",  # basicAuth, as Traefik serves it
         f"middleware limit@file: disabled: $.http.middlewares.limit.rateLimit.redis: {nope}",
         f"service mirror@file: disabled: $.http.services.mirror.mirroring: {nope}",
         "router site@file: enabled",
+        "router dashboard@file: enabled",
     ]:
         assert line in lines, out.stdout
     sticky = next(line for line in lines if line.startswith("service sticky@file: disabled"))
     assert f"$.http.services.sticky.loadBalancer.sticky: {nope}" in sticky
     assert f"$.http.services.sticky.loadBalancer.responseForwarding: {nope}" in sticky
-    for router in ("dashboard", "app", "sticky"):
+    for router in ("app", "sticky"):
         assert any(line.startswith(f"router {router}@file: disabled") for line in lines), router
     # The rest is still checked: a typo in a rule is reported as one.
     typo = next(line for line in lines if line.startswith("router typo@file: disabled"))
@@ -128,14 +129,16 @@ def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_p
     )
     try:
         assert get(edge.port, "/", host="site.test")[0] == 200
-        for host in ("admin.test", "app.test", "sticky.test"):  # never served without what they ask
+        for host in ("app.test", "sticky.test"):  # never served without what they ask
             assert get(edge.port, "/", host=host)[0] == 404, host
+        assert get(edge.port, "/", host="admin.test")[0] == 401  # basicAuth asks who
         edge.wait_for(
             r"\$\.api\.dashboard: not supported by this version of edge \(ignored\)", start=0
         )
         edge.wait_for(r"\$\.metrics: not supported by this version of edge \(ignored\)", start=0)
         edge.wait_for(
-            r"middleware auth@file: \$\.http\.middlewares\.auth\.basicAuth: not supported", start=0
+            r"middleware limit@file: \$\.http\.middlewares\.limit\.rateLimit\.redis: not supported",
+            start=0,
         )
     finally:
         edge.stop()
