@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from edge import __version__
 from edge.api import API, APIAnswer
-from edge.config.diff import Backends, changed_backends
+from edge.config.diff import Backends
 from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.descriptors import Budget
@@ -99,17 +99,18 @@ def _changed_backends(previous: RuntimeConfig, runtime: RuntimeConfig) -> Backen
     """The load balancers whose servers alone changed from ``previous`` to ``runtime``
     (:func:`edge.config.diff.changed_backends`), or None when routers must be rebuilt.
 
-    HTTP servers alone: the runtime validated them from ``previous`` and kept every
-    other verdict. TCP or UDP servers too: ``runtime`` was validated in full, so the
-    change is applied in place only where every element kept its status and errors
-    (a service left with no server may disable its routers)."""
-    http = runtime.changed_servers(previous)
-    if http is not None:
-        return Backends(http, [], [])
-    found = changed_backends(previous.configuration, runtime.configuration)
-    if found is None or _verdicts(previous) != _verdicts(runtime):
+    An endpoints-only round validated ``runtime`` from ``previous`` and kept every
+    verdict, and HTTP servers alone never change a router (a service left with none
+    answers 503): what was found is the answer. Otherwise, with TCP or UDP servers,
+    ``runtime`` was validated in full, so the change is applied in place only where
+    every element kept its status and errors (a TCP or UDP service left with no server
+    may disable its routers)."""
+    found = runtime.changed_backends(previous)
+    if found is None:
         return None
-    return found
+    if runtime.validated_from(previous) or not (found.tcp or found.udp):
+        return found
+    return found if _verdicts(previous) == _verdicts(runtime) else None
 
 
 def _verdicts(runtime: RuntimeConfig) -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
