@@ -4,7 +4,8 @@
 Owns the user tables a configuration's ``users`` and ``usersFile`` make
 (:func:`basic_users`, :func:`digest_users`) and the check of a password against an
 htpasswd hash (:func:`verify`). Pure but for reading ``usersFile``; imports nothing
-of edge, so the configuration models judge a table with the very code the
+of edge but :mod:`edge.config.paths` (where a relative path is read, said as for
+certificates), so the configuration models judge a table with the very code the
 middlewares build it with.
 
 Invariant: a table is either whole and every hash in it is one :func:`verify` can
@@ -26,9 +27,10 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import re
 from collections.abc import Iterable, Sequence
+
+from edge.config.paths import relative_note
 
 __all__ = ["basic_users", "digest_users", "md5_crypt", "users_file_lines", "verify"]
 
@@ -46,9 +48,7 @@ def users_file_lines(path: str) -> list[tuple[int, str]]:
     ``#`` comments left out (Traefik's getLinesFromFile). A relative path is read
     from the working directory, as Traefik reads it. ``ValueError`` naming the file
     when it cannot be read."""
-    where = repr(path)
-    if not os.path.isabs(path):
-        where += f" (a relative path, read from the working directory: {os.path.abspath(path)})"
+    where = repr(path) + relative_note(path)
     try:
         with open(path, "rb") as f:
             data = f.read()

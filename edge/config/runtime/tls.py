@@ -2,15 +2,14 @@
 snapshot (:func:`check_tls`), and the client side of TLS to upstream servers
 (:func:`client_tls_context`), whose files each serversTransport's check loads once.
 
-Certificate, key and CA files of a dynamic configuration named by a relative path are
-opened relative to the process's working directory, as Traefik (Go's ``os.ReadFile``)
-opens them; :func:`relative_files` lists them, so that ``edge check`` can say which
-file each one is where it runs.
+Certificate, key, CA and users files of a dynamic configuration named by a relative
+path are opened relative to the process's working directory, as Traefik (Go's
+``os.ReadFile``) opens them (:mod:`edge.config.paths`); :func:`relative_files` lists
+them, so that ``edge check`` can say which file each one is where it runs.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
@@ -22,6 +21,7 @@ from edge.config.dynamic import (
     TCPServersTransport,
 )
 from edge.config.merge import DEFAULT_TLS
+from edge.config.paths import relative, relative_note
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.runtime.model import DISABLED, RouterInfo, RuntimeConfig, _Checked
 from edge.errors import ConfigError
@@ -159,22 +159,10 @@ def client_tls_context(
     return ctx
 
 
-def relative_note(value: str) -> str:
-    """What an error about file ``value`` adds when the path is relative: where it was
-    looked for (the working directory); ``""`` for an absolute path or inline PEM."""
-    if not value or PEM_MARK in value or os.path.isabs(value):
-        return ""
-    return f" (a relative path, read from the working directory: {os.path.abspath(value)})"
-
-
 def relative_files(conf: Configuration) -> list[tuple[str, str]]:
-    """``(key path, path)`` of every certificate, key and CA file ``conf`` names by a
-    relative path (inline PEM excluded), in the configuration's order."""
-    return [
-        (where, value)
-        for where, value in _files(conf)
-        if PEM_MARK not in value and value and not os.path.isabs(value)
-    ]
+    """``(key path, path)`` of every certificate, key, CA and users file ``conf`` names
+    by a relative path (inline PEM excluded), in the configuration's order."""
+    return [(where, value) for where, value in _files(conf) if relative(value)]
 
 
 def _files(conf: Configuration) -> Iterator[tuple[str, str]]:
@@ -203,6 +191,13 @@ def _files(conf: Configuration) -> Iterator[tuple[str, str]]:
                     f"tls.options.{name}.clientAuth.caFiles", options.client_auth.ca_files
                 )
     if conf.http is not None:
+        for name, middleware in conf.http.middlewares.items():
+            for key, auth in (
+                ("basicAuth", middleware.basic_auth),
+                ("digestAuth", middleware.digest_auth),
+            ):
+                if auth is not None:
+                    yield f"http.middlewares.{name}.{key}.usersFile", auth.users_file
         for name, transport in conf.http.servers_transports.items():
             where = f"http.serversTransports.{name}"
             yield from cas(f"{where}.rootCAs", transport.root_cas)

@@ -206,6 +206,39 @@ def test_relative_certificate_paths_are_read_from_the_working_directory(tmp_path
     assert f"(a relative path, read from the working directory: {elsewhere / 'a.crt'})" in reason
 
 
+def test_relative_users_files_are_read_from_the_working_directory(tmp_path):
+    """basicAuth's and digestAuth's ``usersFile`` are opened as certificates are, from
+    the working directory; ``edge check`` says which file each is."""
+    (tmp_path / "users").write_text("test:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n")
+    (tmp_path / "digest").write_text("test:traefik:a2688e031edb4be6a3797f3882655c05\n")
+    dyn = yaml.safe_load(yaml.safe_dump(GOOD))
+    dyn["http"]["routers"]["a"]["middlewares"] = ["basic", "digest"]
+    dyn["http"]["middlewares"] = {
+        "basic": {"basicAuth": {"usersFile": "users"}},
+        "digest": {"digestAuth": {"usersFile": "digest"}},
+    }
+    static = write(tmp_path, {"entryPoints": {"web": {"address": ":80"}}}, dyn)
+    here = edge("check", "--config", static, cwd=tmp_path)
+    assert here.returncode == 0, here.stdout
+    files = {"basic": ("basicAuth", "users"), "digest": ("digestAuth", "digest")}
+    said = {
+        f"dynamic configuration: http.middlewares.{name}@file.{kind}.usersFile: relative "
+        f"path {path!r} is read from the working directory": path
+        for name, (kind, path) in files.items()
+    }
+    for line, path in said.items():
+        assert f"{line}: {tmp_path / path}" in here.stdout, here.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    there = edge("check", "--config", static, cwd=elsewhere)
+    for line, path in said.items():
+        assert f"{line}: {elsewhere / path}" in there.stdout, there.stdout
+    assert there.returncode == 1 and "router a@file: disabled" in there.stdout
+    # The middleware's reason says where the relative path was looked for.
+    reason = next(x for x in there.stdout.splitlines() if x.startswith("middleware basic@file:"))
+    assert f"(a relative path, read from the working directory: {elsewhere / 'users'})" in reason
+
+
 def test_static_root_cas_are_relative_to_the_static_file(tmp_path):
     from tests.fixtures.tls.pki import PKI
 

@@ -96,6 +96,13 @@ def test_users_file_relative_to_the_working_directory(tmp_path, monkeypatch):
         "usersFile: 'missing' (a relative path, read from the working directory: "
         f"{tmp_path / 'missing'}): no such file"
     )
+    with pytest.raises(ValueError) as exc:
+        digest_users([], "missing")
+    assert "(a relative path, read from the working directory: " in str(exc.value)
+    absolute = str(tmp_path / "missing")
+    with pytest.raises(ValueError) as exc:
+        basic_users([], absolute)
+    assert str(exc.value) == f"usersFile: {absolute!r}: no such file"
 
 
 # (users, file content or None, the message)

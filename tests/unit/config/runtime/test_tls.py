@@ -1,5 +1,5 @@
-"""TLS in validation (edge.config.runtime.tls): relative certificate, key and CA paths,
-read from the working directory as Traefik reads them, and said so."""
+"""TLS in validation (edge.config.runtime.tls): relative certificate, key, CA and users
+file paths, read from the working directory as Traefik reads them, and said so."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import pytest
 
 from edge.config.runtime import client_tls_context, relative_files
-from edge.config.runtime.tls import relative_note
 from edge.errors import ConfigError
 from tests.unit.config.documents import conf
 
@@ -19,12 +18,19 @@ def test_relative_files_lists_every_relative_path_and_nothing_else() -> None:
     c = conf(
         {
             "http": {
+                "middlewares": {
+                    "basic": {"basicAuth": {"usersFile": "users"}},
+                    "digest": {"digestAuth": {"usersFile": "conf/digest"}},
+                    "absolute": {"basicAuth": {"usersFile": "/etc/users"}},
+                    "inline": {"basicAuth": {"users": ["u:{SHA}x"]}},
+                    "other": {"addPrefix": {"prefix": "/p"}},
+                },
                 "serversTransports": {
                     "t": {
                         "rootCAs": ["ca.pem", "/etc/ca.pem", PEM],
                         "certificates": [{"certFile": "c.crt", "keyFile": "/k.key"}],
                     }
-                }
+                },
             },
             "tcp": {"serversTransports": {"u": {"tls": {"rootCAs": ["sub/ca.pem"]}}}},
             "tls": {
@@ -41,6 +47,8 @@ def test_relative_files_lists_every_relative_path_and_nothing_else() -> None:
         ("tls.certificates[0].keyFile", "a.key"),
         ("tls.stores.default.defaultCertificate.keyFile", "d.key"),
         ("tls.options.o.clientAuth.caFiles[0]", "clients.pem"),
+        ("http.middlewares.basic.basicAuth.usersFile", "users"),
+        ("http.middlewares.digest.digestAuth.usersFile", "conf/digest"),
         ("http.serversTransports.t.rootCAs[0]", "ca.pem"),
         ("http.serversTransports.t.certificates[0].certFile", "c.crt"),
         ("tcp.serversTransports.u.tls.rootCAs[0]", "sub/ca.pem"),
@@ -49,7 +57,6 @@ def test_relative_files_lists_every_relative_path_and_nothing_else() -> None:
 
 def test_a_missing_relative_file_says_where_it_was_looked_for(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert relative_note("/abs.pem") == relative_note(PEM) == ""
     with pytest.raises(ConfigError) as info:
         client_tls_context(root_cas=["ca.pem"], system_roots=False)
     where = os.path.join(tmp_path, "ca.pem")
