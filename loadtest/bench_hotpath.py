@@ -25,6 +25,10 @@ gap is counted the same way. With ``--new-connection`` each client makes its
 ceiling objects and parsers; its upstream connection is attached, not dialed
 (edge's stays pooled; the ceiling dials one per client, which is not counted).
 
+``--middleware KIND``: the route has one middleware (:data:`MIDDLEWARES`: one
+that lets every request through), so it takes the general path: its cost beside
+the express route's, the same load otherwise.
+
 ``--instructions``: instructions per request, counted by callgrind (valgrind),
 which is deterministic where timings on a shared machine are not: the run is
 made twice under callgrind, at two request counts, and the difference divided
@@ -83,6 +87,15 @@ RESPONSE = (
 )
 
 
+MIDDLEWARES: dict[str, dict] = {
+    "ipAllowList": {"ipAllowList": {"sourceRange": ["10.0.0.0/8", "127.0.0.0/8"]}},
+    "rateLimit": {"rateLimit": {"average": 1_000_000_000, "burst": 1_000_000_000}},
+    "inFlightReq": {"inFlightReq": {"amount": 1000}},
+    "headers": {"headers": {"customRequestHeaders": {"X-Bench": "1"}}},
+}
+"""``--middleware``: the middlewares a bench route may have, each passing every request."""
+
+
 class FakeTransport:
     """Records writes; the minimum of asyncio.Transport a connection uses."""
 
@@ -120,23 +133,23 @@ def setup(
     host: str = "bench.local",
     client_ip: str = "127.0.0.1",
     transport: type = FakeTransport,
+    middleware: dict | None = None,
     **context: object,
 ) -> tuple[HTTPConnection, UpstreamConnection]:
     """A client connection on an entrypoint with one ``Host(host)`` router, and the
     upstream connection to its only server waiting in the pool, as after a first
     request; both on ``transport`` objects (``transport(peer)``). ``context``: more
-    HTTPContext settings. The unit tests of the express path use it too."""
-    conf = msgspec.convert(
-        {
-            "http": {
-                "routers": {"bench": {"rule": f"Host(`{host}`)", "service": "backend"}},
-                "services": {
-                    "backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}
-                },
-            }
-        },
-        Configuration,
-    )
+    HTTPContext settings; ``middleware``: the route's one middleware (its
+    configuration). The unit tests of the express path use it too."""
+    router: dict = {"rule": f"Host(`{host}`)", "service": "backend"}
+    http: dict = {
+        "routers": {"bench": router},
+        "services": {"backend": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
+    }
+    if middleware is not None:
+        router["middlewares"] = ["m"]
+        http["middlewares"] = {"m": middleware}
+    conf = msgspec.convert({"http": http}, Configuration)
     runtime = build_runtime(merge({"file": conf}), {"web": "tcp"})
     transports = TransportRegistry(loop)
     transports.update(runtime.servers_transports)
@@ -219,10 +232,15 @@ def run(
     varied: bool = False,
     new_connection: bool = False,
     ceiling: bool = False,
+    middleware: str | None = None,
 ) -> float:
     loop = uvloop.new_event_loop()
     try:
-        client, upstream = setup(loop, parser)
+        client, upstream = setup(
+            loop, parser, middleware=MIDDLEWARES[middleware] if middleware else None
+        )
+        route = client.ctx.router.by_host["bench.local"]
+        assert route.express == (middleware is None), "the route's path is not the one asked"
         requests, responses = variants(varied)
         count = len(requests)
         turn = iter(range(1 << 62))
@@ -406,6 +424,9 @@ def main() -> None:
         help="a whole server under wrk, with callgrind",
     )
     p.add_argument("--seconds", type=float, default=8.0, help="--live: seconds of wrk counted")
+    p.add_argument(
+        "--middleware", choices=sorted(MIDDLEWARES), help="the route has this middleware"
+    )
     args = p.parse_args()
     if args.live:
         live(args.live, args.new_connection, args.seconds)
@@ -420,6 +441,8 @@ def main() -> None:
         else "repeated heads"
     )
     who = "ceiling" if args.ceiling else args.parser
+    if args.middleware:
+        who += f" + {args.middleware}"
     if args.instructions:
         flags = [
             "--parser",
@@ -427,6 +450,7 @@ def main() -> None:
             *(["--varied"] if args.varied else []),
             *(["--new-connection"] if args.new_connection else []),
             *(["--ceiling"] if args.ceiling else []),
+            *(["--middleware", args.middleware] if args.middleware else []),
         ]
         import callgrind  # a module beside this script (the tests import this one as loadtest.bench_hotpath)
 
@@ -434,7 +458,13 @@ def main() -> None:
         print(f"{who}: {per:,.0f} instructions per proxied GET, {kind} (callgrind)")
         return
     us = run(
-        args.parser, args.requests, args.profile, args.varied, args.new_connection, args.ceiling
+        args.parser,
+        args.requests,
+        args.profile,
+        args.varied,
+        args.new_connection,
+        args.ceiling,
+        args.middleware,
     )
     print(f"{who}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
 
