@@ -86,7 +86,7 @@ from cryptography.x509.oid import NameOID
 
 from edge.config.dynamic import TLSConfiguration, TLSOptions
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
-from edge.config.runtime.tls import relative_note
+from edge.config.paths import relative_note
 from edge.errors import ConfigError
 from edge.tls import tickets as ticket_keys
 
