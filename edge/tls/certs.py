@@ -85,8 +85,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from edge.config.dynamic import TLSConfiguration, TLSOptions
-from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.paths import relative_note
+from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.errors import ConfigError
 from edge.tls import tickets as ticket_keys
 
