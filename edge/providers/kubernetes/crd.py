@@ -54,8 +54,12 @@ Services
     refused; no ready endpoint gives a service without servers when
     ``allowEmptyServices`` is set, else the route is refused (both as Traefik). The HTTP
     scheme is ``scheme``, else ``https`` for port 443 or a port name starting with
-    ``https``, else ``http``. Options edge does not implement (``sticky``,
-    ``healthCheck``, ``passiveHealthCheck``, ``responseForwarding``, service
+    ``https``, else ``http``. ``healthCheck`` becomes the load balancer's active check
+    (Traefik's keys; an empty ``mode`` is ``http``, a duration given as a number is
+    seconds) and is allowed only on an ExternalName Service, as in Traefik: a Service's
+    pods are checked by Kubernetes' readiness, which already takes them out of its
+    EndpointSlices. ``passiveHealthCheck`` becomes the load balancer's, on any Service.
+    Options edge does not implement (``sticky``, ``responseForwarding``, service
     ``middlewares``, the ``h2c`` scheme) refuse the route, naming the option: nothing is
     served without what the user asked for. ``strategy`` passes on to the load balancer
     (Traefik's deprecated ``RoundRobin`` as ``wrr``); validation refuses what edge lacks. ``nodePortLB`` on a
@@ -96,6 +100,18 @@ Middlewares (Traefik's CRD shapes)
     (:func:`~edge.providers.kubernetes.secrets.auth_users`); a missing or unreadable one
     refuses the Middleware, as does ``usersFile`` (a file of edge's).
 
+TraefikServices
+    ``weighted`` is a weighted service over its references (Services and
+    TraefikServices, resolved as a route's). ``failover`` is edge's failover service:
+    ``service`` and ``fallback`` are references of the same shape, resolved the same
+    way (a Service gives its load balancer ``<ns>-<service>-<port>``, a TraefikService
+    its own name); ``healthCheck: {}`` (from edge's dynamic configuration; Traefik's CRD
+    has none) passes the failover's health up to the services using it; Traefik's
+    ``errors`` (status ranges, body size) is refused unless empty, as edge's failover
+    switches on health alone. ``mirroring``, ``highestRandomWeight`` and
+    ``weighted.sticky`` are refused by name; a TraefikService with both ``weighted``
+    and ``failover`` is refused.
+
 Endpoint churn
     :func:`update_endpoints` derives ``convert(new)`` from ``convert(old)`` when only
     EndpointSlices changed, rebuilding the load balancers (HTTP, TCP, UDP) of the
@@ -121,13 +137,17 @@ from edge.config.dynamic import (
     ClientAuth,
     Configuration,
     Domain,
+    Failover,
+    HealthCheck,
     HTTPConfiguration,
     LoadBalancer,
     Middleware,
+    PassiveServerHealthCheck,
     ProxyProtocol,
     Router,
     RouterTLS,
     Server,
+    ServerHealthCheck,
     ServersTransport,
     Service,
     StoreCertificate,
@@ -779,29 +799,75 @@ class _Converter:
         try:
             for field, value in (
                 ("mirroring", spec.mirroring),
-                ("failover", spec.failover),
                 ("highestRandomWeight", spec.highest_random_weight),
             ):
                 if value is not None:
                     raise _Refused(f"{field}: {UNSUPPORTED}")
-            if spec.weighted is None:
-                raise _Refused("the TraefikService has no weighted services")
-            if spec.weighted.sticky is not None:
-                raise _Refused(f"weighted.sticky: {UNSUPPORTED}")
             batch: _Batch[Service] = _Batch()
-            children = []
-            for i, ref in enumerate(spec.weighted.services):
-                try:
-                    name, service, backend = self.http_service(key[0], ref)
-                except _Refused as refused:
-                    raise _Refused(f"weighted.services[{i}]: {refused.reason}") from None
-                if service is not None:
-                    batch.add(name, service, backend)
-                children.append(WRRService(name=name, weight=_weight(ref.weight)))
-            batch.add(_normalize("-".join(key)), Service(weighted=Weighted(services=children)))
+            if spec.failover is not None:
+                if spec.weighted is not None:
+                    raise _Refused("the TraefikService has both weighted and failover")
+                service = self.failover(key[0], spec.failover, batch)
+            else:
+                service = self.weighted(key[0], spec.weighted, batch)
+            batch.add(_normalize("-".join(key)), service)
             self.commit("http", self.http_services, batch)
         except _Refused as refused:
             self.refuse("TraefikService", key, "spec", refused.reason)
+
+    def weighted(
+        self, namespace: str, spec: objects.WeightedSpec | None, batch: _Batch[Service]
+    ) -> Service:
+        """A TraefikService's ``weighted``: a weighted service over its references."""
+        if spec is None:
+            raise _Refused("the TraefikService has no weighted services")
+        if spec.sticky is not None:
+            raise _Refused(f"weighted.sticky: {UNSUPPORTED}")
+        children = []
+        for i, ref in enumerate(spec.services):
+            name = self.child(namespace, ref, f"weighted.services[{i}]", batch)
+            children.append(WRRService(name=name, weight=_weight(ref.weight)))
+        return Service(weighted=Weighted(services=children))
+
+    def failover(self, namespace: str, spec: Any, batch: _Batch[Service]) -> Service:
+        """A TraefikService's ``failover`` (Traefik's ``service``, ``fallback`` and
+        ``errors``; edge's ``healthCheck``) as edge's failover service."""
+        if not isinstance(spec, Mapping):
+            raise _Refused("invalid spec: failover is not an object")
+        for field in sorted(set(spec) - {"service", "fallback", "errors", "healthCheck"}):
+            raise _Refused(f"invalid spec: unknown field failover.{field}")
+        errors = spec.get("errors")
+        if errors not in (None, {}) and (
+            not isinstance(errors, Mapping)
+            or errors.get("status")
+            or errors.get("maxRequestBodyBytes") is not None
+        ):
+            raise _Refused(f"failover.errors: {UNSUPPORTED} (it fails over on health)")
+        names = []
+        for field in ("service", "fallback"):
+            value = spec.get(field)
+            if not isinstance(value, Mapping):
+                raise _Refused(f"invalid spec: failover.{field} is not a service reference")
+            try:
+                ref = msgspec.convert(dict(value), objects.RouteService)
+            except msgspec.ValidationError as exc:
+                raise _Refused(f"invalid spec: failover.{field}: {exc}") from None
+            names.append(self.child(namespace, ref, f"failover.{field}", batch))
+        check = _health("failover.healthCheck", spec.get("healthCheck"), HealthCheck)
+        return Service(failover=Failover(service=names[0], fallback=names[1], health_check=check))
+
+    def child(
+        self, namespace: str, ref: objects.RouteService, where: str, batch: _Batch[Service]
+    ) -> str:
+        """The name of a TraefikService's reference at ``where``; its load balancer
+        (a Service's) goes into ``batch``."""
+        try:
+            name, service, backend = self.http_service(namespace, ref)
+        except _Refused as refused:
+            raise _Refused(f"{where}: {refused.reason}") from None
+        if service is not None:
+            batch.add(name, service, backend)
+        return name
 
     # --- services ----------------------------------------------------------------------------
 
@@ -832,8 +898,6 @@ class _Converter:
             raise _Refused(f"unsupported service kind {kind!r}")
         for field, value in (
             ("sticky", ref.sticky),
-            ("healthCheck", ref.health_check),
-            ("passiveHealthCheck", ref.passive_health_check),
             ("responseForwarding", ref.response_forwarding),
         ):
             if value is not None:
@@ -847,6 +911,12 @@ class _Converter:
         ns = self.service_namespace(parent, ref.namespace, ref.name)
         addresses, port = self.servers(
             ns, ref.name, ref.port, "TCP", ref.native_lb, ref.node_port_lb, http=True
+        )
+        health = self.health_check(ns, ref)
+        passive = _health(
+            f"service {ref.name}: passiveHealthCheck",
+            ref.passive_health_check,
+            PassiveServerHealthCheck,
         )
         scheme = ref.scheme or (
             "https" if port.port == 443 or port.name.startswith("https") else "http"
@@ -867,9 +937,27 @@ class _Converter:
             pass_host_header=True if ref.pass_host_header is None else ref.pass_host_header,
             servers_transport=transport,
             strategy=_STRATEGIES.get(ref.strategy, ref.strategy),
+            health_check=health,
+            passive_health_check=passive,
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}") if named else ""
         return name, Service(load_balancer=balancer), Backend.of(parent, ref)
+
+    def health_check(self, namespace: str, ref: objects.RouteService) -> ServerHealthCheck | None:
+        """The active check of a reference to the Service ``namespace/ref.name`` (found):
+        Traefik's ``healthCheck``, on an ExternalName Service only."""
+        if ref.health_check is None:
+            return None
+        svc = self.state.services[(namespace, ref.name)]
+        if svc.spec.type != "ExternalName":
+            raise _Refused(
+                f"service {namespace}/{ref.name}: healthCheck is allowed only on "
+                "ExternalName services (Kubernetes' readiness checks the pods)"
+            )
+        spec = ref.health_check
+        if isinstance(spec, Mapping) and spec.get("mode") == "":
+            spec = {k: v for k, v in spec.items() if k != "mode"}  # Traefik's http
+        return _health(f"service {ref.name}: healthCheck", spec, ServerHealthCheck)
 
     def tcp_service(self, parent: str, ref: objects.RouteServiceTCP) -> TCPService:
         ns = self.service_namespace(parent, ref.namespace, ref.name)
@@ -1128,6 +1216,19 @@ def _tls_name(namespace: str, name: str) -> str:
 
 def _weight(weight: int | None) -> int:
     return 1 if weight is None else weight
+
+
+def _health(where: str, spec: Any, model: type[T]) -> T | None:
+    """A health check's spec (absent: None) -> ``model``; :class:`_Refused` naming
+    ``where`` and what is wrong."""
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping):
+        raise _Refused(f"invalid spec: {where} is not an object")
+    try:
+        return _convert_spec(spec, model)
+    except _Refused as refused:
+        raise _Refused(f"{where}: {refused.reason}") from None
 
 
 def _middleware(spec: Mapping[str, Any], model: type[T], kinds: tuple[str, ...]) -> T:
