@@ -162,11 +162,6 @@ def _check_http_service(
                 check.check()
             except ValueError as exc:
                 info.add_error(f"loadBalancer.{key}.{exc}")
-    if lb.passive_health_check is not None:
-        # edge.router.health.PassiveHealth counts what Backend.failed/answered tell it;
-        # until the exchange reports each request's outcome there, the check would
-        # never see a failure: refused, as every option edge does not serve.
-        info.add_error(f"loadBalancer.passiveHealthCheck: {UNSUPPORTED} (yet)")
     if lb.strategy not in ("", "wrr"):
         if lb.strategy in ("p2c", "hrw", "leasttime"):
             info.add_error(f"loadBalancer.strategy {lb.strategy!r}: {UNSUPPORTED} (it has wrr)")

@@ -511,6 +511,9 @@ class Exchange:
         self.resp_head = head
         self.resp_started = True
         self.status = head.status
+        health = self.backend.health
+        if health is not None:  # passive health: a 5xx is a failed attempt
+            health.answered(self.backend.server.url, head.status)
         if not self.req_done and self.keep_alive:
             self.answer_keeps_alive()  # an answer before the body's end: see early_end
         chunked = False
@@ -546,6 +549,9 @@ class Exchange:
         self.resp_started = True
         self.resp_done = True
         self.status = head.status
+        backend = self.backend
+        if backend.health is not None:  # passive health: a 5xx is a failed attempt
+            backend.health.answered(backend.server.url, head.status)
         # What forward.client_response gives, here without the call: a quick head's
         # cut when the client connection stays open, else its closing form once made.
         if self.keep_alive:
@@ -571,7 +577,6 @@ class Exchange:
         if self.req_done and head.keep_alive:
             # transport.put_idle, without the call where the server's pool is bound
             # to this transport and has room (a nonzero idle_deadline: it can serve).
-            backend = self.backend
             transport = backend.transport
             server = backend.server
             idle = server.idle
@@ -709,6 +714,10 @@ class Exchange:
             backend.server.url if backend else "?",
             exc.detail,
         )
+        if backend is not None and backend.health is not None:
+            # Passive health: no usable answer from this server (refused, reset, timed
+            # out, invalid) is a failed attempt, as Traefik counts one.
+            backend.health.failed(backend.server.url)
         self._cancel_header_timer()
         self.release_upstream(reuse=False)
         if self.resp_started:

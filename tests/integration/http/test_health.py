@@ -1,5 +1,6 @@
 """Server health through a real edge: loadBalancer.healthCheck takes a failing server
-out of the rotation and brings it back, a failover service switches to its fallback
+out of the rotation and brings it back, passiveHealthCheck does from the requests'
+outcomes, a failover service switches to its fallback
 and back, a reload keeps the verdicts, the API shows serverStatus.
 
 The backends are purpose-built (:class:`Scripted`): each answers its health path with
@@ -27,11 +28,13 @@ BOUND = 5.0  # seconds to leave or rejoin the rotation, at an interval of 0.2 s
 
 class Scripted(ThreadedServer):
     """An HTTP/1.1 server: ``GET /health`` answers ``health`` (the status the test sets),
-    anything else 200 with the server's name; every answer closes the connection."""
+    anything else ``status`` (200 unless the test sets it) with the server's name; every
+    answer closes the connection."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.health = 200
+        self.status = 200
         self.served = 0  # requests other than health checks
         self.checks = 0
         self.lock = threading.Lock()
@@ -54,7 +57,7 @@ class Scripted(ThreadedServer):
             else:
                 with self.lock:
                     self.served += 1
-                status, body = 200, self.name.encode()
+                status, body = self.status, self.name.encode()
             c.sendall(
                 b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
                 % (status, len(body), body)
@@ -261,5 +264,100 @@ def test_a_removed_service_stops_being_checked(tmp_path, parser, servers):
         checks = a.checks
         time.sleep(1.0)  # five intervals
         assert a.checks == checks
+    finally:
+        e.stop()
+
+
+WINDOW = 1.5  # passiveHealthCheck.failureWindow in the tests below, seconds
+
+
+def passive(*urls: str, attempts: int = 2) -> dict:
+    check = {"maxFailedAttempts": attempts, "failureWindow": f"{WINDOW}s"}
+    return lb(*urls, passiveHealthCheck=check)
+
+
+def start_both(tmp_path, parser: str, services: dict) -> Edge:
+    """``app.example`` routed bare (the express path) and ``general.example`` through a
+    headers middleware (the general path), both to the service ``app``."""
+    dyn = {
+        "http": {
+            "routers": {
+                "app": {"rule": "Host(`app.example`)", "service": "app"},
+                "general": {
+                    "rule": "Host(`general.example`)",
+                    "service": "app",
+                    "middlewares": ["tag"],
+                },
+            },
+            "middlewares": {"tag": {"headers": {"customResponseHeaders": {"X-Tag": "t"}}}},
+            "services": services,
+        }
+    }
+    return Edge(tmp_path, dyn, parser=parser, static_extra={"api": {"insecure": True}})
+
+
+@pytest.mark.parametrize("host", ["app.example", "general.example"])
+def test_passive_check_takes_a_server_answering_5xx_out_for_the_window(
+    tmp_path, parser, servers, host
+):
+    """Traefik's passive check: a 5xx answer is a failed attempt; ``maxFailedAttempts``
+    of them within ``failureWindow`` take the server out for ``failureWindow``, after
+    which it is sent requests again (and, failing still, taken out again)."""
+    a, b = servers
+    a.status = 502
+    e = start_both(tmp_path, parser, {"app": passive(a.url, b.url)})
+    try:
+        answers = [get(e.port, "/", host=host)[0] for _ in range(4)]  # a, b, a, b
+        assert sorted(answers) == [200, 200, 502, 502], answers
+        e.wait_for(rf"server http://127\.0\.0\.1:{a.port} is down for 1\.5s", timeout=BOUND)
+        out = time.monotonic()
+        assert server_status(e, "app@file") == {a.url: "DOWN", b.url: "UP"}
+        before = a.served
+        assert [get(e.port, "/", host=host)[0] for _ in range(10)] == [200] * 10
+        assert a.served == before
+        a.status = 200
+        until(lambda: get(e.port, "/", host=host)[2] == b"a", timeout=WINDOW + BOUND)
+        waited = time.monotonic() - out
+        assert server_status(e, "app@file") == {a.url: "UP", b.url: "UP"}
+        print(f"\npassiveHealthCheck window {WINDOW}s: back after {waited:.3f}s")
+        assert waited >= WINDOW - 0.3, waited  # not before the window
+    finally:
+        e.stop()
+
+
+def test_passive_check_counts_failures_within_the_window_only(tmp_path, parser, servers):
+    """One failure, then a good answer from the same server: the count starts again
+    (Traefik resets it on an answer under 500), so the server stays in."""
+    a, b = servers
+    e = start(tmp_path, parser, {"app": passive(a.url, b.url)})
+    try:
+        a.status = 500
+        assert sorted(who(e)[0] for _ in range(2)) == [200, 500]  # a fails once
+        a.status = 200
+        assert sorted(who(e)[1] for _ in range(2)) == [b"a", b"b"]  # a answers: reset
+        a.status = 500
+        assert sorted(who(e)[0] for _ in range(2)) == [200, 500]  # a fails once more
+        a.status = 200
+        assert sorted(who(e)[1] for _ in range(4)) == [b"a", b"a", b"b", b"b"]
+        assert server_status(e, "app@file") == {a.url: "UP", b.url: "UP"}
+    finally:
+        e.stop()
+
+
+def test_passive_check_takes_a_refusing_server_out(tmp_path, parser, servers):
+    """A server refusing connections: each request to it is a 502 and a failed attempt."""
+    _, b = servers
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    e = start(tmp_path, parser, {"app": passive(closed, b.url, attempts=3)})
+    try:
+        statuses = [who(e)[0] for _ in range(6)]
+        assert sorted(statuses) == [200, 200, 200, 502, 502, 502], statuses
+        e.wait_for(r"is down for 1\.5s \(3 failed requests", timeout=BOUND)
+        assert server_status(e, "app@file") == {closed: "DOWN", b.url: "UP"}
+        assert [who(e) for _ in range(10)] == [(200, b"b")] * 10
+        # After the window it is tried again: refused still, it fails again.
+        until(lambda: who(e)[0] == 502, timeout=WINDOW + BOUND)
     finally:
         e.stop()

@@ -203,7 +203,7 @@ def test_a_service_a_provider_could_not_make_shows_its_problem_alone():
         ("healthCheck", {"status": 99}, "loadBalancer.healthCheck.status 99: expected an HTTP status"),
         ("healthCheck", {"headers": {"X A": "1"}}, "loadBalancer.healthCheck.headers['X A']: invalid header name"),
         ("healthCheck", {"hostname": "a\r\nb"}, "loadBalancer.healthCheck.hostname: a value may not hold CR"),
-        ("passiveHealthCheck", {"maxFailedAttempts": 3, "failureWindow": "5s"}, "loadBalancer.passiveHealthCheck: not supported by this version of edge (yet)"),
+        ("passiveHealthCheck", {"maxFailedAttempts": 3, "failureWindow": "5s"}, None),
         ("passiveHealthCheck", {"failureWindow": "0s"}, "loadBalancer.passiveHealthCheck.failureWindow: must be greater than 0"),
     ],
 )  # fmt: skip
