@@ -13,6 +13,8 @@ through an IngressRouteTCP with a ServersTransportTCP's ``tls.certificatesSecret
 gets its echo. The Secret deleted, the route goes (404) within a bounded wait. rootCAs
 from a Secret's ``ca.crt`` and a ConfigMap's ``tls.ca`` verify the upstream, another
 CA's do not (502). nodePortLB reaches whoami through a Node's InternalIP and nodePort.
+A TraefikService failover whose main Service (ExternalName, with a healthCheck) fails
+its check sends curl to the fallback Service, and back once the check passes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import base64
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +32,7 @@ import pytest
 from edge.providers.kubernetes.provider import KubernetesCRDProvider
 from tests.fixtures.tls.pki import PKI
 from tests.harness import need
+from tests.integration.http.test_health import Scripted
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.peers import Process
 from tests.kube import objects as o
@@ -112,7 +116,8 @@ def client_secret(tls: dict[str, Any]) -> dict[str, Any]:
 # --- edge ---------------------------------------------------------------------------------
 
 
-def static_config(emu: Emulator) -> dict[str, Any]:
+def static_config(emu: Emulator, **crd_options: Any) -> dict[str, Any]:
+    """One edge on ``emu``; ``crd_options``: more keys of ``providers.kubernetesCRD``."""
     throttle = f"{int(KP.THROTTLE * 1000)}ms"
     return {
         "entryPoints": {
@@ -121,7 +126,12 @@ def static_config(emu: Emulator) -> dict[str, Any]:
             "traefik": {"address": "127.0.0.1:0"},
         },
         "providers": {
-            "kubernetesCRD": {"endpoint": emu.url, "token": KP.TOKEN, "throttleDuration": throttle}
+            "kubernetesCRD": {
+                "endpoint": emu.url,
+                "token": KP.TOKEN,
+                "throttleDuration": throttle,
+                **crd_options,
+            }
         },
         "providersThrottleDuration": throttle,
         "ping": {"entryPoint": "traefik"},
@@ -143,11 +153,11 @@ def emu() -> Iterator[Emulator]:
 
 
 @pytest.fixture
-def start_edge(emu: Emulator) -> Iterator[Callable[[], KP.InProcessEdge]]:
+def start_edge(emu: Emulator) -> Iterator[Callable[..., KP.InProcessEdge]]:
     started: list[KP.InProcessEdge] = []
 
-    def start() -> KP.InProcessEdge:
-        e = KP.InProcessEdge(static_config(emu), tweak=fast).start()
+    def start(**crd_options: Any) -> KP.InProcessEdge:
+        e = KP.InProcessEdge(static_config(emu, **crd_options), tweak=fast).start()
         started.append(e)
         assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
         return e
@@ -390,3 +400,52 @@ def test_opaque_secrets_hold_client_certificates_and_ca_bundles(
                 "data": {"ca.crt": b64(upstream_tls["other_ca"])}})  # fmt: skip
     assert KP.until(lambda: curl(web, "opaque.test")[0] == 502, 10.0)
     assert provider.conversions > conversions
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[Scripted, Scripted]]:
+    made = (Scripted("primary"), Scripted("spare"))
+    yield made
+    for s in made:
+        s.stop()
+
+
+def test_failover_goes_to_its_fallback_while_the_main_service_fails_its_health_check(
+    emu: Emulator, start_edge, scripted: tuple[Scripted, Scripted]
+) -> None:
+    """A TraefikService failover: ``service`` an ExternalName Service (healthCheck is
+    Traefik's for those alone) at the primary backend, ``fallback`` a Service whose
+    slice holds the spare. The primary's /health turned 500, curl is answered by the
+    spare within a bounded wait; turned 200 again, by the primary."""
+    primary, spare = scripted
+    emu.create({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "primary", "namespace": "default"},
+                "spec": {"type": "ExternalName", "externalName": "127.0.0.1",
+                         "ports": [{"name": "http", "port": primary.port}]}})  # fmt: skip
+    emu.create(o.service("spare", port=80, target_port=spare.port))
+    emu.create(o.endpoint_slice("spare-1", service_name="spare", addresses=["127.0.0.1"],
+                                port=spare.port))  # fmt: skip
+    check = {"path": "/health", "interval": "200ms", "timeout": "1s"}
+    emu.create(crd("TraefikService", "ha", {"failover": {
+        "service": {"name": "primary", "port": primary.port, "healthCheck": check},
+        "fallback": {"name": "spare", "port": 80}}}))  # fmt: skip
+    emu.create(crd("IngressRoute", "app", {"entryPoints": ["web"], "routes": [
+        {"match": "Host(`ha.test`)",
+         "services": [{"name": "ha", "kind": "TraefikService"}]}]}))  # fmt: skip
+    edge = start_edge(allowExternalNameServices=True)
+    web = edge.port("web")
+    assert KP.until(lambda: curl(web, "ha.test") == (200, "primary"), 10.0)
+    # The healthCheck runs against the ExternalName's address.
+    assert KP.until(lambda: primary.checks > 0, 5.0)
+
+    primary.health = 500
+    began = time.monotonic()
+    assert KP.until(lambda: curl(web, "ha.test") == (200, "spare"), 10.0)
+    left = time.monotonic() - began
+    assert all(curl(web, "ha.test") == (200, "spare") for _ in range(5))
+
+    primary.health = 200
+    began = time.monotonic()
+    assert KP.until(lambda: curl(web, "ha.test") == (200, "primary"), 10.0)
+    back = time.monotonic() - began
+    print(f"failover to the fallback in {left:.2f}s, back in {back:.2f}s", file=sys.stderr)
