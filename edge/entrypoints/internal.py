@@ -119,5 +119,7 @@ def attach_api(dataplane: Dataplane, static: StaticConfig) -> None:
     there is one)."""
     if static.api is None:
         return
-    api = dataplane.api or API(static, lambda: dataplane.runtime, __version__)
+    api = dataplane.api or API(
+        static, lambda: dataplane.runtime, __version__, down=dataplane.health.status
+    )
     dataplane.entrypoints.api = APIAnswer(api)

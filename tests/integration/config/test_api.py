@@ -296,6 +296,41 @@ def test_api_at_internal_answers_json(behind_router):
     assert headers["content-type"] == "application/json"
 
 
+def test_api_at_internal_shows_the_servers_down(tmp_path, whoami):
+    """Behind a router, the API shows serverStatus from the data plane's health checks,
+    as ``api.insecure`` does: a server whose check fails is DOWN."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    check = {"path": "/health", "interval": "200ms", "timeout": "1s"}
+    dyn = {
+        "http": {
+            "routers": {
+                "api": {"rule": "Host(`api.test`)", "service": "api@internal"},
+                "site": {"rule": "Host(`site.test`)", "service": "checked"},  # built, checked
+            },
+            "services": {"checked": lb(whoami.url, closed, healthCheck=check)},
+        }
+    }
+    e = Edge(tmp_path, dyn, static_extra={"api": {}})
+    try:
+        seen = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, _, body = curl(e.port, "/api/http/services/checked@file", "api.test")
+            assert status == 200, body
+            seen = json.loads(body)["serverStatus"]
+            if seen.get(closed) == "DOWN":
+                break
+            time.sleep(0.1)
+        assert seen == {whoami.url: "UP", closed: "DOWN"}
+    finally:
+        e.stop()
+
+
 def test_api_at_internal_with_workers(tmp_path, whoami):
     """With ``workers: 2`` each worker serves the routes naming api@internal."""
     dyn = {"http": {"routers": {"api": {"rule": "Host(`api.test`)", "service": "api@internal"}}}}
