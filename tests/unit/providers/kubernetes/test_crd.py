@@ -339,6 +339,25 @@ def test_update_endpoints_keeps_native_lb_and_external_name_servers() -> None:
     assert updated == convert(new, options) == previous
 
 
+def test_update_endpoints_rebuilds_a_failovers_load_balancers_with_their_checks() -> None:
+    """The fallback's slice changes under a failover TraefikService: update_endpoints
+    equals a whole conversion; the failover and the main Service's load balancer (with
+    its healthCheck) are the previous objects, the fallback's is rebuilt."""
+    case = load(FIXTURES / "http-traefikservice-failover.yaml")
+    old = decode_objects(case.objects)
+    previous = convert(old, case.options)
+    new = with_slices(old, slice_doc("spare", ["10.244.0.8"], name="spare-abc12"))
+    updated = update_endpoints(previous, old, new, case.options)
+    assert updated is not None and updated == convert(new, case.options)
+    before = previous.configuration.http
+    after = updated.configuration.http
+    assert before is not None and after is not None
+    assert after.services["default-ha"] is before.services["default-ha"]
+    assert after.services["default-primary-80"] is before.services["default-primary-80"]
+    spare = after.services["default-spare-80"].load_balancer
+    assert spare is not None and [s.url for s in spare.servers] == ["http://10.244.0.8:8080"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(
