@@ -48,8 +48,11 @@ class _Builder:
         self.transports = transports
         self.health = health
         self.services: dict[str, Service | None] = {}
-        self.middlewares: dict[str, Middleware] = {}
-        self.pipelines: dict[tuple[str, ...], Pipeline] = {}
+        # A middleware by name, or by (router, name) for the kinds with state of
+        # their own per router (PER_ROUTER); a pipeline by its names, or by (router,
+        # names) when it holds one of those.
+        self.middlewares: dict[str | tuple[str, str], Middleware] = {}
+        self.pipelines: dict[tuple, Pipeline] = {}
         self._visiting: set[str] = set()
 
     def service(self, name: str) -> Service | None:
@@ -108,29 +111,40 @@ class _Builder:
             for s in lb.servers
         ]
 
-    def middleware(self, name: str) -> Middleware:
-        built = self.middlewares.get(name)
+    def per_router(self, name: str) -> bool:
+        """Whether middleware ``name`` is built once per router naming it: Traefik
+        builds every middleware per router, so a rateLimit's buckets and an
+        inFlightReq's counts are the router's own; the stateless kinds are shared."""
+        config = self.runtime.http_middlewares[name].config
+        return config.rate_limit is not None or config.in_flight_req is not None
+
+    def middleware(self, name: str, router: str) -> Middleware:
+        key: str | tuple[str, str] = (router, name) if self.per_router(name) else name
+        built = self.middlewares.get(key)
         if built is None:
-            built = self.middlewares[name] = from_config(
+            built = self.middlewares[key] = from_config(
                 name, self.runtime.http_middlewares[name].config
             )
         return built
 
-    def pipeline(self, names: list[str]) -> Pipeline:
-        """The pipeline of these middlewares, one per list of names (pipelines are immutable)."""
+    def pipeline(self, names: list[str], router: str) -> Pipeline:
+        """The pipeline of these middlewares for ``router``: one per list of names
+        (pipelines are immutable), one per router where it holds a per-router kind."""
         if not names:
             return EMPTY_PIPELINE
-        key = tuple(names)
+        key: tuple = tuple(names)
+        if any(self.per_router(m) for m in names):
+            key = (router, key)
         built = self.pipelines.get(key)
         if built is None:
-            built = self.pipelines[key] = Pipeline([self.middleware(m) for m in names])
+            built = self.pipelines[key] = Pipeline([self.middleware(m, router) for m in names])
         return built
 
     def route(self, name: str, info) -> Route | None:
         service = self.service(info.config.service)
         if service is None:
             return None
-        return Route(name, service, self.pipeline(info.config.middlewares))
+        return Route(name, service, self.pipeline(info.config.middlewares, name))
 
 
 def build_router_sets(

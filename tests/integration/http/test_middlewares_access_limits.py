@@ -49,6 +49,7 @@ MIDDLEWARES = {
         }
     },
     "one": {"inFlightReq": {"amount": 1}},
+    "one-ip": {"inFlightReq": {"amount": 1, "sourceCriterion": {"ipStrategy": {}}}},
     "bad-range": {"ipAllowList": {"sourceRange": ["10.0.0.300"]}},
     "bad-average": {"rateLimit": {"average": -5}},
     "bad-depth": {"inFlightReq": {"amount": 1, "sourceCriterion": {"ipStrategy": {"depth": -1}}}},
@@ -61,7 +62,10 @@ ROUTERS = {
     "limit": (["limit"], "app"),
     "user": (["limit-user"], "app"),
     "xff": (["limit-xff"], "app"),
+    "limit-twin": (["limit"], "app"),  # another router naming "limit"
     "one": (["one"], "app"),
+    "slot": (["one-ip"], "app"),
+    "slot-twin": (["one-ip"], "app"),  # another router naming "one-ip"
     "one-abort": (["one"], "app"),
     "one-down": (["one"], "down"),
     "bad-range": (["bad-range"], "app"),
@@ -171,6 +175,14 @@ def test_rate_limit_per_client_address(edge):
     assert curl(edge, "limit.test", source="127.0.0.5")[0] == 200
 
 
+def test_rate_limit_budget_is_each_routers_own(edge):
+    """Two routers naming one rateLimit: as Traefik builds a middleware per router,
+    each has its own buckets; one spent leaves the other's whole."""
+    source = "127.0.0.6"
+    assert [curl(edge, "limit.test", source=source)[0] for _ in range(3)] == [200, 200, 429]
+    assert [curl(edge, "limit-twin.test", source=source)[0] for _ in range(3)] == [200, 200, 429]
+
+
 def test_rate_limit_by_request_header(edge):
     a, b = "alice", "bob"
     assert curl(edge, "user.test", "-H", f"X-User: {a}")[0] == 200
@@ -226,6 +238,18 @@ def test_in_flight_req_refuses_beyond_amount_until_the_first_ends(edge):
     finally:
         s.close()
     assert wait_status(edge, "one.test", 200, timeout=5) == 200
+
+
+def test_in_flight_req_counts_are_each_routers_own(edge):
+    """Two routers naming one inFlightReq (amount 1, by client address: the routers'
+    hosts would part the counts anyway): a request in flight through one leaves the
+    other's slot free."""
+    s = slow_request(edge, "slot-twin.test", 2)
+    try:
+        assert wait_status(edge, "slot-twin.test", 429, timeout=5) == 429
+        assert curl(edge, "slot.test")[0] == 200
+    finally:
+        s.close()
 
 
 def test_in_flight_req_slot_comes_back_when_the_client_aborts(edge):
