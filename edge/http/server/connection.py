@@ -648,8 +648,18 @@ class HTTPConnection(asyncio.Protocol):
         if self.pending is None:
             self.resume_reading(self.PAUSE_PIPELINE)
 
-    def tunnel(self, upstream: asyncio.Transport, to_client: bytes, to_upstream: bytes) -> None:
-        """After a 101: hand the client and the upstream over to a splice."""
+    def tunnel(
+        self,
+        upstream: asyncio.Transport,
+        to_client: bytes,
+        to_upstream: bytes,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        """After a 101: hand the client and the upstream over to a splice.
+
+        ``on_end`` runs once when the tunnel is over (both sides closed), or at once
+        when the client is gone already: the exchange's ``Forward.on_end`` work, so an
+        inFlightReq slot is held while the tunnel lives, as Traefik holds it."""
         self.flush()
         transport = self.transport
         self.ex = None
@@ -658,12 +668,17 @@ class HTTPConnection(asyncio.Protocol):
         self.ctx.connections.discard(self)
         if transport is None or transport.is_closing():
             upstream.close()
+            if on_end is not None:
+                on_end()
             return
         entry: list[Tunnel] = []
         connections = self.ctx.connections
 
         def closed(_: Splice) -> None:
-            connections.discard(entry[0])
+            if entry:
+                connections.discard(entry[0])
+            if on_end is not None:
+                on_end()
 
         tunnel = Tunnel(
             splice(

@@ -17,7 +17,7 @@ Invariants:
   the bytes each path sends are the same.
 - What a middleware registered for the exchange's end (``Forward.on_end``) runs
   exactly once, whichever way the exchange ends: its response complete (edge's
-  own included), handed over to a tunnel, or the client gone (which an upstream
+  own included), the tunnel it was handed over to closed, or the client gone (which an upstream
   failure in the middle of a response also comes to). Express exchanges have
   none and never check.
 - It is the upstream connection's owner (the interface ``UpstreamConnection``
@@ -646,9 +646,10 @@ class Exchange:
         upstream = self.upstream
         self.upstream = None
         upstream.owner = None
-        if not self.express and self.ends is not None:
-            self.run_ends()
-        self.conn.tunnel(upstream.transport, rest, self.upgrade_rest or b"")
+        # What middlewares registered for the end runs when the tunnel ends (an
+        # inFlightReq slot is the tunnel's while it lives, as in Traefik).
+        ends = None if self.express or self.ends is None else self.run_ends
+        self.conn.tunnel(upstream.transport, rest, self.upgrade_rest or b"", ends)
         self.upgrade_rest = None
         self.log()
 

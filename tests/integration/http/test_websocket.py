@@ -65,3 +65,50 @@ def test_websocket_echo_through_tunnel(tmp_path, parser, ws_backend):
         assert replies == [f"message {i}" for i in range(50)]
     finally:
         e.stop()
+
+
+def test_websocket_holds_its_in_flight_req_slot_until_the_tunnel_closes(
+    tmp_path, parser, ws_backend
+):
+    """inFlightReq (amount 1) in front of a WebSocket: as in Traefik, the upgraded
+    connection keeps its slot while the tunnel lives, so a second one is refused with
+    429, and the slot comes back once the first closes."""
+    dyn = {
+        "http": {
+            "routers": {
+                "ws": {"rule": "PathPrefix(`/chat`)", "service": "ws", "middlewares": ["one"]}
+            },
+            "services": {"ws": lb(f"http://127.0.0.1:{ws_backend}")},
+            "middlewares": {"one": {"inFlightReq": {"amount": 1}}},
+        }
+    }
+    e = Edge(tmp_path, dyn, parser=parser)
+    url = f"ws://127.0.0.1:{e.port}/chat"
+
+    async def refused() -> int:
+        try:
+            async with connect(url, open_timeout=5):
+                return 101
+        except websockets.InvalidStatus as exc:
+            return exc.response.status_code
+
+    async def client() -> tuple[int, int]:
+        async with connect(url, open_timeout=5) as ws:
+            await ws.send("hello")
+            assert await asyncio.wait_for(ws.recv(), 5) == "hello"
+            during = await refused()
+            await ws.send("still here")
+            assert await asyncio.wait_for(ws.recv(), 5) == "still here"
+        # Closed: the slot comes back once edge sees both sides of the tunnel end.
+        after = 0
+        for _ in range(100):
+            after = await refused()
+            if after == 101:
+                break
+            await asyncio.sleep(0.05)
+        return during, after
+
+    try:
+        assert asyncio.run(client()) == (429, 101)
+    finally:
+        e.stop()
