@@ -94,8 +94,10 @@ def test_invalid_router_disabled_others_keep_serving(tmp_path, whoami):
 def test_invalid_file_keeps_last_good_configuration(tmp_path, whoami):
     e = Edge(tmp_path, dyn(whoami))
     try:
-        e.dynamic_path.write_text("http: {routers: {a: {rule: 'Host(`a.test`)', servce: svc-a}}}")
-        e.wait_for(r"servce", timeout=3)
+        # A file that does not parse (one that parses serves its good elements).
+        e.dynamic_path.write_text("http: {routers: {a: {rule: 'Host(`a.test`)', service: [svc-a}}}")
+        e.wait_for(r"dynamic\.yaml.*line 1", timeout=3)
+        time.sleep(0.5)  # a round that took the file would have applied by now
         assert get(e.port, "/", host="a.test")[0] == 200
     finally:
         e.stop()
