@@ -246,7 +246,8 @@ def test_runs_as_the_daemonset_runs_it(podman, image, tmp_path):
 
     name = f"edge-test-{os.getpid()}"
     with Emulator(token=token) as emu:
-        static["providers"]["kubernetesIngress"].update(endpoint=emu.url, token=token)
+        for provider in static["providers"].values():  # kubernetesIngress, kubernetesCRD
+            provider.update(endpoint=emu.url, token=token)
         etc = tmp_path / "etc-edge"
         etc.mkdir()
         (etc / "edge.yaml").write_text(yaml.safe_dump(static))
