@@ -63,7 +63,7 @@ import orjson
 
 from edge.errors import EdgeError
 
-__all__ = ["KINDS", "Access", "ApiError", "Emulator", "Kind", "RequestRecord"]
+__all__ = ["KINDS", "Access", "ApiError", "Emulator", "Kind", "ListAnswer", "RequestRecord"]
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,17 @@ class RequestRecord(NamedTuple):
     path: str  # without the query
     query: dict[str, str]
     authorization: str | None
+
+
+class ListAnswer(NamedTuple):
+    """A LIST the emulator answered: when its request arrived and when the last byte
+    of its answer was written (``time.monotonic()``), so a benchmark can tell the
+    emulator's own time (encoding a 20,000-endpoint LIST) from its client's."""
+
+    path: str
+    received: float
+    answered: float
+    size: int
 
 
 class Access(NamedTuple):
@@ -350,6 +361,7 @@ class Emulator:
         self._fail_code = 503
         self._stopping = False
         self._requests: list[RequestRecord] = []
+        self._list_answers: list[ListAnswer] = []
         self._kinds = {k.kind: k for k in KINDS}
         self._routes = {(k.group, k.version, k.plural): k for k in KINDS}
         self._server: ThreadingHTTPServer | None = None
@@ -640,6 +652,12 @@ class Emulator:
     def requests(self) -> list[RequestRecord]:
         with self._cond:
             return list(self._requests)
+
+    @property
+    def list_answers(self) -> list[ListAnswer]:
+        """Every LIST answered so far (2xx or not), in the order they were finished."""
+        with self._cond:
+            return list(self._list_answers)
 
     def count(
         self,
@@ -1041,21 +1059,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         _shutdown(self.connection)
 
-    def _send_json(self, code: int, body: Any) -> None:
+    def _send_json(self, code: int, body: Any) -> int:
+        """Send ``body`` as JSON; its size in bytes."""
         data = orjson.dumps(body)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        return len(data)
 
     def _serve(self, method: str) -> None:
         emu = self.emulator
         url = urlsplit(self.path)
         q = dict(parse_qsl(url.query, keep_blank_values=True))
-        emu._record(
-            RequestRecord(time.monotonic(), method, url.path, q, self.headers.get("Authorization"))
-        )
+        received = time.monotonic()
+        emu._record(RequestRecord(received, method, url.path, q, self.headers.get("Authorization")))
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if emu.latency:
@@ -1095,7 +1114,10 @@ class _Handler(BaseHTTPRequestHandler):
                     emu._watch(self, kind, namespace, q)
                     return
                 if method == "GET":
-                    self._send_json(200, emu._list(kind, namespace, q))
+                    size = self._send_json(200, emu._list(kind, namespace, q))
+                    answer = ListAnswer(url.path, received, time.monotonic(), size)
+                    with emu._cond:
+                        emu._list_answers.append(answer)
                 elif method == "POST" and isinstance(body, dict):
                     self._send_json(201, emu._collection_write(kind, namespace, body))
                 else:

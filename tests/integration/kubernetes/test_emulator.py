@@ -85,6 +85,20 @@ def test_list_cluster_wide_and_namespaced(emu, net):
     assert one.metadata.resource_version == "3"
 
 
+def test_each_list_answer_is_recorded_with_its_timing_and_size(emu, net, api_client):
+    emu.create(o.ingress("a"))
+    t0 = time.monotonic()
+    resp = net.list_namespaced_ingress("default", _preload_content=False)
+    body = resp.data
+    t1 = time.monotonic()
+    net.read_namespaced_ingress("a", "default")  # a GET of one object is no LIST
+    [answer] = emu.list_answers
+    assert answer.path == "/apis/networking.k8s.io/v1/namespaces/default/ingresses"
+    assert t0 <= answer.received <= answer.answered <= t1
+    assert answer.size == len(body)
+    assert [i["metadata"]["name"] for i in json.loads(body)["items"]] == ["a"]
+
+
 def test_list_cluster_scoped_kind(emu, net):
     emu.create(o.ingress_class("edge", default=True))
     emu.create(o.ingress_class("other", controller="example.com/other"))
