@@ -142,6 +142,9 @@ def status_object(code: int, reason: str, message: str) -> Obj:
     }
 
 
+LISTEN_BACKLOG = 128  # connections waiting to be accepted (the kernel's default somaxconn)
+
+
 class RequestRecord(NamedTuple):
     at: float  # time.monotonic()
     method: str
@@ -375,6 +378,10 @@ class Emulator:
         class Server(ThreadingHTTPServer):
             daemon_threads = False
             block_on_close = True  # server_close joins every handler thread
+            # socketserver's default backlog is 5: a provider starting 15 reflectors at
+            # once overflowed it, and the dropped SYNs came back after TCP's 1 s
+            # retransmission timeout, a second counted as the client's.
+            request_queue_size = LISTEN_BACKLOG
 
         class Handler(_Handler):
             emulator = emu

@@ -8,6 +8,7 @@ tool would, so what edge's client sees in its own tests is what a cluster says.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 
@@ -97,6 +98,16 @@ def test_each_list_answer_is_recorded_with_its_timing_and_size(emu, net, api_cli
     assert t0 <= answer.received <= answer.answered <= t1
     assert answer.size == len(body)
     assert [i["metadata"]["name"] for i in json.loads(body)["items"]] == ["a"]
+
+
+def test_the_listen_backlog_holds_a_burst_of_reflectors(emu):
+    # Send-Q of a listening socket is its backlog; with socketserver's 5, the 15
+    # reflectors of one provider lost SYNs and waited out TCP's 1 s retransmission
+    out = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{emu.port}"], capture_output=True, text=True, timeout=10
+    ).stdout.split()
+    assert out[0] == "LISTEN"
+    assert int(out[2]) >= 64
 
 
 def test_list_cluster_scoped_kind(emu, net):
