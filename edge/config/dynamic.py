@@ -301,6 +301,23 @@ class HealthCheck(Base):
     child can serve) goes up to the services using it, which skip it while down."""
 
 
+class Cookie(Base):
+    """``sticky.cookie``: the cookie naming the server (or child service) a client sticks
+    to. ``name`` "" is derived from the service's name, as Traefik derives it."""
+
+    name: str = ""
+    secure: bool = False
+    http_only: bool = False
+    same_site: Literal["", "none", "lax", "strict", "None", "Lax", "Strict"] = ""
+    max_age: int = 0  # > 0: Max-Age; < 0: expires at once (Max-Age=0); 0: a session cookie
+    path: str = "/"
+    domain: str = ""
+
+
+class Sticky(Base):
+    cookie: Cookie | None = None
+
+
 class LoadBalancer(Base):
     servers: list[Server] = []
     pass_host_header: bool = True
@@ -310,6 +327,7 @@ class LoadBalancer(Base):
     strategy: str = ""
     health_check: ServerHealthCheck | None = None
     passive_health_check: PassiveServerHealthCheck | None = None
+    sticky: Sticky | None = None
 
 
 class WRRService(Base):
@@ -320,6 +338,7 @@ class WRRService(Base):
 class Weighted(Base):
     services: list[WRRService] = []
     health_check: HealthCheck | None = None
+    sticky: Sticky | None = None
 
 
 class Failover(Base):

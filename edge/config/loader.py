@@ -378,9 +378,8 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.RateLimit, "redis", _),
         (dyn.Service, "highestRandomWeight mirroring", _),
-        (dyn.LoadBalancer, "responseForwarding sticky", _),
+        (dyn.LoadBalancer, "responseForwarding", _),
         (dyn.Server, "preservePath", _),
-        (dyn.Weighted, "sticky", _),
         (dyn.Failover, "errors", _),
         (
             dyn.ServersTransport,

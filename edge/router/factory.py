@@ -74,10 +74,15 @@ class _Builder:
                 self.service(member.name)
             self._visiting.discard(name)
         # Typed as making any service: mypy cannot infer build_service's S from the class.
-        weighted: Callable[[str, list[tuple[Service, int]]], Service] = Weighted
+        weighted: Callable[[str, list[tuple[Service, int]]], Service] = self.weighted
         return build_service(
             name, self.services, self.runtime.http_services, self.load_balancer, weighted
         )
+
+    def weighted(self, name: str, children: list[tuple[Service, int]]) -> Weighted:
+        config = self.runtime.http_services[name].config.weighted
+        sticky = config.sticky if config is not None else None
+        return Weighted(name, children, sticky.cookie if sticky is not None else None)
 
     def load_balancer(self, name: str, lb) -> LoadBalancer:
         transport = self.transports.get(lb.servers_transport or DEFAULT_TRANSPORT)
@@ -93,6 +98,7 @@ class _Builder:
             transport.pools,
             down=down,
             health_check=lb.health_check,
+            sticky=lb.sticky.cookie if lb.sticky is not None else None,
         )
 
     def backends(self, name: str, lb) -> list[tuple[Backend, int]]:

@@ -14,17 +14,137 @@ health check reads the set of its servers that are down, which outlives snapshot
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from edge.balancer import SmoothWeightedRoundRobin
-from edge.config.dynamic import ServerHealthCheck
+from edge.config.dynamic import Cookie, ServerHealthCheck
 from edge.http.middlewares import EMPTY_PIPELINE, Pipeline
 from edge.rules import RouteTable
 from edge.transports import ServerURL, Transport
 
 if TYPE_CHECKING:
     from edge.router.health import PassiveHealth
+
+
+M = TypeVar("M")
+
+_COOKIE_NAME_CHARS = frozenset(
+    "!#$%&'*+-.^`|~abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+)
+
+
+def sticky_cookie_name(name: str, service: str) -> str:
+    """Traefik's cookie name: ``name`` with every character outside an HTTP token made
+    ``_``; when empty, ``_`` and the first five hex digits of the SHA-1 of
+    ``_TRAEFIK_BACKEND_<service>``."""
+    if name:
+        return "".join(c if c in _COOKIE_NAME_CHARS else "_" for c in name)
+    return "_" + hashlib.sha1(f"_TRAEFIK_BACKEND_{service}".encode()).hexdigest()[:5]
+
+
+def sticky_value(name: str) -> bytes:
+    """The cookie value Traefik v3 writes for the server URL (or child service name)
+    ``name``: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(name.encode()).hexdigest()[:16].encode()
+
+
+def _fnv1_64(data: str) -> str:
+    """FNV-1 64-bit, in lowercase hex without leading zeros (Go's ``fnv.New64`` and
+    ``strconv.FormatUint(h, 16)``): the value older Traefik versions wrote."""
+    h = 0xCBF29CE484222325
+    for byte in data.encode():
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        h ^= byte
+    return format(h, "x")
+
+
+def cookie_value(header: bytes, name: bytes) -> bytes | None:
+    """The value of the first cookie ``name`` in one Cookie header's value, None when absent."""
+    for part in header.split(b";"):
+        key, eq, value = part.strip().partition(b"=")
+        if eq and key == name:
+            value = value.strip()
+            if len(value) > 1 and value[:1] == value[-1:] == b'"':
+                value = value[1:-1]
+            return value
+    return None
+
+
+class Sticky(Generic[M]):
+    """A sticky cookie over the members of one balancer: built once per configuration.
+
+    ``lookup`` maps every cookie value that names a member (the SHA-256 one Traefik v3
+    writes, and for clients of older versions the raw name, its FNV-1 hash and the hash
+    of that) to the member's index; ``set_cookie[i]`` is the whole ``Set-Cookie`` line
+    sticking a client to member ``i``, written as Go's ``http.SetCookie`` writes it.
+    A value of an older version maps to ``(i, False)``: it still sticks, and the
+    response rewrites it, as Traefik does.
+    """
+
+    __slots__ = ("index", "lookup", "members", "name", "set_cookie")
+
+    def __init__(self, cookie: Cookie, service: str, members: list[tuple[M, str]]) -> None:
+        name = sticky_cookie_name(cookie.name, service)
+        self.name = name.encode()
+        self.members = [m for m, _ in members]
+        attrs = ""
+        if cookie.path:
+            attrs += f"; Path={cookie.path}"
+        if cookie.domain:
+            attrs += f"; Domain={cookie.domain.removeprefix('.')}"
+        if cookie.max_age > 0:
+            attrs += f"; Max-Age={cookie.max_age}"
+        elif cookie.max_age < 0:
+            attrs += "; Max-Age=0"
+        if cookie.http_only:
+            attrs += "; HttpOnly"
+        if cookie.secure:
+            attrs += "; Secure"
+        same_site = cookie.same_site.lower()
+        if same_site:
+            attrs += f"; SameSite={same_site.capitalize()}"
+        self.index = {id(m): i for i, m in enumerate(self.members)}
+        self.lookup: dict[bytes, tuple[int, bool]] = {}
+        self.set_cookie: list[bytes] = []
+        for i, (_, key) in enumerate(members):
+            value = sticky_value(key)
+            self.set_cookie.append(
+                b"Set-Cookie: " + self.name + b"=" + value + attrs.encode() + b"\r\n"
+            )
+            fnv = _fnv1_64(key)
+            for old in (key, fnv, _fnv1_64(fnv)):
+                self.lookup.setdefault(old.encode(), (i, False))
+        for i, (_, key) in enumerate(members):
+            self.lookup[sticky_value(key)] = (i, True)
+
+    def find(self, cookies: list[bytes]) -> tuple[int, bool]:
+        """The index of the member the request's Cookie headers name (-1 for none), and
+        whether the cookie is in the current form."""
+        for header in cookies:
+            value = cookie_value(header, self.name)
+            if value is not None:
+                return self.lookup.get(value, _NONE)
+        return _NONE
+
+    def pick(self, cookies: list[bytes], out: list[bytes], up, pick) -> M | None:
+        """The member the cookie names when ``up(member)`` says it can serve, else
+        ``pick()``'s, with its Set-Cookie line appended to ``out``."""
+        i, current = self.find(cookies)
+        if i >= 0:
+            member = self.members[i]
+            if up(member):
+                if not current:
+                    out.append(self.set_cookie[i])
+                return member
+        member = pick()
+        if member is not None:
+            out.append(self.set_cookie[self.index[id(member)]])
+        return member
+
+
+_NONE = (-1, False)
 
 
 class Backend:
@@ -79,6 +199,9 @@ class LoadBalancer:
         "pass_host",
         "pooled",
         "single",
+        "sticks",
+        "sticky",
+        "sticky_cookie",
     )
 
     def __init__(
@@ -90,6 +213,7 @@ class LoadBalancer:
         *,
         down: set[str] | None = None,
         health_check: ServerHealthCheck | None = None,
+        sticky: Cookie | None = None,
     ) -> None:
         """``down``: the URLs of its servers that are down (the health registry's set for
         this service, which checks change in place; None: no health check of any kind);
@@ -101,6 +225,10 @@ class LoadBalancer:
         self.pooled = pooled
         self.down = down
         self.health_check = health_check
+        # sticky.cookie: Sticky over the servers in the rotation, rebuilt with them.
+        self.sticky_cookie = sticky
+        self.sticks: bool = sticky is not None  # a request's cookies choose (pick_sticky)
+        self.sticky: Sticky[Backend] | None = None
         self._set(list(backends))
 
     def _set(
@@ -116,6 +244,10 @@ class LoadBalancer:
         self.backends: list[Backend] = [b for b, _ in backends]
         # One server (the common case) and no health to read: nothing to balance.
         self.single: Backend | None = wrr.single if self.down is None else None
+        if self.sticky_cookie is not None:
+            live = [(b, b.server.url) for b, w in backends if w > 0]
+            self.sticky = Sticky(self.sticky_cookie, self.name, live)
+            self.single = None
 
     def update(self, backends: Iterable[tuple[Backend, int]]) -> None:
         """New servers, in place; the rotation goes on for the servers that stay."""
@@ -134,24 +266,45 @@ class LoadBalancer:
                 return backend
         return None
 
+    def _up(self, backend: Backend) -> bool:
+        down = self.down
+        return not down or backend.server.url not in down
+
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+        """``pick()``, where a cookie naming a server up chooses it (``out`` gets the
+        Set-Cookie lines the response carries)."""
+        sticky = self.sticky
+        if sticky is None:
+            return self.pick()
+        return sticky.pick(cookies, out, self._up, self.pick)
+
 
 class Weighted:
     """A weighted service: smooth weighted round robin over child services."""
 
-    __slots__ = ("_wrr", "name", "pass_host", "pooled")
+    __slots__ = ("_wrr", "name", "pass_host", "pooled", "sticks", "sticky")
     single = None  # never one server to skip the balancing for
 
     _wrr: SmoothWeightedRoundRobin[Service]
     name: str
     pass_host: bool  # every server of every child gets the client's Host
     pooled: bool  # every child keeps its connections alive
+    sticks: bool  # it or a child is sticky: a request's cookies choose (pick_sticky)
 
-    def __init__(self, name: str, children: Iterable[tuple[Service, int]]) -> None:
+    def __init__(
+        self, name: str, children: Iterable[tuple[Service, int]], sticky: Cookie | None = None
+    ) -> None:
         self.name = name
         children = list(children)
         self._wrr = SmoothWeightedRoundRobin(children)
         self.pass_host = all(child.pass_host for child, _ in children)
         self.pooled = all(child.pooled for child, _ in children)
+        # sticky.cookie: the children in the rotation, by name.
+        self.sticky: Sticky[Service] | None = None
+        if sticky is not None:
+            live = [(child, child.name) for child, w in children if w > 0]
+            self.sticky = Sticky(sticky, name, live)
+        self.sticks = sticky is not None or any(child.sticks for child, _ in children)
 
     def pick(self) -> Backend | None:
         # A child with no server does not starve the others: try each once.
@@ -164,6 +317,40 @@ class Weighted:
                 return backend
         return None
 
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+        """``pick()`` where cookies choose: this service's sticky cookie names a child
+        (kept while it has a server up), and each child's its server."""
+        sticky = self.sticky
+        if sticky is None:
+            for _ in range(len(self._wrr)):
+                child = self._wrr.pick()
+                if child is None:
+                    return None
+                backend = child.pick_sticky(cookies, out)
+                if backend is not None:
+                    return backend
+            return None
+        i, current = sticky.find(cookies)
+        if i >= 0:
+            mark = len(out)
+            backend = sticky.members[i].pick_sticky(cookies, out)
+            if backend is not None:
+                if not current:
+                    out.insert(mark, sticky.set_cookie[i])
+                return backend
+            del out[mark:]
+        for _ in range(len(self._wrr)):
+            child = self._wrr.pick()
+            if child is None:
+                return None
+            mark = len(out)
+            backend = child.pick_sticky(cookies, out)
+            if backend is not None:
+                out.insert(mark, sticky.set_cookie[sticky.index[id(child)]])
+                return backend
+            del out[mark:]
+        return None
+
 
 class Failover:
     """A failover service: its main service while that has a server up, else its fallback.
@@ -173,7 +360,7 @@ class Failover:
     picks None itself, which a weighted or failover parent skips in turn.
     """
 
-    __slots__ = ("fallback", "main", "name", "pass_host", "pooled")
+    __slots__ = ("fallback", "main", "name", "pass_host", "pooled", "sticks")
     single = None  # never one server to skip the choice for
 
     main: Service | None
@@ -181,6 +368,7 @@ class Failover:
     name: str
     pass_host: bool  # every server of both children gets the client's Host
     pooled: bool  # both children keep their connections alive
+    sticks: bool  # a child is sticky: a request's cookies choose (pick_sticky)
 
     def __init__(self, name: str, main: Service | None, fallback: Service | None) -> None:
         self.name = name
@@ -189,12 +377,20 @@ class Failover:
         children = [c for c in (main, fallback) if c is not None]
         self.pass_host = all(c.pass_host for c in children)
         self.pooled = all(c.pooled for c in children)
+        self.sticks = any(c.sticks for c in children)
 
     def pick(self) -> Backend | None:
         main = self.main
         backend = main.pick() if main is not None else None
         if backend is None and self.fallback is not None:
             return self.fallback.pick()
+        return backend
+
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+        main = self.main
+        backend = main.pick_sticky(cookies, out) if main is not None else None
+        if backend is None and self.fallback is not None:
+            return self.fallback.pick_sticky(cookies, out)
         return backend
 
 
@@ -214,7 +410,10 @@ class Route:
         # from the pipeline, so a middleware added later is never skipped), every
         # server gets the client's Host, and the upstream connection is pooled
         # (a lone Connection: keep-alive holds both ways).
-        self.express = pipeline.empty and service.pass_host and service.pooled
+        # A sticky service reads the request's cookies and may set one: never express.
+        self.express = (
+            pipeline.empty and service.pass_host and service.pooled and not service.sticks
+        )
 
 
 class HTTPRouter:

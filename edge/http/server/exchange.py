@@ -89,6 +89,7 @@ class Exchange:
         "retried",
         "route",
         "sent",
+        "set_cookies",
         "started",
         "status",
         "up_head",
@@ -118,6 +119,7 @@ class Exchange:
         self.header_timer: asyncio.TimerHandle | None = None
         self.upgrade_rest: bytes | None = None
         self.retried = False
+        self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
         # ends (Forward.on_end's) is set by begin(), the general path, and read only
         # when not self.express: the express path never pays for it.
         self.status = 0
@@ -285,7 +287,13 @@ class Exchange:
         # response header edits (Traefik's headers middleware modifies what the
         # handlers after it write), with those the pipeline set for this request.
         self.response_edits = pipeline.response_edits if fwd is None else pipeline.respond(fwd)
-        backend = route.service.pick()
+        service = route.service
+        if service.sticks:
+            cookies = [v for n, v in head.headers if len(n) == 6 and n.lower() == b"cookie"]
+            self.set_cookies = out = []
+            backend = service.pick_sticky(cookies, out)
+        else:
+            backend = service.pick()
         if backend is None:
             self.answer_error(
                 HTTPError(
@@ -321,6 +329,7 @@ class Exchange:
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
         self.express = (
             self.response_edits is None
+            and not self.set_cookies  # written by upstream_head
             and self.ends is None  # upstream_quick runs no ends
             and not head.upgrade
             and head.version == b"1.1"
@@ -529,6 +538,9 @@ class Exchange:
         if edits is not None and self.route is not None and self.route.pipeline.vary:
             edits = vary_origin(edits, head.headers)  # Origin joins the response's own Vary
         out = forward.client_response(head, self.keep_alive, chunked, edits)
+        if self.set_cookies:  # after the status line, beside the upstream's own
+            end = out.index(b"\r\n") + 2
+            out = b"".join((out[:end], *self.set_cookies, out[end:]))
         if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
             out = forward.keep_alive_for_http10(out)
         self.resp_out = out  # upstream_failed looks for it among the writes held back

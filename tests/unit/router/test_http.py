@@ -5,16 +5,33 @@ server up, a weighted service skips a child with none."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 
-from edge.router.http import Backend, Failover, LoadBalancer, Weighted
+import pytest
+
+from edge.config.dynamic import Cookie
+from edge.router.http import (
+    Backend,
+    Failover,
+    LoadBalancer,
+    Route,
+    Weighted,
+    cookie_value,
+    sticky_cookie_name,
+    sticky_value,
+)
 from edge.transports import ServerURL, TransportRegistry
 
 URLS = [f"http://10.0.0.{i}:80" for i in range(1, 4)]
 
 
 def balancer(
-    name: str, urls: list[str], down: set[str] | None, weights: list[int] | None = None
+    name: str,
+    urls: list[str],
+    down: set[str] | None,
+    weights: list[int] | None = None,
+    sticky: Cookie | None = None,
 ) -> LoadBalancer:
     loop = asyncio.new_event_loop()
     try:
@@ -25,7 +42,7 @@ def balancer(
         (Backend(name, ServerURL(u), transport, True), w)
         for u, w in zip(urls, weights or [1] * len(urls), strict=True)
     ]
-    return LoadBalancer(name, backends, True, True, down=down)
+    return LoadBalancer(name, backends, True, True, down=down, sticky=sticky)
 
 
 def urls(service, n: int) -> Counter[str | None]:
@@ -99,3 +116,175 @@ def test_a_weighted_child_with_no_server_up_is_skipped():
     assert urls(weighted, 4) == {URLS[0]: 2, URLS[1]: 2}
     down.add(URLS[0])
     assert urls(weighted, 4) == {URLS[1]: 4}
+
+
+# -- sticky cookies -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "service", "expected"),
+    [  # Traefik's pkg/server/cookie table
+        ("", "/my/BACKEND-v1.0~rc1", "_5f7bc"),
+        ("/my/BACKEND-v1.0~rc1", "", "_my_BACKEND-v1.0~rc1"),
+        ("cookie", "backend", "cookie"),
+        ("", "backend", "_76eb3"),
+        ("!#$%&'()*+-./:<=>?@[]^_`{|}~", "", "!#$%&'__*+-._________^_`_|_~"),
+    ],
+)
+def test_the_cookie_name_is_traefiks(name, service, expected):
+    assert sticky_cookie_name(name, service) == expected
+
+
+def test_the_cookie_value_is_the_sha256_prefix_of_the_server_url():
+    assert sticky_value(URLS[0]) == hashlib.sha256(URLS[0].encode()).hexdigest()[:16].encode()
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        (b"s=abc", b"abc"),
+        (b"a=1; s=abc; s=def", b"abc"),
+        (b'a=1;s="abc"', b"abc"),
+        (b"ss=1; s_=2", None),
+        (b"s", None),
+        (b"", None),
+    ],
+)
+def test_cookie_value_reads_one_cookie_of_a_header(header, value):
+    assert cookie_value(header, b"s") == value
+
+
+def sticky_lb(down: set[str] | None = None, **cookie) -> LoadBalancer:
+    return balancer("app@file", URLS, down, sticky=Cookie(name="s", **cookie))
+
+
+def test_a_sticky_balancer_sets_the_cookie_of_the_server_it_picks():
+    lb = sticky_lb()
+    out: list[bytes] = []
+    backend = lb.pick_sticky([], out)
+    assert backend is not None
+    assert out == [b"Set-Cookie: s=" + sticky_value(backend.server.url) + b"; Path=/\r\n"]
+
+
+def test_a_valid_cookie_keeps_its_server_and_sets_nothing():
+    lb = sticky_lb()
+    cookie = b"x=1; s=" + sticky_value(URLS[1])
+    for _ in range(6):
+        out: list[bytes] = []
+        backend = lb.pick_sticky([cookie], out)
+        assert backend is not None and backend.server.url == URLS[1]
+        assert out == []
+
+
+@pytest.mark.parametrize("old", ["raw", "fnv", "fnv of fnv"])
+def test_a_cookie_of_an_older_traefik_sticks_and_is_rewritten(old):
+    """Traefik still reads the raw URL and its (double) FNV-1 64 hash, and rewrites them."""
+    fnv = {"raw": URLS[2], "fnv": "", "fnv of fnv": ""}[old]
+    if old != "raw":
+        from edge.router.http import _fnv1_64
+
+        fnv = _fnv1_64(URLS[2])
+        if old == "fnv of fnv":
+            fnv = _fnv1_64(fnv)
+    lb = sticky_lb()
+    out: list[bytes] = []
+    backend = lb.pick_sticky([b"s=" + fnv.encode()], out)
+    assert backend is not None and backend.server.url == URLS[2]
+    assert out == [b"Set-Cookie: s=" + sticky_value(URLS[2]) + b"; Path=/\r\n"]
+
+
+def test_fnv1_64_is_gos_fnv_new64():
+    from edge.router.http import _fnv1_64
+
+    assert _fnv1_64("a") == "af63bd4c8601b7be"  # FNV-1 (not 1a), the published vector
+    assert _fnv1_64("") == "cbf29ce484222325"
+
+
+def test_a_cookie_naming_a_server_down_or_gone_repicks():
+    down: set[str] = set()
+    lb = sticky_lb(down)
+    cookie = b"s=" + sticky_value(URLS[0])
+    down.add(URLS[0])
+    out: list[bytes] = []
+    backend = lb.pick_sticky([cookie], out)
+    assert backend is not None and backend.server.url != URLS[0]
+    assert out == [b"Set-Cookie: s=" + sticky_value(backend.server.url) + b"; Path=/\r\n"]
+    down.clear()
+    lb.update([(b, 1) for b in balancer("app@file", URLS[1:], None).backends])  # URLS[0] gone
+    out = []
+    backend = lb.pick_sticky([cookie], out)
+    assert backend is not None and backend.server.url != URLS[0]
+    assert len(out) == 1
+    out = []  # unknown value
+    assert lb.pick_sticky([b"s=nope"], out) is not None and len(out) == 1
+
+
+def test_a_server_of_weight_zero_is_not_in_the_rotation_for_its_cookie():
+    lb = balancer("app@file", URLS[:2], None, [1, 0], sticky=Cookie(name="s"))
+    out: list[bytes] = []
+    backend = lb.pick_sticky([b"s=" + sticky_value(URLS[1])], out)
+    assert backend is not None and backend.server.url == URLS[0]
+
+
+def test_the_set_cookie_attributes_are_written_as_go_writes_them():
+    lb = sticky_lb(
+        secure=True, http_only=True, same_site="none", max_age=42, path="/foo", domain=".foo.com"
+    )
+    out: list[bytes] = []
+    lb.pick_sticky([], out)
+    _, attrs = out[0].split(b";", 1)
+    assert attrs == b" Path=/foo; Domain=foo.com; Max-Age=42; HttpOnly; Secure; SameSite=None\r\n"
+    out = []
+    sticky_lb(max_age=-1, path="", same_site="Strict").pick_sticky([], out)
+    assert out[0].split(b";", 1)[1] == b" Max-Age=0; SameSite=Strict\r\n"
+
+
+def test_the_default_cookie_name_comes_from_the_service():
+    lb = balancer("app@file", URLS, None, sticky=Cookie())
+    out: list[bytes] = []
+    lb.pick_sticky([], out)
+    assert out[0].startswith(b"Set-Cookie: " + sticky_cookie_name("", "app@file").encode() + b"=")
+
+
+def test_a_weighted_sticky_service_sticks_to_a_child_and_its_server():
+    one = balancer("one@file", URLS[:2], None, sticky=Cookie(name="lb"))
+    two = balancer("two@file", URLS[2:], None)
+    weighted = Weighted("w@file", [(one, 1), (two, 1)], Cookie(name="w"))
+    assert weighted.sticks
+    out: list[bytes] = []
+    backend = weighted.pick_sticky([], out)
+    assert backend is not None
+    first = backend.server.url
+    cookies = [b"; ".join(line[len(b"Set-Cookie: ") :].split(b";")[0] for line in out)]
+    seen = set()
+    for _ in range(6):
+        again: list[bytes] = []
+        b = weighted.pick_sticky(cookies, again)
+        assert again == []
+        assert b is not None
+        seen.add(b.server.url)
+    assert seen == {first}
+    names = {line.split(b"=")[0] for line in out}
+    assert b"Set-Cookie: w" in names
+    assert (b"Set-Cookie: lb" in names) == (first in URLS[:2])
+
+
+def test_a_weighted_cookie_naming_a_child_with_no_server_up_repicks():
+    down: set[str] = set()
+    one = balancer("one@file", URLS[:1], down)
+    two = balancer("two@file", URLS[1:2], None)
+    weighted = Weighted("w@file", [(one, 1), (two, 1)], Cookie(name="w"))
+    down.add(URLS[0])
+    out: list[bytes] = []
+    backend = weighted.pick_sticky([b"w=" + sticky_value("one@file")], out)
+    assert backend is not None and backend.server.url == URLS[1]
+    assert out == [b"Set-Cookie: w=" + sticky_value("two@file") + b"; Path=/\r\n"]
+
+
+def test_a_sticky_service_never_takes_the_express_path():
+    assert Route("r", balancer("a", URLS, None)).express
+    assert not Route("r", sticky_lb()).express
+    plain = balancer("b", URLS, None)
+    assert not Route("r", Weighted("w", [(sticky_lb(), 1), (plain, 1)])).express
+    assert not Route("r", Failover("f", sticky_lb(), plain)).express
+    assert plain.pick_sticky([b"s=x"], out := []) is not None and out == []
