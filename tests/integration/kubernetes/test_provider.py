@@ -375,6 +375,21 @@ def test_ready_only_after_the_first_sync_and_retrying_meanwhile(emu, start_edge,
     assert messages(caplog, "first sync after")
 
 
+def test_the_first_configuration_is_not_throttled(emu, start_edge, whoami):
+    """A throttle window holds later rounds back, never the first (as Traefik's): the
+    provider's converter and the watcher both apply the first sync at once."""
+    emu.create(o.ingress_class("edge"))
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    edge = start_edge(wait_ready=False, throttleDuration="60s")
+    assert until(lambda: edge.ready() == 200, 10.0), "the first sync waited for the window"
+    assert served_by(edge.port(), "a.test") == "w1"
+    # the window is in force: a later change waits for it
+    emu.create(ingress("b", [("b.test", "/", "Prefix", "app")]))
+    time.sleep(2.0)
+    assert served_by(edge.port(), "b.test") == "404"
+
+
 def test_relists_after_dropped_watches_and_compaction(emu, start_edge, whoami, whoami2):
     emu.create(o.ingress_class("edge"))
     backend_service(emu, "app", whoami)
