@@ -59,7 +59,8 @@ Services
     seconds) and is allowed only on an ExternalName Service, as in Traefik: a Service's
     pods are checked by Kubernetes' readiness, which already takes them out of its
     EndpointSlices. ``passiveHealthCheck`` becomes the load balancer's, on any Service.
-    Options edge does not implement (``sticky``, ``responseForwarding``, service
+    ``sticky`` becomes the load balancer's (Traefik's ``cookie`` keys). Options edge
+    does not implement (``responseForwarding``, service
     ``middlewares``, the ``h2c`` scheme) refuse the route, naming the option: nothing is
     served without what the user asked for. ``strategy`` passes on to the load balancer
     (Traefik's deprecated ``RoundRobin`` as ``wrr``); validation refuses what edge lacks. ``nodePortLB`` on a
@@ -108,9 +109,9 @@ TraefikServices
     its own name); ``healthCheck: {}`` (from edge's dynamic configuration; Traefik's CRD
     has none) passes the failover's health up to the services using it; Traefik's
     ``errors`` (status ranges, body size) is refused unless empty, as edge's failover
-    switches on health alone. ``mirroring``, ``highestRandomWeight`` and
-    ``weighted.sticky`` are refused by name; a TraefikService with both ``weighted``
-    and ``failover`` is refused.
+    switches on health alone. ``weighted.sticky`` becomes the weighted service's.
+    ``mirroring`` and ``highestRandomWeight`` are refused by name; a TraefikService
+    with both ``weighted`` and ``failover`` is refused.
 
 Endpoint churn
     :func:`update_endpoints` derives ``convert(new)`` from ``convert(old)`` when only
@@ -150,6 +151,7 @@ from edge.config.dynamic import (
     ServerHealthCheck,
     ServersTransport,
     Service,
+    Sticky,
     StoreCertificate,
     TCPConfiguration,
     TCPLoadBalancer,
@@ -821,13 +823,12 @@ class _Converter:
         """A TraefikService's ``weighted``: a weighted service over its references."""
         if spec is None:
             raise _Refused("the TraefikService has no weighted services")
-        if spec.sticky is not None:
-            raise _Refused(f"weighted.sticky: {UNSUPPORTED}")
+        sticky = _health("weighted.sticky", spec.sticky, Sticky)
         children = []
         for i, ref in enumerate(spec.services):
             name = self.child(namespace, ref, f"weighted.services[{i}]", batch)
             children.append(WRRService(name=name, weight=_weight(ref.weight)))
-        return Service(weighted=Weighted(services=children))
+        return Service(weighted=Weighted(services=children, sticky=sticky))
 
     def failover(self, namespace: str, spec: Any, batch: _Batch[Service]) -> Service:
         """A TraefikService's ``failover`` (Traefik's ``service``, ``fallback`` and
@@ -896,12 +897,8 @@ class _Converter:
             return name, None, None
         if kind != "Service":
             raise _Refused(f"unsupported service kind {kind!r}")
-        for field, value in (
-            ("sticky", ref.sticky),
-            ("responseForwarding", ref.response_forwarding),
-        ):
-            if value is not None:
-                raise _Refused(f"service {ref.name}: {field}: {UNSUPPORTED}")
+        if ref.response_forwarding is not None:
+            raise _Refused(f"service {ref.name}: responseForwarding: {UNSUPPORTED}")
         if ref.middlewares:
             raise _Refused(f"service {ref.name}: middlewares: {UNSUPPORTED}")
         if ref.scheme not in ("", "http", "https"):
@@ -939,6 +936,7 @@ class _Converter:
             strategy=_STRATEGIES.get(ref.strategy, ref.strategy),
             health_check=health,
             passive_health_check=passive,
+            sticky=_health(f"service {ref.name}: sticky", ref.sticky, Sticky),
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}") if named else ""
         return name, Service(load_balancer=balancer), Backend.of(parent, ref)
