@@ -15,11 +15,14 @@ from a Secret's ``ca.crt`` and a ConfigMap's ``tls.ca`` verify the upstream, ano
 CA's do not (502). nodePortLB reaches whoami through a Node's InternalIP and nodePort.
 A TraefikService failover whose main Service (ExternalName, with a healthCheck) fails
 its check sends curl to the fallback Service, and back once the check passes.
+An IngressRoute service's ``sticky.cookie`` and a TraefikService's ``weighted.sticky``
+keep curl's cookie jar on one backend.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import socket
 import subprocess
 import sys
@@ -449,3 +452,64 @@ def test_failover_goes_to_its_fallback_while_the_main_service_fails_its_health_c
     assert KP.until(lambda: curl(web, "ha.test") == (200, "primary"), 10.0)
     back = time.monotonic() - began
     print(f"failover to the fallback in {left:.2f}s, back in {back:.2f}s", file=sys.stderr)
+
+
+def sticky_curl(port: int, host: str, jar: Any) -> tuple[str, list[str]]:
+    """(body, Set-Cookie values) of one curl request keeping ``jar`` (``-b``/``-c``)."""
+    out = subprocess.run(
+        [need("curl"), "-sS", "-i", "-m", "10", "-b", str(jar), "-c", str(jar),
+         "-H", f"Host: {host}", f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    head, _, body = out.stdout.replace("\r\n", "\n").partition("\n\n")
+    cookies = [line.split(":", 1)[1].strip() for line in head.split("\n")
+               if line.lower().startswith("set-cookie:")]  # fmt: skip
+    return body, cookies
+
+
+def test_sticky_services_keep_a_client_on_its_backend(
+    emu: Emulator, start_edge, scripted: tuple[Scripted, Scripted], tmp_path
+) -> None:
+    """An IngressRoute service with ``sticky.cookie`` over a Service whose two slices hold
+    two backends: curl with a cookie jar gets the cookie of the backend that answered
+    (Traefik's value, the SHA-256 of its URL) and stays on it; a TraefikService's
+    ``weighted.sticky`` keeps a client on one child Service the same way."""
+    emu.create(o.service("web", port=80, target_port=8080))
+    for s in scripted:
+        eps = o.endpoint_slice(f"web-{s.name}", service_name="web", addresses=["127.0.0.1"],
+                               port=s.port)  # fmt: skip
+        eps["ports"][0]["name"] = "http"
+        emu.create(eps)
+    for s in scripted:
+        emu.create(o.service(s.name, port=80, target_port=s.port))
+        emu.create(o.endpoint_slice(f"{s.name}-1", service_name=s.name,
+                                    addresses=["127.0.0.1"], port=s.port))  # fmt: skip
+    emu.create(crd("TraefikService", "split", {"weighted": {
+        "services": [{"name": "primary", "port": 80}, {"name": "spare", "port": 80}],
+        "sticky": {"cookie": {"name": "split"}}}}))  # fmt: skip
+    emu.create(crd("IngressRoute", "app", {"entryPoints": ["web"], "routes": [
+        {"match": "Host(`sticky.test`)", "services": [
+            {"name": "web", "port": 80, "sticky": {"cookie": {"name": "s", "httpOnly": True}}}]},
+        {"match": "Host(`split.test`)",
+         "services": [{"name": "split", "kind": "TraefikService"}]}]}))  # fmt: skip
+    edge = start_edge()
+    web = edge.port("web")
+    names = {s.name for s in scripted}
+    assert KP.until(lambda: curl(web, "sticky.test")[1] in names, 10.0)
+    # Both backends in the rotation before the client arrives.
+    assert KP.until(lambda: {curl(web, "sticky.test")[1] for _ in range(4)} == names, 10.0)
+
+    jar = tmp_path / "jar"
+    first, cookies = sticky_curl(web, "sticky.test", jar)
+    port = {s.name: s.port for s in scripted}[first]
+    url = f"http://127.0.0.1:{port}"
+    assert cookies == [f"s={hashlib.sha256(url.encode()).hexdigest()[:16]}; Path=/; HttpOnly"]
+    for _ in range(6):
+        assert sticky_curl(web, "sticky.test", jar) == (first, [])
+
+    jar = tmp_path / "split-jar"
+    first, cookies = sticky_curl(web, "split.test", jar)
+    child = f"default-{first}-80@kubernetescrd"
+    assert cookies == [f"split={hashlib.sha256(child.encode()).hexdigest()[:16]}; Path=/"]
+    for _ in range(6):
+        assert sticky_curl(web, "split.test", jar) == (first, [])
