@@ -119,9 +119,9 @@ class Exchange:
         self.header_timer: asyncio.TimerHandle | None = None
         self.upgrade_rest: bytes | None = None
         self.retried = False
-        self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
         # ends (Forward.on_end's) is set by begin(), the general path, and read only
-        # when not self.express: the express path never pays for it.
+        # when not self.express: the express path never pays for it. So is set_cookies
+        # (a sticky service's Set-Cookie lines), set by _forward.
         self.status = 0
         self.sent = 0
         self.started = (
@@ -293,6 +293,7 @@ class Exchange:
             self.set_cookies = out = []
             backend = service.pick_sticky(cookies, out)
         else:
+            self.set_cookies = None
             backend = service.pick()
         if backend is None:
             self.answer_error(
@@ -538,7 +539,8 @@ class Exchange:
         if edits is not None and self.route is not None and self.route.pipeline.vary:
             edits = vary_origin(edits, head.headers)  # Origin joins the response's own Vary
         out = forward.client_response(head, self.keep_alive, chunked, edits)
-        if self.set_cookies:  # after the status line, beside the upstream's own
+        if not self.express and self.set_cookies:
+            # After the status line, beside the upstream's own Set-Cookie headers.
             end = out.index(b"\r\n") + 2
             out = b"".join((out[:end], *self.set_cookies, out[end:]))
         if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
