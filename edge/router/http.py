@@ -299,10 +299,18 @@ class Weighted:
         self._wrr = SmoothWeightedRoundRobin(children)
         self.pass_host = all(child.pass_host for child, _ in children)
         self.pooled = all(child.pooled for child, _ in children)
-        # sticky.cookie: the children in the rotation, by name.
+        # sticky.cookie: the children in the rotation, by name as Traefik knows them
+        # (a child of the same provider by its name in that provider: Traefik keeps
+        # references as written, and a provider writes its own unqualified).
         self.sticky: Sticky[Service] | None = None
         if sticky is not None:
-            live = [(child, child.name) for child, w in children if w > 0]
+            _, at, provider = name.rpartition("@")
+            suffix = "@" + provider if at else None
+            live = [
+                (child, child.name.removesuffix(suffix) if suffix else child.name)
+                for child, w in children
+                if w > 0
+            ]
             self.sticky = Sticky(sticky, name, live)
         self.sticks = sticky is not None or any(child.sticks for child, _ in children)
 

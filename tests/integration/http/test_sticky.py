@@ -189,7 +189,7 @@ def test_a_weighted_sticky_service_keeps_a_client_on_its_child(tmp_path, parser,
     try:
         jar = tmp_path / "jar"
         first, cookies, _ = curl(e, jar)
-        child = {"a": "one@file", "b": "two@file"}[first]
+        child = {"a": "one", "b": "two"}[first]  # as Traefik names its file's children
         assert cookies == [f"w={value(child)}; Path=/"]
         for _ in range(8):
             assert curl(e, jar)[:2] == (first, [])

@@ -509,7 +509,7 @@ def test_sticky_services_keep_a_client_on_its_backend(
 
     jar = tmp_path / "split-jar"
     first, cookies = sticky_curl(web, "split.test", jar)
-    child = f"default-{first}-80@kubernetescrd"
+    child = f"default-{first}-80"  # as Traefik's CRD provider names it
     assert cookies == [f"split={hashlib.sha256(child.encode()).hexdigest()[:16]}; Path=/"]
     for _ in range(6):
         assert sticky_curl(web, "split.test", jar) == (first, [])

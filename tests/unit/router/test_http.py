@@ -276,9 +276,19 @@ def test_a_weighted_cookie_naming_a_child_with_no_server_up_repicks():
     weighted = Weighted("w@file", [(one, 1), (two, 1)], Cookie(name="w"))
     down.add(URLS[0])
     out: list[bytes] = []
-    backend = weighted.pick_sticky([b"w=" + sticky_value("one@file")], out)
+    backend = weighted.pick_sticky([b"w=" + sticky_value("one")], out)
     assert backend is not None and backend.server.url == URLS[1]
-    assert out == [b"Set-Cookie: w=" + sticky_value("two@file") + b"; Path=/\r\n"]
+    # A child of the weighted service's own provider is named as Traefik names it:
+    # without the provider.
+    assert out == [b"Set-Cookie: w=" + sticky_value("two") + b"; Path=/\r\n"]
+
+
+def test_a_weighted_child_of_another_provider_keeps_its_qualified_name():
+    one = balancer("one@docker", URLS[:1], None)
+    weighted = Weighted("w@file", [(one, 1)], Cookie(name="w"))
+    out: list[bytes] = []
+    weighted.pick_sticky([], out)
+    assert out == [b"Set-Cookie: w=" + sticky_value("one@docker") + b"; Path=/\r\n"]
 
 
 def test_a_sticky_service_never_takes_the_express_path():
