@@ -90,10 +90,12 @@ class Sticky(Generic[M]):
         self.name = name.encode()
         self.members = [m for m, _ in members]
         attrs = ""
-        if cookie.path:
-            attrs += f"; Path={cookie.path}"
-        if cookie.domain:
-            attrs += f"; Domain={cookie.domain.removeprefix('.')}"
+        path = _attribute(cookie.path)
+        if path:
+            attrs += f"; Path={path}"
+        domain = _attribute(cookie.domain.removeprefix("."))
+        if domain:
+            attrs += f"; Domain={domain}"
         if cookie.max_age > 0:
             attrs += f"; Max-Age={cookie.max_age}"
         elif cookie.max_age < 0:
@@ -145,6 +147,13 @@ class Sticky(Generic[M]):
 
 
 _NONE = (-1, False)
+
+
+def _attribute(value: str) -> str:
+    """A Set-Cookie attribute value without the bytes Go's ``http.SetCookie`` drops from
+    a path (controls, DEL, ``;`` and anything beyond ASCII): nothing in the
+    configuration can end the header or add one."""
+    return "".join(c for c in value if " " <= c < "\x7f" and c != ";")
 
 
 class Backend:

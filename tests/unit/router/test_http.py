@@ -239,6 +239,12 @@ def test_the_set_cookie_attributes_are_written_as_go_writes_them():
     assert out[0].split(b";", 1)[1] == b" Max-Age=0; SameSite=Strict\r\n"
 
 
+def test_attribute_values_cannot_end_the_header():
+    out: list[bytes] = []
+    sticky_lb(path="/a\r\nX-Evil: 1;b", domain="ex\nample.com").pick_sticky([], out)
+    assert out[0].split(b";", 1)[1] == b" Path=/aX-Evil: 1b; Domain=example.com\r\n"
+
+
 def test_the_default_cookie_name_comes_from_the_service():
     lb = balancer("app@file", URLS, None, sticky=Cookie())
     out: list[bytes] = []
