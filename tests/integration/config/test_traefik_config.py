@@ -91,7 +91,6 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
     ]:
         assert line in lines, out.stdout
     sticky = next(line for line in lines if line.startswith("service sticky@file: disabled"))
-    assert f"$.http.services.sticky.loadBalancer.sticky: {nope}" in sticky
     assert f"$.http.services.sticky.loadBalancer.responseForwarding: {nope}" in sticky
     for router in ("app", "sticky"):
         assert any(line.startswith(f"router {router}@file: disabled") for line in lines), router
