@@ -26,6 +26,7 @@ __all__ = [
     "dec_hook",
     "enc_hook",
     "format_duration",
+    "go_duration",
     "parse_duration",
 ]
 
@@ -136,6 +137,29 @@ def format_duration(seconds: float) -> str:
     if ns:
         out += f"{_trim(ns, 1_000_000_000)}s"
     return out
+
+
+def go_duration(ns: int) -> str:
+    """Go's ``time.Duration.String`` of ``ns`` nanoseconds: ``"2.5ms"``, ``"1.5µs"``,
+    ``"1m0.5s"``, ``"1h0m0s"``, ``"0s"``."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    u = abs(ns)
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{_trim(u, 1_000)}µs"
+    if u < 1_000_000_000:
+        return f"{sign}{_trim(u, 1_000_000)}ms"
+    hours, u = divmod(u, 3_600_000_000_000)
+    minutes, u = divmod(u, 60_000_000_000)
+    text = _trim(u, 1_000_000_000) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
 
 
 def _trim(ns: int, unit: int) -> str:

@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable
 
+from edge.config.durations import go_duration
 from edge.config.dynamic import SourceCriterion
 from edge.http.codec.forward import reason
 from edge.http.middlewares import Answer, Forward, Middleware
@@ -255,34 +256,3 @@ class InFlightReq(Middleware):
             counts[key] = n
         else:
             counts.pop(key, None)
-
-
-def go_duration(ns: int) -> str:
-    """Go's ``time.Duration.String`` of ``ns`` nanoseconds: ``"2.5ms"``, ``"1.5µs"``,
-    ``"1m0.5s"``, ``"1h0m0s"``, ``"0s"``."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    u = abs(ns)
-    if u < 1_000:
-        return f"{sign}{u}ns"
-    if u < 1_000_000:
-        return f"{sign}{_fraction(u, 1_000)}µs"
-    if u < 1_000_000_000:
-        return f"{sign}{_fraction(u, 1_000_000)}ms"
-    hours, u = divmod(u, 3_600_000_000_000)
-    minutes, u = divmod(u, 60_000_000_000)
-    text = _fraction(u, 1_000_000_000) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
-def _fraction(value: int, unit: int) -> str:
-    whole, part = divmod(value, unit)
-    if not part:
-        return str(whole)
-    digits = str(part).rjust(len(str(unit)) - 1, "0").rstrip("0")
-    return f"{whole}.{digits}"

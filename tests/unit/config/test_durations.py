@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from edge.config.durations import Duration, dec_hook, enc_hook, format_duration, parse_duration
+from edge.config.durations import (
+    Duration,
+    dec_hook,
+    enc_hook,
+    format_duration,
+    go_duration,
+    parse_duration,
+)
 
 
 @pytest.mark.parametrize(
@@ -70,3 +77,22 @@ def test_duration_hooks() -> None:
     assert isinstance(dec_hook(Duration, 3), Duration)
     assert enc_hook(Duration(90)) == "1m30s"
     assert str(Duration(0.5)) == "500ms"
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "0s"),
+        (999, "999ns"),
+        (1_500, "1.5µs"),
+        (2_500_000, "2.5ms"),
+        (999_999_999, "999.999999ms"),
+        (1_000_000_000, "1s"),
+        (1_500_000_000, "1.5s"),
+        (60_000_000_000, "1m0s"),
+        (90_500_000_000, "1m30.5s"),
+        (3_600_000_000_000, "1h0m0s"),
+    ],
+)
+def test_go_duration_writes_what_gos_duration_string_writes(ns, text):
+    assert go_duration(ns) == text

@@ -20,7 +20,6 @@ from edge.http.middlewares.limits import (
     InFlightReq,
     RateLimit,
     TokenBuckets,
-    go_duration,
     max_delay,
     source,
 )
@@ -214,25 +213,6 @@ def test_made_up_sources_cost_bounded_memory():
 @pytest.mark.parametrize(("rate", "ttl"), [(100.0, 2.0), (1.0, 2.0), (0.5, 3.0), (1 / 60, 61.0)])
 def test_bucket_ttl(rate, ttl):
     assert TokenBuckets(rate, 1).ttl == ttl
-
-
-@pytest.mark.parametrize(
-    ("ns", "text"),
-    [
-        (0, "0s"),
-        (999, "999ns"),
-        (1_500, "1.5µs"),
-        (2_500_000, "2.5ms"),
-        (999_999_999, "999.999999ms"),
-        (1_000_000_000, "1s"),
-        (1_500_000_000, "1.5s"),
-        (60_000_000_000, "1m0s"),
-        (90_500_000_000, "1m30.5s"),
-        (3_600_000_000_000, "1h0m0s"),
-    ],
-)
-def test_go_duration(ns, text):
-    assert go_duration(ns) == text
 
 
 def test_max_delay():
