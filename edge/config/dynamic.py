@@ -598,14 +598,12 @@ class RedirectScheme(Base):
             raise ValueError(f"port: invalid port {self.port!r}")
 
 
-class BasicAuth(Base):
-    """HTTP Basic authentication against htpasswd lines (:mod:`edge.config.htpasswd`):
-    ``users`` (``name:hash``) and the lines of ``usersFile`` (read when the
-    configuration is checked and built; ``users`` win over the file's). A request
-    without valid credentials is answered 401 with ``WWW-Authenticate: Basic
-    realm="..."``; an authenticated one goes upstream with the user's name in
-    ``headerField`` (when set) and without its Authorization header when
-    ``removeHeader``."""
+class _Auth(Base):
+    """What basicAuth and digestAuth share: ``users`` and the lines of ``usersFile``
+    (read when the configuration is checked and built; ``users`` win over the
+    file's), the ``realm`` of the 401's ``WWW-Authenticate``, and what goes upstream
+    for an authenticated request: the user's name in ``headerField`` (when set), and
+    no Authorization header when ``removeHeader``."""
 
     users: list[str] = []
     users_file: str = ""
@@ -614,30 +612,28 @@ class BasicAuth(Base):
     remove_header: bool = False
 
     def check(self) -> None:
-        _auth_check(self.realm, self.header_field)
+        _header_value("realm", self.realm)  # it goes into WWW-Authenticate
+        if self.header_field:
+            _header_name("headerField", self.header_field)
+
+
+class BasicAuth(_Auth):
+    """HTTP Basic authentication against htpasswd lines (``name:hash``,
+    :mod:`edge.config.htpasswd`); a request without valid credentials is answered
+    401 with ``WWW-Authenticate: Basic realm="..."``."""
+
+    def check(self) -> None:
+        super().check()
         htpasswd.basic_users(self.users, self.users_file)
 
 
-class DigestAuth(Base):
+class DigestAuth(_Auth):
     """HTTP Digest authentication (RFC 2617, MD5, ``qop=auth``) against htdigest lines
-    (``name:realm:md5``; only the middleware's realm's are used), as
-    :class:`BasicAuth` otherwise."""
-
-    users: list[str] = []
-    users_file: str = ""
-    realm: str = ""  # "traefik" when empty
-    header_field: str = ""
-    remove_header: bool = False
+    (``name:realm:md5``; only the middleware's realm's are used)."""
 
     def check(self) -> None:
-        _auth_check(self.realm, self.header_field)
+        super().check()
         htpasswd.digest_users(self.users, self.users_file)
-
-
-def _auth_check(realm: str, header_field: str) -> None:
-    _header_value("realm", realm)  # it goes into WWW-Authenticate
-    if header_field:
-        _header_name("headerField", header_field)
 
 
 class IPStrategy(Base):
