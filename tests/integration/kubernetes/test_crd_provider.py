@@ -318,20 +318,29 @@ def test_tcp_and_udp_endpoint_changes_reach_traffic_without_a_router_rebuild(
     assert all(entrypoints[name].routers is routers for name, routers in sets.items())
 
 
+def _both_sources(
+    emu: Emulator, start_edge, ingress_backend: Whoami, crd_backend: Whoami
+) -> KP.InProcessEdge:
+    """An edge with both providers: the Ingress ``ing`` (i.test) on ``ingress_backend``,
+    the IngressRoute ``crd`` (c.test) on ``crd_backend``, each followed."""
+    emu.create(o.ingress_class("edge"))
+    KP.backend_service(emu, "ing", ingress_backend)
+    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
+    emu.create(o.service("crd"))
+    emu.create(KP.slice_for("crd", crd_backend))
+    emu.create(ingress_route("crd", "c.test", "crd"))
+    edge = start_edge(ingress=True)
+    assert KP.follows(edge.port(), "i.test", ingress_backend.name)
+    assert KP.follows(edge.port(), "c.test", crd_backend.name)
+    return edge
+
+
 def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, whoami2) -> None:
     """providers.kubernetesIngress and providers.kubernetesCRD in one edge: each serves
     its own objects, under its own provider name; SIGHUP converts both again; one
     stopped, the other goes on following the Services and EndpointSlices they shared."""
-    emu.create(o.ingress_class("edge"))
-    KP.backend_service(emu, "ing", whoami)
-    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
-    emu.create(o.service("crd"))
-    emu.create(KP.slice_for("crd", whoami2))
-    emu.create(ingress_route("crd", "c.test", "crd"))
-    edge = start_edge(ingress=True)
+    edge = _both_sources(emu, start_edge, whoami, whoami2)
     port = edge.port()
-    assert KP.follows(port, "i.test", whoami.name)
-    assert KP.follows(port, "c.test", whoami2.name)
     names = sorted(p.name for p in edge.app.providers)
     assert names == ["kubernetes", "kubernetescrd"]
     by_name = {p.name: p for p in edge.app.providers}
@@ -372,16 +381,8 @@ def test_both_providers_list_and_watch_services_slices_and_secrets_once(
     are LISTed and WATCHed once for the two (counted at the API server); each provider
     is woken only by its own kinds; a 410 Gone (history compacted while the watches were
     away) re-LISTs each shared kind once, and both providers follow what changed."""
-    emu.create(o.ingress_class("edge"))
-    KP.backend_service(emu, "ing", whoami)
-    emu.create(KP.ingress("ing", [("i.test", "/", "Prefix", "ing")]))
-    emu.create(o.service("crd"))
-    emu.create(KP.slice_for("crd", whoami))
-    emu.create(ingress_route("crd", "c.test", "crd"))
-    edge = start_edge(ingress=True)
+    edge = _both_sources(emu, start_edge, whoami, whoami)
     port = edge.port()
-    assert KP.follows(port, "i.test", whoami.name)
-    assert KP.follows(port, "c.test", whoami.name)
     assert edge.app is not None
     by_name = {p.name: p for p in edge.app.providers}
     ing, crd = by_name["kubernetes"], by_name["kubernetescrd"]
