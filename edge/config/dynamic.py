@@ -779,6 +779,87 @@ class InFlightReq(Base):
         _source_criterion(self.source_criterion)
 
 
+class MediaType(msgspec.Struct, frozen=True):
+    """A parsed Content-Type, as Go's ``mime.ParseMediaType`` reads one: the type
+    lowercased, parameter names lowercased, values as written (quotes taken off)."""
+
+    type: str
+    params: dict[str, str]
+
+    def matches(self, other: MediaType) -> bool:
+        """klauspost/gzhttp's ``parsedContentType.equals`` (Traefik's compress): the
+        same type and, when this one names parameters, exactly the same ones."""
+        return self.type == other.type and (not self.params or self.params == other.params)
+
+
+_MEDIA_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_MEDIA_TYPE = re.compile(rf"[ \t]*({_MEDIA_TOKEN}(?:/{_MEDIA_TOKEN})?)[ \t]*")
+_MEDIA_PARAM = re.compile(
+    rf'[ \t]*({_MEDIA_TOKEN})[ \t]*=[ \t]*(?:({_MEDIA_TOKEN})|"((?:[^"\\]|\\.)*)")[ \t]*'
+)
+_QUOTED_PAIR = re.compile(r"\\(.)")
+
+
+def media_type(text: str) -> MediaType | None:
+    """``text``, a Content-Type value, parsed; None when Go's parser refuses it
+    (not a token or ``type/subtype``, a parameter without ``=``, one given twice;
+    Go takes a lone token, as Content-Disposition has them)."""
+    kind, _, rest = text.partition(";")
+    m = _MEDIA_TYPE.fullmatch(kind)
+    if m is None:
+        return None
+    params: dict[str, str] = {}
+    for part in rest.split(";") if rest.strip() else ():
+        if not part.strip():
+            continue
+        p = _MEDIA_PARAM.fullmatch(part)
+        if p is None:
+            return None
+        name = p.group(1).lower()
+        if name in params:
+            return None
+        value = p.group(2)
+        params[name] = value if value is not None else _QUOTED_PAIR.sub(r"\1", p.group(3))
+    return MediaType(m.group(1).lower(), params)
+
+
+COMPRESS_ENCODINGS = ("gzip", "br", "zstd")
+"""The content codings ``compress`` knows, in Traefik's default order of preference."""
+
+
+class Compress(Base):
+    """Responses compressed with the first of ``encodings`` the client accepts best
+    (``defaultEncoding`` without Accept-Encoding or for ``*``), when their body has
+    at least ``minResponseBodyBytes`` (0: 1024) and their Content-Type is not
+    excluded (``application/grpc`` always is), or is included."""
+
+    excluded_content_types: list[str] = []
+    included_content_types: list[str] = []
+    min_response_body_bytes: int = 1024
+    encodings: list[str] = msgspec.field(default_factory=lambda: list(COMPRESS_ENCODINGS))
+    default_encoding: str = ""
+
+    def check(self) -> None:
+        if self.excluded_content_types and self.included_content_types:
+            raise ValueError(
+                "excludedContentTypes, includedContentTypes: mutually exclusive, set one"
+            )
+        for key, types in (
+            ("excludedContentTypes", self.excluded_content_types),
+            ("includedContentTypes", self.included_content_types),
+        ):
+            for i, text in enumerate(types):
+                if media_type(text) is None:
+                    raise ValueError(f"{key}[{i}]: {text!r} is not a media type")
+        if not self.encodings:
+            raise ValueError("encodings: at least one encoding must be given")
+        for i, name in enumerate(self.encodings):
+            if name not in COMPRESS_ENCODINGS:
+                raise ValueError(f"encodings[{i}]: unsupported encoding {name!r} (gzip, br, zstd)")
+        if self.default_encoding and self.default_encoding not in self.encodings:
+            raise ValueError(f"defaultEncoding: {self.default_encoding!r} is not one of encodings")
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
