@@ -23,6 +23,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from edge import __version__
 from edge.api import API, APIAnswer
@@ -45,6 +46,9 @@ from edge.tls.certs import TLSCertificates, file_stamps
 from edge.transports import TransportRegistry
 from edge.watcher import Listener, Watcher
 
+if TYPE_CHECKING:
+    from edge.providers.kubernetes.client import KubeCore
+
 log = logging.getLogger("edge")
 
 Internal = Callable[[bytes], tuple[int, bytes] | None]
@@ -54,6 +58,11 @@ InternalAnswers = Callable[[bytes, bytes], APIAnswer | None]
 TEXT = b"text/plain; charset=utf-8"
 CERT_POLL = 1.0
 """Seconds between two looks at the certificate files the configuration names."""
+PROVIDERS_STOP = 5.0
+"""Seconds the app waits at shutdown for its providers to stop (a Kubernetes source's
+own stop is bounded by about 3 s) before it stops their Kubernetes cores itself."""
+CORE_STOP = 2.0
+"""Seconds a Kubernetes core's reflector threads get to end at shutdown."""
 CERT_RETRY = (1.0, 5.0)
 """Seconds before the first round that reads again the certificate files a snapshot
 could not read for a transient reason, and the most between two such rounds (the wait
@@ -478,6 +487,7 @@ class ControlPlane:
         for provider in self.providers:
             self.watcher.expect(provider.name)
         self._tasks: set[asyncio.Task] = set()
+        self.cores_stopped: list[tuple[KubeCore, bool]] = []  # set by stop()
         # The certificate files of the configuration served, while a file provider
         # watches: their stamps, checked every CERT_POLL seconds.
         self._files_timer: asyncio.TimerHandle | None = None
@@ -535,13 +545,49 @@ class ControlPlane:
             provider.reload()
         self.watcher.refresh()
 
+    def cores(self) -> list[KubeCore]:
+        """The Kubernetes cores the providers read, each once (one per cluster)."""
+        found: dict[int, KubeCore] = {}
+        for provider in self.providers:
+            core = getattr(provider, "core", None)
+            if core is not None:
+                found.setdefault(id(core), core)
+        return list(found.values())
+
     async def stop(self) -> None:
-        """Stop the providers; configurations still throttled are dropped."""
+        """Stop the providers (configurations still throttled are dropped) and wait for
+        them, up to PROVIDERS_STOP; then stop the Kubernetes cores they read, whatever
+        the providers did: a source whose stop raised, timed out or never ran leaves no
+        reflector retrying after edge. Each core's result is kept in ``cores_stopped``."""
         if self._files_timer is not None:
             self._files_timer.cancel()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
         await self.watcher.close()
+        if tasks:
+            await asyncio.wait(tasks, timeout=PROVIDERS_STOP)
+        cores = self.cores()
+        if cores:
+            # Shielded: a stop cancelled meanwhile must not cancel this one unbegun.
+            stopping = self.loop.run_in_executor(None, _stop_cores, cores)
+            self.cores_stopped = await asyncio.shield(stopping)
+
+
+def _stop_cores(cores: list[KubeCore]) -> list[tuple[KubeCore, bool]]:
+    """Stop each core (blocking); whether every one of its reflector threads ended."""
+    stopped = []
+    for core in cores:
+        ended = core.stop(CORE_STOP)
+        if not ended:
+            log.warning(
+                "kubernetes core %s: still stopping after %.1f s: %s",
+                core.host,
+                CORE_STOP,
+                ", ".join(core.alive()),
+            )
+        stopped.append((core, ended))
+    return stopped
 
 
 class Stoppable:

@@ -800,7 +800,10 @@ class KubeCore:
     asked for with other selectors (a source's ``labelSelector`` applies to its own
     kinds only) cannot be shared: it goes to another client (its own reflectors).
     Nothing here decides which sources may share a core: whoever builds the sources
-    gives one core to those reading the same API server with the same credentials.
+    gives one core to those reading the same API server with the same credentials,
+    and has the last word on its life: :meth:`stop` ends every reflector whatever the
+    sources did (one whose close was skipped, because its stop raised, was cancelled
+    or never ran, would otherwise leave them retrying for ever).
 
     ``timing`` tunes every reflector; it may be changed until the first source starts.
     """
@@ -861,9 +864,29 @@ class KubeCore:
             if self._opened or self._phase != "running":
                 return
             self._phase = "stopped"
+        self._stop_clients(timeout)
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Stop every reflector now, whichever sources are still open (they hear nothing
+        more, and a later :meth:`Subscription.open` raises): the owner's call at shutdown.
+        Blocking, about ``timeout``; idempotent. True when no reflector thread is left."""
+        with self._lock:
+            self._phase = "stopped"
+            for sub in self._subscriptions:
+                sub._open = False
+            self._opened = 0
+        return self._stop_clients(timeout)
+
+    def alive(self) -> list[str]:
+        """The names of the reflector threads still running (none once stopped)."""
+        return [r.thread.name for c in self.clients for r in c._reflectors if r.thread.is_alive()]
+
+    def _stop_clients(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        stopped = True
         for c in self.clients:
-            c.stop(max(0.1, deadline - time.monotonic()))
+            stopped = c.stop(max(0.1, deadline - time.monotonic())) and stopped
+        return stopped
 
     def _build(self) -> None:
         """Group every subscription's kinds into clients (see the class doc)."""

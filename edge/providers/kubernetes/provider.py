@@ -101,7 +101,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -491,13 +491,19 @@ class KubernetesProvider:
     # --- life cycle -----------------------------------------------------------------
 
     async def run(self, publish: Publish) -> None:
-        """Start the threads; publish from them until cancelled, then stop them."""
+        """Start the threads; publish from them until cancelled, then stop them.
+
+        The stop is shielded: cancelled again while it waits for the loop's executor
+        or runs there (the loop's shutdown cancels every task left), the task ends but
+        the stop still runs. Unshielded, a stop still queued behind busy workers was
+        cancelled before it began: the source's subscription was never closed and the
+        core's reflectors outlived edge."""
         loop = asyncio.get_running_loop()
-        self.start(loop, publish)
         try:
+            self.start(loop, publish)  # what it opened is closed, even if it raised
             await loop.create_future()  # until cancelled
         finally:
-            await loop.run_in_executor(None, self.stop)
+            await asyncio.shield(loop.run_in_executor(None, self.stop))
 
     def start(self, loop: asyncio.AbstractEventLoop, publish: Publish) -> None:
         """Start the reflectors, the converter and the source's threads (returns at once)."""
@@ -527,21 +533,41 @@ class KubernetesProvider:
             t.start()
 
     def stop(self, timeout: float = 3.0) -> None:
-        """Stop every thread (blocking, bounded by about ``timeout``); idempotent."""
+        """Stop every thread (blocking, bounded by about ``timeout``); idempotent.
+
+        Every step is taken whatever an earlier one raised (the first error is raised
+        at the end): a source whose extra step fails still closes its subscription, so
+        the core's reflectors do not outlive it."""
         with self._cond:
             if self._stopping:
                 return
             self._stopping = True
             self._cond.notify_all()
-        self.wake_extra()
         deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        errors: list[Exception] = []
+
+        def attempt(step: Callable[..., object], *args: object) -> None:
+            try:
+                step(*args)
+            except Exception as e:
+                log.exception("%s: stopping: %s", self.name, e)
+                errors.append(e)
+
+        attempt(self.wake_extra)
         for v in self.extra_views():
-            v.close(max(0.1, deadline - time.monotonic()))
-        self.view.close(max(0.1, deadline - time.monotonic()))
+            attempt(v.close, left())
+        attempt(self.view.close, left())
         for c in self.extra_clients():
-            c.stop(max(0.1, deadline - time.monotonic()))
+            attempt(c.stop, left())
         for t in self._threads:
-            t.join(max(0.1, deadline - time.monotonic()))
+            if t.is_alive():  # not started when start() raised
+                attempt(t.join, left())
+        if errors:
+            raise errors[0]
 
     def reload(self) -> None:
         """Convert again now (SIGHUP); published only if the result changed."""

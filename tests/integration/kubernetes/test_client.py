@@ -929,6 +929,31 @@ def test_the_last_source_to_stop_stops_the_reflectors(emu, make_core):
         first.open()
 
 
+def test_the_owner_stops_every_reflector_whichever_sources_are_open(emu, make_core):
+    """Edge's shutdown stops the core itself: one source closed, the other never did
+    (its stop raised, or never ran); every reflector thread ends all the same, the
+    watches close, the source left open cannot open again, and stopping again (or that
+    source closing late) is harmless."""
+    core, subs = make_core()
+    first = subscribe(core, subs, "first", [WatchSpec(SERVICES, m.Named)])
+    second = subscribe(
+        core, subs, "second", [WatchSpec(SERVICES, m.Named), WatchSpec(INGRESSES, m.Named)]
+    )
+    first.open()
+    second.open()
+    assert wait_until(lambda: first.synced and second.synced) and emu.wait_watches(2)
+    first.close()
+    assert sorted(core.alive()) == ["kube-Ingress-all", "kube-Service-all"]
+    assert core.stop(5.0) is True
+    assert core.alive() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("kube-")]
+    assert wait_until(lambda: emu.open_watches() == 0)
+    assert core.stop(0.1) is True
+    second.close()
+    with pytest.raises(RuntimeError, match="already stopped"):
+        second.open()
+
+
 def test_a_source_opened_after_its_reflectors_synced_is_told_at_once(emu, make_core):
     """The second source opens once the first has synced every reflector they share:
     no reflector will say so again, so opening says it (else its provider would wait

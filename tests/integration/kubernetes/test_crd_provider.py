@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -122,17 +123,24 @@ def emu() -> Iterator[Emulator]:
 def start_edge(emu: Emulator) -> Iterator[Callable[..., KP.InProcessEdge]]:
     started: list[KP.InProcessEdge] = []
 
-    def start(ingress: bool = False, ingress_namespaces: tuple[str, ...] = ()) -> KP.InProcessEdge:
-        e = KP.InProcessEdge(static_config(emu, ingress, ingress_namespaces), tweak=_fast).start()
+    def start(
+        ingress: bool = False,
+        ingress_namespaces: tuple[str, ...] = (),
+        tweak: Callable[[Any], None] | None = None,
+    ) -> KP.InProcessEdge:
+        def tweaked(app: Any) -> None:
+            _fast(app)
+            if tweak is not None:
+                tweak(app)
+
+        e = KP.InProcessEdge(static_config(emu, ingress, ingress_namespaces), tweak=tweaked)
+        e.start()
         started.append(e)
         assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
         return e
 
     yield start
-    for e in started:
-        e.stop()
-    left = [t.name for t in threading.enumerate() if t.name.startswith(("kube-", "kubernetes"))]
-    assert left == []
+    KP.stop_all(started)
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +327,11 @@ def test_tcp_and_udp_endpoint_changes_reach_traffic_without_a_router_rebuild(
 
 
 def _both_sources(
-    emu: Emulator, start_edge, ingress_backend: Whoami, crd_backend: Whoami
+    emu: Emulator,
+    start_edge,
+    ingress_backend: Whoami,
+    crd_backend: Whoami,
+    tweak: Callable[[Any], None] | None = None,
 ) -> KP.InProcessEdge:
     """An edge with both providers: the Ingress ``ing`` (i.test) on ``ingress_backend``,
     the IngressRoute ``crd`` (c.test) on ``crd_backend``, each followed."""
@@ -329,7 +341,7 @@ def _both_sources(
     emu.create(o.service("crd"))
     emu.create(KP.slice_for("crd", crd_backend))
     emu.create(ingress_route("crd", "c.test", "crd"))
-    edge = start_edge(ingress=True)
+    edge = start_edge(ingress=True, tweak=tweak)
     assert KP.follows(edge.port(), "i.test", ingress_backend.name)
     assert KP.follows(edge.port(), "c.test", crd_backend.name)
     return edge
@@ -362,6 +374,57 @@ def test_both_kubernetes_providers_at_once(emu: Emulator, start_edge, whoami, wh
     emu.create(KP.slice_for("ing", whoami2))
     emu.delete("EndpointSlice", "default", f"ing-{whoami.name}")
     assert KP.follows(port, "i.test", whoami2.name)
+
+
+def test_no_reflector_outlives_edge_when_a_provider_stop_waits_its_turn(
+    emu: Emulator, start_edge, whoami: Whoami
+) -> None:
+    """A busy machine at shutdown: the loop's executor has one worker, and the Ingress
+    provider's stop holds it for 0.5 s, so the CRD provider's stop waits its turn while
+    edge's own shutdown goes on. Edge still ends every thread of the core both share
+    (reflectors, converters) before it has stopped: its stop waits for its providers,
+    and stops the cores it built itself."""
+
+    def one_worker_and_a_slow_stop(app: Any) -> None:
+        app.loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        ing = next(p for p in app.providers if isinstance(p, KubernetesIngressProvider))
+        stop = ing.stop
+
+        def slow_stop(timeout: float = 3.0) -> None:
+            time.sleep(0.5)
+            stop(timeout)
+
+        ing.stop = slow_stop
+
+    edge = _both_sources(emu, start_edge, whoami, whoami, tweak=one_worker_and_a_slow_stop)
+    assert KP.kube_threads()
+    cores = edge.stop()
+    assert KP.kube_threads() == [], cores
+    assert edge.app is not None
+    assert [ended for _, ended in edge.app.control.cores_stopped] == [True]
+
+
+def test_no_reflector_outlives_edge_when_a_provider_stop_raises(
+    emu: Emulator, start_edge, whoami: Whoami
+) -> None:
+    """The CRD provider's stop raises before it reaches its subscription (a bug in a
+    source's extra step): the provider still closes what it can, and edge stops the
+    shared core itself, so no reflector or converter thread is left."""
+
+    def failing_wake(app: Any) -> None:
+        crd = next(p for p in app.providers if isinstance(p, KubernetesCRDProvider))
+
+        def wake_extra() -> None:
+            raise RuntimeError("wake_extra failed")
+
+        crd.wake_extra = wake_extra
+
+    edge = _both_sources(emu, start_edge, whoami, whoami, tweak=failing_wake)
+    assert KP.kube_threads()
+    cores = edge.stop()
+    assert KP.kube_threads() == [], cores
+    assert edge.app is not None
+    assert [ended for _, ended in edge.app.control.cores_stopped] == [True]
 
 
 SHARED_KINDS = (

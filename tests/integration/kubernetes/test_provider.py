@@ -98,11 +98,26 @@ class InProcessEdge:
         self._started.set()
         await self.app.wait_stopped()
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Drain and stop edge; what became of each Kubernetes core it built (see
+        :meth:`cores`)."""
         if self.loop is not None and self.app is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self.app.request_stop)
         self._thread.join(20)
         assert not self._thread.is_alive(), "edge did not stop"
+        return self.cores()
+
+    def cores(self) -> list[str]:
+        """Each Kubernetes core of this edge: its API server, what its stop at edge's
+        shutdown returned, and its reflector threads still alive."""
+        if self.app is None:
+            return []
+        said = {id(core): ended for core, ended in self.app.control.cores_stopped}
+        return [
+            f"core {core.host}: stop returned {said.get(id(core), 'nothing: never called')}, "
+            f"reflectors alive: {core.alive()}"
+            for core in self.app.control.cores()
+        ]
 
     @property
     def provider(self) -> KubernetesIngressProvider:
@@ -163,11 +178,22 @@ def start_edge(emu: Emulator) -> Iterator[Callable[..., InProcessEdge]]:
         return e
 
     yield start
-    for e in started:
-        e.stop()
-    # the provider's threads (converter, status, reflectors) ended with edge
-    left = [t.name for t in threading.enumerate() if t.name.startswith(("kube-", "kubernetes-"))]
-    assert left == []
+    stop_all(started)
+
+
+def kube_threads() -> list[str]:
+    """The threads of edge's Kubernetes sources alive now: reflectors
+    (``kube-<kind>-<namespace>``), converters and status writers (``kubernetes-…``,
+    ``kubernetescrd-…``)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith(("kube-", "kubernetes"))]
+
+
+def stop_all(started: list[InProcessEdge]) -> None:
+    """Stop each edge: none of its Kubernetes threads may outlive it. A failure names the
+    threads left and, for each edge, its cores and what their stop returned."""
+    cores = [e.stop() for e in started]
+    left = kube_threads()
+    assert left == [], f"Kubernetes threads outlived their edge: {left}; its cores: {cores}"
 
 
 # --- helpers ------------------------------------------------------------------------------
