@@ -15,6 +15,56 @@ A :class:`Middleware` says what it does to an exchange in three ways, and a
 - ``request_edits`` / ``response_edits``: header edits fixed by the
   configuration, merged once per pipeline (later middlewares win).
 
+Hooks for what a step cannot decide, or do, at once (each detected once per
+pipeline, as ``request`` is: a pipeline that does not use one pays nothing for it):
+
+- **Waiting steps** ``async request_async(fwd) -> Answer | None``: a step that must
+  wait for I/O before it decides (forwardAuth asking its server, a rateLimit
+  asking Redis). A step that overrides it is awaited in its place in the pipeline
+  (its ``request`` is then not called); the steps after it run when it returns.
+  Meanwhile the request body is held (buffered up to the exchange's high-water
+  mark, then the client is no longer read), nothing goes upstream, and a client
+  that leaves cancels the wait (``CancelledError`` in the step: release what it
+  holds in ``finally`` or with :meth:`Forward.on_end`). The step bounds its own
+  wait: its timeouts and failures are the :class:`Answer` it returns (an exception
+  escaping it is logged and answered 500).
+- **Response filters** ``response(fwd, reply) -> BodyFilter | None``: a step may
+  see and change the upstream's response: ``reply`` (:class:`Reply`) is its head
+  as the client will get it (status, headers to add, replace or remove, ``length``
+  set to None to send the body chunked); a returned :class:`BodyFilter` gets the
+  body chunk by chunk (``data``: what it returns goes on, ``b""`` holds nothing
+  back for later unless the filter keeps it) and ``end()`` (a last chunk). Filters
+  run innermost first (the last middleware of the route sees the upstream's
+  response first, as Go's wrapped response writers do), on the general path only,
+  and never for responses without a body (HEAD, 1xx, 204, 304) or upgrades, nor
+  for edge's own answers. Body bytes stream through: a filter must not keep a
+  whole body unless holding it is its purpose (``buffering``). Flow control is the
+  connection's as for any response: a client that does not read stops the
+  upstream's reads.
+- **Outcome**: what runs at the end (:meth:`Forward.on_end`) may read how the
+  exchange ended from its ``fwd``: ``fwd.status`` (the status sent, edge's own
+  answers included; 499 for a client gone before any answer), ``fwd.network_error``
+  (the upstream failed at the network level: refused, reset, timed out, invalid
+  bytes, closed before its head) and ``fwd.elapsed`` (seconds from the first
+  :meth:`Forward.on_end` call to the response head, -1.0 when none came).
+- **Client certificate**: :meth:`Forward.client_certs` is the TLS client's
+  certificate chain (DER, leaf first) from the connection that terminated TLS,
+  read when asked (empty without TLS or without a certificate).
+- **Retry**: ``fwd.retry`` (a :class:`Retry`, set by the ``retry`` middleware) lets
+  the exchange send the request again, to the server the service picks next,
+  after a network failure before any response byte reached the client, when the
+  request can be replayed (see :mod:`edge.http.middlewares.retry`).
+
+And one hook for services (:mod:`edge.router.services`): a route's service object
+with a ``tee(head, up_head)`` method (``mirroring``) is called once per request when
+the request's head for upstream is made (``head``: the client's
+:class:`~edge.http.codec.RequestHead`; ``up_head``: the head as it goes upstream),
+on the general path; it returns None or a :class:`Tee`, which is given each chunk
+of the request body as it goes upstream (``body``: the payload, chunked framing
+removed), then ``end()`` once the body is complete, or ``abort()`` if the exchange
+ends before that. Tee calls must not block or raise: a mirror sends its copies
+from its own task.
+
 Invariant: what a route may skip is derived from its pipeline, never from a
 list of middleware kinds. A route whose pipeline does nothing
 (:attr:`Pipeline.empty`) may forward heads as they came and take the
@@ -24,12 +74,26 @@ added later, makes the route take the general path, which runs the pipeline.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.http.codec import RequestHead
 from edge.http.codec.forward import HeaderEdits
 
-__all__ = ["Answer", "Forward", "Middleware", "Pipeline", "merge_edits"]
+if TYPE_CHECKING:
+    from edge.http.middlewares.retry import Retry
+
+__all__ = [
+    "Answer",
+    "BodyFilter",
+    "Forward",
+    "Middleware",
+    "Pipeline",
+    "Reply",
+    "Tee",
+    "merge_edits",
+]
 
 TEXT_PLAIN = b"text/plain; charset=utf-8"
 
@@ -41,16 +105,22 @@ class Forward:
         "authority",
         "client_ip",
         "delay",
+        "elapsed",
         "ends",
         "head",
         "headers",
         "host",
         "method",
+        "network_error",
         "path",
         "prefix",
         "query",
         "response",
+        "retry",
         "scheme",
+        "started",
+        "status",
+        "transport",
         "trusted_head",
     )
 
@@ -65,7 +135,9 @@ class Forward:
         trusted_head: RequestHead | None = None,
         head: RequestHead | None = None,
         client_ip: str = "",
+        transport: Any = None,
     ) -> None:
+        self.transport = transport  # the client connection's (client_certs reads it)
         self.head = head  # the request's head, as the client sent it
         self.client_ip = client_ip  # the connection's client address (IPv4-mapped unmapped)
         self.method = method
@@ -88,15 +160,45 @@ class Forward:
         self.delay = 0.0
         # What runs once when the exchange ends (on_end), in the order registered.
         self.ends: list[Callable[[], None]] | None = None
+        # The retry middleware's policy for this request (None: no retry).
+        self.retry: Retry | None = None
+        # The outcome, written by the exchange before the ends run (module doc).
+        self.status = 0
+        self.network_error = False
+        self.elapsed = -1.0
+        self.started = 0.0
 
     def on_end(self, callback: Callable[[], None]) -> None:
         """Have ``callback`` run once when the exchange ends, however it ends: its
         response complete (edge's own included), the upstream failed, the client
         gone. Registered by a step that holds something for the request (an
-        in-flight slot) even when a later step answers instead."""
+        in-flight slot) even when a later step answers instead. The first call
+        starts the clock ``elapsed`` is read on."""
         if self.ends is None:
             self.ends = []
+        if not self.started:
+            self.started = time.perf_counter()
         self.ends.append(callback)
+
+    def client_certs(self) -> list[bytes]:
+        """The TLS client's certificates as it sent them (DER, leaf first: Go's
+        ``PeerCertificates``), from
+        the connection that terminated TLS; empty without TLS or a certificate.
+        Read when asked: a request that never asks costs nothing."""
+        transport = self.transport
+        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+        if ssl_object is None:
+            return []
+        leaf = ssl_object.getpeercert(binary_form=True)
+        if not leaf:
+            return []
+        chain_of = getattr(getattr(ssl_object, "_sslobj", None), "get_unverified_chain", None)
+        chain = chain_of() if chain_of is not None else None
+        if not chain:
+            return [leaf]
+        import _ssl  # the Certificate objects' encoding constant (public from 3.13)
+
+        return [cert.public_bytes(_ssl.ENCODING_DER) for cert in chain]
 
     def set_header(self, name: bytes, value: bytes) -> None:
         if self.headers is None:
@@ -131,8 +233,84 @@ class Answer:
         self.content_type = content_type  # sent with a body
 
 
+class Reply:
+    """The upstream's response head as the client will get it, for response filters.
+
+    ``headers`` is the list of (name, value) the client gets (framing and hop-by-hop
+    ones are edge's to write and are dropped whatever a filter does); ``length`` is
+    the body's length, None to send it chunked (a filter that changes the body's
+    size sets it so)."""
+
+    __slots__ = ("changed", "headers", "length", "reason", "status")
+
+    def __init__(
+        self,
+        status: int,
+        reason: bytes,
+        headers: list[tuple[bytes, bytes]],
+        length: int | None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.length = length
+        self.changed = False
+
+    def get(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (any case), or None."""
+        name = name.lower()
+        for n, v in self.headers:
+            if n.lower() == name:
+                return v
+        return None
+
+    def set(self, name: bytes, value: bytes) -> None:
+        """Replace every ``name`` header with one of ``value``."""
+        self.remove(name)
+        self.headers.append((name, value))
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.changed = True
+        self.headers.append((name, value))
+
+    def remove(self, name: bytes) -> None:
+        self.changed = True
+        lname = name.lower()
+        self.headers = [(n, v) for n, v in self.headers if n.lower() != lname]
+
+    def set_status(self, status: int, reason: bytes = b"") -> None:
+        self.changed = True
+        self.status = status
+        self.reason = reason
+
+    def set_length(self, length: int | None) -> None:
+        """The body's new length (None: unknown, sent chunked to an HTTP/1.1 client)."""
+        self.changed = True
+        self.length = length
+
+
+class BodyFilter:
+    """What a response filter does to a body (module doc); the base passes it through."""
+
+    __slots__ = ()
+
+    def data(self, chunk: bytes) -> bytes:
+        return chunk
+
+    def end(self) -> bytes:
+        return b""
+
+
+class Tee(Protocol):
+    """A service's copy of a request body (module doc: ``tee``)."""
+
+    def body(self, data: bytes) -> None: ...
+    def end(self) -> None: ...
+    def abort(self) -> None: ...
+
+
 class Middleware:
-    """One step of a pipeline; the base does nothing."""
+    """One step of a pipeline; the base does nothing (module doc: what each hook does)."""
 
     __slots__ = ("name",)
 
@@ -145,6 +323,16 @@ class Middleware:
     def request(self, fwd: Forward) -> Answer | None:
         return None
 
+    async def request_async(self, fwd: Forward) -> Answer | None:
+        return None
+
+    def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
+        return None
+
+
+def _overrides(m: Middleware, hook: str) -> bool:
+    return getattr(type(m), hook) is not getattr(Middleware, hook)
+
 
 class Pipeline:
     """A route's middlewares, folded into what the exchange runs."""
@@ -153,18 +341,31 @@ class Pipeline:
         "_answers",
         "_responses",
         "empty",
+        "forwards",
         "names",
         "request_edits",
+        "responders",
         "response_edits",
         "rewrites",
         "steps",
         "vary",
+        "waits",
     )
 
     def __init__(self, middlewares: Sequence[Middleware] = ()) -> None:
         self.names = tuple(m.name for m in middlewares)
         # Only middlewares with per-request work are called per request.
-        self.steps = tuple(m for m in middlewares if type(m).request is not Middleware.request)
+        steps = [
+            m for m in middlewares if _overrides(m, "request") or _overrides(m, "request_async")
+        ]
+        self.steps = tuple(steps)
+        # Per step, whether it is awaited (request_async); None when none is.
+        waits = tuple(_overrides(m, "request_async") for m in steps)
+        self.waits = waits if any(waits) else None
+        # Response filters, innermost first.
+        self.responders = tuple(m for m in reversed(middlewares) if _overrides(m, "response"))
+        # A Forward is made per request (steps run, or filters read it).
+        self.forwards = bool(self.steps or self.responders)
         self.request_edits = merge_edits(m.request_edits for m in middlewares)
         self.response_edits = merge_edits(m.response_edits for m in middlewares)
         # Per step, the fixed response edits of the middlewares before it: what an
@@ -172,7 +373,7 @@ class Pipeline:
         before: list[HeaderEdits | None] = []
         answers: list[HeaderEdits | None] = []
         for m in middlewares:
-            if type(m).request is not Middleware.request:
+            if m in steps:
                 answers.append(merge_edits(before))
             before.append(m.response_edits)
         self._answers = tuple(answers)
@@ -182,7 +383,7 @@ class Pipeline:
         # The request head cannot go upstream as its own bytes.
         self.rewrites = bool(self.steps) or self.request_edits is not None
         # Nothing of the exchange changes: both heads may go through as they came.
-        self.empty = not self.rewrites and self.response_edits is None
+        self.empty = not self.rewrites and self.response_edits is None and not self.responders
 
     def respond(self, fwd: Forward) -> HeaderEdits | None:
         """The response header edits for the request ``fwd`` went through: the fixed

@@ -20,6 +20,10 @@ Invariants:
   own included), the tunnel it was handed over to closed, or the client gone (which an upstream
   failure in the middle of a response also comes to). Express exchanges have
   none and never check.
+- The middleware hooks (:mod:`edge.http.middlewares`: waiting steps, response
+  filters, the outcome, the client certificate, a service's request tee) are
+  read on the general path only, each where the pipeline (or the service) has
+  one; an express exchange never reads them.
 - It is the upstream connection's owner (the interface ``UpstreamConnection``
   calls is :class:`edge.http.server.upstream.UpstreamOwner`); an upstream connection is
   owned by one exchange at a time, and by none while pooled.
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import HeaderEdits
-from edge.http.middlewares import Answer, Forward
+from edge.http.middlewares import Answer, BodyFilter, Forward, Reply, Tee
 from edge.http.middlewares.headers import vary_origin
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
@@ -76,6 +80,8 @@ class Exchange:
         "dial_task",
         "ends",
         "express",
+        "filters",
+        "fwd",
         "head",
         "header_timer",
         "keep_alive",
@@ -92,6 +98,7 @@ class Exchange:
         "set_cookies",
         "started",
         "status",
+        "tee",
         "up_head",
         "upgrade_rest",
         "upstream",
@@ -120,8 +127,10 @@ class Exchange:
         self.upgrade_rest: bytes | None = None
         self.retried = False
         # ends (Forward.on_end's) is set by begin(), the general path, and read only
-        # when not self.express: the express path never pays for it. So is set_cookies
-        # (a sticky service's Set-Cookie lines), set by _forward.
+        # when not self.express: the express path never pays for it. So are fwd (the
+        # pipeline's Forward), filters (response filters), tee (a service's copy of
+        # the body), and set_cookies (a sticky service's Set-Cookie lines), set by
+        # _forward.
         self.status = 0
         self.sent = 0
         self.started = (
@@ -188,6 +197,9 @@ class Exchange:
         ctx = conn.ctx
         head = self.head
         self.ends: list[Callable[[], None]] | None = None
+        self.fwd: Forward | None = None
+        self.filters: list[BodyFilter] | None = None
+        self.tee: Tee | None = None
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -232,8 +244,8 @@ class Exchange:
         self.route = route
         pipeline = route.pipeline
         fwd = None
-        if pipeline.steps:
-            fwd = Forward(
+        if pipeline.forwards:
+            fwd = self.fwd = Forward(
                 host,
                 path,
                 query,
@@ -243,25 +255,68 @@ class Exchange:
                 head if conn.trusted else None,
                 head,
                 conn.client_ip,
+                conn.transport,
             )
+            args = (route, fwd, path, query, authority, forwarded_port, cleaned)
+            if pipeline.waits is not None:
+                # A step waits for I/O (middlewares' module doc): the steps run in a
+                # task, which abandon() cancels with the client.
+                self.dial_task = conn.loop.create_task(self._steps(args))
+                return
             for i, step in enumerate(pipeline.steps):
                 answer = step.request(fwd)
                 if answer is not None:
                     self.ends = fwd.ends
                     self._answer_own(answer, pipeline.answer_edits(i, fwd))
                     return
-            self.ends = fwd.ends
-            if fwd.delay:
-                # A step holds the request (a rateLimit waiting for its token, where
-                # Traefik's handler sleeps): header_timer holds the wait, which
-                # abandon() cancels with it; no response header timer runs before.
-                self.header_timer = conn.loop.call_later(
-                    fwd.delay,
-                    self._held,
-                    (route, fwd, path, query, authority, forwarded_port, cleaned),
-                )
-                return
+            self._stepped(args)
+            return
         self._forward(route, fwd, path, query, authority, forwarded_port, cleaned)
+
+    def _stepped(self, args: tuple) -> None:
+        """The steps let the request through: hold it if one asked, else forward it."""
+        fwd: Forward = args[1]
+        self.ends = fwd.ends
+        if fwd.delay:
+            # A step holds the request (a rateLimit waiting for its token, where
+            # Traefik's handler sleeps): header_timer holds the wait, which
+            # abandon() cancels with it; no response header timer runs before.
+            self.header_timer = self.conn.loop.call_later(fwd.delay, self._held, args)
+            return
+        self._forward(*args)
+
+    async def _steps(self, args: tuple) -> None:
+        """The pipeline's steps where one waits (``request_async``), in order."""
+        route: Route = args[0]
+        fwd: Forward = args[1]
+        pipeline = route.pipeline
+        waits = pipeline.waits
+        assert waits is not None
+        answer = None
+        i = 0
+        try:
+            for i, step in enumerate(pipeline.steps):
+                if waits[i]:
+                    # What the client's leaving runs meanwhile, the step's own included.
+                    if fwd.ends is None:
+                        fwd.ends = []
+                    self.ends = fwd.ends
+                    answer = await step.request_async(fwd)
+                else:
+                    answer = step.request(fwd)
+                if answer is not None:
+                    break
+        except Exception:
+            log.exception("router %s: middleware %s failed", route.name, pipeline.steps[i].name)
+            answer = Answer(500, body=b"Internal Server Error")
+        self.dial_task = None
+        if self.conn.ex is not self or self.resp_done:
+            return  # the client left (or the request broke) meanwhile
+        if answer is not None:
+            self.ends = fwd.ends
+            self._answer_own(answer, pipeline.answer_edits(i, fwd))
+            return
+        self._stepped(args)
 
     def _held(self, args: tuple) -> None:
         self.header_timer = None
@@ -327,11 +382,16 @@ class Exchange:
             edits,
             prefix,
         )
+        tee = getattr(service, "tee", None)  # a mirroring service's (middlewares' module doc)
+        if tee is not None:
+            self.tee = tee(head, self.up_head)
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
         self.express = (
             self.response_edits is None
             and not self.set_cookies  # written by upstream_head
             and self.ends is None  # upstream_quick runs no ends
+            and not pipeline.responders  # run by upstream_head
+            and self.tee is None  # read by request_body
             and not head.upgrade
             and head.version == b"1.1"
         )
@@ -343,7 +403,11 @@ class Exchange:
 
     def request_body(self, data: bytes) -> None:
         if self.resp_done:
+            if not self.express and self.tee is not None:
+                self._drop_tee()
             return  # answered already (an error, or an early response): drop
+        if not self.express and self.tee is not None:
+            self.tee.body(data)
         if self.head.chunked:
             self._send_upstream((b"%x\r\n" % len(data), data, CRLF))
         else:
@@ -351,6 +415,12 @@ class Exchange:
 
     def request_end(self) -> None:
         self.req_done = True
+        if not self.express and self.tee is not None:
+            if self.resp_done:
+                self._drop_tee()
+            else:
+                self.tee.end()
+                self.tee = None
         head = self.head
         if head.chunked or head.content_length:
             self.conn.request_read()  # readTimeout's bound on the body ends
@@ -465,8 +535,16 @@ class Exchange:
         else:
             upstream.abort()
 
+    def _drop_tee(self) -> None:
+        tee = self.tee
+        self.tee = None
+        if tee is not None:
+            tee.abort()
+
     def abandon(self) -> None:
         """The client is gone or broke the request: drop the upstream side."""
+        if not self.express and self.tee is not None:
+            self._drop_tee()
         upstream = self.upstream
         if upstream is not None:
             self.upstream = None
@@ -518,6 +596,17 @@ class Exchange:
                 UpstreamConnectError("upstream switched protocols without an upgrade request")
             )
             return
+        if not self.express:
+            if self.ends is not None:
+                fwd = self.fwd
+                fwd.elapsed = time.perf_counter() - fwd.started
+            if (
+                self.fwd is not None
+                and head.has_body
+                and not self.head.upgrade
+                and self.route.pipeline.responders
+            ):
+                head = self._filter(head)
         self.resp_head = head
         self.resp_started = True
         self.status = head.status
@@ -606,7 +695,42 @@ class Exchange:
                 return
         conn.exchange_done(self)
 
+    def _filter(self, head: ResponseHead) -> ResponseHead:
+        """Run the route's response filters on a response with a body (middlewares'
+        module doc); the head the client gets."""
+        fwd = self.fwd
+        assert fwd is not None and self.route is not None
+        reply = Reply(
+            head.status,
+            head.reason,
+            list(head.headers),
+            None if head.chunked else head.content_length,
+        )
+        filters = []
+        for m in self.route.pipeline.responders:
+            f = m.response(fwd, reply)
+            if f is not None:
+                filters.append(f)
+        self.filters = filters or None
+        if not reply.changed and reply.length == head.content_length:
+            return head
+        return ResponseHead(
+            reply.status,
+            reply.reason,
+            b"1.1",
+            reply.headers,
+            head.keep_alive,
+            False,
+            reply.length,
+            True,
+        )
+
     def upstream_body(self, data: bytes) -> None:
+        if not self.express and self.filters is not None:
+            for f in self.filters:
+                data = f.data(data)
+                if not data:
+                    return
         self.sent += len(data)
         if self.resp_chunked:
             self.conn.send(b"%x\r\n" % len(data), data, CRLF)
@@ -616,10 +740,30 @@ class Exchange:
     def upstream_end(self, upstream: UpstreamConnection) -> None:
         if self.resp_head.status == 101:
             return  # upstream_upgrade follows with the first tunnel bytes
+        if not self.express and self.filters is not None:
+            self._filters_end()
         if self.resp_chunked:
             self.conn.send(CHUNK_END)
         self.resp_done = True
         self._response_done()
+
+    def _filters_end(self) -> None:
+        """The body's end through the filters: what each emits last passes through
+        the filters after it."""
+        filters = self.filters
+        assert filters is not None
+        self.filters = None
+        tail = b""
+        for f in filters:
+            if tail:
+                tail = f.data(tail)
+            tail += f.end()
+        if tail:
+            self.sent += len(tail)
+            if self.resp_chunked:
+                self.conn.send(b"%x\r\n" % len(tail), tail, CRLF)
+            else:
+                self.conn.send(tail)
 
     def _response_done(self) -> None:
         """The response is complete: the upstream connection goes back or away."""
@@ -670,6 +814,8 @@ class Exchange:
     def upstream_lost(self, upstream: UpstreamConnection, exc: Exception | None) -> None:
         if self.resp_started:
             # Cut in the middle of a body: the client can only learn it by a close.
+            if not self.express and self.fwd is not None:
+                self.fwd.network_error = True
             log.warning(
                 "router %s: upstream %s closed during the response",
                 self.route.name if self.route else "?",
@@ -721,6 +867,8 @@ class Exchange:
         self._upstream_error(UpstreamConnectError(f"invalid response: {exc.detail}"))
 
     def _upstream_error(self, exc: HTTPError) -> None:
+        if not self.express and self.fwd is not None:
+            self.fwd.network_error = True
         backend = self.backend
         log.warning(
             "router %s service %s server %s: %s",
@@ -764,6 +912,9 @@ class Exchange:
         self.resp_done = True
         self.conn.send(data)
         if not self.express and self.ends is not None:
+            fwd = self.fwd
+            if fwd is not None:
+                fwd.elapsed = time.perf_counter() - fwd.started
             self.run_ends()
         if self.req_done or not self.keep_alive:
             self.conn.exchange_done(self)
@@ -786,6 +937,9 @@ class Exchange:
         """Run what middlewares registered for the exchange's end (Forward.on_end), once."""
         ends = self.ends
         self.ends = None
+        fwd = self.fwd
+        if fwd is not None:
+            fwd.status = self.status
         if ends:
             for end in ends:
                 try:
