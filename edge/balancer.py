@@ -1,6 +1,7 @@
-"""Weighted round robin, smooth and deterministic (the nginx algorithm).
+"""Load-balancing strategies over a snapshot's members: smooth weighted round robin
+(the nginx algorithm, edge's default) and the power of two random choices.
 
-Each pick adds every member's weight to its running score, takes the member with
+:class:`SmoothWeightedRoundRobin`: each pick adds every member's weight to its running score, takes the member with
 the highest score (the first one on ties, so the sequence depends only on the
 weights and their order) and subtracts the total from it. Over any window of
 ``sum(weights)`` picks every member is chosen exactly ``weight`` times, spread
@@ -8,11 +9,17 @@ out rather than in bursts. Members with weight 0 are never picked.
 
 The running scores are the only mutable state; a balancer belongs to one router
 snapshot and is rebuilt with it.
+
+:class:`PowerOfTwoChoices` (Traefik's ``p2c``): each pick draws two distinct members at
+random among those up and takes the one with fewer requests in flight (the first
+drawn on a tie). The load is the caller's to count: the balancer only reads it.
+As in Traefik, weights play no part (a server of weight 0 is drawn like any other).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -61,3 +68,39 @@ class SmoothWeightedRoundRobin(Generic[T]):
                 best_score = score
         current[best] -= self._total
         return members[best]
+
+
+class PowerOfTwoChoices(Generic[T]):
+    """Two random members, the less loaded one (see the module doc).
+
+    ``rng`` draws the members (a seeded ``random.Random`` makes the picks repeatable);
+    ``load(member)`` is its number of requests in flight, ``up(member)`` whether it
+    may serve (None: every member may).
+    """
+
+    __slots__ = ("_members", "_rng", "single")
+
+    def __init__(self, members: Sequence[T], rng: random.Random | None = None) -> None:
+        self._members: list[T] = list(members)
+        self._rng = rng if rng is not None else random.Random()
+        self.single: T | None = self._members[0] if len(self._members) == 1 else None
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def pick(self, load: Callable[[T], int], up: Callable[[T], bool] | None = None) -> T | None:
+        """The chosen member, or None when no member is up."""
+        members = self._members
+        if up is not None:
+            members = [m for m in members if up(m)]
+        n = len(members)
+        if n < 2:
+            return members[0] if n else None
+        randrange = self._rng.randrange
+        first = randrange(n)
+        # A second draw among the others: never the same member twice.
+        second = randrange(n - 1)
+        if second >= first:
+            second += 1
+        a, b = members[first], members[second]
+        return b if load(b) < load(a) else a

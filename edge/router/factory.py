@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 from edge.config.runtime import DISABLED, RuntimeConfig
-from edge.config.runtime.http import failover_members
+from edge.config.runtime.http import failover_members, mirroring_members
+from edge.http.codec.parsers import parser_classes
 from edge.http.middlewares import EMPTY_PIPELINE, Middleware, Pipeline
 from edge.http.middlewares.builtin import from_config
 from edge.router.health import HealthRegistry
@@ -26,7 +27,14 @@ from edge.router.http import (
     Service,
     Weighted,
 )
-from edge.router.services import build_service
+from edge.router.services import (
+    InFlight,
+    Mirror,
+    Mirroring,
+    P2CLoadBalancer,
+    build_service,
+    p2c_backends,
+)
 from edge.router.set import RouterSet
 from edge.router.tcp import TCPService, build_tcp_routers
 from edge.router.udp import UDPService, build_udp_routers
@@ -35,6 +43,9 @@ from edge.tls.certs import TLSCertificates
 from edge.transports import DEFAULT_TRANSPORT, ServerURL, TransportRegistry
 
 log = logging.getLogger("edge.router")
+
+MIRROR_PARSER = parser_classes("httptools")[1]
+"""How a mirror's answer is read (and dropped): the default codec's response parser."""
 
 
 class _Builder:
@@ -66,6 +77,26 @@ class _Builder:
             built: Service = Failover(name, self.service(main), self.service(fallback))
             self.services[name] = built
             return built
+        if config is not None and config.mirroring is not None:
+            self.services[name] = None  # a cycle resolves to None (validation reports it)
+            mirroring = config.mirroring
+            main, members = mirroring_members(name, mirroring)
+            mirrors = []
+            for mirror_name, percent in members:
+                child = self.service(mirror_name)
+                if child is not None:
+                    mirrors.append(Mirror(child, percent, MIRROR_PARSER))
+            mirrored = Mirroring(
+                name,
+                self.service(main),
+                mirrors,
+                mirror_body=mirroring.mirror_body,
+                max_body_size=mirroring.max_body_size,
+            )
+            # The exchange reads a service's kind through its attributes (tee): typed
+            # as the services it stands among.
+            self.services[name] = mirrored  # type: ignore[assignment]
+            return mirrored  # type: ignore[return-value]
         if config is not None and config.weighted is not None:
             # Members first, so a failover among them (which build_service does not
             # make) is there when build_service looks.
@@ -91,14 +122,31 @@ class _Builder:
         down = None
         if lb.health_check is not None or lb.passive_health_check is not None:
             down = self.health.down_for(name) if self.health is not None else set()
+        sticky = lb.sticky.cookie if lb.sticky is not None else None
+        backends = self.backends(name, lb)
+        if lb.strategy == "p2c":
+            # In flight per server: the backends report to it, and it to their
+            # passive health check (the one they were given), when there is one.
+            inflight = InFlight(backends[0][0].health if backends else None)
+            p2c_backends(backends, inflight)
+            return P2CLoadBalancer(
+                name,
+                backends,
+                lb.pass_host_header,
+                transport.pools,
+                inflight,
+                down=down,
+                health_check=lb.health_check,
+                sticky=sticky,
+            )
         return LoadBalancer(
             name,
-            self.backends(name, lb),
+            backends,
             lb.pass_host_header,
             transport.pools,
             down=down,
             health_check=lb.health_check,
-            sticky=lb.sticky.cookie if lb.sticky is not None else None,
+            sticky=sticky,
         )
 
     def backends(self, name: str, lb) -> list[tuple[Backend, int]]:
@@ -219,9 +267,10 @@ def servers_for(
     for name in names:
         service = services.get(name)
         if isinstance(service, LoadBalancer):
-            out.append(
-                (service, builder.backends(name, runtime.http_services[name].config.load_balancer))
-            )
+            backends = builder.backends(name, runtime.http_services[name].config.load_balancer)
+            if isinstance(service, P2CLoadBalancer):
+                p2c_backends(backends, service.inflight)
+            out.append((service, backends))
     return out
 
 

@@ -11,12 +11,32 @@ as is the weighted balancer's class.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from edge.balancer import PowerOfTwoChoices, SmoothWeightedRoundRobin
 from edge.config.runtime import DISABLED, ServiceInfo
+from edge.http.codec import RequestHead, ResponseHead
+from edge.router.http import Backend, LoadBalancer, Service
 
-__all__ = ["build_service"]
+if TYPE_CHECKING:
+    from edge.router.health import PassiveHealth
+
+__all__ = [
+    "InFlight",
+    "Mirror",
+    "MirrorCopy",
+    "Mirroring",
+    "P2CLoadBalancer",
+    "build_service",
+    "mirror_head",
+    "p2c_backends",
+]
+
+log = logging.getLogger("edge.router")
 
 S = TypeVar("S")
 
@@ -51,3 +71,437 @@ def build_service(
             result = weighted(name, children)
     built[name] = result
     return result
+
+
+# --- p2c ---------------------------------------------------------------------------
+
+
+class InFlight:
+    """The requests in flight per server URL of a ``p2c`` load balancer, counted from
+    the pick to the server's answer (its response head) or failure: the exchange tells
+    a backend's ``health`` of both, so this stands in for it and passes each on to the
+    load balancer's passive health check, when it has one. Kept across endpoint
+    updates (keyed by URL)."""
+
+    __slots__ = ("counts", "passive")
+
+    def __init__(self, passive: PassiveHealth | None = None) -> None:
+        self.counts: dict[str, int] = {}
+        self.passive = passive
+
+    def load(self, backend: Backend) -> int:
+        return self.counts.get(backend.server.url, 0)
+
+    def started(self, url: str) -> None:
+        self.counts[url] = self.counts.get(url, 0) + 1
+
+    def _finished(self, url: str) -> None:
+        n = self.counts.get(url, 0)
+        if n > 1:
+            self.counts[url] = n - 1
+        else:
+            self.counts.pop(url, None)
+
+    def answered(self, url: str, status: int) -> None:
+        self._finished(url)
+        if self.passive is not None:
+            self.passive.answered(url, status)
+
+    def failed(self, url: str) -> None:
+        self._finished(url)
+        if self.passive is not None:
+            self.passive.failed(url)
+
+
+class P2CLoadBalancer(LoadBalancer):
+    """A loadBalancer service with ``strategy: p2c``: two servers up drawn at random,
+    the one with fewer requests in flight (:class:`edge.balancer.PowerOfTwoChoices`).
+    Its backends' ``health`` is its :class:`InFlight` (see :func:`p2c_backends`)."""
+
+    __slots__ = ("_p2c", "inflight", "rng")
+
+    def __init__(
+        self,
+        name: str,
+        backends: Iterable[tuple[Backend, int]],
+        pass_host: bool,
+        pooled: bool,
+        inflight: InFlight,
+        *,
+        rng: random.Random | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.inflight = inflight
+        self.rng = rng if rng is not None else random.Random()
+        super().__init__(name, backends, pass_host, pooled, **kwargs)
+
+    def _set(
+        self,
+        backends: list[tuple[Backend, int]],
+        old: SmoothWeightedRoundRobin[Backend] | None = None,
+    ) -> None:
+        super()._set(backends, old)
+        self._p2c = PowerOfTwoChoices([b for b, _ in backends], self.rng)
+        # The pick counts the request in flight: never skipped for a single server.
+        self.single = None
+
+    def pick(self) -> Backend | None:
+        down = self.down
+        backend = self._p2c.pick(self.inflight.load, self._up if down else None)
+        if backend is not None:
+            self.inflight.started(backend.server.url)
+        return backend
+
+
+def p2c_backends(backends: list[tuple[Backend, int]], inflight: InFlight) -> None:
+    """Give each backend of a p2c load balancer ``inflight`` as its health (in place)."""
+    for backend, _ in backends:
+        backend.health = inflight  # type: ignore[assignment]  # duck-types PassiveHealth
+
+
+# --- mirroring ---------------------------------------------------------------------
+
+MIRROR_CONCURRENCY = 32
+"""Copies in flight to one mirror at most; past it a copy is dropped, not queued."""
+
+MIRROR_MEMORY = 64 * 1024 * 1024
+"""Bytes of request copies one mirroring service holds at most, all copies together
+(``maxBodySize`` -1, Traefik's default, is bounded by it): a request whose copy would
+go past it is not mirrored (it is still served)."""
+
+MIRROR_TIMEOUT = 30.0
+"""Seconds a copy may take, dial to the end of the mirror's answer, before it is
+aborted (a hung mirror holds none of its slots for longer)."""
+
+_FRAMING = (b"host", b"content-length", b"transfer-encoding", b"connection", b"expect")
+
+
+def mirror_head(up_head: bytes, host: bytes, length: int) -> bytes:
+    """The head a mirror gets: ``up_head`` (the request head as it went to the main
+    service) with ``host`` as its Host and the body framed by ``Content-Length:
+    length`` (the copy is whole before it goes; 0 and no body without mirrorBody)."""
+    lines = up_head.split(b"\r\n")
+    out = [lines[0], b"Host: " + host]
+    for line in lines[1:]:
+        if line and line.split(b":", 1)[0].strip().lower() not in _FRAMING:
+            out.append(line)
+    if length:
+        out.append(b"Content-Length: %d" % length)
+    out.append(b"")
+    out.append(b"")
+    return b"\r\n".join(out)
+
+
+class _MirrorConnection(asyncio.Protocol):
+    """A connection to a mirror's server: one copy at a time, its answer read and
+    dropped. Kept alive between copies in its mirror's own idle list (never in the
+    transports' pools, which hold the exchanges' upstream connections)."""
+
+    def __init__(self, parser_cls: type) -> None:
+        self.parser = parser_cls(self)
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[int] | None = None
+        self.status = 0
+        self.keep_alive = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed(data)
+        except Exception as exc:  # an invalid answer: this connection is done
+            self._finish(exc)
+
+    def eof_received(self) -> bool | None:
+        self.keep_alive = False
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.keep_alive = False
+        self._finish(exc or ConnectionResetError("the mirror closed the connection"))
+
+    def on_head(self, head: ResponseHead) -> None:
+        self.status = head.status
+        self.keep_alive = head.keep_alive
+
+    def on_body(self, data: bytes) -> None:
+        pass  # a mirror's answer is dropped
+
+    def on_end(self) -> None:
+        done = self.done
+        if done is not None and not done.done():
+            done.set_result(self.status)
+
+    def on_upgrade(self, rest: bytes) -> None:
+        self._finish(ConnectionError("the mirror switched protocols"))
+
+    def _finish(self, exc: Exception) -> None:
+        self.keep_alive = False
+        done = self.done
+        if done is not None and not done.done():
+            done.set_exception(exc)
+
+    def send(self, parts: list[bytes], method: bytes) -> asyncio.Future[int]:
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        self.status = 0
+        self.parser.expect(method)
+        assert self.transport is not None
+        self.transport.writelines(parts)
+        return self.done
+
+    def reusable(self) -> bool:
+        t = self.transport
+        return self.keep_alive and t is not None and not t.is_closing()
+
+    def abort(self) -> None:
+        t = self.transport
+        if t is not None:
+            t.abort()
+
+
+class Mirror:
+    """One of a mirroring service's mirrors: a service (of any kind) that gets copies.
+
+    Holds its share (``percent``) and Traefik's counter of copies sent, its copies in
+    flight (at most :data:`MIRROR_CONCURRENCY`, each its own task), and its idle
+    connections, keyed by server.
+    """
+
+    __slots__ = (
+        "count",
+        "dropped",
+        "idle",
+        "inflight",
+        "parser",
+        "percent",
+        "sent",
+        "service",
+        "tasks",
+    )
+
+    def __init__(self, service: Service, percent: int, parser: type) -> None:
+        self.service = service
+        self.percent = percent
+        self.parser = parser
+        self.count = 0  # requests given to this mirror (Traefik's counter)
+        self.inflight = 0
+        self.sent = 0  # copies the mirror answered
+        self.dropped = 0  # copies not sent: no room, no server, or failed
+        self.tasks: set[asyncio.Task] = set()
+        self.idle: dict[tuple, list[_MirrorConnection]] = {}
+
+    def send(self, copy: MirrorCopy, body: list[bytes]) -> None:
+        """Send ``copy`` from its own task; never blocks, never raises."""
+        backend = self.service.pick()
+        if backend is None or self.inflight >= MIRROR_CONCURRENCY:
+            self.dropped += 1
+            copy.done()
+            return
+        host = copy.host if backend.pass_host else backend.server.authority
+        head = mirror_head(copy.up_head, host, copy.size)
+        self.inflight += 1
+        task = backend.transport.loop.create_task(self._send(backend, [head, *body], copy.method))
+        self.tasks.add(task)
+        task.add_done_callback(lambda task: self._done(task, copy))
+
+    def _done(self, task: asyncio.Task, copy: MirrorCopy) -> None:
+        self.tasks.discard(task)
+        self.inflight -= 1
+        copy.done()
+        if not task.cancelled() and task.result():
+            self.sent += 1
+        else:
+            self.dropped += 1
+
+    async def _send(self, backend: Backend, parts: list[bytes], method: bytes) -> bool:
+        server = backend.server
+        idle = self.idle.get(server.key)
+        conn: _MirrorConnection | None = None
+        while idle:
+            candidate = idle.pop()
+            if candidate.reusable():
+                conn = candidate
+                break
+        try:
+            async with asyncio.timeout(MIRROR_TIMEOUT):
+                if conn is None:
+                    dialed = await backend.transport.dial(
+                        server, lambda: _MirrorConnection(self.parser)
+                    )
+                    assert isinstance(dialed, _MirrorConnection)
+                    conn = dialed
+                status = await conn.send(parts, method)
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.abort()
+            raise
+        except Exception as exc:
+            if conn is not None:
+                conn.abort()
+            log.debug("mirror %s server %s: copy dropped: %r", self.service.name, server.url, exc)
+            backend.failed()
+            return False
+        backend.answered(status)
+        idle = self.idle.setdefault(server.key, [])
+        if conn.reusable() and len(idle) < MIRROR_CONCURRENCY:
+            idle.append(conn)
+        else:
+            conn.abort()
+        return True
+
+    def close(self) -> None:
+        """Cancel the copies in flight and close the idle connections (a tool's or a
+        test's end; a swapped-out snapshot's copies finish on their own)."""
+        for task in list(self.tasks):
+            task.cancel()
+        for conns in self.idle.values():
+            for conn in conns:
+                conn.abort()
+        self.idle.clear()
+
+
+class MirrorCopy:
+    """One request's copy for the mirrors that get it (the
+    :class:`edge.http.middlewares.Tee` the exchange feeds): the request body as it
+    goes upstream, held until complete, then sent to each mirror. Holding more than
+    ``maxBodySize`` of body, or taking its mirroring past :data:`MIRROR_MEMORY`,
+    drops the copy; so does the exchange ending first (``abort``). What it holds
+    counts against its mirroring until the last mirror is done with it."""
+
+    __slots__ = ("chunks", "host", "method", "mirroring", "mirrors", "pending", "size", "up_head")
+
+    def __init__(
+        self, mirroring: Mirroring, mirrors: list[Mirror], head: RequestHead, up_head: bytes
+    ) -> None:
+        self.mirroring = mirroring
+        self.mirrors = mirrors
+        self.method = head.method
+        self.host = head.host
+        self.up_head = up_head
+        self.chunks: list[bytes] | None = []
+        self.size = 0  # body bytes held
+        self.pending = 0  # mirrors still sending it
+        mirroring.held += len(up_head)
+
+    def body(self, data: bytes) -> None:
+        chunks = self.chunks
+        mirroring = self.mirroring
+        if chunks is None or not mirroring.mirror_body:
+            return
+        self.size += len(data)
+        mirroring.held += len(data)
+        limit = mirroring.max_body_size
+        if 0 <= limit < self.size or mirroring.held > MIRROR_MEMORY:
+            mirroring.not_mirrored += 1
+            self.abort()
+            return
+        chunks.append(data)
+
+    def end(self) -> None:
+        chunks = self.chunks
+        if chunks is None:
+            return
+        self.chunks = None
+        self.pending = len(self.mirrors) + 1
+        for mirror in self.mirrors:
+            mirror.send(self, chunks)
+        self.done()
+
+    def abort(self) -> None:
+        if self.chunks is not None:
+            self.chunks = None
+            self.pending = 1
+            self.done()
+
+    def done(self) -> None:
+        """One mirror is done with the copy (or none will take it): the last frees it."""
+        self.pending -= 1
+        if self.pending == 0:
+            self.mirroring.held -= len(self.up_head) + self.size
+
+
+class Mirroring:
+    """A mirroring service: ``main`` answers every request; each mirror gets a copy of
+    its share of them, Traefik's way: the n-th request goes to a mirror of ``percent``
+    when ``count * 100 < n * percent`` (so 10 % is exactly 1 request in 10, spread
+    evenly, not drawn). Fire and forget: a copy is sent from its own task once the
+    request is whole, its answer dropped; a mirror slow, dead or full
+    (:data:`MIRROR_CONCURRENCY`) costs the client nothing.
+
+    To the exchange it is its main service (``pick``, ``pick_sticky``), plus ``tee``,
+    the hook that asks it for each request's copy. Its health is its main service's.
+    ``pooled`` is False so that no route serving it takes the express path, which
+    offers no request to ``tee``.
+    """
+
+    __slots__ = (
+        "held",
+        "main",
+        "max_body_size",
+        "mirror_body",
+        "mirrors",
+        "name",
+        "not_mirrored",
+        "pass_host",
+        "sticks",
+        "total",
+    )
+    single = None
+    pooled = False
+
+    def __init__(
+        self,
+        name: str,
+        main: Service | None,
+        mirrors: list[Mirror],
+        *,
+        mirror_body: bool = True,
+        max_body_size: int = -1,
+    ) -> None:
+        self.name = name
+        self.main = main
+        self.mirrors = mirrors
+        self.mirror_body = mirror_body
+        self.max_body_size = max_body_size
+        self.pass_host = main.pass_host if main is not None else True
+        self.sticks = main.sticks if main is not None else False
+        self.total = 0  # requests seen (Traefik's counter)
+        self.held = 0  # bytes of copies held (MIRROR_MEMORY)
+        self.not_mirrored = 0  # requests whose copy was dropped for its size
+
+    def pick(self) -> Backend | None:
+        main = self.main
+        return main.pick() if main is not None else None
+
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+        main = self.main
+        return main.pick_sticky(cookies, out) if main is not None else None
+
+    def choose(self) -> list[Mirror]:
+        """The mirrors that get a copy of the next request (Traefik's counters)."""
+        self.total = total = self.total + 1
+        chosen = []
+        for mirror in self.mirrors:
+            if mirror.count * 100 < total * mirror.percent:
+                mirror.count += 1
+                chosen.append(mirror)
+        return chosen
+
+    def tee(self, head: RequestHead, up_head: bytes) -> MirrorCopy | None:
+        """This request's copy, or None when no mirror gets one (module
+        :mod:`edge.http.middlewares`: the exchange's ``tee`` hook)."""
+        mirrors = self.choose()
+        if not mirrors or head.upgrade:
+            return None
+        length = head.content_length
+        if self.mirror_body and length is not None and 0 <= self.max_body_size < length:
+            self.not_mirrored += 1
+            return None
+        return MirrorCopy(self, mirrors, head, up_head)
+
+    def close(self) -> None:
+        for mirror in self.mirrors:
+            mirror.close()

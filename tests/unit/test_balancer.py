@@ -47,3 +47,59 @@ def test_no_burst_for_heavy_member():
         run = run + 1 if x == "d" else 0
         longest = max(longest, run)
     assert longest <= 2
+
+
+# --- power of two choices ------------------------------------------------------------
+
+import random  # noqa: E402
+
+from edge.balancer import PowerOfTwoChoices  # noqa: E402
+
+
+def test_p2c_with_equal_loads_spreads_picks_evenly_and_repeatably():
+    members = ["a", "b", "c", "d"]
+    first = PowerOfTwoChoices(members, random.Random(7))
+    seq = [first.pick(lambda m: 0) for _ in range(4000)]
+    again = PowerOfTwoChoices(members, random.Random(7))
+    assert seq == [again.pick(lambda m: 0) for _ in range(4000)]
+    counts = Counter(seq)
+    # Each member is the first draw 1/4 of the time (ties keep the first draw):
+    # 1,000 expected, a binomial sd of ~27, so bounds of 6 sd.
+    for m in members:
+        assert 840 <= counts[m] <= 1160, counts
+
+
+def test_p2c_never_draws_one_member_twice_and_takes_the_less_loaded():
+    load = {"busy": 5, "idle": 0}
+    b = PowerOfTwoChoices(list(load), random.Random(1))
+    assert {b.pick(load.__getitem__) for _ in range(200)} == {"idle"}
+
+
+def test_p2c_a_loaded_member_gets_fewer_picks():
+    """The simulation p2c is for: a slow server holds its requests longer, so its
+    count in flight stays higher and it is picked less."""
+    rng = random.Random(3)
+    b = PowerOfTwoChoices(["slow", "fast1", "fast2"], rng)
+    inflight = Counter()
+    finishing: list[tuple[int, str]] = []
+    picked = Counter()
+    for tick in range(3000):
+        while finishing and finishing[0][0] <= tick:
+            inflight[finishing.pop(0)[1]] -= 1
+        m = b.pick(inflight.__getitem__)
+        picked[m] += 1
+        inflight[m] += 1
+        finishing.append((tick + (20 if m == "slow" else 2), m))
+        finishing.sort()
+    assert picked["slow"] < picked["fast1"] / 3, picked
+    assert picked["slow"] < picked["fast2"] / 3, picked
+
+
+def test_p2c_skips_members_down_and_ignores_weights():
+    b = PowerOfTwoChoices(["a", "b", "c"], random.Random(5))
+    picks = Counter(b.pick(lambda m: 0, lambda m: m != "b") for _ in range(300))
+    assert set(picks) == {"a", "c"}
+    assert b.pick(lambda m: 0, lambda m: m == "c") == "c"
+    assert b.pick(lambda m: 0, lambda m: False) is None
+    assert PowerOfTwoChoices([], random.Random()).pick(lambda m: 0) is None
+    assert PowerOfTwoChoices(["x"]).single == "x"

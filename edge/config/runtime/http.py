@@ -13,6 +13,7 @@ from edge.config.dynamic import (
     Failover,
     HTTPConfiguration,
     Middleware,
+    Mirroring,
     Router,
     RouterTLS,
     ServersTransport,
@@ -56,6 +57,7 @@ def _build_http(
         _check_http_service(info, rt.servers_transports, tls_errors)
     _check_weighted(rt.http_services)
     _check_failovers(rt.http_services)
+    _check_mirrorings(rt.http_services)
     for name, router in _apply_models(http.routers, entry_points, defaults).items():
         r = RouterInfo(name, router)
         rt.http_routers[name] = r
@@ -162,9 +164,11 @@ def _check_http_service(
                 check.check()
             except ValueError as exc:
                 info.add_error(f"loadBalancer.{key}.{exc}")
-    if lb.strategy not in ("", "wrr"):
-        if lb.strategy in ("p2c", "hrw", "leasttime"):
-            info.add_error(f"loadBalancer.strategy {lb.strategy!r}: {UNSUPPORTED} (it has wrr)")
+    if lb.strategy not in ("", "wrr", "p2c"):
+        if lb.strategy in ("hrw", "leasttime"):
+            info.add_error(
+                f"loadBalancer.strategy {lb.strategy!r}: {UNSUPPORTED} (it has wrr, p2c)"
+            )
         else:
             info.add_error(
                 f"loadBalancer.strategy {lb.strategy!r}: unknown (Traefik's: wrr, p2c, hrw, leasttime)"
@@ -266,5 +270,60 @@ def _check_failover(
         _check_failover(member, services, done, path)
         if child.status == DISABLED:
             info.add_error(f"failover.{key}: service {member!r} is disabled")
+    path.pop()
+    done.add(name)
+
+
+def mirroring_members(name: str, mirroring: Mirroring) -> tuple[str, list[tuple[str, int]]]:
+    """A mirroring's ``service`` and its mirrors' (name, percent), qualified by its own
+    provider where they name none (as a router's references are, edge.config.merge)."""
+    provider = split_name(name)[1]
+
+    def q(member: str) -> str:
+        return member if not member or not provider or "@" in member else qualify(member, provider)
+
+    return q(mirroring.service), [(q(m.name), m.percent) for m in mirroring.mirrors]
+
+
+def _check_mirrorings(services: Mapping[str, ServiceInfo[Service]]) -> None:
+    """Disable mirroring services with a value out of range, or whose service or a
+    mirror is missing, disabled or leads back to them; depth first, so a member
+    mirroring's status is final first. A mirror is a service like any other (a load
+    balancer, weighted, failover or mirroring one)."""
+    done: set[str] = set()
+    for name in services:
+        _check_mirroring(name, services, done, [])
+
+
+def _check_mirroring(
+    name: str, services: Mapping[str, ServiceInfo[Service]], done: set[str], path: list[str]
+) -> None:
+    info = services[name]
+    mirroring = None if info.config.problems else info.config.mirroring
+    if name in done or mirroring is None:
+        return
+    try:
+        mirroring.check()
+    except ValueError as exc:
+        info.add_error(f"mirroring.{exc}")
+    path.append(name)
+    main, mirrors = mirroring_members(name, mirroring)
+    keys = [("service", main)] + [(f"mirrors[{i}]", m) for i, (m, _) in enumerate(mirrors)]
+    for key, member in keys:
+        if not member:
+            continue  # check() named it
+        child = services.get(member)
+        if child is None:
+            info.add_error(f"mirroring.{key}: service {member!r} does not exist")
+            continue
+        if name not in child.used_by:
+            child.used_by.append(name)
+        if member in path:
+            cycle = " -> ".join([*path[path.index(member) :], member])
+            info.add_error(f"mirroring.{key}: services form a cycle: {cycle}")
+            continue
+        _check_mirroring(member, services, done, path)
+        if child.status == DISABLED:
+            info.add_error(f"mirroring.{key}: service {member!r} is disabled")
     path.pop()
     done.add(name)

@@ -115,10 +115,8 @@ def test_a_middleware_edge_lacks_disables_it_and_its_routers_only() -> None:
         ("middlewares", {"headers": {"customRequestHeaders": {"x": "1"}, "sslRedirect": True}}, "headers.sslRedirect"),
         ("middlewares", {"stripPrefix": {"prefixes": ["/a"], "forceSlash": False}}, "stripPrefix.forceSlash"),
         ("middlewares", {"rateLimit": {"average": 100, "redis": {"endpoints": ["r:6379"]}}}, "rateLimit.redis"),
-        ("services", {"loadBalancer": {"servers": [{"url": "http://a"}], "responseForwarding": {"flushInterval": "1s"}}}, "loadBalancer.responseForwarding"),
         ("services", {"highestRandomWeight": {"services": []}}, "highestRandomWeight"),
         ("services", {"loadBalancer": {"servers": [{"url": "http://a", "preservePath": True}]}}, "loadBalancer.servers[0].preservePath"),
-        ("services", {"mirroring": {"service": "s"}}, "mirroring"),
         ("services", {"failover": {"service": "s", "fallback": "s", "errors": {}}}, "failover.errors"),
     ],
 )  # fmt: skip

@@ -127,8 +127,12 @@ def test_a_broken_chain_is_disabled_with_its_routers(middlewares, errors):
     [
         ("", None),
         ("wrr", None),
-        ("p2c", "loadBalancer.strategy 'p2c': not supported by this version of edge"),
-        ("hrw", "loadBalancer.strategy 'hrw': not supported by this version of edge"),
+        ("p2c", None),
+        (
+            "hrw",
+            "loadBalancer.strategy 'hrw': not supported by this version of edge (it has wrr, p2c)",
+        ),
+        ("leasttime", "loadBalancer.strategy 'leasttime': not supported by this version of edge"),
         ("fastest", "loadBalancer.strategy 'fastest': unknown"),
     ],
 )
@@ -235,7 +239,7 @@ def test_health_checks_judged_naming_the_key(key, check, error):
         (
             {
                 "app": {"failover": {"service": "main", "fallback": "bad"}},
-                "bad": {"loadBalancer": {"servers": [{"url": "http://x:1"}], "strategy": "p2c"}},
+                "bad": {"loadBalancer": {"servers": [{"url": "http://x:1"}], "strategy": "hrw"}},
             },
             {"app": ["failover.fallback: service 'bad@file' is disabled"]},
         ),
@@ -257,3 +261,106 @@ def test_failover_members_must_exist_and_serve(services, errors):
         assert info.status == "disabled"
         assert info.errors == expected
         assert rt.http_routers["r@file"].status == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("mirroring", "errors"),
+    [
+        ({"service": "main", "mirrors": [{"name": "spare", "percent": 10}]}, []),
+        ({"service": "main", "mirrors": []}, []),
+        (
+            {"service": "main", "mirrors": [{"name": "nope", "percent": 10}]},
+            ["mirroring.mirrors[0]: service 'nope@file' does not exist"],
+        ),
+        (
+            {"service": "nope", "mirrors": [{"name": "spare", "percent": 10}]},
+            ["mirroring.service: service 'nope@file' does not exist"],
+        ),
+        (
+            {"service": "main", "mirrors": [{"name": "spare", "percent": 101}]},
+            ["mirroring.mirrors[0].percent 101: must be 0 to 100"],
+        ),
+        (
+            {"service": "main", "mirrors": [{"name": "spare", "percent": -1}]},
+            ["mirroring.mirrors[0].percent -1: must be 0 to 100"],
+        ),
+        (
+            {"service": "main", "mirrors": [{"name": "app", "percent": 5}]},
+            ["mirroring.mirrors[0]: services form a cycle: app@file -> app@file"],
+        ),
+        (
+            {"service": "main", "mirrors": [{"name": "bad", "percent": 5}]},
+            ["mirroring.mirrors[0]: service 'bad@file' is disabled"],
+        ),
+        (
+            {"service": "", "mirrors": []},
+            ["mirroring.service: a mirroring service needs a service to answer"],
+        ),
+    ],
+)
+def test_mirroring_service_and_mirrors_must_exist_and_serve(mirroring, errors):
+    rt = runtime(
+        {},
+        {"r": []},
+        {
+            "main": lb("http://127.0.0.1:1"),
+            "spare": lb("http://127.0.0.1:2"),
+            "bad": {"loadBalancer": {"servers": [{"url": "http://x:1"}], "strategy": "hrw"}},
+            "app": {"mirroring": mirroring},
+        },
+    )
+    info = rt.http_services["app@file"]
+    if not errors:
+        assert info.status == "enabled", info.errors
+        assert rt.http_routers["r@file"].status == "enabled"
+        assert rt.http_services["main@file"].used_by == ["app@file"]
+    else:
+        assert info.status == "disabled"
+        assert info.errors == errors
+        assert rt.http_routers["r@file"].status == "disabled"
+
+
+def test_mirroring_defaults_are_traefiks_and_members_are_qualified():
+    rt = runtime(
+        {},
+        {"r": []},
+        {
+            "main": lb("http://127.0.0.1:1"),
+            "app": {"mirroring": {"service": "main", "mirrors": [{"name": "x@other"}]}},
+        },
+    )
+    info = rt.http_services["app@file"]
+    mirroring = info.config.mirroring
+    assert mirroring.mirror_body is True and mirroring.max_body_size == -1
+    assert mirroring.mirrors[0].percent == 0
+    assert info.errors == ["mirroring.mirrors[0]: service 'x@other' does not exist"]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("150ms", 0.15), ("-1", -1.0), ("1s", 1.0), (2, 2.0), ("0", 0.0)]
+)
+def test_response_forwarding_flush_interval_is_read_as_a_duration(value, seconds):
+    service = lb("http://127.0.0.1:9001")
+    service["loadBalancer"]["responseForwarding"] = {"flushInterval": value}
+    rt = runtime({}, {"r": []}, {"app": service})
+    info = rt.http_services["app@file"]
+    assert info.status == "enabled", info.errors
+    assert info.config.load_balancer.response_forwarding.flush_interval == seconds
+
+
+def test_response_forwarding_defaults_to_traefiks_100ms():
+    assert dyn.ResponseForwarding().flush_interval == 0.1
+
+
+def test_response_forwarding_flush_interval_that_is_no_duration_disables_the_service():
+    service = lb("http://127.0.0.1:9001")
+    service["loadBalancer"]["responseForwarding"] = {"flushInterval": "soon"}
+    doc = {"http": {"routers": {"r": {"rule": "Host(`r`)", "service": "app"}}}}
+    doc["http"]["services"] = {"app": service}
+    errors: list[ConfigError] = []
+    rt = build_runtime(merge({"file": decode_dynamic(doc, errors=errors)}), EPS)
+    info = rt.http_services["app@file"]
+    assert info.status == "disabled"
+    assert info.errors[0].startswith(
+        "$.http.services.app.loadBalancer.responseForwarding.flushInterval: invalid duration"
+    ), info.errors
