@@ -73,6 +73,7 @@ def replayable(head: RequestHead) -> bool:
 
 class Exchange:
     __slots__ = (
+        "attempt",
         "backend",
         "buffered",
         "buffered_size",
@@ -99,6 +100,7 @@ class Exchange:
         "started",
         "status",
         "tee",
+        "up_args",
         "up_head",
         "upgrade_rest",
         "upstream",
@@ -335,7 +337,6 @@ class Exchange:
     ) -> None:
         """The general path after the pipeline: pick the server, write the head, connect."""
         conn = self.conn
-        ctx = conn.ctx
         head = self.head
         pipeline = route.pipeline
         # From here on every answer, the service's errors included, takes the route's
@@ -369,19 +370,12 @@ class Exchange:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
         elif cleaned:
             target = path + b"?" + query if query else path
-        self.up_head = forward.upstream_request(
-            head,
-            backend.transport.pools,
-            conn.client_ip_b,
-            ctx.scheme,
-            authority,
-            forwarded_port,
-            conn.trusted,
-            target,
-            None if backend.pass_host else backend.server.authority,
-            edits,
-            prefix,
-        )
+        up_args = (authority, forwarded_port, target, edits, prefix)
+        self.up_head = self._up_head(backend, up_args)
+        if fwd is not None and fwd.retry is not None:
+            # What a retry makes another head with (_retry), for the server it picks.
+            self.up_args = up_args
+            self.attempt = 1
         tee = getattr(service, "tee", None)  # a mirroring service's (middlewares' module doc)
         if tee is not None:
             self.tee = tee(head, self.up_head)
@@ -392,11 +386,67 @@ class Exchange:
             and self.ends is None  # upstream_quick runs no ends
             and not pipeline.responders  # run by upstream_head
             and self.tee is None  # read by request_body
+            and (fwd is None or fwd.retry is None)  # read by _upstream_error
             and not head.upgrade
             and head.version == b"1.1"
         )
         if head.expect_continue and (head.chunked or head.content_length):
             conn.send(CONTINUE)
+        self._connect()
+
+    def _up_head(self, backend: Backend, up_args: tuple) -> bytes:
+        """The request's head for ``backend``: ``up_args`` is what _forward worked out
+        (authority, forwarded port, target, header edits, prefix)."""
+        conn = self.conn
+        authority, forwarded_port, target, edits, prefix = up_args
+        return forward.upstream_request(
+            self.head,
+            backend.transport.pools,
+            conn.client_ip_b,
+            conn.ctx.scheme,
+            authority,
+            forwarded_port,
+            conn.trusted,
+            target,
+            None if backend.pass_host else backend.server.authority,
+            edits,
+            prefix,
+        )
+
+    # -- retries (edge.http.middlewares.retry) -------------------------------------------
+
+    def _retry(self, sent: bool) -> bool:
+        """Whether the request goes again after a network failure (``sent``: it may
+        have reached the server); if so the next try is planned after its backoff."""
+        fwd = self.fwd
+        assert fwd is not None and fwd.retry is not None
+        policy = fwd.retry
+        head = self.head
+        if self.attempt >= policy.attempts or head.upgrade or self.upgrade_rest is not None:
+            return False
+        if sent and (head.chunked or head.content_length or not replayable(head)):
+            return False  # its body is gone, or the server may have acted on it
+        self.attempt += 1
+        policy.retries += 1
+        # header_timer holds the wait, which abandon() cancels with the client.
+        self.header_timer = self.conn.loop.call_later(policy.backoff(self.attempt), self._try_again)
+        return True
+
+    def _try_again(self) -> None:
+        self.header_timer = None
+        if self.conn.ex is not self or self.resp_done or self.route is None:
+            return
+        route = self.route
+        backend = route.service.pick()  # the server the service picks next
+        if backend is None:
+            self.answer_error(
+                HTTPError(
+                    f"router {route.name}: service {route.service.name} has no server", status=503
+                )
+            )
+            return
+        self.backend = backend
+        self.up_head = self._up_head(backend, self.up_args)
         self._connect()
 
     # -- the request body -----------------------------------------------------------
@@ -466,7 +516,7 @@ class Exchange:
         except UpstreamConnectError as exc:
             self.dial_task = None
             if self.conn.ex is self:
-                self._upstream_error(exc)
+                self._upstream_error(exc, sent=False)
             return
         self.dial_task = None
         if self.conn.transport is None or self.conn.ex is not self:
@@ -847,7 +897,8 @@ class Exchange:
         self._upstream_error(
             UpstreamConnectError(
                 f"upstream closed the connection before responding ({exc or 'EOF'})"
-            )
+            ),
+            sent=True,
         )
 
     def upstream_failed(self, exc: HTTPError, upstream: UpstreamConnection) -> None:
@@ -866,9 +917,13 @@ class Exchange:
             self.sent = 0
         self._upstream_error(UpstreamConnectError(f"invalid response: {exc.detail}"))
 
-    def _upstream_error(self, exc: HTTPError) -> None:
-        if not self.express and self.fwd is not None:
-            self.fwd.network_error = True
+    def _upstream_error(self, exc: HTTPError, sent: bool | None = None) -> None:
+        """No usable answer from the server: a retry, or ``exc``'s answer. ``sent``:
+        None for an answer that is not to be retried (an invalid response, a
+        timeout), else whether the request may have reached the server."""
+        fwd = None if self.express else self.fwd
+        if fwd is not None:
+            fwd.network_error = True
         backend = self.backend
         log.warning(
             "router %s service %s server %s: %s",
@@ -885,6 +940,8 @@ class Exchange:
         self.release_upstream(reuse=False)
         if self.resp_started:
             self.conn.abort()
+            return
+        if sent is not None and fwd is not None and fwd.retry is not None and self._retry(sent):
             return
         self.answer_error(exc)
 
