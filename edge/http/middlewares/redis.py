@@ -6,7 +6,7 @@ no caller waits longer than the configured timeouts: a command's reply within
 command in flight, not one per command), a dial within ``dial_timeout``, a
 paused write (the server not reading) for at most ``write_timeout``. A
 connection carries any number of commands at once (pipelining: replies come in
-the order sent), so the pool opens a second one only when each open one has
+the order sent; the commands of one loop iteration go in one write), so the pool opens a second one only when each open one has
 :data:`PIPELINE_DEPTH` in flight, and at most ``max_conns``.
 
 A connection is made when first needed (a client is built off the loop, with
@@ -86,6 +86,7 @@ class _Connection(asyncio.Protocol):
         "closed",
         "deadlines",
         "loop",
+        "out",
         "parser",
         "paused",
         "pending",
@@ -107,6 +108,7 @@ class _Connection(asyncio.Protocol):
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
         self.parser = Parser()
+        self.out: list[bytes] = []  # commands not written yet (send, _flush)
         self.pending: deque[asyncio.Future[object]] = deque()
         self.deadlines: deque[float] = deque()
         self.timer: asyncio.TimerHandle | None = None
@@ -118,12 +120,22 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
 
     def send(self, payload: bytes, fut: asyncio.Future[object]) -> None:
-        assert self.transport is not None
-        self.transport.write(payload)
+        """Queue a command: the commands of one loop iteration go in one write."""
+        out = self.out
+        if not out:
+            self.loop.call_soon(self._flush)
+        out.append(payload)
         self.pending.append(fut)
         self.deadlines.append(self.loop.time() + self.read_timeout)
         if self.timer is None and self.read_timeout != math.inf:
             self.timer = self.loop.call_at(self.deadlines[0], self._check)
+
+    def _flush(self) -> None:
+        out = self.out
+        if out and not self.closed:
+            assert self.transport is not None
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
 
     def data_received(self, data: bytes) -> None:
         parser = self.parser
