@@ -371,7 +371,17 @@ class MirrorCopy:
     drops the copy; so does the exchange ending first (``abort``). What it holds
     counts against its mirroring until the last mirror is done with it."""
 
-    __slots__ = ("chunks", "host", "method", "mirroring", "mirrors", "pending", "size", "up_head")
+    __slots__ = (
+        "chunks",
+        "host",
+        "length",
+        "method",
+        "mirroring",
+        "mirrors",
+        "pending",
+        "size",
+        "up_head",
+    )
 
     def __init__(
         self, mirroring: Mirroring, mirrors: list[Mirror], head: RequestHead, up_head: bytes
@@ -380,6 +390,7 @@ class MirrorCopy:
         self.mirrors = mirrors
         self.method = head.method
         self.host = head.host
+        self.length = head.content_length
         self.up_head = up_head
         self.chunks: list[bytes] | None = []
         self.size = 0  # body bytes held
@@ -404,6 +415,13 @@ class MirrorCopy:
         chunks = self.chunks
         if chunks is None:
             return
+        mirroring = self.mirroring
+        if mirroring.mirror_body and self.length is not None and self.size != self.length:
+            # Not the whole body (bytes the exchange read before it asked for the
+            # copy): a mirror gets the request as sent or nothing.
+            mirroring.not_mirrored += 1
+            self.abort()
+            return
         self.chunks = None
         self.pending = len(self.mirrors) + 1
         for mirror in self.mirrors:
@@ -415,6 +433,12 @@ class MirrorCopy:
             self.chunks = None
             self.pending = 1
             self.done()
+
+    def __del__(self) -> None:
+        # An exchange that dropped its copy unended (neither end nor abort) must not
+        # keep its bytes counted against MIRROR_MEMORY for ever.
+        if self.chunks is not None:
+            self.abort()
 
     def done(self) -> None:
         """One mirror is done with the copy (or none will take it): the last frees it."""

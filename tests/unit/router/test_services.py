@@ -400,3 +400,19 @@ def test_rng_is_the_balancers_own():
     b = P2CLoadBalancer("b", [], True, True, InFlight())
     assert a.rng is not b.rng and isinstance(a.rng, random.Random)
     assert a.pick() is None
+
+
+def test_a_copy_missing_body_bytes_is_not_sent_and_a_dropped_one_frees_its_bytes():
+    async def main() -> None:
+        service, _, _ = build(asyncio.get_running_loop(), mirroring_doc(1, 2))
+        copy = service.tee(head(length=10), UP_HEAD)
+        copy.body(b"01234")  # the exchange asked for the copy after 5 bytes went
+        copy.end()
+        assert service.not_mirrored == 1 and service.mirrors[0].inflight == 0
+        copy = service.tee(head(length=10), UP_HEAD)
+        copy.body(b"01234")
+        assert service.held > 0
+        del copy  # neither ended nor aborted
+        assert service.held == 0
+
+    run(main())
