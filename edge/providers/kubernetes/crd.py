@@ -59,8 +59,8 @@ Services
     seconds) and is allowed only on an ExternalName Service, as in Traefik: a Service's
     pods are checked by Kubernetes' readiness, which already takes them out of its
     EndpointSlices. ``passiveHealthCheck`` becomes the load balancer's, on any Service.
-    ``sticky`` becomes the load balancer's (Traefik's ``cookie`` keys). Options edge
-    does not implement (``responseForwarding``, service
+    ``sticky`` and ``responseForwarding`` become the load balancer's (Traefik's keys).
+    Options edge does not implement (service
     ``middlewares``, the ``h2c`` scheme) refuse the route, naming the option: nothing is
     served without what the user asked for. ``strategy`` passes on to the load balancer
     (Traefik's deprecated ``RoundRobin`` as ``wrr``); validation refuses what edge lacks. ``nodePortLB`` on a
@@ -110,8 +110,13 @@ TraefikServices
     has none) passes the failover's health up to the services using it; Traefik's
     ``errors`` (status ranges, body size) is refused unless empty, as edge's failover
     switches on health alone. ``weighted.sticky`` becomes the weighted service's.
-    ``mirroring`` and ``highestRandomWeight`` are refused by name; a TraefikService
-    with both ``weighted`` and ``failover`` is refused.
+    ``highestRandomWeight`` is refused by name; a TraefikService
+    with more than one of ``weighted``, ``failover`` and ``mirroring`` is refused.
+    ``mirroring`` is edge's mirroring service: its main service and each mirror are
+    references of a route's shape (Traefik's inline ``LoadBalancerSpec``), resolved as
+    a failover's (cross-namespace ones only with ``allowCrossNamespace``);
+    ``mirrorBody``, ``maxBodySize`` and each mirror's ``percent`` pass on, and
+    validation judges them.
 
 Endpoint churn
     :func:`update_endpoints` derives ``convert(new)`` from ``convert(old)`` when only
@@ -143,8 +148,11 @@ from edge.config.dynamic import (
     HTTPConfiguration,
     LoadBalancer,
     Middleware,
+    Mirroring,
+    MirrorService,
     PassiveServerHealthCheck,
     ProxyProtocol,
+    ResponseForwarding,
     Router,
     RouterTLS,
     Server,
@@ -799,17 +807,24 @@ class _Converter:
     def traefik_service(self, key: Key, ts: objects.TraefikService) -> None:
         spec = ts.spec
         try:
-            for field, value in (
-                ("mirroring", spec.mirroring),
-                ("highestRandomWeight", spec.highest_random_weight),
-            ):
-                if value is not None:
-                    raise _Refused(f"{field}: {UNSUPPORTED}")
+            if spec.highest_random_weight is not None:
+                raise _Refused(f"highestRandomWeight: {UNSUPPORTED}")
             batch: _Batch[Service] = _Batch()
+            kinds = [
+                kind
+                for kind, value in (
+                    ("weighted", spec.weighted),
+                    ("failover", spec.failover),
+                    ("mirroring", spec.mirroring),
+                )
+                if value is not None
+            ]
+            if len(kinds) > 1:
+                raise _Refused(f"the TraefikService has both {' and '.join(kinds)}")
             if spec.failover is not None:
-                if spec.weighted is not None:
-                    raise _Refused("the TraefikService has both weighted and failover")
                 service = self.failover(key[0], spec.failover, batch)
+            elif spec.mirroring is not None:
+                service = self.mirroring(key[0], spec.mirroring, batch)
             else:
                 service = self.weighted(key[0], spec.weighted, batch)
             batch.add(_normalize("-".join(key)), service)
@@ -857,6 +872,43 @@ class _Converter:
         check = _health("failover.healthCheck", spec.get("healthCheck"), HealthCheck)
         return Service(failover=Failover(service=names[0], fallback=names[1], health_check=check))
 
+    def mirroring(self, namespace: str, spec: Any, batch: _Batch[Service]) -> Service:
+        """A TraefikService's ``mirroring``: its own keys (Traefik's ``LoadBalancerSpec``
+        inline) name the main service, each of ``mirrors`` a mirror and its ``percent``."""
+        if not isinstance(spec, Mapping):
+            raise _Refused("invalid spec: mirroring is not an object")
+        own = {"mirrorBody": bool, "maxBodySize": int, "mirrors": list}
+        for field, kind in own.items():
+            value = spec.get(field)
+            # (A YAML true is no integer here, though Python's bool is an int.)
+            if value is not None and (type(value) is bool) != (kind is bool):
+                raise _Refused(f"invalid spec: mirroring.{field} is not {_KIND_NAMES[kind]}")
+            if value is not None and not isinstance(value, kind):
+                raise _Refused(f"invalid spec: mirroring.{field} is not {_KIND_NAMES[kind]}")
+        main = _reference("mirroring", {k: v for k, v in spec.items() if k not in own})
+        name = self.child(namespace, main, "mirroring", batch)
+        mirrors = []
+        for i, mirror in enumerate(spec.get("mirrors") or ()):
+            where = f"mirroring.mirrors[{i}]"
+            if not isinstance(mirror, Mapping):
+                raise _Refused(f"invalid spec: {where} is not a service reference")
+            percent = mirror.get("percent", 0)
+            if not isinstance(percent, int) or isinstance(percent, bool):
+                raise _Refused(f"invalid spec: {where}.percent is not an integer")
+            ref = _reference(where, {k: v for k, v in mirror.items() if k != "percent"})
+            mirrors.append(
+                MirrorService(name=self.child(namespace, ref, where, batch), percent=percent)
+            )
+        defaults = Mirroring()
+        return Service(
+            mirroring=Mirroring(
+                service=name,
+                mirrors=mirrors,
+                mirror_body=spec.get("mirrorBody", defaults.mirror_body),
+                max_body_size=spec.get("maxBodySize", defaults.max_body_size),
+            )
+        )
+
     def child(
         self, namespace: str, ref: objects.RouteService, where: str, batch: _Batch[Service]
     ) -> str:
@@ -897,8 +949,6 @@ class _Converter:
             return name, None, None
         if kind != "Service":
             raise _Refused(f"unsupported service kind {kind!r}")
-        if ref.response_forwarding is not None:
-            raise _Refused(f"service {ref.name}: responseForwarding: {UNSUPPORTED}")
         if ref.middlewares:
             raise _Refused(f"service {ref.name}: middlewares: {UNSUPPORTED}")
         if ref.scheme not in ("", "http", "https"):
@@ -937,6 +987,11 @@ class _Converter:
             health_check=health,
             passive_health_check=passive,
             sticky=_health(f"service {ref.name}: sticky", ref.sticky, Sticky),
+            response_forwarding=_health(
+                f"service {ref.name}: responseForwarding",
+                ref.response_forwarding,
+                ResponseForwarding,
+            ),
         )
         name = _normalize(f"{ns}-{ref.name}-{_port_text(ref.port)}") if named else ""
         return name, Service(load_balancer=balancer), Backend.of(parent, ref)
@@ -1214,6 +1269,23 @@ def _tls_name(namespace: str, name: str) -> str:
 
 def _weight(weight: int | None) -> int:
     return 1 if weight is None else weight
+
+
+_KIND_NAMES = {bool: "a boolean", int: "an integer", list: "a list"}
+
+
+_REFERENCE_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(objects.RouteService))
+
+
+def _reference(where: str, spec: Mapping[str, Any]) -> objects.RouteService:
+    """A service reference (a route's shape) at ``where``; :class:`_Refused` naming it
+    or a key it does not know."""
+    for field in sorted(set(spec) - _REFERENCE_KEYS):
+        raise _Refused(f"invalid spec: unknown field {where}.{field}")
+    try:
+        return msgspec.convert(dict(spec), objects.RouteService)
+    except msgspec.ValidationError as exc:
+        raise _Refused(f"invalid spec: {where}: {exc}") from None
 
 
 def _health(where: str, spec: Any, model: type[T]) -> T | None:

@@ -429,21 +429,35 @@ def test_normalize_keeps_the_words_joined_by_one_dash(name: str) -> None:
 def test_a_strategy_edge_lacks_passes_on_and_validation_refuses_its_service() -> None:
     docs = load(FIXTURES / "http-chain-and-strategy.yaml").objects
     route = docs[0]["spec"]["routes"][1]
-    route["services"][0]["strategy"] = "p2c"
+    route["services"][0]["strategy"] = "hrw"
     result = convert(decode_objects(docs), CRDOptions(allow_cross_namespace=True))
     assert result.problems == []
     http = result.configuration.http
     assert http is not None
     name = "default-app-bb8032711cdceed5dddf"
     balancer = http.services[name].load_balancer
-    assert balancer is not None and balancer.strategy == "p2c"
+    assert balancer is not None and balancer.strategy == "hrw"
     rt = validate(
         result.configuration, {"http": {"middlewares": {"extra": {"addPrefix": {"prefix": "/x"}}}}}
     )
     service = rt.http_services[f"{name}@{PROVIDER}"]
     assert service.status == "disabled"
-    assert any("strategy 'p2c'" in error for error in service.errors), service.errors
+    assert any("strategy 'hrw'" in error for error in service.errors), service.errors
     assert rt.http_routers[f"{name}@{PROVIDER}"].status == "disabled"
+
+
+def test_p2c_passes_on_and_is_served() -> None:
+    docs = load(FIXTURES / "http-chain-and-strategy.yaml").objects
+    docs[0]["spec"]["routes"][1]["services"][0]["strategy"] = "p2c"
+    result = convert(decode_objects(docs), CRDOptions(allow_cross_namespace=True))
+    name = "default-app-bb8032711cdceed5dddf"
+    assert result.configuration.http is not None
+    balancer = result.configuration.http.services[name].load_balancer
+    assert balancer is not None and balancer.strategy == "p2c"
+    rt = validate(
+        result.configuration, {"http": {"middlewares": {"extra": {"addPrefix": {"prefix": "/x"}}}}}
+    )
+    assert rt.http_services[f"{name}@{PROVIDER}"].status == "enabled"
 
 
 def test_node_port_lb_is_refused_when_nodes_are_not_read() -> None:
