@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering circuitBreaker compress encodedCharacters errors forwardAuth grpcWeb "
+            "buffering circuitBreaker encodedCharacters errors forwardAuth grpcWeb "
             "passTLSClientCert plugin retry",
             _,
         ),
@@ -377,7 +377,8 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.RateLimit, "redis", _),
-        (dyn.Service, "highestRandomWeight", _),
+        (dyn.Service, "highestRandomWeight mirroring", _),
+        (dyn.LoadBalancer, "responseForwarding", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),
         (

@@ -16,6 +16,7 @@ from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
+from edge.http.middlewares.compress import Compress
 from edge.http.middlewares.headers import Headers, headers
 from edge.http.middlewares.limits import InFlightReq, RateLimit, rate_limit, source
 from edge.http.middlewares.paths import (
@@ -30,6 +31,7 @@ from edge.http.middlewares.redirect import RedirectRegex, RedirectScheme
 __all__ = [
     "AddPrefix",
     "BasicAuth",
+    "Compress",
     "DigestAuth",
     "Headers",
     "IPAllowList",
@@ -86,6 +88,16 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
     if c.in_flight_req is not None:
         f = c.in_flight_req
         return InFlightReq(name, f.amount, source(f.source_criterion, by_host=True))
+    if c.compress is not None:
+        cp = c.compress
+        return Compress(
+            name,
+            cp.encodings,
+            cp.default_encoding,
+            cp.min_response_body_bytes,
+            cp.included_content_types,
+            cp.excluded_content_types,
+        )
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

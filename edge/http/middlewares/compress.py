@@ -21,8 +21,15 @@ Three layers, all sans-IO (no socket, no loop):
 - **The decision** (:meth:`Compress.verdict`), on each response head of a request
   that negotiated a coding: :data:`PLAIN` (left as it is), :data:`COMPRESS`
   (``Content-Encoding`` set, ``Content-Length`` and ``Accept-Ranges`` dropped, the
-  body re-framed by the writer) or :data:`UNKNOWN_LENGTH` (no Content-Length: the
-  first ``minResponseBodyBytes`` of the body would decide).
+  body re-framed by the writer) or :data:`UNKNOWN_LENGTH` (no Content-Length).
+
+:meth:`Compress.response` is the pipeline's response filter (the hook of
+:mod:`edge.http.middlewares`): it negotiates, decides, edits the head and returns
+the encoder as the body's filter. The hook sends the head before any body byte, so
+a body of unknown length (chunked, or until close) cannot be measured first: it is
+compressed whatever its size, where Traefik holds the head until
+``minResponseBodyBytes`` arrived (a hook that lets a filter hold the head would
+let :data:`UNKNOWN_LENGTH` wait for them).
 
 What is never compressed, as Traefik: a HEAD request; a request whose own
 Content-Type is excluded (``application/grpc`` always is); a response already
@@ -61,7 +68,7 @@ import zstandard
 from edge.config.dynamic import COMPRESS_ENCODINGS, MediaType, media_type
 from edge.http.codec import RequestHead
 from edge.http.codec.base import Header
-from edge.http.middlewares import Middleware
+from edge.http.middlewares import BodyFilter, Forward, Middleware, Reply
 
 __all__ = [
     "BROTLI",
@@ -99,8 +106,9 @@ ALWAYS_EXCLUDED = ("application/grpc",)
 """Excluded whatever the configuration says (Traefik's ``excludes`` start with it)."""
 
 VERDICTS_KEPT = 256
-"""Per middleware, the Accept-Encoding values whose verdict is kept (clients send
-few; a flood of made-up ones is negotiated each time, never kept)."""
+"""Per middleware, the Accept-Encoding values, and apart the Content-Type values,
+whose verdict is kept (clients and backends send few; a flood of made-up ones is
+judged each time, never kept)."""
 
 # The levels Traefik's libraries use by default: gzip's DefaultCompression (zlib's
 # 6), andybalholm/brotli's DefaultCompression (6), klauspost zstd's SpeedDefault
@@ -191,8 +199,10 @@ def _weight(text: str) -> float:
 # --- encoders ------------------------------------------------------------------------
 
 
-class Encoder:
-    """One response body's encoder: each chunk in, its encoding out, flushed."""
+class Encoder(BodyFilter):
+    """One response body's encoder: each chunk in, its encoding out, flushed. It is
+    the response's body filter as it is (``data`` is ``compress``, ``end`` is
+    ``finish``: no call between the exchange and the codec)."""
 
     __slots__ = ()
 
@@ -221,6 +231,9 @@ class GzipEncoder(Encoder):
     def finish(self) -> bytes:
         return self._z.flush(zlib.Z_FINISH)
 
+    data = compress
+    end = finish
+
 
 class BrotliEncoder(Encoder):
     __slots__ = ("_b",)
@@ -236,6 +249,9 @@ class BrotliEncoder(Encoder):
 
     def finish(self) -> bytes:
         return self._b.finish()
+
+    data = compress
+    end = finish
 
 
 class ZstdEncoder(Encoder):
@@ -255,12 +271,18 @@ class ZstdEncoder(Encoder):
     def finish(self) -> bytes:
         return self._z.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
 
+    data = compress
+    end = finish
+
 
 _ENCODERS: dict[str, type[Encoder]] = {
     GZIP: GzipEncoder,
     BROTLI: BrotliEncoder,
     ZSTD: ZstdEncoder,
 }
+
+
+_CODINGS = {name: name.encode() for name in _ENCODERS}
 
 
 def encoder(name: str) -> Encoder:
@@ -284,7 +306,7 @@ class Compress(Middleware):
     """A route's compress middleware: the negotiation and the content-type filter,
     built once; :meth:`negotiate` per request, :meth:`verdict` per response."""
 
-    __slots__ = ("excluded", "included", "min_bytes", "negotiator")
+    __slots__ = ("_types", "excluded", "included", "min_bytes", "negotiator")
 
     def __init__(
         self,
@@ -302,6 +324,7 @@ class Compress(Middleware):
         )
         self.included = tuple(_parsed(t) for t in included_content_types)
         self.excluded = tuple(_parsed(t) for t in (*ALWAYS_EXCLUDED, *excluded_content_types))
+        self._types: dict[bytes, bool] = {}  # Content-Type value -> compressible
 
     def negotiate(self, head: RequestHead) -> str | None:
         """The content coding for the response to ``head``, or None when it is to
@@ -333,15 +356,44 @@ class Compress(Middleware):
     def compressible(self, content_type: bytes | None) -> bool:
         """Whether a response of this Content-Type (None: none sent) may be
         compressed: included (when ``includedContentTypes`` is set), not excluded;
-        one that does not parse is not, as in Traefik."""
+        one that does not parse is not, as in Traefik. A route's responses carry few
+        Content-Type values: each verdict is kept (up to :data:`VERDICTS_KEPT`)."""
         if content_type is None:
             return True
+        verdict = self._types.get(content_type)
+        if verdict is None:
+            verdict = self._compressible(content_type)
+            if len(self._types) < VERDICTS_KEPT:
+                self._types[content_type] = verdict
+        return verdict
+
+    def _compressible(self, content_type: bytes) -> bool:
         parsed = media_type(content_type.decode("latin-1"))
         if parsed is None:
             return False
         if self.included and not any(i.matches(parsed) for i in self.included):
             return False
         return not any(e.matches(parsed) for e in self.excluded)
+
+    def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
+        """The response filter (edge.http.middlewares' hook): ``Vary`` for a request
+        that negotiated a coding; for a response the verdict lets through, the head
+        made a compressed one's and an encoder as the body's filter."""
+        head = fwd.head
+        encoding = self.negotiate(head) if head is not None else None
+        if encoding is None:
+            return None
+        headers = reply.headers
+        if not has_vary(headers):
+            reply.add(b"Vary", b"Accept-Encoding")
+        if self.verdict(reply.status, headers, reply.length) == PLAIN:
+            return None
+        # UNKNOWN_LENGTH is compressed too: the hook sends the head before any
+        # body byte, so a body of unknown length cannot be measured first.
+        reply.remove(b"Accept-Ranges")  # ranges of the encoded body are not served
+        reply.add(b"Content-Encoding", _CODINGS[encoding])
+        reply.set_length(None)  # chunked (HTTP/1.1), else until close
+        return _ENCODERS[encoding]()
 
     def verdict(self, status: int, headers: Iterable[Header], length: int | None) -> int:
         """PLAIN, COMPRESS or UNKNOWN_LENGTH for a response with a body of

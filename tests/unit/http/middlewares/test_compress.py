@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import zstandard
 
-from edge.config.dynamic import Compress as CompressConfig
+from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.config.dynamic import media_type
 from edge.http.codec import RequestHead
 from edge.http.middlewares.compress import (
@@ -296,16 +296,8 @@ def test_text_gets_smaller(name):
 # --- configuration --------------------------------------------------------------------
 
 
-def config(**compress) -> CompressConfig:
-    return msgspec.convert(compress, CompressConfig)
-
-
-def problems(model: CompressConfig) -> list[str]:
-    try:
-        model.check()
-    except ValueError as exc:
-        return [str(exc)]
-    return []
+def config(**compress) -> MiddlewareConfig:
+    return msgspec.convert({"compress": compress}, MiddlewareConfig)
 
 
 @pytest.mark.parametrize(
@@ -339,11 +331,14 @@ def problems(model: CompressConfig) -> list[str]:
     ],
 )
 def test_configuration_checked_naming_the_key(compress, problem):
-    assert problems(config(**compress)) == ([problem] if problem else [])
+    problems = [f"compress.{problem}"] if problem else []
+    assert config(**compress).check() == problems
 
 
 def test_configuration_defaults_are_traefiks():
-    c = config()
+    assert config().kind == "compress"
+    c = config().compress
+    assert c is not None
     assert c.encodings == ["gzip", "br", "zstd"]
     assert c.min_response_body_bytes == 1024
     assert c.default_encoding == ""
