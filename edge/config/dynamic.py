@@ -318,16 +318,27 @@ class Sticky(Base):
     cookie: Cookie | None = None
 
 
+class ResponseForwarding(Base):
+    """``loadBalancer.responseForwarding``: Traefik's ``flushInterval`` is how often its
+    proxy flushes response bytes it buffered to the client (100ms by default, a
+    negative value: after every write). Edge buffers none: each read from the server
+    is written to the client at once, which is Traefik's negative value whatever the
+    interval says. The key is read (Traefik's duration syntax) and shown by the API."""
+
+    flush_interval: SignedDuration = SignedDuration(0.1)
+
+
 class LoadBalancer(Base):
     servers: list[Server] = []
     pass_host_header: bool = True
     servers_transport: str = ""  # "" means the default transport, default@internal
-    # Traefik's strategies: "wrr" (its default, edge's only one), "p2c", "hrw",
-    # "leasttime"; judged by validation (edge.config.runtime.http).
+    # Traefik's strategies: "wrr" (its default), "p2c", "hrw", "leasttime"; edge has
+    # wrr and p2c; judged by validation (edge.config.runtime.http).
     strategy: str = ""
     health_check: ServerHealthCheck | None = None
     passive_health_check: PassiveServerHealthCheck | None = None
     sticky: Sticky | None = None
+    response_forwarding: ResponseForwarding | None = None
 
 
 class WRRService(Base):
@@ -349,10 +360,41 @@ class Failover(Base):
     health_check: HealthCheck | None = None
 
 
+class MirrorService(Base):
+    """One of ``mirroring.mirrors``: service ``name`` gets a copy of ``percent`` % of
+    the requests (0 to 100)."""
+
+    name: str
+    percent: int = 0
+
+
+class Mirroring(Base):
+    """``mirroring``: ``service`` answers every request; each mirror gets a copy of its
+    share of them, whose answer is dropped. ``mirrorBody`` false sends the copies
+    without the body; a body over ``maxBodySize`` bytes (-1: no limit, Traefik's
+    default) is not mirrored at all (the request is still served)."""
+
+    service: str = ""
+    mirror_body: bool = True
+    max_body_size: int = -1
+    mirrors: list[MirrorService] = []
+    health_check: HealthCheck | None = None
+
+    def check(self) -> None:
+        if not self.service:
+            raise ValueError("service: a mirroring service needs a service to answer")
+        for i, mirror in enumerate(self.mirrors):
+            if not 0 <= mirror.percent <= 100:
+                raise ValueError(f"mirrors[{i}].percent {mirror.percent}: must be 0 to 100")
+            if not mirror.name:
+                raise ValueError(f"mirrors[{i}].name: a mirror needs a service name")
+
+
 class Service(Element):
     load_balancer: LoadBalancer | None = None
     weighted: Weighted | None = None
     failover: Failover | None = None
+    mirroring: Mirroring | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind
@@ -362,6 +404,7 @@ class Service(Element):
             loadBalancer=self.load_balancer,
             weighted=self.weighted,
             failover=self.failover,
+            mirroring=self.mirroring,
         )
 
 

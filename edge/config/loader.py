@@ -377,8 +377,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.RateLimit, "redis", _),
-        (dyn.Service, "highestRandomWeight mirroring", _),
-        (dyn.LoadBalancer, "responseForwarding", _),
+        (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),
         (
