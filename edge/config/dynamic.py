@@ -29,9 +29,14 @@ from urllib.parse import urlsplit
 
 import msgspec
 import re2  # google-re2: the engine and syntax of Go's regexp
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from edge.config import htpasswd
+from edge.config import htpasswd, pem
 from edge.config.durations import Duration, SignedDuration
+from edge.errors import ConfigError
 from edge.rules.regexp import _compile_re2
 
 __all__ = [
@@ -791,6 +796,55 @@ def _source_criterion(criterion: SourceCriterion | None) -> None:
             raise ValueError(f"sourceCriterion.{exc}") from None
 
 
+class Redis(Base):
+    """``rateLimit.redis``: the Redis server that keeps a rateLimit's buckets, so every
+    edge node (and worker) using it enforces one limit. ``endpoints``: one
+    ``host:port`` (several make a Redis Cluster in Traefik, which edge does not
+    speak); ``username``/``password`` (AUTH), ``db`` (SELECT), ``tls``; connections at
+    most ``maxActiveConns`` or else ``poolSize`` (0: 10 per CPU), ``minIdleConns``
+    kept open; ``dialTimeout`` (5 s; 0: 5 s), ``readTimeout`` and ``writeTimeout``
+    (3 s; 0 or negative: none, as Traefik) bound each wait. ``failOpen`` (edge's
+    own): while Redis cannot answer, serve requests unlimited (true) or answer 500
+    as Traefik does (false, the default)."""
+
+    endpoints: list[str] = msgspec.field(default_factory=lambda: ["localhost:6379"])
+    tls: ForwardAuthTLS | None = None
+    username: str = ""
+    password: str = ""
+    db: int = 0
+    pool_size: int = 0
+    min_idle_conns: int = 0
+    max_active_conns: int = 0
+    read_timeout: SignedDuration = SignedDuration(3.0)
+    write_timeout: SignedDuration = SignedDuration(3.0)
+    dial_timeout: SignedDuration = SignedDuration(5.0)
+    fail_open: bool = False
+
+    def check(self) -> None:
+        if len(self.endpoints) != 1:
+            raise ValueError(
+                f"endpoints: {len(self.endpoints)} given; edge speaks to one server "
+                "(not a Redis Cluster)"
+            )
+        try:
+            split_host_port(self.endpoints[0])
+        except ValueError as exc:
+            raise ValueError(f"endpoints[0]: {exc}") from None
+        for key, value in (
+            ("db", self.db),
+            ("poolSize", self.pool_size),
+            ("minIdleConns", self.min_idle_conns),
+            ("maxActiveConns", self.max_active_conns),
+        ):
+            if value < 0:
+                raise ValueError(f"{key}: {value} is negative")
+        if self.tls is not None:
+            try:
+                self.tls.check()
+            except ValueError as exc:
+                raise ValueError(f"tls.{exc}") from None
+
+
 class RateLimit(Base):
     """A token bucket per source: ``average`` requests per ``period`` (0: no limit),
     ``burst`` at once (at least 1); ``sourceCriterion`` groups requests (the peer's
@@ -800,6 +854,7 @@ class RateLimit(Base):
     period: SignedDuration = SignedDuration(1.0)  # 0: a second
     burst: int = 1
     source_criterion: SourceCriterion | None = None
+    redis: Redis | None = None
 
     def check(self) -> None:
         if self.average < 0:
@@ -807,6 +862,11 @@ class RateLimit(Base):
         if self.period < 0:
             raise ValueError(f"period: {self.period} is negative")
         _source_criterion(self.source_criterion)
+        if self.redis is not None:
+            try:
+                self.redis.check()
+            except ValueError as exc:
+                raise ValueError(f"redis.{exc}") from None
 
 
 class InFlightReq(Base):
@@ -820,6 +880,179 @@ class InFlightReq(Base):
         if self.amount < 0:
             raise ValueError(f"amount: {self.amount} is negative")
         _source_criterion(self.source_criterion)
+
+
+class ForwardAuthTLS(Base):
+    """``forwardAuth.tls``: TLS to the auth server. ``ca`` (a path or inline PEM)
+    verifies its certificate (else the system's CAs do), ``cert`` and ``key`` (both
+    or neither; paths or inline PEM) are offered to it when it asks for a client
+    certificate, ``insecureSkipVerify`` verifies nothing. ``caOptional`` is read and
+    ignored, as Traefik ignores it (deprecated: client authentication is the
+    server's choice)."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    insecure_skip_verify: bool = False
+    ca_optional: bool | None = None
+
+    def check(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("cert, key: both must be set, or neither")
+        if self.ca:
+            _pem_certificates("ca", self.ca)
+        if self.cert:
+            leaf = _pem_certificates("cert", self.cert)[0]
+            key = _pem_key("key", self.key)
+            if _public(leaf.public_key()) != _public(key.public_key()):
+                raise ValueError("cert, key: the key is not the certificate's")
+
+
+def _pem_certificates(key: str, value: str) -> list[x509.Certificate]:
+    """The certificates of a path or inline PEM; ValueError naming ``key`` (and the
+    file, never an inline value) when there is none to read."""
+    try:
+        data = pem.read_pem(key, value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise ValueError(f"{key} {pem.describe(value)}: no certificate could be read") from None
+
+
+def _pem_key(key: str, value: str) -> PrivateKeyTypes:
+    try:
+        data = pem.read_pem(key, value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # TypeError: it has a password
+        raise ValueError(
+            f"{key} {pem.describe(value)}: no private key could be read (one without a password)"
+        ) from None
+
+
+def _public(public_key: object) -> bytes:
+    return public_key.public_bytes(  # type: ignore[attr-defined]
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+class ForwardAuth(Base):
+    """Traefik's forwardAuth: each request is first asked of the auth server at
+    ``address``; a 2xx lets it go on (with ``authResponseHeaders`` and the headers
+    ``authResponseHeadersRegex`` matches copied from that answer onto it, and its
+    cookies named in ``addAuthCookiesToResponse`` onto the response); any other
+    answer goes to the client as it came. ``authRequestHeaders`` (empty: all) are
+    the client's headers sent along; ``trustForwardHeader`` (unset, true, false:
+    three behaviours, as in Traefik) says what becomes of the X-Forwarded-*
+    headers; ``preserveRequestMethod`` asks with the client's method instead of
+    GET; ``maxResponseBodySize`` bounds the answer's body (-1: no limit; over it:
+    401); ``preserveLocationHeader`` sends a relative Location as
+    it came instead of resolving it against ``address``; ``authSigninURL``
+    redirects a 401 there; ``headerField`` names the answer's header holding the
+    user (Traefik logs it; edge's access log has no user field: read, not used).
+    ``forwardBody`` and ``maxBodySize`` are not implemented yet (the loader's
+    TRAEFIK_KEYS: a middleware setting them is disabled)."""
+
+    address: str = ""
+    tls: ForwardAuthTLS | None = None
+    trust_forward_header: bool | None = None
+    auth_response_headers: list[str] = []
+    auth_response_headers_regex: str = ""
+    auth_request_headers: list[str] = []
+    max_response_body_size: int = -1
+    add_auth_cookies_to_response: list[str] = []
+    header_field: str = ""
+    preserve_location_header: bool = False
+    preserve_request_method: bool = False
+    auth_signin_url: str = msgspec.field(default="", name="authSigninURL")
+
+    def check(self) -> None:
+        forward_auth_address(self.address)
+        for field, names in (
+            ("authResponseHeaders", self.auth_response_headers),
+            ("authRequestHeaders", self.auth_request_headers),
+        ):
+            for i, name in enumerate(names):
+                _header_name(f"{field}[{i}]", name)
+        if self.auth_response_headers_regex:
+            go_regexp(self.auth_response_headers_regex, "authResponseHeadersRegex")
+        if self.header_field:
+            _header_name("headerField", self.header_field)
+        _header_value("authSigninURL", self.auth_signin_url)
+        if self.tls is not None:
+            try:
+                self.tls.check()
+            except ValueError as exc:
+                raise ValueError(f"tls.{exc}") from None
+
+
+def forward_auth_address(address: str) -> tuple[bool, str, int, bytes, bytes]:
+    """(TLS, host, port, Host header, request-target) of a forwardAuth ``address``: an
+    ``http://`` or ``https://`` URL with a host; ``ValueError`` naming the key otherwise."""
+    if not address:
+        raise ValueError("address: must not be empty")
+    if _NOT_IN_VALUE.search(address) or " " in address:
+        raise ValueError(f"address: {address!r} holds a space or a control character")
+    parts = urlsplit(address)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"address: {address!r} is not an http:// or https:// URL with a host")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"address: {address!r}: {exc}") from None
+    tls = parts.scheme == "https"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    authority = parts.netloc.rpartition("@")[2]
+    return tls, parts.hostname, port or (443 if tls else 80), authority.encode(), target.encode()
+
+
+class TLSClientCertificateIssuerDNInfo(Base):
+    """Which parts of the issuer's name ``passTLSClientCert.info.issuer`` sends."""
+
+    country: bool = False
+    province: bool = False
+    locality: bool = False
+    organization: bool = False
+    common_name: bool = False
+    serial_number: bool = False
+    domain_component: bool = False
+
+
+class TLSClientCertificateSubjectDNInfo(Base):
+    """Which parts of the subject's name ``passTLSClientCert.info.subject`` sends."""
+
+    country: bool = False
+    province: bool = False
+    locality: bool = False
+    organization: bool = False
+    organizational_unit: bool = False
+    common_name: bool = False
+    serial_number: bool = False
+    domain_component: bool = False
+
+
+class TLSClientCertificateInfo(Base):
+    """What ``X-Forwarded-Tls-Client-Cert-Info`` holds of each client certificate."""
+
+    not_after: bool = False
+    not_before: bool = False
+    sans: bool = False
+    serial_number: bool = False
+    subject: TLSClientCertificateSubjectDNInfo | None = None
+    issuer: TLSClientCertificateIssuerDNInfo | None = None
+
+
+class PassTLSClientCert(Base):
+    """Traefik's passTLSClientCert: the TLS client's certificate goes upstream in
+    ``X-Forwarded-Tls-Client-Cert`` (``pem``) and what ``info`` selects of it in
+    ``X-Forwarded-Tls-Client-Cert-Info`` (:mod:`edge.http.middlewares.clientcert`)."""
+
+    pem: bool = False
+    info: TLSClientCertificateInfo | None = None
 
 
 class MediaType(msgspec.Struct, frozen=True):
@@ -903,6 +1136,19 @@ class Compress(Base):
             raise ValueError(f"defaultEncoding: {self.default_encoding!r} is not one of encodings")
 
 
+class Retry(Base):
+    """Up to ``attempts`` tries of a request whose server could not be reached (the
+    first included), ``initialInterval`` the first wait of an exponential backoff
+    (0: tries follow at once)."""
+
+    attempts: int = 0
+    initial_interval: Duration = Duration(0.0)
+
+    def check(self) -> None:
+        if self.attempts <= 0:
+            raise ValueError(f"attempts: {self.attempts} is not a positive number of tries")
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -924,7 +1170,12 @@ class Middleware(Element):
     ip_white_list: IPWhiteList | None = None
     rate_limit: RateLimit | None = None
     in_flight_req: InFlightReq | None = None
+    forward_auth: ForwardAuth | None = None
+    pass_tls_client_cert: PassTLSClientCert | None = msgspec.field(
+        default=None, name="passTLSClientCert"
+    )
     compress: Compress | None = None
+    retry: Retry | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

@@ -366,8 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering circuitBreaker encodedCharacters errors forwardAuth grpcWeb "
-            "passTLSClientCert plugin retry",
+            "buffering circuitBreaker encodedCharacters errors grpcWeb plugin",
             _,
         ),
         (
@@ -376,7 +375,12 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
-        (dyn.RateLimit, "redis", _),
+        (
+            dyn.Retry,
+            "disableRetryOnNetworkError maxRequestBodyBytes retryNonIdempotentMethod status timeout",
+            _,
+        ),
+        (dyn.ForwardAuth, "forwardBody maxBodySize", _),
         (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),

@@ -16,7 +16,9 @@ from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
+from edge.http.middlewares.clientcert import PassTLSClientCert
 from edge.http.middlewares.compress import Compress
+from edge.http.middlewares.forwardauth import ForwardAuth, forward_auth
 from edge.http.middlewares.headers import Headers, headers
 from edge.http.middlewares.limits import InFlightReq, RateLimit, rate_limit, source
 from edge.http.middlewares.paths import (
@@ -27,20 +29,24 @@ from edge.http.middlewares.paths import (
     StripPrefixRegex,
 )
 from edge.http.middlewares.redirect import RedirectRegex, RedirectScheme
+from edge.http.middlewares.retry import Retry
 
 __all__ = [
     "AddPrefix",
     "BasicAuth",
     "Compress",
     "DigestAuth",
+    "ForwardAuth",
     "Headers",
     "IPAllowList",
     "InFlightReq",
+    "PassTLSClientCert",
     "RateLimit",
     "RedirectRegex",
     "RedirectScheme",
     "ReplacePath",
     "ReplacePathRegex",
+    "Retry",
     "StripPrefix",
     "StripPrefixRegex",
     "from_config",
@@ -84,7 +90,7 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
         return IPAllowList(name, w.source_range, ip_strategy(w.ip_strategy))
     if c.rate_limit is not None:
         rl = c.rate_limit
-        return rate_limit(name, rl.average, rl.period, rl.burst, rl.source_criterion)
+        return rate_limit(name, rl.average, rl.period, rl.burst, rl.source_criterion, rl.redis)
     if c.in_flight_req is not None:
         f = c.in_flight_req
         return InFlightReq(name, f.amount, source(f.source_criterion, by_host=True))
@@ -98,6 +104,13 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
             cp.included_content_types,
             cp.excluded_content_types,
         )
+    if c.forward_auth is not None:
+        return forward_auth(name, c.forward_auth)
+    if c.pass_tls_client_cert is not None:
+        p = c.pass_tls_client_cert
+        return PassTLSClientCert(name, p.pem, p.info)
+    if c.retry is not None:
+        return Retry(name, c.retry.attempts, c.retry.initial_interval)
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")
