@@ -1,0 +1,202 @@
+"""retry through a real edge, under both codecs: purpose-built backends fail on
+schedule (nothing listening, or a connection closed once the request was read), and
+the answers, the requests each backend saw and the time the backoff took show what
+was tried again and what was not.
+
+Backends: :class:`Flaky` answers 200 with its name and the length of the body it
+read, or (``drop``) reads the request and closes without a word; a dead server is
+a port nothing listens on (refused at once). Every answer closes its connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from tests.harness import get, lb
+from tests.integration.http.servers import edge_with
+from tests.integration.peers import ThreadedServer, free_port
+
+CODECS = ["httptools", "h11"]
+
+
+class Flaky(ThreadedServer):
+    def __init__(self, name: str, drop: bool = False) -> None:
+        self.name = name
+        self.drop = drop
+        self.seen: list[bytes] = []  # request lines, in order
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(2.0)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(body) < length:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            with self.lock:
+                self.seen.append(head.split(b"\r\n")[0])
+            if self.drop:
+                return
+            answer = b"%s %d" % (self.name.encode(), len(body))
+            c.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (len(answer), answer)
+            )
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def good():
+    s = Flaky("good")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def dropping():
+    s = Flaky("drop", drop=True)
+    yield s
+    s.stop()
+
+
+def dead() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def request(e, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    status, _, got = get(e.port, "/", host="app.example", method=method, body=body, timeout=10)
+    return status, got
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_refused_server_is_retried_on_the_next_one(tmp_path, codec, good):
+    """Round robin over a dead server and a good one: with retry every request is
+    answered by the good one, a POST's body included (a failed dial sent nothing)."""
+    e = edge_with(tmp_path, codec, lb(dead(), good.url), {"retry": {"retry": {"attempts": 2}}})
+    try:
+        answers = [request(e) for _ in range(6)]
+        assert answers == [(200, b"good 0")] * 6
+        assert request(e, "POST", b"x" * 100_000) == (200, b"good 100000")
+        assert len(good.seen) == 7
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_without_retry_the_dead_server_answers_502(tmp_path, codec, good):
+    """The same servers with one attempt: half the answers are 502 (the test above
+    fails without the retry)."""
+    e = edge_with(tmp_path, codec, lb(dead(), good.url), {"retry": {"retry": {"attempts": 1}}})
+    try:
+        statuses = sorted(request(e)[0] for _ in range(6))
+        assert statuses == [200, 200, 200, 502, 502, 502]
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_only_a_replayable_request_without_a_body_goes_again_after_it_was_sent(
+    tmp_path, codec, good, dropping
+):
+    """A server that reads the request and closes: a GET goes to the next server; a
+    POST (not replayable) and a PUT with a body (gone once sent) are answered 502
+    and reach no other server; ``Idempotency-Key`` makes a POST replayable."""
+    e = edge_with(
+        tmp_path, codec, lb(dropping.url, good.url), {"retry": {"retry": {"attempts": 2}}}
+    )
+    try:
+        outcomes = [request(e) for _ in range(4)]
+        assert outcomes == [(200, b"good 0")] * 4
+        # Each request takes two picks (the dropping server, then the good one), so
+        # every one of them meets the dropping server first.
+        assert len(dropping.seen) == 4 and len(good.seen) == 4
+        posts = [request(e, "POST") for _ in range(2)]
+        assert sorted(s for s, _ in posts) == [200, 502]
+        puts = [request(e, "PUT", b"abc") for _ in range(2)]
+        assert sorted(s for s, _ in puts) == [200, 502]
+        assert len(dropping.seen) == 6 and len(good.seen) == 6
+        status, _, got = get(
+            e.port,
+            "/",
+            host="app.example",
+            method="POST",
+            headers={"Idempotency-Key": "k1"},
+            timeout=10,
+        )
+        status2, _, got2 = get(
+            e.port,
+            "/",
+            host="app.example",
+            method="POST",
+            headers={"Idempotency-Key": "k2"},
+            timeout=10,
+        )
+        assert (status, got) == (200, b"good 0") and (status2, got2) == (200, b"good 0")
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_attempts_are_counted_and_the_backoff_waits(tmp_path, codec):
+    """Three dead servers, 3 attempts, initialInterval 200ms: a 502 after three
+    tries, the two waits between them at least 0.1 s and 0.14 s (half of 0.2 s and
+    of 0.2 * sqrt(2), the backoff's least), at most 0.3 s and 0.43 s plus slack."""
+    e = edge_with(
+        tmp_path,
+        codec,
+        lb(dead(), dead(), dead()),
+        {"retry": {"retry": {"attempts": 3, "initialInterval": "200ms"}}},
+    )
+    e_fast = None
+    try:
+        took = []
+        for _ in range(3):
+            began = time.monotonic()
+            assert request(e)[0] == 502
+            took.append(time.monotonic() - began)
+        print(f"\nretry: 3 tries with initialInterval 200ms answered in {took} s")
+        assert all(0.24 <= t < 0.73 + 2.0 for t in took)
+        (tmp_path / "fast").mkdir()
+        e_fast = edge_with(
+            tmp_path / "fast",
+            codec,
+            lb(dead(), dead(), dead()),
+            {"retry": {"retry": {"attempts": 3}}},
+        )
+        began = time.monotonic()
+        assert request(e_fast)[0] == 502
+        assert time.monotonic() - began < 0.24  # no interval: the tries follow at once
+    finally:
+        e.stop()
+        if e_fast is not None:
+            e_fast.stop()
+
+
+def test_a_bad_attempts_value_disables_the_middleware_naming_the_key(tmp_path, good):
+    e = edge_with(tmp_path, "httptools", lb(good.url), {"retry": {"retry": {"attempts": 0}}})
+    try:
+        assert request(e)[0] == 404  # its router is disabled
+        assert "retry.attempts: 0 is not a positive number of tries" in e.log
+    finally:
+        e.stop()
