@@ -18,6 +18,18 @@ one starts full), and at most :data:`MAX_SOURCES` are kept, the least recently u
 forgotten first, so a flood of made-up sources (a spoofed X-Forwarded-For) costs
 bounded memory.
 
+``rateLimit.redis`` keeps the buckets in Redis instead (:class:`RedisRateLimit`), so
+every edge node and worker using that server enforces one limit together, as
+Traefik 3.4's redis limiter does: the same arithmetic, on the server, in one Lua
+script per request (:data:`TOKEN_BUCKET`: atomic, so two nodes never take the
+same token), on Redis's clock (``TIME``: nodes' clocks may differ, the server's is
+one), the bucket a hash under ``edge:rate:<middleware>:<source>`` that expires
+after the same ``ttl`` unused. The request waits for Redis's answer (the
+pipeline's waiting step) within the client's timeouts (:mod:`.redis`); while Redis
+cannot answer (refused, unreachable, late, an error reply) ``failOpen`` decides:
+false (the default, as Traefik) answers 500 ``Could not insert/update bucket``,
+true serves the request unlimited; the outage is logged once, when it starts.
+
 ``inFlightReq`` counts each source's requests from the pipeline's step to the end
 of their exchange (:meth:`Forward.on_end`: answered, failed upstream, or the client
 gone); at ``amount`` the next is answered 429 ``max connections reached: <amount>``.
@@ -31,20 +43,27 @@ is tested without waiting.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import time
 from collections.abc import Callable
 
 from edge.config.durations import go_duration
-from edge.config.dynamic import SourceCriterion
+from edge.config.dynamic import ClientCertificate, Redis, SourceCriterion, split_host_port
+from edge.config.runtime.tls import client_tls_context
 from edge.http.codec.forward import reason
 from edge.http.middlewares import Answer, Forward, Middleware
 from edge.http.middlewares.access import Strategy, ip_strategy
+from edge.http.middlewares.redis import RedisClient, RedisUnavailable, ReplyError, Script
 
 __all__ = [
     "MAX_SOURCES",
+    "REDIS_PREFIX",
+    "TOKEN_BUCKET",
     "InFlightReq",
     "RateLimit",
+    "RedisRateLimit",
     "TokenBuckets",
     "go_duration",
     "max_delay",
@@ -53,6 +72,8 @@ __all__ = [
 
 MAX_SOURCES = 65536
 """Token buckets kept per rateLimit at most (Traefik's ``maxSources``)."""
+
+log = logging.getLogger("edge.http.middlewares")
 
 _FORWARDED = frozenset(
     (
@@ -209,22 +230,162 @@ class RateLimit(Middleware):
             if wait > fwd.delay:
                 fwd.delay = wait
             return None
-        ns = int(wait * 1e9)
-        return Answer(
-            429,
-            b"Retry-After: %d\r\nX-Retry-In: %s\r\n"
-            % (math.ceil(ns / 1e9), go_duration(ns).encode()),
-            reason(429),
+        return too_many(int(wait * 1e9))
+
+
+def too_many(ns: int) -> Answer:
+    """The 429 for a request whose token comes in ``ns`` nanoseconds (Traefik's)."""
+    return Answer(
+        429,
+        b"Retry-After: %d\r\nX-Retry-In: %s\r\n" % (math.ceil(ns / 1e9), go_duration(ns).encode()),
+        reason(429),
+    )
+
+
+REDIS_PREFIX = "edge:rate:"
+"""The prefix of every key edge writes in Redis (then the middleware's name)."""
+
+TOKEN_BUCKET = Script(
+    """
+-- One request of one source: TokenBuckets.reserve on the server, atomically.
+-- KEYS[1]: the bucket (a hash: tokens, last). ARGV: rate (tokens a microsecond),
+-- burst, ttl (ms), max_delay (us). Returns {taken (1/0), wait (us, rounded up)}.
+redis.replicate_commands()  -- TIME before a write (Redis < 5; a no-op since)
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local tokens = burst
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'last')
+if state[1] then
+  tokens = tonumber(state[1])
+  local last = tonumber(state[2])
+  if now > last then
+    tokens = tokens + (now - last) * rate
+  end
+  if tokens > burst then
+    tokens = burst
+  end
+end
+local wait, taken = 0, 1
+if tokens < 1 then
+  wait = (1 - tokens) / rate
+  if wait - tonumber(ARGV[4]) > 0.001 then  -- over maxDelay: refused, nothing taken
+    taken = 0
+  end
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens - taken),
+  'last', string.format('%.17g', now))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {taken, math.ceil(wait)}
+"""
+)
+"""The token bucket in Redis (module doc); the same steps as :meth:`TokenBuckets.reserve`."""
+
+UNAVAILABLE = Answer(500, body=b"Could not insert/update bucket")
+"""Traefik's answer when its limiter cannot reach Redis (``failOpen`` false)."""
+
+
+class RedisRateLimit(Middleware):
+    """Traefik's ``rateLimit`` with ``redis`` (module doc): a waiting step."""
+
+    __slots__ = ("args", "client", "fail_open", "failure", "max_delay", "prefix", "source")
+
+    def __init__(
+        self,
+        name: str,
+        average: int,
+        period: float,
+        burst: int,
+        source: Strategy,
+        client: RedisClient,
+        fail_open: bool = False,
+    ) -> None:
+        super().__init__(name)
+        rate = average / (period or 1.0)
+        self.max_delay = max_delay(rate)
+        # The script's arguments, made once: rate per microsecond, burst, ttl (ms),
+        # maxDelay (us).
+        self.args = (
+            repr(rate / 1e6),
+            max(burst, 1),
+            round(bucket_ttl(rate) * 1000),
+            repr(self.max_delay * 1e6),
         )
+        self.prefix = f"{REDIS_PREFIX}{name}:"
+        self.source = source
+        self.client = client
+        self.fail_open = fail_open
+        self.failure = ""  # the last error reply logged (each logged once in a row)
+
+    async def request_async(self, fwd: Forward) -> Answer | None:
+        try:
+            reply = await self.client.evalsha(
+                TOKEN_BUCKET, (self.prefix + self.source(fwd),), self.args
+            )
+            taken, wait_us = reply  # type: ignore[misc]
+        except RedisUnavailable:  # logged by the client, once an outage
+            return None if self.fail_open else UNAVAILABLE
+        except (ReplyError, TypeError, ValueError) as exc:  # an error reply, or not the script's
+            text = str(exc)
+            if text != self.failure:
+                self.failure = text
+                log.warning("middleware %s: %s: %s", self.name, self.client.where, text)
+            return None if self.fail_open else UNAVAILABLE
+        if not taken:
+            return too_many(int(wait_us) * 1000)
+        if wait_us:
+            wait = int(wait_us) / 1e6
+            if wait > fwd.delay:
+                fwd.delay = wait
+        return None
+
+
+def redis_client(name: str, redis: Redis) -> RedisClient:
+    """The client of ``rateLimit.redis`` (checked by the model), for middleware ``name``."""
+    host, port = split_host_port(redis.endpoints[0])
+    context = None
+    if redis.tls is not None:
+        t = redis.tls
+        context = client_tls_context(
+            insecure_skip_verify=t.insecure_skip_verify,
+            root_cas=[t.ca] if t.ca else [],
+            certificates=[ClientCertificate(cert_file=t.cert, key_file=t.key)] if t.cert else [],
+        )
+    caps = [n for n in (redis.max_active_conns, redis.pool_size) if n > 0]
+    return RedisClient(
+        host or "localhost",
+        port,
+        username=redis.username,
+        password=redis.password,
+        db=redis.db,
+        ssl_context=context,
+        max_conns=min(caps) if caps else 10 * (os.cpu_count() or 1),  # go-redis's default
+        min_conns=redis.min_idle_conns,
+        dial_timeout=redis.dial_timeout if redis.dial_timeout > 0 else 5.0,
+        read_timeout=redis.read_timeout if redis.read_timeout > 0 else math.inf,
+        write_timeout=redis.write_timeout if redis.write_timeout > 0 else math.inf,
+        owner=f"middleware {name}",
+        outage="requests served unlimited" if redis.fail_open else "requests answered 500",
+    )
 
 
 def rate_limit(
-    name: str, average: int, period: float, burst: int, criterion: SourceCriterion | None
+    name: str,
+    average: int,
+    period: float,
+    burst: int,
+    criterion: SourceCriterion | None,
+    redis: Redis | None = None,
 ) -> Middleware:
-    """The rateLimit ``average``/``period``/``burst``/``criterion`` describe (checked)."""
+    """The rateLimit ``average``/``period``/``burst``/``criterion`` describe (checked),
+    its buckets in ``redis`` when set."""
     if average == 0:
         return Middleware(name)  # Traefik's rate.Inf: every request passes at once
-    return RateLimit(name, average, period, burst, source(criterion, by_host=False))
+    strategy = source(criterion, by_host=False)
+    if redis is not None:
+        client = redis_client(name, redis)
+        return RedisRateLimit(name, average, period, burst, strategy, client, redis.fail_open)
+    return RateLimit(name, average, period, burst, strategy)
 
 
 class InFlightReq(Middleware):

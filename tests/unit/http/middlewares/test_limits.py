@@ -7,6 +7,8 @@ inFlightReq's counting (oxy's connlimit)."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 
@@ -19,6 +21,7 @@ from edge.http.middlewares.builtin import from_config
 from edge.http.middlewares.limits import (
     InFlightReq,
     RateLimit,
+    RedisRateLimit,
     TokenBuckets,
     max_delay,
     source,
@@ -255,3 +258,73 @@ def test_in_flight_req_by_header_and_ip():
 def test_amount_zero_refuses_everything_as_connlimit_does():
     mw = InFlightReq("if", 0, source(None, True))
     assert mw.request(request()).status == 429
+
+
+# -- rateLimit.redis ------------------------------------------------------------------
+
+
+def test_redis_builds_a_waiting_step_with_the_local_arithmetic():
+    """The script gets the local bucket's numbers, made once: rate per microsecond,
+    burst, ttl (ms) and maxDelay (us); the step waits (request_async), so the route
+    takes the general path; keys are prefixed with the middleware's name."""
+    mw = build({"average": 200, "burst": 10, "redis": {"endpoints": ["127.0.0.1:6390"], "db": 2}})
+    assert isinstance(mw, RedisRateLimit)
+    assert mw.args == (repr(200 / 1e6), 10, 2000, repr(0.0025 * 1e6))
+    assert mw.max_delay == TokenBuckets(200, 10).max_delay
+    assert mw.prefix == "edge:rate:rate-limiter:"
+    pipeline = Pipeline([mw])
+    assert pipeline.waits == (True,) and not pipeline.empty
+    slow = build({"average": 2, "period": "10s", "redis": {}})
+    assert slow.args[2:] == (6000, "500000.0")  # ttl 1 s + 1/rate; maxDelay 0.5 s
+    assert slow.client.where == "middleware rate-limiter: redis localhost:6379"
+
+
+def test_redis_client_takes_traefiks_timeouts_and_pool_keys():
+    mw = build(
+        {
+            "average": 1,
+            "redis": {
+                "endpoints": ["[::1]:7000"],
+                "username": "u",
+                "password": "p",
+                "poolSize": 8,
+                "maxActiveConns": 3,
+                "minIdleConns": 2,
+                "readTimeout": "0s",
+                "writeTimeout": "-1s",
+                "dialTimeout": "0s",
+            },
+        }
+    )
+    c = mw.client
+    assert (c.host, c.port, c.username, c.password) == ("::1", 7000, "u", "p")
+    assert (c.max_conns, c.min_conns) == (3, 2)  # maxActiveConns caps poolSize
+    assert c.read_timeout == c.write_timeout == math.inf  # <= 0: none, as in Traefik
+    assert c.dial_timeout == 5.0  # 0: go-redis's default
+    assert c.where.endswith("redis [::1]:7000")
+    d = build({"average": 1, "redis": {}}).client
+    assert (d.read_timeout, d.write_timeout, d.dial_timeout) == (3.0, 3.0, 5.0)
+    assert not d.conns and d.loop is None  # built off the loop: nothing dialled yet
+
+
+def test_redis_with_average_zero_limits_nothing():
+    assert Pipeline([build({"average": 0, "redis": {"endpoints": ["r:1"]}})]).empty
+
+
+@pytest.mark.parametrize(
+    ("redis", "error"),
+    [
+        ({"endpoints": ["a:1", "b:2"]}, "rateLimit.redis.endpoints: 2 given; edge speaks to one"),
+        ({"endpoints": []}, "rateLimit.redis.endpoints: 0 given"),
+        ({"endpoints": ["nohost"]}, "rateLimit.redis.endpoints[0]: invalid address 'nohost'"),
+        ({"db": -1}, "rateLimit.redis.db: -1 is negative"),
+        ({"poolSize": -1}, "rateLimit.redis.poolSize: -1 is negative"),
+        ({"tls": {"cert": "/x.pem"}}, "rateLimit.redis.tls.cert, key: both must be set"),
+        ({"tls": {"ca": "/no/such/ca.pem"}}, "rateLimit.redis.tls.ca /no/such/ca.pem: no such file"),
+    ],
+)  # fmt: skip
+def test_redis_bad_values_name_their_key(redis, error):
+    problems = msgspec.convert(
+        {"rateLimit": {"average": 1, "redis": redis}}, MiddlewareConfig, dec_hook=dec_hook
+    ).check()
+    assert len(problems) == 1 and problems[0].startswith(error), problems
