@@ -28,12 +28,10 @@ from edge.router.http import (
     Weighted,
 )
 from edge.router.services import (
-    InFlight,
     Mirror,
     Mirroring,
     P2CLoadBalancer,
     build_service,
-    p2c_backends,
 )
 from edge.router.set import RouterSet
 from edge.router.tcp import TCPService, build_tcp_routers
@@ -125,16 +123,11 @@ class _Builder:
         sticky = lb.sticky.cookie if lb.sticky is not None else None
         backends = self.backends(name, lb)
         if lb.strategy == "p2c":
-            # In flight per server: the backends report to it, and it to their
-            # passive health check (the one they were given), when there is one.
-            inflight = InFlight(backends[0][0].health if backends else None)
-            p2c_backends(backends, inflight)
             return P2CLoadBalancer(
                 name,
                 backends,
                 lb.pass_host_header,
                 transport.pools,
-                inflight,
                 down=down,
                 health_check=lb.health_check,
                 sticky=sticky,
@@ -268,8 +261,6 @@ def servers_for(
         service = services.get(name)
         if isinstance(service, LoadBalancer):
             backends = builder.backends(name, runtime.http_services[name].config.load_balancer)
-            if isinstance(service, P2CLoadBalancer):
-                p2c_backends(backends, service.inflight)
             out.append((service, backends))
     return out
 

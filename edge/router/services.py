@@ -33,7 +33,6 @@ __all__ = [
     "P2CLoadBalancer",
     "build_service",
     "mirror_head",
-    "p2c_backends",
 ]
 
 log = logging.getLogger("edge.router")
@@ -78,10 +77,10 @@ def build_service(
 
 class InFlight:
     """The requests in flight per server URL of a ``p2c`` load balancer, counted from
-    the pick to the server's answer (its response head) or failure: the exchange tells
-    a backend's ``health`` of both, so this stands in for it and passes each on to the
-    load balancer's passive health check, when it has one. Kept across endpoint
-    updates (keyed by URL)."""
+    the pick to the server's answer (its response head) or failure. The exchange tells
+    a backend's ``health`` of both, so the backends a p2c pick hands out carry this
+    as their health, and it passes each outcome on to the load balancer's passive
+    health check, when it has one. Kept across endpoint updates (keyed by URL)."""
 
     __slots__ = ("counts", "passive")
 
@@ -116,7 +115,12 @@ class InFlight:
 class P2CLoadBalancer(LoadBalancer):
     """A loadBalancer service with ``strategy: p2c``: two servers up drawn at random,
     the one with fewer requests in flight (:class:`edge.balancer.PowerOfTwoChoices`).
-    Its backends' ``health`` is its :class:`InFlight` (see :func:`p2c_backends`)."""
+
+    A pick hands out a twin of the server's :class:`Backend` (the same server, pool
+    and transport) whose health is the balancer's :class:`InFlight`; ``backends``
+    stay the servers as configured, with their passive health, which the health
+    registry reads and the sticky cookie picks from (a sticky pick is not counted).
+    """
 
     __slots__ = ("_p2c", "inflight", "rng")
 
@@ -126,12 +130,11 @@ class P2CLoadBalancer(LoadBalancer):
         backends: Iterable[tuple[Backend, int]],
         pass_host: bool,
         pooled: bool,
-        inflight: InFlight,
         *,
         rng: random.Random | None = None,
         **kwargs: Any,
     ) -> None:
-        self.inflight = inflight
+        self.inflight = InFlight()
         self.rng = rng if rng is not None else random.Random()
         super().__init__(name, backends, pass_host, pooled, **kwargs)
 
@@ -141,7 +144,13 @@ class P2CLoadBalancer(LoadBalancer):
         old: SmoothWeightedRoundRobin[Backend] | None = None,
     ) -> None:
         super()._set(backends, old)
-        self._p2c = PowerOfTwoChoices([b for b, _ in backends], self.rng)
+        inflight = self.inflight
+        inflight.passive = next((b.health for b, _ in backends if b.health is not None), None)
+        twins = [
+            Backend(b.service, b.server, b.transport, b.pass_host, inflight)  # type: ignore[arg-type]
+            for b, _ in backends
+        ]
+        self._p2c = PowerOfTwoChoices(twins, self.rng)
         # The pick counts the request in flight: never skipped for a single server.
         self.single = None
 
@@ -151,12 +160,6 @@ class P2CLoadBalancer(LoadBalancer):
         if backend is not None:
             self.inflight.started(backend.server.url)
         return backend
-
-
-def p2c_backends(backends: list[tuple[Backend, int]], inflight: InFlight) -> None:
-    """Give each backend of a p2c load balancer ``inflight`` as its health (in place)."""
-    for backend, _ in backends:
-        backend.health = inflight  # type: ignore[assignment]  # duck-types PassiveHealth
 
 
 # --- mirroring ---------------------------------------------------------------------

@@ -388,16 +388,17 @@ def test_p2c_in_flight_counts_survive_an_endpoints_update(seed):
             built, runtime2, ["app@file"], TransportRegistry(asyncio.get_running_loop())
         )
         lb_.update(backends)
-        assert all(b.health is service.inflight for b, _ in backends)
         assert service.inflight.counts == {picked.server.url: 1}
-        assert len({service.pick().server.port for _ in range(60)}) == 3
+        picks = [service.pick() for _ in range(60)]
+        assert len({b.server.port for b in picks}) == 3
+        assert all(b.health is service.inflight for b in picks)
 
     run(main())
 
 
 def test_rng_is_the_balancers_own():
-    a = P2CLoadBalancer("a", [], True, True, InFlight())
-    b = P2CLoadBalancer("b", [], True, True, InFlight())
+    a = P2CLoadBalancer("a", [], True, True)
+    b = P2CLoadBalancer("b", [], True, True)
     assert a.rng is not b.rng and isinstance(a.rng, random.Random)
     assert a.pick() is None
 
@@ -414,5 +415,32 @@ def test_a_copy_missing_body_bytes_is_not_sent_and_a_dropped_one_frees_its_bytes
         assert service.held > 0
         del copy  # neither ended nor aborted
         assert service.held == 0
+
+    run(main())
+
+
+def test_p2c_leaves_the_health_registry_its_passive_check():
+    """The registry finds a load balancer's passive check on its backends, and keeps
+    and stops it across swaps: a p2c balancer's in-flight counting must not stand in
+    its place (it did, and edge's stop failed on it)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        registry = HealthRegistry(loop)
+        built: dict = {}
+        http = {"routers": {"r": {"rule": "Host(`app.test`)", "service": "app"}}}
+        http["services"] = p2c_doc(1, 2, passive=True)
+        runtime = build_runtime(merge({"file": conf({"http": http})}), EPS)
+        build_http_routers(runtime, TransportRegistry(loop), ["web"], built, health=registry)
+        registry.reconcile(built)
+        passive = registry.passive["app@file"]
+        service = built["app@file"]
+        assert service.inflight.passive is passive
+        assert all(b.health is passive for b in service.backends)
+        again: dict = {}
+        build_http_routers(runtime, TransportRegistry(loop), ["web"], again, health=registry)
+        registry.reconcile(again)
+        assert registry.passive["app@file"] is passive  # kept across the swap
+        registry.stop()
 
     run(main())
