@@ -55,7 +55,13 @@ from edge.config.runtime.tls import client_tls_context
 from edge.http.codec.forward import reason
 from edge.http.middlewares import Answer, Forward, Middleware
 from edge.http.middlewares.access import Strategy, ip_strategy
-from edge.http.middlewares.redis import RedisClient, RedisUnavailable, ReplyError, Script
+from edge.http.middlewares.redis import (
+    RedisClient,
+    RedisUnavailable,
+    ReplyError,
+    Script,
+    ScriptCall,
+)
 
 __all__ = [
     "MAX_SOURCES",
@@ -288,7 +294,16 @@ UNAVAILABLE = Answer(500, body=b"Could not insert/update bucket")
 class RedisRateLimit(Middleware):
     """Traefik's ``rateLimit`` with ``redis`` (module doc): a waiting step."""
 
-    __slots__ = ("args", "client", "fail_open", "failure", "max_delay", "prefix", "source")
+    __slots__ = (
+        "args",
+        "call",
+        "client",
+        "fail_open",
+        "failure",
+        "max_delay",
+        "prefix",
+        "source",
+    )
 
     def __init__(
         self,
@@ -311,6 +326,7 @@ class RedisRateLimit(Middleware):
             round(bucket_ttl(rate) * 1000),
             repr(self.max_delay * 1e6),
         )
+        self.call = ScriptCall(TOKEN_BUCKET, self.args)
         self.prefix = f"{REDIS_PREFIX}{name}:"
         self.source = source
         self.client = client
@@ -319,9 +335,7 @@ class RedisRateLimit(Middleware):
 
     async def request_async(self, fwd: Forward) -> Answer | None:
         try:
-            reply = await self.client.evalsha(
-                TOKEN_BUCKET, (self.prefix + self.source(fwd),), self.args
-            )
+            reply = await self.client.run(self.call, (self.prefix + self.source(fwd)).encode())
             taken, wait_us = reply  # type: ignore[misc]
         except RedisUnavailable:  # logged by the client, once an outage
             return None if self.fail_open else UNAVAILABLE

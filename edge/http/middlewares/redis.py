@@ -37,7 +37,15 @@ from collections import deque
 from collections.abc import Sequence
 
 from edge.errors import EdgeError
-from edge.http.middlewares.resp import NEED_DATA, Parser, Push, ReplyError, RESPError, command
+from edge.http.middlewares.resp import (
+    NEED_DATA,
+    Parser,
+    Push,
+    ReplyError,
+    RESPError,
+    bulk,
+    command,
+)
 
 __all__ = [
     "PIPELINE_DEPTH",
@@ -46,6 +54,7 @@ __all__ = [
     "RedisUnavailable",
     "ReplyError",
     "Script",
+    "ScriptCall",
 ]
 
 log = logging.getLogger("edge.redis")
@@ -76,6 +85,19 @@ class Script:
     def __init__(self, source: str) -> None:
         self.source = source.encode()
         self.sha = hashlib.sha1(self.source, usedforsecurity=False).hexdigest().encode()
+
+
+class ScriptCall:
+    """A script with one key and fixed arguments after it: its EVALSHA and EVAL
+    encoded once, all but the key (what a middleware sends per request)."""
+
+    __slots__ = ("eval_head", "sha_head", "tail")
+
+    def __init__(self, script: Script, args: Sequence[bytes | str | int | float]) -> None:
+        count = b"*%d\r\n" % (4 + len(args))
+        self.sha_head = count + bulk(b"EVALSHA") + bulk(script.sha) + bulk(1)
+        self.eval_head = count + bulk(b"EVAL") + bulk(script.source) + bulk(1)
+        self.tail = b"".join(bulk(arg) for arg in args)
 
 
 class _Connection(asyncio.Protocol):
@@ -337,6 +359,16 @@ class RedisClient:
             if exc.code != "NOSCRIPT":
                 raise
         return await self.call(b"EVAL", script.source, len(keys), *keys, *args)
+
+    async def run(self, call: ScriptCall, key: bytes) -> object:
+        """:meth:`evalsha` of a prepared :class:`ScriptCall` on ``key``."""
+        key = bulk(key)
+        try:
+            return await self.send(call.sha_head + key + call.tail)
+        except ReplyError as exc:
+            if exc.code != "NOSCRIPT":
+                raise
+        return await self.send(call.eval_head + key + call.tail)
 
     # -- the pool -----------------------------------------------------------------
 

@@ -38,6 +38,7 @@ __all__ = [
     "Push",
     "RESPError",
     "ReplyError",
+    "bulk",
     "command",
 ]
 
@@ -87,22 +88,24 @@ class Push(list):  # type: ignore[type-arg]
 
 def command(*args: bytes | str | int | float) -> bytes:
     """One command as RESP's array of bulk strings (numbers as their decimal text)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, bool):
-            raise TypeError("a bool is not a Redis argument (write 0 or 1)")
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        elif isinstance(arg, float):
-            data = repr(arg).encode()
-        else:
-            raise TypeError(f"{type(arg).__name__} is not a Redis argument")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
+    return b"*%d\r\n" % len(args) + b"".join(bulk(arg) for arg in args)
+
+
+def bulk(arg: bytes | str | int | float) -> bytes:
+    """One argument of a command as a bulk string (a part of :func:`command`'s array)."""
+    if isinstance(arg, bytes):
+        data = arg
+    elif isinstance(arg, str):
+        data = arg.encode()
+    elif isinstance(arg, bool):
+        raise TypeError("a bool is not a Redis argument (write 0 or 1)")
+    elif isinstance(arg, int):
+        data = b"%d" % arg
+    elif isinstance(arg, float):
+        data = repr(arg).encode()
+    else:
+        raise TypeError(f"{type(arg).__name__} is not a Redis argument")
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 class _Incomplete(Exception):

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 from edge.http.middlewares.limits import TOKEN_BUCKET, TokenBuckets, max_delay
-from edge.http.middlewares.redis import RedisClient, RedisTimeout, RedisUnavailable, ReplyError
+from edge.http.middlewares.redis import (
+    RedisClient,
+    RedisTimeout,
+    RedisUnavailable,
+    ReplyError,
+    ScriptCall,
+)
 from tests.harness import Edge, get, lb
 
 REDIS = shutil.which("redis-server")
@@ -313,6 +319,9 @@ def test_client_evalsha_falls_back_to_eval(redis):
         assert await client.call("SCRIPT", "EXISTS", TOKEN_BUCKET.sha) == [0]
         args = ("1e-06", 5, 2000, "500000.0")
         assert (await client.evalsha(TOKEN_BUCKET, ("test:flush",), args))[0] == 1  # type: ignore[index]
+        assert await client.call("SCRIPT", "EXISTS", TOKEN_BUCKET.sha) == [1]
+        await client.call("SCRIPT", "FLUSH")  # the prepared call the middleware sends
+        assert (await client.run(ScriptCall(TOKEN_BUCKET, args), b"test:flush"))[0] == 1  # type: ignore[index]
         assert await client.call("SCRIPT", "EXISTS", TOKEN_BUCKET.sha) == [1]
         with pytest.raises(ReplyError) as err:
             await client.call("NOSUCHCOMMAND")
