@@ -39,7 +39,16 @@ and decompresses the answer: the client gets the same body); an answer without
 Content-Type goes without one (Go's server would sniff one); an auth request
 never carries a User-Agent the client did not send (Go's writes none either, as
 Traefik sets it empty); ``headerField`` is read and not used (Traefik logs that
-answer header as the access log's user, a field edge's access log lacks).
+answer header as the access log's user, a field edge's access log lacks);
+``addAuthCookiesToResponse`` reaches responses with a body only (the exchange
+runs response filters for those alone: the upstream's answer to HEAD, or a 204
+or 304, keeps its own cookies and gets none of the auth server's).
+
+Cost per request: the auth request's head is made from the client's headers
+(tens of microseconds); a 2xx's headers are copied by name, the regexp's verdict
+kept per header name (:class:`Matcher`); cookies for the response wait in
+``ForwardAuth.kept`` under the Forward's id until its exchange ends (a Forward
+has no room for a middleware's own state).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import re
 import ssl
 import weakref
 from collections.abc import Iterable
@@ -67,6 +77,7 @@ from edge.http.middlewares.goregexp import GoRegexp
 __all__ = [
     "AuthPool",
     "ForwardAuth",
+    "Matcher",
     "auth_request_headers",
     "canonical",
     "copied_headers",
@@ -86,6 +97,8 @@ IDLE_TIMEOUT = 90.0
 """Seconds an idle connection is kept (Go's DefaultTransport's IdleConnTimeout)."""
 MAX_CONNECTIONS = 512
 """Connections a forwardAuth middleware has open at once; a request beyond waits."""
+MATCHES_KEPT = 1024
+"""Header names whose authResponseHeadersRegex verdict a middleware keeps."""
 COOKIES_KEPT = 4096
 """Requests in flight whose auth cookies a middleware holds for their responses."""
 
@@ -141,18 +154,12 @@ _EMPTY_BODY_LENGTH = frozenset((b"POST", b"PUT", b"PATCH"))
 def canonical(name: bytes) -> bytes:
     """Go's ``CanonicalHeaderKey``: the first letter and each after a ``-`` upper
     case, the rest lower; a name with a byte no token holds (a space) unchanged."""
-    if not name or any(c not in _TOKEN for c in name):
+    if _TOKEN.fullmatch(name) is None:
         return name
-    out = bytearray(name.lower())
-    upper = True
-    for i, c in enumerate(out):
-        if upper and 0x61 <= c <= 0x7A:
-            out[i] = c - 0x20
-        upper = c == 0x2D
-    return bytes(out)
+    return b"-".join(part[:1].upper() + part[1:].lower() for part in name.split(b"-"))
 
 
-_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def _get(headers: Iterable[Header], lname: bytes) -> bytes | None:
@@ -196,6 +203,7 @@ def entrypoint_headers(
     headers set per request, an empty value removing)."""
     out: list[Header] = []
     xff: list[bytes] = []
+    present = set()
     for name, value in headers:
         lname = name.lower()
         if lname in _MANAGED_X or lname == RFC_FORWARDED:
@@ -205,18 +213,20 @@ def entrypoint_headers(
                 xff.append(value)
                 continue
         out.append((name, value))
+        present.add(lname)
     if xff:
         out.append((b"X-Forwarded-For", b", ".join(xff)))
-    for name, value in (
-        (b"X-Real-Ip", client_ip),
-        (b"X-Forwarded-Proto", proto),
-        (b"X-Forwarded-Port", port),
-        (b"X-Forwarded-Host", host),
+    for name, lname, value in (
+        (b"X-Real-Ip", b"x-real-ip", client_ip),
+        (b"X-Forwarded-Proto", b"x-forwarded-proto", proto),
+        (b"X-Forwarded-Port", b"x-forwarded-port", port),
+        (b"X-Forwarded-Host", b"x-forwarded-host", host),
     ):
-        if value and not _has(out, name.lower()):
+        if value and lname not in present:
             out.append((name, value))
     if prefix:
-        out = [(n, v) for n, v in out if n.lower() != b"x-forwarded-prefix"]
+        if b"x-forwarded-prefix" in present:
+            out = [(n, v) for n, v in out if n.lower() != b"x-forwarded-prefix"]
         out.append((b"X-Forwarded-Prefix", prefix))
     edits = list(edits)
     if edits:
@@ -248,20 +258,28 @@ def auth_request_headers(
     ``authRequestHeaders``; None: all) filters the client's before they are set,
     and with ``trust`` True includes the managed X- headers.
     """
-    headers = list(headers)
-    tokens = _connection_tokens(headers)
-    out = [
-        (n, v)
-        for n, v in headers
-        if (ln := n.lower()) not in _NOT_SENT and (ln not in tokens or ln in _MANAGED_X)
-    ]
-    if trust is False:
-        out = [(n, v) for n, v in out if n.lower() not in _MANAGED_X]
-    if allowed is not None:
-        out = [(n, v) for n, v in out if n.lower() in allowed]
+    lowered = [(n.lower(), n, v) for n, v in headers]
+    tokens = _connection_tokens((ln, v) for ln, _, v in lowered if ln == b"connection")
+    out: list[Header] = []
+    present: dict[bytes, bytes] = {}  # lowercased name -> its first value
+    prior: list[bytes] = []  # X-Forwarded-For's values (trust set)
+    for ln, name, value in lowered:
+        if ln in _NOT_SENT or (ln in tokens and ln not in _MANAGED_X):
+            continue
+        if trust is False and ln in _MANAGED_X:
+            continue
+        if allowed is not None and ln not in allowed:
+            continue
+        if trust is None:
+            if ln in _OLD_SET:
+                continue
+        elif ln == b"x-forwarded-for":
+            prior.append(value)
+            continue
+        out.append((name, value))
+        present.setdefault(ln, value)
     proto = b"https" if tls else b"http"
     if trust is None:
-        out = [(n, v) for n, v in out if n.lower() not in _OLD_SET]
         out += (
             (b"X-Forwarded-For", client_ip),
             (b"X-Forwarded-Proto", proto),
@@ -270,20 +288,17 @@ def auth_request_headers(
             (b"X-Forwarded-Uri", uri),
         )
         return out
-    prior = [v for n, v in out if n.lower() == b"x-forwarded-for"]
-    out = [(n, v) for n, v in out if n.lower() != b"x-forwarded-for"]
     out.append((b"X-Forwarded-For", b", ".join((*prior, client_ip))))
-    if not _has(out, b"x-forwarded-method"):
+    if b"x-forwarded-method" not in present:
         out.append((b"X-Forwarded-Method", method))
-    if not _has(out, b"x-forwarded-proto"):
+    if b"x-forwarded-proto" not in present:
         out.append((b"X-Forwarded-Proto", proto))
-    if not _has(out, b"x-forwarded-port"):
-        out.append(
-            (b"X-Forwarded-Port", _forwarded_port(host, _get(out, b"x-forwarded-proto"), tls))
-        )
-    if not _has(out, b"x-forwarded-host") and host:
+    if b"x-forwarded-port" not in present:
+        port = _forwarded_port(host, present.get(b"x-forwarded-proto"), tls)
+        out.append((b"X-Forwarded-Port", port))
+    if b"x-forwarded-host" not in present and host:
         out.append((b"X-Forwarded-Host", host))
-    if not _has(out, b"x-forwarded-uri"):
+    if b"x-forwarded-uri" not in present:
         out.append((b"X-Forwarded-Uri", uri))
     return out
 
@@ -319,7 +334,7 @@ def copied_headers(
     request: Iterable[bytes],
     response: Iterable[Header],
     names: tuple[bytes, ...],
-    regex: GoRegexp | None,
+    regex: Matcher | None,
 ) -> list[Header]:
     """What a 2xx answer sets on the request (for :meth:`Forward.set_header`: an
     empty value removes): each of ``names`` (``authResponseHeaders``, canonical)
@@ -334,14 +349,37 @@ def copied_headers(
         out.extend((name, v) for n, v in response if n.lower() == lname)
     if regex is not None:
         for name in request:
-            key = canonical(name)
-            if regex.search(key) is not None:
+            key = regex.match(name)
+            if key is not None:
                 out.append((key, b""))
         for name, value in response:
-            key = canonical(name)
-            if regex.search(key) is not None:
+            key = regex.match(name)
+            if key is not None:
                 out.append((key, value))
     return out
+
+
+class Matcher:
+    """``authResponseHeadersRegex`` on Go's canonical header names: :meth:`match`
+    gives a name's canonical form when it matches, else None. A route sees few
+    names, so each verdict is kept (up to :data:`MATCHES_KEPT`, then made afresh)."""
+
+    __slots__ = ("kept", "regex")
+
+    def __init__(self, pattern: str) -> None:
+        self.regex = GoRegexp(pattern, "authResponseHeadersRegex")
+        self.kept: dict[bytes, bytes | None] = {}
+
+    def match(self, name: bytes) -> bytes | None:
+        try:
+            return self.kept[name]
+        except KeyError:
+            pass
+        key = canonical(name)
+        verdict = key if self.regex.search(key) is not None else None
+        if len(self.kept) < MATCHES_KEPT:
+            self.kept[name] = verdict
+        return verdict
 
 
 def refusal(
@@ -720,9 +758,7 @@ class ForwardAuth(Middleware):
         self.allowed = frozenset(allowed) if allowed else None
         self.names = tuple(canonical(h.encode()) for h in c.auth_response_headers)
         self.regex = (
-            GoRegexp(c.auth_response_headers_regex, "authResponseHeadersRegex")
-            if c.auth_response_headers_regex
-            else None
+            Matcher(c.auth_response_headers_regex) if c.auth_response_headers_regex else None
         )
         self.cookies = frozenset(n.encode() for n in c.add_auth_cookies_to_response)
         self.max_response = c.max_response_body_size
