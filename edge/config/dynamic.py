@@ -1149,6 +1149,150 @@ class Retry(Base):
             raise ValueError(f"attempts: {self.attempts} is not a positive number of tries")
 
 
+# -- circuitBreaker's expression language (vulcand/oxy's, which Traefik uses) -------------
+
+CB_FUNCTIONS: dict[str, tuple[tuple[type, ...], type]] = {
+    "NetworkErrorRatio": ((), float),
+    "ResponseCodeRatio": ((int, int, int, int), float),
+    "LatencyAtQuantileMS": ((float,), int),
+    "RequestThreshold": ((), int),
+}
+"""The functions a circuitBreaker expression may call: their parameters' and result's types."""
+
+CB_OPERATORS = ("==", "!=", "<=", ">=", "<", ">")
+
+_CB_TOKEN = re.compile(
+    r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+    r"|(?P<op>&&|\|\||==|!=|<=|>=|<|>|\(|\)|,))"
+)
+
+CBNode = tuple
+"""A parsed expression: ``("or", (node, ...))``, ``("and", (node, ...))`` or
+``("cmp", operator, function, arguments, literal)``."""
+
+
+def parse_cb_expression(text: str) -> CBNode:
+    """A circuitBreaker ``expression`` parsed (sans-IO: the text in, a tree out):
+    comparisons of a function's value with a number, joined by ``&&`` and ``||``
+    (``&&`` binds tighter) and grouped by parentheses. As oxy's predicate language,
+    a comparison puts the function first and the number's type must be the
+    function's (``NetworkErrorRatio() > 0.5``, ``LatencyAtQuantileMS(50.0) > 100``);
+    an integer argument is taken where a float is expected. A ``ValueError`` names
+    ``expression`` and the position (from 0) of what is wrong."""
+    tokens: list[tuple[str, str, int]] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _CB_TOKEN.match(text, pos)
+        if m is None:
+            at = len(text) - len(text[pos:].lstrip())
+            raise ValueError(f"expression: unexpected {text[at]!r} at position {at} in {text!r}")
+        kind = m.lastgroup or ""
+        tokens.append((kind, m.group(kind), m.start(kind)))
+        pos = m.end()
+    tokens.append(("end", "", len(text)))
+    i = 0
+
+    def fail(what: str, at: int) -> ValueError:
+        return ValueError(f"expression: {what} at position {at} in {text!r}")
+
+    def peek() -> tuple[str, str, int]:
+        return tokens[i]
+
+    def take() -> tuple[str, str, int]:
+        nonlocal i
+        token = tokens[i]
+        i += 1
+        return token
+
+    def expect(value: str) -> None:
+        kind, got, at = take()
+        if got != value or kind == "end":
+            raise fail(f"{value!r} expected, found {got or 'the end'!r}", at)
+
+    def number(expected: type, where: str) -> float | int:
+        kind, got, at = take()
+        if kind != "num":
+            raise fail(f"a number expected {where}, found {got or 'the end'!r}", at)
+        is_int = got.isdigit()
+        if expected is int and not is_int:
+            raise fail(f"an integer expected {where}, found {got}", at)
+        if expected is float and is_int and where.startswith("to compare"):
+            raise fail(f"a float expected {where} (write {got}.0), found {got}", at)
+        return int(got) if is_int else float(got)
+
+    def comparison() -> CBNode:
+        kind, name, at = take()
+        if kind != "name":
+            raise fail(f"a function expected, found {name or 'the end'!r}", at)
+        if name not in CB_FUNCTIONS:
+            known = ", ".join(CB_FUNCTIONS)
+            raise fail(f"unknown function {name!r} (one of {known})", at)
+        params, result = CB_FUNCTIONS[name]
+        expect("(")
+        args: list[float | int] = []
+        for n, param in enumerate(params):
+            if n:
+                expect(",")
+            value = number(param, f"as argument {n + 1} of {name}")
+            args.append(float(value) if param is float else value)
+        expect(")")
+        kind, op, at = take()
+        if op not in CB_OPERATORS or kind != "op":
+            raise fail(f"a comparison expected after {name}(), found {op or 'the end'!r}", at)
+        literal = number(result, f"to compare with {name}()")
+        return ("cmp", op, name, tuple(args), literal)
+
+    def primary() -> CBNode:
+        if peek()[1] == "(" and peek()[0] == "op":
+            take()
+            node = disjunction()
+            expect(")")
+            return node
+        return comparison()
+
+    def conjunction() -> CBNode:
+        nodes = [primary()]
+        while peek()[1] == "&&":
+            take()
+            nodes.append(primary())
+        return nodes[0] if len(nodes) == 1 else ("and", tuple(nodes))
+
+    def disjunction() -> CBNode:
+        nodes = [conjunction()]
+        while peek()[1] == "||":
+            take()
+            nodes.append(conjunction())
+        return nodes[0] if len(nodes) == 1 else ("or", tuple(nodes))
+
+    if tokens[0][0] == "end":
+        raise fail("empty", 0)
+    tree = disjunction()
+    kind, got, at = peek()
+    if kind != "end":
+        raise fail(f"unexpected {got!r}", at)
+    return tree
+
+
+class CircuitBreaker(Base):
+    """Answers ``responseCode`` instead of forwarding while ``expression`` (over the
+    last 10 s of this middleware's exchanges) holds: checked every ``checkPeriod``,
+    tripped for ``fallbackDuration``, then ``recoveryDuration`` letting a growing
+    share of requests through."""
+
+    expression: str = ""
+    check_period: Duration = Duration(0.1)
+    fallback_duration: Duration = Duration(10.0)
+    recovery_duration: Duration = Duration(10.0)
+    response_code: int = 503
+
+    def check(self) -> None:
+        parse_cb_expression(self.expression)
+        if not 200 <= self.response_code <= 999:
+            raise ValueError(f"responseCode: {self.response_code} is not a status (200-999)")
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -1176,6 +1320,7 @@ class Middleware(Element):
     )
     compress: Compress | None = None
     retry: Retry | None = None
+    circuit_breaker: CircuitBreaker | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

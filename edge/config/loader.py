@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering circuitBreaker encodedCharacters errors grpcWeb plugin",
+            "buffering encodedCharacters errors grpcWeb plugin",
             _,
         ),
         (
