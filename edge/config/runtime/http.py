@@ -293,6 +293,17 @@ def _check_mirrorings(services: Mapping[str, ServiceInfo[Service]]) -> None:
     done: set[str] = set()
     for name in services:
         _check_mirroring(name, services, done, [])
+    for info in services.values():
+        if info.config.mirroring is None or info.status == DISABLED:
+            continue
+        parents = sorted(p for p in info.used_by if p in services)
+        if parents:
+            info.add_error(
+                f"used by service {', '.join(repr(p) for p in parents)}: edge mirrors only "
+                "for routers naming this service; through another service it serves its "
+                "service alone",
+                critical=False,
+            )
 
 
 def _check_mirroring(

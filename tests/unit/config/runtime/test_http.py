@@ -364,3 +364,22 @@ def test_response_forwarding_flush_interval_that_is_no_duration_disables_the_ser
     assert info.errors[0].startswith(
         "$.http.services.app.loadBalancer.responseForwarding.flushInterval: invalid duration"
     ), info.errors
+
+
+def test_a_mirroring_under_another_service_is_a_warning():
+    rt = runtime(
+        {},
+        {"r": []},
+        {
+            "main": lb("http://127.0.0.1:1"),
+            "shadow": {"mirroring": {"service": "main", "mirrors": [{"name": "main"}]}},
+            "app": {"weighted": {"services": [{"name": "shadow"}]}},
+        },
+    )
+    info = rt.http_services["shadow@file"]
+    assert info.status == "warning"
+    assert info.errors == [
+        "used by service 'app@file': edge mirrors only for routers naming this service; "
+        "through another service it serves its service alone"
+    ]
+    assert rt.http_routers["r@file"].status == "enabled"
