@@ -16,6 +16,7 @@ from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
+from edge.http.middlewares.circuit import CircuitBreaker
 from edge.http.middlewares.clientcert import PassTLSClientCert
 from edge.http.middlewares.compress import Compress
 from edge.http.middlewares.forwardauth import ForwardAuth, forward_auth
@@ -34,6 +35,7 @@ from edge.http.middlewares.retry import Retry
 __all__ = [
     "AddPrefix",
     "BasicAuth",
+    "CircuitBreaker",
     "Compress",
     "DigestAuth",
     "ForwardAuth",
@@ -111,6 +113,16 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
         return PassTLSClientCert(name, p.pem, p.info)
     if c.retry is not None:
         return Retry(name, c.retry.attempts, c.retry.initial_interval)
+    if c.circuit_breaker is not None:
+        cb = c.circuit_breaker
+        return CircuitBreaker(
+            name,
+            cb.expression,
+            cb.check_period,
+            cb.fallback_duration,
+            cb.recovery_duration,
+            cb.response_code,
+        )
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

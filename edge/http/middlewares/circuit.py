@@ -4,7 +4,7 @@ service that is failing, and let them back in gradually.
 The expression (parsed by :func:`edge.config.dynamic.parse_cb_expression`, compiled
 here once per configuration into a predicate over :class:`Metrics`) is checked
 after an exchange ends, at most once per ``checkPeriod``. When it holds the breaker
-trips: every request is answered ``responseCode`` (with its status text) for
+trips: every request is answered ``responseCode`` (its reason phrase as the body) for
 ``fallbackDuration`` and the metrics start afresh. Then it recovers for
 ``recoveryDuration``: a request goes through while the share let through so far is
 below ``0.5 * elapsed / recoveryDuration`` (oxy's ratio controller), the rest get
@@ -35,9 +35,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from http import HTTPStatus
 
 from edge.config.dynamic import CBNode, parse_cb_expression
+from edge.http.codec.forward import reason
 from edge.http.middlewares import Answer, Forward, Middleware
 
 __all__ = ["CircuitBreaker", "Metrics", "compile_expression"]
@@ -229,12 +229,7 @@ class CircuitBreaker(Middleware):
 
     def request(self, fwd: Forward) -> Answer | None:
         if self.state is not STANDBY and not self._let_through():
-            status = self.response_code
-            try:
-                text = HTTPStatus(status).phrase.encode()
-            except ValueError:
-                text = b""
-            return Answer(status, body=text)
+            return Answer(self.response_code, body=reason(self.response_code))
         fwd.on_end(lambda: self._ended(fwd))
         return None
 
