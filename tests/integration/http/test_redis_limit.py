@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -191,6 +192,41 @@ def test_redis_down_then_back(pair, redis):
             time.sleep(0.2)
         assert seen[-1] == 429, seen
         e.wait_for(r"middleware open@file: redis .*: reachable again", timeout=5)
+
+
+def test_redis_that_stops_answering(tmp_path_factory, whoami):
+    """Redis stopped (SIGSTOP: connections stay open, nothing answers): a request
+    waits readTimeout at most, then gets the fail mode; the next ones get it at once
+    while the server is down; Redis resumed, limiting resumes."""
+    server = RedisServer(tmp_path_factory.mktemp("redis-stop"))
+    edge = None
+    try:
+        dyn = config(whoami, {"hang": limited(server, 1, 1, readTimeout="500ms")})
+        edge = Edge(tmp_path_factory.mktemp("edge-stop"), dyn)
+        assert ask(edge, "hang.test", "hal")[0] == 200
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            assert ask(edge, "hang.test", "ivy")[0] == 500
+            assert 0.4 <= time.monotonic() - t < 3.0  # readTimeout, not longer
+            for _ in range(3):
+                t = time.monotonic()
+                assert ask(edge, "hang.test", "ivy")[0] == 500
+                assert time.monotonic() - t < 0.4  # down: at once
+            edge.wait_for(r"middleware hang@file: redis .*: unreachable \(no reply within 0.5s", 5)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        seen = []
+        while time.monotonic() < deadline and (not seen or seen[-1] != 429):
+            seen.append(ask(edge, "hang.test", "hal")[0])
+            time.sleep(0.2)
+        assert seen[-1] == 429 and set(seen) <= {500, 429}, seen  # hal's token is spent
+    finally:
+        if edge is not None:
+            edge.stop()
+        server.stop()
 
 
 # -- authentication, the database ---------------------------------------------------------
