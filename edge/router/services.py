@@ -76,11 +76,9 @@ def build_service(
 
 
 class InFlight:
-    """The requests in flight per server URL of a ``p2c`` load balancer, counted from
-    the pick to the server's answer (its response head) or failure. The exchange tells
-    a backend's ``health`` of both, so the backends a p2c pick hands out carry this
-    as their health, and it passes each outcome on to the load balancer's passive
-    health check, when it has one. Kept across endpoint updates (keyed by URL)."""
+    """The requests in flight per server URL of a ``p2c`` load balancer, and its
+    servers' passive health check (None without one). Kept across endpoint updates
+    (keyed by URL)."""
 
     __slots__ = ("counts", "passive")
 
@@ -94,32 +92,58 @@ class InFlight:
     def started(self, url: str) -> None:
         self.counts[url] = self.counts.get(url, 0) + 1
 
-    def _finished(self, url: str) -> None:
+    def finished(self, url: str) -> None:
         n = self.counts.get(url, 0)
         if n > 1:
             self.counts[url] = n - 1
         else:
             self.counts.pop(url, None)
 
+
+class _Ticket:
+    """One p2c pick's request in flight, as the health of the backend the pick hands
+    out: the exchange's first report of the server's answer (its head) or failure
+    ends it; every report goes on to the passive health check, as a plain load
+    balancer's do. An exchange that reports nothing (the client gone first) ends it
+    when it lets the backend go."""
+
+    __slots__ = ("inflight", "passive", "url")
+
+    def __init__(self, inflight: InFlight, url: str) -> None:
+        self.inflight: InFlight | None = inflight
+        self.passive = inflight.passive
+        self.url = url
+        inflight.started(url)
+
+    def _end(self) -> None:
+        inflight = self.inflight
+        if inflight is not None:
+            self.inflight = None
+            inflight.finished(self.url)
+
     def answered(self, url: str, status: int) -> None:
-        self._finished(url)
+        self._end()
         if self.passive is not None:
             self.passive.answered(url, status)
 
     def failed(self, url: str) -> None:
-        self._finished(url)
+        self._end()
         if self.passive is not None:
             self.passive.failed(url)
+
+    def __del__(self) -> None:
+        self._end()
 
 
 class P2CLoadBalancer(LoadBalancer):
     """A loadBalancer service with ``strategy: p2c``: two servers up drawn at random,
     the one with fewer requests in flight (:class:`edge.balancer.PowerOfTwoChoices`).
 
-    A pick hands out a twin of the server's :class:`Backend` (the same server, pool
-    and transport) whose health is the balancer's :class:`InFlight`; ``backends``
-    stay the servers as configured, with their passive health, which the health
-    registry reads and the sticky cookie picks from (a sticky pick is not counted).
+    Each pick hands out a backend of its own for the server drawn (the same server,
+    pool and transport) whose health is a :class:`_Ticket` counting the request in
+    flight until its outcome; ``backends`` stay the servers as configured, with
+    their passive health, which the health registry reads and the sticky cookie
+    picks from (a sticky pick is not counted).
     """
 
     __slots__ = ("_p2c", "inflight", "rng")
@@ -144,22 +168,19 @@ class P2CLoadBalancer(LoadBalancer):
         old: SmoothWeightedRoundRobin[Backend] | None = None,
     ) -> None:
         super()._set(backends, old)
-        inflight = self.inflight
-        inflight.passive = next((b.health for b, _ in backends if b.health is not None), None)
-        twins = [
-            Backend(b.service, b.server, b.transport, b.pass_host, inflight)  # type: ignore[arg-type]
-            for b, _ in backends
-        ]
-        self._p2c = PowerOfTwoChoices(twins, self.rng)
-        # The pick counts the request in flight: never skipped for a single server.
+        health = (b.health for b, _ in backends if b.health is not None)
+        self.inflight.passive = next(health, None)
+        self._p2c = PowerOfTwoChoices([b for b, _ in backends], self.rng)
+        # Every pick counts its request: never skipped for a single server.
         self.single = None
 
     def pick(self) -> Backend | None:
         down = self.down
-        backend = self._p2c.pick(self.inflight.load, self._up if down else None)
-        if backend is not None:
-            self.inflight.started(backend.server.url)
-        return backend
+        chosen = self._p2c.pick(self.inflight.load, self._up if down else None)
+        if chosen is None:
+            return None
+        ticket = _Ticket(self.inflight, chosen.server.url)
+        return Backend(chosen.service, chosen.server, chosen.transport, chosen.pass_host, ticket)  # type: ignore[arg-type]
 
 
 # --- mirroring ---------------------------------------------------------------------

@@ -333,6 +333,25 @@ def test_p2c_counts_each_request_in_flight_until_its_answer():
     run(main())
 
 
+def test_a_p2c_pick_ends_once_and_when_dropped_without_an_outcome():
+    """A client gone before the answer reports nothing: the count ends when the
+    exchange lets its backend go; a second outcome ends nothing more."""
+
+    async def main() -> None:
+        service, _, _ = build(asyncio.get_running_loop(), p2c_doc(1, 2, passive=True))
+        a = service.pick()
+        b = service.pick()
+        assert sum(service.inflight.counts.values()) == 2
+        del a  # the client left before any answer
+        assert sum(service.inflight.counts.values()) == 1
+        b.health.answered(b.server.url, 200)
+        b.health.failed(b.server.url)  # told to the passive check, not counted again
+        assert service.inflight.counts == {}
+        assert b.server.url in service.down  # the failure reached the passive check
+
+    run(main())
+
+
 def test_p2c_sends_a_slow_servers_share_elsewhere():
     """Requests are picked while each server's earlier ones are in flight: a server
     answering 10 times slower is left with far fewer of them."""
@@ -389,9 +408,11 @@ def test_p2c_in_flight_counts_survive_an_endpoints_update(seed):
         )
         lb_.update(backends)
         assert service.inflight.counts == {picked.server.url: 1}
-        picks = [service.pick() for _ in range(60)]
-        assert len({b.server.port for b in picks}) == 3
-        assert all(b.health is service.inflight for b in picks)
+        ports = {service.pick().server.port for _ in range(60)}
+        # Each of those picks ended as it was dropped; the first is still in flight,
+        # so the new server is drawn, and the busy one loses every draw.
+        assert ports == {1, 2, 3} - {picked.server.port}
+        assert service.inflight.counts == {picked.server.url: 1}
 
     run(main())
 
