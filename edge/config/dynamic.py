@@ -1293,6 +1293,48 @@ class CircuitBreaker(Base):
             raise ValueError(f"responseCode: {self.response_code} is not a status (200-999)")
 
 
+def http_code_ranges(blocks: list[str]) -> tuple[tuple[int, int], ...]:
+    """Traefik's ``HTTPCodeRanges``: each block ``"500-599"`` or ``"404"``; a
+    ``ValueError`` naming the block (``[i]: ...``) that is neither."""
+    ranges = []
+    for i, block in enumerate(blocks):
+        parts = block.split("-")
+        if len(parts) == 1:
+            parts.append(parts[0])
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"[{i}]: {block!r} is not a status or a range of them (500-599)")
+        ranges.append((int(parts[0]), int(parts[1])))
+    return tuple(ranges)
+
+
+class ErrorPage(Base):
+    """``errors``: a response whose status is in ``status`` is replaced by ``service``'s
+    answer to a GET of ``query`` (``{status}``, ``{originalStatus}``, ``{url}``), sent
+    with the caught status or the one ``statusRewrites`` maps its range to."""
+
+    status: list[str] = []
+    status_rewrites: dict[str, int] = {}
+    service: str = ""
+    query: str = ""
+
+    def check(self) -> None:
+        try:
+            http_code_ranges(self.status)
+        except ValueError as exc:
+            raise ValueError(f"status{exc}") from None
+        for block, to in self.status_rewrites.items():
+            try:
+                http_code_ranges([block])
+            except ValueError:
+                raise ValueError(
+                    f"statusRewrites: {block!r} is not a status or a range of them (500-599)"
+                ) from None
+            if not 100 <= to <= 999:
+                raise ValueError(f"statusRewrites.{block}: {to} is not a status")
+        if not self.service:
+            raise ValueError("service: the service answering the error pages must be named")
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -1321,6 +1363,7 @@ class Middleware(Element):
     compress: Compress | None = None
     retry: Retry | None = None
     circuit_breaker: CircuitBreaker | None = None
+    errors: ErrorPage | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

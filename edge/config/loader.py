@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering encodedCharacters errors grpcWeb plugin",
+            "buffering encodedCharacters grpcWeb plugin",
             _,
         ),
         (
@@ -375,6 +375,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
+        (dyn.ErrorPage, "errorRequestHeaders nginxHeaders", _),
         (
             dyn.Retry,
             "disableRetryOnNetworkError maxRequestBodyBytes retryNonIdempotentMethod status timeout",

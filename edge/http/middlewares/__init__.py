@@ -40,7 +40,15 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   for edge's own answers. Body bytes stream through: a filter must not keep a
   whole body unless holding it is its purpose (``buffering``). Flow control is the
   connection's as for any response: a client that does not read stops the
-  upstream's reads.
+  upstream's reads. ``reply.divert(service, target, status)`` replaces the whole
+  response with ``service``'s answer to a GET of ``target`` (the ``errors``
+  middleware): the upstream's response is dropped, and the other one's head goes
+  through the filters again (``reply.diverted`` is then True) with ``status`` in
+  place of its own. Once per exchange, and only once the request body has ended
+  (before that the response goes as it came).
+  A middleware whose class sets ``own_answers = True`` is also shown edge's own
+  errors for the route's service (502, 503, 504; ``reply`` with their status, no
+  headers), to divert them; what it returns for their body is not used.
 - **Outcome**: what runs at the end (:meth:`Forward.on_end`) may read how the
   exchange ended from its ``fwd``: ``fwd.status`` (the status sent, edge's own
   answers included; 499 for a client gone before any answer), ``fwd.network_error``
@@ -239,9 +247,9 @@ class Reply:
     ``headers`` is the list of (name, value) the client gets (framing and hop-by-hop
     ones are edge's to write and are dropped whatever a filter does); ``length`` is
     the body's length, None to send it chunked (a filter that changes the body's
-    size sets it so)."""
+    size sets it so). ``divert`` (the errors middleware) replaces the response."""
 
-    __slots__ = ("changed", "headers", "length", "reason", "status")
+    __slots__ = ("changed", "divert_to", "diverted", "headers", "length", "reason", "status")
 
     def __init__(
         self,
@@ -249,12 +257,15 @@ class Reply:
         reason: bytes,
         headers: list[tuple[bytes, bytes]],
         length: int | None,
+        diverted: bool = False,
     ) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
         self.length = length
         self.changed = False
+        self.diverted = diverted  # this is the answer a divert asked for
+        self.divert_to: tuple[Any, bytes, int] | None = None
 
     def get(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (any case), or None."""
@@ -282,6 +293,12 @@ class Reply:
         self.changed = True
         self.status = status
         self.reason = reason
+
+    def divert(self, service: Any, target: bytes, status: int) -> None:
+        """Answer with ``service``'s response to a GET of ``target`` (origin-form: path
+        and query) instead, sent with ``status``; a diverted reply cannot divert."""
+        if not self.diverted:
+            self.divert_to = (service, target, status)
 
     def set_length(self, length: int | None) -> None:
         """The body's new length (None: unknown, sent chunked to an HTTP/1.1 client)."""

@@ -12,13 +12,19 @@ a body's type), which leaves the route's pipeline empty.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from edge.config.dynamic import Middleware as MiddlewareConfig
+from edge.config.dynamic import http_code_ranges
+from edge.config.merge import qualify, split_name
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
 from edge.http.middlewares.circuit import CircuitBreaker
 from edge.http.middlewares.clientcert import PassTLSClientCert
 from edge.http.middlewares.compress import Compress
+from edge.http.middlewares.errors import ErrorPages
 from edge.http.middlewares.forwardauth import ForwardAuth, forward_auth
 from edge.http.middlewares.headers import Headers, headers
 from edge.http.middlewares.limits import InFlightReq, RateLimit, rate_limit, source
@@ -38,6 +44,7 @@ __all__ = [
     "CircuitBreaker",
     "Compress",
     "DigestAuth",
+    "ErrorPages",
     "ForwardAuth",
     "Headers",
     "IPAllowList",
@@ -55,9 +62,13 @@ __all__ = [
 ]
 
 
-def from_config(name: str, config: MiddlewareConfig) -> Middleware:
+def from_config(
+    name: str, config: MiddlewareConfig, services: Callable[[str], Any] | None = None
+) -> Middleware:
     """The middleware a validated configuration entry describes (its values judged
-    by :meth:`MiddlewareConfig.check`: a ``ValueError`` here is a bug)."""
+    by :meth:`MiddlewareConfig.check`: a ``ValueError`` here is a bug). ``services``
+    builds a service by its qualified name (the router factory's), for the kinds
+    that name one (``errors``); without it they find none."""
     c = config
     if c.strip_prefix is not None:
         return StripPrefix(name, c.strip_prefix.prefixes)
@@ -123,6 +134,12 @@ def from_config(name: str, config: MiddlewareConfig) -> Middleware:
             cb.recovery_duration,
             cb.response_code,
         )
+    if c.errors is not None:
+        e = c.errors
+        _, provider = split_name(name)
+        service = services(qualify(e.service, provider)) if services is not None else None
+        rewrites = tuple((http_code_ranges([k]), v) for k, v in e.status_rewrites.items())
+        return ErrorPages(name, http_code_ranges(e.status), service, e.query, rewrites)
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

@@ -59,6 +59,9 @@ CRLF = b"\r\n"
 
 IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"TRACE"))
 
+# Request headers a divert's GET does not carry (it has no body, and its own framing).
+_NOT_DIVERTED = frozenset((b"content-length", b"transfer-encoding", b"expect", b"connection"))
+
 
 def replayable(head: RequestHead) -> bool:
     """A request that may go out again after its connection was lost with no answer:
@@ -79,6 +82,7 @@ class Exchange:
         "buffered_size",
         "conn",
         "dial_task",
+        "divert",
         "ends",
         "express",
         "filters",
@@ -202,6 +206,7 @@ class Exchange:
         self.fwd: Forward | None = None
         self.filters: list[BodyFilter] | None = None
         self.tee: Tee | None = None
+        self.divert = 0  # the status a divert (Reply.divert) answers with
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -650,13 +655,18 @@ class Exchange:
             if self.ends is not None:
                 fwd = self.fwd
                 fwd.elapsed = time.perf_counter() - fwd.started
+            if self.divert:
+                head = self._diverted(head)
             if (
                 self.fwd is not None
                 and head.has_body
                 and not self.head.upgrade
                 and self.route.pipeline.responders
             ):
-                head = self._filter(head)
+                filtered = self._filter(head)
+                if filtered is None:
+                    return  # diverted: another request is on its way
+                head = filtered
         self.resp_head = head
         self.resp_started = True
         self.status = head.status
@@ -745,9 +755,9 @@ class Exchange:
                 return
         conn.exchange_done(self)
 
-    def _filter(self, head: ResponseHead) -> ResponseHead:
+    def _filter(self, head: ResponseHead) -> ResponseHead | None:
         """Run the route's response filters on a response with a body (middlewares'
-        module doc); the head the client gets."""
+        module doc); the head the client gets, or None when one diverted it."""
         fwd = self.fwd
         assert fwd is not None and self.route is not None
         reply = Reply(
@@ -755,10 +765,18 @@ class Exchange:
             head.reason,
             list(head.headers),
             None if head.chunked else head.content_length,
+            diverted=self.divert != 0,
         )
         filters = []
         for m in self.route.pipeline.responders:
             f = m.response(fwd, reply)
+            if reply.divert_to is not None and self.req_done:
+                backend = self.backend
+                if backend.health is not None:
+                    backend.health.answered(backend.server.url, head.status)
+                self.release_upstream(reuse=False)  # its body is not wanted
+                self._divert(*reply.divert_to)
+                return None
             if f is not None:
                 filters.append(f)
         self.filters = filters or None
@@ -774,6 +792,53 @@ class Exchange:
             reply.length,
             True,
         )
+
+    def _diverted(self, head: ResponseHead) -> ResponseHead:
+        """The head of a diverted request's answer, with the status the divert asked for."""
+        return ResponseHead(
+            self.divert,
+            b"",
+            b"1.1",
+            head.headers,
+            head.keep_alive,
+            head.chunked,
+            head.content_length,
+            head.has_body,
+        )
+
+    def _divert(self, service, target: bytes, status: int) -> None:
+        """Answer with ``service``'s response to a GET of ``target`` instead (Reply.divert):
+        the client's headers go with it, no body."""
+        self.divert = status
+        self.filters = None
+        route = self.route
+        assert route is not None
+        backend = service.pick() if service is not None else None
+        if backend is None:
+            self.answer_error(
+                HTTPError(f"router {route.name}: the errors service has no server", status=status)
+            )
+            return
+        conn = self.conn
+        head = self.head
+        headers = [(n, v) for n, v in head.headers if n.lower() not in _NOT_DIVERTED]
+        page = RequestHead(b"GET", target, b"1.1", headers, True, False, None, False, False)
+        authority = head.host
+        _, forwarded_port = conn.host_port(authority)
+        self.backend = backend
+        self.set_cookies = None
+        self.up_head = forward.upstream_request(
+            page,
+            backend.transport.pools,
+            conn.client_ip_b,
+            conn.ctx.scheme,
+            authority,
+            forwarded_port,
+            conn.trusted,
+            target,
+            None if backend.pass_host else backend.server.authority,
+        )
+        self._connect()
 
     def upstream_body(self, data: bytes) -> None:
         if not self.express and self.filters is not None:
@@ -990,6 +1055,20 @@ class Exchange:
             answer.status,
         )
 
+    def _divert_own(self, status: int) -> bool:
+        """Whether a filter that sees edge's own answers (``own_answers``: errors)
+        diverts this one, an error of the route's service (502, 503, 504)."""
+        fwd = self.fwd
+        assert fwd is not None and self.route is not None
+        reply = Reply(status, b"", [], 0)
+        for m in self.route.pipeline.responders:
+            if getattr(m, "own_answers", False):
+                m.response(fwd, reply)
+                if reply.divert_to is not None:
+                    self._divert(*reply.divert_to)
+                    return True
+        return False
+
     def run_ends(self) -> None:
         """Run what middlewares registered for the exchange's end (Forward.on_end), once."""
         ends = self.ends
@@ -1008,6 +1087,16 @@ class Exchange:
                     )
 
     def answer_error(self, exc: HTTPError) -> None:
+        if (
+            not self.express
+            and self.fwd is not None
+            and not self.divert
+            and self.req_done
+            and self.route is not None
+            and self.route.pipeline.responders
+            and self._divert_own(exc.status)
+        ):
+            return
         if isinstance(exc, ProtocolError):  # a malformed request: 4xx, then the connection closes
             self.keep_alive = False
         close = not self.answer_keeps_alive()

@@ -98,22 +98,37 @@ def ok(body: bytes = b"hello", extra: bytes = b"") -> Handler:
 
 
 async def serve(
-    codec: str, upstream_port: int, steps: list[Middleware], ssl_context=None, service=None
+    codec: str,
+    upstream_port: int,
+    steps,
+    ssl_context=None,
+    service=None,
+    pages_port: int | None = None,
 ):
-    """Edge's HTTP server on a port of its own, its route to the upstream with ``steps``."""
+    """Edge's HTTP server on a port of its own, its route to the upstream with ``steps``.
+
+    ``pages_port``: a second service, ``pages`` (routed by Host ``pages.test``) on that
+    port; ``steps`` is then a function of its balancer (errors middlewares name it)."""
     loop = asyncio.get_running_loop()
-    http = {
+    http: dict = {
         "routers": {"r": {"rule": "Host(`a.test`)", "service": "s"}},
         "services": {
             "s": {"loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{upstream_port}"}]}}
         },
     }
+    if pages_port is not None:
+        http["routers"]["p"] = {"rule": "Host(`pages.test`)", "service": "pages"}
+        http["services"]["pages"] = {
+            "loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{pages_port}"}]}
+        }
     conf = msgspec.convert({"http": http}, Configuration)
     runtime = build_runtime(merge({"file": conf}), {"web": "tcp"})
     transports = TransportRegistry(loop)
     transports.update(runtime.servers_transports)
     router = build_http_routers(runtime, transports, ["web"])["web"]
     route = router.by_host["a.test"]
+    if pages_port is not None:
+        steps = steps(router.by_host["pages.test"].service)
     router.by_host["a.test"] = Route(route.name, service or route.service, Pipeline(steps))
     request_parser, response_parser = parser_classes(codec)
     ctx = HTTPContext(
