@@ -176,8 +176,9 @@ def test_redis_down_then_back(pair, redis):
                 assert time.monotonic() - t < 1.5
         for e in pair:
             for name in ("closed", "open"):
-                lines = e.all_matches(rf"middleware {name}@file: redis .*: unreachable")
-                assert len(lines) == 1, e.log
+                pattern = rf"middleware {name}@file: redis .*: unreachable"
+                e.wait_for(pattern, timeout=5)  # the log is read from edge's stderr
+                assert len(e.all_matches(pattern)) == 1, e.log
             assert e.all_matches(r"middleware open@file: .*requests served unlimited meanwhile")
     finally:
         redis.start()
@@ -227,6 +228,43 @@ def test_redis_that_stops_answering(tmp_path_factory, whoami):
         if edge is not None:
             edge.stop()
         server.stop()
+
+
+def test_reloads_leave_one_connection(whoami, tmp_path_factory):
+    """Each configuration builds its middlewares and their Redis clients anew; the
+    client a reload leaves behind is freed and its connection closed, so the
+    server sees one connection from this edge however many reloads there were."""
+
+    redis = RedisServer(tmp_path_factory.mktemp("redis-reload"))
+
+    def dyn(i: int) -> dict:
+        d = config(whoami, {"reload": limited(redis, 100, 100)})
+        d["http"]["routers"]["reload"]["rule"] += f" || Host(`r{i}.test`)"
+        return d
+
+    def clients() -> int:
+        out = subprocess.run(
+            [shutil.which("redis-cli") or "redis-cli", "-p", str(redis.port), "CLIENT", "LIST"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        return sum("cmd=client" not in line for line in out.splitlines())  # not redis-cli
+
+    edge = Edge(tmp_path_factory.mktemp("edge-reload"), dyn(0))
+    try:
+        for i in range(1, 6):
+            assert ask(edge, "reload.test", "jo")[0] == 200
+            edge.write_dynamic(dyn(i))
+            edge.wait_applied(i + 1, timeout=10)
+        assert ask(edge, "reload.test", "jo")[0] == 200
+        deadline = time.monotonic() + 5
+        while clients() != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert clients() == 1
+    finally:
+        edge.stop()
+        redis.stop()
 
 
 # -- authentication, the database ---------------------------------------------------------
