@@ -27,7 +27,10 @@ ceiling objects and parsers; its upstream connection is attached, not dialed
 
 ``--middleware KIND``: the route has one middleware (:data:`MIDDLEWARES`: one
 that lets every request through), so it takes the general path: its cost beside
-the express route's, the same load otherwise.
+the express route's, the same load otherwise. The load is what that middleware
+reads (:data:`LOADS`: credentials, an Origin, an Accept-Encoding and a 4 KiB text
+body to compress); ``--load KIND`` alone sends that load to the route without the
+middleware, the figure to compare with.
 
 ``--instructions``: instructions per request, counted by callgrind (valgrind),
 which is deterministic where timings on a shared machine are not: the run is
@@ -87,13 +90,55 @@ RESPONSE = (
 )
 
 
+TEXT_4K = b"".join(
+    b"line %04d of a 4 KiB text body, as a page or an API answer\n" % i for i in range(70)
+)[:4096]
+RESPONSE_4K = (
+    b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 21 Nov 2026 07:05:32 GMT\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: 4096\r\nConnection: keep-alive\r\n\r\n"
+) + TEXT_4K
+
 MIDDLEWARES: dict[str, dict] = {
     "ipAllowList": {"ipAllowList": {"sourceRange": ["10.0.0.0/8", "127.0.0.0/8"]}},
     "rateLimit": {"rateLimit": {"average": 1_000_000_000, "burst": 1_000_000_000}},
     "inFlightReq": {"inFlightReq": {"amount": 1000}},
     "headers": {"headers": {"customRequestHeaders": {"X-Bench": "1"}}},
+    # bcrypt at cost 10 takes tens of ms: a per-request verification would show
+    "basicAuth": {
+        "basicAuth": {
+            "users": ["bench:$2b$10$WKR2NCA.TWdZ/0vGNJfbu.RsanjnthDSV2JHXfHJZkJsyiw3565GK"]
+        }
+    },
+    "cors": {
+        "headers": {
+            "accessControlAllowOriginList": ["https://app.example"],
+            "accessControlAllowMethods": ["GET", "POST"],
+            "accessControlAllowHeaders": ["Content-Type"],
+            "accessControlMaxAge": 600,
+            "addVaryHeader": True,
+            "stsSeconds": 31536000,
+            "stsIncludeSubdomains": True,
+            "forceSTSHeader": True,
+            "frameDeny": True,
+            "contentTypeNosniff": True,
+            "browserXssFilter": True,
+            "referrerPolicy": "same-origin",
+            "contentSecurityPolicy": "default-src 'self'",
+        }
+    },
+    "compress": {"compress": {}},
 }
-"""``--middleware``: the middlewares a bench route may have, each passing every request."""
+"""``--middleware``: the middlewares a bench route may have, each passing every request
+(``cors``: the headers middleware with CORS and the security headers)."""
+
+LOADS: dict[str, tuple[bytes, bytes]] = {
+    "basicAuth": (b"Authorization: Basic YmVuY2g6YmVuY2g=\r\n", RESPONSE),
+    "cors": (b"Origin: https://app.example\r\n", RESPONSE),
+    "compress": (b"Accept-Encoding: gzip, deflate, br\r\n", RESPONSE_4K),
+}
+"""``--load``: what a middleware reads, as (request header lines, response): the
+load its route is measured with, and the same route without it (``--load`` alone).
+A middleware not named here gets the plain ``REQUEST`` and ``RESPONSE``."""
 
 
 class FakeTransport:
@@ -173,12 +218,15 @@ def setup(
     return client, upstream
 
 
-def variants(varied: bool) -> tuple[list[bytes], list[bytes]]:
+def variants(varied: bool, load: str | None = None) -> tuple[list[bytes], list[bytes]]:
+    """The requests and responses sent in turn (``load``: a :data:`LOADS` entry's)."""
+    lines, response = LOADS.get(load or "", (b"", RESPONSE))
+    request = REQUEST[:-2] + lines + b"\r\n"
     if not varied:
-        return [REQUEST], [RESPONSE]
-    requests = [REQUEST[:-2] + b"X-Seq: %d\r\n\r\n" % i for i in range(1024)]
+        return [request], [response]
+    requests = [request[:-2] + b"X-Seq: %d\r\n\r\n" % i for i in range(1024)]
     responses = [
-        RESPONSE.replace(b"Connection:", b"X-Request-Id: %08d\r\nConnection:" % i)
+        response.replace(b"Connection:", b"X-Request-Id: %08d\r\nConnection:" % i)
         for i in range(1024)
     ]
     return requests, responses
@@ -233,6 +281,7 @@ def run(
     new_connection: bool = False,
     ceiling: bool = False,
     middleware: str | None = None,
+    load: str | None = None,
 ) -> float:
     loop = uvloop.new_event_loop()
     try:
@@ -241,7 +290,7 @@ def run(
         )
         route = client.ctx.router.by_host["bench.local"]
         assert route.express == (middleware is None), "the route's path is not the one asked"
-        requests, responses = variants(varied)
+        requests, responses = variants(varied, load or middleware)
         count = len(requests)
         turn = iter(range(1 << 62))
         written = [0]
@@ -277,6 +326,8 @@ def run(
         for _ in range(1000):  # warm-up, and a check that the loop really proxies
             one()
         assert written[0] >= 1000 * len(RESPONSE) - 1000 * 40, "responses not written"
+        if middleware == "compress":
+            assert written[0] < 1000 * len(TEXT_4K) // 2, "responses not compressed"
         assert not upstream.transport.closing, "the upstream connection serves every request"
         prof = cProfile.Profile() if profile else None
         if prof:
@@ -427,7 +478,14 @@ def main() -> None:
     p.add_argument(
         "--middleware", choices=sorted(MIDDLEWARES), help="the route has this middleware"
     )
+    p.add_argument(
+        "--load",
+        choices=sorted(LOADS),
+        help="the requests and responses that middleware reads (default: --middleware's)",
+    )
     args = p.parse_args()
+    if (args.middleware or args.load) and (args.new_connection or args.ceiling):
+        p.error("--middleware and --load are keep-alive scenarios of edge")
     if args.live:
         live(args.live, args.new_connection, args.seconds)
         return
@@ -443,6 +501,8 @@ def main() -> None:
     who = "ceiling" if args.ceiling else args.parser
     if args.middleware:
         who += f" + {args.middleware}"
+    if args.load and args.load != args.middleware:
+        who += f" ({args.load}'s load)"
     if args.instructions:
         flags = [
             "--parser",
@@ -451,6 +511,7 @@ def main() -> None:
             *(["--new-connection"] if args.new_connection else []),
             *(["--ceiling"] if args.ceiling else []),
             *(["--middleware", args.middleware] if args.middleware else []),
+            *(["--load", args.load] if args.load else []),
         ]
         import callgrind  # a module beside this script (the tests import this one as loadtest.bench_hotpath)
 
@@ -465,6 +526,7 @@ def main() -> None:
         args.new_connection,
         args.ceiling,
         args.middleware,
+        args.load,
     )
     print(f"{who}: {us:.2f} us of Python per proxied GET, {kind} ({args.requests} requests)")
 
