@@ -301,6 +301,13 @@ UNKNOWN_LENGTH = 2
 """Compressible, but no Content-Length says whether the body reaches
 ``minResponseBodyBytes`` (chunked, or until close): its first bytes would decide."""
 
+# The request fields negotiate() reads, found in a head's bytes (a value without the
+# whitespace around it, as the codecs give it).
+_REQUEST_FIELDS = re.compile(
+    rb"\r\n(accept-encoding|content-type)[ \t]*:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)",
+    re.IGNORECASE,
+)
+
 
 class Compress(Middleware):
     """A route's compress middleware: the negotiation and the content-type filter,
@@ -335,14 +342,24 @@ class Compress(Middleware):
             return None
         values: list[bytes] | None = None
         content_type = None
-        for name, value in head.headers:
-            lower = name.lower()
-            if lower == b"accept-encoding":
-                if values is None:
-                    values = []
-                values.append(value)
-            elif lower == b"content-type" and content_type is None:
-                content_type = value
+        raw = head.raw
+        if raw:  # the two fields found in the head's bytes, not its whole list cut
+            for m in _REQUEST_FIELDS.finditer(raw):
+                if m.group(1)[0] in b"aA":
+                    if values is None:
+                        values = []
+                    values.append(m.group(2))
+                elif content_type is None:
+                    content_type = m.group(2)
+        else:
+            for name, value in head.headers:
+                lower = name.lower()
+                if lower == b"accept-encoding":
+                    if values is None:
+                        values = []
+                    values.append(value)
+                elif lower == b"content-type" and content_type is None:
+                    content_type = value
         if content_type is not None and self._excluded_request(content_type):
             return None
         chosen = self.negotiator.choose(values)

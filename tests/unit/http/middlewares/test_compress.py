@@ -127,9 +127,21 @@ def test_verdicts_are_kept_for_a_bounded_number_of_values():
 # --- negotiation per request -----------------------------------------------------------
 
 
-def request(method: bytes = b"GET", *headers: tuple[bytes, bytes]) -> RequestHead:
+def request(
+    method: bytes = b"GET", *headers: tuple[bytes, bytes], raw: bool = False
+) -> RequestHead:
+    """A request head; ``raw``: with its bytes (as the codecs make it), which
+    negotiate() reads instead of the header list."""
     lines = [(b"Host", b"a.example"), *headers]
-    return RequestHead(method, b"/", b"1.1", lines, True, False, None, False, False)
+    data = b""
+    if raw:
+        data = b"%s / HTTP/1.1\r\n%s\r\n" % (
+            method,
+            b"".join(b"%s:  %s \r\n" % (n, v) for n, v in lines),
+        )
+    return RequestHead(
+        method, b"/", b"1.1", None if raw else lines, True, False, None, False, False, data
+    )
 
 
 @pytest.mark.parametrize(
@@ -143,6 +155,8 @@ def request(method: bytes = b"GET", *headers: tuple[bytes, bytes]) -> RequestHea
         (b"GET", [], BROTLI, BROTLI),  # no header: defaultEncoding
         (b"GET", [(b"Accept-Encoding", b"")], BROTLI, None),  # empty: identity
         (b"GET", [(b"Accept-Encoding", b"identity")], "", None),
+        (b"GET", [(b"Accept-Encoding", b"br;q=0.5"), (b"ACCEPT-ENCODING", b"zstd")], "", ZSTD),
+        (b"GET", [(b"X-Accept-Encoding", b"gzip")], "", None),
         (b"GET", [(b"Accept-Encoding", b"notreal")], "", None),
         # The request's own Content-Type, compared with the exclusions
         (
@@ -160,9 +174,10 @@ def request(method: bytes = b"GET", *headers: tuple[bytes, bytes]) -> RequestHea
         (b"POST", [(b"Accept-Encoding", b"gzip"), (b"Content-Type", b"text/plain")], "", GZIP),
     ],
 )
-def test_negotiate_reads_the_request(method, headers, default, expected):
+@pytest.mark.parametrize("raw", [False, True], ids=["fields", "bytes"])
+def test_negotiate_reads_the_request(method, headers, default, expected, raw):
     mw = Compress("c", default_encoding=default)
-    assert mw.negotiate(request(method, *headers)) == expected
+    assert mw.negotiate(request(method, *headers, raw=raw)) == expected
 
 
 def test_negotiate_excluded_request_type():
