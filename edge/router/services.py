@@ -197,6 +197,18 @@ MIRROR_TIMEOUT = 30.0
 """Seconds a copy may take, dial to the end of the mirror's answer, before it is
 aborted (a hung mirror holds none of its slots for longer)."""
 
+MIRROR_IDLE = 90.0
+"""Seconds a mirror's connection is kept idle at most (Go's and Traefik's default
+idleConnTimeout), whatever its transport allows."""
+
+
+def _expire(idle: list[_MirrorConnection], conn: _MirrorConnection) -> None:
+    conn.expiry = None
+    if conn in idle:
+        idle.remove(conn)
+    conn.abort()
+
+
 _FRAMING = (b"host", b"content-length", b"transfer-encoding", b"connection", b"expect")
 
 
@@ -227,6 +239,7 @@ class _MirrorConnection(asyncio.Protocol):
         self.done: asyncio.Future[int] | None = None
         self.status = 0
         self.keep_alive = False
+        self.expiry: asyncio.TimerHandle | None = None  # while idle
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -346,9 +359,13 @@ class Mirror:
         conn: _MirrorConnection | None = None
         while idle:
             candidate = idle.pop()
+            if candidate.expiry is not None:
+                candidate.expiry.cancel()
+                candidate.expiry = None
             if candidate.reusable():
                 conn = candidate
                 break
+            candidate.abort()
         try:
             async with asyncio.timeout(MIRROR_TIMEOUT):
                 if conn is None:
@@ -371,6 +388,10 @@ class Mirror:
         backend.answered(status)
         idle = self.idle.setdefault(server.key, [])
         if conn.reusable() and len(idle) < MIRROR_CONCURRENCY:
+            # Closed after the transport's idleConnTimeout (MIRROR_IDLE at most):
+            # the idle connections of a mirror a new configuration replaced go too.
+            wait = min(backend.transport.idle_timeout, MIRROR_IDLE)
+            conn.expiry = backend.transport.loop.call_later(wait, _expire, idle, conn)
             idle.append(conn)
         else:
             conn.abort()
@@ -383,6 +404,8 @@ class Mirror:
             task.cancel()
         for conns in self.idle.values():
             for conn in conns:
+                if conn.expiry is not None:
+                    conn.expiry.cancel()
                 conn.abort()
         self.idle.clear()
 

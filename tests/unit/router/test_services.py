@@ -75,6 +75,7 @@ class Recorder:
         self.silent = silent
         self.requests: list[bytes] = []
         self.connections = 0
+        self.closed = 0
         self.got = asyncio.Event()
 
     async def start(self) -> int:
@@ -101,6 +102,7 @@ class Recorder:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self.closed += 1
             writer.close()
 
     async def wait(self, n: int, timeout: float = 10.0) -> None:
@@ -463,5 +465,28 @@ def test_p2c_leaves_the_health_registry_its_passive_check():
         registry.reconcile(again)
         assert registry.passive["app@file"] is passive  # kept across the swap
         registry.stop()
+
+    run(main())
+
+
+def test_an_idle_mirror_connection_is_closed_after_the_idle_timeout(monkeypatch):
+    monkeypatch.setattr(services, "MIRROR_IDLE", 0.2)
+
+    async def main() -> None:
+        mirror = Recorder()
+        port = await mirror.start()
+        service, _, _ = build(asyncio.get_running_loop(), mirroring_doc(1, port))
+        service.tee(head(b"GET", 0), UP_HEAD).end()
+        await mirror.wait(1)
+        shadow = service.mirrors[0]
+        async with asyncio.timeout(5):
+            while shadow.sent < 1:
+                await asyncio.sleep(0.01)
+        assert mirror.closed == 0 and sum(map(len, shadow.idle.values())) == 1
+        async with asyncio.timeout(5):
+            while mirror.closed < 1:
+                await asyncio.sleep(0.02)
+        assert sum(map(len, shadow.idle.values())) == 0
+        mirror.close()
 
     run(main())
