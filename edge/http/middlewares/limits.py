@@ -33,10 +33,14 @@ true serves the request unlimited; the outage is logged once, when it starts.
 ``inFlightReq`` counts each source's requests from the pipeline's step to the end
 of their exchange (:meth:`Forward.on_end`: answered, failed upstream, or the client
 gone); at ``amount`` the next is answered 429 ``max connections reached: <amount>``.
-Only sources with requests in flight are kept.
+Only sources with requests in flight are kept. It counts in memory only, as Traefik
+does: a count shared in Redis (INCR/DECR, a TTL against crashed nodes) cannot tell
+a crashed node's slots from a long request's, and leases renewed per request
+would cost more round trips than the limit saves.
 
-Invariants: built once per configuration (a reload starts new buckets and counts; an
-exchange admitted before it gives its slot back to the count that admitted it); the
+Invariants: built once per configuration (a reload starts new buckets and counts in
+memory, while Redis's, named by the middleware, go on; an exchange admitted before
+it gives its slot back to the count that admitted it); the
 clock is read once per request; time is a parameter of the bucket arithmetic, so it
 is tested without waiting.
 """
