@@ -271,6 +271,7 @@ class RedisClient:
         "queued",
         "read_timeout",
         "ssl",
+        "tasks",
         "username",
         "where",
         "write_timeout",
@@ -316,6 +317,7 @@ class RedisClient:
         self.down_since = 0.0
         self.backoff = 0.0
         self.probe: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task[None]] = set()  # dials under way
 
     # -- calls --------------------------------------------------------------------
 
@@ -377,7 +379,9 @@ class RedisClient:
             return
         self.dialing += 1
         assert self.loop is not None
-        self.loop.create_task(_dial(weakref.ref(self), self._connect()))
+        task = self.loop.create_task(_dial(weakref.ref(self), self._connect()))
+        self.tasks.add(task)  # held until done (the loop holds tasks weakly)
+        task.add_done_callback(self.tasks.discard)
 
     async def _connect(self) -> _Connection:
         """A connection ready for commands: dialled, greeted, authenticated."""
@@ -434,7 +438,8 @@ class RedisClient:
 
     def _ready(self, conn: _Connection) -> None:
         self.dialing -= 1
-        if conn.closed:
+        if conn.closed:  # lost right after its handshake: the calls waiting must not wait on
+            self._failed(RedisUnavailable(f"{self.where}: connection closed at once"))
             return
         self.conns.append(conn)
         self.backoff = 0.0
