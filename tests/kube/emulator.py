@@ -85,6 +85,8 @@ class Kind:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
+GW = "gateway.networking.k8s.io"
+
 KINDS = (
     Kind("Service", "", "v1", "services", namespaced=True, status=True),
     Kind("Secret", "", "v1", "secrets", namespaced=True, status=False),
@@ -114,6 +116,12 @@ KINDS = (
             "ServersTransportTCP",
         )
     ),
+    # The Gateway API (gateway.networking.k8s.io), which the kubernetesGateway provider reads
+    Kind("Namespace", "", "v1", "namespaces", namespaced=False, status=True),
+    Kind("GatewayClass", GW, "v1", "gatewayclasses", namespaced=False, status=True),
+    Kind("Gateway", GW, "v1", "gateways", namespaced=True, status=True),
+    Kind("HTTPRoute", GW, "v1", "httproutes", namespaced=True, status=True),
+    Kind("ReferenceGrant", GW, "v1beta1", "referencegrants", namespaced=True, status=False),
 )
 
 
