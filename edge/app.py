@@ -79,7 +79,8 @@ def build_providers(static: StaticConfig) -> list[Provider]:
         )
     k8s = static.providers.kubernetes_ingress
     crd = static.providers.kubernetes_crd
-    if k8s is not None or crd is not None:
+    gateway = static.providers.kubernetes_gateway
+    if k8s is not None or crd is not None or gateway is not None:
         # Imported here: the kubernetes client costs its import time only to those using it.
         from edge.providers.kubernetes.provider import (
             KubernetesCRDProvider,
@@ -99,8 +100,23 @@ def build_providers(static: StaticConfig) -> list[Provider]:
             providers.append(
                 KubernetesCRDProvider(crd, default_throttle=throttle, core=cores.core(crd))
             )
-    if static.providers.kubernetes_gateway is not None:
-        log.warning("the Kubernetes Gateway provider is not available in this version; ignored")
+        if gateway is not None:
+            from edge.providers.kubernetes.gateway import EntryPointPort
+            from edge.providers.kubernetes.gateway_provider import KubernetesGatewayProvider
+
+            # Listeners bind to the entry points by port, as Traefik binds them.
+            ports = [
+                EntryPointPort(name, ep.port, ep.protocol == "udp")
+                for name, ep in static.entry_points.items()
+            ]
+            providers.append(
+                KubernetesGatewayProvider(
+                    gateway,
+                    entry_points=ports,
+                    default_throttle=throttle,
+                    core=cores.core(gateway),  # type: ignore[arg-type]  # same credential keys
+                )
+            )
     return providers
 
 

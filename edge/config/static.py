@@ -373,12 +373,19 @@ class KubernetesCRDConfig(Base):
 
 
 class KubernetesGatewayConfig(Base):
-    endpoint: str = ""
+    """``providers.kubernetesGateway``: the Gateway API source
+    (:mod:`edge.providers.kubernetes.gateway`). ``labelSelector`` applies to the
+    Gateway API kinds; ``experimentalChannel`` is read and changes nothing yet (no
+    experimental kind is served). Traefik's ``statusAddress`` is ignored and
+    ``nativeLBByDefault`` refused (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
+
+    endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
     token: str = ""
     cert_auth_file_path: str = ""
-    namespaces: list[str] = []
+    kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
+    namespaces: list[str] = []  # empty: all namespaces
     label_selector: str = ""
-    throttle_duration: Duration | None = None
+    throttle_duration: Duration | None = None  # None: providersThrottleDuration
     experimental_channel: bool = False
 
 

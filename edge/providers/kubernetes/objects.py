@@ -793,3 +793,218 @@ class ClusterState(msgspec.Struct, frozen=True):
         for obj in objects:
             tables[kinds[type(obj)]][obj.metadata.key] = obj
         return cls.from_snapshot(tables)
+
+
+# --- Gateway API (gateway.networking.k8s.io) ----------------------------------------------
+#
+# The fields edge reads of GatewayClass, Gateway, HTTPRoute (v1) and ReferenceGrant
+# (v1beta1), and Namespace (its labels, for a listener's ``allowedRoutes`` selector).
+# A ``status`` is kept as the API server sent it (JSON builtins): the Gateway provider
+# compares it with what it would write, and keeps the parts other controllers own.
+
+
+class GatewayClassSpec(_Model):
+    controller_name: str = ""
+
+
+class GatewayClass(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: GatewayClassSpec = GatewayClassSpec()
+    status: dict[str, Any] = {}
+
+
+class LabelSelectorRequirement(_Model):
+    key: str = ""
+    operator: str = ""  # In, NotIn, Exists, DoesNotExist
+    values: list[str] = []
+
+
+class LabelSelector(_Model):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelSelectorRequirement] = []
+
+
+class RouteNamespaces(_Model):
+    from_: str = msgspec.field(default="Same", name="from")  # All, Same, Selector
+    selector: LabelSelector | None = None
+
+
+class RouteGroupKind(_Model):
+    kind: str = ""
+    group: str | None = None  # None: gateway.networking.k8s.io
+
+
+class AllowedRoutes(_Model):
+    namespaces: RouteNamespaces = RouteNamespaces()
+    kinds: list[RouteGroupKind] = []
+
+
+class SecretObjectReference(_Model):
+    name: str = ""
+    group: str | None = None  # None and "": the core group
+    kind: str | None = None  # None: Secret
+    namespace: str | None = None  # None: the Gateway's
+
+
+class GatewayTLSConfig(_Model):
+    mode: str = "Terminate"  # Terminate, Passthrough
+    certificate_refs: list[SecretObjectReference] = []
+
+
+class Listener(_Model):
+    name: str = ""
+    port: int = 0
+    protocol: str = ""  # HTTP, HTTPS, TLS, TCP, UDP
+    hostname: str | None = None
+    tls: GatewayTLSConfig | None = None
+    allowed_routes: AllowedRoutes | None = None
+
+
+class GatewaySpec(_Model):
+    gateway_class_name: str = ""
+    listeners: list[Listener] = []
+
+
+class Gateway(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: GatewaySpec = GatewaySpec()
+    status: dict[str, Any] = {}
+
+
+class ParentReference(_Model):
+    name: str = ""
+    group: str | None = None  # None: gateway.networking.k8s.io
+    kind: str | None = None  # None: Gateway
+    namespace: str | None = None  # None: the route's
+    section_name: str | None = None
+    port: int | None = None
+
+
+class HTTPPathMatch(_Model):
+    type: str = "PathPrefix"  # Exact, PathPrefix, RegularExpression
+    value: str = "/"
+
+
+class HTTPHeaderMatch(_Model):
+    name: str = ""
+    value: str = ""
+    type: str = "Exact"  # Exact, RegularExpression
+
+
+class HTTPRouteMatch(_Model):
+    path: HTTPPathMatch | None = None
+    headers: list[HTTPHeaderMatch] = []
+    query_params: list[HTTPHeaderMatch] = []
+    method: str | None = None
+
+
+class HTTPHeader(_Model):
+    name: str = ""
+    value: str = ""
+
+
+class HTTPHeaderFilter(_Model):
+    set: list[HTTPHeader] = []
+    add: list[HTTPHeader] = []
+    remove: list[str] = []
+
+
+class HTTPPathModifier(_Model):
+    type: str = ""  # ReplaceFullPath, ReplacePrefixMatch
+    replace_full_path: str | None = None
+    replace_prefix_match: str | None = None
+
+
+class HTTPRequestRedirectFilter(_Model):
+    scheme: str | None = None
+    hostname: str | None = None
+    path: HTTPPathModifier | None = None
+    port: int | None = None
+    status_code: int = 302
+
+
+class HTTPURLRewriteFilter(_Model):
+    hostname: str | None = None
+    path: HTTPPathModifier | None = None
+
+
+class HTTPRouteFilter(_Model):
+    type: str = ""
+    request_header_modifier: HTTPHeaderFilter | None = None
+    response_header_modifier: HTTPHeaderFilter | None = None
+    request_redirect: HTTPRequestRedirectFilter | None = None
+    url_rewrite: HTTPURLRewriteFilter | None = msgspec.field(default=None, name="urlRewrite")
+    request_mirror: dict[str, Any] | None = None
+    extension_ref: dict[str, Any] | None = None
+    cors: dict[str, Any] | None = None
+
+
+class HTTPBackendRef(_Model):
+    name: str = ""
+    group: str | None = None  # None and "": the core group
+    kind: str | None = None  # None: Service
+    namespace: str | None = None  # None: the route's
+    port: int | None = None
+    weight: int = 1
+    filters: list[HTTPRouteFilter] = []
+
+
+class HTTPRouteTimeouts(_Model):
+    request: str | None = None
+    backend_request: str | None = None
+
+
+class HTTPRouteRule(_Model):
+    name: str | None = None
+    matches: list[HTTPRouteMatch] = []
+    filters: list[HTTPRouteFilter] = []
+    backend_refs: list[HTTPBackendRef] = []
+    timeouts: HTTPRouteTimeouts | None = None
+
+
+class HTTPRouteSpec(_Model):
+    parent_refs: list[ParentReference] = []
+    hostnames: list[str] = []
+    rules: list[HTTPRouteRule] = []
+
+
+class HTTPRoute(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: HTTPRouteSpec = HTTPRouteSpec()
+    status: dict[str, Any] = {}
+
+
+class ReferenceGrantFrom(_Model):
+    group: str = ""
+    kind: str = ""
+    namespace: str = ""
+
+
+class ReferenceGrantTo(_Model):
+    group: str = ""
+    kind: str = ""
+    name: str | None = None  # None: every object of that kind
+
+
+class ReferenceGrantSpec(_Model):
+    from_: list[ReferenceGrantFrom] = msgspec.field(default_factory=list, name="from")
+    to: list[ReferenceGrantTo] = []
+
+
+class ReferenceGrant(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: ReferenceGrantSpec = ReferenceGrantSpec()
+
+
+class Namespace(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+
+
+GATEWAY_KINDS: Mapping[str, type[_Model]] = {
+    "GatewayClass": GatewayClass,
+    "Gateway": Gateway,
+    "HTTPRoute": HTTPRoute,
+    "ReferenceGrant": ReferenceGrant,
+    "Namespace": Namespace,
+}
+"""The kinds the Gateway provider reads besides Services, EndpointSlices and Secrets."""

@@ -1,0 +1,1005 @@
+"""Gateway API objects -> dynamic configuration and status: the Gateway provider's pure
+conversion.
+
+Owns :func:`convert`, from a :class:`GatewayState` and :class:`GatewayOptions` to a
+:class:`Conversion`: the ``Configuration`` (names qualified ``@kubernetesgateway`` by
+the merge, as Traefik's), the problems found, and the status each object should hold
+(:class:`WantedStatus`: conditions without their transition time, which the writer,
+:mod:`edge.providers.kubernetes.gateway_status`, keeps or sets). Invariants: the same
+state and options give an equal result (every table is walked in key order); nothing in
+the state makes it raise: what cannot be served is said in the object's status with
+the spec's reason, and logged once as a :class:`Problem`.
+
+Which objects (``gateway.networking.k8s.io``)
+    GatewayClasses whose ``controllerName`` is edge's (``options.controller_name``,
+    :data:`CONTROLLER_NAME` by default); Gateways of those classes; HTTPRoutes whose
+    ``parentRefs`` name such a Gateway. Namespaced objects only in ``namespaces``
+    (every namespace when empty). A parentRef to a Gateway edge does not own is not
+    edge's business: no status is written for it.
+
+Listeners
+    A listener is bound to the edge entry point listening on its port (a UDP entry
+    point for ``UDP``, a TCP one otherwise), as Traefik binds them; none: ``Accepted``
+    False, ``PortUnavailable``. ``HTTP`` and ``HTTPS`` listeners carry HTTPRoutes;
+    ``TLS``, ``TCP`` and ``UDP`` are ``UnsupportedProtocol`` in this version. An HTTPS
+    listener terminates with its ``certificateRefs`` (Secrets of type
+    ``kubernetes.io/tls``, another namespace's only with a ReferenceGrant), read as
+    every conversion reads them (:mod:`edge.providers.kubernetes.secrets`);
+    ``Passthrough`` on HTTPS is ``UnsupportedProtocol``. Two listeners of one Gateway
+    with the same port, protocol and hostname are both ``Conflicted``
+    (``HostnameConflict``) and neither is served. ``allowedRoutes.kinds`` naming a kind
+    the listener cannot carry: ``ResolvedRefs`` False, ``InvalidRouteKinds`` (the
+    others stay). ``attachedRoutes`` counts the routes accepted on each listener.
+
+HTTPRoutes
+    Each ``parentRef`` is matched to the Gateway's listeners by ``sectionName`` and
+    ``port`` (``NoMatchingParent`` if none), then by ``allowedRoutes``
+    (``NotAllowedByListeners``) and hostnames (``hostnames`` intersected with the
+    listener's ``hostname``: ``NoMatchingListenerHostname`` when empty). Each match of
+    each rule becomes one router per accepted listener, on its entry point, named as
+    Traefik names them (:func:`router_key`), its rule in edge's v3 language and its
+    priority the spec's precedence (:func:`match_rule`: the longest hostname, an Exact
+    path, then the longest path, then method, headers and query parameters; equal
+    priorities fall to the router name, so to the route's namespace and name, then
+    the rule's index: the spec's oldest-route tie-break is not kept). ``PathPrefix`` matches whole segments (``/foo`` is ``/foo``
+    and ``/foo/...``, never ``/foobar``).
+
+Backends
+    Every rule's router goes to a weighted service (``<router>-wrr``) over one load
+    balancer per backendRef (``<router>-svc-<ns>-<name>-<i>``) with its ``weight``
+    (0: never chosen). A Service's servers are its ready endpoints on the named port
+    (:mod:`edge.providers.kubernetes.endpoints`). A backendRef that cannot be served (a
+    Service not found, no port, another kind, another namespace without a
+    ReferenceGrant) is a load balancer without servers, so its share of requests is
+    answered by edge's 503 (the spec asks for 500; edge's weighted service cannot
+    answer with a set status yet), and the route's ``ResolvedRefs`` is False
+    (``BackendNotFound``, ``InvalidKind``, ``RefNotPermitted``). A rule with no
+    backendRef answers 503 alike.
+
+Filters
+    ``RequestHeaderModifier`` and ``ResponseHeaderModifier`` become a ``headers``
+    middleware (``set`` and ``add`` set the header, ``remove`` removes it: edge's
+    headers middleware replaces a header, so an ``add`` to a header the request
+    already holds replaces it instead of appending); ``RequestRedirect`` a
+    ``redirectRegex`` over the whole URL; ``URLRewrite`` a ``headers`` middleware
+    setting Host and a ``replacePath`` (``ReplaceFullPath``) or ``replacePathRegex``
+    (``ReplacePrefixMatch``). Any other filter, a filter on a backendRef, and
+    ``timeouts`` are not supported: the rule answers 503 and the route's ``Accepted``
+    is False (``UnsupportedValue``), naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+
+from edge.config.dynamic import (
+    CertAndStores,
+    Configuration,
+    Headers,
+    HTTPConfiguration,
+    LoadBalancer,
+    Middleware,
+    RedirectRegex,
+    ReplacePath,
+    ReplacePathRegex,
+    Router,
+    RouterTLS,
+    Server,
+    Service,
+    TLSConfiguration,
+    Weighted,
+    WRRService,
+)
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.endpoints import ready_addresses, service_port, slices_by_service
+from edge.providers.kubernetes.objects import Key
+from edge.providers.kubernetes.secrets import SecretError, tls_certificate
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "GROUP",
+    "PROVIDER",
+    "Condition",
+    "Conversion",
+    "EntryPointPort",
+    "GatewayOptions",
+    "GatewayState",
+    "Problem",
+    "WantedStatus",
+    "convert",
+    "intersect_hostnames",
+    "match_rule",
+    "router_key",
+]
+
+PROVIDER = "kubernetesgateway"
+"""The provider name Traefik gives these elements (``…@kubernetesgateway``)."""
+
+CONTROLLER_NAME = "edge.dev/gateway-controller"
+"""The ``controllerName`` of the GatewayClasses edge serves, unless configured."""
+
+GROUP = "gateway.networking.k8s.io"
+
+HTTP_ROUTE = "HTTPRoute"
+
+_ROUTE_KINDS = {"HTTP": (HTTP_ROUTE,), "HTTPS": (HTTP_ROUTE,)}
+"""The route kinds each listener protocol carries in this version."""
+
+_KNOWN_PROTOCOLS = frozenset({"HTTP", "HTTPS", "TLS", "TCP", "UDP"})
+
+
+# --- what goes in and out -------------------------------------------------------------
+
+
+class EntryPointPort(NamedTuple):
+    """An edge entry point a listener may bind to: its name, port and whether UDP."""
+
+    name: str
+    port: int
+    udp: bool = False
+
+
+class GatewayOptions(msgspec.Struct, frozen=True):
+    """What the conversion reads of the provider's configuration and of edge's."""
+
+    controller_name: str = CONTROLLER_NAME
+    namespaces: tuple[str, ...] = ()
+    entry_points: tuple[EntryPointPort, ...] = ()
+
+
+class GatewayState(msgspec.Struct, frozen=True):
+    """The cached objects one conversion reads, by (namespace, name); the namespace is
+    ``""`` for GatewayClasses and Namespaces (cluster-scoped)."""
+
+    gateway_classes: Mapping[Key, objects.GatewayClass] = {}
+    gateways: Mapping[Key, objects.Gateway] = {}
+    http_routes: Mapping[Key, objects.HTTPRoute] = {}
+    reference_grants: Mapping[Key, objects.ReferenceGrant] = {}
+    namespaces: Mapping[Key, objects.Namespace] = {}
+    services: Mapping[Key, objects.Service] = {}
+    endpoint_slices: Mapping[Key, objects.EndpointSlice] = {}
+    secrets: Mapping[Key, objects.Secret] = {}
+
+    @classmethod
+    def from_snapshot(cls, tables: Mapping[str, Mapping[Key, Any]]) -> GatewayState:
+        return cls(
+            gateway_classes=tables.get("GatewayClass", {}),
+            gateways=tables.get("Gateway", {}),
+            http_routes=tables.get("HTTPRoute", {}),
+            reference_grants=tables.get("ReferenceGrant", {}),
+            namespaces=tables.get("Namespace", {}),
+            services=tables.get("Service", {}),
+            endpoint_slices=tables.get("EndpointSlice", {}),
+            secrets=tables.get("Secret", {}),
+        )
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """What edge could not serve: the object (kind, ``namespace/name``), where in it,
+    and why."""
+
+    kind: str
+    object: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.object}: {self.where}: {self.reason}"
+
+
+class Condition(NamedTuple):
+    """A status condition as edge wants it (the writer adds ``lastTransitionTime``)."""
+
+    type: str
+    status: bool
+    reason: str
+    message: str = ""
+
+    def to_builtins(self, generation: int) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "status": "True" if self.status else "False",
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": generation,
+        }
+
+
+class WantedStatus(NamedTuple):
+    """The status edge wants on one object: ``kind`` and key, the generation it was
+    made from, and its ``status`` as JSON builtins with conditions lacking
+    ``lastTransitionTime``. For a route, ``status["parents"]`` holds edge's entries
+    only (the writer keeps other controllers')."""
+
+    kind: str
+    key: Key
+    generation: int
+    status: dict[str, Any]
+
+
+class Conversion(NamedTuple):
+    configuration: Configuration
+    problems: list[Problem]
+    statuses: list[WantedStatus]
+
+
+# --- names, rules and hostnames (pure) ---------------------------------------------------
+
+_NAME_RUN_RE = re.compile(r"[\W_]+")
+
+
+def _normalize(name: str) -> str:
+    """Traefik's ``provider.Normalize``: each run of characters other than letters and
+    digits becomes one ``-``, none at either end."""
+    return _NAME_RUN_RE.sub("-", name).strip("-")
+
+
+def router_key(route: Key, gateway: Key, entry_point: str, rule_index: int) -> str:
+    """Traefik's key of one HTTPRoute rule on one Gateway entry point (normalized)."""
+    return _normalize(
+        f"httproute-{route[0]}-{route[1]}-gw-{gateway[0]}-{gateway[1]}-ep-{entry_point}-{rule_index}"
+    )
+
+
+def router_name(rule: str, key: str) -> str:
+    """Traefik's ``makeRouterName``: the key and the first 20 hex digits of the rule's
+    SHA-256."""
+    return f"{key}-{hashlib.sha256(rule.encode()).hexdigest()[:20]}"
+
+
+def _quote(value: str) -> str:
+    """A Go-escaped double-quoted string of the rule language."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _host_rule(hostnames: list[str]) -> tuple[str, int]:
+    """The rule of ``hostnames`` (``""``: any host) and the longest one's length."""
+    rules = []
+    longest = 0
+    for host in hostnames:
+        longest = max(longest, len(host))
+        if host.startswith("*."):
+            pattern = "^[a-z0-9-\\.]+" + re.escape(host[1:]) + "$"
+            rules.append(f"HostRegexp({_quote(pattern)})")
+        else:
+            rules.append(f"Host({_quote(host)})")
+    if not rules:
+        return "", 0
+    return (rules[0] if len(rules) == 1 else f"({' || '.join(rules)})"), longest
+
+
+def _path_rule(path: objects.HTTPPathMatch) -> tuple[str, int]:
+    """The rule of a path match and its rank: Exact above every other kind, then the
+    number of characters."""
+    value = path.value or "/"
+    if path.type == "Exact":
+        return f"Path({_quote(value)})", 10_000 + len(value)
+    if path.type == "RegularExpression":
+        return f"PathRegexp({_quote(value)})", len(value)
+    if value == "/":
+        return 'PathPrefix("/")', 1
+    trimmed = value.rstrip("/")
+    return f"(Path({_quote(trimmed)}) || PathPrefix({_quote(trimmed + '/')}))", len(value)
+
+
+def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str, int]:
+    """The v3 rule of one HTTPRoute match on ``hostnames``, and its priority.
+
+    The priority orders matches as the spec's precedence does, each criterion above
+    all those after it: the longest hostname (a host beats none), an Exact path, the
+    most characters of path, a method, the most header matches, the most query
+    parameter matches (the spec allows 16 of each; the fields are sized for 99).
+    Traefik weighs the same criteria but lets a few more characters of prefix
+    outweigh a method or headers, which the spec does not. What is left equal is
+    ordered by router name, so by the route's namespace and name, then its rule."""
+    path = match.path if match.path is not None else objects.HTTPPathMatch()
+    rule, path_rank = _path_rule(path)
+    parts = [rule]
+    if match.method:
+        parts.append(f"Method({_quote(match.method)})")
+    for header in match.headers:
+        fn = "HeaderRegexp" if header.type == "RegularExpression" else "Header"
+        parts.append(f"{fn}({_quote(header.name)},{_quote(header.value)})")
+    for query in match.query_params:
+        fn = "QueryRegexp" if query.type == "RegularExpression" else "Query"
+        parts.append(f"{fn}({_quote(query.name)},{_quote(query.value)})")
+    rule = " && ".join(parts)
+    host, host_rank = _host_rule(hostnames)
+    priority = (
+        host_rank * 10**10
+        + path_rank * 100_000
+        + (10_000 if match.method else 0)
+        + min(len(match.headers), 99) * 100
+        + min(len(match.query_params), 99)
+    )
+    return (f"{host} && {rule}" if host else rule), priority
+
+
+def _intersect(listener: str, route: str) -> str | None:
+    """The hostname both a listener's and a route's hostname match (the more specific),
+    or None."""
+    if listener == route:
+        return route
+    if listener.startswith("*."):
+        if route.startswith("*."):
+            if route.endswith(listener[1:]):
+                return route
+            return listener if listener.endswith(route[1:]) else None
+        return route if route.endswith(listener[1:]) else None
+    if route.startswith("*.") and listener.endswith(route[1:]):
+        return listener
+    return None
+
+
+def intersect_hostnames(listener: str | None, route: list[str]) -> list[str] | None:
+    """The hostnames a route serves on a listener: the route's when the listener names
+    none, the listener's when the route names none, else each pair's intersection
+    (:func:`_intersect`); None when nothing is left (``NoMatchingListenerHostname``)."""
+    if not listener:
+        return list(route)
+    if not route:
+        return [listener]
+    found: list[str] = []
+    for host in route:
+        both = _intersect(listener, host)
+        if both is not None and both not in found:
+            found.append(both)
+    return found or None
+
+
+def _selects(selector: objects.LabelSelector, labels: Mapping[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.match_labels.items()):
+        return False
+    for req in selector.match_expressions:
+        present = req.key in labels
+        if req.operator == "In" and not (present and labels[req.key] in req.values):
+            return False
+        if req.operator == "NotIn" and present and labels[req.key] in req.values:
+            return False
+        if req.operator == "Exists" and not present:
+            return False
+        if req.operator == "DoesNotExist" and present:
+            return False
+        if req.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+# --- the conversion ----------------------------------------------------------------------
+
+
+class _Listener:
+    """One listener of a Gateway as converted: where it binds, what it carries, its
+    conditions and the routes attached to it."""
+
+    def __init__(self, gateway: objects.Gateway, spec: objects.Listener) -> None:
+        self.gateway = gateway
+        self.spec = spec
+        self.entry_point = ""
+        self.kinds: list[str] = []
+        self.conditions: list[Condition] = []
+        self.ok = False  # routes may attach
+        self.attached = 0
+
+    @property
+    def key(self) -> Key:
+        return self.gateway.metadata.key
+
+    def fail(self, kind: str, reason: str, message: str) -> None:
+        self.conditions.append(Condition(kind, kind == "Conflicted", reason, message))
+
+
+class _Unsupported(Exception):
+    """A field or filter edge does not implement: the route's Accepted is False."""
+
+
+class _Converter:
+    def __init__(self, state: GatewayState, options: GatewayOptions) -> None:
+        self.state = state
+        self.options = options
+        self.namespaces = frozenset(options.namespaces)
+        self.routers: dict[str, Router] = {}
+        self.services: dict[str, Service] = {}
+        self.middlewares: dict[str, Middleware] = {}
+        self.certificates: dict[Key, CertAndStores] = {}
+        self.problems: list[Problem] = []
+        self.statuses: list[WantedStatus] = []
+        self.slices = slices_by_service(state.endpoint_slices)
+
+    def visible(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces
+
+    def problem(self, kind: str, key: Key, where: str, reason: str) -> None:
+        self.problems.append(
+            Problem(kind, f"{key[0]}/{key[1]}" if key[0] else key[1], where, reason)
+        )
+
+    # --- classes and gateways -------------------------------------------------------------
+
+    def classes(self) -> set[str]:
+        ours: set[str] = set()
+        for key in sorted(self.state.gateway_classes):
+            gc = self.state.gateway_classes[key]
+            if gc.spec.controller_name != self.options.controller_name:
+                continue
+            ours.add(gc.metadata.name)
+            cond = Condition("Accepted", True, "Accepted", "handled by edge")
+            self.statuses.append(
+                WantedStatus(
+                    "GatewayClass",
+                    key,
+                    gc.metadata.generation,
+                    {"conditions": [cond.to_builtins(gc.metadata.generation)]},
+                )
+            )
+        return ours
+
+    def gateways(self, classes: set[str]) -> dict[Key, list[_Listener]]:
+        found: dict[Key, list[_Listener]] = {}
+        for key in sorted(self.state.gateways):
+            gw = self.state.gateways[key]
+            if gw.spec.gateway_class_name not in classes or not self.visible(key[0]):
+                continue
+            listeners = [_Listener(gw, spec) for spec in gw.spec.listeners]
+            seen: dict[tuple[int, str, str], _Listener] = {}
+            for listener in listeners:
+                self.listener(listener)
+                spec = listener.spec
+                bound = (spec.port, spec.protocol, spec.hostname or "")
+                other = seen.get(bound)
+                if other is not None:
+                    for twin in (other, listener):
+                        if not any(c.type == "Conflicted" for c in twin.conditions):
+                            twin.fail(
+                                "Conflicted",
+                                "HostnameConflict",
+                                f"listeners {other.spec.name} and {spec.name} share port "
+                                f"{spec.port}, protocol {spec.protocol} and hostname "
+                                f"{spec.hostname or '(none)'}",
+                            )
+                            twin.ok = False
+                seen[bound] = listener
+            found[key] = listeners
+        return found
+
+    def listener(self, listener: _Listener) -> None:
+        """Bind a listener and check it; its failing conditions in ``conditions``."""
+        gw, spec = listener.gateway, listener.spec
+        where = f"spec.listeners[{spec.name}]"
+        if spec.protocol not in _ROUTE_KINDS:
+            reason = (
+                f"protocol {spec.protocol} is not supported by this version of edge"
+                if spec.protocol in _KNOWN_PROTOCOLS
+                else f"unknown protocol {spec.protocol!r}"
+            )
+            listener.fail("Accepted", "UnsupportedProtocol", reason)
+            self.problem("Gateway", gw.metadata.key, where, reason)
+            return
+        udp = spec.protocol == "UDP"
+        eps = [e for e in self.options.entry_points if e.port == spec.port and e.udp == udp]
+        if not eps:
+            reason = f"no {'UDP' if udp else 'TCP'} entry point of edge listens on port {spec.port}"
+            listener.fail("Accepted", "PortUnavailable", reason)
+            self.problem("Gateway", gw.metadata.key, where, reason)
+            return
+        listener.entry_point = sorted(eps)[0].name
+        supported = _ROUTE_KINDS[spec.protocol]
+        allowed = spec.allowed_routes or objects.AllowedRoutes()
+        if allowed.kinds:
+            kinds = []
+            invalid = []
+            for k in allowed.kinds:
+                if (k.group is None or k.group == GROUP) and k.kind in supported:
+                    if k.kind not in kinds:
+                        kinds.append(k.kind)
+                else:
+                    invalid.append(f"{k.group if k.group is not None else GROUP}/{k.kind}")
+            listener.kinds = kinds
+            if invalid:
+                listener.fail(
+                    "ResolvedRefs",
+                    "InvalidRouteKinds",
+                    f"route kinds {', '.join(invalid)} are not supported on {spec.protocol}",
+                )
+        else:
+            listener.kinds = list(supported)
+        if spec.protocol == "HTTP" and spec.tls is not None:
+            listener.fail("Accepted", "UnsupportedValue", "an HTTP listener takes no tls")
+            return
+        if spec.protocol == "HTTPS" and not self.listener_tls(listener, where):
+            return
+        listener.ok = True
+
+    def listener_tls(self, listener: _Listener, where: str) -> bool:
+        gw, spec = listener.gateway, listener.spec
+        tls = spec.tls
+        if tls is None:
+            listener.fail("Accepted", "UnsupportedValue", "an HTTPS listener needs tls")
+            return False
+        if tls.mode == "Passthrough":
+            listener.fail(
+                "Accepted", "UnsupportedProtocol", "HTTPS listeners cannot be Passthrough"
+            )
+            return False
+        if not tls.certificate_refs:
+            listener.fail(
+                "ResolvedRefs", "InvalidCertificateRef", "Terminate needs a certificateRef"
+            )
+            return False
+        ns = gw.metadata.namespace
+        loaded: list[tuple[Key, CertAndStores]] = []
+        for ref in tls.certificate_refs:
+            target = ref.namespace or ns
+            what = f"certificateRef {target}/{ref.name}"
+            if (ref.group or "") != "" or (ref.kind or "Secret") != "Secret":
+                listener.fail(
+                    "ResolvedRefs",
+                    "InvalidCertificateRef",
+                    f"{what}: {ref.group}/{ref.kind} is not a Secret",
+                )
+                return False
+            if target != ns and not self.granted("Gateway", ns, "", "Secret", ref.name, target):
+                listener.fail(
+                    "ResolvedRefs",
+                    "RefNotPermitted",
+                    f"{what}: no ReferenceGrant in {target} lets Gateways of {ns} refer to it",
+                )
+                return False
+            try:
+                if not self.visible(target):
+                    raise SecretError("secret-not-found", f"secret {target}/{ref.name} not found")
+                loaded.append(
+                    ((target, ref.name), tls_certificate(self.state.secrets, (target, ref.name)))
+                )
+            except SecretError as exc:
+                listener.fail("ResolvedRefs", "InvalidCertificateRef", f"{what}: {exc.reason}")
+                self.problem("Gateway", gw.metadata.key, where, exc.reason)
+                return False
+        for key, cert in loaded:
+            self.certificates.setdefault(key, cert)
+        return True
+
+    def granted(
+        self, from_kind: str, from_ns: str, group: str, kind: str, name: str, ns: str
+    ) -> bool:
+        """A ReferenceGrant in ``ns`` lets ``from_kind`` objects of ``from_ns`` refer to
+        the ``group``/``kind`` object ``name``."""
+        for key in sorted(self.state.reference_grants):
+            if key[0] != ns:
+                continue
+            spec = self.state.reference_grants[key].spec
+            if not any(
+                f.group == GROUP and f.kind == from_kind and f.namespace == from_ns
+                for f in spec.from_
+            ):
+                continue
+            if any(
+                t.group == group and t.kind == kind and (t.name is None or t.name == name)
+                for t in spec.to
+            ):
+                return True
+        return False
+
+    def allows(self, listener: _Listener, namespace: str, kind: str) -> bool:
+        if kind not in listener.kinds:
+            return False
+        allowed = listener.spec.allowed_routes or objects.AllowedRoutes()
+        where = allowed.namespaces.from_
+        if where == "All":
+            return True
+        if where == "Selector":
+            selector = allowed.namespaces.selector
+            ns = self.state.namespaces.get(("", namespace))
+            return (
+                selector is not None and ns is not None and _selects(selector, ns.metadata.labels)
+            )
+        return namespace == listener.gateway.metadata.namespace
+
+    # --- routes --------------------------------------------------------------------------
+
+    def http_routes(self, gateways: dict[Key, list[_Listener]]) -> None:
+        for key in sorted(self.state.http_routes):
+            route = self.state.http_routes[key]
+            if not self.visible(key[0]):
+                continue
+            parents = []
+            for ref in route.spec.parent_refs:
+                if (ref.group if ref.group is not None else GROUP) != GROUP:
+                    continue
+                if (ref.kind or "Gateway") != "Gateway":
+                    continue
+                gw_key = (ref.namespace or key[0], ref.name)
+                listeners = gateways.get(gw_key)
+                if listeners is None:
+                    continue  # not a Gateway of edge's: not edge's to report on
+                parents.append(self.http_parent(route, ref, gw_key, listeners))
+            if parents:
+                self.statuses.append(
+                    WantedStatus(HTTP_ROUTE, key, route.metadata.generation, {"parents": parents})
+                )
+
+    def http_parent(
+        self,
+        route: objects.HTTPRoute,
+        ref: objects.ParentReference,
+        gw_key: Key,
+        listeners: list[_Listener],
+    ) -> dict[str, Any]:
+        key = route.metadata.key
+        gen = route.metadata.generation
+        matched = [
+            li
+            for li in listeners
+            if (ref.section_name is None or li.spec.name == ref.section_name)
+            and (ref.port is None or li.spec.port == ref.port)
+        ]
+        accepted = Condition(
+            "Accepted", False, "NoMatchingParent", f"no listener of {gw_key[0]}/{gw_key[1]} matches"
+        )
+        resolved = Condition("ResolvedRefs", True, "ResolvedRefs", "")
+        if matched and not any(li.ok for li in matched):
+            accepted = accepted._replace(message="no listener it names is valid")
+        allowed = [li for li in matched if li.ok and self.allows(li, key[0], HTTP_ROUTE)]
+        if matched and any(li.ok for li in matched) and not allowed:
+            accepted = Condition(
+                "Accepted", False, "NotAllowedByListeners", "the listeners do not allow it"
+            )
+        hosted = []
+        for li in allowed:
+            hostnames = intersect_hostnames(li.spec.hostname, route.spec.hostnames)
+            if hostnames is not None:
+                hosted.append((li, hostnames))
+        if allowed and not hosted:
+            accepted = Condition(
+                "Accepted",
+                False,
+                "NoMatchingListenerHostname",
+                "no hostname of it matches a listener's",
+            )
+        if hosted:
+            accepted = Condition("Accepted", True, "Accepted", "")
+            unsupported: list[str] = []
+            for li, hostnames in hosted:
+                li.attached += 1
+                found, unsup = self.http_rules(route, gw_key, li, hostnames)
+                if found is not None and resolved.status:
+                    resolved = found
+                unsupported.extend(u for u in unsup if u not in unsupported)
+            if unsupported:
+                accepted = Condition("Accepted", False, "UnsupportedValue", "; ".join(unsupported))
+        if not accepted.status or not resolved.status:
+            for c in (accepted, resolved):
+                if not c.status:
+                    self.problem(
+                        HTTP_ROUTE,
+                        key,
+                        f"parentRef {gw_key[0]}/{gw_key[1]}",
+                        f"{c.reason}: {c.message}",
+                    )
+        parent_ref: dict[str, Any] = {
+            "group": GROUP,
+            "kind": "Gateway",
+            "namespace": gw_key[0],
+            "name": gw_key[1],
+        }
+        if ref.section_name is not None:
+            parent_ref["sectionName"] = ref.section_name
+        if ref.port is not None:
+            parent_ref["port"] = ref.port
+        return {
+            "parentRef": parent_ref,
+            "controllerName": self.options.controller_name,
+            "conditions": [accepted.to_builtins(gen), resolved.to_builtins(gen)],
+        }
+
+    def http_rules(
+        self, route: objects.HTTPRoute, gw_key: Key, li: _Listener, hostnames: list[str]
+    ) -> tuple[Condition | None, list[str]]:
+        """Routers and services of every rule of ``route`` on listener ``li``: the first
+        ResolvedRefs failure (None: all resolved) and what is unsupported."""
+        key = route.metadata.key
+        failed: Condition | None = None
+        unsupported: list[str] = []
+        for ri, rule in enumerate(route.spec.rules):
+            rkey = router_key(key, gw_key, li.entry_point, ri)
+            for match in rule.matches or [objects.HTTPRouteMatch()]:
+                text, priority = match_rule(hostnames, match)
+                name = router_name(text, rkey)
+                try:
+                    if rule.timeouts is not None:
+                        raise _Unsupported(f"rules[{ri}].timeouts are not supported")
+                    mws = self.filters(name, rule.filters, match, f"rules[{ri}]")
+                except _Unsupported as exc:
+                    if str(exc) not in unsupported:
+                        unsupported.append(str(exc))
+                    mws = []
+                    service = self.unavailable(f"{name}-wrr")
+                else:
+                    service, cond = self.backends(route, name, rule, ri)
+                    if cond is not None and failed is None:
+                        failed = cond
+                self.routers[name] = Router(
+                    rule=text,
+                    service=service,
+                    entry_points=[li.entry_point],
+                    priority=priority,
+                    rule_syntax="v3",
+                    middlewares=mws,
+                    tls=RouterTLS() if li.spec.protocol == "HTTPS" else None,
+                )
+        return failed, unsupported
+
+    def unavailable(self, name: str) -> str:
+        """A service with no server (edge answers 503)."""
+        self.services[name] = Service(load_balancer=LoadBalancer())
+        return name
+
+    def backends(
+        self, route: objects.HTTPRoute, router: str, rule: objects.HTTPRouteRule, ri: int
+    ) -> tuple[str, Condition | None]:
+        ns = route.metadata.namespace
+        failed: Condition | None = None
+        children: list[WRRService] = []
+        for bi, ref in enumerate(rule.backend_refs):
+            target = ref.namespace or ns
+            child = f"{router}-svc-{target}-{ref.name}-{bi}"
+            cond = None
+            if ref.filters:
+                cond = Condition(
+                    "ResolvedRefs",
+                    False,
+                    "UnsupportedValue",
+                    "backendRef filters are not supported",
+                )
+            elif (ref.group or "") != "" or (ref.kind or "Service") != "Service":
+                cond = Condition(
+                    "ResolvedRefs",
+                    False,
+                    "InvalidKind",
+                    f"backendRef {ref.group or 'core'}/{ref.kind}: only Services are supported",
+                )
+            elif target != ns and not self.granted(HTTP_ROUTE, ns, "", "Service", ref.name, target):
+                cond = Condition(
+                    "ResolvedRefs",
+                    False,
+                    "RefNotPermitted",
+                    f"backendRef {target}/{ref.name}: no ReferenceGrant in {target} allows it",
+                )
+            else:
+                lb, why = self.servers(target, ref)
+                if lb is None:
+                    cond = Condition("ResolvedRefs", False, "BackendNotFound", why)
+                else:
+                    self.services[child] = Service(load_balancer=lb)
+            if cond is not None:
+                self.unavailable(child)
+                if failed is None:
+                    failed = cond
+            children.append(WRRService(name=child, weight=max(ref.weight, 0)))
+        name = f"{router}-wrr"
+        if not children:
+            return self.unavailable(name), failed
+        self.services[name] = Service(weighted=Weighted(services=children))
+        return name, failed
+
+    def servers(
+        self, namespace: str, ref: objects.HTTPBackendRef
+    ) -> tuple[LoadBalancer | None, str]:
+        what = f"service {namespace}/{ref.name}"
+        svc = self.state.services.get((namespace, ref.name))
+        if svc is None or not self.visible(namespace):
+            return None, f"{what} not found"
+        if not ref.port:
+            return None, f"the backendRef to {what} names no port"
+        port = service_port(svc, ref.port, "")
+        if port is None:
+            return None, f"TCP port {ref.port} not found on {what}"
+        if svc.spec.type == "ExternalName":
+            return None, f"{what} is an ExternalName service"
+        addresses, _ = ready_addresses(self.slices.get((namespace, ref.name), ()), port.name)
+        servers = [Server(url=f"http://{a}") for a in sorted(addresses)]
+        return LoadBalancer(servers=servers), ""
+
+    # --- filters ---------------------------------------------------------------------------
+
+    def filters(
+        self,
+        router: str,
+        filters: list[objects.HTTPRouteFilter],
+        match: objects.HTTPRouteMatch,
+        where: str,
+    ) -> list[str]:
+        names: list[str] = []
+        path = match.path if match.path is not None else objects.HTTPPathMatch()
+        for i, f in enumerate(filters):
+            base = f"{router}-{f.type.lower()}-{i}"
+            made: list[tuple[str, Middleware]] = []
+            if f.type == "RequestHeaderModifier" and f.request_header_modifier is not None:
+                made.append(
+                    (
+                        base,
+                        Middleware(
+                            headers=Headers(
+                                custom_request_headers=_edits(f.request_header_modifier)
+                            )
+                        ),
+                    )
+                )
+            elif f.type == "ResponseHeaderModifier" and f.response_header_modifier is not None:
+                made.append(
+                    (
+                        base,
+                        Middleware(
+                            headers=Headers(
+                                custom_response_headers=_edits(f.response_header_modifier)
+                            )
+                        ),
+                    )
+                )
+            elif f.type == "RequestRedirect" and f.request_redirect is not None:
+                made.append(
+                    (base, Middleware(redirect_regex=_redirect(f.request_redirect, path, where)))
+                )
+            elif f.type == "URLRewrite" and f.url_rewrite is not None:
+                rewrite = f.url_rewrite
+                if rewrite.hostname:
+                    made.append(
+                        (
+                            f"{base}-host",
+                            Middleware(
+                                headers=Headers(custom_request_headers={"Host": rewrite.hostname})
+                            ),
+                        )
+                    )
+                if rewrite.path is not None:
+                    made.append((f"{base}-path", _rewrite_path(rewrite.path, path, where)))
+            else:
+                raise _Unsupported(f"{where}.filters[{i}]: filter {f.type} is not supported")
+            for name, mw in made:
+                self.middlewares[name] = mw
+                names.append(name)
+        return names
+
+    # --- the whole ----------------------------------------------------------------------
+
+    def run(self) -> Conversion:
+        classes = self.classes()
+        gateways = self.gateways(classes)
+        self.http_routes(gateways)
+        for key, listeners in gateways.items():
+            self.statuses.append(self.gateway_status(self.state.gateways[key], listeners))
+        http = HTTPConfiguration(
+            routers=dict(sorted(self.routers.items())),
+            services=dict(sorted(self.services.items())),
+            middlewares=dict(sorted(self.middlewares.items())),
+        )
+        tls = (
+            TLSConfiguration(certificates=[self.certificates[k] for k in sorted(self.certificates)])
+            if self.certificates
+            else None
+        )
+        conf = Configuration(http=http, tls=tls)
+        return Conversion(conf, self.problems, self.statuses)
+
+    def gateway_status(self, gw: objects.Gateway, listeners: list[_Listener]) -> WantedStatus:
+        gen = gw.metadata.generation
+        out = []
+        for li in listeners:
+            types = {c.type for c in li.conditions}
+            conds = list(li.conditions)
+            if "Accepted" not in types:
+                conds.append(Condition("Accepted", True, "Accepted", ""))
+            if "ResolvedRefs" not in types:
+                conds.append(Condition("ResolvedRefs", True, "ResolvedRefs", ""))
+            if "Conflicted" not in types:
+                conds.append(Condition("Conflicted", False, "NoConflicts", ""))
+            conds.append(Condition("Programmed", li.ok, "Programmed" if li.ok else "Invalid", ""))
+            out.append(
+                {
+                    "name": li.spec.name,
+                    "supportedKinds": [{"group": GROUP, "kind": k} for k in li.kinds],
+                    "attachedRoutes": li.attached,
+                    "conditions": [c.to_builtins(gen) for c in sorted(conds)],
+                }
+            )
+        valid = sum(li.ok for li in listeners)
+        if valid == len(listeners):
+            accepted = Condition("Accepted", True, "Accepted", "")
+        else:
+            accepted = Condition(
+                "Accepted",
+                valid > 0,
+                "ListenersNotValid",
+                f"{len(listeners) - valid} of {len(listeners)} listeners are not valid",
+            )
+        programmed = Condition("Programmed", valid > 0, "Programmed" if valid else "Invalid", "")
+        status = {
+            "conditions": [accepted.to_builtins(gen), programmed.to_builtins(gen)],
+            "listeners": out,
+        }
+        return WantedStatus("Gateway", gw.metadata.key, gen, status)
+
+
+def _edits(f: objects.HTTPHeaderFilter) -> dict[str, str]:
+    """A header filter as the ``headers`` middleware's edits (empty: remove)."""
+    edits: dict[str, str] = {}
+    for h in (*f.add, *f.set):
+        edits[h.name] = h.value
+    for name in f.remove:
+        edits[name] = ""
+    return edits
+
+
+_URL = r"^([a-z]+)://(\[[^\]]*\]|[^/:?]+)(:[0-9]+)?"
+
+
+def _prefix(match: objects.HTTPPathMatch, where: str) -> str:
+    if match.type != "PathPrefix":
+        raise _Unsupported(f"{where}: ReplacePrefixMatch needs a PathPrefix match")
+    return (match.value or "/").rstrip("/")
+
+
+def _redirect(
+    f: objects.HTTPRequestRedirectFilter, match: objects.HTTPPathMatch, where: str
+) -> RedirectRegex:
+    """A RequestRedirect as a ``redirectRegex`` over ``scheme://host[:port]/path?query``."""
+    if f.status_code not in (301, 302):
+        raise _Unsupported(f"{where}: redirect statusCode {f.status_code} is not supported")
+    scheme = f.scheme or "${1}"
+    host = f.hostname or "${2}"
+    if f.port is not None:
+        default = {"http": 80, "https": 443}.get(f.scheme or "")
+        port = "" if f.port == default else f":{f.port}"
+    elif f.scheme:
+        port = ""
+    else:
+        port = "${3}"
+    modifier = f.path
+    if modifier is None:
+        regex, path = _URL + r"(.*)$", "${4}"
+    elif modifier.type == "ReplaceFullPath":
+        regex, path = _URL + r"[^?]*(\?.*)?$", (modifier.replace_full_path or "/") + "${4}"
+    elif modifier.type == "ReplacePrefixMatch":
+        prefix = _prefix(match, where)
+        repl = (modifier.replace_prefix_match or "/").rstrip("/")
+        if repl:
+            regex, path = _URL + re.escape(prefix) + r"(/[^?]*)?(\?.*)?$", repl + "${4}${5}"
+        else:
+            regex, path = _URL + re.escape(prefix) + r"/?([^?]*)(\?.*)?$", "/${4}${5}"
+    else:
+        raise _Unsupported(f"{where}: path modifier {modifier.type!r} is not supported")
+    return RedirectRegex(
+        regex=regex, replacement=f"{scheme}://{host}{port}{path}", permanent=f.status_code == 301
+    )
+
+
+def _rewrite_path(
+    modifier: objects.HTTPPathModifier, match: objects.HTTPPathMatch, where: str
+) -> Middleware:
+    if modifier.type == "ReplaceFullPath":
+        return Middleware(replace_path=ReplacePath(path=modifier.replace_full_path or "/"))
+    if modifier.type == "ReplacePrefixMatch":
+        prefix = _prefix(match, where)
+        repl = (modifier.replace_prefix_match or "/").rstrip("/")
+        if repl:
+            return Middleware(
+                replace_path_regex=ReplacePathRegex(
+                    regex="^" + re.escape(prefix) + "(/.*)?$", replacement=repl + "${1}"
+                )
+            )
+        return Middleware(
+            replace_path_regex=ReplacePathRegex(
+                regex="^" + re.escape(prefix) + "/?(.*)$", replacement="/${1}"
+            )
+        )
+    raise _Unsupported(f"{where}: path modifier {modifier.type!r} is not supported")
+
+
+def convert(state: GatewayState, options: GatewayOptions | None = None) -> Conversion:
+    """The configuration, problems and wanted statuses of ``state`` (see the module doc)."""
+    return _Converter(state, options or GatewayOptions()).run()

@@ -1,0 +1,280 @@
+"""The ``providers.kubernetesGateway`` source: the Gateway API on the shared Kubernetes core.
+
+Owns :class:`KubernetesGatewayProvider`, a source of
+:class:`~edge.providers.kubernetes.provider.KubernetesProvider` (one subscription to
+the cluster's :class:`~edge.providers.kubernetes.client.KubeCore`, shared with the
+Ingress and CRD sources: Services, EndpointSlices and Secrets are listed and watched
+once), whose conversion is :func:`edge.providers.kubernetes.gateway.convert` and whose
+elements are ``…@kubernetesgateway``; and its *status* thread, which writes the
+statuses each conversion wants (:mod:`edge.providers.kubernetes.gateway_status`)
+through the status subresource with a JSON merge patch.
+
+Who writes, with several edge pods (the DaemonSet): every pod, and only when the
+object does not already hold what it would write. Every pod converts the same
+objects with the same configuration into the same statuses, so once one pod's write
+comes back through the watch the others compare equal and write nothing; a
+transition time written by one is kept by all (a condition keeps it while its status
+holds). A Lease would add a moving part (and a grant) for no difference in what the
+objects end up holding; Traefik also writes from every instance.
+
+Invariants: a status write happens only when the object's status differs from the
+wanted one; the same write is not repeated while the object still shows the
+resourceVersion it was written against; a change that touches only the ``status`` of
+Gateway API objects (the writes coming back) converts nothing; failures are retried
+with backoff, and an object that fails is tried after the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes.client as k8s
+import msgspec
+
+from edge.config.static import KubernetesGatewayConfig
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.client import (
+    ENDPOINT_SLICES,
+    SERVICES,
+    Backoff,
+    KubeCore,
+    Resource,
+    Timing,
+    WatchSpec,
+)
+from edge.providers.kubernetes.gateway import (
+    CONTROLLER_NAME,
+    GROUP,
+    PROVIDER,
+    Conversion,
+    EntryPointPort,
+    GatewayOptions,
+    GatewayState,
+    WantedStatus,
+    convert,
+)
+from edge.providers.kubernetes.gateway_status import status_patch
+from edge.providers.kubernetes.provider import SECRETS_WATCH, Key, KubernetesProvider, own_core
+
+__all__ = ["GATEWAY_RESOURCES", "KubernetesGatewayProvider"]
+
+log = logging.getLogger(__name__)
+
+GATEWAY_RESOURCES: Mapping[str, Resource] = {
+    "GatewayClass": Resource("GatewayClass", GROUP, "v1", "gatewayclasses", False),
+    "Gateway": Resource("Gateway", GROUP, "v1", "gateways"),
+    "HTTPRoute": Resource("HTTPRoute", GROUP, "v1", "httproutes"),
+    "ReferenceGrant": Resource("ReferenceGrant", GROUP, "v1beta1", "referencegrants"),
+}
+"""The Gateway API kinds read, at the versions of the standard channel."""
+
+NAMESPACES = Resource("Namespace", "", "v1", "namespaces", False)
+STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
+_STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute"})
+
+
+def _without_status(obj: Any) -> Any:
+    if obj is None:
+        return None
+    meta = msgspec.structs.replace(obj.metadata, resource_version="")
+    return msgspec.structs.replace(obj, metadata=meta, status={})
+
+
+class KubernetesGatewayProvider(KubernetesProvider):
+    """The Gateway API source (see the module doc). ``entry_points``: edge's entry
+    points, which listeners bind to by port."""
+
+    def __init__(
+        self,
+        config: KubernetesGatewayConfig,
+        *,
+        entry_points: Sequence[EntryPointPort] = (),
+        name: str = PROVIDER,
+        default_throttle: float = 2.0,
+        timing: Timing | None = None,
+        core: KubeCore | None = None,
+        controller_name: str = CONTROLLER_NAME,
+    ) -> None:
+        self.config = config
+        self.options = GatewayOptions(
+            controller_name=controller_name,
+            namespaces=tuple(config.namespaces),
+            entry_points=tuple(entry_points),
+        )
+        super().__init__(
+            name=name,
+            core=core if core is not None else own_core(config),  # type: ignore[arg-type]
+            namespaces=config.namespaces,
+            throttle=config.throttle_duration,
+            default_throttle=default_throttle,
+            timing=timing,
+        )
+        self.status_writes = 0
+        self._status_cond = threading.Condition()
+        self._status_dirty = False
+        self._wanted: list[WantedStatus] = []
+        self._seen: Mapping[str, Mapping[Key, Any]] = {}
+        self._api: k8s.ApiClient | None = None
+
+    # --- the source -------------------------------------------------------------------
+
+    def watches(self) -> list[WatchSpec]:
+        selector = self.config.label_selector
+        return [
+            *(
+                WatchSpec(r, objects.GATEWAY_KINDS[kind], label_selector=selector)
+                for kind, r in GATEWAY_RESOURCES.items()
+            ),
+            WatchSpec(NAMESPACES, objects.Namespace),
+            WatchSpec(SERVICES, objects.Service),
+            WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+            SECRETS_WATCH,
+        ]
+
+    def convert_state(self, state: objects.ClusterState) -> Conversion:
+        """The Gateway kinds are not in :class:`ClusterState` (whose tables the other
+        sources share): the conversion reads this source's view afresh. Taken a moment
+        after ``state``, it may be newer; a change in between has marked the source
+        dirty, so another round follows with both at once."""
+        return convert(GatewayState.from_snapshot(self.view.snapshot()), self.options)
+
+    def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
+        """Only Gateway API objects changed, and only in status and resourceVersion: the
+        status writes coming back; the conversion cannot have changed."""
+        if set(changed) <= _STATUS_KINDS and all(
+            _without_status(self._seen.get(kind, {}).get(k))
+            == _without_status(snapshot.get(kind, {}).get(k))
+            for kind, keys in changed.items()
+            for k in keys
+        ):
+            self._seen = snapshot
+            self._wake_status()
+            return True
+        return False
+
+    def converted(self, conversion: Any, snapshot: Mapping[str, Any], patched: bool) -> None:
+        self._seen = snapshot
+        with self._status_cond:
+            self._wanted = list(conversion.statuses)
+        self._wake_status()
+
+    def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
+        return (
+            f"{len(snapshot.get('Gateway', {}))} Gateways, "
+            f"{len(snapshot.get('HTTPRoute', {}))} HTTPRoutes, "
+            + super().describe(conversion, snapshot)
+        )
+
+    def start_extra(self, timing: Timing) -> list[threading.Thread]:
+        self._timing = timing
+        self._api = k8s.ApiClient(self.core.configuration)
+        return [threading.Thread(target=self._status_loop, name=f"{self.name}-status", daemon=True)]
+
+    def wake_extra(self) -> None:
+        with self._status_cond:
+            self._status_cond.notify_all()
+
+    # --- status ---------------------------------------------------------------------------
+
+    def _wake_status(self) -> None:
+        with self._status_cond:
+            self._status_dirty = True
+            self._status_cond.notify_all()
+
+    def _status_loop(self) -> None:
+        backoff = Backoff(*STATUS_BACKOFF)
+        retry_at: float | None = None
+        written: dict[tuple[str, Key], tuple[str, str]] = {}  # -> (patch JSON, rv)
+        failing: set[tuple[str, Key]] = set()
+        while True:
+            with self._status_cond:
+                while not self._stopping and not self._status_dirty:
+                    if retry_at is not None and time.monotonic() >= retry_at:
+                        break
+                    wait = None if retry_at is None else max(0.01, retry_at - time.monotonic())
+                    self._status_cond.wait(wait)
+                if self._stopping:
+                    return
+                self._status_dirty = False
+                wanted = self._wanted
+            retry_at = None
+            failed = self._write_statuses(wanted, written, failing)
+            if failed:
+                delay = backoff.next()
+                retry_at = time.monotonic() + delay
+                log.warning("%s: status: %s; retrying in %.1f s", self.name, failed, delay)
+            else:
+                backoff.reset()
+
+    def _write_statuses(
+        self,
+        wanted: list[WantedStatus],
+        written: dict[tuple[str, Key], tuple[str, str]],
+        failing: set[tuple[str, Key]],
+    ) -> str:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        failed = []
+        for w in sorted(wanted, key=lambda w: (w.kind, w.key) in failing):
+            if self._stopping:
+                return ""
+            obj = self.view.get(w.kind, *w.key)
+            if obj is None:
+                continue
+            rv = obj.metadata.resource_version
+            patch = status_patch(obj.status, w, self.options.controller_name, now)
+            if patch is None:
+                written.pop((w.kind, w.key), None)
+                failing.discard((w.kind, w.key))
+                continue
+            body = msgspec.json.encode(patch).decode()
+            if written.get((w.kind, w.key), ("", ""))[1] == rv:
+                continue  # written against this version; its event has not come back yet
+            if not self._patch(GATEWAY_RESOURCES[w.kind], w.key, {"status": patch}):
+                failing.add((w.kind, w.key))
+                failed.append(f"{w.kind} {w.key[0]}/{w.key[1]}".replace(" /", " "))
+                continue
+            failing.discard((w.kind, w.key))
+            written[(w.kind, w.key)] = (body, rv)
+            self.status_writes += 1
+        return f"writing {', '.join(failed)} failed" if failed else ""
+
+    def _patch(self, resource: Resource, key: Key, body: dict[str, Any]) -> bool:
+        """Merge-patch ``body`` onto the status subresource of ``key``; whether it took.
+        Blocking (one request); failures are logged, not raised."""
+        api = self._api
+        assert api is not None
+        what = f"status of {resource.kind} {key[0]}/{key[1]}".replace(" /", " ")
+        path = f"{resource.path(key[0])}/{quote(key[1], safe='')}/status"
+        timing = self._timing
+        try:
+            method, url, headers, data, _ = api.param_serialize(
+                "PATCH",
+                path,
+                header_params={
+                    "Content-Type": "application/merge-patch+json",
+                    "Accept": "application/json",
+                },
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            resp = api.call_api(
+                method,
+                url,
+                headers,
+                data,
+                _request_timeout=(timing.connect_timeout, timing.request_timeout),
+            )
+            answer = resp.read()
+        except Exception as e:
+            log.warning("%s: %s: %s", self.name, what, e)
+            return False
+        if not 200 <= resp.status < 300:
+            log.warning("%s: %s: HTTP %d: %s", self.name, what, resp.status, answer[:200])
+            return False
+        return True

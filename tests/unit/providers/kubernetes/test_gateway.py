@@ -1,0 +1,665 @@
+"""The Gateway API conversion (:mod:`edge.providers.kubernetes.gateway`) on fixtures:
+objects decoded from JSON as the reflector decodes them, converted, and the result
+validated by edge's own merge and ``build_runtime``; each rule of the spec edge
+implements, and each refusal with the reason the spec names."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import msgspec
+import pytest
+
+from edge.config.merge import merge
+from edge.config.runtime import RuntimeConfig, build_runtime
+from edge.providers.kubernetes import objects
+from edge.providers.kubernetes.gateway import (
+    CONTROLLER_NAME,
+    GROUP,
+    PROVIDER,
+    Conversion,
+    EntryPointPort,
+    GatewayOptions,
+    GatewayState,
+    convert,
+    intersect_hostnames,
+    match_rule,
+)
+from tests.fixtures.tls.pki import PKI
+
+GW = f"{GROUP}/v1"
+ENTRY_POINTS = (
+    EntryPointPort("web", 80),
+    EntryPointPort("websecure", 443),
+    EntryPointPort("dns", 53, True),
+)
+OPTIONS = GatewayOptions(entry_points=ENTRY_POINTS)
+MODELS = {
+    **objects.GATEWAY_KINDS,
+    "Service": objects.Service,
+    "EndpointSlice": objects.EndpointSlice,
+    "Secret": objects.Secret,
+}
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+def gateway_class(name: str = "edge", controller: str = CONTROLLER_NAME) -> dict:
+    return {"kind": "GatewayClass", "metadata": {"name": name, "generation": 1},
+            "spec": {"controllerName": controller}}  # fmt: skip
+
+
+def gateway(
+    listeners: list[dict], name: str = "gw", namespace: str = "default", cls: str = "edge"
+) -> dict:
+    return {"kind": "Gateway", "metadata": {"name": name, "namespace": namespace, "generation": 4},
+            "spec": {"gatewayClassName": cls, "listeners": listeners}}  # fmt: skip
+
+
+def listener(name: str = "http", port: int = 80, protocol: str = "HTTP", **more: Any) -> dict:
+    return {"name": name, "port": port, "protocol": protocol, **more}
+
+
+def route(rules: list[dict], name: str = "r", namespace: str = "default", **spec: Any) -> dict:
+    spec.setdefault("parentRefs", [{"name": "gw", "namespace": "default"}])
+    return {"kind": "HTTPRoute", "metadata": {"name": name, "namespace": namespace, "generation": 7},
+            "spec": {**spec, "rules": rules}}  # fmt: skip
+
+
+def backend(name: str = "web", port: int = 80, **more: Any) -> dict:
+    return {"name": name, "port": port, **more}
+
+
+def service(name: str = "web", namespace: str = "default", port: int = 80) -> list[dict]:
+    return [
+        {"kind": "Service", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"ports": [{"name": "http", "port": port}]}},
+        {"kind": "EndpointSlice", "metadata": {"name": f"{name}-1", "namespace": namespace,
+                                               "labels": {"kubernetes.io/service-name": name}},
+         "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
+         "endpoints": [{"addresses": ["10.0.0.1"]}]},
+    ]  # fmt: skip
+
+
+def state(*docs: dict | list[dict]) -> GatewayState:
+    tables: dict[str, dict] = {}
+    flat: list[dict] = []
+    for d in docs:
+        flat.extend(d if isinstance(d, list) else [d])
+    for doc in flat:
+        obj = msgspec.json.decode(msgspec.json.encode(doc), type=MODELS[doc["kind"]])
+        tables.setdefault(doc["kind"], {})[obj.metadata.key] = obj
+    return GatewayState.from_snapshot(tables)
+
+
+def run(*docs: dict | list[dict], options: GatewayOptions = OPTIONS) -> Conversion:
+    return convert(state(*docs), options)
+
+
+def validate(c: Conversion) -> RuntimeConfig:
+    return build_runtime(
+        merge({PROVIDER: c.configuration}), {"web": "tcp", "websecure": "tcp", "dns": "udp"}
+    )
+
+
+def status(c: Conversion, kind: str, key: tuple[str, str]) -> dict:
+    found = [s for s in c.statuses if s.kind == kind and s.key == key]
+    assert len(found) == 1, c.statuses
+    return found[0].status
+
+
+def conditions(conds: list[dict]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in conds}
+
+
+def parent(c: Conversion, key: tuple[str, str] = ("default", "r")) -> dict[str, tuple[str, str]]:
+    (entry,) = status(c, "HTTPRoute", key)["parents"]
+    assert entry["controllerName"] == CONTROLLER_NAME
+    return conditions(entry["conditions"])
+
+
+def listener_status(c: Conversion, name: str, key: tuple[str, str] = ("default", "gw")) -> dict:
+    (found,) = [li for li in status(c, "Gateway", key)["listeners"] if li["name"] == name]
+    return found
+
+
+BASE = (gateway_class(), gateway([listener()]), service())
+
+
+# --- classes, gateways, listeners ------------------------------------------------------------
+
+
+def test_a_class_of_another_controller_and_its_gateways_are_left_alone() -> None:
+    c = run(
+        gateway_class(controller="example.com/other"),
+        gateway([listener()]),
+        route([{"backendRefs": [backend()]}]),
+        service(),
+    )
+    assert c.statuses == []
+    assert c.configuration.http is not None and c.configuration.http.routers == {}
+
+
+def test_the_class_is_accepted_with_its_generation() -> None:
+    c = run(*BASE)
+    (cond,) = status(c, "GatewayClass", ("", "edge"))["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"], cond["observedGeneration"]) == (
+        "Accepted",
+        "True",
+        "Accepted",
+        1,
+    )
+
+
+def test_listeners_bind_to_entry_points_by_port_and_one_without_is_port_unavailable() -> None:
+    c = run(
+        gateway_class(),
+        gateway([listener(), listener("other", 8081)]),
+        route([{"backendRefs": [backend()]}]),
+        service(),
+    )
+    ok = listener_status(c, "http")
+    assert conditions(ok["conditions"]) == {
+        "Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs"),
+        "Programmed": ("True", "Programmed"), "Conflicted": ("False", "NoConflicts"),
+    }  # fmt: skip
+    assert ok["attachedRoutes"] == 1 and ok["supportedKinds"] == [
+        {"group": GROUP, "kind": "HTTPRoute"}
+    ]
+    bad = listener_status(c, "other")
+    assert conditions(bad["conditions"])["Accepted"] == ("False", "PortUnavailable")
+    assert conditions(bad["conditions"])["Programmed"] == ("False", "Invalid")
+    assert "port 8081" in next(x["message"] for x in bad["conditions"] if x["type"] == "Accepted")
+    gw = conditions(status(c, "Gateway", ("default", "gw"))["conditions"])
+    assert gw == {"Accepted": ("True", "ListenersNotValid"), "Programmed": ("True", "Programmed")}
+    (router,) = c.configuration.http.routers.values()
+    assert router.entry_points == ["web"]
+    assert any("8081" in str(p) for p in c.problems)
+
+
+def test_a_gateway_with_no_valid_listener_is_not_accepted_nor_programmed() -> None:
+    c = run(gateway_class(), gateway([listener(port=9)]))
+    gw = conditions(status(c, "Gateway", ("default", "gw"))["conditions"])
+    assert gw == {"Accepted": ("False", "ListenersNotValid"), "Programmed": ("False", "Invalid")}
+
+
+@pytest.mark.parametrize("protocol", ["TLS", "TCP", "UDP"])
+def test_protocols_not_served_yet_are_unsupported(protocol: str) -> None:
+    c = run(gateway_class(), gateway([listener(protocol=protocol)]))
+    assert conditions(listener_status(c, "http")["conditions"])["Accepted"] == (
+        "False",
+        "UnsupportedProtocol",
+    )
+
+
+def test_listeners_sharing_port_protocol_and_hostname_conflict() -> None:
+    c = run(
+        gateway_class(),
+        gateway(
+            [
+                listener("a", hostname="a.test"),
+                listener("b", hostname="a.test"),
+                listener("c", hostname="c.test"),
+            ]
+        ),
+    )
+    assert conditions(listener_status(c, "a")["conditions"])["Conflicted"] == (
+        "True",
+        "HostnameConflict",
+    )
+    assert conditions(listener_status(c, "b")["conditions"])["Conflicted"] == (
+        "True",
+        "HostnameConflict",
+    )
+    assert conditions(listener_status(c, "c")["conditions"])["Conflicted"] == (
+        "False",
+        "NoConflicts",
+    )
+
+
+def test_allowed_route_kinds_not_carried_are_invalid_route_kinds() -> None:
+    li = listener(allowedRoutes={"kinds": [{"kind": "HTTPRoute"}, {"kind": "TCPRoute"}]})
+    c = run(gateway_class(), gateway([li]))
+    found = listener_status(c, "http")
+    assert conditions(found["conditions"])["ResolvedRefs"] == ("False", "InvalidRouteKinds")
+    assert found["supportedKinds"] == [{"group": GROUP, "kind": "HTTPRoute"}]
+
+
+# --- HTTPS listeners ---------------------------------------------------------------------------
+
+PKI_ = PKI()
+
+
+def secret(name: str = "cert", namespace: str = "default") -> dict:
+    pair = PKI_.issue("s.test")
+    return {"kind": "Secret", "metadata": {"name": name, "namespace": namespace}, "type": "kubernetes.io/tls",
+            "data": {"tls.crt": base64.b64encode(pair.cert_pem.encode()).decode(),
+                     "tls.key": base64.b64encode(pair.key_pem.encode()).decode()}}  # fmt: skip
+
+
+def https(ref: dict) -> dict:
+    return listener("https", 443, "HTTPS", tls={"mode": "Terminate", "certificateRefs": [ref]})
+
+
+def test_an_https_listener_terminates_with_its_secret() -> None:
+    c = run(
+        gateway_class(),
+        gateway([https({"name": "cert"})]),
+        secret(),
+        service(),
+        route([{"backendRefs": [backend()]}]),
+    )
+    assert conditions(listener_status(c, "https")["conditions"])["Programmed"] == (
+        "True",
+        "Programmed",
+    )
+    assert c.configuration.tls is not None and len(c.configuration.tls.certificates) == 1
+    (router,) = c.configuration.http.routers.values()
+    assert router.tls is not None and router.entry_points == ["websecure"]
+    assert (
+        validate(c).http_routers[f"{next(iter(c.configuration.http.routers))}@{PROVIDER}"].status
+        == "enabled"
+    )
+
+
+@pytest.mark.parametrize(
+    ("ref", "extra", "reason"),
+    [
+        ({"name": "missing"}, [], "InvalidCertificateRef"),
+        ({"name": "cert", "kind": "ConfigMap", "group": ""}, [], "InvalidCertificateRef"),
+        ({"name": "cert", "namespace": "certs"}, [], "RefNotPermitted"),
+    ],
+    ids=["missing", "not-a-secret", "other-namespace"],
+)
+def test_certificate_refs_refused(ref: dict, extra: list, reason: str) -> None:
+    c = run(gateway_class(), gateway([https(ref)]), secret(), secret(namespace="certs"), *extra)
+    conds = conditions(listener_status(c, "https")["conditions"])
+    assert conds["ResolvedRefs"] == ("False", reason)
+    assert conds["Programmed"] == ("False", "Invalid")
+    assert c.configuration.tls is None
+
+
+def test_a_reference_grant_lets_a_gateway_use_another_namespaces_secret() -> None:
+    grant = {"kind": "ReferenceGrant", "metadata": {"name": "g", "namespace": "certs"},
+             "spec": {"from": [{"group": GROUP, "kind": "Gateway", "namespace": "default"}],
+                      "to": [{"group": "", "kind": "Secret"}]}}  # fmt: skip
+    c = run(
+        gateway_class(),
+        gateway([https({"name": "cert", "namespace": "certs"})]),
+        secret(namespace="certs"),
+        grant,
+    )
+    assert conditions(listener_status(c, "https")["conditions"])["ResolvedRefs"] == (
+        "True",
+        "ResolvedRefs",
+    )
+    assert c.configuration.tls is not None
+
+
+# --- HTTPRoute: rules and priorities ---------------------------------------------------------------
+
+
+def m(path: str | None = None, kind: str = "PathPrefix", **more: Any) -> objects.HTTPRouteMatch:
+    doc = dict(more)
+    if path is not None:
+        doc["path"] = {"type": kind, "value": path}
+    return msgspec.convert(doc, objects.HTTPRouteMatch)
+
+
+def test_match_rules_in_edges_rule_language() -> None:
+    assert match_rule([], m())[0] == 'PathPrefix("/")'
+    assert match_rule([], m("/foo"))[0] == '(Path("/foo") || PathPrefix("/foo/"))'
+    assert match_rule([], m("/foo/"))[0] == '(Path("/foo") || PathPrefix("/foo/"))'
+    assert match_rule([], m("/foo", "Exact"))[0] == 'Path("/foo")'
+    assert match_rule([], m("/f.*", "RegularExpression"))[0] == 'PathRegexp("/f.*")'
+    rule, _ = match_rule(
+        ["a.test", "*.b.test"],
+        m("/", method="GET", headers=[{"name": "X", "value": 'v"1'}],
+          queryParams=[{"name": "q", "value": "^a", "type": "RegularExpression"}]),
+    )  # fmt: skip
+    assert rule == (
+        '(Host("a.test") || HostRegexp("^[a-z0-9-\\\\.]+\\\\.b\\\\.test$")) && PathPrefix("/") '
+        '&& Method("GET") && Header("X","v\\"1") && QueryRegexp("q","^a")'
+    )
+
+
+def test_precedence_follows_the_spec() -> None:
+    """Each criterion outranks all those after it: hostname length, Exact path, path
+    characters, method, header count, query parameter count."""
+    order = [
+        (["long.a.test"], m("/")),
+        (["a.test"], m("/a", "Exact")),
+        (["a.test"], m("/abc")),
+        (["a.test"], m("/ab", method="GET")),
+        (["a.test"], m("/ab", headers=[{"name": "h", "value": "v"}] * 3)),
+        (
+            ["a.test"],
+            m(
+                "/ab",
+                headers=[{"name": "h", "value": "v"}],
+                queryParams=[{"name": "q", "value": "v"}] * 16,
+            ),
+        ),
+        (["a.test"], m("/ab", queryParams=[{"name": "q", "value": "v"}])),
+        (["a.test"], m("/ab")),
+        ([], m("/a/very/long/path/indeed", method="GET")),
+    ]
+    priorities = [match_rule(h, x)[1] for h, x in order]
+    assert priorities == sorted(priorities, reverse=True)
+    assert len(set(priorities)) == len(priorities)
+
+
+def test_rules_become_routers_on_the_listener_entry_point_and_validate() -> None:
+    rules = [
+        {
+            "matches": [{"path": {"type": "Exact", "value": "/x"}}, {"path": {"value": "/y"}}],
+            "backendRefs": [backend()],
+        },
+        {"backendRefs": [backend()]},
+    ]
+    c = run(*BASE, route(rules, hostnames=["a.test"]))
+    routers = c.configuration.http.routers
+    assert len(routers) == 3
+    assert all(n.startswith("httproute-default-r-gw-default-gw-ep-web-") for n in routers)
+    by_rule = {r.rule: r for r in routers.values()}
+    assert (
+        by_rule['Host("a.test") && Path("/x")'].priority
+        > by_rule['Host("a.test") && (Path("/y") || PathPrefix("/y/"))'].priority
+        > by_rule['Host("a.test") && PathPrefix("/")'].priority
+    )
+    rt = validate(c)
+    assert all(i.status == "enabled" for i in rt.http_routers.values()), {
+        n: i.errors for n, i in rt.http_routers.items()
+    }
+    lb = c.configuration.http.services[
+        next(n for n in c.configuration.http.services if n.endswith("-svc-default-web-0"))
+    ]
+    assert [s.url for s in lb.load_balancer.servers] == ["http://10.0.0.1:8080"]
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+
+
+@pytest.mark.parametrize(
+    ("listener_host", "route_hosts", "expected"),
+    [
+        (None, [], []),
+        (None, ["a.test"], ["a.test"]),
+        ("a.test", [], ["a.test"]),
+        ("a.test", ["a.test", "b.test"], ["a.test"]),
+        ("*.test", ["a.test", "x.y.test", "test"], ["a.test", "x.y.test"]),
+        ("a.test", ["*.test"], ["a.test"]),
+        ("*.test", ["*.a.test"], ["*.a.test"]),
+        ("*.a.test", ["*.test"], ["*.a.test"]),
+        ("a.test", ["b.test"], None),
+    ],
+)
+def test_hostnames_intersect_with_the_listener(listener_host, route_hosts, expected) -> None:
+    assert intersect_hostnames(listener_host, route_hosts) == expected
+
+
+def test_no_matching_listener_hostname() -> None:
+    c = run(
+        gateway_class(),
+        gateway([listener(hostname="a.test")]),
+        service(),
+        route([{"backendRefs": [backend()]}], hostnames=["b.test"]),
+    )
+    assert parent(c)["Accepted"] == ("False", "NoMatchingListenerHostname")
+    assert c.configuration.http.routers == {}
+    assert listener_status(c, "http")["attachedRoutes"] == 0
+
+
+# --- parentRefs and allowedRoutes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "attached"),
+    [
+        ({"name": "gw", "sectionName": "http"}, True),
+        ({"name": "gw", "sectionName": "nope"}, False),
+        ({"name": "gw", "port": 80}, True),
+        ({"name": "gw", "port": 81}, False),
+    ],
+)
+def test_parent_refs_by_section_name_and_port(ref: dict, attached: bool) -> None:
+    c = run(*BASE, route([{"backendRefs": [backend()]}], parentRefs=[ref]))
+    assert parent(c)["Accepted"] == (
+        ("True", "Accepted") if attached else ("False", "NoMatchingParent")
+    )
+    assert bool(c.configuration.http.routers) == attached
+
+
+def test_a_parent_ref_to_a_gateway_not_edges_gets_no_status() -> None:
+    c = run(*BASE, route([{"backendRefs": [backend()]}], parentRefs=[{"name": "elsewhere"}]))
+    assert [s for s in c.statuses if s.kind == "HTTPRoute"] == []
+
+
+NS = [{"kind": "Namespace", "metadata": {"name": "apps", "labels": {"team": "a"}}},
+      {"kind": "Namespace", "metadata": {"name": "other", "labels": {"team": "b"}}}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "route_ns", "accepted"),
+    [
+        (None, "default", True),
+        (None, "apps", False),
+        ({"from": "Same"}, "apps", False),
+        ({"from": "All"}, "apps", True),
+        ({"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}, "apps", True),
+        ({"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}, "other", False),
+        (
+            {
+                "from": "Selector",
+                "selector": {
+                    "matchExpressions": [{"key": "team", "operator": "In", "values": ["b"]}]
+                },
+            },
+            "other",
+            True,
+        ),
+    ],
+)
+def test_allowed_routes_namespaces(namespaces: dict | None, route_ns: str, accepted: bool) -> None:
+    li = listener(allowedRoutes={"namespaces": namespaces}) if namespaces else listener()
+    c = run(
+        gateway_class(),
+        gateway([li]),
+        service(namespace=route_ns),
+        route([{"backendRefs": [backend()]}], namespace=route_ns),
+        NS,
+    )
+    expected = ("True", "Accepted") if accepted else ("False", "NotAllowedByListeners")
+    assert parent(c, (route_ns, "r"))["Accepted"] == expected
+
+
+def test_allowed_route_kinds_without_httproute_refuse_it() -> None:
+    li = listener(allowedRoutes={"kinds": [{"kind": "GRPCRoute"}]})
+    c = run(gateway_class(), gateway([li]), service(), route([{"backendRefs": [backend()]}]))
+    assert parent(c)["Accepted"] == ("False", "NotAllowedByListeners")
+
+
+# --- backends ----------------------------------------------------------------------------------------
+
+
+def _services(c: Conversion) -> dict:
+    return c.configuration.http.services
+
+
+def test_weighted_backends_and_a_missing_one_gets_an_empty_share() -> None:
+    c = run(
+        *BASE,
+        service("two"),
+        route(
+            [
+                {
+                    "backendRefs": [
+                        backend(weight=3),
+                        backend("two", weight=0),
+                        backend("gone", weight=1),
+                    ]
+                }
+            ]
+        ),
+    )
+    (wrr,) = [s for n, s in _services(c).items() if n.endswith("-wrr")]
+    assert [(x.name.rsplit("-svc-", 1)[1], x.weight) for x in wrr.weighted.services] == [
+        ("default-web-0", 3), ("default-two-1", 0), ("default-gone-2", 1)]  # fmt: skip
+    gone = next(s for n, s in _services(c).items() if n.endswith("-svc-default-gone-2"))
+    assert gone.load_balancer is not None and gone.load_balancer.servers == []
+    assert parent(c) == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("False", "BackendNotFound"),
+    }
+    rt = validate(c)
+    assert all(i.status == "enabled" for i in rt.http_routers.values())
+
+
+@pytest.mark.parametrize(
+    ("ref", "reason"),
+    [
+        (backend(kind="Pod"), "InvalidKind"),
+        (backend(group="example.com", kind="Thing"), "InvalidKind"),
+        (backend(namespace="apps"), "RefNotPermitted"),
+        (backend(port=0), "BackendNotFound"),
+        (backend(port=81), "BackendNotFound"),
+    ],
+)
+def test_backend_refs_refused(ref: dict, reason: str) -> None:
+    c = run(*BASE, service(namespace="apps"), route([{"backendRefs": [ref]}]))
+    assert parent(c)["ResolvedRefs"] == ("False", reason)
+
+
+def test_a_reference_grant_allows_a_cross_namespace_backend() -> None:
+    grant = {"kind": "ReferenceGrant", "metadata": {"name": "g", "namespace": "apps"},
+             "spec": {"from": [{"group": GROUP, "kind": "HTTPRoute", "namespace": "default"}],
+                      "to": [{"group": "", "kind": "Service", "name": "web"}]}}  # fmt: skip
+    c = run(
+        *BASE,
+        service(namespace="apps"),
+        grant,
+        route([{"backendRefs": [backend(namespace="apps")]}]),
+    )
+    assert parent(c)["ResolvedRefs"] == ("True", "ResolvedRefs")
+    assert any(
+        n.endswith("-svc-apps-web-0") and s.load_balancer.servers for n, s in _services(c).items()
+    )
+
+
+# --- filters ------------------------------------------------------------------------------------------
+
+
+def _middlewares(c: Conversion) -> dict:
+    (router,) = c.configuration.http.routers.values()
+    return {
+        name.rsplit("-", 2)[-2] + "-" + name.rsplit("-", 1)[-1]: c.configuration.http.middlewares[
+            name
+        ]
+        for name in router.middlewares
+    }
+
+
+def test_header_modifiers_become_headers_middlewares() -> None:
+    f = [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-S", "value": "s"}], "add": [{"name": "X-A", "value": "a"}], "remove": ["X-R"]}},
+         {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{"name": "X-T", "value": "t"}]}}]  # fmt: skip
+    c = run(*BASE, route([{"filters": f, "backendRefs": [backend()]}]))
+    mws = list(c.configuration.http.middlewares.values())
+    assert mws[0].headers.custom_request_headers == {"X-A": "a", "X-S": "s", "X-R": ""}
+    assert mws[1].headers.custom_response_headers == {"X-T": "t"}
+    assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
+
+
+@pytest.mark.parametrize(
+    ("redirect", "regex_tail", "replacement", "permanent"),
+    [
+        ({"scheme": "https"}, "(.*)$", "https://${2}${4}", False),
+        ({"hostname": "b.test", "statusCode": 301}, "(.*)$", "${1}://b.test${3}${4}", True),
+        ({"port": 8443}, "(.*)$", "${1}://${2}:8443${4}", False),
+        ({"scheme": "https", "port": 443}, "(.*)$", "https://${2}${4}", False),
+        (
+            {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/new"}},
+            "[^?]*(\\?.*)?$",
+            "${1}://${2}${3}/new${4}",
+            False,
+        ),
+        (
+            {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}},
+            "/old(/[^?]*)?(\\?.*)?$",
+            "${1}://${2}${3}/new${4}${5}",
+            False,
+        ),
+    ],
+)
+def test_request_redirect_becomes_a_redirect_regex(
+    redirect: dict, regex_tail: str, replacement: str, permanent: bool
+) -> None:
+    f = [{"type": "RequestRedirect", "requestRedirect": redirect}]
+    c = run(*BASE, route([{"matches": [{"path": {"value": "/old"}}], "filters": f}]))
+    (mw,) = c.configuration.http.middlewares.values()
+    assert mw.redirect_regex.regex.endswith(regex_tail)
+    assert (mw.redirect_regex.replacement, mw.redirect_regex.permanent) == (replacement, permanent)
+    assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
+
+
+def test_url_rewrite_becomes_host_and_path_middlewares() -> None:
+    f = [
+        {
+            "type": "URLRewrite",
+            "urlRewrite": {
+                "hostname": "h.test",
+                "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"},
+            },
+        }
+    ]
+    c = run(
+        *BASE,
+        route(
+            [{"matches": [{"path": {"value": "/p/"}}], "filters": f, "backendRefs": [backend()]}]
+        ),
+    )
+    host, path = c.configuration.http.middlewares.values()
+    assert host.headers.custom_request_headers == {"Host": "h.test"}
+    assert (path.replace_path_regex.regex, path.replace_path_regex.replacement) == (
+        "^/p/?(.*)$",
+        "/${1}",
+    )
+    f[0]["urlRewrite"] = {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full"}}
+    c = run(*BASE, route([{"filters": f, "backendRefs": [backend()]}]))
+    (path,) = c.configuration.http.middlewares.values()
+    assert path.replace_path.path == "/full"
+    assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": backend()}}]},
+        {"filters": [{"type": "ExtensionRef", "extensionRef": {"name": "x"}}]},
+        {"timeouts": {"request": "1s"}},
+        {"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 303}}]},
+    ],
+    ids=["mirror", "extension", "timeouts", "status-303"],
+)
+def test_what_edge_does_not_implement_is_unsupported_value_and_answers_503(rule: dict) -> None:
+    c = run(*BASE, route([{**rule, "backendRefs": [backend()]}]))
+    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
+    (router,) = c.configuration.http.routers.values()
+    assert (
+        router.middlewares == []
+        and c.configuration.http.services[router.service].load_balancer.servers == []
+    )
+    assert c.problems
+
+
+def test_namespaces_option_hides_other_namespaces() -> None:
+    c = run(
+        *BASE,
+        route([{"backendRefs": [backend()]}]),
+        options=GatewayOptions(namespaces=("apps",), entry_points=ENTRY_POINTS),
+    )
+    assert [s.kind for s in c.statuses] == ["GatewayClass"]
+
+
+def test_the_same_state_converts_equal() -> None:
+    docs = (*BASE, route([{"backendRefs": [backend()]}]))
+    assert run(*docs) == run(*docs)
