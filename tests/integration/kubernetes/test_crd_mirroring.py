@@ -118,6 +118,8 @@ def test_a_traefik_service_mirroring_copies_its_share_to_the_mirror(
         expected = (seen + 1) // 2 - (probes + 1) // 2
         assert len(copies) == expected, [c.target for c in copies]
         sent = {f"/b{i}".encode(): body for i, body in enumerate(bodies)}
+        # Each copy goes from its own task: wait for the bodies still on their way.
+        assert KP.until(lambda: all(len(c.body) == len(sent[c.target]) for c in copies), 10.0)
         for copy in copies:
             assert copy.body == sent[copy.target]
             assert copy.header(b"host") == [b"m.test"]
