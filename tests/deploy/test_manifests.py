@@ -504,16 +504,17 @@ def _rbac_triple(method: str, path: str, query: dict[str, str]) -> tuple[str, st
     return group, resource, verb
 
 
-def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path, config_text):
+def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path):
     """edge run, with the ConfigMap's configuration and the DaemonSet's environment, against
     the in-memory API server (tests/kube/emulator.py) until it has written an Ingress
     status: every request it made is allowed by the ClusterRole, and every resource the
     ClusterRole names was used."""
     from tests.kube import objects as o
+    from tests.kube.configmap import configmap_static
     from tests.kube.emulator import Emulator
 
     token, node_ip = "edge-rbac-test", "172.18.0.3"
-    static = yaml.safe_load(config_text)
+    static = configmap_static()  # no accept grace: the stop below need not wait 10 s
     for ep in static["entryPoints"].values():  # the same entry points on free loopback ports
         ep["address"] = "127.0.0.1:0" + ("/udp" if ep["address"].endswith("/udp") else "")
     static["providersThrottleDuration"] = "100ms"

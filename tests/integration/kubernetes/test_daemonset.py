@@ -20,6 +20,7 @@ import yaml
 
 from tests.harness import LISTEN_RE, ROOT, Proc, Whoami, get
 from tests.kube import objects as o
+from tests.kube.configmap import configmap_static
 from tests.kube.emulator import Emulator
 
 K8S = ROOT / "k8s"
@@ -34,22 +35,13 @@ def manifest(name: str, kind: str) -> dict:
     return docs[0]
 
 
-def configmap_static() -> dict:
-    return yaml.safe_load(manifest("configmap.yaml", "ConfigMap")["data"]["edge.yaml"])
-
-
 class DeployedEdge:
     """edge on the ConfigMap's configuration, as one pod of the DaemonSet runs it."""
 
     def __init__(
         self, tmp: Path, emu: Emulator, *, cpu_limit: int = 1, accept_grace: str | None = None
     ) -> None:
-        static = configmap_static()
-        if accept_grace is not None:  # the ConfigMap's own keys, a shorter wait for the test
-            for ep in static["entryPoints"].values():
-                life = ep.get("transport", {}).get("lifeCycle", {})
-                if "requestAcceptGraceTimeout" in life:
-                    life["requestAcceptGraceTimeout"] = accept_grace
+        static = configmap_static(accept_grace)  # the ConfigMap's own keys, a shorter wait
         for ep in static["entryPoints"].values():  # the same entry points on free loopback ports
             ep["address"] = "127.0.0.1:0" + ("/udp" if ep["address"].endswith("/udp") else "")
         for provider in static["providers"].values():  # kubernetesIngress, kubernetesCRD
