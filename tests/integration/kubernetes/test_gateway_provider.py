@@ -1,0 +1,509 @@
+"""The kubernetesGateway provider end to end: emulator -> provider -> edge -> real backends.
+
+A real :class:`~tests.kube.emulator.Emulator` serves ``gateway.networking.k8s.io``
+objects over a socket to the official client in edge's reflector threads; one edge
+process built by ``build_providers`` from ``providers.kubernetesGateway`` serves them
+to ``edge whoami`` backends, reached with real clients (``http.client``, ``curl`` for
+HTTPS); the statuses edge writes back are read with the official ``kubernetes``
+client. Scenarios follow the upstream conformance suite's core HTTPRoute profile
+(written anew here): HTTPRouteSimpleSameNamespace, HTTPRouteExactPathMatching,
+HTTPRouteMatchingAcrossRoutes, HTTPRouteHeaderMatching, HTTPRouteMethodMatching,
+HTTPRouteQueryParamMatching, HTTPRouteRequestHeaderModifier,
+HTTPRouteResponseHeaderModifier, HTTPRouteRedirectScheme/HostAndStatus/Port/Path,
+HTTPRouteRewriteHost/Path, HTTPRouteInvalidNonExistentBackendRef,
+HTTPRouteInvalidCrossNamespaceBackendRef, HTTPRouteReferenceGrant,
+HTTPRouteHTTPSListener, HTTPRouteHostnameIntersection, GatewayObservedGenerationBump,
+GatewayClassObservedGenerationBump. Listeners bind to edge's entry points by port, so
+each edge here listens on ports chosen free beforehand. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes.client as kc
+import pytest
+
+from edge.providers.kubernetes.gateway import CONTROLLER_NAME
+from edge.providers.kubernetes.gateway_provider import KubernetesGatewayProvider
+from tests.fixtures.tls.pki import PKI
+from tests.harness import Whoami, need
+from tests.integration.kubernetes import test_provider as KP
+from tests.integration.peers import free_port
+from tests.kube import objects as o
+from tests.kube.emulator import Emulator
+
+GROUP = "gateway.networking.k8s.io"
+GW = f"{GROUP}/v1"
+
+
+# --- objects ------------------------------------------------------------------------------
+
+
+def gateway_class(name: str = "edge") -> dict:
+    return {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": name},
+            "spec": {"controllerName": CONTROLLER_NAME}}  # fmt: skip
+
+
+def gateway(listeners: list[dict], name: str = "gw") -> dict:
+    return {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"gatewayClassName": "edge", "listeners": listeners}}  # fmt: skip
+
+
+def http_route(
+    name: str, rules: list[dict], hostnames: list[str], namespace: str = "default", **spec: Any
+) -> dict:
+    spec.setdefault("parentRefs", [{"name": "gw", "namespace": "default"}])
+    return {"apiVersion": GW, "kind": "HTTPRoute", "metadata": {"name": name, "namespace": namespace},
+            "spec": {**spec, "hostnames": hostnames, "rules": rules}}  # fmt: skip
+
+
+def to(service: str, weight: int = 1, **more: Any) -> dict:
+    return {"name": service, "port": 80, "weight": weight, **more}
+
+
+def path(value: str, kind: str = "PathPrefix") -> dict:
+    return {"path": {"type": kind, "value": value}}
+
+
+def backends(emu: Emulator, namespace: str = "default", **named: Whoami) -> None:
+    for name, w in named.items():
+        emu.create(o.service(name, namespace))
+        emu.create(
+            o.endpoint_slice(
+                f"{name}-1", namespace, service_name=name, addresses=["127.0.0.1"], port=w.port
+            )
+        )
+
+
+# --- edge ---------------------------------------------------------------------------------
+
+
+class Ports:
+    def __init__(self) -> None:
+        self.web = free_port()
+        self.websecure = free_port()
+
+
+def static_config(emu: Emulator, ports: Ports) -> dict:
+    throttle = f"{int(KP.THROTTLE * 1000)}ms"
+    return {
+        "entryPoints": {
+            "web": {"address": f"127.0.0.1:{ports.web}"},
+            "websecure": {"address": f"127.0.0.1:{ports.websecure}"},
+            "traefik": {"address": "127.0.0.1:0"},
+        },
+        "providers": {
+            "kubernetesGateway": {
+                "endpoint": emu.url,
+                "token": KP.TOKEN,
+                "throttleDuration": throttle,
+            }
+        },
+        "providersThrottleDuration": throttle,
+        "ping": {"entryPoint": "traefik"},
+        "log": {"level": "INFO"},
+    }
+
+
+def _fast(app: Any) -> None:
+    for p in app.providers:
+        if isinstance(p, KubernetesGatewayProvider):
+            p.timing = KP.FAST
+            p.wait_log_interval = 0.5
+
+
+@pytest.fixture
+def emu() -> Iterator[Emulator]:
+    with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as e:
+        yield e
+
+
+@pytest.fixture
+def start_edge(emu: Emulator) -> Iterator[Callable[[Ports], KP.InProcessEdge]]:
+    started: list[KP.InProcessEdge] = []
+
+    def start(ports: Ports) -> KP.InProcessEdge:
+        e = KP.InProcessEdge(static_config(emu, ports), tweak=_fast)
+        e.start()
+        started.append(e)
+        assert KP.until(lambda: e.ready() == 200, 10.0), "edge never became ready"
+        return e
+
+    yield start
+    KP.stop_all(started)
+
+
+@pytest.fixture
+def api(emu: Emulator) -> Iterator[kc.CustomObjectsApi]:
+    cfg = kc.Configuration(host=emu.url)
+    cfg.api_key = {"authorization": KP.TOKEN}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    with kc.ApiClient(cfg) as client:
+        yield kc.CustomObjectsApi(client)
+
+
+# --- reading back -------------------------------------------------------------------------
+
+
+def get(
+    port: int, target: str, host: str, headers: dict[str, str] | None = None, method: str = "GET"
+) -> tuple[int, dict, dict]:
+    """(status, response headers, whoami's JSON or {})."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, target, headers={"Host": host, **(headers or {})})
+        resp = conn.getresponse()
+        body = resp.read()
+        try:
+            data = json.loads(body) if resp.status == 200 else {}
+        except ValueError:
+            data = {}
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    except OSError:
+        return 0, {}, {}
+    finally:
+        conn.close()
+
+
+def who(port: int, target: str, host: str, **kw: Any) -> str:
+    status, _, data = get(port, target, host, **kw)
+    return data.get("name", "") if status == 200 else str(status)
+
+
+def route_conditions(
+    api: kc.CustomObjectsApi, name: str, namespace: str = "default"
+) -> dict[str, tuple[str, str]]:
+    obj = api.get_namespaced_custom_object(GROUP, "v1", namespace, "httproutes", name)
+    parents = [
+        p
+        for p in obj.get("status", {}).get("parents", [])
+        if p["controllerName"] == CONTROLLER_NAME
+    ]
+    if len(parents) != 1:
+        return {}
+    return {c["type"]: (c["status"], c["reason"]) for c in parents[0]["conditions"]}
+
+
+def gateway_status(api: kc.CustomObjectsApi, name: str = "gw") -> dict:
+    return api.get_namespaced_custom_object(GROUP, "v1", "default", "gateways", name).get(
+        "status", {}
+    )
+
+
+def listener(status: dict, name: str) -> dict:
+    found = [li for li in status.get("listeners", []) if li["name"] == name]
+    return found[0] if found else {}
+
+
+def conds(items: list[dict]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in items}
+
+
+ACCEPTED = {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+
+
+# --- tests --------------------------------------------------------------------------------
+
+
+def test_http_routes_route_by_the_specs_matches_and_report_status(
+    emu, start_edge, api, whoami: Whoami, whoami2: Whoami
+) -> None:
+    """Core HTTPRoute matching through edge, and the statuses written back: the class
+    accepted, the Gateway accepted and programmed, the listener with no entry point on
+    its port PortUnavailable, routes Accepted/ResolvedRefs, attachedRoutes counted."""
+    ports = Ports()
+    unbound = free_port()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"},
+                        {"name": "nowhere", "port": unbound, "protocol": "HTTP"}]))  # fmt: skip
+    backends(emu, v1=whoami, v2=whoami2)
+    emu.create(http_route("simple", [{"backendRefs": [to("v1")]}], ["simple.test"]))
+    emu.create(http_route("exact", [{"matches": [path("/one", "Exact")], "backendRefs": [to("v1")]},
+                                    {"matches": [path("/two", "Exact")], "backendRefs": [to("v2")]}], ["exact.test"]))  # fmt: skip
+    # HTTPRouteMatchingAcrossRoutes
+    emu.create(http_route("part1", [{"matches": [path("/"), {"headers": [{"name": "version", "value": "one"}]}],
+                                     "backendRefs": [to("v1")]}], ["across.test", "across.net"]))  # fmt: skip
+    emu.create(http_route("part2", [{"matches": [path("/v2"), {"headers": [{"name": "version", "value": "two"}]}],
+                                     "backendRefs": [to("v2")]}], ["across.test"]))  # fmt: skip
+    # headers, method and query parameters; a longer prefix outranks a method
+    emu.create(http_route("matching", [
+        {"matches": [{"headers": [{"name": "x-env", "value": "two"}]}], "backendRefs": [to("v2")]},
+        {"matches": [{"method": "POST"}], "backendRefs": [to("v2")]},
+        {"matches": [{"queryParams": [{"name": "q", "value": "two"}]}], "backendRefs": [to("v2")]},
+        {"matches": [path("/long/prefix")], "backendRefs": [to("v1")]},
+        {"matches": [{"path": {"value": "/long"}, "method": "PUT"}], "backendRefs": [to("v2")]},
+        {"backendRefs": [to("v1")]},
+    ], ["match.test"]))  # fmt: skip
+    emu.create(
+        http_route("weighted", [{"backendRefs": [to("v1", 1), to("v2", 0)]}], ["weight.test"])
+    )
+    emu.create(http_route("missing", [{"backendRefs": [to("gone")]}], ["missing.test"]))
+    emu.create(
+        http_route(
+            "segments", [{"matches": [path("/foo")], "backendRefs": [to("v2")]}], ["seg.test"]
+        )
+    )
+    edge = start_edge(ports)
+    port = ports.web
+
+    assert KP.until(lambda: who(port, "/", "simple.test") == "w1")
+    assert who(port, "/one", "exact.test") == "w1" and who(port, "/two", "exact.test") == "w2"
+    assert who(port, "/", "exact.test") == "404" and who(port, "/one/x", "exact.test") == "404"
+    assert who(port, "/", "across.test") == "w1"
+    assert who(port, "/v2/x", "across.test") == "w2"
+    assert who(port, "/", "across.test", headers={"version": "two"}) == "w2"
+    assert (
+        who(port, "/", "across.net", headers={"version": "two"}) == "w1"
+    )  # part2 is not on across.net
+    assert who(port, "/", "match.test") == "w1"
+    assert who(port, "/", "match.test", headers={"x-env": "two"}) == "w2"
+    assert who(port, "/", "match.test", method="POST") == "w2"
+    assert who(port, "/?q=two", "match.test") == "w2" and who(port, "/?q=one", "match.test") == "w1"
+    assert (
+        who(port, "/long/prefix", "match.test", method="PUT") == "w1"
+    )  # 12 characters beat a method
+    assert who(port, "/long", "match.test", method="PUT") == "w2"
+    assert {who(port, "/", "weight.test") for _ in range(20)} == {"w1"}  # weight 0: never
+    assert (
+        who(port, "/", "missing.test") == "503"
+    )  # the spec says 500: see the module doc of gateway.py
+    assert who(port, "/foo/bar", "seg.test") == "w2" and who(port, "/foobar", "seg.test") == "404"
+
+    assert KP.until(lambda: route_conditions(api, "simple") == ACCEPTED)
+    assert route_conditions(api, "weighted") == ACCEPTED
+    assert KP.until(
+        lambda: (
+            route_conditions(api, "missing")
+            == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", "BackendNotFound")}
+        )
+    )
+    klass = api.get_cluster_custom_object(GROUP, "v1", "gatewayclasses", "edge")
+    assert conds(klass["status"]["conditions"]) == {"Accepted": ("True", "Accepted")}
+    st = gateway_status(api)
+    assert conds(st["conditions"]) == {
+        "Accepted": ("True", "ListenersNotValid"),
+        "Programmed": ("True", "Programmed"),
+    }
+    http = listener(st, "http")
+    assert http["attachedRoutes"] == 8 and http["supportedKinds"] == [
+        {"group": GROUP, "kind": "HTTPRoute"}
+    ]
+    assert conds(http["conditions"])["Programmed"] == ("True", "Programmed")
+    assert conds(listener(st, "nowhere")["conditions"])["Accepted"] == ("False", "PortUnavailable")
+    assert all(c["observedGeneration"] == 1 for c in st["conditions"])
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
+    assert provider.name == "kubernetesgateway"
+    assert all(
+        name.startswith("httproute-") for name in provider.conversion.configuration.http.routers
+    )
+
+
+def test_filters_edit_headers_redirect_and_rewrite(emu, start_edge, whoami: Whoami) -> None:
+    """RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect (scheme, host and
+    status, port, path) and URLRewrite (host, prefix and full path) through edge."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    req = {"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Header-Set", "value": "set-overwrites-values"}],
+        "add": [{"name": "X-Header-Add", "value": "add-appends-values"}],
+        "remove": ["X-Header-Remove"]}}  # fmt: skip
+    resp = {
+        "type": "ResponseHeaderModifier",
+        "responseHeaderModifier": {"set": [{"name": "X-Resp", "value": "yes"}]},
+    }
+    emu.create(
+        http_route(
+            "headers", [{"filters": [req, resp], "backendRefs": [to("v1")]}], ["headers.test"]
+        )
+    )
+
+    def redirect(r: dict, match: dict | None = None) -> dict:
+        return {
+            "matches": [match or path("/")],
+            "filters": [{"type": "RequestRedirect", "requestRedirect": r}],
+        }
+
+    emu.create(http_route("redirects", [
+        redirect({"scheme": "https"}, path("/scheme")),
+        redirect({"hostname": "example.org", "statusCode": 301}, path("/host")),
+        redirect({"port": 8083}, path("/port")),
+        redirect({"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}}, path("/prefix")),
+        redirect({"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full"}}, path("/whole")),
+    ], ["redirect.test"]))  # fmt: skip
+
+    def rewrite(r: dict, match: dict) -> dict:
+        return {
+            "matches": [match],
+            "filters": [{"type": "URLRewrite", "urlRewrite": r}],
+            "backendRefs": [to("v1")],
+        }
+
+    emu.create(http_route("rewrites", [
+        rewrite({"hostname": "backend.test", "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/one"}}, path("/prefix/one")),
+        rewrite({"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}, path("/strip")),
+        rewrite({"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full"}}, path("/any")),
+    ], ["rewrite.test"]))  # fmt: skip
+    start_edge(ports)
+    port = ports.web
+
+    assert KP.until(lambda: who(port, "/", "headers.test") == "w1")
+    status, headers, data = get(
+        port, "/", "headers.test", headers={"X-Header-Set": "old", "X-Header-Remove": "x"}
+    )
+    sent = {k.lower(): v for k, v in data["headers"].items()}
+    assert sent["x-header-set"] == ["set-overwrites-values"]
+    assert sent["x-header-add"] == ["add-appends-values"]
+    assert "x-header-remove" not in sent
+    assert headers["x-resp"] == "yes"
+
+    assert KP.until(lambda: get(port, "/scheme", "redirect.test")[0] == 302)
+    cases = {
+        "/scheme/a?x=1": (302, "https://redirect.test/scheme/a?x=1"),
+        "/host": (301, "http://example.org/host"),
+        "/port/p": (302, "http://redirect.test:8083/port/p"),
+        "/prefix/rest?q=1": (302, "http://redirect.test/new/rest?q=1"),
+        "/prefix": (302, "http://redirect.test/new"),
+        "/whole/x?y=2": (302, "http://redirect.test/full?y=2"),
+    }
+    for target, (code, location) in cases.items():
+        status, headers, _ = get(port, target, "redirect.test")
+        assert (status, headers.get("location")) == (code, location), target
+
+    _, _, data = get(port, "/prefix/one/two", "rewrite.test")
+    assert (data["path"], data["host"]) == ("/one/two", "backend.test")
+    assert get(port, "/prefix/one", "rewrite.test")[2]["path"] == "/one"
+    assert get(port, "/strip/x", "rewrite.test")[2]["path"] == "/x"
+    assert get(port, "/strip", "rewrite.test")[2]["path"] == "/"
+    assert get(port, "/any/thing", "rewrite.test")[2]["path"] == "/full"
+
+
+def https_conditions(api: kc.CustomObjectsApi) -> dict[str, tuple[str, str]]:
+    return conds(listener(gateway_status(api), "https").get("conditions", []))
+
+
+def _tls_secret(name: str, namespace: str, pki: PKI, host: str) -> dict:
+    pair = pki.issue(host)
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+            "type": "kubernetes.io/tls", "data": {"tls.crt": b64(pair.cert_pem), "tls.key": b64(pair.key_pem)}}  # fmt: skip
+
+
+def test_https_listener_and_reference_grants(
+    emu, start_edge, api, whoami: Whoami, tmp_path
+) -> None:
+    """An HTTPS listener terminates with a Secret of another namespace once a
+    ReferenceGrant allows it (curl verifies the certificate); a backend in another
+    namespace is RefNotPermitted until its ReferenceGrant appears, then served."""
+    need("curl")
+    pki = PKI()
+    ca = pki.write_ca(tmp_path)
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(_tls_secret("site", "certs", pki, "secure.test"))
+    emu.create(gateway([
+        {"name": "http", "port": ports.web, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+        {"name": "https", "port": ports.websecure, "protocol": "HTTPS", "hostname": "secure.test",
+         "tls": {"certificateRefs": [{"name": "site", "namespace": "certs"}]}},
+    ]))  # fmt: skip
+    backends(emu, "apps", web=whoami)
+    emu.create(
+        http_route(
+            "cross", [{"backendRefs": [to("web", namespace="apps")]}], ["cross.test", "secure.test"]
+        )
+    )
+    start_edge(ports)
+
+    assert KP.until(
+        lambda: (
+            route_conditions(api, "cross")
+            == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", "RefNotPermitted")}
+        )
+    )
+    assert who(ports.web, "/", "cross.test") == "503"
+    assert KP.until(
+        lambda: https_conditions(api).get("ResolvedRefs") == ("False", "RefNotPermitted")
+    )
+
+    emu.create({"apiVersion": f"{GROUP}/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "backends", "namespace": "apps"},
+                "spec": {"from": [{"group": GROUP, "kind": "HTTPRoute", "namespace": "default"}],
+                         "to": [{"group": "", "kind": "Service", "name": "web"}]}})  # fmt: skip
+    emu.create({"apiVersion": f"{GROUP}/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "certs", "namespace": "certs"},
+                "spec": {"from": [{"group": GROUP, "kind": "Gateway", "namespace": "default"}],
+                         "to": [{"group": "", "kind": "Secret"}]}})  # fmt: skip
+    assert KP.until(lambda: who(ports.web, "/", "cross.test") == "w1")
+    assert KP.until(lambda: route_conditions(api, "cross") == ACCEPTED)
+
+    def over_tls() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [need("curl"), "-sS", "--cacert", str(ca), "--resolve", f"secure.test:{ports.websecure}:127.0.0.1",
+             f"https://secure.test:{ports.websecure}/"],
+            capture_output=True, timeout=30,
+        )  # fmt: skip
+
+    assert KP.until(lambda: over_tls().returncode == 0, 10.0), over_tls().stderr
+    assert json.loads(over_tls().stdout)["name"] == "w1"
+    assert KP.until(lambda: listener(gateway_status(api), "https").get("attachedRoutes") == 1)
+    assert https_conditions(api)["Programmed"] == ("True", "Programmed")
+
+
+def test_status_is_written_only_when_it_changes_and_follows_the_generation(
+    emu, start_edge, api, whoami: Whoami
+) -> None:
+    """After the first writes, a round that changes nothing in status (a new Service)
+    writes nothing; a route's new spec bumps its generation and its conditions'
+    observedGeneration follows, keeping lastTransitionTime (its status held)."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["gen.test"]))
+    edge = start_edge(ports)
+    assert KP.until(lambda: route_conditions(api, "r") == ACCEPTED)
+    assert KP.until(
+        lambda: (
+            conds(gateway_status(api).get("conditions", [])).get("Programmed")
+            == ("True", "Programmed")
+        )
+    )
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
+    assert KP.until(lambda: provider.status_writes == 3)  # class, gateway, route
+
+    def patches() -> int:
+        return emu.count(method="PATCH")
+
+    before, rounds = patches(), provider.rounds
+    emu.create(o.service("unrelated"))
+    assert KP.until(lambda: provider.rounds > rounds)
+    time.sleep(0.5)
+    assert patches() == before and provider.status_writes == 3
+
+    first = api.get_namespaced_custom_object(GROUP, "v1", "default", "httproutes", "r")["status"][
+        "parents"
+    ][0]["conditions"]
+    route = emu.get("HTTPRoute", "default", "r")
+    route["spec"]["rules"][0]["matches"] = [path("/x")]
+    emu.update(route)
+
+    def generations() -> set[int]:
+        obj = api.get_namespaced_custom_object(GROUP, "v1", "default", "httproutes", "r")
+        return {c["observedGeneration"] for c in obj["status"]["parents"][0]["conditions"]}
+
+    assert KP.until(lambda: generations() == {2})
+    now = api.get_namespaced_custom_object(GROUP, "v1", "default", "httproutes", "r")["status"][
+        "parents"
+    ][0]["conditions"]
+    assert [c["lastTransitionTime"] for c in now] == [c["lastTransitionTime"] for c in first]
+    assert (
+        KP.until(lambda: who(ports.web, "/x", "gen.test") == "w1")
+        and who(ports.web, "/", "gen.test") == "404"
+    )
