@@ -44,10 +44,12 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server on ``port`` (kept across :meth:`stop` and :meth:`start`)."""
 
-    def __init__(self, tmp: Path, password: str = "") -> None:
+    def __init__(self, tmp: Path, password: str = "", tls: tuple[str, str, str] | None = None):
         self.tmp = tmp
         self.port = free_port()
         self.password = password
+        self.tls = tls  # (certificate, key, CA of clients): TLS on tls_port, clients verified
+        self.tls_port = free_port() if tls else 0
         self.proc: subprocess.Popen | None = None
         self.start()
 
@@ -57,6 +59,10 @@ class RedisServer:
         args += ["--appendonly", "no", "--dir", str(self.tmp), "--daemonize", "no"]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls:
+            cert, key, ca = self.tls
+            args += ["--tls-port", str(self.tls_port), "--tls-cert-file", cert]
+            args += ["--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -296,6 +302,43 @@ def test_password_and_db(tmp_path_factory, whoami):
             timeout=10,
         ).stdout.split()
         assert out == ["edge:rate:good@file:gina"]
+    finally:
+        if edge is not None:
+            edge.stop()
+        server.stop()
+
+
+def test_tls_with_a_client_certificate(tmp_path_factory, whoami, pki):
+    """A server speaking TLS only to clients with a certificate of its CA: ``tls.ca``
+    verifies it, ``cert``/``key`` are offered; without them the handshake fails
+    (Traefik's 500, the reason logged); without ``ca`` the system's CAs refuse it."""
+    folder = tmp_path_factory.mktemp("redis-tls")
+    server_files = pki.issue("localhost").write(folder, "server")
+    cert, key = pki.issue(client=True).write(folder, "client")
+    ca = pki.write_ca(folder)
+    server = RedisServer(folder, tls=(*server_files, ca))
+    edge = None
+    try:
+
+        def tls_limited(**tls) -> dict:
+            mw = limited(server, 1, 1, tls=tls)
+            mw["rateLimit"]["redis"]["endpoints"] = [f"localhost:{server.tls_port}"]
+            return mw
+
+        dyn = config(
+            whoami,
+            {
+                "mtls": tls_limited(ca=ca, cert=cert, key=key),
+                "nocert": tls_limited(ca=ca),
+                "noca": tls_limited(cert=cert, key=key),
+            },
+        )
+        edge = Edge(tmp_path_factory.mktemp("edge-tls"), dyn)
+        assert [ask(edge, "mtls.test", "kim")[0] for _ in range(2)] == [200, 429]
+        assert ask(edge, "nocert.test", "kim")[:3:2] == (500, b"Could not insert/update bucket")
+        assert ask(edge, "noca.test", "kim")[0] == 500
+        edge.wait_for(r"middleware nocert@file: redis localhost:\d+: unreachable", timeout=5)
+        edge.wait_for(r"middleware noca@file: redis .*: unreachable \(.*CERTIFICATE_VERIFY", 5)
     finally:
         if edge is not None:
             edge.stop()
