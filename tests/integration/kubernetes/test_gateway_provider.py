@@ -507,3 +507,49 @@ def test_status_is_written_only_when_it_changes_and_follows_the_generation(
         KP.until(lambda: who(ports.web, "/x", "gen.test") == "w1")
         and who(ports.web, "/", "gen.test") == "404"
     )
+
+
+def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami: Whoami) -> None:
+    """edge with providers.kubernetesGateway as the DaemonSet's ServiceAccount, against
+    the emulator enforcing k8s/rbac.yaml and k8s/gateway/rbac.yaml: nothing it asks is
+    refused, it serves and writes the three statuses, and every permission
+    k8s/gateway/rbac.yaml grants is used ("get" beside list aside)."""
+    from tests.harness import ROOT
+    from tests.kube.emulator import Access
+    from tests.kube.rbac import Policy
+
+    k8s = ROOT / "k8s"
+    # One Policy per file: Policy keeps one ClusterRole per file (by kind and namespace).
+    base = Policy.from_files([k8s / "rbac.yaml"], "edge-system", "edge")
+    mine = Policy.from_files([k8s / "gateway" / "rbac.yaml"], "edge-system", "edge")
+    seen: list[Access] = []
+    refused: list[Access] = []
+
+    def authorize(access: Access) -> bool:
+        seen.append(access)
+        if not (base.allows(access) or mine.allows(access)):
+            refused.append(access)
+            return False
+        return True
+
+    emu.authorizer = authorize
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["rbac.test"]))
+    edge = KP.InProcessEdge(static_config(emu, ports), tweak=_fast).start()
+    try:
+        assert KP.until(lambda: edge.ready() == 200, 10.0), refused
+        assert KP.until(lambda: who(ports.web, "/", "rbac.test") == "w1")
+        provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
+        assert KP.until(lambda: provider.status_writes == 3), refused
+    finally:
+        KP.stop_all([edge])
+    assert refused == []
+    unused = {
+        g for g in mine.grants
+        if not any(Policy.covers(g, a) for a in seen)
+        and not (g.verb == "get" and any(Policy.covers(g._replace(verb="list"), a) for a in seen))
+    }  # fmt: skip
+    assert unused == set()
