@@ -25,11 +25,12 @@ Three layers, all sans-IO (no socket, no loop):
 
 :meth:`Compress.response` is the pipeline's response filter (the hook of
 :mod:`edge.http.middlewares`): it negotiates, decides, edits the head and returns
-the encoder as the body's filter. The hook sends the head before any body byte, so
-a body of unknown length (chunked, or until close) cannot be measured first: it is
-compressed whatever its size, where Traefik holds the head until
-``minResponseBodyBytes`` arrived (a hook that lets a filter hold the head would
-let :data:`UNKNOWN_LENGTH` wait for them).
+the encoder as the body's filter. For a body of unknown length (chunked, or until
+close) Traefik holds the head until ``minResponseBodyBytes`` arrived: where the
+hook's :class:`Reply` has ``defer_head()`` (the head goes with the first bytes the
+filters let through, or at the end with their length), :class:`Deciding` keeps at
+most those bytes and decides on them; where it has not (today's hook sends the head
+before any body byte), such a body is compressed whatever its size.
 
 What is never compressed, as Traefik: a HEAD request; a request whose own
 Content-Type is excluded (``application/grpc`` always is); a response already
@@ -403,14 +404,16 @@ class Compress(Middleware):
         headers = reply.headers
         if not has_vary(headers):
             reply.add(b"Vary", b"Accept-Encoding")
-        if self.verdict(reply.status, headers, reply.length) == PLAIN:
+        verdict = self.verdict(reply.status, headers, reply.length)
+        if verdict == PLAIN:
             return None
-        # UNKNOWN_LENGTH is compressed too: the hook sends the head before any
-        # body byte, so a body of unknown length cannot be measured first.
-        reply.remove(b"Accept-Ranges")  # ranges of the encoded body are not served
-        reply.add(b"Content-Encoding", _CODINGS[encoding])
-        reply.set_length(None)  # chunked (HTTP/1.1), else until close
-        return _ENCODERS[encoding]()
+        if verdict == UNKNOWN_LENGTH:
+            defer_head = getattr(reply, "defer_head", None)
+            if defer_head is not None:
+                defer_head()  # the head waits for the first bytes the filters let through
+                return Deciding(reply, encoding, self.min_bytes)
+            # A hook that sends the head before any body byte: compressed unmeasured.
+        return compressed(reply, encoding)
 
     def verdict(self, status: int, headers: Iterable[Header], length: int | None) -> int:
         """PLAIN, COMPRESS or UNKNOWN_LENGTH for a response with a body of
@@ -448,3 +451,52 @@ def has_vary(headers: Iterable[Header]) -> bool:
                 if token == b"accept-encoding" or token == b"*":
                     return True
     return False
+
+
+def compressed(reply: Reply, encoding: str) -> Encoder:
+    """``reply`` made a compressed response's head; the encoder for its body."""
+    reply.remove(b"Accept-Ranges")  # ranges of the encoded body are not served
+    reply.add(b"Content-Encoding", _CODINGS[encoding])
+    reply.set_length(None)  # chunked (HTTP/1.1), else until close
+    return _ENCODERS[encoding]()
+
+
+class Deciding(BodyFilter):
+    """The body filter of a response of unknown length while its head is held
+    (:data:`UNKNOWN_LENGTH`, a hook whose :class:`Reply` has ``defer_head()``): it keeps the
+    first chunks, at most ``min_bytes`` and one chunk more, and lets nothing
+    through until they reach ``min_bytes`` (then the head becomes a compressed
+    one's, and what was kept goes through the encoder) or the body ends (then the
+    body goes as it came, with its length)."""
+
+    __slots__ = ("_encoder", "_held", "_size", "encoding", "min_bytes", "reply")
+
+    def __init__(self, reply: Reply, encoding: str, min_bytes: int) -> None:
+        self.reply = reply
+        self.encoding = encoding
+        self.min_bytes = min_bytes
+        self._held: list[bytes] = []
+        self._size = 0
+        self._encoder: Encoder | None = None
+
+    def data(self, chunk: bytes) -> bytes:
+        encoder = self._encoder
+        if encoder is not None:
+            return encoder.compress(chunk)
+        self._held.append(chunk)
+        self._size += len(chunk)
+        if self._size < self.min_bytes:
+            return b""
+        held = b"".join(self._held)
+        self._held = []
+        encoder = self._encoder = compressed(self.reply, self.encoding)
+        return encoder.compress(held)
+
+    def end(self) -> bytes:
+        encoder = self._encoder
+        if encoder is not None:
+            return encoder.finish()
+        self.reply.set_length(self._size)  # shorter than min_bytes: as it came
+        held = b"".join(self._held)
+        self._held = []
+        return held

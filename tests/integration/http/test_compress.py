@@ -28,13 +28,19 @@ EVENT = b"data: %d\n\n"
 
 
 class Backend(ThreadedServer):
-    """One response per connection, chosen by path; ``/events`` sends one event,
-    then waits for ``release`` before the next and the end."""
+    """One response per connection, chosen by path; ``/events?NAME`` sends one
+    event, then waits for its stream's ``release`` before the next and the end, and
+    sets its ``done``."""
 
     def __init__(self) -> None:
-        self.release = threading.Event()
-        self.events_done = threading.Event()
+        self.streams: dict[bytes, tuple[threading.Event, threading.Event]] = {}
+        self.lock = threading.Lock()
         super().__init__()
+
+    def stream(self, name: bytes) -> tuple[threading.Event, threading.Event]:
+        """The (release, done) events of the stream ``/events?name``."""
+        with self.lock:
+            return self.streams.setdefault(name, (threading.Event(), threading.Event()))
 
     def _serve(self, c: socket.socket, n: int) -> None:
         with c:
@@ -50,6 +56,7 @@ class Backend(ThreadedServer):
             path = target.split(b"?")[0]
             send = c.sendall
             if path == b"/events":
+                release, done = self.stream(target.partition(b"?")[2])
                 send(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
@@ -57,10 +64,10 @@ class Backend(ThreadedServer):
                 for i in range(3):
                     event = EVENT % i
                     send(b"%x\r\n%s\r\n" % (len(event), event))
-                    if i == 0 and not self.release.wait(15):
+                    if i == 0 and not release.wait(15):
                         return
                 send(b"0\r\n\r\n")
-                self.events_done.set()
+                done.set()
                 return
             status, headers, body = ROUTES[path.decode()]
             lines = b"".join(b"%s: %s\r\n" % h for h in headers)
@@ -285,8 +292,7 @@ def test_a_stream_flows_compressed(edge, backend, coding):
     """Each upstream chunk is compressed and flushed as it comes: the first event
     arrives and decodes while the backend holds the rest (minResponseBodyBytes does
     not hold a body of unknown length back)."""
-    backend.release.clear()
-    backend.events_done.clear()
+    release, done = backend.stream(f"{edge.port}-{coding}".encode())
     decode = {
         "gzip": zlib.decompressobj(31).decompress,
         "br": brotli.Decompressor().process,
@@ -295,7 +301,8 @@ def test_a_stream_flows_compressed(edge, backend, coding):
     deadline = time.monotonic() + 15
     with socket.create_connection(("127.0.0.1", edge.port), timeout=10) as s:
         s.sendall(
-            b"GET /events HTTP/1.1\r\nHost: c.test\r\nAccept-Encoding: %s\r\n\r\n" % coding.encode()
+            b"GET /events?%d-%s HTTP/1.1\r\nHost: c.test\r\nAccept-Encoding: %s\r\n\r\n"
+            % (edge.port, coding.encode(), coding.encode())
         )
         buf = bytearray()
         while b"\r\n\r\n" not in buf:
@@ -310,8 +317,8 @@ def test_a_stream_flows_compressed(edge, backend, coding):
         while got != EVENT % 0:
             got += decode(read_chunk(s, buf, deadline))
             assert len(got) <= len(EVENT % 0)
-        assert not backend.events_done.is_set()  # the backend has not finished
-        backend.release.set()
+        assert not done.is_set()  # the backend has not finished
+        release.set()
         while True:
             chunk = read_chunk(s, buf, deadline)
             if not chunk:

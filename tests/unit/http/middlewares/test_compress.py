@@ -16,6 +16,7 @@ import zstandard
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.config.dynamic import media_type
 from edge.http.codec import RequestHead
+from edge.http.middlewares import Forward, Reply
 from edge.http.middlewares.compress import (
     BROTLI,
     COMPRESS,
@@ -29,6 +30,8 @@ from edge.http.middlewares.compress import (
     WILDCARD,
     ZSTD,
     Compress,
+    Deciding,
+    Encoder,
     Negotiator,
     encoder,
     has_vary,
@@ -365,3 +368,97 @@ def test_media_types_read_as_go_reads_them():
     assert (parsed.type, parsed.params) == ("text/html", {"charset": "utf-8"})
     assert media_type("text/html; charset") is None
     assert media_type("a/b; x=1; X=2") is None  # a parameter given twice
+
+
+# --- the response filter ----------------------------------------------------------------
+
+
+class HoldingReply(Reply):
+    """A Reply whose hook lets a filter hold the head until the filters let bytes
+    through (``defer_head``), as the filter expects one to (the module's doc);
+    records that it was asked."""
+
+    __slots__ = ("held",)
+
+    def defer_head(self) -> None:
+        self.held = True
+
+
+def forward(*headers: tuple[bytes, bytes], method: bytes = b"GET") -> Forward:
+    head = request(method, *headers)
+    return Forward("a.example", b"/", b"", method, b"a.example", b"http", None, head)
+
+
+def reply(length: int | None, *headers: tuple[bytes, bytes], holds: bool = False) -> Reply:
+    lines = [*TEXT, (b"Accept-Ranges", b"bytes"), (b"ETag", b'"v1"'), *headers]
+    if length is not None:
+        lines.append((b"Content-Length", b"%d" % length))
+    return (HoldingReply if holds else Reply)(200, b"OK", lines, length)
+
+
+def names(r: Reply) -> list[bytes]:
+    return [n.lower() for n, _ in r.headers]
+
+
+GZIP_ACCEPT = (b"Accept-Encoding", b"gzip")
+
+
+def test_response_compresses_a_known_length():
+    r = reply(4096)
+    body = Compress("c").response(forward(GZIP_ACCEPT), r)
+    assert body is not None
+    assert r.get(b"content-encoding") == b"gzip" and r.get(b"vary") == b"Accept-Encoding"
+    assert r.get(b"accept-ranges") is None and r.get(b"etag") == b'"v1"'
+    assert r.length is None  # chunked: the writer drops the Content-Length line
+    assert zlib.decompress(body.data(TEXT_BODY) + body.end(), 31) == TEXT_BODY
+
+
+TEXT_BODY = b"a line of text to compress\n" * 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "length", "vary"),
+    [
+        ([GZIP_ACCEPT], 100, True),  # small
+        ([GZIP_ACCEPT, (b"Content-Type", b"application/grpc")], 4096, False),  # gRPC request
+        ([], 4096, False),  # no Accept-Encoding
+        ([(b"Accept-Encoding", b"identity")], 4096, False),
+    ],
+)
+def test_response_left_alone(headers, length, vary):
+    r = reply(length)
+    before = list(r.headers)
+    assert Compress("c").response(forward(*headers), r) is None
+    added = [(b"Vary", b"Accept-Encoding")] if vary else []
+    assert r.headers == before + added and r.length == length
+
+
+def test_unknown_length_compressed_when_the_head_cannot_wait():
+    r = reply(None)
+    body = Compress("c").response(forward(GZIP_ACCEPT), r)
+    assert isinstance(body, Encoder) and r.get(b"content-encoding") == b"gzip"
+
+
+def test_unknown_length_short_body_held_and_sent_as_it_came():
+    r = reply(None, holds=True)
+    body = Compress("c").response(forward(GZIP_ACCEPT), r)
+    assert isinstance(body, Deciding) and r.held
+    assert body.data(b"x" * 600) == b"" and body.data(b"y" * 400) == b""
+    assert body.end() == b"x" * 600 + b"y" * 400
+    assert r.length == 1000 and b"content-encoding" not in names(r)
+    assert r.get(b"vary") == b"Accept-Encoding"
+
+
+def test_unknown_length_long_body_compressed_once_min_bytes_came():
+    r = reply(None, holds=True)
+    body = Compress("c", min_response_body_bytes=1000).response(forward(GZIP_ACCEPT), r)
+    assert isinstance(body, Deciding)
+    decode = zlib.decompressobj(31).decompress
+    assert body.data(b"x" * 600) == b""
+    assert r.get(b"content-encoding") is None
+    out = body.data(b"y" * 400)  # min_bytes reached: what was held, compressed
+    assert r.get(b"content-encoding") == b"gzip" and r.length is None
+    assert r.get(b"accept-ranges") is None
+    assert decode(out) == b"x" * 600 + b"y" * 400
+    assert decode(body.data(b"z" * 10)) == b"z" * 10  # then each chunk as it comes
+    decode(body.end())
