@@ -21,15 +21,28 @@ Listeners
     A listener is bound to the edge entry point listening on its port (a UDP entry
     point for ``UDP``, a TCP one otherwise), as Traefik binds them; none: ``Accepted``
     False, ``PortUnavailable``. ``HTTP`` and ``HTTPS`` listeners carry HTTPRoutes;
-    ``TLS``, ``TCP`` and ``UDP`` are ``UnsupportedProtocol`` in this version. An HTTPS
-    listener terminates with its ``certificateRefs`` (Secrets of type
+    with ``experimentalChannel`` (the routes' ``v1`` CRDs came with Gateway API
+    v1.6), ``TLS`` listeners carry TLSRoutes (and TCPRoutes when they terminate),
+    ``TCP`` ones TCPRoutes and ``UDP`` ones UDPRoutes; without it those three
+    protocols are ``UnsupportedProtocol``. An HTTPS listener, and a TLS one in
+    ``Terminate`` mode, terminates with its ``certificateRefs`` (Secrets of type
     ``kubernetes.io/tls``, another namespace's only with a ReferenceGrant), read as
     every conversion reads them (:mod:`edge.providers.kubernetes.secrets`);
-    ``Passthrough`` on HTTPS is ``UnsupportedProtocol``. Two listeners of one Gateway
-    with the same port, protocol and hostname are both ``Conflicted``
-    (``HostnameConflict``) and neither is served. ``allowedRoutes.kinds`` naming a kind
-    the listener cannot carry: ``ResolvedRefs`` False, ``InvalidRouteKinds`` (the
-    others stay). ``attachedRoutes`` counts the routes accepted on each listener.
+    ``Passthrough`` reads no certificate and is refused on HTTPS
+    (``UnsupportedProtocol``). Two listeners of one Gateway with the same port,
+    protocol and hostname are both ``Conflicted`` (``HostnameConflict``) and neither
+    is served. ``allowedRoutes.kinds`` naming a kind the listener cannot carry:
+    ``ResolvedRefs`` False, ``InvalidRouteKinds`` (the others stay).
+    ``attachedRoutes`` counts the routes accepted on each listener.
+
+TLSRoute, TCPRoute, UDPRoute
+    Each rule is one TCP router (UDP for a UDPRoute) on the listener's entry point,
+    named as Traefik names them (``<kind>-<ns>-<name>-gw-<ns>-<gw>-ep-<ep>-<i>``
+    and the hash of an empty rule), over a weighted service of one load balancer per
+    backendRef (the Service port of the route's protocol). A TLSRoute matches
+    ``HostSNI`` of its hostnames intersected with the listener's (a wildcard:
+    ``HostSNIRegexp``), passed through untouched on a Passthrough listener; a
+    TCPRoute matches ``HostSNI("*")``, terminated on a TLS listener, raw on a TCP one.
 
 HTTPRoutes
     Each ``parentRef`` is matched to the Gateway's listeners by ``sectionName`` and
@@ -91,7 +104,18 @@ from edge.config.dynamic import (
     RouterTLS,
     Server,
     Service,
+    TCPConfiguration,
+    TCPLoadBalancer,
+    TCPRouter,
+    TCPRouterTLS,
+    TCPServer,
+    TCPService,
     TLSConfiguration,
+    UDPConfiguration,
+    UDPLoadBalancer,
+    UDPRouter,
+    UDPServer,
+    UDPService,
     Weighted,
     WRRService,
 )
@@ -126,11 +150,18 @@ CONTROLLER_NAME = "edge.dev/gateway-controller"
 GROUP = "gateway.networking.k8s.io"
 
 HTTP_ROUTE = "HTTPRoute"
+TLS_ROUTE = "TLSRoute"
+TCP_ROUTE = "TCPRoute"
+UDP_ROUTE = "UDPRoute"
 
-_ROUTE_KINDS = {"HTTP": (HTTP_ROUTE,), "HTTPS": (HTTP_ROUTE,)}
-"""The route kinds each listener protocol carries in this version."""
-
-_KNOWN_PROTOCOLS = frozenset({"HTTP", "HTTPS", "TLS", "TCP", "UDP"})
+_ROUTE_KINDS = {
+    "HTTP": (HTTP_ROUTE,),
+    "HTTPS": (HTTP_ROUTE,),
+    "TLS": (TLS_ROUTE, TCP_ROUTE),  # Passthrough: TLSRoute only
+    "TCP": (TCP_ROUTE,),
+    "UDP": (UDP_ROUTE,),
+}
+"""The route kinds each listener protocol carries."""
 
 
 # --- what goes in and out -------------------------------------------------------------
@@ -150,6 +181,7 @@ class GatewayOptions(msgspec.Struct, frozen=True):
     controller_name: str = CONTROLLER_NAME
     namespaces: tuple[str, ...] = ()
     entry_points: tuple[EntryPointPort, ...] = ()
+    experimental_channel: bool = False  # TLSRoute, TCPRoute and UDPRoute are read
 
 
 class GatewayState(msgspec.Struct, frozen=True):
@@ -159,6 +191,9 @@ class GatewayState(msgspec.Struct, frozen=True):
     gateway_classes: Mapping[Key, objects.GatewayClass] = {}
     gateways: Mapping[Key, objects.Gateway] = {}
     http_routes: Mapping[Key, objects.HTTPRoute] = {}
+    tls_routes: Mapping[Key, objects.TLSRoute] = {}
+    tcp_routes: Mapping[Key, objects.TCPRoute] = {}
+    udp_routes: Mapping[Key, objects.UDPRoute] = {}
     reference_grants: Mapping[Key, objects.ReferenceGrant] = {}
     namespaces: Mapping[Key, objects.Namespace] = {}
     services: Mapping[Key, objects.Service] = {}
@@ -171,6 +206,9 @@ class GatewayState(msgspec.Struct, frozen=True):
             gateway_classes=tables.get("GatewayClass", {}),
             gateways=tables.get("Gateway", {}),
             http_routes=tables.get("HTTPRoute", {}),
+            tls_routes=tables.get("TLSRoute", {}),
+            tcp_routes=tables.get("TCPRoute", {}),
+            udp_routes=tables.get("UDPRoute", {}),
             reference_grants=tables.get("ReferenceGrant", {}),
             namespaces=tables.get("Namespace", {}),
             services=tables.get("Service", {}),
@@ -320,6 +358,24 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
     return (f"{host} && {rule}" if host else rule), priority
 
 
+def sni_rule(hostnames: list[str]) -> tuple[str, int]:
+    """A TLSRoute's TCP rule on ``hostnames`` (``HostSNI("*")`` for none) and its
+    priority, Traefik's: the longest hostname's length less its wildcards."""
+    rules = []
+    priority = 0
+    for host in dict.fromkeys(hostnames):
+        if host.startswith("*."):
+            pattern = "^[a-z0-9-\\.]+" + re.escape(host[1:]) + "$"
+            rules.append(f"HostSNIRegexp({_quote(pattern)})")
+            priority = max(priority, len(host) - 1)
+        else:
+            rules.append(f"HostSNI({_quote(host)})")
+            priority = max(priority, len(host))
+    if not rules:
+        return 'HostSNI("*")', 0
+    return " || ".join(rules), priority
+
+
 def _intersect(listener: str, route: str) -> str | None:
     """The hostname both a listener's and a route's hostname match (the more specific),
     or None."""
@@ -406,6 +462,10 @@ class _Converter:
         self.routers: dict[str, Router] = {}
         self.services: dict[str, Service] = {}
         self.middlewares: dict[str, Middleware] = {}
+        self.tcp_routers: dict[str, TCPRouter] = {}
+        self.tcp_services: dict[str, TCPService] = {}
+        self.udp_routers: dict[str, UDPRouter] = {}
+        self.udp_services: dict[str, UDPService] = {}
         self.certificates: dict[Key, CertAndStores] = {}
         self.problems: list[Problem] = []
         self.statuses: list[WantedStatus] = []
@@ -471,12 +531,12 @@ class _Converter:
         """Bind a listener and check it; its failing conditions in ``conditions``."""
         gw, spec = listener.gateway, listener.spec
         where = f"spec.listeners[{spec.name}]"
-        if spec.protocol not in _ROUTE_KINDS:
-            reason = (
-                f"protocol {spec.protocol} is not supported by this version of edge"
-                if spec.protocol in _KNOWN_PROTOCOLS
-                else f"unknown protocol {spec.protocol!r}"
-            )
+        if spec.protocol not in _ROUTE_KINDS or (
+            spec.protocol in ("TLS", "TCP", "UDP") and not self.options.experimental_channel
+        ):
+            reason = f"protocol {spec.protocol!r} is not supported"
+            if spec.protocol in _ROUTE_KINDS:
+                reason += " without experimentalChannel (TLSRoute, TCPRoute, UDPRoute)"
             listener.fail("Accepted", "UnsupportedProtocol", reason)
             self.problem("Gateway", gw.metadata.key, where, reason)
             return
@@ -489,6 +549,8 @@ class _Converter:
             return
         listener.entry_point = sorted(eps)[0].name
         supported = _ROUTE_KINDS[spec.protocol]
+        if spec.protocol == "TLS" and spec.tls is not None and spec.tls.mode == "Passthrough":
+            supported = (TLS_ROUTE,)
         allowed = spec.allowed_routes or objects.AllowedRoutes()
         if allowed.kinds:
             kinds = []
@@ -508,10 +570,12 @@ class _Converter:
                 )
         else:
             listener.kinds = list(supported)
-        if spec.protocol == "HTTP" and spec.tls is not None:
-            listener.fail("Accepted", "UnsupportedValue", "an HTTP listener takes no tls")
+        if spec.protocol in ("HTTP", "TCP", "UDP") and spec.tls is not None:
+            listener.fail(
+                "Accepted", "UnsupportedValue", f"a {spec.protocol} listener takes no tls"
+            )
             return
-        if spec.protocol == "HTTPS" and not self.listener_tls(listener, where):
+        if spec.protocol in ("HTTPS", "TLS") and not self.listener_tls(listener, where):
             return
         listener.ok = True
 
@@ -519,9 +583,11 @@ class _Converter:
         gw, spec = listener.gateway, listener.spec
         tls = spec.tls
         if tls is None:
-            listener.fail("Accepted", "UnsupportedValue", "an HTTPS listener needs tls")
+            listener.fail("Accepted", "UnsupportedValue", f"a {spec.protocol} listener needs tls")
             return False
         if tls.mode == "Passthrough":
+            if spec.protocol == "TLS":
+                return True  # the connection is not terminated: no certificate is read
             listener.fail(
                 "Accepted", "UnsupportedProtocol", "HTTPS listeners cannot be Passthrough"
             )
@@ -602,30 +668,38 @@ class _Converter:
 
     # --- routes --------------------------------------------------------------------------
 
-    def http_routes(self, gateways: dict[Key, list[_Listener]]) -> None:
-        for key in sorted(self.state.http_routes):
-            route = self.state.http_routes[key]
-            if not self.visible(key[0]):
-                continue
-            parents = []
-            for ref in route.spec.parent_refs:
-                if (ref.group if ref.group is not None else GROUP) != GROUP:
+    def routes(self, gateways: dict[Key, list[_Listener]]) -> None:
+        state = self.state
+        for kind, table in (
+            (HTTP_ROUTE, state.http_routes),
+            (TLS_ROUTE, state.tls_routes),
+            (TCP_ROUTE, state.tcp_routes),
+            (UDP_ROUTE, state.udp_routes),
+        ):
+            for key in sorted(table):
+                route = table[key]
+                if not self.visible(key[0]):
                     continue
-                if (ref.kind or "Gateway") != "Gateway":
-                    continue
-                gw_key = (ref.namespace or key[0], ref.name)
-                listeners = gateways.get(gw_key)
-                if listeners is None:
-                    continue  # not a Gateway of edge's: not edge's to report on
-                parents.append(self.http_parent(route, ref, gw_key, listeners))
-            if parents:
-                self.statuses.append(
-                    WantedStatus(HTTP_ROUTE, key, route.metadata.generation, {"parents": parents})
-                )
+                parents = []
+                for ref in route.spec.parent_refs:
+                    if (ref.group if ref.group is not None else GROUP) != GROUP:
+                        continue
+                    if (ref.kind or "Gateway") != "Gateway":
+                        continue
+                    gw_key = (ref.namespace or key[0], ref.name)
+                    listeners = gateways.get(gw_key)
+                    if listeners is None:
+                        continue  # not a Gateway of edge's: not edge's to report on
+                    parents.append(self.parent(kind, route, ref, gw_key, listeners))
+                if parents:
+                    self.statuses.append(
+                        WantedStatus(kind, key, route.metadata.generation, {"parents": parents})
+                    )
 
-    def http_parent(
+    def parent(
         self,
-        route: objects.HTTPRoute,
+        kind: str,
+        route: Any,
         ref: objects.ParentReference,
         gw_key: Key,
         listeners: list[_Listener],
@@ -644,14 +718,16 @@ class _Converter:
         resolved = Condition("ResolvedRefs", True, "ResolvedRefs", "")
         if matched and not any(li.ok for li in matched):
             accepted = accepted._replace(message="no listener it names is valid")
-        allowed = [li for li in matched if li.ok and self.allows(li, key[0], HTTP_ROUTE)]
+        allowed = [li for li in matched if li.ok and self.allows(li, key[0], kind)]
         if matched and any(li.ok for li in matched) and not allowed:
             accepted = Condition(
                 "Accepted", False, "NotAllowedByListeners", "the listeners do not allow it"
             )
         hosted = []
         for li in allowed:
-            hostnames = intersect_hostnames(li.spec.hostname, route.spec.hostnames)
+            hostnames: list[str] | None = []
+            if kind in (HTTP_ROUTE, TLS_ROUTE):
+                hostnames = intersect_hostnames(li.spec.hostname, route.spec.hostnames)
             if hostnames is not None:
                 hosted.append((li, hostnames))
         if allowed and not hosted:
@@ -666,7 +742,10 @@ class _Converter:
             unsupported: list[str] = []
             for li, hostnames in hosted:
                 li.attached += 1
-                found, unsup = self.http_rules(route, gw_key, li, hostnames)
+                if kind == HTTP_ROUTE:
+                    found, unsup = self.http_rules(route, gw_key, li, hostnames)
+                else:
+                    found, unsup = self.l4_rules(kind, route, gw_key, li, hostnames), []
                 if found is not None and resolved.status:
                     resolved = found
                 unsupported.extend(u for u in unsup if u not in unsupported)
@@ -676,7 +755,7 @@ class _Converter:
             for c in (accepted, resolved):
                 if not c.status:
                     self.problem(
-                        HTTP_ROUTE,
+                        kind,
                         key,
                         f"parentRef {gw_key[0]}/{gw_key[1]}",
                         f"{c.reason}: {c.message}",
@@ -739,6 +818,28 @@ class _Converter:
         self.services[name] = Service(load_balancer=LoadBalancer())
         return name
 
+    def resolve(
+        self, kind: str, namespace: str, ref: Any, protocol: str
+    ) -> tuple[list[str] | None, Condition | None]:
+        """The ``host:port`` addresses of one backendRef of a ``kind`` route in
+        ``namespace``, or the ResolvedRefs condition saying why there are none."""
+        target = ref.namespace or namespace
+        if getattr(ref, "filters", None):
+            why = "backendRef filters are not supported"
+            return None, Condition("ResolvedRefs", False, "UnsupportedValue", why)
+        if (ref.group or "") != "" or (ref.kind or "Service") != "Service":
+            why = f"backendRef {ref.group or 'core'}/{ref.kind}: only Services are supported"
+            return None, Condition("ResolvedRefs", False, "InvalidKind", why)
+        if target != namespace and not self.granted(
+            kind, namespace, "", "Service", ref.name, target
+        ):
+            why = f"backendRef {target}/{ref.name}: no ReferenceGrant in {target} allows it"
+            return None, Condition("ResolvedRefs", False, "RefNotPermitted", why)
+        addresses, why = self.servers(target, ref, protocol)
+        if addresses is None:
+            return None, Condition("ResolvedRefs", False, "BackendNotFound", why)
+        return addresses, None
+
     def backends(
         self, route: objects.HTTPRoute, router: str, rule: objects.HTTPRouteRule, ri: int
     ) -> tuple[str, Condition | None]:
@@ -746,40 +847,14 @@ class _Converter:
         failed: Condition | None = None
         children: list[WRRService] = []
         for bi, ref in enumerate(rule.backend_refs):
-            target = ref.namespace or ns
-            child = f"{router}-svc-{target}-{ref.name}-{bi}"
-            cond = None
-            if ref.filters:
-                cond = Condition(
-                    "ResolvedRefs",
-                    False,
-                    "UnsupportedValue",
-                    "backendRef filters are not supported",
-                )
-            elif (ref.group or "") != "" or (ref.kind or "Service") != "Service":
-                cond = Condition(
-                    "ResolvedRefs",
-                    False,
-                    "InvalidKind",
-                    f"backendRef {ref.group or 'core'}/{ref.kind}: only Services are supported",
-                )
-            elif target != ns and not self.granted(HTTP_ROUTE, ns, "", "Service", ref.name, target):
-                cond = Condition(
-                    "ResolvedRefs",
-                    False,
-                    "RefNotPermitted",
-                    f"backendRef {target}/{ref.name}: no ReferenceGrant in {target} allows it",
-                )
-            else:
-                lb, why = self.servers(target, ref)
-                if lb is None:
-                    cond = Condition("ResolvedRefs", False, "BackendNotFound", why)
-                else:
-                    self.services[child] = Service(load_balancer=lb)
-            if cond is not None:
+            child = f"{router}-svc-{ref.namespace or ns}-{ref.name}-{bi}"
+            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
+            if addresses is None:
                 self.unavailable(child)
-                if failed is None:
-                    failed = cond
+                failed = failed or cond
+            else:
+                servers = [Server(url=f"http://{a}") for a in addresses]
+                self.services[child] = Service(load_balancer=LoadBalancer(servers=servers))
             children.append(WRRService(name=child, weight=max(ref.weight, 0)))
         name = f"{router}-wrr"
         if not children:
@@ -787,23 +862,74 @@ class _Converter:
         self.services[name] = Service(weighted=Weighted(services=children))
         return name, failed
 
-    def servers(
-        self, namespace: str, ref: objects.HTTPBackendRef
-    ) -> tuple[LoadBalancer | None, str]:
+    def servers(self, namespace: str, ref: Any, protocol: str) -> tuple[list[str] | None, str]:
+        """The ready ``host:port`` of a Service port (sorted), or why there are none."""
         what = f"service {namespace}/{ref.name}"
         svc = self.state.services.get((namespace, ref.name))
         if svc is None or not self.visible(namespace):
             return None, f"{what} not found"
         if not ref.port:
             return None, f"the backendRef to {what} names no port"
-        port = service_port(svc, ref.port, "")
+        port = service_port(svc, ref.port, "", protocol)
         if port is None:
-            return None, f"TCP port {ref.port} not found on {what}"
+            return None, f"{protocol} port {ref.port} not found on {what}"
         if svc.spec.type == "ExternalName":
             return None, f"{what} is an ExternalName service"
-        addresses, _ = ready_addresses(self.slices.get((namespace, ref.name), ()), port.name)
-        servers = [Server(url=f"http://{a}") for a in sorted(addresses)]
-        return LoadBalancer(servers=servers), ""
+        slices = self.slices.get((namespace, ref.name), ())
+        addresses, _ = ready_addresses(slices, port.name, protocol=protocol)
+        return sorted(addresses), ""
+
+    # --- TLSRoute, TCPRoute, UDPRoute ---------------------------------------------------------
+
+    def l4_rules(
+        self, kind: str, route: Any, gw_key: Key, li: _Listener, hostnames: list[str]
+    ) -> Condition | None:
+        """TCP (TLSRoute, TCPRoute) or UDP routers of every rule of ``route`` on ``li``;
+        the first ResolvedRefs failure (None: all resolved)."""
+        key = route.metadata.key
+        failed: Condition | None = None
+        udp = kind == UDP_ROUTE
+        for ri, rule in enumerate(route.spec.rules):
+            rkey = _normalize(
+                f"{kind.lower()}-{key[0]}-{key[1]}-gw-{gw_key[0]}-{gw_key[1]}"
+                f"-ep-{li.entry_point}-{ri}"
+            )
+            name = router_name("", rkey)
+            children: list[WRRService] = []
+            for bi, ref in enumerate(rule.backend_refs):
+                child = f"{name}-svc-{ref.namespace or key[0]}-{ref.name}-{bi}"
+                addresses, cond = self.resolve(kind, key[0], ref, "UDP" if udp else "TCP")
+                failed = failed or cond
+                found = addresses or []
+                if udp:
+                    self.udp_services[child] = UDPService(
+                        load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in found])
+                    )
+                else:
+                    self.tcp_services[child] = TCPService(
+                        load_balancer=TCPLoadBalancer(servers=[TCPServer(address=a) for a in found])
+                    )
+                children.append(WRRService(name=child, weight=max(ref.weight, 0)))
+            service = f"{name}-wrr"
+            weighted = Weighted(services=children)
+            if udp:
+                self.udp_services[service] = UDPService(weighted=weighted)
+                self.udp_routers[name] = UDPRouter(service=service, entry_points=[li.entry_point])
+                continue
+            self.tcp_services[service] = TCPService(weighted=weighted)
+            rule_text, priority = sni_rule(hostnames) if kind == TLS_ROUTE else ('HostSNI("*")', 0)
+            tls = None
+            if li.spec.protocol == "TLS" and li.spec.tls is not None:
+                tls = TCPRouterTLS(passthrough=li.spec.tls.mode == "Passthrough")
+            self.tcp_routers[name] = TCPRouter(
+                rule=rule_text,
+                service=service,
+                entry_points=[li.entry_point],
+                priority=priority,
+                rule_syntax="v3",
+                tls=tls,
+            )
+        return failed
 
     # --- filters ---------------------------------------------------------------------------
 
@@ -870,7 +996,7 @@ class _Converter:
     def run(self) -> Conversion:
         classes = self.classes()
         gateways = self.gateways(classes)
-        self.http_routes(gateways)
+        self.routes(gateways)
         for key, listeners in gateways.items():
             self.statuses.append(self.gateway_status(self.state.gateways[key], listeners))
         http = HTTPConfiguration(
@@ -883,7 +1009,23 @@ class _Converter:
             if self.certificates
             else None
         )
-        conf = Configuration(http=http, tls=tls)
+        tcp = (
+            TCPConfiguration(
+                routers=dict(sorted(self.tcp_routers.items())),
+                services=dict(sorted(self.tcp_services.items())),
+            )
+            if self.tcp_routers
+            else None
+        )
+        udp = (
+            UDPConfiguration(
+                routers=dict(sorted(self.udp_routers.items())),
+                services=dict(sorted(self.udp_services.items())),
+            )
+            if self.udp_routers
+            else None
+        )
+        conf = Configuration(http=http, tcp=tcp, udp=udp, tls=tls)
         return Conversion(conf, self.problems, self.statuses)
 
     def gateway_status(self, gw: objects.Gateway, listeners: list[_Listener]) -> WantedStatus:

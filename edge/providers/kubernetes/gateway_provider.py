@@ -71,12 +71,20 @@ GATEWAY_RESOURCES: Mapping[str, Resource] = {
     "Gateway": Resource("Gateway", GROUP, "v1", "gateways"),
     "HTTPRoute": Resource("HTTPRoute", GROUP, "v1", "httproutes"),
     "ReferenceGrant": Resource("ReferenceGrant", GROUP, "v1beta1", "referencegrants"),
+    "TLSRoute": Resource("TLSRoute", GROUP, "v1", "tlsroutes"),
+    "TCPRoute": Resource("TCPRoute", GROUP, "v1", "tcproutes"),
+    "UDPRoute": Resource("UDPRoute", GROUP, "v1", "udproutes"),
 }
-"""The Gateway API kinds read, at the versions of the standard channel."""
+"""The Gateway API kinds read, at the versions of the standard channel of v1.6."""
+
+L4_KINDS = frozenset({"TLSRoute", "TCPRoute", "UDPRoute"})
+"""Read only with ``experimentalChannel`` (as Traefik reads TCPRoute and TLSRoute):
+their ``v1`` CRDs came with Gateway API v1.6, and a kind whose CRD is missing is never
+listed, which would keep edge from ever being ready."""
 
 NAMESPACES = Resource("Namespace", "", "v1", "namespaces", False)
 STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
-_STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute"})
+_STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", *L4_KINDS})
 
 
 def _without_status(obj: Any) -> Any:
@@ -106,6 +114,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
             controller_name=controller_name,
             namespaces=tuple(config.namespaces),
             entry_points=tuple(entry_points),
+            experimental_channel=config.experimental_channel,
         )
         super().__init__(
             name=name,
@@ -130,6 +139,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
             *(
                 WatchSpec(r, objects.GATEWAY_KINDS[kind], label_selector=selector)
                 for kind, r in GATEWAY_RESOURCES.items()
+                if kind not in L4_KINDS or self.config.experimental_channel
             ),
             WatchSpec(NAMESPACES, objects.Namespace),
             WatchSpec(SERVICES, objects.Service),

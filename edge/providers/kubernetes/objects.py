@@ -797,8 +797,8 @@ class ClusterState(msgspec.Struct, frozen=True):
 
 # --- Gateway API (gateway.networking.k8s.io) ----------------------------------------------
 #
-# The fields edge reads of GatewayClass, Gateway, HTTPRoute (v1) and ReferenceGrant
-# (v1beta1), and Namespace (its labels, for a listener's ``allowedRoutes`` selector).
+# The fields edge reads of GatewayClass, Gateway, HTTPRoute, TLSRoute, TCPRoute,
+# UDPRoute (v1) and ReferenceGrant (v1beta1), and Namespace (its labels, for a listener's ``allowedRoutes`` selector).
 # A ``status`` is kept as the API server sent it (JSON builtins): the Gateway provider
 # compares it with what it would write, and keeps the parts other controllers own.
 
@@ -974,6 +974,48 @@ class HTTPRoute(_Model):
     status: dict[str, Any] = {}
 
 
+class BackendRef(_Model):
+    name: str = ""
+    group: str | None = None  # None and "": the core group
+    kind: str | None = None  # None: Service
+    namespace: str | None = None  # None: the route's
+    port: int | None = None
+    weight: int = 1
+
+
+class L4RouteRule(_Model):
+    """A rule of a TLSRoute, TCPRoute or UDPRoute: backends only."""
+
+    name: str | None = None
+    backend_refs: list[BackendRef] = []
+
+
+class L4RouteSpec(_Model):
+    """The spec of a TLSRoute (which has ``hostnames``), TCPRoute or UDPRoute."""
+
+    parent_refs: list[ParentReference] = []
+    hostnames: list[str] = []
+    rules: list[L4RouteRule] = []
+
+
+class TLSRoute(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: L4RouteSpec = L4RouteSpec()
+    status: dict[str, Any] = {}
+
+
+class TCPRoute(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: L4RouteSpec = L4RouteSpec()
+    status: dict[str, Any] = {}
+
+
+class UDPRoute(_Model):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: L4RouteSpec = L4RouteSpec()
+    status: dict[str, Any] = {}
+
+
 class ReferenceGrantFrom(_Model):
     group: str = ""
     kind: str = ""
@@ -1004,6 +1046,9 @@ GATEWAY_KINDS: Mapping[str, type[_Model]] = {
     "GatewayClass": GatewayClass,
     "Gateway": Gateway,
     "HTTPRoute": HTTPRoute,
+    "TLSRoute": TLSRoute,
+    "TCPRoute": TCPRoute,
+    "UDPRoute": UDPRoute,
     "ReferenceGrant": ReferenceGrant,
     "Namespace": Namespace,
 }

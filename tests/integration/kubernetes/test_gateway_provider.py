@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -32,9 +33,9 @@ import pytest
 from edge.providers.kubernetes.gateway import CONTROLLER_NAME
 from edge.providers.kubernetes.gateway_provider import KubernetesGatewayProvider
 from tests.fixtures.tls.pki import PKI
-from tests.harness import Whoami, need
+from tests.harness import WHOAMI_RE, Proc, Whoami, need
 from tests.integration.kubernetes import test_provider as KP
-from tests.integration.peers import free_port
+from tests.integration.peers import fingerprint_of, free_port, s_client_until
 from tests.kube import objects as o
 from tests.kube.emulator import Emulator
 
@@ -84,10 +85,18 @@ def backends(emu: Emulator, namespace: str = "default", **named: Whoami) -> None
 # --- edge ---------------------------------------------------------------------------------
 
 
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class Ports:
     def __init__(self) -> None:
         self.web = free_port()
         self.websecure = free_port()
+        self.tcp = free_port()
+        self.dns = free_udp_port()
 
 
 def static_config(emu: Emulator, ports: Ports) -> dict:
@@ -96,6 +105,8 @@ def static_config(emu: Emulator, ports: Ports) -> dict:
         "entryPoints": {
             "web": {"address": f"127.0.0.1:{ports.web}"},
             "websecure": {"address": f"127.0.0.1:{ports.websecure}"},
+            "tcp": {"address": f"127.0.0.1:{ports.tcp}"},
+            "dns": {"address": f"127.0.0.1:{ports.dns}/udp"},
             "traefik": {"address": "127.0.0.1:0"},
         },
         "providers": {
@@ -103,6 +114,7 @@ def static_config(emu: Emulator, ports: Ports) -> dict:
                 "endpoint": emu.url,
                 "token": KP.TOKEN,
                 "throttleDuration": throttle,
+                "experimentalChannel": True,
             }
         },
         "providersThrottleDuration": throttle,
@@ -179,9 +191,9 @@ def who(port: int, target: str, host: str, **kw: Any) -> str:
 
 
 def route_conditions(
-    api: kc.CustomObjectsApi, name: str, namespace: str = "default"
+    api: kc.CustomObjectsApi, name: str, namespace: str = "default", plural: str = "httproutes"
 ) -> dict[str, tuple[str, str]]:
-    obj = api.get_namespaced_custom_object(GROUP, "v1", namespace, "httproutes", name)
+    obj = api.get_namespaced_custom_object(GROUP, "v1", namespace, plural, name)
     parents = [
         p
         for p in obj.get("status", {}).get("parents", [])
@@ -512,7 +524,7 @@ def test_status_is_written_only_when_it_changes_and_follows_the_generation(
 def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami: Whoami) -> None:
     """edge with providers.kubernetesGateway as the DaemonSet's ServiceAccount, against
     the emulator enforcing k8s/rbac.yaml and k8s/gateway/rbac.yaml: nothing it asks is
-    refused, it serves and writes the three statuses, and every permission
+    refused, it serves and writes the statuses of every kind, and every permission
     k8s/gateway/rbac.yaml grants is used ("get" beside list aside)."""
     from tests.harness import ROOT
     from tests.kube.emulator import Access
@@ -535,7 +547,14 @@ def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami
     emu.authorizer = authorize
     ports = Ports()
     emu.create(gateway_class())
-    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    emu.create(gateway([
+        {"name": "http", "port": ports.web, "protocol": "HTTP"},
+        {"name": "tls", "port": ports.websecure, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
+        {"name": "tcp", "port": ports.tcp, "protocol": "TCP"},
+        {"name": "dns", "port": ports.dns, "protocol": "UDP"},
+    ]))  # fmt: skip
+    for kind, section in (("TLSRoute", "tls"), ("TCPRoute", "tcp"), ("UDPRoute", "dns")):
+        emu.create(l4_route(kind, "r", section, [{"name": "v1", "port": 80}]))
     backends(emu, v1=whoami)
     emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["rbac.test"]))
     edge = KP.InProcessEdge(static_config(emu, ports), tweak=_fast).start()
@@ -543,7 +562,7 @@ def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami
         assert KP.until(lambda: edge.ready() == 200, 10.0), refused
         assert KP.until(lambda: who(ports.web, "/", "rbac.test") == "w1")
         provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
-        assert KP.until(lambda: provider.status_writes == 3), refused
+        assert KP.until(lambda: provider.status_writes == 6), refused  # class, gateway, 4 routes
     finally:
         KP.stop_all([edge])
     assert refused == []
@@ -553,3 +572,109 @@ def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami
         and not (g.verb == "get" and any(Policy.covers(g._replace(verb="list"), a) for a in seen))
     }  # fmt: skip
     assert unused == set()
+
+
+@pytest.fixture(scope="module")
+def udp_echo() -> Iterator[Proc]:
+    """``edge whoami --udp``: a UDP echo server."""
+    p = Proc(["whoami", "--name", "echo", "--udp", "127.0.0.1:0"])
+    p.port = int(p.wait_for(WHOAMI_RE).group(4))  # type: ignore[attr-defined]
+    yield p
+    p.stop()
+
+
+def l4_route(
+    kind: str, name: str, section: str, refs: list[dict], hostnames: list[str] | None = None
+) -> dict:
+    spec: dict[str, Any] = {
+        "parentRefs": [{"name": "gw", "sectionName": section}],
+        "rules": [{"backendRefs": refs}],
+    }
+    if hostnames:
+        spec["hostnames"] = hostnames
+    return {
+        "apiVersion": GW,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def l4_service(
+    emu: Emulator, name: str, port: int, backend_port: int, protocol: str = "TCP"
+) -> None:
+    svc = o.service(name, port=port)
+    svc["spec"]["ports"] = [
+        {"name": "p", "port": port, "targetPort": backend_port, "protocol": protocol}
+    ]
+    emu.create(svc)
+    eps = o.endpoint_slice(
+        f"{name}-1", service_name=name, addresses=["127.0.0.1"], port=backend_port
+    )
+    eps["ports"] = [{"name": "p", "port": backend_port, "protocol": protocol}]
+    emu.create(eps)
+
+
+def test_one_edge_serves_http_tls_passthrough_tcp_and_udp_routes(
+    emu, start_edge, api, whoami: Whoami, s_server, certs, echo, udp_echo
+) -> None:
+    """One edge with providers.kubernetesGateway (experimentalChannel): an HTTPRoute
+    on HTTP, a TLSRoute on a Passthrough TLS listener (the backend's own certificate
+    reaches the client, its fingerprint unchanged), a TCPRoute on a TCP listener and a
+    UDPRoute on a UDP listener, each Accepted with its refs resolved."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([
+        {"name": "http", "port": ports.web, "protocol": "HTTP"},
+        {"name": "tls", "port": ports.websecure, "protocol": "TLS", "hostname": "*.test", "tls": {"mode": "Passthrough"}},
+        {"name": "tcp", "port": ports.tcp, "protocol": "TCP"},
+        {"name": "dns", "port": ports.dns, "protocol": "UDP"},
+    ]))  # fmt: skip
+    backends(emu, v1=whoami)
+    emu.create(http_route("web", [{"backendRefs": [to("v1")]}], ["web.test"]))
+    l4_service(emu, "pt", 443, s_server.port)
+    emu.create(l4_route("TLSRoute", "pt", "tls", [{"name": "pt", "port": 443}], ["pt.test"]))
+    l4_service(emu, "echo", 9000, echo.port)
+    emu.create(l4_route("TCPRoute", "echo", "tcp", [{"name": "echo", "port": 9000}]))
+    l4_service(emu, "dns", 53, udp_echo.port, "UDP")
+    emu.create(l4_route("UDPRoute", "dns", "dns", [{"name": "dns", "port": 53}]))
+    start_edge(ports)
+
+    assert KP.until(lambda: who(ports.web, "/", "web.test") == "w1")
+    out = s_client_until(ports.websecure, "pt.test", b"hello\n", b"olleh")
+    assert b"olleh" in out
+    assert fingerprint_of(out) == certs["backend"].fingerprint
+
+    def tcp_echo() -> bytes:
+        try:
+            with socket.create_connection(("127.0.0.1", ports.tcp), timeout=2) as sock:
+                sock.sendall(b"ping\n")
+                return sock.recv(64)
+        except OSError:
+            return b""
+
+    assert KP.until(lambda: tcp_echo() == b"ping\n")
+
+    def udp_echo_once() -> bytes:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(0.5)
+            sock.sendto(b"ping", ("127.0.0.1", ports.dns))
+            try:
+                return sock.recv(64)
+            except OSError:
+                return b""
+
+    assert KP.until(lambda: udp_echo_once() == b"ping")
+
+    for plural, name in (("tlsroutes", "pt"), ("tcproutes", "echo"), ("udproutes", "dns")):
+        assert KP.until(lambda n=name, p=plural: route_conditions(api, n, plural=p) == ACCEPTED), (
+            plural
+        )
+    st = gateway_status(api)
+    assert [listener(st, n)["attachedRoutes"] for n in ("http", "tls", "tcp", "dns")] == [
+        1,
+        1,
+        1,
+        1,
+    ]
+    assert [k["kind"] for k in listener(st, "tls")["supportedKinds"]] == ["TLSRoute"]

@@ -115,7 +115,8 @@ def conditions(conds: list[dict]) -> dict[str, tuple[str, str]]:
 
 
 def parent(c: Conversion, key: tuple[str, str] = ("default", "r")) -> dict[str, tuple[str, str]]:
-    (entry,) = status(c, "HTTPRoute", key)["parents"]
+    (found,) = [s for s in c.statuses if s.kind.endswith("Route") and s.key == key]
+    (entry,) = found.status["parents"]
     assert entry["controllerName"] == CONTROLLER_NAME
     return conditions(entry["conditions"])
 
@@ -185,8 +186,8 @@ def test_a_gateway_with_no_valid_listener_is_not_accepted_nor_programmed() -> No
     assert gw == {"Accepted": ("False", "ListenersNotValid"), "Programmed": ("False", "Invalid")}
 
 
-@pytest.mark.parametrize("protocol", ["TLS", "TCP", "UDP"])
-def test_protocols_not_served_yet_are_unsupported(protocol: str) -> None:
+@pytest.mark.parametrize("protocol", ["TLS", "TCP", "UDP", "SCTP"])
+def test_l4_protocols_need_the_experimental_channel(protocol: str) -> None:
     c = run(gateway_class(), gateway([listener(protocol=protocol)]))
     assert conditions(listener_status(c, "http")["conditions"])["Accepted"] == (
         "False",
@@ -663,3 +664,95 @@ def test_namespaces_option_hides_other_namespaces() -> None:
 def test_the_same_state_converts_equal() -> None:
     docs = (*BASE, route([{"backendRefs": [backend()]}]))
     assert run(*docs) == run(*docs)
+
+
+# --- TLSRoute, TCPRoute, UDPRoute ------------------------------------------------------------------
+
+L4 = GatewayOptions(
+    entry_points=(*ENTRY_POINTS, EntryPointPort("tcp", 9000)), experimental_channel=True
+)
+
+
+def l4_route(kind: str, refs: list[dict], name: str = "r", **spec: Any) -> dict:
+    doc = route([{"backendRefs": refs}], name=name, **spec)
+    doc["kind"] = kind
+    return doc
+
+
+def udp_service(name: str = "dns") -> list[dict]:
+    svc, eps = service(name, port=53)
+    svc["spec"]["ports"][0]["protocol"] = "UDP"
+    eps["ports"][0]["protocol"] = "UDP"
+    return [svc, eps]
+
+
+def test_tls_passthrough_routes_by_sni_without_reading_a_secret() -> None:
+    li = listener("tls", 443, "TLS", hostname="*.pt.test", tls={"mode": "Passthrough"})
+    c = run(gateway_class(), gateway([li]), service("pt", port=443),
+            l4_route("TLSRoute", [backend("pt", 443)], hostnames=["a.pt.test", "b.other.test"]), options=L4)  # fmt: skip
+    assert listener_status(c, "tls")["supportedKinds"] == [{"group": GROUP, "kind": "TLSRoute"}]
+    (router,) = c.configuration.tcp.routers.values()
+    assert (
+        router.rule == 'HostSNI("a.pt.test")' and router.tls is not None and router.tls.passthrough
+    )
+    assert router.entry_points == ["websecure"] and router.priority == len("a.pt.test")
+    assert c.configuration.tls is None
+    assert parent(c) == ACCEPTED_
+    rt = validate(c)
+    assert all(i.status == "enabled" for i in rt.tcp_routers.values()), {
+        n: i.errors for n, i in rt.tcp_routers.items()
+    }
+
+
+def test_tls_terminate_carries_tls_and_tcp_routes() -> None:
+    li = listener("tls", 443, "TLS", tls={"certificateRefs": [{"name": "cert"}]})
+    c = run(gateway_class(), gateway([li]), secret(), service("pt", port=443),
+            l4_route("TCPRoute", [backend("pt", 443)]), options=L4)  # fmt: skip
+    assert [k["kind"] for k in listener_status(c, "tls")["supportedKinds"]] == [
+        "TLSRoute",
+        "TCPRoute",
+    ]
+    (router,) = c.configuration.tcp.routers.values()
+    assert router.rule == 'HostSNI("*")' and router.tls is not None and not router.tls.passthrough
+    assert c.configuration.tls is not None
+
+
+def test_a_tcp_route_on_a_tcp_listener_and_a_udp_route_on_a_udp_listener() -> None:
+    c = run(gateway_class(), gateway([listener("tcp", 9000, "TCP"), listener("dns", 53, "UDP")]),
+            service("echo", port=9000), udp_service(),
+            l4_route("TCPRoute", [backend("echo", 9000)], name="t", parentRefs=[{"name": "gw", "sectionName": "tcp"}]),
+            l4_route("UDPRoute", [backend("dns", 53, weight=2), backend("gone", 53)], name="u",
+                     parentRefs=[{"name": "gw", "sectionName": "dns"}]),
+            options=L4)  # fmt: skip
+    (tcp,) = c.configuration.tcp.routers.values()
+    assert tcp.rule == 'HostSNI("*")' and tcp.tls is None and tcp.entry_points == ["tcp"]
+    (udp,) = c.configuration.udp.routers.values()
+    assert udp.entry_points == ["dns"]
+    wrr = c.configuration.udp.services[udp.service].weighted
+    assert [x.weight for x in wrr.services] == [2, 1]
+    first = c.configuration.udp.services[wrr.services[0].name].load_balancer
+    assert [s.address for s in first.servers] == ["10.0.0.1:8080"]
+    assert parent(c, ("default", "t")) == ACCEPTED_
+    assert parent(c, ("default", "u")) == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("False", "BackendNotFound"),
+    }
+    rt = build_runtime(
+        merge({PROVIDER: c.configuration}),
+        {"web": "tcp", "websecure": "tcp", "tcp": "tcp", "dns": "udp"},
+    )
+    assert all(i.status == "enabled" for i in rt.tcp_routers.values())
+    assert all(i.status == "enabled" for i in rt.udp_routers.values())
+
+
+def test_a_udp_route_refuses_a_tcp_port_and_is_not_allowed_on_tcp() -> None:
+    c = run(gateway_class(), gateway([listener("dns", 53, "UDP"), listener("tcp", 9000, "TCP")]),
+            service("dns", port=53),
+            l4_route("UDPRoute", [backend("dns", 53)], name="u", parentRefs=[{"name": "gw", "sectionName": "dns"}]),
+            l4_route("UDPRoute", [backend("dns", 53)], name="v", parentRefs=[{"name": "gw", "sectionName": "tcp"}]),
+            options=L4)  # fmt: skip
+    assert parent(c, ("default", "u"))["ResolvedRefs"] == ("False", "BackendNotFound")
+    assert parent(c, ("default", "v"))["Accepted"] == ("False", "NotAllowedByListeners")
+
+
+ACCEPTED_ = {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
