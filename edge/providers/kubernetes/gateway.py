@@ -691,10 +691,20 @@ class _Converter:
                     if listeners is None:
                         continue  # not a Gateway of edge's: not edge's to report on
                     parents.append(self.parent(kind, route, ref, gw_key, listeners))
-                if parents:
+                if parents or self.reported(route):
+                    # None left: edge's old entries go (a parentRef removed, a Gateway
+                    # gone or no longer of edge's class); other controllers' stay.
                     self.statuses.append(
                         WantedStatus(kind, key, route.metadata.generation, {"parents": parents})
                     )
+
+    def reported(self, route: Any) -> bool:
+        """The route's status holds an entry of edge's."""
+        held = route.status.get("parents") if isinstance(route.status, dict) else None
+        return any(
+            isinstance(p, dict) and p.get("controllerName") == self.options.controller_name
+            for p in held or ()
+        )
 
     def parent(
         self,

@@ -678,3 +678,33 @@ def test_one_edge_serves_http_tls_passthrough_tcp_and_udp_routes(
         1,
     ]
     assert [k["kind"] for k in listener(st, "tls")["supportedKinds"]] == ["TLSRoute"]
+
+
+def test_a_route_leaving_edges_gateway_loses_edges_status_entry(
+    emu, start_edge, api, whoami: Whoami
+) -> None:
+    """A route whose parentRef moves to a Gateway edge does not own: edge's entry in
+    its status.parents goes, another controller's stays, and its routes are gone."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["move.test"]))
+    start_edge(ports)
+    assert KP.until(lambda: route_conditions(api, "r") == ACCEPTED)
+    other = {
+        "parentRef": {"name": "theirs"},
+        "controllerName": "example.com/other",
+        "conditions": [],
+    }
+    obj = emu.get("HTTPRoute", "default", "r")
+    obj["status"]["parents"].append(other)
+    obj["spec"]["parentRefs"] = [{"name": "theirs"}]
+    emu.update(obj)
+
+    def parents() -> list:
+        got = api.get_namespaced_custom_object(GROUP, "v1", "default", "httproutes", "r")
+        return got.get("status", {}).get("parents", [])
+
+    assert KP.until(lambda: parents() == [other])
+    assert KP.until(lambda: who(ports.web, "/", "move.test") == "404")

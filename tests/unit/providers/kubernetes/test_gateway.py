@@ -756,3 +756,14 @@ def test_a_udp_route_refuses_a_tcp_port_and_is_not_allowed_on_tcp() -> None:
 
 
 ACCEPTED_ = {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+
+
+def test_edges_old_route_status_entries_go_when_no_parent_is_edges_any_more() -> None:
+    held = {"parents": [{"parentRef": {"name": "gw"}, "controllerName": CONTROLLER_NAME, "conditions": []},
+                        {"parentRef": {"name": "x"}, "controllerName": "example.com/other", "conditions": []}]}  # fmt: skip
+    doc = route([{"backendRefs": [backend()]}], parentRefs=[{"name": "elsewhere"}])
+    c = run(*BASE, {**doc, "status": held})
+    assert status(c, "HTTPRoute", ("default", "r")) == {"parents": []}
+    del held["parents"][0]
+    c = run(*BASE, {**doc, "status": held})
+    assert [s for s in c.statuses if s.kind == "HTTPRoute"] == []
