@@ -209,15 +209,6 @@ def _free_privileged_port(taken: set[int]) -> int:
     raise AssertionError("no free port in 901-1000 on 127.0.0.1")
 
 
-def _configmap_config() -> dict:
-    (cm,) = [
-        d
-        for d in yaml.safe_load_all((ROOT / "k8s/configmap.yaml").read_text())
-        if d["kind"] == "ConfigMap"
-    ]
-    return yaml.safe_load(cm["data"]["edge.yaml"])
-
-
 def test_runs_as_the_daemonset_runs_it(podman, image, tmp_path):
     """The container in the host's network (hostNetwork), as UID 10001 with a read-only
     root filesystem and NET_BIND_SERVICE alone, with the ConfigMap's configuration and the
@@ -227,11 +218,12 @@ def test_runs_as_the_daemonset_runs_it(podman, image, tmp_path):
     ports, and a free port below 1024 for each TCP entry point that has one, so binding
     it shows the capability works."""
     from tests.kube import objects as o
+    from tests.kube.configmap import configmap_static
     from tests.kube.emulator import Emulator
 
     token, node_ip, pod_name = "edge-image-test", "172.18.0.3", "edge-abcde"
     (ic,) = [d for d in yaml.safe_load_all((ROOT / "k8s/ingressclass.yaml").read_text()) if d]
-    static = _configmap_config()
+    static = configmap_static()  # no accept grace: the container's stop need not wait 10 s
     ports: dict[str, int] = {}
     for name, ep in static["entryPoints"].items():
         if ep["address"].endswith("/udp"):
