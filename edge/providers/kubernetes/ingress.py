@@ -22,8 +22,8 @@ Which Ingresses (IngressClass)
     Anything else (a foreign class, a class that does not exist) is ignored silently.
 
 Rules
-    Every router says ``ruleSyntax: v3``: its rule means the same whatever
-    ``core.defaultRuleSyntax`` the user chose. Host ``foo.com`` -> ``Host(`foo.com`)``;
+    Every router says ``ruleSyntax: v3`` (or the ``router.rulesyntax`` annotation's): its
+    rule means the same whatever ``core.defaultRuleSyntax`` the user chose. Host ``foo.com`` -> ``Host(`foo.com`)``;
     ``*.foo.com`` matches exactly one label more (``a.foo.com``, not ``foo.com`` nor
     ``a.b.foo.com``), which is what v3's ``Host(`*.foo.com`)`` means: it is written so,
     and the route table indexes it by its wildcard (no regexp per request). No host: any
@@ -94,17 +94,26 @@ Services
     number when unnamed) and shared by every route to that Service port, however the
     backend names it.
 
-Annotations (prefix :data:`ANNOTATION_PREFIX`, ``edge.ingress.kubernetes.io/``)
+Annotations (prefixes :data:`ANNOTATION_PREFIXES`: edge's ``edge.ingress.kubernetes.io/``
+and Traefik's ``traefik.ingress.kubernetes.io/``, read alike; one key under both must
+agree)
     On the Ingress: ``router.entrypoints`` and ``router.middlewares`` (comma-separated;
     middlewares as ``name@provider``), ``router.priority`` (a positive integer, for the
-    path routes; defaultBackend routes keep theirs), ``router.tls`` (a boolean). On the
-    Service, as Traefik reads them, since one service serves many Ingresses:
-    ``service.passhostheader`` (boolean), ``service.serverstransport`` (a
-    serversTransport name), ``service.serversscheme`` (``http`` or ``https``). An
-    unknown key under the prefix, or a bad value, leaves out the whole Ingress (or every
-    route to that Service) with a problem: a misspelt middleware must not serve a route
-    unprotected. Routes attach to every entry point unless ``router.entrypoints`` names
-    some.
+    path routes; defaultBackend routes keep theirs), ``router.tls`` (a boolean),
+    ``router.tls.options`` and ``router.tls.domains.<n>.main`` / ``.sans`` (carried by
+    the TLS routers, and, as in Traefik, making the routes TLS-only),
+    ``router.pathmatcher`` (``Path``, ``PathPrefix`` or ``PathRegexp``, applied as written
+    to ImplementationSpecific paths only, as Traefik does), ``router.rulesyntax`` (``v2``
+    or ``v3``). On the Service, as Traefik reads them, since one service serves many
+    Ingresses: ``service.passhostheader`` (boolean), ``service.serverstransport`` (a
+    serversTransport name), ``service.serversscheme`` (``http`` or ``https``),
+    ``service.sticky.cookie`` and ``service.sticky.cookie.{name, secure, httponly,
+    samesite, maxage, path, domain}``, ``service.nativelb`` (one server: the cluster
+    IP). ``router.tls.certresolver`` (no ACME in edge) and ``service.nodeportlb: true``
+    (edge does not read Nodes) are refused as unsupported. An unknown key under either
+    prefix, or a bad value, leaves out the whole Ingress (or every route to that
+    Service) with a problem: a misspelt middleware must not serve a route unprotected.
+    Routes attach to every entry point unless ``router.entrypoints`` names some.
 
 Names (Traefik's style)
     Routers ``<namespace>-<ingress>-<host>-<path>``, ``*.`` hosts as ``wildcard-``,
@@ -131,6 +140,7 @@ Endpoint churn
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections import Counter
@@ -143,12 +153,15 @@ import msgspec
 from edge.config.dynamic import (
     CertAndStores,
     Configuration,
+    Cookie,
+    Domain,
     HTTPConfiguration,
     LoadBalancer,
     Router,
     RouterTLS,
     Server,
     Service,
+    Sticky,
     TLSConfiguration,
 )
 from edge.config.static import KubernetesIngressConfig
@@ -176,12 +189,14 @@ from edge.providers.kubernetes.secrets import SecretError, tls_certificate
 
 __all__ = [
     "ANNOTATION_PREFIX",
+    "ANNOTATION_PREFIXES",
     "CATCH_ALL_PRIORITY",
     "CONTROLLER",
     "DEFAULT_CLASS",
     "MAX_PATH_LENGTH",
     "RULE_SYNTAX",
     "TIER",
+    "TRAEFIK_ANNOTATION_PREFIX",
     "Conversion",
     "IngressOptions",
     "Problem",
@@ -200,6 +215,11 @@ DEFAULT_CLASS = "edge"
 """The class name the legacy annotation uses for edge when no ``ingressClass`` is set."""
 
 ANNOTATION_PREFIX = "edge.ingress.kubernetes.io/"
+
+TRAEFIK_ANNOTATION_PREFIX = "traefik.ingress.kubernetes.io/"
+"""Traefik's Ingress annotations, read as edge's own (a Traefik user's Ingresses work)."""
+
+ANNOTATION_PREFIXES = (ANNOTATION_PREFIX, TRAEFIK_ANNOTATION_PREFIX)
 
 TIER = 100_000
 """Priority span of one host tier; see the module doc."""
@@ -318,18 +338,53 @@ def is_selected(
 
 _TRUE = frozenset({"1", "t", "true"})
 _FALSE = frozenset({"0", "f", "false"})
-_ROUTER_KEYS = ("router.entrypoints", "router.middlewares", "router.priority", "router.tls")
-_SERVICE_KEYS = ("service.passhostheader", "service.serverstransport", "service.serversscheme")
+_ROUTER_KEYS = (
+    "router.entrypoints",
+    "router.middlewares",
+    "router.pathmatcher",
+    "router.priority",
+    "router.rulesyntax",
+    "router.tls",
+    "router.tls.domains.<n>.main",
+    "router.tls.domains.<n>.sans",
+    "router.tls.options",
+)
+_SERVICE_KEYS = (
+    "service.nativelb",
+    "service.passhostheader",
+    "service.serversscheme",
+    "service.serverstransport",
+    "service.sticky.cookie",
+    "service.sticky.cookie.<field>",
+)
+_UNSUPPORTED = {
+    "router.tls.certresolver": "edge has no ACME certificate resolver; name the "
+    "certificate's Secret in spec.tls instead",
+    "service.nodeportlb": "edge does not read Nodes; let edge balance over the "
+    "Service's endpoints, or use service.nativelb",
+}
+_DOMAIN_RE = re.compile(r"router\.tls\.domains\.(\d{1,3})\.(main|sans)")
+_COOKIE_FIELDS = ("domain", "httponly", "maxage", "name", "path", "samesite", "secure")
+_PATH_MATCHERS = ("Path", "PathPrefix", "PathRegexp")
+_PLAIN_TLS = RouterTLS()
 
 
 def _own(annotations: Mapping[str, str]) -> dict[str, tuple[str, str]]:
-    """edge's annotations: lower-cased key after the prefix -> (full key, value)."""
-    size = len(ANNOTATION_PREFIX)
-    return {
-        key[size:].lower(): (key, value)
-        for key, value in annotations.items()
-        if key[:size].lower() == ANNOTATION_PREFIX
-    }
+    """edge's annotations and Traefik's: lower-cased key after the prefix -> (full key,
+    value); ``ValueError`` when both prefixes set one key to different values."""
+    found: dict[str, tuple[str, str]] = {}
+    for key, value in sorted(annotations.items()):
+        lowered = key.lower()
+        for prefix in ANNOTATION_PREFIXES:
+            if lowered.startswith(prefix):
+                short = lowered[len(prefix) :]
+                other = found.get(short)
+                if other is not None and other[1] != value:
+                    raise ValueError(
+                        f"annotations {other[0]} and {key} disagree ({other[1]!r}, {value!r})"
+                    )
+                found.setdefault(short, (key, value))
+    return found
 
 
 def _bool(key: str, value: str) -> bool:
@@ -345,10 +400,14 @@ def _list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def _unknown(key: str, known: tuple[str, ...], other: tuple[str, ...], where: str) -> str:
-    if key in other:
-        return f"annotation {ANNOTATION_PREFIX}{key} belongs on the {where}"
-    return f"unknown annotation {ANNOTATION_PREFIX}{key} (known: {', '.join(known)})"
+def _unknown(
+    key: str, short: str, known: tuple[str, ...], other: tuple[str, ...], where: str
+) -> str:
+    if short in _UNSUPPORTED:
+        return f"annotation {key} is not supported: {_UNSUPPORTED[short]}"
+    if short in other or (short.startswith("service.sticky.cookie.") and where == "Service"):
+        return f"annotation {key} belongs on the {where}"
+    return f"unknown annotation {key} (known: {', '.join(known)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +416,9 @@ class _RouterOptions:
     middlewares: list[str]
     priority: int  # 0: computed
     tls_only: bool
+    tls: RouterTLS = _PLAIN_TLS  # what the TLS routers carry
+    path_matcher: str = ""  # "": edge's element-wise Prefix (ImplementationSpecific paths)
+    rule_syntax: str = RULE_SYNTAX
 
 
 def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
@@ -364,8 +426,14 @@ def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
     entry_points: list[str] = []
     middlewares: list[str] = []
     priority = 0
-    tls_only = False
+    tls_only: bool | None = None
+    tls_options = ""
+    domains: dict[int, dict[str, str | list[str]]] = {}
+    path_matcher = matcher_key = ""
+    rule_syntax = RULE_SYNTAX
+    tls_key = ""  # an annotation that needs TLS routers (router.tls.options, domains)
     for short, (key, value) in sorted(_own(annotations).items()):
+        domain = _DOMAIN_RE.fullmatch(short)
         if short == "router.entrypoints":
             entry_points = _list(value)
         elif short == "router.middlewares":
@@ -377,9 +445,44 @@ def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
             priority = int(text)
         elif short == "router.tls":
             tls_only = _bool(key, value)
+        elif short == "router.tls.options":
+            tls_options, tls_key = value.strip(), key
+        elif domain is not None:
+            entry = domains.setdefault(int(domain.group(1)), {})
+            entry[domain.group(2)] = value.strip() if domain.group(2) == "main" else _list(value)
+            tls_key = key
+        elif short == "router.pathmatcher":
+            path_matcher, matcher_key = value.strip(), key
+            if path_matcher not in _PATH_MATCHERS:
+                raise ValueError(
+                    f"annotation {key}: {value!r} is not one of {', '.join(_PATH_MATCHERS)}"
+                )
+        elif short == "router.rulesyntax":
+            rule_syntax = value.strip().lower()
+            if rule_syntax not in ("v2", "v3"):
+                raise ValueError(f"annotation {key}: {value!r} is not v2 or v3")
         else:
-            raise ValueError(_unknown(short, _ROUTER_KEYS, _SERVICE_KEYS, "Service"))
-    return _RouterOptions(entry_points, middlewares, priority, tls_only)
+            raise ValueError(_unknown(key, short, _ROUTER_KEYS, _SERVICE_KEYS, "Service"))
+    if tls_key and tls_only is False:
+        raise ValueError(f"annotation {tls_key} needs TLS, and router.tls is false")
+    if path_matcher == "PathRegexp" and rule_syntax == "v2":
+        raise ValueError(f"annotation {matcher_key}: PathRegexp is a v3 matcher, the syntax is v2")
+    tls = RouterTLS(
+        options=tls_options,
+        domains=[
+            Domain(main=str(d.get("main", "")), sans=list(d.get("sans", [])))
+            for _, d in sorted(domains.items())
+        ],
+    )
+    return _RouterOptions(
+        entry_points,
+        middlewares,
+        priority,
+        bool(tls_only) or bool(tls_key),
+        tls,
+        path_matcher,
+        rule_syntax,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +490,8 @@ class _ServiceOptions:
     pass_host_header: bool
     servers_transport: str
     scheme: str  # "": by port
+    sticky: Sticky | None = None
+    native_lb: bool = False
 
 
 def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
@@ -394,7 +499,11 @@ def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
     pass_host_header = True
     transport = ""
     scheme = ""
+    sticky: bool | None = None
+    cookie: dict[str, object] = {}
+    native_lb = False
     for short, (key, value) in sorted(_own(annotations).items()):
+        field = short.removeprefix("service.sticky.cookie.")
         if short == "service.passhostheader":
             pass_host_header = _bool(key, value)
         elif short == "service.serverstransport":
@@ -403,9 +512,56 @@ def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
             scheme = value.strip().lower()
             if scheme not in ("http", "https"):
                 raise ValueError(f"annotation {key}: {value!r} is not http or https")
+        elif short == "service.sticky.cookie":
+            sticky = _bool(key, value)
+        elif field != short and field in _COOKIE_FIELDS:
+            cookie[field] = _cookie_field(key, field, value)
+        elif short == "service.nativelb":
+            native_lb = _bool(key, value)
+        elif short == "service.nodeportlb" and not _bool(key, value):
+            pass  # false: what edge does anyway
         else:
-            raise ValueError(_unknown(short, _SERVICE_KEYS, _ROUTER_KEYS, "Ingress"))
-    return _ServiceOptions(pass_host_header, transport, scheme)
+            raise ValueError(_unknown(key, short, _SERVICE_KEYS, _ROUTER_KEYS, "Ingress"))
+    if cookie and sticky is False:
+        raise ValueError("service.sticky.cookie is false, and cookie fields are set")
+    chosen = None
+    if sticky or cookie:
+        try:
+            chosen = Sticky(
+                cookie=msgspec.convert(
+                    {
+                        "name": cookie.get("name", ""),
+                        "secure": cookie.get("secure", False),
+                        "httpOnly": cookie.get("httponly", False),
+                        "sameSite": cookie.get("samesite", ""),
+                        "maxAge": cookie.get("maxage", 0),
+                        "path": cookie.get("path", "/"),
+                        "domain": cookie.get("domain", ""),
+                    },
+                    Cookie,
+                )
+            )
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"annotations service.sticky.cookie.*: {exc}") from None
+    return _ServiceOptions(pass_host_header, transport, scheme, chosen, native_lb)
+
+
+def _cookie_field(key: str, field: str, value: str) -> object:
+    """One ``service.sticky.cookie.<field>`` value, typed."""
+    if field in ("secure", "httponly"):
+        return _bool(key, value)
+    if field == "maxage":
+        text = value.strip()
+        digits = text.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 12):
+            raise ValueError(f"annotation {key}: {value!r} is not an integer")
+        return int(text)
+    if field == "samesite":
+        text = value.strip().lower()
+        if text not in ("", "none", "lax", "strict"):
+            raise ValueError(f"annotation {key}: {value!r} is not none, lax or strict")
+        return text
+    return value.strip()
 
 
 # --- hosts, paths, rules -----------------------------------------------------------------
@@ -463,6 +619,13 @@ def _route_rule(host: str, exact: bool, path: str) -> str:
         path_rule = f"Path(`{path}`) || PathPrefix(`{path}/`)"
         if host:
             path_rule = f"({path_rule})"
+    return f"{_host_rule(host)} && {path_rule}" if host else path_rule
+
+
+def _matcher_rule(host: str, matcher: str, path: str) -> str:
+    """The rule of an ImplementationSpecific path under ``router.pathmatcher`` (Traefik's
+    reading: the matcher applied to the path as written)."""
+    path_rule = f"{matcher}(`{path}`)"
     return f"{_host_rule(host)} && {path_rule}" if host else path_rule
 
 
@@ -591,7 +754,20 @@ class _Services:
         )
         urls: set[str] = set()
         hosts: list[str] = []  # FQDN slices refused
-        if external:
+        if opts.native_lb and not external:
+            ip = svc.spec.cluster_ip
+            if not ip or ip == "None":
+                raise _Refused(
+                    "unsupported-backend",
+                    f"{what}: service.nativelb needs a cluster IP, and the Service is headless",
+                )
+            address = host_port(ip, service_port.port, "IPv4") or host_port(
+                ip, service_port.port, "IPv6"
+            )
+            if address is None:
+                raise _Refused("unsupported-backend", f"{what}: clusterIP {ip!r} is not an IP")
+            urls.add(f"{scheme}://{address}")
+        elif external:
             address = host_port(svc.spec.external_name, service_port.port)
             if address is None:
                 raise _Refused(
@@ -622,6 +798,7 @@ class _Services:
                 servers=[Server(url=url) for url in sorted(urls)],
                 pass_host_header=opts.pass_host_header,
                 servers_transport=opts.servers_transport,
+                sticky=opts.sticky,
             )
         )
 
@@ -640,6 +817,8 @@ class _Route:
     middlewares: list[str]
     tls: bool
     problem: str = ""  # set: a stand-in for a route that cannot be served, disabled with it
+    tls_config: RouterTLS = _PLAIN_TLS
+    rule_syntax: str = RULE_SYNTAX
 
 
 def _unique_names(candidates: list[tuple[str, str]]) -> list[str]:
@@ -752,7 +931,11 @@ class _Converter:
                     stand_in = (base, identity, _host_rule(host) if host else "", ropts)
                     self.problem(label, where, "invalid-path", str(exc), stand_in)
                     continue
-                text = _route_rule(host, exact, rule_path)
+                if ropts.path_matcher and path.path_type in ("ImplementationSpecific", ""):
+                    rule_path = path.path or "/"
+                    text = _matcher_rule(host, ropts.path_matcher, rule_path)
+                else:
+                    text = _route_rule(host, exact, rule_path)
                 try:
                     service = self.services.resolve(ns, path.backend)
                 except _Refused as refused:
@@ -782,7 +965,7 @@ class _Converter:
             stand_in = (_normalize(f"{prefix}-default-backend"), f"{label}|default", "", ropts)
             self.problem(label, "spec.defaultBackend", refused.kind, refused.reason, stand_in)
             return
-        no_priority = _RouterOptions(ropts.entry_points, ropts.middlewares, 0, ropts.tls_only)
+        no_priority = dataclasses.replace(ropts, priority=0)
         for host in hosts:
             base = _normalize(f"{prefix}-{_host_name_part(host)}-default-backend")
             text = _host_rule(host)
@@ -822,7 +1005,16 @@ class _Converter:
         if tls:
             base, identity = f"{base}-tls", f"{identity}|tls"
         route = _Route(
-            base, identity, rule, priority, service, ropts.entry_points, ropts.middlewares, tls
+            base,
+            identity,
+            rule,
+            priority,
+            service,
+            ropts.entry_points,
+            ropts.middlewares,
+            tls,
+            tls_config=ropts.tls,
+            rule_syntax=ropts.rule_syntax,
         )
         self.routes.append(route)
 
@@ -884,8 +1076,8 @@ class _Converter:
                 entry_points=list(route.entry_points),
                 priority=route.priority,
                 middlewares=list(route.middlewares),
-                tls=RouterTLS() if route.tls else None,
-                rule_syntax=RULE_SYNTAX,
+                tls=route.tls_config if route.tls else None,
+                rule_syntax=route.rule_syntax,
             )
             if not route.problem
             else Router(

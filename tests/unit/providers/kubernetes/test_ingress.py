@@ -158,7 +158,11 @@ def test_case(path: Path) -> None:
             info = rt.http_routers[f"{name}@{PROVIDER}"]
             assert info.status == "disabled" and info.errors == list(stand_ins[name].problems)
         assert all(s.status != "disabled" for s in rt.http_services.values()), rt.errors()
-        assert all(info.rule_syntax == "v3" for info in rt.http_routers.values() if info.rule)
+        assert all(
+            info.rule_syntax == (info.config.rule_syntax or "missing")
+            for info in rt.http_routers.values()
+            if info.rule
+        )
 
         for req in case.requests:
             expected = None if req.router is None else f"{req.router}@{PROVIDER}"
