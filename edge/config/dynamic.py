@@ -1335,6 +1335,27 @@ class ErrorPage(Base):
             raise ValueError("service: the service answering the error pages must be named")
 
 
+class Buffering(Base):
+    """Whole bodies held before they go on: in memory up to ``mem*BodyBytes`` (1 MiB
+    when not positive), the rest in a temporary file; over ``max*BodyBytes`` (no limit
+    when not positive) answered 413."""
+
+    max_request_body_bytes: int = 0
+    mem_request_body_bytes: int = 0
+    max_response_body_bytes: int = 0
+    mem_response_body_bytes: int = 0
+
+    def check(self) -> None:
+        for key, value in (
+            ("maxRequestBodyBytes", self.max_request_body_bytes),
+            ("memRequestBodyBytes", self.mem_request_body_bytes),
+            ("maxResponseBodyBytes", self.max_response_body_bytes),
+            ("memResponseBodyBytes", self.mem_response_body_bytes),
+        ):
+            if value < 0:
+                raise ValueError(f"{key}: {value} is negative")
+
+
 class Middleware(Element):
     """One HTTP middleware: exactly one kind set (checked when decoded); its values
     are judged by :meth:`check`, which validation calls, so a bad one disables that
@@ -1364,6 +1385,7 @@ class Middleware(Element):
     retry: Retry | None = None
     circuit_breaker: CircuitBreaker | None = None
     errors: ErrorPage | None = None
+    buffering: Buffering | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

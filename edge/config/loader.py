@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "buffering encodedCharacters grpcWeb plugin",
+            "encodedCharacters grpcWeb plugin",
             _,
         ),
         (
@@ -376,6 +376,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.ErrorPage, "errorRequestHeaders nginxHeaders", _),
+        (dyn.Buffering, "disableRequestBuffer disableResponseBuffer retryExpression", _),
         (
             dyn.Retry,
             "disableRetryOnNetworkError maxRequestBodyBytes retryNonIdempotentMethod status timeout",

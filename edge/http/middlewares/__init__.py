@@ -58,6 +58,14 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
 - **Client certificate**: :meth:`Forward.client_certs` is the TLS client's
   certificate chain (DER, leaf first) from the connection that terminated TLS,
   read when asked (empty without TLS or without a certificate).
+- **Held bodies** (``buffering``): ``fwd.spool`` (an object with ``write(data) ->
+  bool``, False past its limit, ``size``, ``chunks()`` and ``close()``), set by a
+  step, makes the exchange hold the request body in it until its end (past the limit:
+  413), then send the request with ``Content-Length: size`` and the body from
+  ``chunks()``, as the upstream connection takes it. A response filter that sets
+  ``reply.hold`` holds the response: its head goes with the body, at the end, with
+  the length of what the filters emitted (a filter's ``data`` raising
+  :class:`BodyTooLarge` answers 413 instead, the upstream's connection dropped).
 - **Retry**: ``fwd.retry`` (a :class:`Retry`, set by the ``retry`` middleware) lets
   the exchange send the request again, to the server the service picks next,
   after a network failure before any response byte reached the client, when the
@@ -95,6 +103,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Answer",
     "BodyFilter",
+    "BodyTooLarge",
     "Forward",
     "Middleware",
     "Pipeline",
@@ -126,6 +135,7 @@ class Forward:
         "response",
         "retry",
         "scheme",
+        "spool",
         "started",
         "status",
         "transport",
@@ -170,6 +180,8 @@ class Forward:
         self.ends: list[Callable[[], None]] | None = None
         # The retry middleware's policy for this request (None: no retry).
         self.retry: Retry | None = None
+        # Where the request body is held before it goes (buffering; None: streamed).
+        self.spool: Any = None
         # The outcome, written by the exchange before the ends run (module doc).
         self.status = 0
         self.network_error = False
@@ -249,7 +261,16 @@ class Reply:
     the body's length, None to send it chunked (a filter that changes the body's
     size sets it so). ``divert`` (the errors middleware) replaces the response."""
 
-    __slots__ = ("changed", "divert_to", "diverted", "headers", "length", "reason", "status")
+    __slots__ = (
+        "changed",
+        "divert_to",
+        "diverted",
+        "headers",
+        "hold",
+        "length",
+        "reason",
+        "status",
+    )
 
     def __init__(
         self,
@@ -266,6 +287,7 @@ class Reply:
         self.changed = False
         self.diverted = diverted  # this is the answer a divert asked for
         self.divert_to: tuple[Any, bytes, int] | None = None
+        self.hold = False  # the head waits for the body's end (buffering)
 
     def get(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (any case), or None."""
@@ -304,6 +326,10 @@ class Reply:
         """The body's new length (None: unknown, sent chunked to an HTTP/1.1 client)."""
         self.changed = True
         self.length = length
+
+
+class BodyTooLarge(Exception):
+    """Raised by a holding filter's ``data`` past its limit: the exchange answers 413."""
 
 
 class BodyFilter:

@@ -21,6 +21,7 @@ from edge.config.merge import qualify, split_name
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
+from edge.http.middlewares.buffering import Buffering
 from edge.http.middlewares.circuit import CircuitBreaker
 from edge.http.middlewares.clientcert import PassTLSClientCert
 from edge.http.middlewares.compress import Compress
@@ -41,6 +42,7 @@ from edge.http.middlewares.retry import Retry
 __all__ = [
     "AddPrefix",
     "BasicAuth",
+    "Buffering",
     "CircuitBreaker",
     "Compress",
     "DigestAuth",
@@ -140,6 +142,15 @@ def from_config(
         service = services(qualify(e.service, provider)) if services is not None else None
         rewrites = tuple((http_code_ranges([k]), v) for k, v in e.status_rewrites.items())
         return ErrorPages(name, http_code_ranges(e.status), service, e.query, rewrites)
+    if c.buffering is not None:
+        b = c.buffering
+        return Buffering(
+            name,
+            b.max_request_body_bytes,
+            b.mem_request_body_bytes,
+            b.max_response_body_bytes,
+            b.mem_response_body_bytes,
+        )
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

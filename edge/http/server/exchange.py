@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import HeaderEdits
-from edge.http.middlewares import Answer, BodyFilter, Forward, Reply, Tee
+from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Reply, Tee
 from edge.http.middlewares.headers import vary_origin
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
@@ -85,6 +85,7 @@ class Exchange:
         "divert",
         "ends",
         "express",
+        "filtered",
         "filters",
         "fwd",
         "head",
@@ -94,6 +95,7 @@ class Exchange:
         "resp_chunked",
         "resp_done",
         "resp_head",
+        "resp_held",
         "resp_out",
         "resp_started",
         "response_edits",
@@ -101,6 +103,8 @@ class Exchange:
         "route",
         "sent",
         "set_cookies",
+        "sink",
+        "spool_iter",
         "started",
         "status",
         "tee",
@@ -207,6 +211,10 @@ class Exchange:
         self.filters: list[BodyFilter] | None = None
         self.tee: Tee | None = None
         self.divert = 0  # the status a divert (Reply.divert) answers with
+        self.sink = None  # the spool the request body goes to (buffering), while it comes
+        self.spool_iter = None  # ...and what of it is still to go upstream
+        self.resp_held = False  # a filter holds the response until its end (Reply.hold)
+        self.filtered = False  # the filters ran on this response's head
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -284,6 +292,25 @@ class Exchange:
         """The steps let the request through: hold it if one asked, else forward it."""
         fwd: Forward = args[1]
         self.ends = fwd.ends
+        spool = fwd.spool
+        if spool is not None:
+            if self.buffered and self.head.chunked:
+                fwd.spool = None  # its framing went in already (a step waited): streamed
+            else:
+                fits = all([spool.write(part) for part in self.buffered or ()])
+                self.buffered = None
+                self.buffered_size = 0
+                self.conn.resume_reading(self.conn.PAUSE_BUFFER)
+                if not fits:
+                    self.sink = spool
+                    self._spool_overflow()
+                    return
+                if not self.req_done:
+                    self.sink = spool
+                    self.up_args = args  # _forward's, once the body is in (request_end)
+                    if self.head.expect_continue:
+                        self.conn.send(CONTINUE)  # the body is wanted now, not upstream's say
+                    return
         if fwd.delay:
             # A step holds the request (a rateLimit waiting for its token, where
             # Traefik's handler sleeps): header_timer holds the wait, which
@@ -376,6 +403,36 @@ class Exchange:
         elif cleaned:
             target = path + b"?" + query if query else path
         up_args = (authority, forwarded_port, target, edits, prefix)
+        if fwd is not None and fwd.spool is not None:
+            # A held body (buffering) goes with its length, not re-framed.
+            spool = fwd.spool
+            fwd.spool = None
+            length = spool.size
+            headers = [
+                (n, v)
+                for n, v in head.headers
+                if n.lower() not in (b"content-length", b"transfer-encoding")
+            ]
+            headers.append((b"Content-Length", b"%d" % length))
+            head = self.head = RequestHead(
+                head.method,
+                head.target,
+                head.version,
+                headers,
+                head.keep_alive,
+                False,
+                length,
+                head.upgrade,
+                False,
+                host=head.host,
+            )
+            if target is None:  # rebuilt, not passed through: origin-form
+                origin_path, origin_query, _ = forward.split_target(head.target)
+                target = origin_path + b"?" + origin_query if origin_query else origin_path
+            up_args = (authority, forwarded_port, target, edits, prefix)
+            self.spool_iter = spool.chunks() if length else None
+            if not length:
+                spool.close()
         self.up_head = self._up_head(backend, up_args)
         if fwd is not None and fwd.retry is not None:
             # What a retry makes another head with (_retry), for the server it picks.
@@ -461,8 +518,13 @@ class Exchange:
             if not self.express and self.tee is not None:
                 self._drop_tee()
             return  # answered already (an error, or an early response): drop
-        if not self.express and self.tee is not None:
-            self.tee.body(data)
+        if not self.express:
+            if self.sink is not None:
+                if not self.sink.write(data):
+                    self._spool_overflow()
+                return
+            if self.tee is not None:
+                self.tee.body(data)
         if self.head.chunked:
             self._send_upstream((b"%x\r\n" % len(data), data, CRLF))
         else:
@@ -470,6 +532,13 @@ class Exchange:
 
     def request_end(self) -> None:
         self.req_done = True
+        if not self.express and self.sink is not None and not self.resp_done:
+            # The held body is in: the request goes, with it (buffering).
+            self.sink = None
+            self.conn.request_read()
+            args = self.up_args
+            self._forward(*args)
+            return
         if not self.express and self.tee is not None:
             if self.resp_done:
                 self._drop_tee()
@@ -485,6 +554,33 @@ class Exchange:
             self._start_header_timer()
         if self.resp_done:
             self.conn.exchange_done(self)
+
+    def _spool_overflow(self) -> None:
+        """The held request body passed its limit: 413, the connection closed after it."""
+        sink = self.sink
+        self.sink = None
+        if sink is not None:
+            sink.close()
+        self.keep_alive = False
+        self._answer_own(Answer(413, body=b"Request Entity Too Large"), self.response_edits)
+
+    def _pump(self) -> None:
+        """Write the held request body upstream while the connection takes it."""
+        upstream = self.upstream
+        chunks = self.spool_iter
+        if upstream is None or chunks is None or upstream.transport is None:
+            return
+        if self.conn.up_out is not None:
+            # Writes of this read are batched (the head among them): after them.
+            self.conn.loop.call_soon(self._pump)
+            return
+        transport = upstream.transport
+        while transport.get_write_buffer_size() < HIGH_WATER:
+            chunk = next(chunks, None)
+            if chunk is None:
+                self.spool_iter = None
+                return
+            transport.write(chunk)
 
     def _send_upstream(self, parts: tuple[bytes, ...]) -> None:
         upstream = self.upstream
@@ -551,6 +647,8 @@ class Exchange:
             upstream.transport.write(self.up_head)
         if conn.write_paused:
             upstream.pause_reading()
+        if not self.express and self.spool_iter is not None:
+            self._pump()
         if self.req_done:
             self._start_header_timer()
 
@@ -598,8 +696,12 @@ class Exchange:
 
     def abandon(self) -> None:
         """The client is gone or broke the request: drop the upstream side."""
-        if not self.express and self.tee is not None:
-            self._drop_tee()
+        if not self.express:
+            if self.tee is not None:
+                self._drop_tee()
+            if self.sink is not None:
+                self.sink.close()
+                self.sink = None
         upstream = self.upstream
         if upstream is not None:
             self.upstream = None
@@ -643,6 +745,8 @@ class Exchange:
 
     def resume_sending(self) -> None:
         self.conn.resume_reading(self.conn.PAUSE_UPSTREAM)
+        if not self.express and self.spool_iter is not None:
+            self._pump()
 
     def upstream_head(self, head: ResponseHead) -> None:
         self._cancel_header_timer()
@@ -661,12 +765,16 @@ class Exchange:
                 self.fwd is not None
                 and head.has_body
                 and not self.head.upgrade
+                and not self.filtered
                 and self.route.pipeline.responders
             ):
                 filtered = self._filter(head)
                 if filtered is None:
                     return  # diverted: another request is on its way
                 head = filtered
+                if self.resp_held:
+                    self.resp_head = head  # sent with the body, at its end
+                    return
         self.resp_head = head
         self.resp_started = True
         self.status = head.status
@@ -768,6 +876,7 @@ class Exchange:
             diverted=self.divert != 0,
         )
         filters = []
+        self.filtered = True
         for m in self.route.pipeline.responders:
             f = m.response(fwd, reply)
             if reply.divert_to is not None and self.req_done:
@@ -780,6 +889,7 @@ class Exchange:
             if f is not None:
                 filters.append(f)
         self.filters = filters or None
+        self.resp_held = reply.hold
         if not reply.changed and reply.length == head.content_length:
             return head
         return ResponseHead(
@@ -811,6 +921,7 @@ class Exchange:
         the client's headers go with it, no body."""
         self.divert = status
         self.filters = None
+        self.filtered = False
         route = self.route
         assert route is not None
         backend = service.pick() if service is not None else None
@@ -842,10 +953,14 @@ class Exchange:
 
     def upstream_body(self, data: bytes) -> None:
         if not self.express and self.filters is not None:
-            for f in self.filters:
-                data = f.data(data)
-                if not data:
-                    return
+            try:
+                for f in self.filters:
+                    data = f.data(data)
+                    if not data:
+                        return
+            except BodyTooLarge as exc:
+                self._held_too_large(str(exc))
+                return
         self.sent += len(data)
         if self.resp_chunked:
             self.conn.send(b"%x\r\n" % len(data), data, CRLF)
@@ -855,10 +970,49 @@ class Exchange:
     def upstream_end(self, upstream: UpstreamConnection) -> None:
         if self.resp_head.status == 101:
             return  # upstream_upgrade follows with the first tunnel bytes
+        if not self.express and self.resp_held:
+            self._release_held()
+            return
         if not self.express and self.filters is not None:
             self._filters_end()
         if self.resp_chunked:
             self.conn.send(CHUNK_END)
+        self.resp_done = True
+        self._response_done()
+
+    def _held_too_large(self, why: str) -> None:
+        """A held response passed its limit: 413 in its place, its connection dropped."""
+        log.info("router %s: %s", self.route.name if self.route else "?", why)
+        self.filters = None
+        self.resp_held = False
+        self.release_upstream(reuse=False)
+        self.answer_error(HTTPError(why, status=413))
+
+    def _release_held(self) -> None:
+        """A held response ended: its head, with the length of what the filters emit, and that."""
+        filters = self.filters
+        self.filters = None
+        self.resp_held = False
+        tail = b""
+        for f in filters or ():
+            if tail:
+                tail = f.data(tail)
+            tail += f.end()
+        held = self.resp_head
+        assert held is not None
+        head = ResponseHead(
+            held.status,
+            held.reason,
+            b"1.1",
+            held.headers,
+            held.keep_alive,
+            False,
+            len(tail),
+            True,
+        )
+        self.upstream_head(head)  # filtered already: sent as it is
+        if tail:
+            self.upstream_body(tail)
         self.resp_done = True
         self._response_done()
 

@@ -1,0 +1,133 @@
+"""Traefik v3's ``buffering`` (vulcand/oxy's buffer): whole bodies held before they go on.
+
+The request's body is read in full before the request goes upstream, and sent with
+its length (``Content-Length``, a chunked one re-framed); the response's body is read
+in full before anything of it goes to the client, and sent with its length. Each
+body is held in memory up to ``memRequestBodyBytes`` / ``memResponseBodyBytes`` (1 MiB
+when not positive), the rest in a temporary file (:class:`Spool`), and refused over
+``maxRequestBodyBytes`` / ``maxResponseBodyBytes`` (no limit when not positive) with
+413 ``Request Entity Too Large``: a request at once when its Content-Length says so,
+else when the limit is passed; a response when it is passed (the upstream's
+connection is dropped), as oxy's size error handler answers both.
+
+The exchange holds the bodies (:attr:`Forward.spool` for the request, a filter with
+``Reply.hold`` for the response: :mod:`edge.http.middlewares`); a spooled request is
+written upstream as the upstream connection takes it (flow control kept). Not yet:
+``retryExpression`` (a middleware setting it is disabled, named as not supported);
+a response held in a file is read back into memory at its end, once.
+
+Invariant: built once per configuration; per request, one spool per body, closed
+(its file deleted) when the exchange is done with it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Middleware, Reply
+
+__all__ = ["DEFAULT_MEM", "Buffering", "Spool"]
+
+DEFAULT_MEM = 1 << 20
+"""Bytes of a body held in memory before the rest goes to a file (oxy's default)."""
+
+CHUNK = 64 * 1024
+"""Bytes read back from a spool's file at a time."""
+
+
+class Spool:
+    """A body held: the first ``mem`` bytes in memory, the rest in a temporary file;
+    :meth:`write` is False once more than ``limit`` bytes came (``limit`` <= 0: none)."""
+
+    __slots__ = ("file", "limit", "mem", "parts", "size")
+
+    def __init__(self, limit: int, mem: int) -> None:
+        self.limit = limit
+        self.mem = mem if mem > 0 else DEFAULT_MEM
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.file: IO[bytes] | None = None
+
+    def write(self, data: bytes) -> bool:
+        self.size += len(data)
+        if 0 < self.limit < self.size:
+            return False
+        if self.file is None and self.size <= self.mem:
+            self.parts.append(data)
+        else:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="edge-buffering-")  # noqa: SIM115
+            self.file.write(data)
+        return True
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body, from the start, in pieces; the spool is closed after the last."""
+        yield from self.parts
+        file = self.file
+        if file is not None:
+            file.seek(0)
+            while chunk := file.read(CHUNK):
+                yield chunk
+        self.close()
+
+    def read(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def close(self) -> None:
+        self.parts = []
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class _HeldResponse(BodyFilter):
+    __slots__ = ("spool",)
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+
+    def data(self, chunk: bytes) -> bytes:
+        if not self.spool.write(chunk):
+            self.spool.close()
+            raise BodyTooLarge("response body over maxResponseBodyBytes")
+        return b""
+
+    def end(self) -> bytes:
+        return self.spool.read()
+
+
+class Buffering(Middleware):
+    """``buffering``: both bodies held in full (module doc)."""
+
+    __slots__ = ("max_request", "max_response", "mem_request", "mem_response")
+
+    def __init__(
+        self,
+        name: str,
+        max_request: int = 0,
+        mem_request: int = 0,
+        max_response: int = 0,
+        mem_response: int = 0,
+    ) -> None:
+        super().__init__(name)
+        self.max_request = max_request
+        self.mem_request = mem_request
+        self.max_response = max_response
+        self.mem_response = mem_response
+
+    def request(self, fwd: Forward) -> Answer | None:
+        head = fwd.head
+        if (
+            head is not None
+            and self.max_request > 0
+            and (head.content_length or 0) > self.max_request
+        ):
+            return Answer(413, body=b"Request Entity Too Large")
+        fwd.spool = Spool(self.max_request, self.mem_request)
+        return None
+
+    def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
+        reply.hold = True
+        return _HeldResponse(Spool(self.max_response, self.mem_response))
