@@ -526,7 +526,7 @@ class ControlPlane:
         for provider in self.providers:
             # The provider's own window (throttleDuration) when it has one, else the global one.
             publish = functools.partial(self.watcher.publish, throttle=provider.throttle)
-            task = self.loop.create_task(provider.run(publish))
+            task = self.loop.create_task(provider.run(publish), name=f"provider {provider.name}")
             self._tasks.add(task)
             task.add_done_callback(self._provider_done)
         if self._stamps is not None:
@@ -582,7 +582,9 @@ class ControlPlane:
             task.cancel()
         await self.watcher.close()
         if tasks:
-            await asyncio.wait(tasks, timeout=PROVIDERS_STOP)
+            _, late = await asyncio.wait(tasks, timeout=PROVIDERS_STOP)
+            for task in late:
+                log.warning("%s: still stopping after %.0f s", task.get_name(), PROVIDERS_STOP)
         cores = self.cores()
         if cores:
             # Shielded: a stop cancelled meanwhile must not cancel this one unbegun.
