@@ -708,3 +708,87 @@ def test_a_route_leaving_edges_gateway_loses_edges_status_entry(
 
     assert KP.until(lambda: parents() == [other])
     assert KP.until(lambda: who(ports.web, "/", "move.test") == "404")
+
+
+@pytest.fixture
+def whoami3() -> Iterator[Whoami]:
+    w = Whoami("w3")
+    yield w
+    w.stop()
+
+
+def test_path_match_order_and_listener_hostnames(
+    emu, start_edge, whoami: Whoami, whoami2: Whoami, whoami3: Whoami
+) -> None:
+    """HTTPRoutePathMatchOrder (Exact over every prefix, the longest prefix first) and
+    HTTPRouteListenerHostnameMatching (four listeners on one port told apart by
+    hostname: an exact host beats a wildcard, a wildcard spans several labels, a
+    host no listener names is 404)."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([
+        {"name": "listener-1", "port": ports.web, "protocol": "HTTP", "hostname": "bar.com"},
+        {"name": "listener-2", "port": ports.web, "protocol": "HTTP", "hostname": "foo.bar.com"},
+        {"name": "listener-3", "port": ports.web, "protocol": "HTTP", "hostname": "*.bar.com"},
+        {"name": "listener-4", "port": ports.web, "protocol": "HTTP", "hostname": "*.foo.com"},
+        {"name": "order", "port": ports.web, "protocol": "HTTP", "hostname": "order.test"},
+    ]))  # fmt: skip
+    backends(emu, v1=whoami, v2=whoami2, v3=whoami3)
+
+    def on(*sections: str) -> list[dict]:
+        return [{"name": "gw", "sectionName": s} for s in sections]
+
+    emu.create(
+        http_route("backend-v1", [{"backendRefs": [to("v1")]}], [], parentRefs=on("listener-1"))
+    )
+    emu.create(
+        http_route("backend-v2", [{"backendRefs": [to("v2")]}], [], parentRefs=on("listener-2"))
+    )
+    emu.create(
+        http_route(
+            "backend-v3",
+            [{"backendRefs": [to("v3")]}],
+            [],
+            parentRefs=on("listener-3", "listener-4"),
+        )
+    )
+    emu.create(http_route("order", [
+        {"matches": [path("/match", "Exact")], "backendRefs": [to("v1")]},
+        {"matches": [path("/match/exact", "Exact")], "backendRefs": [to("v2")]},
+        {"matches": [path("/match/exact/one", "Exact")], "backendRefs": [to("v3")]},
+        {"matches": [path("/match/")], "backendRefs": [to("v3")]},
+        {"matches": [path("/match/prefix/")], "backendRefs": [to("v1")]},
+        {"matches": [path("/match/prefix/one")], "backendRefs": [to("v2")]},
+    ], [], parentRefs=on("order")))  # fmt: skip
+    start_edge(ports)
+    port = ports.web
+
+    assert KP.until(lambda: who(port, "/", "bar.com") == "w1")
+    hosts = {"bar.com": "w1", "foo.bar.com": "w2", "baz.bar.com": "w3", "boo.bar.com": "w3",
+             "multiple.prefixes.bar.com": "w3", "multiple.prefixes.foo.com": "w3",
+             "foo.com": "404", "no.matching.host": "404"}  # fmt: skip
+    assert {h: who(port, "/", h) for h in hosts} == hosts
+    paths = {"/match/exact/one": "w3", "/match/exact": "w2", "/match": "w1",
+             "/match/prefix/one/any": "w2", "/match/prefix/any": "w1", "/match/any": "w3"}  # fmt: skip
+    assert {p: who(port, p, "order.test") for p in paths} == paths
+
+
+def test_weights_split_requests(
+    emu, start_edge, whoami: Whoami, whoami2: Whoami, whoami3: Whoami
+) -> None:
+    """HTTPRouteWeight: backendRefs weighted 70, 30 and 0 share 100 requests 70/30
+    (edge's weighted round robin is smooth, so within a few) and the third gets none."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami, v2=whoami2, v3=whoami3)
+    emu.create(
+        http_route(
+            "weights", [{"backendRefs": [to("v1", 70), to("v2", 30), to("v3", 0)]}], ["w.test"]
+        )
+    )
+    start_edge(ports)
+    assert KP.until(lambda: who(ports.web, "/", "w.test") in ("w1", "w2"))
+    seen = [who(ports.web, "/", "w.test") for _ in range(100)]
+    assert abs(seen.count("w1") - 70) <= 3 and abs(seen.count("w2") - 30) <= 3, seen
+    assert seen.count("w3") == 0 and seen.count("w1") + seen.count("w2") == 100
