@@ -69,6 +69,11 @@ Backends
     (``BackendNotFound``, ``InvalidKind``, ``RefNotPermitted``). A rule with no
     backendRef answers 503 alike.
 
+Endpoint churn
+    :func:`update_endpoints` rebuilds only the load balancers of the Services whose
+    EndpointSlices changed (each load balancer's origin is in
+    :attr:`Conversion.backends`), giving what a whole conversion would.
+
 Filters
     ``RequestHeaderModifier`` and ``ResponseHeaderModifier`` become a ``headers``
     middleware (``set`` and ``add`` set the header, ``remove`` removes it: edge's
@@ -120,7 +125,12 @@ from edge.config.dynamic import (
     WRRService,
 )
 from edge.providers.kubernetes import objects
-from edge.providers.kubernetes.endpoints import ready_addresses, service_port, slices_by_service
+from edge.providers.kubernetes.endpoints import (
+    changed_services,
+    ready_addresses,
+    service_port,
+    slices_by_service,
+)
 from edge.providers.kubernetes.objects import Key
 from edge.providers.kubernetes.secrets import SecretError, tls_certificate
 
@@ -139,6 +149,7 @@ __all__ = [
     "intersect_hostnames",
     "match_rule",
     "router_key",
+    "update_endpoints",
 ]
 
 PROVIDER = "kubernetesgateway"
@@ -260,10 +271,38 @@ class WantedStatus(NamedTuple):
     status: dict[str, Any]
 
 
+class Backend(NamedTuple):
+    """Where a load balancer's servers come from: a Service port (by number) and the
+    protocol of its servers; :func:`update_endpoints` rebuilds it from that."""
+
+    service: Key
+    port: int
+    protocol: str
+
+
 class Conversion(NamedTuple):
+    """The configuration, its problems, the statuses wanted, and where each load
+    balancer comes from (by section, ``http``, ``tcp`` or ``udp``, and name)."""
+
     configuration: Configuration
     problems: list[Problem]
     statuses: list[WantedStatus]
+    backends: Mapping[tuple[str, str], Backend] = {}
+
+
+def _load_balancer(section: str, addresses: list[str]) -> Service | TCPService | UDPService:
+    """The load balancer of ``addresses`` (``host:port``) in ``section``."""
+    if section == "udp":
+        return UDPService(
+            load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in addresses])
+        )
+    if section == "tcp":
+        return TCPService(
+            load_balancer=TCPLoadBalancer(servers=[TCPServer(address=a) for a in addresses])
+        )
+    return Service(
+        load_balancer=LoadBalancer(servers=[Server(url=f"http://{a}") for a in addresses])
+    )
 
 
 # --- names, rules and hostnames (pure) ---------------------------------------------------
@@ -469,6 +508,7 @@ class _Converter:
         self.certificates: dict[Key, CertAndStores] = {}
         self.problems: list[Problem] = []
         self.statuses: list[WantedStatus] = []
+        self.origins: dict[tuple[str, str], Backend] = {}
         self.slices = slices_by_service(state.endpoint_slices)
 
     def visible(self, namespace: str) -> bool:
@@ -863,14 +903,25 @@ class _Converter:
                 self.unavailable(child)
                 failed = failed or cond
             else:
-                servers = [Server(url=f"http://{a}") for a in addresses]
-                self.services[child] = Service(load_balancer=LoadBalancer(servers=servers))
+                self.services[child] = self.balance(
+                    "http", child, ref.namespace or ns, ref, addresses
+                )
             children.append(WRRService(name=child, weight=max(ref.weight, 0)))
         name = f"{router}-wrr"
         if not children:
             return self.unavailable(name), failed
         self.services[name] = Service(weighted=Weighted(services=children))
         return name, failed
+
+    def balance(
+        self, section: str, name: str, namespace: str, ref: Any, addresses: list[str] | None
+    ) -> Any:
+        """The load balancer ``name`` over ``addresses`` (none when None: the Service
+        could not be resolved), remembered for :func:`update_endpoints` otherwise."""
+        if addresses is not None:
+            protocol = "UDP" if section == "udp" else "TCP"
+            self.origins[(section, name)] = Backend((namespace, ref.name), ref.port, protocol)
+        return _load_balancer(section, addresses or [])
 
     def servers(self, namespace: str, ref: Any, protocol: str) -> tuple[list[str] | None, str]:
         """The ready ``host:port`` of a Service port (sorted), or why there are none."""
@@ -910,15 +961,11 @@ class _Converter:
                 child = f"{name}-svc-{ref.namespace or key[0]}-{ref.name}-{bi}"
                 addresses, cond = self.resolve(kind, key[0], ref, "UDP" if udp else "TCP")
                 failed = failed or cond
-                found = addresses or []
+                target = ref.namespace or key[0]
                 if udp:
-                    self.udp_services[child] = UDPService(
-                        load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in found])
-                    )
+                    self.udp_services[child] = self.balance("udp", child, target, ref, addresses)
                 else:
-                    self.tcp_services[child] = TCPService(
-                        load_balancer=TCPLoadBalancer(servers=[TCPServer(address=a) for a in found])
-                    )
+                    self.tcp_services[child] = self.balance("tcp", child, target, ref, addresses)
                 children.append(WRRService(name=child, weight=max(ref.weight, 0)))
             service = f"{name}-wrr"
             weighted = Weighted(services=children)
@@ -1036,7 +1083,7 @@ class _Converter:
             else None
         )
         conf = Configuration(http=http, tcp=tcp, udp=udp, tls=tls)
-        return Conversion(conf, self.problems, self.statuses)
+        return Conversion(conf, self.problems, self.statuses, self.origins)
 
     def gateway_status(self, gw: objects.Gateway, listeners: list[_Listener]) -> WantedStatus:
         gen = gw.metadata.generation
@@ -1155,3 +1202,36 @@ def _rewrite_path(
 def convert(state: GatewayState, options: GatewayOptions | None = None) -> Conversion:
     """The configuration, problems and wanted statuses of ``state`` (see the module doc)."""
     return _Converter(state, options or GatewayOptions()).run()
+
+
+def update_endpoints(
+    previous: Conversion,
+    old_slices: Mapping[Key, objects.EndpointSlice],
+    new_slices: Mapping[Key, objects.EndpointSlice],
+    services: Mapping[Key, objects.Service],
+) -> Conversion | None:
+    """``previous`` with the load balancers of the Services whose EndpointSlices changed
+    from ``old_slices`` to ``new_slices`` rebuilt, and nothing else: what a whole
+    conversion of the new state gives when only slices changed (statuses included:
+    ready endpoints never change a condition), at a cost that grows with the slices
+    changed. None when a whole conversion is needed (a Service or port not found)."""
+    affected = changed_services(old_slices, new_slices)
+    grouped = slices_by_service(new_slices, only=affected)
+    rebuilt: dict[str, dict[str, Any]] = {}
+    for (section, name), backend in previous.backends.items():
+        if backend.service not in affected:
+            continue
+        svc = services.get(backend.service)
+        port = service_port(svc, backend.port, "", backend.protocol) if svc is not None else None
+        if port is None:
+            return None
+        found, _ = ready_addresses(
+            grouped.get(backend.service, ()), port.name, protocol=backend.protocol
+        )
+        rebuilt.setdefault(section, {})[name] = _load_balancer(section, sorted(found))
+    configuration = previous.configuration
+    for section, changed in rebuilt.items():
+        part = getattr(configuration, section)
+        part = msgspec.structs.replace(part, services={**part.services, **changed})
+        configuration = msgspec.structs.replace(configuration, **{section: part})
+    return previous._replace(configuration=configuration)

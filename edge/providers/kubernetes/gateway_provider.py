@@ -58,6 +58,7 @@ from edge.providers.kubernetes.gateway import (
     GatewayState,
     WantedStatus,
     convert,
+    update_endpoints,
 )
 from edge.providers.kubernetes.gateway_status import status_patch
 from edge.providers.kubernetes.provider import SECRETS_WATCH, Key, KubernetesProvider, own_core
@@ -153,6 +154,13 @@ class KubernetesGatewayProvider(KubernetesProvider):
         after ``state``, it may be newer; a change in between has marked the source
         dirty, so another round follows with both at once."""
         return convert(GatewayState.from_snapshot(self.view.snapshot()), self.options)
+
+    def update_endpoints(
+        self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
+    ) -> Conversion | None:
+        """Only EndpointSlices changed (the base class calls this then): the load
+        balancers of their Services are rebuilt, nothing else."""
+        return update_endpoints(previous, old.endpoint_slices, new.endpoint_slices, new.services)
 
     def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
         """Only Gateway API objects changed, and only in status and resourceVersion: the

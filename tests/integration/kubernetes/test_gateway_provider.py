@@ -792,3 +792,25 @@ def test_weights_split_requests(
     seen = [who(ports.web, "/", "w.test") for _ in range(100)]
     assert abs(seen.count("w1") - 70) <= 3 and abs(seen.count("w2") - 30) <= 3, seen
     assert seen.count("w3") == 0 and seen.count("w1") + seen.count("w2") == 100
+
+
+def test_an_endpoint_change_updates_servers_without_a_conversion(
+    emu, start_edge, whoami: Whoami, whoami2: Whoami
+) -> None:
+    """A backend's EndpointSlice moved to another pod: routing follows, by the
+    endpoints-only path (no whole conversion)."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["eps.test"]))
+    edge = start_edge(ports)
+    assert KP.until(lambda: who(ports.web, "/", "eps.test") == "w1")
+    provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
+    assert KP.until(lambda: provider.status_writes == 3)
+    time.sleep(0.3)  # the status writes' own events come back and convert nothing
+    conversions, patches = provider.conversions, provider.patches
+    moved = o.endpoint_slice("v1-1", service_name="v1", addresses=["127.0.0.1"], port=whoami2.port)
+    emu.update(moved)
+    assert KP.until(lambda: who(ports.web, "/", "eps.test") == "w2")
+    assert provider.patches > patches and provider.conversions == conversions

@@ -25,6 +25,7 @@ from edge.providers.kubernetes.gateway import (
     convert,
     intersect_hostnames,
     match_rule,
+    update_endpoints,
 )
 from tests.fixtures.tls.pki import PKI
 
@@ -767,3 +768,39 @@ def test_edges_old_route_status_entries_go_when_no_parent_is_edges_any_more() ->
     del held["parents"][0]
     c = run(*BASE, {**doc, "status": held})
     assert [s for s in c.statuses if s.kind == "HTTPRoute"] == []
+
+
+def test_update_endpoints_equals_a_whole_conversion() -> None:
+    """Slices added, changed and removed under HTTP, TCP and UDP backends: the
+    endpoints-only update gives what a whole conversion of the new state gives."""
+    gw = gateway([listener(), listener("tcp", 9000, "TCP"), listener("dns", 53, "UDP")])
+    routes = [
+        route([{"backendRefs": [backend(), backend("two")]}], hostnames=["a.test"]),
+        l4_route("TCPRoute", [backend("echo", 9000)], name="t", parentRefs=[{"name": "gw", "sectionName": "tcp"}]),
+        l4_route("UDPRoute", [backend("dns", 53)], name="u", parentRefs=[{"name": "gw", "sectionName": "dns"}]),
+    ]  # fmt: skip
+    base = [gateway_class(), gw, *routes]
+    old_docs = [*service(), *service("two"), *service("echo", port=9000), *udp_service()]
+    new_docs = [
+        json_copy(d) for d in old_docs if d["metadata"]["name"] != "two-1"
+    ]  # two: slice gone
+    for d in new_docs:
+        if d["kind"] == "EndpointSlice":
+            d["endpoints"] = [
+                {"addresses": ["10.0.0.9"]},
+                {"addresses": ["10.0.0.8"], "conditions": {"ready": False}},
+            ]
+    old, new = state(*base, old_docs), state(*base, new_docs)
+    previous = convert(old, L4)
+    patched = update_endpoints(previous, old.endpoint_slices, new.endpoint_slices, new.services)
+    assert patched is not None
+    assert patched == convert(new, L4)
+    assert patched.configuration != previous.configuration
+    assert (
+        update_endpoints(previous, old.endpoint_slices, old.endpoint_slices, old.services)
+        == previous
+    )
+
+
+def json_copy(doc: dict) -> dict:
+    return msgspec.json.decode(msgspec.json.encode(doc))
