@@ -79,7 +79,9 @@ Filters
     middleware (``set`` and ``add`` set the header, ``remove`` removes it: edge's
     headers middleware replaces a header, so an ``add`` to a header the request
     already holds replaces it instead of appending); ``RequestRedirect`` a
-    ``redirectRegex`` over the whole URL; ``URLRewrite`` a ``headers`` middleware
+    ``redirectRegex`` over the whole URL; ``RequestMirror`` makes the rule's service a
+    ``mirroring`` one over it, copying ``percent`` (or ``fraction``, rounded to a
+    whole percent) of the requests to the mirror's Service; ``URLRewrite`` a ``headers`` middleware
     setting Host and a ``replacePath`` (``ReplaceFullPath``) or ``replacePathRegex``
     (``ReplacePrefixMatch``). Any other filter, a filter on a backendRef, and
     ``timeouts`` are not supported: the rule answers 503 and the route's ``Accepted``
@@ -102,6 +104,8 @@ from edge.config.dynamic import (
     HTTPConfiguration,
     LoadBalancer,
     Middleware,
+    Mirroring,
+    MirrorService,
     RedirectRegex,
     ReplacePath,
     ReplacePathRegex,
@@ -842,7 +846,8 @@ class _Converter:
                 try:
                     if rule.timeouts is not None:
                         raise _Unsupported(f"rules[{ri}].timeouts are not supported")
-                    mws = self.filters(name, rule.filters, match, f"rules[{ri}]")
+                    mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]] = []
+                    mws = self.filters(name, rule.filters, match, f"rules[{ri}]", mirrors)
                 except _Unsupported as exc:
                     if str(exc) not in unsupported:
                         unsupported.append(str(exc))
@@ -852,6 +857,10 @@ class _Converter:
                     service, cond = self.backends(route, name, rule, ri)
                     if cond is not None and failed is None:
                         failed = cond
+                    if mirrors:
+                        service, cond = self.mirroring(route, name, service, mirrors)
+                        if cond is not None and failed is None:
+                            failed = cond
                 self.routers[name] = Router(
                     rule=text,
                     service=service,
@@ -922,6 +931,39 @@ class _Converter:
             protocol = "UDP" if section == "udp" else "TCP"
             self.origins[(section, name)] = Backend((namespace, ref.name), ref.port, protocol)
         return _load_balancer(section, addresses or [])
+
+    def mirroring(
+        self,
+        route: objects.HTTPRoute,
+        router: str,
+        service: str,
+        mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]],
+    ) -> tuple[str, Condition | None]:
+        """``service`` wrapped in a mirroring service sending each mirror its share of
+        the requests (``percent``, or ``fraction`` rounded to a whole percent); a mirror
+        whose backendRef cannot be served is left out, and said in ResolvedRefs."""
+        ns = route.metadata.namespace
+        failed: Condition | None = None
+        copies: list[MirrorService] = []
+        for name, mirror in mirrors:
+            ref = mirror.backend_ref
+            assert ref is not None  # refused in filters()
+            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
+            if addresses is None:
+                failed = failed or cond
+                continue
+            self.services[name] = self.balance("http", name, ref.namespace or ns, ref, addresses)
+            percent = 100
+            if mirror.percent is not None:
+                percent = mirror.percent
+            elif mirror.fraction is not None and mirror.fraction.denominator > 0:
+                percent = round(100 * mirror.fraction.numerator / mirror.fraction.denominator)
+            copies.append(MirrorService(name=name, percent=max(0, min(percent, 100))))
+        if not copies:
+            return service, failed
+        name = f"{router}-mirroring"
+        self.services[name] = Service(mirroring=Mirroring(service=service, mirrors=copies))
+        return name, failed
 
     def servers(self, namespace: str, ref: Any, protocol: str) -> tuple[list[str] | None, str]:
         """The ready ``host:port`` of a Service port (sorted), or why there are none."""
@@ -996,7 +1038,10 @@ class _Converter:
         filters: list[objects.HTTPRouteFilter],
         match: objects.HTTPRouteMatch,
         where: str,
+        mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]],
     ) -> list[str]:
+        """The middlewares of ``filters``, in order; RequestMirror filters go to
+        ``mirrors`` (name, filter): they make the rule's service a mirroring one."""
         names: list[str] = []
         path = match.path if match.path is not None else objects.HTTPPathMatch()
         for i, f in enumerate(filters):
@@ -1041,6 +1086,10 @@ class _Converter:
                     )
                 if rewrite.path is not None:
                     made.append((f"{base}-path", _rewrite_path(rewrite.path, path, where)))
+            elif f.type == "RequestMirror" and f.request_mirror is not None:
+                if f.request_mirror.backend_ref is None:
+                    raise _Unsupported(f"{where}.filters[{i}]: RequestMirror names no backendRef")
+                mirrors.append((base, f.request_mirror))
             else:
                 raise _Unsupported(f"{where}.filters[{i}]: filter {f.type} is not supported")
             for name, mw in made:

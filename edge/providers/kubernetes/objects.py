@@ -928,13 +928,24 @@ class HTTPURLRewriteFilter(_Model):
     path: HTTPPathModifier | None = None
 
 
+class Fraction(_Model):
+    numerator: int = 0
+    denominator: int = 100
+
+
+class HTTPRequestMirrorFilter(_Model):
+    backend_ref: BackendRef | None = None
+    percent: int | None = None  # None with no fraction: every request
+    fraction: Fraction | None = None
+
+
 class HTTPRouteFilter(_Model):
     type: str = ""
     request_header_modifier: HTTPHeaderFilter | None = None
     response_header_modifier: HTTPHeaderFilter | None = None
     request_redirect: HTTPRequestRedirectFilter | None = None
     url_rewrite: HTTPURLRewriteFilter | None = msgspec.field(default=None, name="urlRewrite")
-    request_mirror: dict[str, Any] | None = None
+    request_mirror: HTTPRequestMirrorFilter | None = None
     extension_ref: dict[str, Any] | None = None
     cors: dict[str, Any] | None = None
 

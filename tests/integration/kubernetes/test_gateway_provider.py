@@ -814,3 +814,39 @@ def test_an_endpoint_change_updates_servers_without_a_conversion(
     emu.update(moved)
     assert KP.until(lambda: who(ports.web, "/", "eps.test") == "w2")
     assert provider.patches > patches and provider.conversions == conversions
+
+
+def test_request_mirror_copies_requests_to_its_backend(emu, start_edge) -> None:
+    """HTTPRouteRequestMirror: the client gets the main backend's answer; the mirror's
+    backend receives a copy of each request (its answer dropped)."""
+    from tests.integration.http.servers import H11Backend
+
+    main, shadow = H11Backend(after_body=True), H11Backend(after_body=True)
+    try:
+        ports = Ports()
+        emu.create(gateway_class())
+        emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+        for name, b in (("main", main), ("shadow", shadow)):
+            emu.create(o.service(name))
+            emu.create(
+                o.endpoint_slice(
+                    f"{name}-1", service_name=name, addresses=["127.0.0.1"], port=b.port
+                )
+            )
+        f = [
+            {
+                "type": "RequestMirror",
+                "requestMirror": {"backendRef": {"name": "shadow", "port": 80}},
+            }
+        ]
+        emu.create(http_route("m", [{"filters": f, "backendRefs": [to("main")]}], ["mirror.test"]))
+        start_edge(ports)
+        assert KP.until(lambda: get(ports.web, "/x", "mirror.test")[0] == 200)
+        before = len(main.requests)
+        for i in range(5):
+            assert get(ports.web, f"/copy/{i}", "mirror.test")[0] == 200
+        assert len(main.requests) - before == 5
+        assert KP.until(lambda: sum(r.target.startswith(b"/copy/") for r in shadow.requests) == 5)
+    finally:
+        main.stop()
+        shadow.stop()

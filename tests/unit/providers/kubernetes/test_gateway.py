@@ -635,12 +635,12 @@ def test_url_rewrite_becomes_host_and_path_middlewares() -> None:
 @pytest.mark.parametrize(
     "rule",
     [
-        {"filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": backend()}}]},
+        {"filters": [{"type": "RequestMirror", "requestMirror": {}}]},
         {"filters": [{"type": "ExtensionRef", "extensionRef": {"name": "x"}}]},
         {"timeouts": {"request": "1s"}},
         {"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 303}}]},
     ],
-    ids=["mirror", "extension", "timeouts", "status-303"],
+    ids=["mirror-without-backend", "extension", "timeouts", "status-303"],
 )
 def test_what_edge_does_not_implement_is_unsupported_value_and_answers_503(rule: dict) -> None:
     c = run(*BASE, route([{**rule, "backendRefs": [backend()]}]))
@@ -804,3 +804,31 @@ def test_update_endpoints_equals_a_whole_conversion() -> None:
 
 def json_copy(doc: dict) -> dict:
     return msgspec.json.decode(msgspec.json.encode(doc))
+
+
+@pytest.mark.parametrize(
+    ("mirror", "percent"),
+    [({}, 100), ({"percent": 25}, 25), ({"fraction": {"numerator": 1, "denominator": 3}}, 33)],
+)
+def test_request_mirror_makes_the_rule_a_mirroring_service(mirror: dict, percent: int) -> None:
+    f = [{"type": "RequestMirror", "requestMirror": {"backendRef": backend("shadow"), **mirror}}]
+    c = run(*BASE, service("shadow"), route([{"filters": f, "backendRefs": [backend()]}]))
+    (router,) = c.configuration.http.routers.values()
+    assert router.middlewares == [] and router.service.endswith("-mirroring")
+    m = c.configuration.http.services[router.service].mirroring
+    assert m.service.endswith("-wrr")
+    (copy,) = m.mirrors
+    assert copy.percent == percent and copy.name.endswith("-requestmirror-0")
+    assert [s.url for s in c.configuration.http.services[copy.name].load_balancer.servers] == [
+        "http://10.0.0.1:8080"
+    ]
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    assert all(i.status == "enabled" for i in validate(c).http_services.values())
+
+
+def test_a_request_mirror_to_a_missing_service_is_left_out_and_reported() -> None:
+    f = [{"type": "RequestMirror", "requestMirror": {"backendRef": backend("gone")}}]
+    c = run(*BASE, route([{"filters": f, "backendRefs": [backend()]}]))
+    (router,) = c.configuration.http.routers.values()
+    assert router.service.endswith("-wrr")
+    assert parent(c)["ResolvedRefs"] == ("False", "BackendNotFound")
