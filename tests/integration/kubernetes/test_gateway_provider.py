@@ -11,7 +11,8 @@ HTTPRouteMatchingAcrossRoutes, HTTPRouteHeaderMatching, HTTPRouteMethodMatching,
 HTTPRouteQueryParamMatching, HTTPRouteRequestHeaderModifier,
 HTTPRouteResponseHeaderModifier, HTTPRouteRedirectScheme/HostAndStatus/Port/Path,
 HTTPRouteRewriteHost/Path, HTTPRouteInvalidNonExistentBackendRef,
-HTTPRouteInvalidCrossNamespaceBackendRef, HTTPRouteReferenceGrant,
+HTTPRouteInvalidCrossNamespaceBackendRef, HTTPRouteReferenceGrant, HTTPRoutePathMatchOrder,
+HTTPRouteListenerHostnameMatching, HTTPRouteWeight, HTTPRouteRequestMirror,
 HTTPRouteHTTPSListener, HTTPRouteHostnameIntersection, GatewayObservedGenerationBump,
 GatewayClassObservedGenerationBump. Listeners bind to edge's entry points by port, so
 each edge here listens on ports chosen free beforehand. Every wait is bounded.
@@ -850,3 +851,96 @@ def test_request_mirror_copies_requests_to_its_backend(emu, start_edge) -> None:
     finally:
         main.stop()
         shadow.stop()
+
+
+def test_hostname_intersection(
+    emu, start_edge, api, whoami: Whoami, whoami2: Whoami, whoami3: Whoami
+) -> None:
+    """HTTPRouteHostnameIntersection: a route serves the hostnames both it and a
+    listener match (a specific host in a listener's wildcard, a wildcard over a
+    listener's specific host), nothing else; a route with none is
+    NoMatchingListenerHostname."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([
+        {"name": "listener-1", "port": ports.web, "protocol": "HTTP", "hostname": "very.specific.com"},
+        {"name": "listener-2", "port": ports.web, "protocol": "HTTP", "hostname": "*.wildcard.io"},
+        {"name": "listener-3", "port": ports.web, "protocol": "HTTP", "hostname": "*.anotherwildcard.io"},
+    ]))  # fmt: skip
+    backends(emu, v1=whoami, v2=whoami2, v3=whoami3)
+
+    def r(name: str, hosts: list[str], prefix: str, svc: str) -> dict:
+        return http_route(name, [{"matches": [path(prefix)], "backendRefs": [to(svc)]}], hosts)
+
+    emu.create(
+        r("s1", ["non.matching.com", "*.nonmatchingwildcard.io", "very.specific.com"], "/s1", "v1")
+    )
+    emu.create(
+        r(
+            "s2",
+            [
+                "non.matching.com",
+                "wildcard.io",
+                "foo.wildcard.io",
+                "bar.wildcard.io",
+                "foo.bar.wildcard.io",
+            ],
+            "/s2",
+            "v2",
+        )
+    )
+    emu.create(r("s3", ["non.matching.com", "*.specific.com"], "/s3", "v3"))
+    emu.create(r("s4", ["*.anotherwildcard.io"], "/s4", "v1"))
+    emu.create(r("none", ["specific.but.wrong.com", "wildcard.io"], "/", "v1"))
+    start_edge(ports)
+    port = ports.web
+    assert KP.until(lambda: who(port, "/s1", "very.specific.com") == "w1")
+    expected = {
+        ("very.specific.com", "/s1"): "w1", ("very.specific.com:1234", "/s1"): "w1",
+        ("non.matching.com", "/s1"): "404", ("foo.nonmatchingwildcard.io", "/s1"): "404",
+        ("foo.wildcard.io", "/s1"): "404", ("very.specific.com", "/non-matching-prefix"): "404",
+        ("foo.wildcard.io", "/s2"): "w2", ("bar.wildcard.io", "/s2"): "w2",
+        ("foo.bar.wildcard.io", "/s2"): "w2", ("non.matching.com", "/s2"): "404",
+        ("wildcard.io", "/s2"): "404", ("very.specific.com", "/s2"): "404",
+        ("very.specific.com", "/s3"): "w3", ("foo.specific.com", "/s3"): "404",
+        ("foo.wildcard.io", "/s3"): "404",
+        ("foo.anotherwildcard.io", "/s4"): "w1", ("bar.anotherwildcard.io", "/s4"): "w1",
+        ("foo.bar.anotherwildcard.io", "/s4"): "w1", ("anotherwildcard.io", "/s4"): "404",
+        ("foo.wildcard.io", "/s4"): "404", ("very.specific.com", "/s4"): "404",
+    }  # fmt: skip
+    assert {k: who(port, k[1], k[0]) for k in expected} == expected
+    assert KP.until(
+        lambda: (
+            route_conditions(api, "none").get("Accepted") == ("False", "NoMatchingListenerHostname")
+        )
+    )
+    assert route_conditions(api, "s2") == ACCEPTED
+
+
+def test_gateway_and_class_observed_generation_bump(emu, start_edge, api, whoami: Whoami) -> None:
+    """GatewayObservedGenerationBump and GatewayClassObservedGenerationBump: a new
+    spec (a listener added; a class description) is reflected in observedGeneration."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    start_edge(ports)
+
+    def gateway_generations() -> set[int]:
+        st = gateway_status(api)
+        return {c["observedGeneration"] for c in st.get("conditions", [])} | {
+            c["observedGeneration"] for li in st.get("listeners", []) for c in li["conditions"]
+        }
+
+    def class_generations() -> set[int]:
+        got = api.get_cluster_custom_object(GROUP, "v1", "gatewayclasses", "edge")
+        return {c["observedGeneration"] for c in got.get("status", {}).get("conditions", [])}
+
+    assert KP.until(lambda: gateway_generations() == {1} and class_generations() == {1})
+    gw = emu.get("Gateway", "default", "gw")
+    gw["spec"]["listeners"].append({"name": "other", "port": ports.websecure, "protocol": "HTTP"})
+    emu.update(gw)
+    klass = emu.get("GatewayClass", "", "edge")
+    klass["spec"]["description"] = "edge, bumped"
+    emu.update(klass)
+    assert KP.until(lambda: gateway_generations() == {2} and class_generations() == {2})
+    assert [li["name"] for li in gateway_status(api)["listeners"]] == ["http", "other"]
