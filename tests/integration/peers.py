@@ -2,7 +2,8 @@
 
 Tools started by a test (``Process``: openssl, nginx, HAProxy; ``running``), small
 servers in threads (``Backend`` keeps what each TCP connection sent,
-``ThreadedServer`` runs a handler per connection), and clients over TLS
+``ThreadedServer`` runs a handler per connection, ``Scripted`` answers HTTP with
+the statuses a test sets, health checks apart), and clients over TLS
 (``openssl s_client``, Python's ssl, curl) with what they read back: the
 certificate served, the answer, whether a session resumed; ``run`` runs a
 coroutine on a fresh uvloop; ``tcp_routers`` builds the TCP routers of a dynamic
@@ -337,6 +338,48 @@ class ThreadedServer:
         for t in self.threads:
             t.join(2)
         self.sock.close()
+
+
+class Scripted(ThreadedServer):
+    """An HTTP/1.1 server: ``GET /health`` answers ``health`` (the status the test sets),
+    anything else ``status`` (200 unless the test sets it) with the server's name; every
+    answer closes the connection."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.health = 200
+        self.status = 200
+        self.served = 0  # requests other than health checks
+        self.checks = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(2.0)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            target = data.split(b" ", 2)[1] if data.count(b" ") >= 2 else b""
+            if target == b"/health":
+                with self.lock:
+                    self.checks += 1
+                status, body = self.health, b"health"
+            else:
+                with self.lock:
+                    self.served += 1
+                status, body = self.status, self.name.encode()
+            c.sendall(
+                b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (status, len(body), body)
+            )
+        except OSError:
+            pass
+        finally:
+            c.close()
 
 
 LOOP_TIMEOUT = 30.0

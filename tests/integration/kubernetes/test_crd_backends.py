@@ -35,9 +35,8 @@ import pytest
 from edge.providers.kubernetes.provider import KubernetesCRDProvider
 from tests.fixtures.tls.pki import PKI
 from tests.harness import need
-from tests.integration.http.test_health import Scripted
 from tests.integration.kubernetes import test_provider as KP
-from tests.integration.peers import Process
+from tests.integration.peers import Process, Scripted
 from tests.kube import objects as o
 from tests.kube.emulator import Emulator
 
