@@ -82,6 +82,7 @@ __all__ = [
     "KubernetesCRDConfig",
     "KubernetesGatewayConfig",
     "KubernetesIngressConfig",
+    "KubernetesIngressNGINXConfig",
     "LifeCycle",
     "Log",
     "Metrics",
@@ -389,12 +390,55 @@ class KubernetesGatewayConfig(Base):
     experimental_channel: bool = False
 
 
+class KubernetesIngressNGINXConfig(Base):
+    """``providers.kubernetesIngressNGINX``: Ingresses written for ingress-nginx, read
+    with its annotations (:mod:`edge.providers.kubernetes.ingress_nginx`), Traefik's
+    keys. An Ingress is served when its ``ingressClassName`` names an IngressClass whose
+    controller is ``controllerClass``, or (``ingressClassByName``) names
+    ``ingressClass`` itself; when its legacy ``kubernetes.io/ingress.class`` annotation
+    is ``ingressClass``; or, naming no class, when ``watchIngressWithoutClass``.
+    ``watchNamespace`` limits it to one namespace (as ingress-nginx's flag).
+    ``publishService`` (``namespace/name``) or ``publishStatusAddress`` is what the
+    Ingresses' status says. ``defaultBackendService`` and ``watchNamespaceSelector``
+    are refused: edge does not do them yet."""
+
+    endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
+    token: str = ""
+    cert_auth_file_path: str = ""
+    kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
+    throttle_duration: Duration | None = None  # None: providersThrottleDuration
+    watch_namespace: str = ""  # "": every namespace
+    watch_namespace_selector: str = ""
+    ingress_class: str = "nginx"
+    controller_class: str = "k8s.io/ingress-nginx"
+    watch_ingress_without_class: bool = False
+    ingress_class_by_name: bool = False
+    publish_service: str = ""
+    publish_status_address: list[str] = []
+    default_backend_service: str = ""
+    disable_svc_external_name: bool = False
+
+    def __post_init__(self) -> None:
+        if self.watch_namespace_selector:
+            raise ValueError("watchNamespaceSelector is not supported: name watchNamespace")
+        if self.default_backend_service:
+            raise ValueError(
+                "defaultBackendService is not supported yet: give one Ingress a "
+                "spec.defaultBackend and no rules"
+            )
+        if self.publish_service:
+            IngressEndpoint(published_service=self.publish_service)  # checks namespace/name
+
+
 class Providers(Base):
     providers_throttle_duration: Duration | None = None  # Traefik's place for it
     file: FileProviderConfig | None = None
     kubernetes_ingress: KubernetesIngressConfig | None = None
     kubernetes_crd: KubernetesCRDConfig | None = msgspec.field(default=None, name="kubernetesCRD")
     kubernetes_gateway: KubernetesGatewayConfig | None = None
+    kubernetes_ingress_nginx: KubernetesIngressNGINXConfig | None = msgspec.field(
+        default=None, name="kubernetesIngressNGINX"
+    )
 
 
 # --- observability --------------------------------------------------------------

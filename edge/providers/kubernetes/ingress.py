@@ -144,7 +144,7 @@ import dataclasses
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -157,6 +157,7 @@ from edge.config.dynamic import (
     Domain,
     HTTPConfiguration,
     LoadBalancer,
+    Middleware,
     Router,
     RouterTLS,
     Server,
@@ -197,14 +198,19 @@ __all__ = [
     "RULE_SYNTAX",
     "TIER",
     "TRAEFIK_ANNOTATION_PREFIX",
+    "Annotate",
     "Conversion",
     "IngressOptions",
+    "PathMiddleware",
     "Problem",
     "ProblemKind",
+    "RouterOptions",
+    "ServiceVariant",
     "convert",
     "edge_classes",
     "endpoints_only",
     "is_selected",
+    "router_options",
     "update_endpoints",
 ]
 
@@ -295,8 +301,10 @@ class Conversion(NamedTuple):
     ``selected``: the Ingresses edge is responsible for (whose status it writes),
     problems or not. ``service_names``: which Service port each service of the
     configuration is ((namespace, service, port name or number) -> name), and
-    ``refused``: the Services (namespace, name) some backend could not use; both are
-    what :func:`update_endpoints` needs.
+    ``refused``: the Services (namespace, name) some backend could not use;
+    ``variants``: the services that are an Ingress' copy of one (name -> (Service port,
+    what changed)); these three are what :func:`update_endpoints` needs. ``owners``:
+    the Ingress of each served router.
     """
 
     configuration: Configuration
@@ -304,6 +312,8 @@ class Conversion(NamedTuple):
     selected: frozenset[Key]
     service_names: Mapping[ServiceKey, str]
     refused: frozenset[Key]
+    variants: Mapping[str, tuple[ServiceKey, ServiceVariant]] = {}
+    owners: Mapping[str, Key] = {}
 
 
 # --- class selection ---------------------------------------------------------------------
@@ -411,7 +421,44 @@ def _unknown(
 
 
 @dataclass(frozen=True, slots=True)
-class _RouterOptions:
+class ServiceVariant:
+    """An Ingress' own reading of the Services it routes to (another source's
+    annotations: ingress-nginx's ``backend-protocol``, ``affinity``, ``upstream-vhost``):
+    the routes of that Ingress get a copy of each service, named ``<service>-<suffix>``,
+    with these fields changed (None: as the Service says)."""
+
+    suffix: str
+    scheme: str | None = None
+    sticky: Sticky | None = None
+    pass_host_header: bool | None = None
+
+    def apply(self, service: Service) -> Service:
+        lb = service.load_balancer
+        assert lb is not None  # services built here are load balancers
+        servers = lb.servers
+        if self.scheme is not None:
+            servers = [
+                msgspec.structs.replace(s, url=f"{self.scheme}://{s.url.partition('://')[2]}")
+                for s in servers
+            ]
+        return msgspec.structs.replace(
+            service,
+            load_balancer=msgspec.structs.replace(
+                lb,
+                servers=servers,
+                sticky=self.sticky if self.sticky is not None else lb.sticky,
+                pass_host_header=(
+                    lb.pass_host_header if self.pass_host_header is None else self.pass_host_header
+                ),
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RouterOptions:
+    """What an Ingress' annotations say about its routes (edge's and Traefik's, or
+    another source's: :data:`Annotate`)."""
+
     entry_points: list[str]
     middlewares: list[str]
     priority: int  # 0: computed
@@ -419,9 +466,31 @@ class _RouterOptions:
     tls: RouterTLS = _PLAIN_TLS  # what the TLS routers carry
     path_matcher: str = ""  # "": edge's element-wise Prefix (ImplementationSpecific paths)
     rule_syntax: str = RULE_SYNTAX
+    # Set by other sources only:
+    path_regex: bool = False  # ImplementationSpecific paths are case-insensitive regexps
+    plain_middlewares: tuple[str, ...] = ()  # first on plain routers (of TLS hosts, unless:)
+    plain_everywhere: bool = False  # ... on every plain router
+    service: ServiceVariant | None = None
+    definitions: Mapping[str, Middleware] = dataclasses.field(default_factory=dict)
+    path_middleware: PathMiddleware | None = None  # last on each path's routers
 
 
-def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
+PathMiddleware = Callable[[str], Middleware]
+"""A middleware made for one rule path (ingress-nginx's rewrite-target), from the path as
+written; named ``<namespace>-<ingress>-rules-<i>-paths-<j>-rewrite``."""
+
+
+Annotate = Callable[[Ingress, ClusterState], RouterOptions]
+"""Reads an Ingress' annotations (``ValueError`` naming the bad one): edge's own
+(:func:`router_options`) or another source's."""
+
+
+def router_options(ing: Ingress, state: ClusterState | None = None) -> RouterOptions:
+    """The routes' options from an Ingress' edge and Traefik annotations."""
+    return _router_options(ing.metadata.annotations)
+
+
+def _router_options(annotations: Mapping[str, str]) -> RouterOptions:
     """Parse an Ingress' annotations; ``ValueError`` naming the annotation if bad."""
     entry_points: list[str] = []
     middlewares: list[str] = []
@@ -474,7 +543,7 @@ def _router_options(annotations: Mapping[str, str]) -> _RouterOptions:
             for _, d in sorted(domains.items())
         ],
     )
-    return _RouterOptions(
+    return RouterOptions(
         entry_points,
         middlewares,
         priority,
@@ -819,6 +888,8 @@ class _Route:
     problem: str = ""  # set: a stand-in for a route that cannot be served, disabled with it
     tls_config: RouterTLS = _PLAIN_TLS
     rule_syntax: str = RULE_SYNTAX
+    variant: ServiceVariant | None = None
+    owner: Key = ("", "")  # the Ingress
 
 
 def _unique_names(candidates: list[tuple[str, str]]) -> list[str]:
@@ -845,9 +916,14 @@ def _unique_names(candidates: list[tuple[str, str]]) -> list[str]:
 
 
 class _Converter:
-    def __init__(self, state: ClusterState, options: IngressOptions) -> None:
+    def __init__(
+        self, state: ClusterState, options: IngressOptions, annotate: Annotate = router_options
+    ) -> None:
         self.state = state
         self.options = options
+        self.annotate = annotate
+        self.owner: Key = ("", "")  # the Ingress being converted
+        self.definitions: dict[str, Middleware] = {}  # middlewares the annotations made
         self.services = _Services(state, options)
         self.routes: list[_Route] = []
         self.problems: list[Problem] = []
@@ -860,7 +936,7 @@ class _Converter:
         where: str,
         kind: ProblemKind,
         reason: str,
-        stand_in: tuple[str, str, str, _RouterOptions] | None = None,
+        stand_in: tuple[str, str, str, RouterOptions] | None = None,
     ) -> None:
         """Record a problem; ``stand_in`` (base name, identity, rule, options): the route
         it left out, published as a disabled router whose error is the problem, so the
@@ -886,11 +962,12 @@ class _Converter:
 
     def ingress(self, ing: Ingress) -> None:
         ns, name = ing.metadata.key
+        self.owner = (ns, name)
         label = f"{ns}/{name}"
         try:
-            ropts = _router_options(ing.metadata.annotations)
+            ropts = self.annotate(ing, self.state)
         except ValueError as exc:
-            stand_in = (_normalize(f"{ns}-{name}"), label, "", _RouterOptions([], [], 0, False))
+            stand_in = (_normalize(f"{ns}-{name}"), label, "", RouterOptions([], [], 0, False))
             self.problem(label, "metadata.annotations", "invalid-annotation", str(exc), stand_in)
             return
         tls_hosts, tls_all = self.tls(ing, label)
@@ -931,7 +1008,9 @@ class _Converter:
                     stand_in = (base, identity, _host_rule(host) if host else "", ropts)
                     self.problem(label, where, "invalid-path", str(exc), stand_in)
                     continue
-                if ropts.path_matcher and path.path_type in ("ImplementationSpecific", ""):
+                if ropts.path_regex and path.path_type in ("ImplementationSpecific", ""):
+                    text = _matcher_rule(host, "PathRegexp", f"(?i)^{path.path or '/'}")
+                elif ropts.path_matcher and path.path_type in ("ImplementationSpecific", ""):
                     rule_path = path.path or "/"
                     text = _matcher_rule(host, ropts.path_matcher, rule_path)
                 else:
@@ -953,8 +1032,26 @@ class _Converter:
                 seen[text] = (i, j)
                 rank = 1 + 2 * len(rule_path) + (1 if exact else 0)
                 priority = ropts.priority or _tier(host) + rank
-                for tls in with_tls(host):
-                    self.add(base, f"{label}|{text}", text, priority, service, ropts, tls)
+                path_ropts = ropts
+                if ropts.path_middleware is not None:
+                    made = _normalize(f"{prefix}-rules-{i}-paths-{j}-rewrite")
+                    path_ropts = dataclasses.replace(
+                        ropts,
+                        middlewares=[*ropts.middlewares, made],
+                        definitions={made: ropts.path_middleware(path.path or "/")},
+                    )
+                for tls in (tlses := with_tls(host)):
+                    plain_extra = not tls and (ropts.plain_everywhere or len(tlses) == 2)
+                    self.add(
+                        base,
+                        f"{label}|{text}",
+                        text,
+                        priority,
+                        service,
+                        path_ropts,
+                        tls,
+                        plain_extra,
+                    )
 
         backend = ing.spec.default_backend
         if backend is None:
@@ -970,8 +1067,9 @@ class _Converter:
             base = _normalize(f"{prefix}-{_host_name_part(host)}-default-backend")
             text = _host_rule(host)
             identity = f"{label}|default|{host}"
-            for tls in with_tls(host):
-                self.add(base, identity, text, _tier(host), service, no_priority, tls)
+            for tls in (tlses := with_tls(host)):
+                plain_extra = not tls and (ropts.plain_everywhere or len(tlses) == 2)
+                self.add(base, identity, text, _tier(host), service, no_priority, tls, plain_extra)
         if any_host:
             if self.catch_all_from:
                 reason = f"the controller's default backend is ingress {self.catch_all_from}'s"
@@ -989,7 +1087,14 @@ class _Converter:
             base, identity = f"{prefix}-default-backend", f"{label}|catch-all"
             for tls in (True,) if ropts.tls_only else (False, True):
                 self.add(
-                    base, identity, "PathPrefix(`/`)", CATCH_ALL_PRIORITY, service, no_priority, tls
+                    base,
+                    identity,
+                    "PathPrefix(`/`)",
+                    CATCH_ALL_PRIORITY,
+                    service,
+                    no_priority,
+                    tls,
+                    not tls,
                 )
 
     def add(
@@ -999,11 +1104,16 @@ class _Converter:
         rule: str,
         priority: int,
         service: ServiceKey,
-        ropts: _RouterOptions,
+        ropts: RouterOptions,
         tls: bool,
+        plain_extra: bool = False,
     ) -> None:
+        """One router; ``plain_extra``: it gets ``ropts.plain_middlewares`` first."""
         if tls:
             base, identity = f"{base}-tls", f"{identity}|tls"
+        middlewares = ropts.middlewares
+        if plain_extra and ropts.plain_middlewares:
+            middlewares = [*ropts.plain_middlewares, *middlewares]
         route = _Route(
             base,
             identity,
@@ -1011,12 +1121,15 @@ class _Converter:
             priority,
             service,
             ropts.entry_points,
-            ropts.middlewares,
+            middlewares,
             tls,
             tls_config=ropts.tls,
             rule_syntax=ropts.rule_syntax,
+            variant=ropts.service,
+            owner=self.owner,
         )
         self.routes.append(route)
+        self.definitions.update(ropts.definitions)
 
     def tls(self, ing: Ingress, label: str) -> tuple[list[str], bool]:
         """Load the Secrets of ``spec.tls``; the hosts served over TLS, and whether some
@@ -1069,10 +1182,25 @@ class _Converter:
             names.append(name)
         self.routes = served + left_out
         router_names = names
+        # Variants: an Ingress' own copy of a service (ServiceVariant), named after it.
+        variants: dict[str, tuple[ServiceKey, ServiceVariant]] = {}
+        route_services: list[str] = []
+        for route in served:
+            service_name = service_names[route.service]
+            if route.variant is not None:
+                service_name = f"{service_name}-{route.variant.suffix}"
+                variants[service_name] = (route.service, route.variant)
+            route_services.append(service_name)
+        route_services.extend("" for _ in left_out)
+        owners = {
+            name: route.owner
+            for name, route in zip(router_names, self.routes, strict=True)
+            if not route.problem
+        }
         routers = {
             name: Router(
                 rule=route.rule,
-                service=service_names[route.service],
+                service=service_name,
                 entry_points=list(route.entry_points),
                 priority=route.priority,
                 middlewares=list(route.middlewares),
@@ -1087,27 +1215,59 @@ class _Converter:
                 rule_syntax=RULE_SYNTAX,
                 problems=[route.problem],
             )
-            for name, route in zip(router_names, self.routes, strict=True)
+            for name, route, service_name in zip(
+                router_names, self.routes, route_services, strict=True
+            )
         }
-        services = {name: self.services.built[key] for key, name in service_names.items()}
+        plain = {n for n in route_services if n in service_names.values()}
+        services = {
+            name: self.services.built[key] for key, name in service_names.items() if name in plain
+        }
+        for name, (key, variant) in variants.items():
+            services[name] = variant.apply(self.services.built[key])
         certificates = [self.certificates[key] for key in sorted(self.certificates)]
         configuration = Configuration(
-            http=HTTPConfiguration(routers=routers, services=services),
+            http=HTTPConfiguration(
+                routers=routers,
+                services=dict(sorted(services.items())),
+                middlewares={  # those some router uses
+                    name: made
+                    for name, made in sorted(self.definitions.items())
+                    if any(name in r.middlewares for r in served)
+                },
+            ),
             tls=TLSConfiguration(certificates=certificates) if certificates else None,
         )
         refused = frozenset(self.services.refused)
-        return Conversion(configuration, self.problems, selected, service_names, refused)
+        return Conversion(
+            configuration, self.problems, selected, service_names, refused, variants, owners
+        )
 
 
-def convert(state: ClusterState, options: IngressOptions | None = None) -> Conversion:
-    """The dynamic configuration for ``state`` (see the module doc for every rule)."""
+def convert(
+    state: ClusterState,
+    options: IngressOptions | None = None,
+    *,
+    select: Callable[[Ingress], bool] | None = None,
+    annotate: Annotate = router_options,
+) -> Conversion:
+    """The dynamic configuration for ``state`` (see the module doc for every rule).
+
+    Another source converting Ingresses its own way (ingress-nginx's) says which it
+    serves (``select``; default: edge's classes) and how it reads their annotations
+    (``annotate``)."""
     options = options or IngressOptions()
-    classes = edge_classes(state.ingress_classes, options)
-    converter = _Converter(state, options)
+    if select is None:
+        classes = edge_classes(state.ingress_classes, options)
+
+        def select(ing: Ingress) -> bool:
+            return is_selected(ing, classes, options)
+
+    converter = _Converter(state, options, annotate)
     selected = []
     for key in sorted(state.ingresses):
         ing = state.ingresses[key]
-        if is_selected(ing, classes, options):
+        if select(ing):
             selected.append(key)
             converter.ingress(ing)
     return converter.result(frozenset(selected))
@@ -1136,12 +1296,15 @@ def update_endpoints(
         return None
     builder = _Services(new, options, only=affected)
     services = dict(previous.configuration.http.services)
-    for service_key, name in previous.service_names.items():
-        if service_key[:2] in affected:
-            try:
+    try:
+        for service_key, name in previous.service_names.items():
+            if service_key[:2] in affected and name in services:
                 services[name] = builder.rebuild(service_key)
-            except _Refused:
-                return None
+        for name, (service_key, variant) in previous.variants.items():
+            if service_key[:2] in affected:
+                services[name] = variant.apply(builder.rebuild(service_key))
+    except _Refused:
+        return None
     http = msgspec.structs.replace(previous.configuration.http, services=services)
     configuration = msgspec.structs.replace(previous.configuration, http=http)
     return previous._replace(configuration=configuration)

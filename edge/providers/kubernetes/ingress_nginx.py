@@ -1,0 +1,806 @@
+"""Ingresses written for ingress-nginx -> dynamic configuration: the pure conversion of
+the ``kubernetesIngressNGINX`` provider.
+
+Owns :func:`convert`, from a :class:`~edge.providers.kubernetes.objects.ClusterState`
+and :class:`NGINXOptions` to an :class:`~edge.providers.kubernetes.ingress.Conversion`.
+Rules, paths, precedence, TLS, services and names are the Ingress conversion's
+(:mod:`edge.providers.kubernetes.ingress`, which this module drives with its own class
+selection and annotation reader, never a copy of it); what differs is which Ingresses
+are served and what their ``nginx.ingress.kubernetes.io/*`` annotations become. The
+invariants are that module's: the same state gives an equal result, nothing in the state
+makes it raise, and an Ingress whose annotations edge cannot honour is left out whole
+with a problem naming the annotation (served without a middleware it asked for, a
+route could be open that its author closed).
+
+Which Ingresses (ingress-nginx's flags, Traefik's keys)
+    ``spec.ingressClassName`` naming an IngressClass whose ``spec.controller`` is
+    ``controllerClass`` (``k8s.io/ingress-nginx``), or, with ``ingressClassByName``,
+    naming ``ingressClass`` (``nginx``) itself; else the legacy
+    ``kubernetes.io/ingress.class`` annotation equal to ``ingressClass``; else, naming no
+    class, when ``watchIngressWithoutClass``.
+
+Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's parts)
+    ``ssl-redirect`` (default true): the plain-HTTP routes of hosts the Ingress has TLS
+    for answer 308 to ``https://`` (a ``redirectScheme``); ``force-ssl-redirect``: every
+    plain-HTTP route does. ``use-regex``: ImplementationSpecific paths are
+    case-insensitive regular expressions anchored at the start (nginx's ``location ~*``),
+    a ``PathRegexp``; ``rewrite-target`` implies it and rewrites each such path with a
+    ``replacePathRegex`` (``$1``... are the path's capture groups, as in nginx).
+    ``app-root``: ``/`` answers 302 to it. ``permanent-redirect`` (301) and
+    ``temporal-redirect`` (302): every request answers a redirect to that URL
+    (``redirectRegex``). ``backend-protocol`` ``HTTP`` or ``HTTPS``: the scheme to the
+    backends (a copy of the service for this Ingress). ``whitelist-source-range`` /
+    ``allowlist-source-range``: an ``ipAllowList`` (403 otherwise). ``affinity:
+    cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
+    ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
+    Ingress' copy of the service. ``enable-cors`` with ``cors-allow-origin``,
+    ``-methods``, ``-headers``, ``-credentials``, ``-expose-headers``, ``-max-age``
+    (ingress-nginx's defaults): a ``headers`` middleware. ``proxy-body-size`` (nginx
+    sizes, ``0``: no limit): ``buffering`` with ``maxRequestBodyBytes`` (413 over it).
+    ``limit-rps`` / ``limit-rpm`` (burst: ``limit-burst-multiplier``, 5, times the
+    rate) per client address: a ``rateLimit``; ``limit-connections``: an
+    ``inFlightReq`` per client address. ``auth-url`` with ``auth-response-headers``,
+    ``auth-signin`` and ``auth-method``: a ``forwardAuth``. Canaries (``canary:
+    "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
+    ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
+    they share (:func:`_canaries`).
+
+Refused, named on the route
+    ``configuration-snippet``, ``server-snippet`` and every other ``*-snippet``: raw
+    nginx text, which edge has no nginx to give to, and whose injection was
+    CVE-2021-25742 and CVE-2023-5043. Known ingress-nginx keys edge does not do yet
+    (:data:`NOT_YET`) and unknown ones are named too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import msgspec
+
+from edge.config.durations import SignedDuration
+from edge.config.dynamic import (
+    Buffering,
+    Cookie,
+    ForwardAuth,
+    Headers,
+    InFlightReq,
+    IPAllowList,
+    IPStrategy,
+    Middleware,
+    RateLimit,
+    RedirectRegex,
+    RedirectScheme,
+    ReplacePathRegex,
+    Router,
+    Service,
+    SourceCriterion,
+    Sticky,
+    Weighted,
+    WRRService,
+    ip_range,
+)
+from edge.config.static import KubernetesIngressNGINXConfig
+from edge.providers.kubernetes import ingress as base
+from edge.providers.kubernetes.ingress import (
+    Conversion,
+    IngressOptions,
+    Problem,
+    RouterOptions,
+    ServiceVariant,
+)
+from edge.providers.kubernetes.objects import (
+    INGRESS_CLASS_ANNOTATION,
+    ClusterState,
+    Ingress,
+    Key,
+)
+
+__all__ = [
+    "CONTROLLER",
+    "NOT_YET",
+    "PREFIX",
+    "PROVIDER",
+    "NGINXOptions",
+    "convert",
+    "ingress_options",
+    "is_selected",
+]
+
+PROVIDER = "kubernetesingressnginx"
+"""The provider name that qualifies this source's elements (Traefik's)."""
+
+PREFIX = "nginx.ingress.kubernetes.io/"
+CONTROLLER = "k8s.io/ingress-nginx"
+DEFAULT_CLASS = "nginx"
+
+SNIPPET_REASON = (
+    "raw nginx configuration is refused: edge runs no nginx, and snippet injection "
+    "was CVE-2021-25742 and CVE-2023-5043; express it with edge's middlewares"
+)
+
+NOT_YET = frozenset(
+    {
+        "auth-type",
+        "auth-secret",
+        "auth-secret-type",
+        "auth-realm",
+        "auth-tls-secret",
+        "auth-tls-verify-client",
+        "auth-tls-verify-depth",
+        "auth-tls-pass-certificate-to-upstream",
+        "auth-tls-error-page",
+        "enable-global-auth",
+        "auth-cache-key",
+        "auth-cache-duration",
+        "auth-keepalive",
+        "auth-proxy-set-headers",
+        "auth-request-redirect",
+        "affinity-mode",
+        "affinity-canary-behavior",
+        "session-cookie-change-on-failure",
+        "session-cookie-conditional-samesite-none",
+        "canary-by-header-pattern",
+        "custom-http-errors",
+        "default-backend",
+        "custom-headers",
+        "upstream-vhost",
+        "x-forwarded-prefix",
+        "from-to-www-redirect",
+        "server-alias",
+        "ssl-passthrough",
+        "service-upstream",
+        "upstream-hash-by",
+        "load-balance",
+        "proxy-connect-timeout",
+        "proxy-read-timeout",
+        "proxy-send-timeout",
+        "proxy-next-upstream",
+        "proxy-next-upstream-tries",
+        "proxy-next-upstream-timeout",
+        "proxy-http-version",
+        "proxy-request-buffering",
+        "proxy-buffering",
+        "proxy-buffer-size",
+        "proxy-buffers-number",
+        "proxy-max-temp-file-size",
+        "client-body-buffer-size",
+        "proxy-ssl-secret",
+        "proxy-ssl-verify",
+        "proxy-ssl-name",
+        "proxy-ssl-server-name",
+        "proxy-ssl-ciphers",
+        "proxy-ssl-protocols",
+        "enable-access-log",
+        "enable-modsecurity",
+        "enable-owasp-core-rules",
+        "modsecurity-transaction-id",
+        "preserve-trailing-slash",
+        "permanent-redirect-code",
+        "temporal-redirect-code",
+    }
+)
+"""ingress-nginx annotations edge knows and does not honour yet: named as such."""
+
+_KNOWN = frozenset(
+    {
+        "ssl-redirect",
+        "force-ssl-redirect",
+        "use-regex",
+        "rewrite-target",
+        "app-root",
+        "permanent-redirect",
+        "temporal-redirect",
+        "backend-protocol",
+        "whitelist-source-range",
+        "allowlist-source-range",
+        "affinity",
+        "session-cookie-name",
+        "session-cookie-path",
+        "session-cookie-domain",
+        "session-cookie-secure",
+        "session-cookie-samesite",
+        "session-cookie-max-age",
+        "session-cookie-expires",
+        "enable-cors",
+        "cors-allow-origin",
+        "cors-allow-methods",
+        "cors-allow-headers",
+        "cors-allow-credentials",
+        "cors-expose-headers",
+        "cors-max-age",
+        "proxy-body-size",
+        "limit-rps",
+        "limit-rpm",
+        "limit-burst-multiplier",
+        "limit-connections",
+        "auth-url",
+        "auth-response-headers",
+        "auth-signin",
+        "auth-method",
+        "canary",
+        "canary-by-header",
+        "canary-by-header-value",
+        "canary-by-cookie",
+        "canary-weight",
+        "canary-weight-total",
+    }
+)
+
+_CORS_METHODS = ["GET", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"]
+_CORS_HEADERS = [
+    "DNT",
+    "Keep-Alive",
+    "User-Agent",
+    "X-Requested-With",
+    "If-Modified-Since",
+    "Cache-Control",
+    "Content-Type",
+    "Range",
+    "Authorization",
+]
+_CORS_MAX_AGE = 1728000
+_SIZE_RE = re.compile(r"(\d{1,15})([kKmMgG]?)")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_PER_CLIENT = SourceCriterion(ip_strategy=IPStrategy())
+
+
+class NGINXOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The provider options the conversion reads (Traefik's key names)."""
+
+    ingress_class: str = DEFAULT_CLASS
+    controller_class: str = CONTROLLER
+    watch_ingress_without_class: bool = False
+    ingress_class_by_name: bool = False
+    allow_external_name_services: bool = True
+    allow_empty_services: bool = True  # ingress-nginx answers 503
+
+    @classmethod
+    def from_config(cls, config: KubernetesIngressNGINXConfig) -> NGINXOptions:
+        return cls(
+            ingress_class=config.ingress_class,
+            controller_class=config.controller_class,
+            watch_ingress_without_class=config.watch_ingress_without_class,
+            ingress_class_by_name=config.ingress_class_by_name,
+            allow_external_name_services=not config.disable_svc_external_name,
+        )
+
+
+def is_selected(ing: Ingress, state: ClusterState, options: NGINXOptions) -> bool:
+    """Whether ingress-nginx (so this source) serves ``ing``; see the module doc."""
+    name = ing.spec.ingress_class_name
+    if name:
+        if options.ingress_class_by_name and name == options.ingress_class:
+            return True
+        return any(
+            ic.metadata.name == name and ic.spec.controller == options.controller_class
+            for ic in state.ingress_classes.values()
+        )
+    legacy = ing.metadata.annotations.get(INGRESS_CLASS_ANNOTATION, "")
+    if legacy:
+        return legacy == options.ingress_class
+    return options.watch_ingress_without_class
+
+
+# --- annotations -------------------------------------------------------------------------
+
+
+def _annotations(ing: Ingress) -> dict[str, str]:
+    """The Ingress' ingress-nginx annotations: name after the prefix -> value."""
+    size = len(PREFIX)
+    return {k[size:]: v for k, v in ing.metadata.annotations.items() if k.startswith(PREFIX)}
+
+
+def _bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"annotation {PREFIX}{key}: {value!r} is not true or false")
+
+
+def _int(key: str, value: str, low: int = 0, high: int = 10**12) -> int:
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 13) or not low <= int(text) <= high:
+        raise ValueError(f"annotation {PREFIX}{key}: {value!r} is not an integer from {low}")
+    return int(text)
+
+
+def _list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _size(key: str, value: str) -> int:
+    """An nginx size (``8m``, ``512k``, ``1024``) in bytes."""
+    found = _SIZE_RE.fullmatch(value.strip())
+    if found is None:
+        raise ValueError(f"annotation {PREFIX}{key}: {value!r} is not a size (8m, 512k, 1024)")
+    return int(found.group(1)) * _SIZE_UNITS[found.group(2).lower()]
+
+
+def _go_literal(text: str) -> str:
+    """``text`` as a replacement template that means itself (``$`` doubled)."""
+    return text.replace("$", "$$")
+
+
+def _check_names(found: Mapping[str, str]) -> None:
+    for short in sorted(found):
+        if short.endswith("-snippet") or short == "stream-snippet":
+            raise ValueError(f"annotation {PREFIX}{short}: {SNIPPET_REASON}")
+        if short in NOT_YET:
+            raise ValueError(f"annotation {PREFIX}{short} is not supported by edge yet")
+        if short not in _KNOWN:
+            raise ValueError(f"unknown annotation {PREFIX}{short}")
+
+
+class _Reader:
+    """Reads one Ingress' annotations into :class:`RouterOptions`; the middlewares it
+    defines are named ``<namespace>-<ingress>-<kind>`` (unique: Ingress keys are)."""
+
+    def __init__(self, ing: Ingress) -> None:
+        self.ing = ing
+        self.found = _annotations(ing)
+        ns, name = ing.metadata.key
+        self.prefix = base._normalize(f"{ns}-{name}")
+        self.middlewares: list[str] = []
+        self.definitions: dict[str, Middleware] = {}
+
+    def get(self, key: str) -> str | None:
+        return self.found.get(key)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.get(key)
+        return default if value is None else _bool(key, value)
+
+    def define(self, kind: str, middleware: Middleware, attach: bool = True) -> str:
+        name = f"{self.prefix}-{kind}"
+        self.definitions[name] = middleware
+        if attach:
+            self.middlewares.append(name)
+        return name
+
+    def read(self) -> RouterOptions:
+        _check_names(self.found)
+        # nginx's phases: rewrite (app-root, a CORS preflight's answer), preaccess (limits),
+        # access (allowlist, then auth), then the body is read (its size).
+        redirect = self.redirects()
+        self.cors()
+        self.limits()
+        self.allow_list()
+        self.forward_auth()
+        self.body_size()
+        rewrite = self.rewrite()
+        plain: tuple[str, ...] = ()
+        force = self.flag("force-ssl-redirect")
+        if force or self.flag("ssl-redirect", True):
+            plain = (
+                self.define(
+                    "ssl-redirect",
+                    Middleware(
+                        redirect_scheme=RedirectScheme(
+                            scheme="https", permanent=True, force_permanent_redirect=True
+                        )
+                    ),
+                    attach=False,
+                ),
+            )
+        if redirect:  # answers every request: nothing after it runs
+            self.middlewares = [redirect]
+        return RouterOptions(
+            entry_points=[],
+            middlewares=self.middlewares,
+            priority=0,
+            tls_only=False,
+            path_regex=rewrite or self.flag("use-regex"),
+            plain_middlewares=plain,
+            plain_everywhere=force,
+            service=self.variant(),
+            definitions=self.definitions,
+            path_middleware=self.path_rewrite() if rewrite else None,
+        )
+
+    def redirects(self) -> str:
+        """The redirect middleware answering every request, if any; app-root's is
+        attached like any other."""
+        root = self.get("app-root")
+        if root is not None:
+            root = root.strip()
+            if not root.startswith("/") or any(c in root for c in " \t\r\n`"):
+                raise ValueError(f"annotation {PREFIX}app-root: {root!r} is not a path")
+            self.define(
+                "app-root",
+                Middleware(
+                    redirect_regex=RedirectRegex(
+                        regex=r"^(https?://[^/]+)/(\?.*)?$",
+                        replacement=f"${{1}}{_go_literal(root)}",
+                    )
+                ),
+            )
+        permanent, temporal = self.get("permanent-redirect"), self.get("temporal-redirect")
+        if permanent is not None and temporal is not None:
+            raise ValueError(
+                f"annotations {PREFIX}permanent-redirect and temporal-redirect are both set"
+            )
+        target = permanent if permanent is not None else temporal
+        if target is None:
+            return ""
+        target = target.strip()
+        if not re.fullmatch(r"https?://[^\s`]+", target):
+            key = "permanent-redirect" if permanent is not None else "temporal-redirect"
+            raise ValueError(f"annotation {PREFIX}{key}: {target!r} is not an http(s) URL")
+        return self.define(
+            "redirect",
+            Middleware(
+                redirect_regex=RedirectRegex(
+                    regex="^.*$", replacement=_go_literal(target), permanent=permanent is not None
+                )
+            ),
+        )
+
+    def allow_list(self) -> None:
+        for key in ("allowlist-source-range", "whitelist-source-range"):
+            value = self.get(key)
+            if value is not None:
+                ranges = _list(value)
+                for entry in ranges:
+                    try:
+                        ip_range(entry)
+                    except ValueError:
+                        raise ValueError(
+                            f"annotation {PREFIX}{key}: {entry!r} is not an IP or a CIDR"
+                        ) from None
+                self.define("allowlist", Middleware(ip_allow_list=IPAllowList(source_range=ranges)))
+                return
+
+    def forward_auth(self) -> None:
+        url = self.get("auth-url")
+        if url is None:
+            for key in ("auth-response-headers", "auth-signin", "auth-method"):
+                if self.get(key) is not None:
+                    raise ValueError(f"annotation {PREFIX}{key} needs auth-url")
+            return
+        url = url.strip()
+        if not re.fullmatch(r"https?://[^\s`$]+", url):
+            raise ValueError(f"annotation {PREFIX}auth-url: {url!r} is not an http(s) URL")
+        method = (self.get("auth-method") or "GET").strip().upper()
+        if method != "GET":
+            raise ValueError(
+                f"annotation {PREFIX}auth-method: {method!r}: edge asks with GET, or with the "
+                "client's method; not another"
+            )
+        signin = (self.get("auth-signin") or "").strip()
+        if signin and "$" in signin:
+            raise ValueError(
+                f"annotation {PREFIX}auth-signin: {signin!r}: nginx variables are not expanded"
+            )
+        self.define(
+            "auth",
+            Middleware(
+                forward_auth=ForwardAuth(
+                    address=url,
+                    auth_response_headers=_list(self.get("auth-response-headers") or ""),
+                    auth_signin_url=signin,
+                )
+            ),
+        )
+
+    def cors(self) -> None:
+        if not self.flag("enable-cors"):
+            for key in sorted(self.found):
+                if key.startswith("cors-"):
+                    raise ValueError(f"annotation {PREFIX}{key} needs enable-cors: true")
+            return
+        origins = _list(self.get("cors-allow-origin") or "*")
+        max_age = self.get("cors-max-age")
+        self.define(
+            "cors",
+            Middleware(
+                headers=Headers(
+                    access_control_allow_origin_list=origins,
+                    access_control_allow_methods=_list(self.get("cors-allow-methods") or "")
+                    or _CORS_METHODS,
+                    access_control_allow_headers=_list(self.get("cors-allow-headers") or "")
+                    or _CORS_HEADERS,
+                    access_control_allow_credentials=self.flag("cors-allow-credentials", True),
+                    access_control_expose_headers=_list(self.get("cors-expose-headers") or ""),
+                    access_control_max_age=(
+                        _CORS_MAX_AGE if max_age is None else _int("cors-max-age", max_age)
+                    ),
+                    add_vary_header=origins != ["*"],
+                )
+            ),
+        )
+
+    def limits(self) -> None:
+        rps, rpm = self.get("limit-rps"), self.get("limit-rpm")
+        multiplier = _int("limit-burst-multiplier", self.get("limit-burst-multiplier") or "5", 1)
+        if rps is not None and rpm is not None:
+            raise ValueError(f"annotations {PREFIX}limit-rps and limit-rpm are both set")
+        if rps is not None or rpm is not None:
+            per_second = rps is not None
+            rate = _int("limit-rps" if per_second else "limit-rpm", rps or rpm or "", 1)
+            self.define(
+                "ratelimit",
+                Middleware(
+                    rate_limit=RateLimit(
+                        average=rate,
+                        period=SignedDuration(1.0 if per_second else 60.0),
+                        burst=rate * multiplier,
+                        source_criterion=_PER_CLIENT,
+                    )
+                ),
+            )
+        connections = self.get("limit-connections")
+        if connections is not None:
+            self.define(
+                "inflight",
+                Middleware(
+                    in_flight_req=InFlightReq(
+                        amount=_int("limit-connections", connections, 1),
+                        source_criterion=_PER_CLIENT,
+                    )
+                ),
+            )
+
+    def body_size(self) -> None:
+        value = self.get("proxy-body-size")
+        if value is not None:
+            size = _size("proxy-body-size", value)
+            if size:  # 0: no limit, nothing to do
+                self.define(
+                    "body-size", Middleware(buffering=Buffering(max_request_body_bytes=size))
+                )
+
+    def rewrite(self) -> bool:
+        target = self.get("rewrite-target")
+        if target is None:
+            return False
+        if not target.strip() or any(c in target for c in " \t\r\n`"):
+            raise ValueError(f"annotation {PREFIX}rewrite-target: {target!r} is not a path")
+        return True
+
+    def path_rewrite(self) -> base.PathMiddleware:
+        target = (self.get("rewrite-target") or "").strip()
+
+        def rewrite(path: str) -> Middleware:
+            return Middleware(
+                replace_path_regex=ReplacePathRegex(regex=f"(?i)^{path}", replacement=target)
+            )
+
+        return rewrite
+
+    def variant(self) -> ServiceVariant | None:
+        scheme: str | None = None
+        protocol = self.get("backend-protocol")
+        if protocol is not None:
+            upper = protocol.strip().upper()
+            if upper not in ("HTTP", "HTTPS"):
+                raise ValueError(
+                    f"annotation {PREFIX}backend-protocol: {protocol!r}: edge speaks HTTP and "
+                    "HTTPS to backends (not GRPC, GRPCS, AJP or FCGI yet)"
+                )
+            scheme = upper.lower()
+        sticky = self.affinity()
+        if scheme is None and sticky is None:
+            return None
+        what = msgspec.json.encode([scheme, msgspec.to_builtins(sticky)])
+        suffix = f"{self.prefix}-{hashlib.sha256(what).hexdigest()[:6]}"
+        return ServiceVariant(suffix=suffix, scheme=scheme, sticky=sticky)
+
+    def affinity(self) -> Sticky | None:
+        mode = self.get("affinity")
+        cookie_keys = sorted(k for k in self.found if k.startswith("session-cookie-"))
+        if mode is None:
+            if cookie_keys:
+                raise ValueError(f"annotation {PREFIX}{cookie_keys[0]} needs affinity: cookie")
+            return None
+        if mode.strip() != "cookie":
+            raise ValueError(f"annotation {PREFIX}affinity: {mode!r} is not cookie")
+        max_age = self.get("session-cookie-max-age") or self.get("session-cookie-expires")
+        same_site = (self.get("session-cookie-samesite") or "").strip().lower()
+        if same_site not in ("", "none", "lax", "strict"):
+            raise ValueError(
+                f"annotation {PREFIX}session-cookie-samesite: {same_site!r} is not None, Lax "
+                "or Strict"
+            )
+        return Sticky(
+            cookie=Cookie(
+                name=(self.get("session-cookie-name") or "INGRESSCOOKIE").strip(),
+                secure=self.flag("session-cookie-secure"),
+                http_only=True,  # ingress-nginx always sets HttpOnly
+                same_site=same_site,  # type: ignore[arg-type]  # checked above
+                max_age=0 if max_age is None else _int("session-cookie-max-age", max_age),
+                path=(self.get("session-cookie-path") or "/").strip(),
+                domain=(self.get("session-cookie-domain") or "").strip(),
+            )
+        )
+
+
+# --- canaries ----------------------------------------------------------------------------
+
+
+class _Canary(NamedTuple):
+    header: str
+    header_value: str
+    cookie: str
+    weight: int
+    total: int
+
+
+_CANARY_ONLY = frozenset(
+    {
+        "canary",
+        "canary-by-header",
+        "canary-by-header-value",
+        "canary-by-cookie",
+        "canary-weight",
+        "canary-weight-total",
+    }
+)
+_TOKEN_RE = re.compile(r"[!#$%&'*+.^_|~0-9A-Za-z-]{1,256}")
+
+
+def _canary(ing: Ingress) -> _Canary | None:
+    """The canary settings of ``ing``, None when it is not a canary; ``ValueError``
+    naming what is wrong."""
+    found = _annotations(ing)
+    if "canary" not in found or not _bool("canary", found["canary"]):
+        stray = sorted(k for k in _CANARY_ONLY - {"canary"} if k in found)
+        if stray:
+            raise ValueError(f"annotation {PREFIX}{stray[0]} needs canary: true")
+        return None
+    _check_names(found)
+    other = sorted(set(found) - _CANARY_ONLY)
+    if other:
+        raise ValueError(
+            f"annotation {PREFIX}{other[0]}: a canary Ingress takes its other annotations "
+            "from the Ingress it is the canary of (ingress-nginx ignores them there)"
+        )
+    header = found.get("canary-by-header", "").strip()
+    cookie = found.get("canary-by-cookie", "").strip()
+    for key, token in (("canary-by-header", header), ("canary-by-cookie", cookie)):
+        if token and not _TOKEN_RE.fullmatch(token):
+            raise ValueError(f"annotation {PREFIX}{key}: {token!r} is not a header or cookie name")
+    value = found.get("canary-by-header-value", "").strip()
+    if value and (not header or "`" in value or not value.isprintable()):
+        raise ValueError(f"annotation {PREFIX}canary-by-header-value: {value!r} is not usable")
+    total = _int("canary-weight-total", found.get("canary-weight-total", "100"), 1, 10**6)
+    weight = _int("canary-weight", found.get("canary-weight", "0"), 0, total)
+    return _Canary(header, value, cookie, weight, total)
+
+
+def _canaries(
+    conversion: Conversion, canaries: Mapping[Key, _Canary], problems: list[Problem]
+) -> Conversion:
+    """Each canary Ingress' routers folded into the routers of the other Ingress with
+    the same rule (host and path) and TLS: its header and cookie become routers one
+    priority above that router's (a request saying ``always``, or the header's value,
+    goes to the canary; ``never`` to the main service; the header decides before the
+    cookie, as in nginx), its weight a weighted service
+    of the two in the main router's place. A canary no Ingress shares a route with is
+    left out with a problem (ingress-nginx serves it as a plain Ingress; edge would then
+    serve a canary to everyone)."""
+    http = conversion.configuration.http
+    if not canaries or http is None:
+        return conversion
+    routers = dict(http.routers)
+    services = dict(http.services)
+    main_by_rule: dict[tuple[str, bool], str] = {}
+    for name in sorted(routers):
+        owner = conversion.owners.get(name)
+        if owner is not None and owner not in canaries:
+            main_by_rule.setdefault((routers[name].rule, routers[name].tls is not None), name)
+    for name in sorted(routers):
+        owner = conversion.owners.get(name)
+        if owner is None or owner not in canaries:
+            continue
+        settings = canaries[owner]
+        router = routers.pop(name)
+        main_name = main_by_rule.get((router.rule, router.tls is not None))
+        if main_name is None:
+            found = Problem(
+                f"{owner[0]}/{owner[1]}",
+                "metadata.annotations",
+                "invalid-annotation",
+                f"canary route {router.rule} has no main Ingress with the same host and path",
+            )
+            problems.append(found)
+            routers[f"{name}-left-out"] = Router(
+                rule=router.rule,
+                service="",
+                entry_points=router.entry_points,
+                rule_syntax=router.rule_syntax,
+                problems=[str(found)],
+            )
+            continue
+        main = routers[main_name]
+        stable, canary = main.service, router.service
+        if settings.weight:
+            weighted = f"{stable}-canary-{base._normalize(f'{owner[0]}-{owner[1]}')}"
+            services[weighted] = Service(
+                weighted=Weighted(
+                    services=[
+                        WRRService(name=stable, weight=settings.total - settings.weight),
+                        WRRService(name=canary, weight=settings.weight),
+                    ]
+                )
+            )
+            routers[main_name] = main = msgspec.structs.replace(main, service=weighted)
+
+        pins: list[tuple[str, str, str]] = []  # (name suffix, extra matcher, service)
+        if settings.header:
+            header = settings.header
+            if settings.header_value:
+                match = f"Header(`{header}`, `{settings.header_value}`)"
+                pins.append(("canary-header", match, canary))
+            else:
+                pins.append(("canary-header", f"Header(`{header}`, `always`)", canary))
+                pins.append(("canary-header-never", f"Header(`{header}`, `never`)", stable))
+        if settings.cookie:
+            cookie = re.escape(settings.cookie)
+            # the header decides first: the cookie only where it did not
+            unless = ""
+            if settings.header_value:
+                unless = f" && !Header(`{settings.header}`, `{settings.header_value}`)"
+            elif settings.header:
+                unless = f" && !HeaderRegexp(`{settings.header}`, `^(always|never)$`)"
+            for value, to in (("always", canary), ("never", stable)):
+                regex = rf"(^|;\s*){cookie}={value}(;|$)"
+                match = f"HeaderRegexp(`Cookie`, `{regex}`){unless}"
+                pins.append((f"canary-cookie-{value}", match, to))
+        for suffix, match, to in pins:
+            routers[f"{name}-{suffix}"] = msgspec.structs.replace(
+                main, rule=f"({main.rule}) && {match}", priority=main.priority + 1, service=to
+            )
+    http = msgspec.structs.replace(
+        http, routers=dict(sorted(routers.items())), services=dict(sorted(services.items()))
+    )
+    configuration = msgspec.structs.replace(conversion.configuration, http=http)
+    return conversion._replace(configuration=configuration, problems=problems)
+
+
+# --- the conversion ----------------------------------------------------------------------
+
+
+def _read(ing: Ingress, state: ClusterState) -> RouterOptions:
+    """The routes' options from the Ingress' ingress-nginx annotations."""
+    if _canary(ing) is not None:
+        return RouterOptions([], [], 0, False)
+    return _Reader(ing).read()
+
+
+def ingress_options(options: NGINXOptions) -> IngressOptions:
+    """What the Ingress conversion reads of this source's options (for
+    :func:`~edge.providers.kubernetes.ingress.update_endpoints` too)."""
+    return IngressOptions(
+        allow_empty_services=options.allow_empty_services,
+        allow_external_name_services=options.allow_external_name_services,
+    )
+
+
+def convert(state: ClusterState, options: NGINXOptions | None = None) -> Conversion:
+    """The dynamic configuration for ``state`` as ingress-nginx would serve it (see the
+    module doc)."""
+    options = options or NGINXOptions()
+    canaries: dict[Key, _Canary] = {}
+    for key, ing in state.ingresses.items():
+        try:
+            settings = _canary(ing)
+        except ValueError:
+            continue  # the conversion names it, reading the annotations again
+        if settings is not None:
+            canaries[key] = settings
+    conversion = base.convert(
+        state,
+        ingress_options(options),
+        select=lambda ing: is_selected(ing, state, options),
+        annotate=_read_checked,
+    )
+    return _canaries(conversion, canaries, list(conversion.problems))
+
+
+def _read_checked(ing: Ingress, state: ClusterState) -> RouterOptions:
+    _canary(ing)  # raises for a bad canary, before it is read as a plain Ingress
+    return _read(ing, state)
