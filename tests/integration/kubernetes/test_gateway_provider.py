@@ -291,7 +291,7 @@ def test_http_routes_route_by_the_specs_matches_and_report_status(
     assert who(port, "/foo/bar", "seg.test") == "w2" and who(port, "/foobar", "seg.test") == "404"
 
     assert KP.until(lambda: route_conditions(api, "simple") == ACCEPTED)
-    assert route_conditions(api, "weighted") == ACCEPTED
+    assert KP.until(lambda: route_conditions(api, "weighted") == ACCEPTED)
     assert KP.until(
         lambda: (
             route_conditions(api, "missing")
@@ -300,6 +300,7 @@ def test_http_routes_route_by_the_specs_matches_and_report_status(
     )
     klass = api.get_cluster_custom_object(GROUP, "v1", "gatewayclasses", "edge")
     assert conds(klass["status"]["conditions"]) == {"Accepted": ("True", "Accepted")}
+    assert KP.until(lambda: listener(gateway_status(api), "http").get("attachedRoutes") == 8)
     st = gateway_status(api)
     assert conds(st["conditions"]) == {
         "Accepted": ("True", "ListenersNotValid"),
@@ -671,13 +672,13 @@ def test_one_edge_serves_http_tls_passthrough_tcp_and_udp_routes(
         assert KP.until(lambda n=name, p=plural: route_conditions(api, n, plural=p) == ACCEPTED), (
             plural
         )
+
+    def attached() -> list:
+        st = gateway_status(api)
+        return [listener(st, n).get("attachedRoutes") for n in ("http", "tls", "tcp", "dns")]
+
+    assert KP.until(lambda: attached() == [1, 1, 1, 1])
     st = gateway_status(api)
-    assert [listener(st, n)["attachedRoutes"] for n in ("http", "tls", "tcp", "dns")] == [
-        1,
-        1,
-        1,
-        1,
-    ]
     assert [k["kind"] for k in listener(st, "tls")["supportedKinds"]] == ["TLSRoute"]
 
 
@@ -914,7 +915,7 @@ def test_hostname_intersection(
             route_conditions(api, "none").get("Accepted") == ("False", "NoMatchingListenerHostname")
         )
     )
-    assert route_conditions(api, "s2") == ACCEPTED
+    assert KP.until(lambda: route_conditions(api, "s2") == ACCEPTED)
 
 
 def test_gateway_and_class_observed_generation_bump(emu, start_edge, api, whoami: Whoami) -> None:
