@@ -25,12 +25,14 @@ Three layers, all sans-IO (no socket, no loop):
 
 :meth:`Compress.response` is the pipeline's response filter (the hook of
 :mod:`edge.http.middlewares`): it negotiates, decides, edits the head and returns
-the encoder as the body's filter. For a body of unknown length (chunked, or until
-close) Traefik holds the head until ``minResponseBodyBytes`` arrived: where the
-hook's :class:`Reply` has ``defer_head()`` (the head goes with the first bytes the
-filters let through, or at the end with their length), :class:`Deciding` keeps at
-most those bytes and decides on them; where it has not (today's hook sends the head
-before any body byte), such a body is compressed whatever its size.
+the encoder as the body's filter.
+
+A body of unknown length (chunked, or until close) is compressed from its first
+chunk, whatever ``minResponseBodyBytes`` says, as Traefik's proxy does: Go's
+ReverseProxy flushes a response without Content-Length after every write, and a
+flush before the decision starts compression in Traefik's writers (gzhttp's and
+its brotli/zstd one). Holding such a body until the minimum arrived would stall a
+server-sent-events stream, which Traefik serves compressed as it comes.
 
 What is never compressed, as Traefik: a HEAD request; a request whose own
 Content-Type is excluded (``application/grpc`` always is); a response already
@@ -299,8 +301,9 @@ COMPRESS = 1
 """The response is compressed: Content-Encoding set, Content-Length and Accept-Ranges
 dropped, the body sent chunked (close-delimited to an HTTP/1.0 client)."""
 UNKNOWN_LENGTH = 2
-"""Compressible, but no Content-Length says whether the body reaches
-``minResponseBodyBytes`` (chunked, or until close): its first bytes would decide."""
+"""Compressible, and no Content-Length says whether the body reaches
+``minResponseBodyBytes`` (chunked, or until close): compressed from its first
+chunk, as Traefik's proxy compresses it (the module's doc)."""
 
 # The request fields negotiate() reads, found in a head's bytes (a value without the
 # whitespace around it, as the codecs give it).
@@ -404,16 +407,13 @@ class Compress(Middleware):
         headers = reply.headers
         if not has_vary(headers):
             reply.add(b"Vary", b"Accept-Encoding")
-        verdict = self.verdict(reply.status, headers, reply.length)
-        if verdict == PLAIN:
+        if self.verdict(reply.status, headers, reply.length) == PLAIN:
             return None
-        if verdict == UNKNOWN_LENGTH:
-            defer_head = getattr(reply, "defer_head", None)
-            if defer_head is not None:
-                defer_head()  # the head waits for the first bytes the filters let through
-                return Deciding(reply, encoding, self.min_bytes)
-            # A hook that sends the head before any body byte: compressed unmeasured.
-        return compressed(reply, encoding)
+        # UNKNOWN_LENGTH too: compressed from its first chunk (the module's doc).
+        reply.remove(b"Accept-Ranges")  # ranges of the encoded body are not served
+        reply.add(b"Content-Encoding", _CODINGS[encoding])
+        reply.set_length(None)  # chunked (HTTP/1.1), else until close
+        return _ENCODERS[encoding]()
 
     def verdict(self, status: int, headers: Iterable[Header], length: int | None) -> int:
         """PLAIN, COMPRESS or UNKNOWN_LENGTH for a response with a body of
@@ -451,52 +451,3 @@ def has_vary(headers: Iterable[Header]) -> bool:
                 if token == b"accept-encoding" or token == b"*":
                     return True
     return False
-
-
-def compressed(reply: Reply, encoding: str) -> Encoder:
-    """``reply`` made a compressed response's head; the encoder for its body."""
-    reply.remove(b"Accept-Ranges")  # ranges of the encoded body are not served
-    reply.add(b"Content-Encoding", _CODINGS[encoding])
-    reply.set_length(None)  # chunked (HTTP/1.1), else until close
-    return _ENCODERS[encoding]()
-
-
-class Deciding(BodyFilter):
-    """The body filter of a response of unknown length while its head is held
-    (:data:`UNKNOWN_LENGTH`, a hook whose :class:`Reply` has ``defer_head()``): it keeps the
-    first chunks, at most ``min_bytes`` and one chunk more, and lets nothing
-    through until they reach ``min_bytes`` (then the head becomes a compressed
-    one's, and what was kept goes through the encoder) or the body ends (then the
-    body goes as it came, with its length)."""
-
-    __slots__ = ("_encoder", "_held", "_size", "encoding", "min_bytes", "reply")
-
-    def __init__(self, reply: Reply, encoding: str, min_bytes: int) -> None:
-        self.reply = reply
-        self.encoding = encoding
-        self.min_bytes = min_bytes
-        self._held: list[bytes] = []
-        self._size = 0
-        self._encoder: Encoder | None = None
-
-    def data(self, chunk: bytes) -> bytes:
-        encoder = self._encoder
-        if encoder is not None:
-            return encoder.compress(chunk)
-        self._held.append(chunk)
-        self._size += len(chunk)
-        if self._size < self.min_bytes:
-            return b""
-        held = b"".join(self._held)
-        self._held = []
-        encoder = self._encoder = compressed(self.reply, self.encoding)
-        return encoder.compress(held)
-
-    def end(self) -> bytes:
-        encoder = self._encoder
-        if encoder is not None:
-            return encoder.finish()
-        self.reply.set_length(self._size)  # shorter than min_bytes: as it came
-        held = b"".join(self._held)
-        self._held = []
-        return held
