@@ -80,7 +80,8 @@ def build_providers(static: StaticConfig) -> list[Provider]:
     k8s = static.providers.kubernetes_ingress
     crd = static.providers.kubernetes_crd
     gateway = static.providers.kubernetes_gateway
-    if k8s is not None or crd is not None or gateway is not None:
+    nginx = static.providers.kubernetes_ingress_nginx
+    if k8s is not None or crd is not None or gateway is not None or nginx is not None:
         # Imported here: the kubernetes client costs its import time only to those using it.
         from edge.providers.kubernetes.provider import (
             KubernetesCRDProvider,
@@ -99,6 +100,16 @@ def build_providers(static: StaticConfig) -> list[Provider]:
         if crd is not None:
             providers.append(
                 KubernetesCRDProvider(crd, default_throttle=throttle, core=cores.core(crd))
+            )
+        if nginx is not None:
+            from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider
+
+            providers.append(
+                KubernetesIngressNGINXProvider(
+                    nginx,
+                    default_throttle=throttle,
+                    core=cores.core(nginx),  # type: ignore[arg-type]  # same credential keys
+                )
             )
         if gateway is not None:
             from edge.providers.kubernetes.gateway import EntryPointPort

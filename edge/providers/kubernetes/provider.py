@@ -107,9 +107,14 @@ from typing import Any, Protocol
 import msgspec
 
 from edge.config.dynamic import Configuration
-from edge.config.static import KubernetesCRDConfig, KubernetesIngressConfig
+from edge.config.static import (
+    IngressEndpoint,
+    KubernetesCRDConfig,
+    KubernetesIngressConfig,
+    KubernetesIngressNGINXConfig,
+)
 from edge.providers.base import Message, Publish
-from edge.providers.kubernetes import objects
+from edge.providers.kubernetes import ingress_nginx, objects
 from edge.providers.kubernetes.client import (
     CONFIG_MAPS,
     CRD_RESOURCES,
@@ -150,6 +155,7 @@ __all__ = [
     "Address",
     "ClusterUnavailable",
     "KubernetesCRDProvider",
+    "KubernetesIngressNGINXProvider",
     "KubernetesIngressProvider",
     "KubernetesProvider",
     "check_cluster",
@@ -981,6 +987,68 @@ class KubernetesIngressProvider(KubernetesProvider):
             self.status_writes += 1
             log.debug("kubernetes: status of Ingress %s/%s: %s", key[0], key[1], wanted)
         return f"writing Ingress {', '.join(failed)} failed" if failed else ""
+
+
+# --- the kubernetesIngressNGINX source ---------------------------------------------------
+
+
+def _nginx_as_ingress(config: KubernetesIngressNGINXConfig) -> KubernetesIngressConfig:
+    """What the Ingress source's machinery reads, from ingress-nginx's keys: the cluster
+    and credentials, ``watchNamespace``, and the status's source (``publishService``,
+    else ``publishStatusAddress``, else the nodes of edge's pods)."""
+    endpoint = None
+    if config.publish_service:
+        endpoint = IngressEndpoint(published_service=config.publish_service)
+    elif config.publish_status_address:
+        address = config.publish_status_address[0]
+        is_ip = bool(address) and (address.replace(".", "").isdigit() or ":" in address)
+        endpoint = IngressEndpoint(ip=address) if is_ip else IngressEndpoint(hostname=address)
+    return KubernetesIngressConfig(
+        endpoint=config.endpoint,
+        token=config.token,
+        cert_auth_file_path=config.cert_auth_file_path,
+        kubeconfig=config.kubeconfig,
+        namespaces=[config.watch_namespace] if config.watch_namespace else [],
+        throttle_duration=config.throttle_duration,
+        ingress_endpoint=endpoint,
+    )
+
+
+class KubernetesIngressNGINXProvider(KubernetesIngressProvider):
+    """The ``providers.kubernetesIngressNGINX`` source: Ingresses as ingress-nginx serves
+    them (:mod:`~edge.providers.kubernetes.ingress_nginx`), on the Ingress source's
+    machinery (reflectors on the shared core, endpoints-only path, status writer), its
+    elements qualified ``@kubernetesingressnginx`` as Traefik qualifies them."""
+
+    def __init__(
+        self,
+        config: KubernetesIngressNGINXConfig,
+        *,
+        name: str = ingress_nginx.PROVIDER,
+        default_throttle: float = 2.0,
+        environ: Mapping[str, str] | None = None,
+        timing: Timing | None = None,
+        core: KubeCore | None = None,
+    ) -> None:
+        self.nginx_config = config
+        self.nginx_options = ingress_nginx.NGINXOptions.from_config(config)
+        super().__init__(
+            _nginx_as_ingress(config),
+            name=name,
+            default_throttle=default_throttle,
+            environ=environ,
+            timing=timing,
+            core=core,
+        )
+
+    def convert_state(self, state: objects.ClusterState) -> Conversion:
+        return ingress_nginx.convert(state, self.nginx_options)
+
+    def update_endpoints(
+        self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
+    ) -> Conversion | None:
+        options = ingress_nginx.ingress_options(self.nginx_options)
+        return update_endpoints(previous, old, new, options)
 
 
 # --- the kubernetesCRD source ----------------------------------------------------------

@@ -1,0 +1,241 @@
+"""The kubernetesIngressNGINX provider end to end: emulator -> provider -> edge -> whoami.
+
+Ingresses written for ingress-nginx (class ``nginx``, ``nginx.ingress.kubernetes.io/*``
+annotations) are served as ingress-nginx would serve them, by a real edge on real
+sockets with real clients (``http.client``, curl); every wait and every load is bounded.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import logging
+import subprocess
+from typing import Any
+
+import msgspec
+import pytest
+
+from edge.config.loader import decode_static
+from edge.config.static import KubernetesIngressNGINXConfig
+from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider
+from tests.harness import Whoami
+from tests.integration.kubernetes.test_provider import (
+    LOG,
+    THROTTLE,
+    TOKEN,
+    InProcessEdge,
+    backend_service,
+    emu,
+    fast,
+    messages,
+    static_config,
+    stop_all,
+    until,
+)
+from tests.kube import objects as o
+from tests.kube.emulator import Emulator
+
+__all__ = ["emu"]  # the fixture, shared with the provider's tests
+
+NGINX = "nginx.ingress.kubernetes.io/"
+
+
+def nginx_ingress(
+    name: str,
+    host: str,
+    paths: list[tuple[str, str, str]],
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict:
+    """paths: (path, pathType, service) each, Service port 80; class ``nginx``."""
+    body: dict[str, Any] = {
+        "ingressClassName": "nginx",
+        "rules": [
+            {
+                "host": host,
+                "http": {
+                    "paths": [
+                        {
+                            "path": path,
+                            "pathType": path_type,
+                            "backend": {"service": {"name": service, "port": {"number": 80}}},
+                        }
+                        for path, path_type, service in paths
+                    ]
+                },
+            }
+        ],
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {f"{NGINX}{k}": v for k, v in (annotations or {}).items()},
+        },
+        "spec": body,
+    }
+
+
+def start_nginx_edge(emu: Emulator) -> InProcessEdge:
+    """edge with only the ingress-nginx source, on the emulator."""
+    static = static_config(emu)
+    static["providers"] = {}
+    edge = InProcessEdge(static, tweak=fast())
+    nginx = KubernetesIngressNGINXConfig(
+        endpoint=emu.url, token=TOKEN, throttle_duration=msgspec.convert(THROTTLE, float)
+    )
+    providers = msgspec.structs.replace(
+        decode_static(static).providers, kubernetes_ingress_nginx=nginx
+    )
+    edge.static = msgspec.structs.replace(edge.static, providers=providers)
+    edge.start()
+    assert until(lambda: edge.ready() == 200, 10.0), "edge never became ready"
+    assert edge.app is not None
+    assert any(isinstance(p, KubernetesIngressNGINXProvider) for p in edge.app.providers)
+    return edge
+
+
+def get(
+    port: int, path: str, host: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers={"Host": host, **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def curl(port: int, url_path: str, host: str, *args: str) -> str:
+    done = subprocess.run(
+        ["curl", "-sS", "--max-time", "5", "-H", f"Host: {host}", *args,
+         f"http://127.0.0.1:{port}{url_path}"],
+        capture_output=True, text=True, timeout=10, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+@pytest.fixture
+def whoami3() -> Any:
+    w = Whoami("w3")
+    yield w
+    w.stop()
+
+
+def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
+    emu, whoami, whoami2, whoami3, caplog
+):
+    caplog.set_level(logging.INFO, LOG)
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    backend_service(emu, "pair", whoami, whoami2)
+    backend_service(emu, "next", whoami3)
+    emu.create(
+        nginx_ingress(
+            "rewrite",
+            "rewrite.test",
+            [("/something(/|$)(.*)", "ImplementationSpecific", "app")],
+            {"rewrite-target": "/$2"},
+        )
+    )
+    emu.create(
+        nginx_ingress(
+            "secure", "secure.test", [("/", "Prefix", "app")], tls=[{"hosts": ["secure.test"]}]
+        )
+    )
+    emu.create(
+        nginx_ingress(
+            "closed",
+            "closed.test",
+            [("/", "Prefix", "app")],
+            {"allowlist-source-range": "10.0.0.0/8"},
+        )
+    )
+    emu.create(
+        nginx_ingress(
+            "open", "open.test", [("/", "Prefix", "app")], {"allowlist-source-range": "127.0.0.1"}
+        )
+    )
+    emu.create(
+        nginx_ingress(
+            "sticky",
+            "sticky.test",
+            [("/", "Prefix", "pair")],
+            {"affinity": "cookie", "session-cookie-name": "route"},
+        )
+    )
+    emu.create(nginx_ingress("main", "canary.test", [("/", "Prefix", "app")]))
+    emu.create(
+        nginx_ingress(
+            "main-canary",
+            "canary.test",
+            [("/", "Prefix", "next")],
+            {"canary": "true", "canary-by-header": "X-Canary", "canary-weight": "20"},
+        )
+    )
+    emu.create(
+        nginx_ingress(
+            "snippet",
+            "snippet.test",
+            [("/", "Prefix", "app")],
+            {"configuration-snippet": "return 200;"},
+        )
+    )
+    edge = start_nginx_edge(emu)
+    try:
+        port = edge.port()
+        assert until(lambda: get(port, "/", "canary.test")[0] == 200)
+
+        # rewrite-target with the path's capture groups
+        status, _, body = get(port, "/something/new/path?q=1", "rewrite.test")
+        assert status == 200 and json.loads(body)["path"] == "/new/path"
+        assert json.loads(curl(port, "/SOMETHING", "rewrite.test"))["path"] == "/"
+        assert get(port, "/other", "rewrite.test")[0] == 404
+
+        # ssl-redirect: a host with TLS answers plain HTTP with 308 to https
+        out = curl(port, "/a?b=1", "secure.test", "-o", "/dev/null",
+                   "-w", "%{http_code} %{redirect_url}")  # fmt: skip
+        assert out == "308 https://secure.test/a?b=1"
+
+        # allowlist: 127.0.0.1 is not in 10.0.0.0/8
+        assert get(port, "/", "closed.test")[0] == 403
+        assert get(port, "/", "open.test")[0] == 200
+
+        # cookie affinity: the cookie edge sets keeps a client on one backend
+        status, headers, body = get(port, "/", "sticky.test")
+        assert status == 200 and headers["set-cookie"].startswith("route=")
+        cookie = headers["set-cookie"].split(";")[0]
+        first = json.loads(body)["name"]
+        names = {json.loads(get(port, "/", "sticky.test", {"Cookie": cookie})[2])["name"]
+                 for _ in range(20)}  # fmt: skip
+        assert names == {first}
+
+        # canary by header: always to the canary, never to the main service
+        for _ in range(10):
+            assert (
+                json.loads(get(port, "/", "canary.test", {"X-Canary": "always"})[2])["name"] == "w3"
+            )
+            assert (
+                json.loads(get(port, "/", "canary.test", {"X-Canary": "never"})[2])["name"] == "w1"
+            )
+        # canary by weight: 20 of 100, measured over 500 requests
+        counts = collections.Counter(
+            json.loads(get(port, "/", "canary.test")[2])["name"] for _ in range(500)
+        )
+        print(f"canary by weight 20: {counts}")
+        assert set(counts) == {"w1", "w3"}
+        share = counts["w3"] / 500
+        assert 0.14 <= share <= 0.26, counts
+
+        # raw nginx text is refused, named in the log
+        assert get(port, "/", "snippet.test")[0] == 404
+        (line,) = messages(caplog, "ingress default/snippet")
+        assert "CVE-2021-25742" in line
+    finally:
+        stop_all([edge])
