@@ -17,6 +17,13 @@ transition time written by one is kept by all (a condition keeps it while its st
 holds). A Lease would add a moving part (and a grant) for no difference in what the
 objects end up holding; Traefik also writes from every instance.
 
+Gateway addresses: the addresses of the nodes running this pod's DaemonSet (a
+hostNetwork DaemonSet has no Service address), read as the Ingress status reads them
+(:func:`~edge.providers.kubernetes.provider.node_addresses`; ``POD_NAME`` and
+``POD_NAMESPACE`` from the Downward API, Pods in that namespace, Nodes through the
+core). Outside a pod, or while no address is known, ``status.addresses`` is left as
+it is. Traefik's ``statusAddress`` is not read (see the README).
+
 Invariants: a status write happens only when the object's status differs from the
 wanted one; the same write is not repeated while the object still shows the
 resourceVersion it was written against; a change that touches only the ``status`` of
@@ -27,6 +34,7 @@ with backoff, and an object that fails is tried after the others.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -41,10 +49,15 @@ from edge.config.static import KubernetesGatewayConfig
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.client import (
     ENDPOINT_SLICES,
+    NODES,
+    PODS,
     SERVICES,
     Backoff,
+    Change,
+    KubeClient,
     KubeCore,
     Resource,
+    Subscription,
     Timing,
     WatchSpec,
 )
@@ -61,7 +74,16 @@ from edge.providers.kubernetes.gateway import (
     update_endpoints,
 )
 from edge.providers.kubernetes.gateway_status import status_patch
-from edge.providers.kubernetes.provider import SECRETS_WATCH, Key, KubernetesProvider, own_core
+from edge.providers.kubernetes.provider import (
+    POD_NAME_ENV,
+    POD_NAMESPACE_ENV,
+    SECRETS_WATCH,
+    Address,
+    Key,
+    KubernetesProvider,
+    node_addresses,
+    own_core,
+)
 
 __all__ = ["GATEWAY_RESOURCES", "KubernetesGatewayProvider"]
 
@@ -109,6 +131,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
         timing: Timing | None = None,
         core: KubeCore | None = None,
         controller_name: str = CONTROLLER_NAME,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.options = GatewayOptions(
@@ -131,6 +154,14 @@ class KubernetesGatewayProvider(KubernetesProvider):
         self._wanted: list[WantedStatus] = []
         self._seen: Mapping[str, Mapping[Key, Any]] = {}
         self._api: k8s.ApiClient | None = None
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.pod_client: KubeClient | None = None
+        # The Nodes edge's pods run on, whose addresses the Gateways get (as the
+        # Ingress status reads them): a subscription made now, before the core starts,
+        # whether edge runs in a pod is known only at start.
+        self.node_view: Subscription = self.core.subscribe(
+            f"{name}-addresses", [WatchSpec(NODES, objects.Node)], on_change=self._on_address_source
+        )
 
     # --- the source -------------------------------------------------------------------
 
@@ -192,7 +223,46 @@ class KubernetesGatewayProvider(KubernetesProvider):
     def start_extra(self, timing: Timing) -> list[threading.Thread]:
         self._timing = timing
         self._api = k8s.ApiClient(self.core.configuration)
+        pod, namespace = self.environ.get(POD_NAME_ENV, ""), self.environ.get(POD_NAMESPACE_ENV, "")
+        if pod and namespace:
+            self.pod_client = KubeClient(
+                self.core.configuration,
+                [WatchSpec(PODS, objects.Pod)],
+                namespaces=[namespace],
+                on_change=self._on_address_source,
+                timing=timing,
+            )
+        else:
+            log.info(
+                "%s: Gateway addresses are not written: not in a pod (%s/%s unset)",
+                self.name,
+                POD_NAMESPACE_ENV,
+                POD_NAME_ENV,
+            )
         return [threading.Thread(target=self._status_loop, name=f"{self.name}-status", daemon=True)]
+
+    def extra_clients(self) -> list[KubeClient]:
+        return [self.pod_client] if self.pod_client is not None else []
+
+    def extra_views(self) -> list[Subscription]:
+        return [self.node_view]
+
+    def _on_address_source(self, change: Change) -> None:
+        self._wake_status()
+
+    def addresses(self) -> list[Address]:
+        """The addresses of the nodes running edge's pods (those of this pod's
+        DaemonSet, on hostNetwork: :func:`~edge.providers.kubernetes.provider.node_addresses`),
+        none outside a pod or while none is known."""
+        if self.pod_client is None:
+            return []
+        found, _ = node_addresses(
+            self.pod_client.objects("Pod"),
+            self.node_view.objects("Node") if self.node_view.synced else {},
+            self.environ.get(POD_NAMESPACE_ENV, ""),
+            self.environ.get(POD_NAME_ENV, ""),
+        )
+        return found
 
     def wake_extra(self) -> None:
         with self._status_cond:
@@ -238,6 +308,15 @@ class KubernetesGatewayProvider(KubernetesProvider):
     ) -> str:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         failed = []
+        found = [
+            {"type": "IPAddress" if kind == "ip" else "Hostname", "value": value}
+            for kind, value in self.addresses()
+        ]
+        if found:  # none known: what a Gateway holds stays
+            wanted = [
+                w._replace(status={**w.status, "addresses": found}) if w.kind == "Gateway" else w
+                for w in wanted
+            ]
         for w in sorted(wanted, key=lambda w: (w.kind, w.key) in failing):
             if self._stopping:
                 return ""

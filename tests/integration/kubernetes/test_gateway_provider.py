@@ -129,6 +129,7 @@ def _fast(app: Any) -> None:
         if isinstance(p, KubernetesGatewayProvider):
             p.timing = KP.FAST
             p.wait_log_interval = 0.5
+            p.environ = {}
 
 
 @pytest.fixture
@@ -945,3 +946,43 @@ def test_gateway_and_class_observed_generation_bump(emu, start_edge, api, whoami
     emu.update(klass)
     assert KP.until(lambda: gateway_generations() == {2} and class_generations() == {2})
     assert [li["name"] for li in gateway_status(api)["listeners"]] == ["http", "other"]
+
+
+def test_gateway_addresses_are_the_nodes_of_edges_daemonset(emu, api) -> None:
+    """In a hostNetwork DaemonSet pod, each Gateway's status.addresses lists the nodes
+    running edge's pods (ExternalIP, else InternalIP), as the Ingress status does; a
+    second pod's node joins them."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    emu.create(KP._node("n1", "10.1.0.1"))
+    emu.create(KP._node("n2", "10.1.0.2", external="203.0.113.2"))
+    emu.create(KP._pod("edge-a", "n1"))
+    environ = {"POD_NAME": "edge-a", "POD_NAMESPACE": "edge-system"}
+
+    def tweak(app: Any) -> None:
+        _fast(app)
+        for p in app.providers:
+            if isinstance(p, KubernetesGatewayProvider):
+                p.environ = environ
+
+    edge = KP.InProcessEdge(static_config(emu, ports), tweak=tweak).start()
+    try:
+        assert KP.until(lambda: edge.ready() == 200, 10.0)
+
+        def addresses() -> list:
+            return gateway_status(api).get("addresses", [])
+
+        assert KP.until(lambda: addresses() == [{"type": "IPAddress", "value": "10.1.0.1"}])
+        emu.create(KP._pod("edge-b", "n2"))
+        assert KP.until(
+            lambda: (
+                addresses()
+                == [
+                    {"type": "IPAddress", "value": "10.1.0.1"},
+                    {"type": "IPAddress", "value": "203.0.113.2"},
+                ]
+            )
+        )
+    finally:
+        KP.stop_all([edge])
