@@ -160,6 +160,7 @@ __all__ = [
     "KubernetesProvider",
     "check_cluster",
     "check_crd_cluster",
+    "check_nginx_cluster",
     "node_addresses",
     "service_addresses",
 ]
@@ -1187,3 +1188,15 @@ def check_crd_cluster(
     )
     state = _list_once(api, _crd_watches(config), config.namespaces, timeout, timing)
     return convert_crd(state, _crd_options(config))
+
+
+def check_nginx_cluster(
+    config: KubernetesIngressNGINXConfig, timeout: float = 10.0, timing: Timing | None = None
+) -> Conversion:
+    """:func:`check_cluster` for the kubernetesIngressNGINX provider."""
+    as_ingress = _nginx_as_ingress(config)
+    api = load_api_config(
+        config.endpoint, config.token, config.cert_auth_file_path, config.kubeconfig
+    )
+    state = _list_once(api, _watches(as_ingress), as_ingress.namespaces, timeout, timing)
+    return ingress_nginx.convert(state, ingress_nginx.NGINXOptions.from_config(config))

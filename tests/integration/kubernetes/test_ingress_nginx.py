@@ -19,7 +19,7 @@ import pytest
 
 from edge.config.loader import decode_static
 from edge.config.static import KubernetesIngressNGINXConfig
-from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider
+from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider, check_nginx_cluster
 from tests.harness import Whoami
 from tests.integration.kubernetes.test_provider import (
     LOG,
@@ -239,3 +239,22 @@ def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
         assert "CVE-2021-25742" in line
     finally:
         stop_all([edge])
+
+
+def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami):
+    """What ``edge check`` reads: the cluster listed once and converted, every Ingress
+    left out named with its reason."""
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    emu.create(nginx_ingress("good", "good.test", [("/", "Prefix", "app")]))
+    emu.create(
+        nginx_ingress("basic", "basic.test", [("/", "Prefix", "app")], {"auth-type": "basic"})
+    )
+    config = KubernetesIngressNGINXConfig(endpoint=emu.url, token=TOKEN)
+    conversion = check_nginx_cluster(config, timeout=10.0)
+    assert [str(p) for p in conversion.problems] == [
+        "ingress default/basic: metadata.annotations: annotation "
+        "nginx.ingress.kubernetes.io/auth-type is not supported by edge yet"
+    ]
+    http = conversion.configuration.http
+    assert http is not None and "default-good-good-test" in http.routers
