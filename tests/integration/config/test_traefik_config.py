@@ -42,9 +42,7 @@ def traefik_dynamic(backend: str) -> dict:
             },
             "middlewares": {
                 "auth": {"basicAuth": {"users": ["admin:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/"]}},
-                "limit": {
-                    "rateLimit": {"average": 100, "burst": 50, "redis": {"endpoints": ["r:6379"]}}
-                },
+                "limit": {"stripPrefix": {"prefixes": ["/api"], "forceSlash": True}},
             },
             "services": {
                 "app": lb(backend),
@@ -84,7 +82,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
         f"static configuration: {tmp_path / 'edge.yaml'}: $.providers.docker: {nope} (ignored)",
         f"dynamic configuration: {dyn}: $.tls.stores.default.defaultGeneratedCert: {nope} (ignored)",
         "middleware auth@file: enabled",  # basicAuth, as Traefik serves it
-        f"middleware limit@file: disabled: $.http.middlewares.limit.rateLimit.redis: {nope}",
+        f"middleware limit@file: disabled: $.http.middlewares.limit.stripPrefix.forceSlash: {nope}",
         # mirroring, sticky cookies and responseForwarding, as Traefik serves them
         "service mirror@file: enabled",
         "service sticky@file: enabled",
@@ -129,14 +127,14 @@ def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_p
     try:
         assert get(edge.port, "/", host="site.test")[0] == 200
         assert get(edge.port, "/", host="sticky.test")[0] == 200
-        assert get(edge.port, "/", host="app.test")[0] == 404  # never served without redis
+        assert get(edge.port, "/", host="app.test")[0] == 404  # never served without forceSlash
         assert get(edge.port, "/", host="admin.test")[0] == 401  # basicAuth asks who
         edge.wait_for(
             r"\$\.api\.dashboard: not supported by this version of edge \(ignored\)", start=0
         )
         edge.wait_for(r"\$\.metrics: not supported by this version of edge \(ignored\)", start=0)
         edge.wait_for(
-            r"middleware limit@file: \$\.http\.middlewares\.limit\.rateLimit\.redis: not supported",
+            r"middleware limit@file: \$\.http\.middlewares\.limit\.stripPrefix\.forceSlash: not supported",
             start=0,
         )
     finally:
