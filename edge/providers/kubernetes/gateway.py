@@ -31,7 +31,8 @@ Listeners
     ``Passthrough`` reads no certificate and is refused on HTTPS
     (``UnsupportedProtocol``). Two listeners of one Gateway with the same port,
     protocol and hostname are both ``Conflicted`` (``HostnameConflict``) and neither
-    is served. ``allowedRoutes.kinds`` naming a kind the listener cannot carry:
+    is served; so are all listeners of a port a TCP listener shares with another
+    protocol (``ProtocolConflict``). ``allowedRoutes.kinds`` naming a kind the listener cannot carry:
     ``ResolvedRefs`` False, ``InvalidRouteKinds`` (the others stay).
     ``attachedRoutes`` counts the routes accepted on each listener.
 
@@ -568,8 +569,32 @@ class _Converter:
                             )
                             twin.ok = False
                 seen[bound] = listener
+            self.protocol_conflicts(listeners)
             found[key] = listeners
         return found
+
+    def protocol_conflicts(self, listeners: list[_Listener]) -> None:
+        """A TCP listener owns its port: edge's raw TCP router takes every connection
+        there, so HTTP, HTTPS or TLS listeners on that port would never be reached
+        (these three share a port: edge tells them apart by the first bytes). All
+        listeners of such a port are ``Conflicted`` (``ProtocolConflict``)."""
+        by_port: dict[int, list[_Listener]] = {}
+        for li in listeners:
+            if li.spec.protocol != "UDP":
+                by_port.setdefault(li.spec.port, []).append(li)
+        for port, group in by_port.items():
+            protocols = {li.spec.protocol for li in group}
+            if "TCP" not in protocols or len(protocols) == 1:
+                continue
+            for li in group:
+                if not any(c.type == "Conflicted" for c in li.conditions):
+                    li.fail(
+                        "Conflicted",
+                        "ProtocolConflict",
+                        f"port {port} has listeners of protocols {', '.join(sorted(protocols))}:"
+                        " a TCP listener cannot share its port",
+                    )
+                    li.ok = False
 
     def listener(self, listener: _Listener) -> None:
         """Bind a listener and check it; its failing conditions in ``conditions``."""

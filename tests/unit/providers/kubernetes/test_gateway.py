@@ -832,3 +832,26 @@ def test_a_request_mirror_to_a_missing_service_is_left_out_and_reported() -> Non
     (router,) = c.configuration.http.routers.values()
     assert router.service.endswith("-wrr")
     assert parent(c)["ResolvedRefs"] == ("False", "BackendNotFound")
+
+
+def test_a_tcp_listener_sharing_its_port_is_a_protocol_conflict() -> None:
+    lis = [listener("web", 9000, "HTTP"), listener("raw", 9000, "TCP"), listener("dns", 9000, "UDP"),
+           listener("a", 443, "HTTPS", tls={"certificateRefs": [{"name": "cert"}]}),
+           listener("b", 443, "TLS", hostname="pt.test", tls={"mode": "Passthrough"})]  # fmt: skip
+    c = run(gateway_class(), gateway(lis), secret(), options=GatewayOptions(
+        entry_points=(EntryPointPort("tcp", 9000), EntryPointPort("udp", 9000, True), EntryPointPort("websecure", 443)),
+        experimental_channel=True))  # fmt: skip
+    for name in ("web", "raw"):
+        assert conditions(listener_status(c, name)["conditions"])["Conflicted"] == (
+            "True",
+            "ProtocolConflict",
+        )
+        assert conditions(listener_status(c, name)["conditions"])["Programmed"] == (
+            "False",
+            "Invalid",
+        )
+    for name in ("dns", "a", "b"):
+        assert conditions(listener_status(c, name)["conditions"])["Conflicted"] == (
+            "False",
+            "NoConflicts",
+        ), name
