@@ -986,3 +986,49 @@ def test_gateway_addresses_are_the_nodes_of_edges_daemonset(emu, api) -> None:
         )
     finally:
         KP.stop_all([edge])
+
+
+def test_three_kubernetes_sources_share_one_core(emu, whoami: Whoami) -> None:
+    """kubernetesIngress, kubernetesCRD and kubernetesGateway on one API server: one
+    core, each shared kind (Services, EndpointSlices, Secrets, Nodes) listed once,
+    and each source serves its own routes (``…@kubernetes``, ``…@kubernetescrd``,
+    ``…@kubernetesgateway``)."""
+    from tests.integration.kubernetes import test_crd_provider as CP
+
+    ports = Ports()
+    emu.create(o.ingress_class("edge"))
+    backends(emu, v1=whoami)
+    emu.create(KP.ingress("ing", [("ing.test", "/", "Prefix", "v1")], ingressClassName="edge"))
+    emu.create(CP.ingress_route("crd", "crd.test", "v1"))
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    emu.create(http_route("gw", [{"backendRefs": [to("v1")]}], ["gw.test"]))
+    static = static_config(emu, ports)
+    kube = {
+        "endpoint": emu.url,
+        "token": KP.TOKEN,
+        "throttleDuration": f"{int(KP.THROTTLE * 1000)}ms",
+    }
+    static["providers"]["kubernetesIngress"] = dict(kube, ingressClass="edge")
+    static["providers"]["kubernetesCRD"] = dict(kube)
+
+    def tweak(app: Any) -> None:
+        _fast(app)
+        CP._fast(app)
+
+    edge = KP.InProcessEdge(static, tweak=tweak).start()
+    try:
+        assert KP.until(lambda: edge.ready() == 200, 10.0)
+        for host in ("ing.test", "crd.test", "gw.test"):
+            assert KP.until(lambda h=host: who(ports.web, "/", h) == "w1"), host
+        assert len(edge.app.control.cores()) == 1
+        assert len({p.core for p in edge.app.providers if hasattr(p, "core")}) == 1
+        for path in (
+            "/api/v1/services",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            "/api/v1/secrets",
+            "/api/v1/nodes",
+        ):
+            assert emu.count(path, watch=False) == 1, path
+    finally:
+        KP.stop_all([edge])
