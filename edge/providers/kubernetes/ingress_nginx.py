@@ -43,7 +43,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     ``auth-signin`` and ``auth-method``: a ``forwardAuth``. Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
-    they share (:func:`_canaries`).
+    they share (:func:`_canaries`). ``ssl-passthrough``: TLS for the Ingress' hosts is
+    forwarded untouched to its ``/`` path's backends (:func:`_passthrough`).
 
 Refused, named on the route
     ``configuration-snippet``, ``server-snippet`` and every other ``*-snippet``: raw
@@ -79,6 +80,12 @@ from edge.config.dynamic import (
     Service,
     SourceCriterion,
     Sticky,
+    TCPConfiguration,
+    TCPLoadBalancer,
+    TCPRouter,
+    TCPRouterTLS,
+    TCPServer,
+    TCPService,
     Weighted,
     WRRService,
     ip_range,
@@ -151,7 +158,6 @@ NOT_YET = frozenset(
         "x-forwarded-prefix",
         "from-to-www-redirect",
         "server-alias",
-        "ssl-passthrough",
         "service-upstream",
         "upstream-hash-by",
         "load-balance",
@@ -221,6 +227,7 @@ _KNOWN = frozenset(
         "auth-response-headers",
         "auth-signin",
         "auth-method",
+        "ssl-passthrough",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -363,6 +370,14 @@ class _Reader:
 
     def read(self) -> RouterOptions:
         _check_names(self.found)
+        if self.flag("ssl-passthrough"):
+            other = sorted(set(self.found) - {"ssl-passthrough"})
+            if other:
+                raise ValueError(
+                    f"annotation {PREFIX}{other[0]}: with ssl-passthrough edge forwards the "
+                    "TLS connection as it is, so no HTTP annotation can apply"
+                )
+            return RouterOptions([], [], 0, False)
         # nginx's phases: rewrite (app-root, a CORS preflight's answer), preaccess (limits),
         # access (allowlist, then auth), then the body is read (its size).
         redirect = self.redirects()
@@ -761,6 +776,75 @@ def _canaries(
     return conversion._replace(configuration=configuration, problems=problems)
 
 
+# --- ssl-passthrough ---------------------------------------------------------------------
+
+_HOST_RULE_RE = re.compile(r"Host\(`([^`]+)`\)")
+
+
+def _passthrough(
+    conversion: Conversion, passthrough: frozenset[Key], problems: list[Problem]
+) -> Conversion:
+    """The hosts of each ``ssl-passthrough`` Ingress as TCP routers (``HostSNI``, TLS
+    passed through) to the servers of its ``/`` path's service: the client's TLS goes
+    to the backend untouched (its certificate arrives as the backend sent it). Its
+    plain-HTTP routers stay (ingress-nginx serves the host's HTTP as usual); its TLS
+    routers go, TLS being the backend's. An Ingress none of whose hosts has a ``/``
+    path is a problem."""
+    http = conversion.configuration.http
+    if not passthrough or http is None:
+        return conversion
+    routers = dict(http.routers)
+    tcp_routers: dict[str, TCPRouter] = {}
+    tcp_services: dict[str, TCPService] = {}
+    hosts: dict[Key, set[str]] = {}
+    for name in sorted(http.routers):
+        owner = conversion.owners.get(name)
+        if owner is None or owner not in passthrough:
+            continue
+        router = routers[name]
+        if router.tls is not None:
+            del routers[name]
+            continue
+        found = _HOST_RULE_RE.fullmatch(router.rule)
+        if found is None:
+            continue
+        host = found.group(1)
+        hosts.setdefault(owner, set()).add(host)
+        service = http.services[router.service].load_balancer
+        assert service is not None  # the Ingress conversion builds load balancers
+        tcp_services[router.service] = TCPService(
+            load_balancer=TCPLoadBalancer(
+                servers=[TCPServer(address=s.url.partition("://")[2]) for s in service.servers]
+            )
+        )
+        tcp_routers[f"{name}-passthrough"] = TCPRouter(
+            rule=f"HostSNI(`{host}`)",
+            service=router.service,
+            entry_points=router.entry_points,
+            rule_syntax=router.rule_syntax,
+            tls=TCPRouterTLS(passthrough=True),
+        )
+    named = {p.ingress for p in problems}
+    for key in sorted(passthrough):
+        label = f"{key[0]}/{key[1]}"
+        if key in conversion.selected and not hosts.get(key) and label not in named:
+            problems.append(
+                Problem(
+                    label,
+                    "metadata.annotations",
+                    "invalid-annotation",
+                    f"annotation {PREFIX}ssl-passthrough: no host of the Ingress has a "
+                    "path / whose backend the TLS connections could go to",
+                )
+            )
+    configuration = msgspec.structs.replace(
+        conversion.configuration,
+        http=msgspec.structs.replace(http, routers=routers),
+        tcp=TCPConfiguration(routers=tcp_routers, services=tcp_services) if tcp_routers else None,
+    )
+    return conversion._replace(configuration=configuration, problems=problems)
+
+
 # --- the conversion ----------------------------------------------------------------------
 
 
@@ -785,9 +869,12 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
     module doc)."""
     options = options or NGINXOptions()
     canaries: dict[Key, _Canary] = {}
+    passthrough: set[Key] = set()
     for key, ing in state.ingresses.items():
         try:
             settings = _canary(ing)
+            if settings is None and _Reader(ing).flag("ssl-passthrough"):
+                passthrough.add(key)
         except ValueError:
             continue  # the conversion names it, reading the annotations again
         if settings is not None:
@@ -798,7 +885,8 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
         select=lambda ing: is_selected(ing, state, options),
         annotate=_read_checked,
     )
-    return _canaries(conversion, canaries, list(conversion.problems))
+    conversion = _canaries(conversion, canaries, list(conversion.problems))
+    return _passthrough(conversion, frozenset(passthrough), list(conversion.problems))
 
 
 def _read_checked(ing: Ingress, state: ClusterState) -> RouterOptions:

@@ -1048,6 +1048,8 @@ class KubernetesIngressNGINXProvider(KubernetesIngressProvider):
     def update_endpoints(
         self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
     ) -> Conversion | None:
+        if previous.configuration.tcp is not None:  # ssl-passthrough: TCP servers too
+            return None
         options = ingress_nginx.ingress_options(self.nginx_options)
         return update_endpoints(previous, old, new, options)
 

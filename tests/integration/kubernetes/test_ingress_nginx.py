@@ -8,10 +8,15 @@ sockets with real clients (``http.client``, curl); every wait and every load is 
 from __future__ import annotations
 
 import collections
+import hashlib
 import http.client
 import json
 import logging
+import socket
+import ssl
 import subprocess
+import threading
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,6 +25,7 @@ import pytest
 from edge.config.loader import decode_static
 from edge.config.static import KubernetesIngressNGINXConfig
 from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider, check_nginx_cluster
+from tests.fixtures.tls.pki import PKI, Pair
 from tests.harness import Whoami
 from tests.integration.kubernetes.test_provider import (
     LOG,
@@ -258,3 +264,87 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami):
     ]
     http = conversion.configuration.http
     assert http is not None and "default-good-good-test" in http.routers
+
+
+class TLSBackend:
+    """A TLS server on 127.0.0.1 with its own certificate, answering each connection's
+    first line with ``backend <line>``; at most ``limit`` connections, each bounded."""
+
+    def __init__(self, pair: Pair, tmp_path: Path, limit: int = 5) -> None:
+        crt, key = pair.write(tmp_path, "backend")
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(crt, key)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(20)
+        self.port = self.sock.getsockname()[1]
+        self.limit = limit
+        self.thread = threading.Thread(target=self._serve, name="tls-backend", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for _ in range(self.limit):
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    with self.context.wrap_socket(conn, server_side=True) as tls:
+                        line = tls.recv(1024)
+                        tls.sendall(b"backend " + line)
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(10)
+
+
+def test_ssl_passthrough_hands_the_backends_certificate_to_the_client(emu, tmp_path):
+    pki = PKI()
+    pair = pki.issue("pass.test")
+    backend = TLSBackend(pair, tmp_path)
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    emu.create(o.service("secure", port=443))
+    emu.create(
+        o.endpoint_slice(
+            "secure-1", service_name="secure", addresses=["127.0.0.1"], port=backend.port
+        )
+    )
+    pass_ingress = nginx_ingress(
+        "pass", "pass.test", [("/", "Prefix", "secure")], {"ssl-passthrough": "true"}
+    )
+    pass_ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"] = {
+        "number": 443
+    }
+    emu.create(pass_ingress)
+    edge = start_nginx_edge(emu)
+    try:
+        port = edge.port()
+        client = ssl.create_default_context(cadata=pki.cert_pem)
+
+        def handshake() -> tuple[str, bytes]:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as raw_sock,
+                client.wrap_socket(raw_sock, server_hostname="pass.test") as tls,
+            ):
+                der = tls.getpeercert(binary_form=True)
+                assert der is not None
+                tls.sendall(b"ping\n")
+                return hashlib.sha256(der).hexdigest(), tls.recv(1024)
+
+        assert until(lambda: _try(handshake) is not None)
+        fingerprint, answer = handshake()
+        assert fingerprint == pair.fingerprint  # the backend's own, untouched
+        assert answer == b"backend ping\n"
+    finally:
+        stop_all([edge])
+        backend.close()
+
+
+def _try(call: Any) -> Any:
+    try:
+        return call()
+    except (OSError, ssl.SSLError):
+        return None
