@@ -39,7 +39,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     sizes, ``0``: no limit): ``buffering`` with ``maxRequestBodyBytes`` (413 over it).
     ``limit-rps`` / ``limit-rpm`` (burst: ``limit-burst-multiplier``, 5, times the
     rate) per client address: a ``rateLimit``; ``limit-connections``: an
-    ``inFlightReq`` per client address. ``auth-url`` with ``auth-response-headers``,
+    ``inFlightReq`` per client address. ``upstream-vhost`` and ``x-forwarded-prefix``:
+    request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``auth-url`` with ``auth-response-headers``,
     ``auth-signin`` and ``auth-method``: a ``forwardAuth``. Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
@@ -154,8 +155,6 @@ NOT_YET = frozenset(
         "custom-http-errors",
         "default-backend",
         "custom-headers",
-        "upstream-vhost",
-        "x-forwarded-prefix",
         "from-to-www-redirect",
         "server-alias",
         "service-upstream",
@@ -228,6 +227,8 @@ _KNOWN = frozenset(
         "auth-signin",
         "auth-method",
         "ssl-passthrough",
+        "upstream-vhost",
+        "x-forwarded-prefix",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -386,6 +387,7 @@ class _Reader:
         self.allow_list()
         self.forward_auth()
         self.body_size()
+        self.upstream_headers()
         rewrite = self.rewrite()
         plain: tuple[str, ...] = ()
         force = self.flag("force-ssl-redirect")
@@ -567,6 +569,29 @@ class _Reader:
                 self.define(
                     "body-size", Middleware(buffering=Buffering(max_request_body_bytes=size))
                 )
+
+    def upstream_headers(self) -> None:
+        """``upstream-vhost`` (the Host the backends see) and ``x-forwarded-prefix``
+        (that header's value), set on the request as it goes upstream."""
+        headers: dict[str, str] = {}
+        for key, header in (
+            ("upstream-vhost", "Host"),
+            ("x-forwarded-prefix", "X-Forwarded-Prefix"),
+        ):
+            value = self.get(key)
+            if value is None:
+                continue
+            value = value.strip()
+            if not value or not value.isprintable() or "$" in value:
+                raise ValueError(
+                    f"annotation {PREFIX}{key}: {value!r} is not a plain header value "
+                    "(nginx variables are not expanded)"
+                )
+            headers[header] = value
+        if headers:
+            self.define(
+                "upstream-headers", Middleware(headers=Headers(custom_request_headers=headers))
+            )
 
     def rewrite(self) -> bool:
         target = self.get("rewrite-target")

@@ -187,6 +187,14 @@ def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
     )
     emu.create(
         nginx_ingress(
+            "vhost",
+            "vhost.test",
+            [("/", "Prefix", "app")],
+            {"upstream-vhost": "internal.svc", "x-forwarded-prefix": "/shop"},
+        )
+    )
+    emu.create(
+        nginx_ingress(
             "snippet",
             "snippet.test",
             [("/", "Prefix", "app")],
@@ -238,6 +246,12 @@ def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
         assert set(counts) == {"w1", "w3"}
         share = counts["w3"] / 500
         assert 0.14 <= share <= 0.26, counts
+
+        # upstream-vhost: the Host the backend sees; x-forwarded-prefix: that header
+        status, _, body = get(port, "/", "vhost.test")
+        seen = json.loads(body)
+        assert status == 200 and seen["host"] == "internal.svc"
+        assert seen["headers"]["X-Forwarded-Prefix"] == ["/shop"]
 
         # raw nginx text is refused, named in the log
         assert get(port, "/", "snippet.test")[0] == 404
