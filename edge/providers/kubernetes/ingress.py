@@ -425,17 +425,33 @@ class ServiceVariant:
     """An Ingress' own reading of the Services it routes to (another source's
     annotations: ingress-nginx's ``backend-protocol``, ``affinity``, ``upstream-vhost``):
     the routes of that Ingress get a copy of each service, named ``<service>-<suffix>``,
-    with these fields changed (None: as the Service says)."""
+    with these fields changed (None: as the Service says). ``cluster_ip``: one server,
+    the Service's cluster IP and port (kube-proxy balances; ingress-nginx's
+    ``service-upstream``), when it has one."""
 
     suffix: str
     scheme: str | None = None
     sticky: Sticky | None = None
     pass_host_header: bool | None = None
+    cluster_ip: bool = False
 
-    def apply(self, service: Service) -> Service:
+    def apply(self, service: Service, kube: KubeService | None = None, port: str = "") -> Service:
+        """``service`` (built for the Service ``kube``'s port ``port``, its name or
+        number) as this variant reads it."""
         lb = service.load_balancer
         assert lb is not None  # services built here are load balancers
         servers = lb.servers
+        if self.cluster_ip and kube is not None:
+            ip = kube.spec.cluster_ip
+            found = [p for p in kube.spec.ports if (p.name or str(p.port)) == port]
+            address = (
+                host_port(ip, found[0].port, "IPv4") or host_port(ip, found[0].port, "IPv6")
+                if found and ip
+                else None
+            )
+            if address is not None:
+                scheme = servers[0].url.partition("://")[0] if servers else "http"
+                servers = [Server(url=f"{scheme}://{address}")]
         if self.scheme is not None:
             servers = [
                 msgspec.structs.replace(s, url=f"{self.scheme}://{s.url.partition('://')[2]}")
@@ -1224,7 +1240,8 @@ class _Converter:
             name: self.services.built[key] for key, name in service_names.items() if name in plain
         }
         for name, (key, variant) in variants.items():
-            services[name] = variant.apply(self.services.built[key])
+            kube = self.state.services.get(key[:2])
+            services[name] = variant.apply(self.services.built[key], kube, key[2])
         certificates = [self.certificates[key] for key in sorted(self.certificates)]
         configuration = Configuration(
             http=HTTPConfiguration(
@@ -1302,7 +1319,8 @@ def update_endpoints(
                 services[name] = builder.rebuild(service_key)
         for name, (service_key, variant) in previous.variants.items():
             if service_key[:2] in affected:
-                services[name] = variant.apply(builder.rebuild(service_key))
+                kube = new.services.get(service_key[:2])
+                services[name] = variant.apply(builder.rebuild(service_key), kube, service_key[2])
     except _Refused:
         return None
     http = msgspec.structs.replace(previous.configuration.http, services=services)

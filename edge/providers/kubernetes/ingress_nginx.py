@@ -33,7 +33,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     ``allowlist-source-range``: an ``ipAllowList`` (403 otherwise). ``affinity:
     cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
     ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
-    Ingress' copy of the service. ``enable-cors`` with ``cors-allow-origin``,
+    Ingress' copy of the service. ``service-upstream``: that copy's one server is the
+    Service's cluster IP and port. ``enable-cors`` with ``cors-allow-origin``,
     ``-methods``, ``-headers``, ``-credentials``, ``-expose-headers``, ``-max-age``
     (ingress-nginx's defaults): a ``headers`` middleware. ``proxy-body-size`` (nginx
     sizes, ``0``: no limit): ``buffering`` with ``maxRequestBodyBytes`` (413 over it).
@@ -157,7 +158,6 @@ NOT_YET = frozenset(
         "custom-headers",
         "from-to-www-redirect",
         "server-alias",
-        "service-upstream",
         "upstream-hash-by",
         "load-balance",
         "proxy-connect-timeout",
@@ -229,6 +229,7 @@ _KNOWN = frozenset(
         "ssl-passthrough",
         "upstream-vhost",
         "x-forwarded-prefix",
+        "service-upstream",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -347,8 +348,9 @@ class _Reader:
     """Reads one Ingress' annotations into :class:`RouterOptions`; the middlewares it
     defines are named ``<namespace>-<ingress>-<kind>`` (unique: Ingress keys are)."""
 
-    def __init__(self, ing: Ingress) -> None:
+    def __init__(self, ing: Ingress, state: ClusterState | None = None) -> None:
         self.ing = ing
+        self.state = state
         self.found = _annotations(ing)
         ns, name = ing.metadata.key
         self.prefix = base._normalize(f"{ns}-{name}")
@@ -623,11 +625,32 @@ class _Reader:
                 )
             scheme = upper.lower()
         sticky = self.affinity()
-        if scheme is None and sticky is None:
+        cluster_ip = self.flag("service-upstream")
+        if cluster_ip:
+            self.check_cluster_ips()
+        if scheme is None and sticky is None and not cluster_ip:
             return None
-        what = msgspec.json.encode([scheme, msgspec.to_builtins(sticky)])
+        what = msgspec.json.encode([scheme, msgspec.to_builtins(sticky), cluster_ip])
         suffix = f"{self.prefix}-{hashlib.sha256(what).hexdigest()[:6]}"
-        return ServiceVariant(suffix=suffix, scheme=scheme, sticky=sticky)
+        return ServiceVariant(suffix=suffix, scheme=scheme, sticky=sticky, cluster_ip=cluster_ip)
+
+    def check_cluster_ips(self) -> None:
+        """``service-upstream`` needs a cluster IP on every Service the Ingress names."""
+        if self.state is None:
+            return
+        ns = self.ing.metadata.namespace
+        backends = [self.ing.spec.default_backend] if self.ing.spec.default_backend else []
+        for rule in self.ing.spec.rules:
+            backends += [p.backend for p in (rule.http.paths if rule.http else [])]
+        for backend in backends:
+            if backend is None or backend.service is None:
+                continue
+            svc = self.state.services.get((ns, backend.service.name))
+            if svc is not None and svc.spec.cluster_ip in ("", "None"):
+                raise ValueError(
+                    f"annotation {PREFIX}service-upstream: service {ns}/{svc.metadata.name} "
+                    "has no cluster IP (headless)"
+                )
 
     def affinity(self) -> Sticky | None:
         mode = self.get("affinity")
@@ -877,7 +900,7 @@ def _read(ing: Ingress, state: ClusterState) -> RouterOptions:
     """The routes' options from the Ingress' ingress-nginx annotations."""
     if _canary(ing) is not None:
         return RouterOptions([], [], 0, False)
-    return _Reader(ing).read()
+    return _Reader(ing, state).read()
 
 
 def ingress_options(options: NGINXOptions) -> IngressOptions:
