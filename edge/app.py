@@ -32,6 +32,7 @@ from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.descriptors import Budget
 from edge.entrypoints import EntryPoints
+from edge.entrypoints import metrics as prometheus
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
 from edge.logs import AccessLogger, reopen_logs
@@ -219,6 +220,10 @@ class Dataplane:
             else None
         )
         ping_ep = static.ping.entry_point if static.ping is not None else None
+        # metrics.prometheus: every HTTP exchange counted, /metrics where it is served.
+        prom = static.metrics.prometheus if static.metrics is not None else None
+        self.metrics = prometheus.Registry(prom) if prom is not None else None
+        metrics_ep = prom.entry_point if prom is not None and not prom.manual_routing else None
         udp_count = sum(1 for config in static.entry_points.values() if config.protocol == "udp")
         for name, config in static.entry_points.items():
             if config.protocol == "udp":
@@ -237,25 +242,38 @@ class Dataplane:
                     internal=self._internal_for(
                         internal if name == ping_ep else None,
                         self.api if name == INTERNAL_ENTRY_POINT else None,
+                        self.metrics if name == metrics_ep else None,
                     ),
-                    access_log=self.access_log,
+                    access_log=self.access_log
+                    if self.metrics is None
+                    else self.metrics.recorder(name, self.access_log),
                     reuse_port=reuse_port,
                     budget=self.budget,
                 )
             )
+        if self.metrics is not None:
+            prometheus.watch_dataplane(self.metrics, self)
 
     @staticmethod
-    def _internal_for(ping: Internal | None, api: API | None) -> InternalAnswers | None:
+    def _internal_for(
+        ping: Internal | None, api: API | None, metrics: prometheus.Registry | None = None
+    ) -> InternalAnswers | None:
         """What an entry point answers itself (GET and HEAD): ``/ping`` and ``/ready`` where
-        ping is, ``/api/...`` where the API is; None where neither is."""
-        if ping is None and api is None:
+        ping is, ``/api/...`` where the API is, ``/metrics`` where Prometheus scrapes;
+        None where none is."""
+        if ping is None and api is None and metrics is None:
             return None
+        scrape = prometheus.answer(metrics) if metrics is not None else None
 
         def answer(path: bytes, query: bytes) -> APIAnswer | None:
             if ping is not None:
                 found = ping(path)
                 if found is not None:
                     return found[0], found[1], TEXT, b""
+            if scrape is not None:
+                text = scrape(path)
+                if text is not None:
+                    return text
             return api.answer(path, query) if api is not None else None
 
         return answer
@@ -680,6 +698,8 @@ class Edge(Stoppable):
         self.access_log = self.dataplane.access_log
         self.watcher = self.control.watcher
         self.providers = self.control.providers
+        if self.dataplane.metrics is not None:
+            prometheus.watch_reloads(self.dataplane.metrics, self.watcher)
         self._tasks: set[asyncio.Task] = set()
         self._stopped = asyncio.Event()
         self._stopping = False

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -128,7 +129,10 @@ class Watcher:
         self.runtime: RuntimeConfig | None = None
         """The last snapshot handed to the listeners."""
         self.applied = 0
-        """Number of listener rounds so far."""
+        """Number of listener rounds so far (``traefik_config_reloads_total``)."""
+        self.last_success = 0.0
+        """Wall-clock time of the last round every listener took without an error
+        (``traefik_config_last_reload_success``); 0 before the first."""
 
     # -- readiness ---------------------------------------------------------------------
 
@@ -290,16 +294,22 @@ class Watcher:
     def _commit(self, prepared: Prepared) -> None:
         """The cheap half of a round, on the loop: every listener in order."""
         providers, runtime, commits = prepared
+        failed = False
         for listener, commit in zip(self._listeners, commits, strict=True):
             try:
                 if commit is None:
                     listener(runtime)
+                elif commit is _skip:
+                    failed = True
                 else:
                     commit()
             except Exception:
+                failed = True
                 log.exception("configuration listener %s failed", _name(listener))
         self.runtime = runtime
         self.applied += 1
+        if not failed:
+            self.last_success = time.time()
         self._delivered.update(providers)
         log.debug("configuration applied (round %d) from %s", self.applied, ", ".join(providers))
 

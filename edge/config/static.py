@@ -457,12 +457,23 @@ class Api(Base):
 
 
 class Prometheus(Base):
+    """Traefik's ``metrics.prometheus`` (:mod:`edge.entrypoints.metrics`): ``/metrics`` on
+    ``entryPoint``, or, with ``manualRouting``, only where a router names the service
+    ``prometheus@internal``. ``headerLabels`` (label -> request header) is read and named
+    as not yet implemented."""
+
     entry_point: str = INTERNAL_ENTRY_POINT
     manual_routing: bool = False
     buckets: list[float] = msgspec.field(default_factory=lambda: [0.1, 0.3, 1.2, 5.0])
     add_entry_points_labels: bool = True
     add_routers_labels: bool = False
     add_services_labels: bool = True
+    header_labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for bound in self.buckets:
+            if not bound == bound or bound in (float("inf"), float("-inf")):
+                raise ValueError(f"buckets: {bound} is not a finite number")
 
 
 class Metrics(Base):

@@ -1,0 +1,629 @@
+"""Prometheus metrics (``metrics.prometheus``): counters on the hot path, the text on scrape.
+
+Owns Traefik v3's metric families and edge's own (``edge_``), how one process's
+counters become :class:`Samples` (plain, serializable data), how the samples of
+several processes are summed (``workers: N``: the supervisor's one view), and the
+text exposition format 0.0.4 they are rendered in.
+
+Invariant: a finished HTTP exchange costs one dictionary lookup for its cell (keyed
+by route, status, method and whether a server was picked, so the cell is resolved
+once and reused) and a few integer adds (:meth:`Recorder.__call__`); label strings,
+the sums across cells and the text are made only when ``/metrics`` is read. Every
+scrape folds the cells into label-keyed totals and starts new ones, so cells never
+hold on to the routes of a configuration gone and a flood of odd methods costs one
+cell, ``EXTENSION_METHOD``.
+
+Everything else is read where it already lives, at scrape: open connections from the
+entry points' connection sets, UDP counters from the datagram proxies, server health
+from the health registry, reloads from whoever runs the rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from cryptography import x509
+
+if TYPE_CHECKING:
+    from edge.config.static import Prometheus
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_BUCKETS",
+    "FAMILIES",
+    "METRICS_PATH",
+    "Recorder",
+    "Registry",
+    "Samples",
+    "escape_label",
+    "process_samples",
+    "render",
+]
+
+DEFAULT_BUCKETS = (0.1, 0.3, 1.2, 5.0)
+"""Traefik's request duration buckets, in seconds."""
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+METRICS_PATH = b"/metrics"
+PROMETHEUS_SERVICE = "prometheus@internal"
+"""The service a router names to serve ``/metrics`` (``manualRouting``)."""
+
+KNOWN_METHODS = frozenset(
+    (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH")
+)
+EXTENSION_METHOD = b"EXTENSION_METHOD"
+
+# How samples of several processes combine (workers: N): counters, histograms and
+# most gauges add up; a state gauge takes the largest value, a start time the least.
+SUM, MAX, MIN = "sum", "max", "min"
+
+
+class Family(msgspec.Struct, frozen=True):
+    name: str
+    kind: str  # counter, gauge, histogram
+    help: str
+    labels: tuple[str, ...]
+    merge: str = SUM
+
+
+_EP = ("code", "method", "protocol", "entrypoint")
+_ROUTER = ("code", "method", "protocol", "router", "service")
+_SERVICE = ("code", "method", "protocol", "service")
+_UDP = ("entrypoint", "router", "service", "direction")
+
+
+def _http(scope: str, labels: tuple[str, ...], where: str) -> list[Family]:
+    return [
+        Family(
+            f"traefik_{scope}_requests_total",
+            "counter",
+            f"How many HTTP requests processed on {where}, partitioned by status code, "
+            "protocol, and method.",
+            labels,
+        ),
+        Family(
+            f"traefik_{scope}_request_duration_seconds",
+            "histogram",
+            f"How long it took to process the request on {where}, partitioned by status "
+            "code, protocol, and method.",
+            labels,
+        ),
+        Family(
+            f"traefik_{scope}_requests_bytes_total",
+            "counter",
+            f"The total size of requests in bytes handled by {where}, partitioned by "
+            "status code, protocol, and method.",
+            labels,
+        ),
+        Family(
+            f"traefik_{scope}_responses_bytes_total",
+            "counter",
+            f"The total size of responses in bytes handled by {where}, partitioned by "
+            "status code, protocol, and method.",
+            labels,
+        ),
+    ]
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in [
+        Family("traefik_config_reloads_total", "counter", "Config reloads", ()),
+        Family(
+            "traefik_config_last_reload_success", "gauge", "Last config reload success", (), MAX
+        ),
+        Family(
+            "traefik_open_connections",
+            "gauge",
+            "How many open connections exist, by entryPoint and protocol",
+            ("entrypoint", "protocol"),
+        ),
+        Family(
+            "traefik_tls_certs_not_after",
+            "gauge",
+            "Certificate expiration timestamp",
+            ("cn", "serial", "sans"),
+            MAX,
+        ),
+        *_http("entrypoint", _EP, "an entrypoint"),
+        *_http("router", _ROUTER, "a router"),
+        *_http("service", _SERVICE, "a service"),
+        Family(
+            "traefik_service_retries_total",
+            "counter",
+            "How many request retries happened on a service.",
+            ("service",),
+        ),
+        Family(
+            "traefik_service_server_up",
+            "gauge",
+            "service server is up, described by gauge value of 0 or 1.",
+            ("service", "url"),
+            MAX,
+        ),
+        Family(
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            (),
+        ),
+        Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", ()),
+        Family("process_open_fds", "gauge", "Number of open file descriptors.", ()),
+        Family("process_max_fds", "gauge", "Maximum number of open file descriptors.", (), MAX),
+        Family(
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+            (),
+            MIN,
+        ),
+        Family(
+            "edge_udp_datagrams_total",
+            "counter",
+            "UDP datagrams forwarded, by entry point, router, service and direction "
+            "(to_server, to_client).",
+            _UDP,
+        ),
+        Family(
+            "edge_udp_bytes_total",
+            "counter",
+            "UDP payload bytes forwarded, by entry point, router, service and direction.",
+            _UDP,
+        ),
+        Family(
+            "edge_udp_dropped_total",
+            "counter",
+            "UDP datagrams that could not be forwarded (no server, a full buffer, a send "
+            "error), by entry point, router and service.",
+            ("entrypoint", "router", "service"),
+        ),
+        Family(
+            "edge_udp_sessions_total",
+            "counter",
+            "UDP sessions opened, by entry point, router and service.",
+            ("entrypoint", "router", "service"),
+        ),
+        Family(
+            "edge_udp_sessions",
+            "gauge",
+            "UDP sessions open now (the session table's size), by entry point.",
+            ("entrypoint",),
+        ),
+        Family(
+            "edge_udp_no_route_total",
+            "counter",
+            "UDP datagrams that arrived while no router served the entry point.",
+            ("entrypoint",),
+        ),
+    ]
+}
+
+
+class Samples:
+    """One view's values: family name -> label values -> value (a histogram's: its
+    bucket counts, not cumulative, the last one past every bound, then the sum).
+
+    Plain data, so a worker's samples cross the IPC channel (:meth:`rows`,
+    :meth:`from_rows`) and several views add up (:meth:`merge`)."""
+
+    __slots__ = ("bounds", "values")
+
+    def __init__(self, bounds: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
+        self.bounds = bounds
+        self.values: dict[str, dict[tuple[str, ...], Any]] = {}
+
+    def add(self, family: str, labels: tuple[str, ...], value: float) -> None:
+        """Add ``value`` to a counter or gauge sample (combined by the family's rule)."""
+        table = self.values.setdefault(family, {})
+        old = table.get(labels)
+        table[labels] = value if old is None else _combine(FAMILIES[family].merge, old, value)
+
+    def observe(self, family: str, labels: tuple[str, ...], buckets: list[float]) -> None:
+        """Add a histogram sample: bucket counts (len(bounds) + 1) then their sum of values."""
+        table = self.values.setdefault(family, {})
+        old = table.get(labels)
+        if old is None:
+            table[labels] = list(buckets)
+        else:
+            for i, n in enumerate(buckets):
+                old[i] += n
+
+    def merge(self, other: Samples) -> None:
+        """Add ``other``'s samples to these (same buckets: every process reads one
+        static configuration)."""
+        for name, table in other.values.items():
+            histogram = FAMILIES[name].kind == "histogram"
+            for labels, value in table.items():
+                if histogram:
+                    self.observe(name, labels, value)
+                else:
+                    self.add(name, labels, value)
+
+    def get(self, family: str, **labels: str) -> Any:
+        """The value of one sample (tests and tools): labels by name, all of them."""
+        names = FAMILIES[family].labels
+        return self.values.get(family, {}).get(tuple(labels[n] for n in names))
+
+    def rows(self) -> list[tuple[str, tuple[str, ...], Any]]:
+        return [
+            (name, labels, value)
+            for name, table in self.values.items()
+            for labels, value in table.items()
+        ]
+
+    @classmethod
+    def from_rows(cls, bounds: Iterable[float], rows: Iterable[Any]) -> Samples:
+        samples = cls(tuple(bounds))
+        for name, labels, value in rows:
+            if name not in FAMILIES:
+                continue  # a family a newer worker has: not this view's
+            if FAMILIES[name].kind == "histogram":
+                samples.observe(name, tuple(labels), value)
+            else:
+                samples.add(name, tuple(labels), value)
+        return samples
+
+
+def _combine(rule: str, old: float, new: float) -> float:
+    if rule == MAX:
+        return max(old, new)
+    if rule == MIN:
+        return min(old, new)
+    return old + new
+
+
+# -- the hot path -------------------------------------------------------------------------
+
+
+class Cell:
+    """What one (route, status, method, served) of one entry point has counted."""
+
+    __slots__ = ("buckets", "count", "req_bytes", "resp_bytes", "retries", "total")
+
+    def __init__(self, size: int) -> None:
+        self.count = 0
+        self.buckets = [0] * size
+        self.total = 0.0
+        self.req_bytes = 0
+        self.resp_bytes = 0
+        self.retries = 0
+
+
+class Recorder:
+    """The per-exchange hook of one entry point's HTTP contexts (their ``access_log``):
+    counts the exchange, then hands it to ``then`` (the access log) when there is one.
+
+    ``route``/``status``/``head.method``/``backend``/``sent`` of the
+    :class:`~edge.http.server.exchange.Exchange` say router, service, code, method and
+    response size; a 101 is Traefik's ``websocket`` protocol, anything else ``http``.
+    """
+
+    __slots__ = ("bounds", "cells", "entrypoint", "then")
+
+    def __init__(
+        self,
+        entrypoint: str,
+        bounds: tuple[float, ...],
+        then: Callable[[Any, float], None] | None = None,
+    ) -> None:
+        self.entrypoint = entrypoint
+        self.bounds = bounds
+        self.then = then
+        self.cells: dict[tuple, Cell] = {}
+
+    def __call__(self, ex: Any, duration: float) -> None:
+        then = self.then
+        if then is not None:
+            then(ex, duration)
+        head = ex.head
+        key = (ex.route, ex.status, head.method, ex.backend is not None)
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self._cell(key)
+        cell.count += 1
+        cell.buckets[bisect_left(self.bounds, duration)] += 1
+        cell.total += duration
+        length = head.content_length
+        if length:
+            cell.req_bytes += length
+        cell.resp_bytes += ex.sent
+        if ex.retried:
+            cell.retries += 1
+
+    def _cell(self, key: tuple) -> Cell:
+        """The cell for ``key``, made on its first request; an unknown method counts
+        as ``EXTENSION_METHOD`` (one cell, whatever a client sends)."""
+        route, status, method, served = key
+        if method not in KNOWN_METHODS:
+            key = (route, status, EXTENSION_METHOD, served)
+            found = self.cells.get(key)
+            if found is not None:
+                return found
+        cell = self.cells[key] = Cell(len(self.bounds) + 1)
+        return cell
+
+    def fold(self, into: dict[tuple, Cell]) -> None:
+        """Add the cells counted since the last fold to ``into`` (label values -> cell:
+        router, service, code, method, served) and start new ones."""
+        cells, self.cells = self.cells, {}
+        for (route, status, method, served), cell in cells.items():
+            router = route.name if route is not None else ""
+            service = route.service.name if route is not None and served else ""
+            labels = (router, service, str(status), method.decode("latin-1"))
+            total = into.get(labels)
+            if total is None:
+                total = into[labels] = Cell(len(cell.buckets))
+            total.count += cell.count
+            total.total += cell.total
+            total.req_bytes += cell.req_bytes
+            total.resp_bytes += cell.resp_bytes
+            total.retries += cell.retries
+            for i, n in enumerate(cell.buckets):
+                total.buckets[i] += n
+
+
+# -- one process's view -------------------------------------------------------------------
+
+
+class Registry:
+    """One process's metrics: a :class:`Recorder` per HTTP entry point, the totals
+    folded from them, and what is read at scrape (``sources``: callables adding their
+    samples, set by whoever owns the state they read)."""
+
+    def __init__(self, config: Prometheus) -> None:
+        self.config = config
+        self.bounds = tuple(sorted(set(config.buckets))) or DEFAULT_BUCKETS
+        self.recorders: dict[str, Recorder] = {}
+        self.totals: dict[str, dict[tuple, Cell]] = {}
+        self.sources: list[Callable[[Samples], None]] = []
+
+    def recorder(self, entrypoint: str, then: Callable[[Any, float], None] | None) -> Recorder:
+        found = self.recorders.get(entrypoint)
+        if found is None:
+            found = self.recorders[entrypoint] = Recorder(entrypoint, self.bounds, then)
+        return found
+
+    def collect(self) -> Samples:
+        """This process's samples now (folds what the recorders counted)."""
+        samples = Samples(self.bounds)
+        config = self.config
+        for name, recorder in self.recorders.items():
+            totals = self.totals.setdefault(name, {})
+            recorder.fold(totals)
+            for (router, service, code, method), cell in totals.items():
+                protocol = "websocket" if code == "101" else "http"
+                scopes: list[tuple[str, tuple[str, ...]]] = []
+                if config.add_entry_points_labels:
+                    scopes.append(("entrypoint", (code, method, protocol, name)))
+                if config.add_routers_labels and router:
+                    scopes.append(("router", (code, method, protocol, router, service)))
+                if config.add_services_labels and service:
+                    scopes.append(("service", (code, method, protocol, service)))
+                    if cell.retries:
+                        samples.add("traefik_service_retries_total", (service,), cell.retries)
+                for scope, labels in scopes:
+                    samples.add(f"traefik_{scope}_requests_total", labels, cell.count)
+                    samples.observe(
+                        f"traefik_{scope}_request_duration_seconds",
+                        labels,
+                        [*cell.buckets, cell.total],
+                    )
+                    samples.add(f"traefik_{scope}_requests_bytes_total", labels, cell.req_bytes)
+                    samples.add(f"traefik_{scope}_responses_bytes_total", labels, cell.resp_bytes)
+        for source in self.sources:
+            source(samples)
+        process_samples(samples)
+        return samples
+
+
+def process_samples(samples: Samples) -> None:
+    """The ``process_*`` families of this process (Prometheus' client conventions)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    samples.add("process_cpu_seconds_total", (), usage.ru_utime + usage.ru_stime)
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            rss_pages = int(f.read().split()[1])
+        samples.add("process_resident_memory_bytes", (), rss_pages * os.sysconf("SC_PAGE_SIZE"))
+        samples.add("process_open_fds", (), len(os.listdir("/proc/self/fd")))
+        with open("/proc/self/stat", "rb") as f:
+            started = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22: ticks since boot
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+        samples.add("process_start_time_seconds", (), boot + started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass  # not Linux: only what getrusage says
+    samples.add("process_max_fds", (), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+# -- the text exposition format 0.0.4 -----------------------------------------------------
+
+
+def escape_label(value: str) -> str:
+    """A label value as the text format writes it between double quotes."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _labels(names: tuple[str, ...], values: tuple[str, ...], extra: str = "") -> str:
+    parts = [f'{n}="{escape_label(v)}"' for n, v in zip(names, values, strict=True)]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def render(samples: Samples) -> bytes:
+    """``samples`` in the text format 0.0.4: HELP and TYPE lines per family present,
+    histograms as cumulative ``_bucket`` lines up to ``le="+Inf"``, ``_sum``, ``_count``."""
+    out: list[str] = []
+    bounds = [_number(b) for b in samples.bounds]
+    for name, family in FAMILIES.items():
+        table = samples.values.get(name)
+        if not table:
+            continue
+        out.append(f"# HELP {name} {_escape_help(family.help)}")
+        out.append(f"# TYPE {name} {family.kind}")
+        for labels in sorted(table):
+            value = table[labels]
+            if family.kind != "histogram":
+                out.append(f"{name}{_labels(family.labels, labels)} {_number(value)}")
+                continue
+            running = 0
+            for bound, n in zip([*bounds, "+Inf"], value[:-1], strict=True):
+                running += n
+                le = _labels(family.labels, labels, f'le="{bound}"')
+                out.append(f"{name}_bucket{le} {_number(running)}")
+            plain = _labels(family.labels, labels)
+            out.append(f"{name}_sum{plain} {_number(value[-1])}")
+            out.append(f"{name}_count{plain} {_number(running)}")
+    out.append("")
+    return "\n".join(out).encode()
+
+
+def now() -> float:
+    """Wall-clock seconds (``traefik_config_last_reload_success``)."""
+    return time.time()
+
+
+# -- what is read at scrape ---------------------------------------------------------------
+
+
+def answer(registry: Registry) -> Callable[[bytes], tuple[int, bytes, bytes, bytes] | None]:
+    """The ``/metrics`` answer of an entry point (its ``internal`` answers): the text of
+    ``registry``'s samples, rendered now; None for another path."""
+
+    def metrics(path: bytes) -> tuple[int, bytes, bytes, bytes] | None:
+        if path != METRICS_PATH:
+            return None
+        return 200, render(registry.collect()), CONTENT_TYPE, b""
+
+    return metrics
+
+
+def watch_dataplane(registry: Registry, dataplane: Any) -> None:
+    """Have ``registry`` read, at scrape, what a :class:`~edge.app.Dataplane` holds: open
+    connections per entry point, UDP counters and sessions, servers up, certificates."""
+
+    certs: dict[Any, list] = {}  # certificate file (version) -> what it says
+
+    def read(samples: Samples) -> None:
+        for name, ep in dataplane.entrypoints.all.items():
+            proxy = getattr(ep, "proxy", None)
+            if proxy is None:  # TCP: every live connection, whatever it became
+                samples.add("traefik_open_connections", (name, "TCP"), len(ep.connections))
+                continue
+            samples.add("traefik_open_connections", (name, "UDP"), len(proxy.table))
+            samples.add("edge_udp_sessions", (name,), len(proxy.table))
+            samples.add("edge_udp_no_route_total", (name,), proxy.no_route)
+            for (router, service), c in proxy.counters.items():
+                where = (name, router, service)
+                samples.add(
+                    "edge_udp_datagrams_total", (*where, "to_server"), c.datagrams_to_server
+                )
+                samples.add(
+                    "edge_udp_datagrams_total", (*where, "to_client"), c.datagrams_to_client
+                )
+                samples.add("edge_udp_bytes_total", (*where, "to_server"), c.bytes_to_server)
+                samples.add("edge_udp_bytes_total", (*where, "to_client"), c.bytes_to_client)
+                samples.add("edge_udp_dropped_total", where, c.dropped)
+                samples.add("edge_udp_sessions_total", where, c.sessions_opened)
+        runtime = dataplane.runtime
+        if runtime is not None:
+            _servers_up(samples, runtime, dataplane.health.status)
+            if runtime.tls is not None:
+                _certificates(samples, runtime.tls, certs)
+
+    registry.sources.append(read)
+
+
+def _servers_up(samples: Samples, runtime: Any, down: Callable[[str], set[str]]) -> None:
+    """``traefik_service_server_up``: 1 per HTTP load-balancer server, 0 for one a health
+    check took out."""
+    for name, info in runtime.http_services.items():
+        lb = getattr(info.config, "load_balancer", None)
+        if lb is None:
+            continue
+        out = down(name)
+        for server in lb.servers:
+            url = getattr(server, "url", "")
+            if url:
+                samples.add("traefik_service_server_up", (name, url), 0 if url in out else 1)
+
+
+def _certificates(samples: Samples, tls: Any, cache: dict[Any, list]) -> None:
+    """``traefik_tls_certs_not_after`` of each certificate the configuration names (its
+    leaf, by common name, serial and SANs), read once per file version (``cache``)."""
+    values = [c.cert_file for c in tls.certificates]
+    values += [
+        s.default_certificate.cert_file
+        for s in tls.stores.values()
+        if s.default_certificate is not None
+    ]
+    for value in values:
+        if not value:
+            continue
+        key: Any = value
+        if "-----BEGIN" not in value:
+            try:
+                st = os.stat(value)
+            except (OSError, ValueError):
+                continue
+            key = (value, st.st_ino, st.st_size, st.st_mtime_ns)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = _expiry(value)
+        for cn, serial, sans, not_after in found:
+            samples.add("traefik_tls_certs_not_after", (cn, serial, sans), not_after)
+
+
+def _expiry(value: str) -> list[tuple[str, str, str, float]]:
+    """(common name, serial, SANs comma-separated, not after) of a PEM file's (or PEM
+    text's) first certificate; none when it does not read."""
+    try:
+        if "-----BEGIN" in value:
+            data = value.encode()
+        else:
+            with open(value, "rb") as f:
+                data = f.read()
+        cert = x509.load_pem_x509_certificate(data)
+    except (OSError, ValueError):
+        return []
+    cns = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    cn = str(cns[0].value) if cns else ""
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        sans = ",".join(str(v) for v in ext.value.get_values_for_type(x509.DNSName))
+    except x509.ExtensionNotFound:
+        sans = ""
+    return [(cn, str(cert.serial_number), sans, cert.not_valid_after_utc.timestamp())]
+
+
+def watch_reloads(registry: Registry, watcher: Any) -> None:
+    """Have ``registry`` read the configuration rounds of ``watcher``
+    (:class:`~edge.watcher.Watcher`: ``applied``, ``last_success``)."""
+
+    def read(samples: Samples) -> None:
+        samples.add("traefik_config_reloads_total", (), watcher.applied)
+        samples.add("traefik_config_last_reload_success", (), watcher.last_success)
+
+    registry.sources.append(read)

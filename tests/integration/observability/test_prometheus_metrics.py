@@ -1,0 +1,121 @@
+"""``metrics.prometheus`` through a real edge: curl's requests counted exactly on
+/metrics, per entry point, router and service, under both HTTP/1.1 codecs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import Edge, lb
+from tests.integration.observability.metrics_text import curl, scrape, value
+
+PROMETHEUS = {
+    "metrics": {"prometheus": {"addRoutersLabels": True, "buckets": [0.05, 0.5, 5]}},
+}
+
+
+def dynamic(whoami) -> dict:
+    return {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+            "services": {"s": lb(whoami.url)},
+        }
+    }
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_requests_counted_per_entrypoint_router_and_service(tmp_path, whoami, parser):
+    e = Edge(tmp_path, dynamic(whoami), parser=parser, static_extra=PROMETHEUS)
+    try:
+        web = e.url
+        sizes = []
+        for _ in range(3):
+            out = curl(
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{size_download}",
+                "-H",
+                "Host: a.test",
+                web + "/x",
+            )
+            code, size = out.stdout.decode().split()
+            assert code == "200"
+            sizes.append(int(size))
+        for _ in range(2):
+            out = curl(
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-H",
+                "Host: a.test",
+                "-d",
+                "hello",
+                web + "/p",
+            )
+            assert out.stdout == b"200"
+        out = curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: nobody.test", web + "/")
+        assert out.stdout == b"404"
+        out = curl(
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "PROPFIND",
+            "-H",
+            "Host: a.test",
+            web + "/",
+        )
+        samples, content_type = scrape(e.ports["traefik"])
+    finally:
+        e.stop()
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+    propfind = out.stdout.decode()
+    ep = {"protocol": "http", "entrypoint": "web"}
+    assert value(samples, "traefik_entrypoint_requests_total", code="200", method="GET", **ep) == 3
+    assert value(samples, "traefik_entrypoint_requests_total", code="200", method="POST", **ep) == 2
+    assert value(samples, "traefik_entrypoint_requests_total", code="404", method="GET", **ep) == 1
+    # Methods outside the standard set share one label value.
+    assert (
+        value(
+            samples,
+            "traefik_entrypoint_requests_total",
+            code=propfind,
+            method="EXTENSION_METHOD",
+            **ep,
+        )
+        == 1
+    )
+    router = {"protocol": "http", "router": "a@file", "service": "s@file"}
+    assert value(samples, "traefik_router_requests_total", code="200", method="GET", **router) == 3
+    service = {"protocol": "http", "service": "s@file"}
+    assert (
+        value(samples, "traefik_service_requests_total", code="200", method="POST", **service) == 2
+    )
+    # The 404 matched no router: it is the entry point's alone.
+    assert not [
+        k for k in samples if k[0] == "traefik_router_requests_total" and ("code", "404") in k[1]
+    ]
+    get200 = {"code": "200", "method": "GET", **ep}
+    assert value(samples, "traefik_entrypoint_responses_bytes_total", **get200) == sum(sizes)
+    assert (
+        value(samples, "traefik_entrypoint_requests_bytes_total", code="200", method="POST", **ep)
+        == 10
+    )
+    # The histogram: cumulative buckets ending with +Inf, which equals the count.
+    name = "traefik_entrypoint_request_duration_seconds"
+    buckets = [
+        value(samples, name + "_bucket", le=le, **get200) for le in ("0.05", "0.5", "5", "+Inf")
+    ]
+    assert buckets == sorted(buckets) and buckets[-1] == 3, buckets
+    assert value(samples, name + "_count", **get200) == 3
+    assert 0 < value(samples, name + "_sum", **get200) < 3 * 5
+    assert value(samples, "traefik_service_server_up", service="s@file", url=whoami.url) == 1
+    assert value(samples, "traefik_config_reloads_total") >= 1
+    assert value(samples, "traefik_config_last_reload_success") > 1.7e9
+    assert value(samples, "traefik_open_connections", entrypoint="web", protocol="TCP") == 0
+    # curl's scrape is open on the traefik entry point as it is answered.
+    assert value(samples, "traefik_open_connections", entrypoint="traefik", protocol="TCP") >= 1
+    assert value(samples, "process_resident_memory_bytes") > 1e6
+    assert value(samples, "process_open_fds") > 3
