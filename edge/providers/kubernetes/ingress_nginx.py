@@ -41,7 +41,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     ``limit-rps`` / ``limit-rpm`` (burst: ``limit-burst-multiplier``, 5, times the
     rate) per client address: a ``rateLimit``; ``limit-connections``: an
     ``inFlightReq`` per client address. ``upstream-vhost`` and ``x-forwarded-prefix``:
-    request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``auth-url`` with ``auth-response-headers``,
+    request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``server-alias``: more
+    names for every host route (:func:`_aliases`). ``auth-url`` with ``auth-response-headers``,
     ``auth-signin`` and ``auth-method``: a ``forwardAuth``. Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
@@ -157,7 +158,6 @@ NOT_YET = frozenset(
         "default-backend",
         "custom-headers",
         "from-to-www-redirect",
-        "server-alias",
         "upstream-hash-by",
         "load-balance",
         "proxy-connect-timeout",
@@ -230,6 +230,7 @@ _KNOWN = frozenset(
         "upstream-vhost",
         "x-forwarded-prefix",
         "service-upstream",
+        "server-alias",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -390,6 +391,7 @@ class _Reader:
         self.forward_auth()
         self.body_size()
         self.upstream_headers()
+        self.aliases()
         rewrite = self.rewrite()
         plain: tuple[str, ...] = ()
         force = self.flag("force-ssl-redirect")
@@ -594,6 +596,19 @@ class _Reader:
             self.define(
                 "upstream-headers", Middleware(headers=Headers(custom_request_headers=headers))
             )
+
+    def aliases(self) -> list[str]:
+        """``server-alias``: more host names for every host of the Ingress, checked."""
+        value = self.get("server-alias")
+        if value is None:
+            return []
+        names = []
+        for name in _list(value):
+            try:
+                names.append(base._check_host(name))
+            except ValueError as exc:
+                raise ValueError(f"annotation {PREFIX}server-alias: {exc}") from None
+        return names
 
     def rewrite(self) -> bool:
         target = self.get("rewrite-target")
@@ -824,6 +839,36 @@ def _canaries(
     return conversion._replace(configuration=configuration, problems=problems)
 
 
+# --- server-alias ------------------------------------------------------------------------
+
+
+def _aliases(conversion: Conversion, aliases: Mapping[Key, list[str]]) -> Conversion:
+    """Each router of an Ingress with ``server-alias`` also answers for the aliases: its
+    ``Host(`h`)`` becomes ``(Host(`h`) || Host(`alias`)...)`` (nginx's ``server_name``
+    list); host-less routers are left as they are."""
+    http = conversion.configuration.http
+    if not aliases or http is None:
+        return conversion
+    routers = dict(http.routers)
+    for name, router in http.routers.items():
+        owner = conversion.owners.get(name)
+        if owner is None or owner not in aliases:
+            continue
+        found = _HOST_PREFIX_RE.match(router.rule)
+        if found is None:
+            continue
+        hosts = " || ".join(f"Host(`{h}`)" for h in [found.group(1), *aliases[owner]])
+        rule = f"({hosts}){router.rule[found.end() :]}"
+        routers[name] = msgspec.structs.replace(router, rule=rule)
+    configuration = msgspec.structs.replace(
+        conversion.configuration, http=msgspec.structs.replace(http, routers=routers)
+    )
+    return conversion._replace(configuration=configuration)
+
+
+_HOST_PREFIX_RE = re.compile(r"Host\(`([^`]+)`\)")
+
+
 # --- ssl-passthrough ---------------------------------------------------------------------
 
 _HOST_RULE_RE = re.compile(r"Host\(`([^`]+)`\)")
@@ -918,11 +963,14 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
     options = options or NGINXOptions()
     canaries: dict[Key, _Canary] = {}
     passthrough: set[Key] = set()
+    aliases: dict[Key, list[str]] = {}
     for key, ing in state.ingresses.items():
         try:
             settings = _canary(ing)
             if settings is None and _Reader(ing).flag("ssl-passthrough"):
                 passthrough.add(key)
+            if settings is None and (names := _Reader(ing).aliases()):
+                aliases[key] = names
         except ValueError:
             continue  # the conversion names it, reading the annotations again
         if settings is not None:
@@ -934,6 +982,7 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
         annotate=_read_checked,
     )
     conversion = _canaries(conversion, canaries, list(conversion.problems))
+    conversion = _aliases(conversion, aliases)
     return _passthrough(conversion, frozenset(passthrough), list(conversion.problems))
 
 
