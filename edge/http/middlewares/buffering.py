@@ -63,17 +63,20 @@ class Spool:
         return True
 
     def chunks(self) -> Iterator[bytes]:
-        """The body, from the start, in pieces; the spool is closed after the last."""
+        """The body, from the start, in pieces (again for each call: a retry sends it
+        again); its file goes when the spool does (closed, or freed)."""
         yield from self.parts
         file = self.file
         if file is not None:
             file.seek(0)
             while chunk := file.read(CHUNK):
                 yield chunk
-        self.close()
 
     def read(self) -> bytes:
-        return b"".join(self.chunks())
+        """The whole body; the spool is closed."""
+        body = b"".join(self.chunks())
+        self.close()
+        return body
 
     def close(self) -> None:
         self.parts = []

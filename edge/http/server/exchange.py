@@ -34,8 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
 from edge.http.codec import RequestHead, ResponseHead, forward
@@ -74,20 +74,50 @@ def replayable(head: RequestHead) -> bool:
     )
 
 
-class Exchange:
+class General:
+    """What an exchange on the general path keeps beside the express path's fields (one
+    slot of the exchange, so an express exchange allocates and frees no more than before
+    the middleware hooks): made by :meth:`Exchange.begin`, read only when not express."""
+
     __slots__ = (
         "attempt",
+        "divert",
+        "filtered",
+        "filters",
+        "fwd",
+        "held_body",
+        "resp_held",
+        "set_cookies",
+        "sink",
+        "spool_iter",
+        "tee",
+        "up_args",
+    )
+
+    def __init__(self) -> None:
+        self.fwd: Forward | None = None  # the pipeline's
+        self.filters: list[BodyFilter] | None = None  # response filters of this response
+        self.tee: Tee | None = None  # a service's copy of the body (mirroring)
+        self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
+        self.divert = 0  # the status a divert (Reply.divert) answers with
+        self.sink: Any = None  # the spool the request body goes to (buffering), while it comes
+        self.spool_iter: Iterator[bytes] | None = None  # ...what of it is still to go upstream
+        self.held_body: Any = None  # ...and all of it, once in (a retry sends it again)
+        self.resp_held = False  # a filter holds the response until its end (Reply.hold)
+        self.filtered = False  # the filters ran on this response's head
+        self.attempt = 1  # tries of the request (retry)
+        self.up_args: tuple = ()  # what a head for another server is made with (retry)
+
+
+class Exchange:
+    __slots__ = (
         "backend",
         "buffered",
         "buffered_size",
         "conn",
         "dial_task",
-        "divert",
         "ends",
         "express",
-        "filtered",
-        "filters",
-        "fwd",
         "head",
         "header_timer",
         "keep_alive",
@@ -95,23 +125,18 @@ class Exchange:
         "resp_chunked",
         "resp_done",
         "resp_head",
-        "resp_held",
         "resp_out",
         "resp_started",
         "response_edits",
         "retried",
         "route",
         "sent",
-        "set_cookies",
-        "sink",
-        "spool_iter",
         "started",
         "status",
-        "tee",
-        "up_args",
         "up_head",
         "upgrade_rest",
         "upstream",
+        "x",
     )
 
     def __init__(self, conn: HTTPConnection, head: RequestHead) -> None:
@@ -137,10 +162,9 @@ class Exchange:
         self.upgrade_rest: bytes | None = None
         self.retried = False
         # ends (Forward.on_end's) is set by begin(), the general path, and read only
-        # when not self.express: the express path never pays for it. So are fwd (the
-        # pipeline's Forward), filters (response filters), tee (a service's copy of
-        # the body), and set_cookies (a sticky service's Set-Cookie lines), set by
-        # _forward.
+        # when not self.express: the express path never pays for it. So is x (General:
+        # the pipeline's Forward, response filters, a service's tee, a sticky service's
+        # Set-Cookie lines, held bodies, retries).
         self.status = 0
         self.sent = 0
         self.started = (
@@ -207,14 +231,7 @@ class Exchange:
         ctx = conn.ctx
         head = self.head
         self.ends: list[Callable[[], None]] | None = None
-        self.fwd: Forward | None = None
-        self.filters: list[BodyFilter] | None = None
-        self.tee: Tee | None = None
-        self.divert = 0  # the status a divert (Reply.divert) answers with
-        self.sink = None  # the spool the request body goes to (buffering), while it comes
-        self.spool_iter = None  # ...and what of it is still to go upstream
-        self.resp_held = False  # a filter holds the response until its end (Reply.hold)
-        self.filtered = False  # the filters ran on this response's head
+        self.x = General()
         try:
             path, query, authority = forward.split_target(head.target)
         except ValueError as exc:
@@ -260,7 +277,7 @@ class Exchange:
         pipeline = route.pipeline
         fwd = None
         if pipeline.forwards:
-            fwd = self.fwd = Forward(
+            fwd = self.x.fwd = Forward(
                 host,
                 path,
                 query,
@@ -302,12 +319,12 @@ class Exchange:
                 self.buffered_size = 0
                 self.conn.resume_reading(self.conn.PAUSE_BUFFER)
                 if not fits:
-                    self.sink = spool
+                    self.x.sink = spool
                     self._spool_overflow()
                     return
                 if not self.req_done:
-                    self.sink = spool
-                    self.up_args = args  # _forward's, once the body is in (request_end)
+                    self.x.sink = spool
+                    self.x.up_args = args  # _forward's, once the body is in (request_end)
                     if self.head.expect_continue:
                         self.conn.send(CONTINUE)  # the body is wanted now, not upstream's say
                     return
@@ -378,10 +395,10 @@ class Exchange:
         service = route.service
         if service.sticks:
             cookies = [v for n, v in head.headers if len(n) == 6 and n.lower() == b"cookie"]
-            self.set_cookies = out = []
+            self.x.set_cookies = out = []
             backend = service.pick_sticky(cookies, out)
         else:
-            self.set_cookies = None
+            self.x.set_cookies = None
             backend = service.pick()
         if backend is None:
             self.answer_error(
@@ -430,24 +447,26 @@ class Exchange:
                 origin_path, origin_query, _ = forward.split_target(head.target)
                 target = origin_path + b"?" + origin_query if origin_query else origin_path
             up_args = (authority, forwarded_port, target, edits, prefix)
-            self.spool_iter = spool.chunks() if length else None
-            if not length:
+            if length:
+                self.x.held_body = spool
+                self.x.spool_iter = spool.chunks()
+            else:
                 spool.close()
         self.up_head = self._up_head(backend, up_args)
         if fwd is not None and fwd.retry is not None:
             # What a retry makes another head with (_retry), for the server it picks.
-            self.up_args = up_args
-            self.attempt = 1
+            self.x.up_args = up_args
+            self.x.attempt = 1
         tee = getattr(service, "tee", None)  # a mirroring service's (middlewares' module doc)
         if tee is not None:
-            self.tee = tee(head, self.up_head)
+            self.x.tee = tee(head, self.up_head)
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
         self.express = (
             self.response_edits is None
-            and not self.set_cookies  # written by upstream_head
+            and not self.x.set_cookies  # written by upstream_head
             and self.ends is None  # upstream_quick runs no ends
             and not pipeline.responders  # run by upstream_head
-            and self.tee is None  # read by request_body
+            and self.x.tee is None  # read by request_body
             and (fwd is None or fwd.retry is None)  # read by _upstream_error
             and not head.upgrade
             and head.version == b"1.1"
@@ -480,18 +499,21 @@ class Exchange:
     def _retry(self, sent: bool) -> bool:
         """Whether the request goes again after a network failure (``sent``: it may
         have reached the server); if so the next try is planned after its backoff."""
-        fwd = self.fwd
+        fwd = self.x.fwd
         assert fwd is not None and fwd.retry is not None
         policy = fwd.retry
         head = self.head
-        if self.attempt >= policy.attempts or head.upgrade or self.upgrade_rest is not None:
+        if self.x.attempt >= policy.attempts or head.upgrade or self.upgrade_rest is not None:
             return False
-        if sent and (head.chunked or head.content_length or not replayable(head)):
+        held = self.x.held_body is not None  # the whole body is edge's (buffering)
+        if sent and (head.chunked or (head.content_length and not held) or not replayable(head)):
             return False  # its body is gone, or the server may have acted on it
-        self.attempt += 1
+        self.x.attempt += 1
         policy.retries += 1
         # header_timer holds the wait, which abandon() cancels with the client.
-        self.header_timer = self.conn.loop.call_later(policy.backoff(self.attempt), self._try_again)
+        self.header_timer = self.conn.loop.call_later(
+            policy.backoff(self.x.attempt), self._try_again
+        )
         return True
 
     def _try_again(self) -> None:
@@ -508,23 +530,25 @@ class Exchange:
             )
             return
         self.backend = backend
-        self.up_head = self._up_head(backend, self.up_args)
+        self.up_head = self._up_head(backend, self.x.up_args)
+        if self.x.held_body is not None:
+            self.x.spool_iter = self.x.held_body.chunks()  # the held body goes again
         self._connect()
 
     # -- the request body -----------------------------------------------------------
 
     def request_body(self, data: bytes) -> None:
         if self.resp_done:
-            if not self.express and self.tee is not None:
+            if not self.express and self.x.tee is not None:
                 self._drop_tee()
             return  # answered already (an error, or an early response): drop
         if not self.express:
-            if self.sink is not None:
-                if not self.sink.write(data):
+            if self.x.sink is not None:
+                if not self.x.sink.write(data):
                     self._spool_overflow()
                 return
-            if self.tee is not None:
-                self.tee.body(data)
+            if self.x.tee is not None:
+                self.x.tee.body(data)
         if self.head.chunked:
             self._send_upstream((b"%x\r\n" % len(data), data, CRLF))
         else:
@@ -532,19 +556,19 @@ class Exchange:
 
     def request_end(self) -> None:
         self.req_done = True
-        if not self.express and self.sink is not None and not self.resp_done:
+        if not self.express and self.x.sink is not None and not self.resp_done:
             # The held body is in: the request goes, with it (buffering).
-            self.sink = None
+            self.x.sink = None
             self.conn.request_read()
-            args = self.up_args
+            args = self.x.up_args
             self._forward(*args)
             return
-        if not self.express and self.tee is not None:
+        if not self.express and self.x.tee is not None:
             if self.resp_done:
                 self._drop_tee()
             else:
-                self.tee.end()
-                self.tee = None
+                self.x.tee.end()
+                self.x.tee = None
         head = self.head
         if head.chunked or head.content_length:
             self.conn.request_read()  # readTimeout's bound on the body ends
@@ -557,8 +581,8 @@ class Exchange:
 
     def _spool_overflow(self) -> None:
         """The held request body passed its limit: 413, the connection closed after it."""
-        sink = self.sink
-        self.sink = None
+        sink = self.x.sink
+        self.x.sink = None
         if sink is not None:
             sink.close()
         self.keep_alive = False
@@ -567,7 +591,7 @@ class Exchange:
     def _pump(self) -> None:
         """Write the held request body upstream while the connection takes it."""
         upstream = self.upstream
-        chunks = self.spool_iter
+        chunks = self.x.spool_iter
         if upstream is None or chunks is None or upstream.transport is None:
             return
         if self.conn.up_out is not None:
@@ -578,7 +602,7 @@ class Exchange:
         while transport.get_write_buffer_size() < HIGH_WATER:
             chunk = next(chunks, None)
             if chunk is None:
-                self.spool_iter = None
+                self.x.spool_iter = None
                 return
             transport.write(chunk)
 
@@ -647,7 +671,7 @@ class Exchange:
             upstream.transport.write(self.up_head)
         if conn.write_paused:
             upstream.pause_reading()
-        if not self.express and self.spool_iter is not None:
+        if not self.express and self.x.spool_iter is not None:
             self._pump()
         if self.req_done:
             self._start_header_timer()
@@ -689,19 +713,19 @@ class Exchange:
             upstream.abort()
 
     def _drop_tee(self) -> None:
-        tee = self.tee
-        self.tee = None
+        tee = self.x.tee
+        self.x.tee = None
         if tee is not None:
             tee.abort()
 
     def abandon(self) -> None:
         """The client is gone or broke the request: drop the upstream side."""
         if not self.express:
-            if self.tee is not None:
+            if self.x.tee is not None:
                 self._drop_tee()
-            if self.sink is not None:
-                self.sink.close()
-                self.sink = None
+            if self.x.sink is not None:
+                self.x.sink.close()
+                self.x.sink = None
         upstream = self.upstream
         if upstream is not None:
             self.upstream = None
@@ -745,7 +769,7 @@ class Exchange:
 
     def resume_sending(self) -> None:
         self.conn.resume_reading(self.conn.PAUSE_UPSTREAM)
-        if not self.express and self.spool_iter is not None:
+        if not self.express and self.x.spool_iter is not None:
             self._pump()
 
     def upstream_head(self, head: ResponseHead) -> None:
@@ -757,22 +781,22 @@ class Exchange:
             return
         if not self.express:
             if self.ends is not None:
-                fwd = self.fwd
+                fwd = self.x.fwd
                 fwd.elapsed = time.perf_counter() - fwd.started
-            if self.divert:
+            if self.x.divert:
                 head = self._diverted(head)
             if (
-                self.fwd is not None
+                self.x.fwd is not None
                 and head.has_body
                 and not self.head.upgrade
-                and not self.filtered
+                and not self.x.filtered
                 and self.route.pipeline.responders
             ):
                 filtered = self._filter(head)
                 if filtered is None:
                     return  # diverted: another request is on its way
                 head = filtered
-                if self.resp_held:
+                if self.x.resp_held:
                     self.resp_head = head  # sent with the body, at its end
                     return
         self.resp_head = head
@@ -796,10 +820,10 @@ class Exchange:
         if edits is not None and self.route is not None and self.route.pipeline.vary:
             edits = vary_origin(edits, head.headers)  # Origin joins the response's own Vary
         out = forward.client_response(head, self.keep_alive, chunked, edits)
-        if not self.express and self.set_cookies:
+        if not self.express and self.x.set_cookies:
             # After the status line, beside the upstream's own Set-Cookie headers.
             end = out.index(b"\r\n") + 2
-            out = b"".join((out[:end], *self.set_cookies, out[end:]))
+            out = b"".join((out[:end], *self.x.set_cookies, out[end:]))
         if self.keep_alive and self.head.version == b"1.0" and head.status != 101:
             out = forward.keep_alive_for_http10(out)
         self.resp_out = out  # upstream_failed looks for it among the writes held back
@@ -866,17 +890,17 @@ class Exchange:
     def _filter(self, head: ResponseHead) -> ResponseHead | None:
         """Run the route's response filters on a response with a body (middlewares'
         module doc); the head the client gets, or None when one diverted it."""
-        fwd = self.fwd
+        fwd = self.x.fwd
         assert fwd is not None and self.route is not None
         reply = Reply(
             head.status,
             head.reason,
             list(head.headers),
             None if head.chunked else head.content_length,
-            diverted=self.divert != 0,
+            diverted=self.x.divert != 0,
         )
         filters = []
-        self.filtered = True
+        self.x.filtered = True
         for m in self.route.pipeline.responders:
             f = m.response(fwd, reply)
             if reply.divert_to is not None and self.req_done:
@@ -888,8 +912,8 @@ class Exchange:
                 return None
             if f is not None:
                 filters.append(f)
-        self.filters = filters or None
-        self.resp_held = reply.hold
+        self.x.filters = filters or None
+        self.x.resp_held = reply.hold
         if not reply.changed and reply.length == head.content_length:
             return head
         return ResponseHead(
@@ -906,7 +930,7 @@ class Exchange:
     def _diverted(self, head: ResponseHead) -> ResponseHead:
         """The head of a diverted request's answer, with the status the divert asked for."""
         return ResponseHead(
-            self.divert,
+            self.x.divert,
             b"",
             b"1.1",
             head.headers,
@@ -919,9 +943,9 @@ class Exchange:
     def _divert(self, service, target: bytes, status: int) -> None:
         """Answer with ``service``'s response to a GET of ``target`` instead (Reply.divert):
         the client's headers go with it, no body."""
-        self.divert = status
-        self.filters = None
-        self.filtered = False
+        self.x.divert = status
+        self.x.filters = None
+        self.x.filtered = False
         route = self.route
         assert route is not None
         backend = service.pick() if service is not None else None
@@ -937,7 +961,7 @@ class Exchange:
         authority = head.host
         _, forwarded_port = conn.host_port(authority)
         self.backend = backend
-        self.set_cookies = None
+        self.x.set_cookies = None
         self.up_head = forward.upstream_request(
             page,
             backend.transport.pools,
@@ -952,9 +976,9 @@ class Exchange:
         self._connect()
 
     def upstream_body(self, data: bytes) -> None:
-        if not self.express and self.filters is not None:
+        if not self.express and self.x.filters is not None:
             try:
-                for f in self.filters:
+                for f in self.x.filters:
                     data = f.data(data)
                     if not data:
                         return
@@ -970,10 +994,10 @@ class Exchange:
     def upstream_end(self, upstream: UpstreamConnection) -> None:
         if self.resp_head.status == 101:
             return  # upstream_upgrade follows with the first tunnel bytes
-        if not self.express and self.resp_held:
+        if not self.express and self.x.resp_held:
             self._release_held()
             return
-        if not self.express and self.filters is not None:
+        if not self.express and self.x.filters is not None:
             self._filters_end()
         if self.resp_chunked:
             self.conn.send(CHUNK_END)
@@ -983,16 +1007,16 @@ class Exchange:
     def _held_too_large(self, why: str) -> None:
         """A held response passed its limit: 413 in its place, its connection dropped."""
         log.info("router %s: %s", self.route.name if self.route else "?", why)
-        self.filters = None
-        self.resp_held = False
+        self.x.filters = None
+        self.x.resp_held = False
         self.release_upstream(reuse=False)
         self.answer_error(HTTPError(why, status=413))
 
     def _release_held(self) -> None:
         """A held response ended: its head, with the length of what the filters emit, and that."""
-        filters = self.filters
-        self.filters = None
-        self.resp_held = False
+        filters = self.x.filters
+        self.x.filters = None
+        self.x.resp_held = False
         tail = b""
         for f in filters or ():
             if tail:
@@ -1019,9 +1043,9 @@ class Exchange:
     def _filters_end(self) -> None:
         """The body's end through the filters: what each emits last passes through
         the filters after it."""
-        filters = self.filters
+        filters = self.x.filters
         assert filters is not None
-        self.filters = None
+        self.x.filters = None
         tail = b""
         for f in filters:
             if tail:
@@ -1083,8 +1107,8 @@ class Exchange:
     def upstream_lost(self, upstream: UpstreamConnection, exc: Exception | None) -> None:
         if self.resp_started:
             # Cut in the middle of a body: the client can only learn it by a close.
-            if not self.express and self.fwd is not None:
-                self.fwd.network_error = True
+            if not self.express and self.x.fwd is not None:
+                self.x.fwd.network_error = True
             log.warning(
                 "router %s: upstream %s closed during the response",
                 self.route.name if self.route else "?",
@@ -1140,7 +1164,7 @@ class Exchange:
         """No usable answer from the server: a retry, or ``exc``'s answer. ``sent``:
         None for an answer that is not to be retried (an invalid response, a
         timeout), else whether the request may have reached the server."""
-        fwd = None if self.express else self.fwd
+        fwd = None if self.express else self.x.fwd
         if fwd is not None:
             fwd.network_error = True
         backend = self.backend
@@ -1188,7 +1212,7 @@ class Exchange:
         self.resp_done = True
         self.conn.send(data)
         if not self.express and self.ends is not None:
-            fwd = self.fwd
+            fwd = self.x.fwd
             if fwd is not None:
                 fwd.elapsed = time.perf_counter() - fwd.started
             self.run_ends()
@@ -1212,7 +1236,7 @@ class Exchange:
     def _divert_own(self, status: int) -> bool:
         """Whether a filter that sees edge's own answers (``own_answers``: errors)
         diverts this one, an error of the route's service (502, 503, 504)."""
-        fwd = self.fwd
+        fwd = self.x.fwd
         assert fwd is not None and self.route is not None
         reply = Reply(status, b"", [], 0)
         for m in self.route.pipeline.responders:
@@ -1227,7 +1251,7 @@ class Exchange:
         """Run what middlewares registered for the exchange's end (Forward.on_end), once."""
         ends = self.ends
         self.ends = None
-        fwd = self.fwd
+        fwd = self.x.fwd
         if fwd is not None:
             fwd.status = self.status
         if ends:
@@ -1243,8 +1267,8 @@ class Exchange:
     def answer_error(self, exc: HTTPError) -> None:
         if (
             not self.express
-            and self.fwd is not None
-            and not self.divert
+            and self.x.fwd is not None
+            and not self.x.divert
             and self.req_done
             and self.route is not None
             and self.route.pipeline.responders

@@ -200,3 +200,26 @@ def test_a_bad_attempts_value_disables_the_middleware_naming_the_key(tmp_path, g
         assert "retry.attempts: 0 is not a positive number of tries" in e.log
     finally:
         e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_body_buffering_holds_goes_again(tmp_path, codec, good, dropping):
+    """A replayable request with a body: sent and lost, it goes again only when
+    buffering holds its whole body (the body is edge's to send twice)."""
+    middlewares = {"retry": {"retry": {"attempts": 2}}, "buf": {"buffering": {}}}
+    e = edge_with(tmp_path, codec, lb(dropping.url, good.url), middlewares)
+    try:
+        for _ in range(2):
+            assert request(e, "GET", b"q" * 5000) == (200, b"good 5000")
+        assert len(dropping.seen) == 2 and len(good.seen) == 2
+    finally:
+        e.stop()
+    (tmp_path / "plain").mkdir()
+    e = edge_with(
+        tmp_path / "plain", codec, lb(dropping.url, good.url), {"retry": middlewares["retry"]}
+    )
+    try:
+        statuses = sorted(request(e, "GET", b"q" * 5000)[0] for _ in range(2))
+        assert statuses == [200, 502]  # streamed: gone once sent
+    finally:
+        e.stop()
