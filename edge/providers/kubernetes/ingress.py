@@ -161,6 +161,7 @@ from edge.config.dynamic import (
     Router,
     RouterTLS,
     Server,
+    ServersTransport,
     Service,
     Sticky,
     TLSConfiguration,
@@ -434,6 +435,7 @@ class ServiceVariant:
     sticky: Sticky | None = None
     pass_host_header: bool | None = None
     cluster_ip: bool = False
+    servers_transport: str | None = None
 
     def apply(self, service: Service, kube: KubeService | None = None, port: str = "") -> Service:
         """``service`` (built for the Service ``kube``'s port ``port``, its name or
@@ -466,6 +468,11 @@ class ServiceVariant:
                 pass_host_header=(
                     lb.pass_host_header if self.pass_host_header is None else self.pass_host_header
                 ),
+                servers_transport=(
+                    lb.servers_transport
+                    if self.servers_transport is None
+                    else self.servers_transport
+                ),
             ),
         )
 
@@ -488,6 +495,7 @@ class RouterOptions:
     plain_everywhere: bool = False  # ... on every plain router
     service: ServiceVariant | None = None
     definitions: Mapping[str, Middleware] = dataclasses.field(default_factory=dict)
+    transports: Mapping[str, ServersTransport] = dataclasses.field(default_factory=dict)
     path_middleware: PathMiddleware | None = None  # last on each path's routers
 
 
@@ -940,6 +948,7 @@ class _Converter:
         self.annotate = annotate
         self.owner: Key = ("", "")  # the Ingress being converted
         self.definitions: dict[str, Middleware] = {}  # middlewares the annotations made
+        self.transports: dict[str, ServersTransport] = {}  # and serversTransports
         self.services = _Services(state, options)
         self.routes: list[_Route] = []
         self.problems: list[Problem] = []
@@ -1146,6 +1155,7 @@ class _Converter:
         )
         self.routes.append(route)
         self.definitions.update(ropts.definitions)
+        self.transports.update(ropts.transports)
 
     def tls(self, ing: Ingress, label: str) -> tuple[list[str], bool]:
         """Load the Secrets of ``spec.tls``; the hosts served over TLS, and whether some
@@ -1251,6 +1261,11 @@ class _Converter:
                     name: made
                     for name, made in sorted(self.definitions.items())
                     if any(name in r.middlewares for r in served)
+                },
+                servers_transports={  # those some variant uses
+                    name: made
+                    for name, made in sorted(self.transports.items())
+                    if any(v.servers_transport == name for _, v in variants.values())
                 },
             ),
             tls=TLSConfiguration(certificates=certificates) if certificates else None,

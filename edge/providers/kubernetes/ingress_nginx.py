@@ -34,7 +34,10 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
     ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
     Ingress' copy of the service. ``service-upstream``: that copy's one server is the
-    Service's cluster IP and port. ``enable-cors`` with ``cors-allow-origin``,
+    Service's cluster IP and port. ``proxy-connect-timeout`` and ``proxy-read-timeout``
+    (seconds; nginx's default 60 for the other): a serversTransport of the Ingress'
+    own, the dial's bound and the wait for the response head (edge bounds no later
+    read; ``proxy-send-timeout`` is not done). ``enable-cors`` with ``cors-allow-origin``,
     ``-methods``, ``-headers``, ``-credentials``, ``-expose-headers``, ``-max-age``
     (ingress-nginx's defaults): a ``headers`` middleware. ``proxy-body-size`` (nginx
     sizes, ``0``: no limit): ``buffering`` with ``maxRequestBodyBytes`` (413 over it).
@@ -58,18 +61,18 @@ Refused, named on the route
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import msgspec
 
-from edge.config.durations import SignedDuration
+from edge.config.durations import Duration, SignedDuration
 from edge.config.dynamic import (
     Buffering,
     Cookie,
     ForwardAuth,
+    ForwardingTimeouts,
     Headers,
     InFlightReq,
     IPAllowList,
@@ -80,6 +83,7 @@ from edge.config.dynamic import (
     RedirectScheme,
     ReplacePathRegex,
     Router,
+    ServersTransport,
     Service,
     SourceCriterion,
     Sticky,
@@ -160,8 +164,6 @@ NOT_YET = frozenset(
         "from-to-www-redirect",
         "upstream-hash-by",
         "load-balance",
-        "proxy-connect-timeout",
-        "proxy-read-timeout",
         "proxy-send-timeout",
         "proxy-next-upstream",
         "proxy-next-upstream-tries",
@@ -231,6 +233,8 @@ _KNOWN = frozenset(
         "x-forwarded-prefix",
         "service-upstream",
         "server-alias",
+        "proxy-connect-timeout",
+        "proxy-read-timeout",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -357,6 +361,7 @@ class _Reader:
         self.prefix = base._normalize(f"{ns}-{name}")
         self.middlewares: list[str] = []
         self.definitions: dict[str, Middleware] = {}
+        self.transports: dict[str, ServersTransport] = {}
 
     def get(self, key: str) -> str | None:
         return self.found.get(key)
@@ -419,6 +424,7 @@ class _Reader:
             plain_everywhere=force,
             service=self.variant(),
             definitions=self.definitions,
+            transports=self.transports,
             path_middleware=self.path_rewrite() if rewrite else None,
         )
 
@@ -643,11 +649,31 @@ class _Reader:
         cluster_ip = self.flag("service-upstream")
         if cluster_ip:
             self.check_cluster_ips()
-        if scheme is None and sticky is None and not cluster_ip:
+        transport = self.timeouts()
+        if scheme is None and sticky is None and not cluster_ip and transport is None:
             return None
-        what = msgspec.json.encode([scheme, msgspec.to_builtins(sticky), cluster_ip])
-        suffix = f"{self.prefix}-{hashlib.sha256(what).hexdigest()[:6]}"
-        return ServiceVariant(suffix=suffix, scheme=scheme, sticky=sticky, cluster_ip=cluster_ip)
+        return ServiceVariant(  # one per Ingress: named after it
+            suffix=self.prefix,
+            scheme=scheme,
+            sticky=sticky,
+            cluster_ip=cluster_ip,
+            servers_transport=transport,
+        )
+
+    def timeouts(self) -> str | None:
+        """``proxy-connect-timeout`` (seconds: the dial's bound) and ``proxy-read-timeout``
+        (the wait for the response's head; edge bounds no later read): a serversTransport
+        of this Ingress' own, its name."""
+        connect, read = self.get("proxy-connect-timeout"), self.get("proxy-read-timeout")
+        if connect is None and read is None:
+            return None
+        timeouts = ForwardingTimeouts(
+            dial_timeout=Duration(_int("proxy-connect-timeout", connect, 1) if connect else 60),
+            response_header_timeout=Duration(_int("proxy-read-timeout", read, 1) if read else 60),
+        )
+        name = f"{self.prefix}-transport"
+        self.transports[name] = ServersTransport(forwarding_timeouts=timeouts)
+        return name
 
     def check_cluster_ips(self) -> None:
         """``service-upstream`` needs a cluster IP on every Service the Ingress names."""
