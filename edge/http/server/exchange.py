@@ -560,8 +560,7 @@ class Exchange:
             # The held body is in: the request goes, with it (buffering).
             self.x.sink = None
             self.conn.request_read()
-            args = self.x.up_args
-            self._forward(*args)
+            self._stepped(self.x.up_args)  # a step's delay (rateLimit) still holds it
             return
         if not self.express and self.x.tee is not None:
             if self.resp_done:

@@ -18,7 +18,7 @@ import pytest
 from edge.config.dynamic import ErrorPage
 from edge.config.dynamic import Middleware as MiddlewareConfig
 from edge.http.middlewares.builtin import from_config
-from tests.harness import get, lb
+from tests.harness import Edge, get, lb
 from tests.integration.http.servers import edge_with
 from tests.integration.http.test_middleware_hooks import (
     TIMEOUT,
@@ -182,5 +182,33 @@ def test_a_bad_status_disables_the_middleware_naming_the_key(tmp_path, backend):
     try:
         assert get(e.port, "/", host="app.example")[0] == 404  # its router is disabled
         assert "errors.status[0]: '5xx' is not a status or a range of them" in e.log
+    finally:
+        e.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="edge/router/factory.py does not yet pass its service builder to from_config "
+    "(_Builder.middleware: from_config(name, config, self.service))",
+)
+def test_the_page_service_is_found_through_a_whole_edge(tmp_path, backend):
+    """Through ``edge run``: nothing behind the app, so edge's 502 becomes the pages
+    service's answer to ``/down``."""
+    dyn = {
+        "http": {
+            "routers": {
+                "app": {"rule": "Host(`app.example`)", "service": "app", "middlewares": ["e"]}
+            },
+            "services": {"app": lb(f"http://127.0.0.1:{free_port()}"), "pages": lb(backend.url)},
+            "middlewares": {
+                "e": {"errors": {"status": ["502"], "service": "pages", "query": "/down"}}
+            },
+        }
+    }
+    e = Edge(tmp_path, dyn)
+    try:
+        status, _, body = get(e.port, "/", host="app.example")
+        assert status == 502 and body != b"Bad Gateway"
+        assert backend.requests and backend.requests[-1].target == b"/down"
     finally:
         e.stop()
