@@ -286,6 +286,7 @@ class IngressOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, re
     allow_empty_services: bool = False
     allow_external_name_services: bool = False
     controller: str = CONTROLLER
+    scheme_by_port: bool = True  # https for port 443 or a port name https*; else http
 
     @classmethod
     def from_config(cls, config: KubernetesIngressConfig) -> IngressOptions:
@@ -842,9 +843,10 @@ class _Services:
                 "external-name-refused",
                 f"{what} is an ExternalName service and allowExternalNameServices is off",
             )
-        scheme = opts.scheme or (
-            "https" if service_port.port == 443 or service_port.name.startswith("https") else "http"
+        by_port = self.options.scheme_by_port and (
+            service_port.port == 443 or service_port.name.startswith("https")
         )
+        scheme = opts.scheme or ("https" if by_port else "http")
         urls: set[str] = set()
         hosts: list[str] = []  # FQDN slices refused
         if opts.native_lb and not external:

@@ -29,7 +29,10 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     ``app-root``: ``/`` answers 302 to it. ``permanent-redirect`` (301) and
     ``temporal-redirect`` (302): every request answers a redirect to that URL
     (``redirectRegex``). ``backend-protocol`` ``HTTP`` or ``HTTPS``: the scheme to the
-    backends (a copy of the service for this Ingress). ``whitelist-source-range`` /
+    backends (a copy of the service for this Ingress; without it HTTP, whatever the
+    port); to HTTPS backends a serversTransport of the Ingress' own, which verifies
+    nothing unless ``proxy-ssl-verify: "on"`` (ingress-nginx's default), with
+    ``proxy-ssl-secret``'s CAs and client certificate and ``proxy-ssl-name``. ``whitelist-source-range`` /
     ``allowlist-source-range``: an ``ipAllowList`` (403 otherwise). ``affinity:
     cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
     ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
@@ -70,6 +73,7 @@ import msgspec
 from edge.config.durations import Duration, SignedDuration
 from edge.config.dynamic import (
     Buffering,
+    ClientCertificate,
     Cookie,
     ForwardAuth,
     ForwardingTimeouts,
@@ -112,6 +116,7 @@ from edge.providers.kubernetes.objects import (
     Ingress,
     Key,
 )
+from edge.providers.kubernetes.secrets import SecretError, ca_bundle, tls_certificate
 
 __all__ = [
     "CONTROLLER",
@@ -175,10 +180,6 @@ NOT_YET = frozenset(
         "proxy-buffers-number",
         "proxy-max-temp-file-size",
         "client-body-buffer-size",
-        "proxy-ssl-secret",
-        "proxy-ssl-verify",
-        "proxy-ssl-name",
-        "proxy-ssl-server-name",
         "proxy-ssl-ciphers",
         "proxy-ssl-protocols",
         "enable-access-log",
@@ -235,6 +236,10 @@ _KNOWN = frozenset(
         "server-alias",
         "proxy-connect-timeout",
         "proxy-read-timeout",
+        "proxy-ssl-secret",
+        "proxy-ssl-verify",
+        "proxy-ssl-name",
+        "proxy-ssl-server-name",
         "canary",
         "canary-by-header",
         "canary-by-header-value",
@@ -649,7 +654,7 @@ class _Reader:
         cluster_ip = self.flag("service-upstream")
         if cluster_ip:
             self.check_cluster_ips()
-        transport = self.timeouts()
+        transport = self.transport(scheme == "https")
         if scheme is None and sticky is None and not cluster_ip and transport is None:
             return None
         return ServiceVariant(  # one per Ingress: named after it
@@ -660,20 +665,71 @@ class _Reader:
             servers_transport=transport,
         )
 
-    def timeouts(self) -> str | None:
-        """``proxy-connect-timeout`` (seconds: the dial's bound) and ``proxy-read-timeout``
-        (the wait for the response's head; edge bounds no later read): a serversTransport
-        of this Ingress' own, its name."""
+    def transport(self, https: bool) -> str | None:
+        """A serversTransport of this Ingress' own, its name; None when the default
+        one does. ``proxy-connect-timeout`` bounds the dial and ``proxy-read-timeout``
+        the wait for the response's head (seconds; nginx's 60 for the one not given;
+        edge bounds no later read). To HTTPS backends (``https``) ingress-nginx does not
+        verify the certificate unless ``proxy-ssl-verify: "on"``; ``proxy-ssl-secret``
+        (a Secret of the Ingress' namespace) gives the CAs (``ca.crt``) and the client
+        certificate (``tls.crt``, ``tls.key``); ``proxy-ssl-name`` the name verified
+        and sent as SNI."""
         connect, read = self.get("proxy-connect-timeout"), self.get("proxy-read-timeout")
-        if connect is None and read is None:
+        ssl_keys = sorted(k for k in self.found if k.startswith("proxy-ssl-"))
+        if ssl_keys and not https:
+            raise ValueError(f"annotation {PREFIX}{ssl_keys[0]} needs backend-protocol: HTTPS")
+        if connect is None and read is None and not https:
             return None
         timeouts = ForwardingTimeouts(
             dial_timeout=Duration(_int("proxy-connect-timeout", connect, 1) if connect else 60),
             response_header_timeout=Duration(_int("proxy-read-timeout", read, 1) if read else 60),
         )
+        if connect is None and read is None:
+            timeouts = ForwardingTimeouts()
+        verify = (self.get("proxy-ssl-verify") or "off").strip().lower()
+        if verify not in ("on", "off"):
+            raise ValueError(f"annotation {PREFIX}proxy-ssl-verify: {verify!r} is not on or off")
+        sni = (self.get("proxy-ssl-server-name") or "on").strip().lower()
+        if sni != "on":
+            raise ValueError(
+                f"annotation {PREFIX}proxy-ssl-server-name: {sni!r}: edge always sends SNI"
+            )
+        root_cas: list[str] = []
+        certificates: list[ClientCertificate] = []
+        secret = self.get("proxy-ssl-secret")
+        if secret is not None:
+            key = self.secret_key("proxy-ssl-secret", secret)
+            secrets = self.state.secrets if self.state is not None else {}
+            try:
+                root_cas = [ca_bundle(secrets, key)]
+            except SecretError as exc:
+                raise ValueError(f"annotation {PREFIX}proxy-ssl-secret: {exc.reason}") from None
+            found = secrets.get(key)
+            if found is not None and found.data.tls_crt and found.data.tls_key:
+                try:
+                    pair = tls_certificate(secrets, key, any_type=True)
+                except SecretError as exc:
+                    raise ValueError(f"annotation {PREFIX}proxy-ssl-secret: {exc.reason}") from None
+                certificates = [ClientCertificate(cert_file=pair.cert_file, key_file=pair.key_file)]
         name = f"{self.prefix}-transport"
-        self.transports[name] = ServersTransport(forwarding_timeouts=timeouts)
+        self.transports[name] = ServersTransport(
+            server_name=(self.get("proxy-ssl-name") or "").strip(),
+            insecure_skip_verify=https and verify == "off",
+            root_cas=root_cas,
+            certificates=certificates,
+            forwarding_timeouts=timeouts,
+        )
         return name
+
+    def secret_key(self, key: str, value: str) -> Key:
+        """A Secret named ``name`` or ``namespace/name``, of the Ingress' namespace."""
+        ns = self.ing.metadata.namespace
+        namespace, slash, name = value.strip().rpartition("/")
+        if (slash and namespace != ns) or not name:
+            raise ValueError(
+                f"annotation {PREFIX}{key}: {value!r}: a Secret of namespace {ns} is needed"
+            )
+        return (ns, name)
 
     def check_cluster_ips(self) -> None:
         """``service-upstream`` needs a cluster IP on every Service the Ingress names."""
@@ -980,6 +1036,7 @@ def ingress_options(options: NGINXOptions) -> IngressOptions:
     return IngressOptions(
         allow_empty_services=options.allow_empty_services,
         allow_external_name_services=options.allow_external_name_services,
+        scheme_by_port=False,  # plain HTTP unless backend-protocol says otherwise
     )
 
 
