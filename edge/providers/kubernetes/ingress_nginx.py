@@ -984,9 +984,10 @@ def _passthrough(
         if found is None:
             continue
         host = found.group(1)
-        hosts.setdefault(owner, set()).add(host)
         service = http.services[router.service].load_balancer
-        assert service is not None  # the Ingress conversion builds load balancers
+        if service is None:  # a canary's weighted service: its TLS is not passed through
+            continue
+        hosts.setdefault(owner, set()).add(host)
         tcp_services[router.service] = TCPService(
             load_balancer=TCPLoadBalancer(
                 servers=[TCPServer(address=s.url.partition("://")[2]) for s in service.servers]

@@ -14,8 +14,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge.config.durations import enc_hook
+from edge.providers.kubernetes import ingress_nginx
 from edge.providers.kubernetes.ingress import update_endpoints
 from edge.providers.kubernetes.ingress_nginx import NGINXOptions, convert, ingress_options
 from edge.rules import RequestView, RouteTable, canonical_host
@@ -130,3 +133,59 @@ def test_endpoint_churn_updates_the_ingress_copies_of_a_service() -> None:
         "http://10.0.0.3:8080",
         "https://10.0.0.3:8080",
     }
+
+
+_KEYS = sorted(
+    {
+        *ingress_nginx._KNOWN,
+        *ingress_nginx.NOT_YET,
+        "configuration-snippet",
+        "unknown-key",
+    }
+)
+_VALUES = st.one_of(
+    st.sampled_from(["true", "false", "on", "off", "0", "10", "-1", "", "cookie", "HTTPS",
+                     "/$1", "/a(/|$)(.*)", "10.0.0.0/8", "http://a.test/x", "1m", "a/b",
+                     "X-Canary", "99999999999999999999"]),
+    st.text(max_size=20),
+)  # fmt: skip
+
+
+@given(
+    main=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=6),
+    canary=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4),
+)
+@settings(max_examples=300, deadline=None)
+def test_no_annotation_makes_the_conversion_raise(
+    main: dict[str, str], canary: dict[str, str]
+) -> None:
+    """Whatever the annotations say, the conversion answers: routes or problems naming
+    them, and what it serves validates."""
+    base_case = load(FIXTURES / "canary.yaml")
+    docs = []
+    for doc in base_case.objects:
+        if doc["kind"] == "Ingress" and doc["metadata"]["name"] in ("main", "main-canary"):
+            extra = main if doc["metadata"]["name"] == "main" else {"canary": "true", **canary}
+            doc = {
+                **doc,
+                "metadata": {
+                    **doc["metadata"],
+                    "annotations": {
+                        f"nginx.ingress.kubernetes.io/{k}": v for k, v in extra.items()
+                    },
+                },
+            }
+        docs.append(doc)
+    result = convert(decode_objects(docs))
+    for problem in result.problems:
+        assert problem.ingress.startswith("default/")
+    rt = validate(result.configuration)
+    stand_ins = {
+        n
+        for n, r in (result.configuration.http.routers if result.configuration.http else {}).items()
+        if r.problems
+    }
+    assert all(
+        info.status != "disabled" or n.split("@")[0] in stand_ins
+        for n, info in rt.http_routers.items()
+    ), rt.errors()
