@@ -11,7 +11,8 @@ Supervisor -> worker: :class:`Start` (once, first), :class:`Apply` (every valida
 configuration, numbered by ``generation``), :class:`Ready` (the whole set of workers has
 applied a complete configuration: answer ``/ready`` 200).
 Worker -> supervisor: :class:`Started` (entry points bound), :class:`Ack` (generation
-applied).
+applied). Both ways, with ``metrics.prometheus``: :class:`Metrics` (a worker's samples,
+every second; the sum the supervisor made of them, which a worker's ``/metrics`` shows).
 
 Invariants: :func:`encode` and :class:`FrameDecoder` are inverse for every message,
 whatever the chunking of the bytes in between; a frame longer than ``max_frame`` or a
@@ -38,6 +39,7 @@ __all__ = [
     "FrameDecoder",
     "IPCError",
     "Message",
+    "Metrics",
     "Ready",
     "Start",
     "Started",
@@ -103,9 +105,17 @@ class Ack(_Msg, tag="ack"):
     worker_id: int
 
 
-ToWorker = Start | Apply | Ready
-ToSupervisor = Started | Ack
-Message = Start | Apply | Ready | Started | Ack
+class Metrics(_Msg, tag="metrics"):
+    """Prometheus samples as (family, label values, value) rows
+    (:meth:`edge.entrypoints.metrics.Samples.rows`; a histogram's value is its bucket
+    counts then their sum): a worker's own, or the supervisor's sum of all of them."""
+
+    rows: list[tuple[str, list[str], float | list[float]]]
+
+
+ToWorker = Start | Apply | Ready | Metrics
+ToSupervisor = Started | Ack | Metrics
+Message = Start | Apply | Ready | Started | Ack | Metrics
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 

@@ -36,6 +36,16 @@ generation that holds every provider's first configuration; later, for a restart
 worker, once it applied the configuration that was current when it started. ``/ping``
 answers 200 while the worker serves and 503 while it drains.
 
+Metrics (``metrics.prometheus``): the supervisor serves one view that sums its
+workers, and any worker answers ``/metrics`` with it. Every :data:`METRICS_PUSH`
+seconds each worker sends its samples (:class:`edge.ipc.Metrics`) and the supervisor
+sends every worker the sum of the latest ones and its own (configuration reloads, its
+process). Pushed rather than scraped: a worker answers ``/metrics`` at once from what
+it holds (an entry point's own answers do not wait), and every worker shows the same
+sum, so a counter never goes back between two scrapes that reach different workers;
+the view is at most two pushes old. What a worker that exited had counted stays in
+the sum (its gauges do not), so counters survive a restart.
+
 Life cycle: a worker that exits unexpectedly is restarted and sent the latest
 configuration, at most once per second (backing off to 30 s while it keeps dying within
 10 s of its start). SIGTERM/SIGINT: stop the providers, SIGTERM every worker (each keeps
@@ -65,11 +75,13 @@ from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import StaticConfig
 from edge.entrypoints import format_address
 from edge.entrypoints.internal import attach_api
+from edge.entrypoints.metrics import Registry, Samples, watch_reloads
 from edge.ipc import (
     Ack,
     Apply,
     FrameDecoder,
     IPCError,
+    Metrics,
     Ready,
     Start,
     Started,
@@ -103,6 +115,8 @@ HEALTHY_AFTER = 10.0
 STOP_MARGIN = 5.0
 """Seconds granted to workers beyond the longest graceTimeOut before SIGKILL."""
 KILL_WAIT = 5.0
+METRICS_PUSH = 1.0
+"""Seconds between two pushes of a worker's metrics, and two sums sent back."""
 RESERVE_ATTEMPTS = 20
 
 
@@ -364,6 +378,15 @@ class Supervisor(Stoppable):
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._spawning: set[asyncio.Task] = set()
+        # metrics.prometheus: the supervisor's own samples, each worker's latest push and
+        # the counters of worker processes that ended.
+        prom = static.metrics.prometheus if static.metrics is not None else None
+        self.metrics = Registry(prom) if prom is not None else None
+        if self.metrics is not None:
+            watch_reloads(self.metrics, self.control.watcher)
+        self._pushed: dict[int, Samples] = {}
+        self._ended = Samples(self.metrics.bounds if self.metrics is not None else ())
+        self._metrics_timer: asyncio.TimerHandle | None = None
 
     def reopen_logs(self) -> None:
         """SIGUSR1: this process's log file, then every worker's (each has its own)."""
@@ -402,7 +425,13 @@ class Supervisor(Stoppable):
     def _on_message(self, slot: _Slot, channel: Channel, msg: object) -> None:
         if channel is not slot.channel:
             return  # from a previous incarnation of this worker
-        if isinstance(msg, Started):
+        if isinstance(msg, Metrics):
+            if self.metrics is not None:
+                self._pushed[slot.id] = Samples.from_rows(self.metrics.bounds, msg.rows)
+        elif isinstance(msg, Started):
+            ended = self._pushed.pop(slot.id, None)
+            if ended is not None:  # a new process in this slot: keep what the last counted
+                self._ended.merge(ended.counters())
             log.info("worker %d (pid %d): serving", slot.id, msg.pid)
             self._announce()
             self._tell_ready(self.readiness.acked(slot.id, 0))
@@ -432,6 +461,20 @@ class Supervisor(Stoppable):
             if slot.channel is not None:
                 slot.channel.send(Ready(self.readiness.required or 0))
                 log.info("worker %d (pid %d): ready", k, slot.pid)
+
+    def _send_metrics(self) -> None:
+        """Every METRICS_PUSH: the sum of the workers' latest samples, the ended
+        workers' counters and the supervisor's own, sent to every worker."""
+        assert self.metrics is not None
+        total = self.metrics.collect()
+        total.merge(self._ended)
+        for pushed in self._pushed.values():
+            total.merge(pushed)
+        frame = encode(Metrics(total.rows()))  # type: ignore[arg-type]
+        for slot in self.slots.values():
+            if slot.channel is not None:
+                slot.channel.send_frame(frame)
+        self._metrics_timer = self.loop.call_later(METRICS_PUSH, self._send_metrics)
 
     def _announce(self) -> None:
         """The line the entrypoints log with one process, once, when the ports accept."""
@@ -540,12 +583,17 @@ class Supervisor(Stoppable):
         finally:
             self._spawning.difference_update(spawns)
         self.control.start()
+        if self.metrics is not None:
+            self._metrics_timer = self.loop.call_later(METRICS_PUSH, self._send_metrics)
         if self.control.ready:  # no provider: there is no configuration to wait for
             self._tell_ready(self.readiness.configured(0))
 
     async def stop(self) -> None:
         """Stop the providers, SIGTERM the workers, wait for their drain (bounded)."""
         self._stopping = True
+        if self._metrics_timer is not None:
+            self._metrics_timer.cancel()
+            self._metrics_timer = None
         await self.control.stop()
         for slot in self.slots.values():
             if slot.restart is not None:
@@ -666,6 +714,7 @@ class Worker:
         self._applied: Apply | None = None  # the configuration served
         self._applying: asyncio.Task | None = None
         self._preparer = Preparer()
+        self._metrics_timer: asyncio.TimerHandle | None = None
 
     def _internal(self, path: bytes) -> tuple[int, bytes] | None:
         if path == b"/ping":
@@ -685,6 +734,10 @@ class Worker:
                 self._apply(msg)
             else:
                 self._pending = msg
+        elif isinstance(msg, Metrics):
+            metrics = self.dataplane.metrics if self.dataplane is not None else None
+            if metrics is not None:
+                metrics.shared = Samples.from_rows(metrics.bounds, msg.rows)
         elif isinstance(msg, Ready):
             if not self.ready:
                 wlog.info("ready (all workers applied generation %d)", msg.generation)
@@ -734,6 +787,14 @@ class Worker:
         is on its way."""
         if self._applied is not None and self._latest is None and not self._stopping:
             self._apply(self._applied)
+
+    def _push_metrics(self) -> None:
+        """Every METRICS_PUSH: this worker's samples to the supervisor (module doc)."""
+        metrics = self.dataplane.metrics if self.dataplane is not None else None
+        if metrics is None or self.channel is None:
+            return
+        self.channel.send(Metrics(metrics.collect().rows()))  # type: ignore[arg-type]
+        self._metrics_timer = self.loop.call_later(METRICS_PUSH, self._push_metrics)
 
     def _reopen_logs(self) -> None:
         reopen_logs(self.dataplane.access_log if self.dataplane is not None else None)
@@ -795,11 +856,17 @@ class Worker:
             return 1
         self.serving = True
         channel.send(Started(self.id, os.getpid()))
+        if self.dataplane.metrics is not None:
+            # /metrics shows the supervisor's sum (nothing before the first one comes).
+            self.dataplane.metrics.shared = Samples(self.dataplane.metrics.bounds)
+            self._push_metrics()
         if self._pending is not None and not self._stopping:
             pending, self._pending = self._pending, None
             self._apply(pending)
         await self._stop_requested.wait()
         wlog.info("stopping: draining in-flight requests")
+        if self._metrics_timer is not None:
+            self._metrics_timer.cancel()
         await self.dataplane.stop()
         channel.close()
         return 0

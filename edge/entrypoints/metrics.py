@@ -251,6 +251,7 @@ class Samples:
         return self.values.get(family, {}).get(tuple(labels[n] for n in names))
 
     def rows(self) -> list[tuple[str, tuple[str, ...], Any]]:
+        """(family, label values, value) of every sample: what crosses the IPC channel."""
         return [
             (name, labels, value)
             for name, table in self.values.items()
@@ -268,6 +269,17 @@ class Samples:
             else:
                 samples.add(name, tuple(labels), value)
         return samples
+
+    def counters(self) -> Samples:
+        """These samples' counters and histograms only (what a process that ended
+        counted stays in the sum; its gauges do not)."""
+        kept = Samples(self.bounds)
+        kept.values = {
+            name: dict(table)
+            for name, table in self.values.items()
+            if FAMILIES[name].kind != "gauge"
+        }
+        return kept
 
 
 def _combine(rule: str, old: float, new: float) -> float:
@@ -350,12 +362,12 @@ class Recorder:
 
     def fold(self, into: dict[tuple, Cell]) -> None:
         """Add the cells counted since the last fold to ``into`` (label values -> cell:
-        router, service, code, method, served) and start new ones."""
+        router, its service, whether a server was picked, code, method) and start new ones."""
         cells, self.cells = self.cells, {}
         for (route, status, method, served), cell in cells.items():
             router = route.name if route is not None else ""
-            service = route.service.name if route is not None and served else ""
-            labels = (router, service, str(status), method.decode("latin-1"))
+            service = route.service.name if route is not None else ""
+            labels = (router, service, served, str(status), method.decode("latin-1"))
             total = into.get(labels)
             if total is None:
                 total = into[labels] = Cell(len(cell.buckets))
@@ -382,6 +394,9 @@ class Registry:
         self.recorders: dict[str, Recorder] = {}
         self.totals: dict[str, dict[tuple, Cell]] = {}
         self.sources: list[Callable[[Samples], None]] = []
+        self.shared: Samples | None = None
+        """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
+        worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
 
     def recorder(self, entrypoint: str, then: Callable[[Any, float], None] | None) -> Recorder:
         found = self.recorders.get(entrypoint)
@@ -396,14 +411,14 @@ class Registry:
         for name, recorder in self.recorders.items():
             totals = self.totals.setdefault(name, {})
             recorder.fold(totals)
-            for (router, service, code, method), cell in totals.items():
+            for (router, service, served, code, method), cell in totals.items():
                 protocol = "websocket" if code == "101" else "http"
                 scopes: list[tuple[str, tuple[str, ...]]] = []
                 if config.add_entry_points_labels:
                     scopes.append(("entrypoint", (code, method, protocol, name)))
                 if config.add_routers_labels and router:
                     scopes.append(("router", (code, method, protocol, router, service)))
-                if config.add_services_labels and service:
+                if config.add_services_labels and served and service:
                     scopes.append(("service", (code, method, protocol, service)))
                     if cell.retries:
                         samples.add("traefik_service_retries_total", (service,), cell.retries)
@@ -515,7 +530,8 @@ def answer(registry: Registry) -> Callable[[bytes], tuple[int, bytes, bytes, byt
     def metrics(path: bytes) -> tuple[int, bytes, bytes, bytes] | None:
         if path != METRICS_PATH:
             return None
-        return 200, render(registry.collect()), CONTENT_TYPE, b""
+        shared = registry.shared
+        return 200, render(shared if shared is not None else registry.collect()), CONTENT_TYPE, b""
 
     return metrics
 

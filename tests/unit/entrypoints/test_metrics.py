@@ -132,7 +132,7 @@ def test_an_answer_before_any_server_is_the_router_s_not_the_service_s():
             method="GET",
             protocol="http",
             router="a@file",
-            service="",
+            service="s@file",
         )
         == 1
     )
@@ -299,3 +299,23 @@ def test_process_families_are_read():
     assert s.get("process_resident_memory_bytes") > 1e6
     assert s.get("process_open_fds") >= 3
     assert 1e9 < s.get("process_start_time_seconds") < 1e10
+
+
+def test_samples_cross_the_worker_channel_as_a_metrics_frame():
+    from edge.ipc import FrameDecoder, Metrics, ToSupervisor, encode
+
+    s = Samples()
+    s.add(EP_TOTAL, ("200", "GET", "http", "web"), 3)
+    s.observe(EP_DURATION, ("200", "GET", "http", "web"), [1, 1, 0, 0, 1, 6.5])
+    frame = encode(Metrics(s.rows()))  # type: ignore[arg-type]
+    (msg,) = FrameDecoder(ToSupervisor).feed(frame)
+    assert render(Samples.from_rows(s.bounds, msg.rows)) == render(s)
+
+
+def test_an_ended_worker_leaves_its_counters_not_its_gauges():
+    s = Samples()
+    s.add(EP_TOTAL, ("200", "GET", "http", "web"), 3)
+    s.add("traefik_open_connections", ("web", "TCP"), 5)
+    kept = s.counters()
+    assert kept.get(EP_TOTAL, code="200", method="GET", protocol="http", entrypoint="web") == 3
+    assert "traefik_open_connections" not in kept.values
