@@ -41,6 +41,7 @@ K8S = ROOT / "k8s"
 KIND = K8S / "kind"
 EXAMPLES = K8S / "examples"
 TRAEFIK = "traefik.io/v1alpha1"
+GATEWAY_API = "gateway.networking.k8s.io/"
 DOCKERFILE = ROOT / "Dockerfile"
 
 # The Kubernetes version whose schemas the manifests must satisfy: the node image
@@ -205,6 +206,11 @@ def test_schema(doc):
         ]
         assert not errors, "\n".join(errors)
         return
+    if doc["apiVersion"].startswith(GATEWAY_API):
+        # k8s/examples/gateway/: the Gateway API's CRDs are upstream's, installed apart
+        # (README, "Gateway API"); kubernetes-validate ships core kinds only and nothing
+        # here holds upstream's schemas offline.
+        pytest.skip("no offline schema for the Gateway API's kinds (upstream's CRDs)")
     try:
         import kubernetes_validate
     except ImportError:
@@ -599,11 +605,12 @@ def example(kind: str, namespace: str, name: str) -> dict | None:
 
 
 def test_examples_kustomization_lists_every_example():
-    """k8s/examples/ and its crd/ (Traefik's kinds), each file applied by one kustomization."""
+    """k8s/examples/, its crd/ (Traefik's kinds) and gateway/ (the Gateway API's), each
+    file applied by one kustomization."""
     listed = set(resource_files(EXAMPLES))
     present = {p for p in EXAMPLES.rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert listed == present
-    assert {p.parent.name for p in listed if p.parent != EXAMPLES} == {"crd"}
+    assert {p.parent.name for p in listed if p.parent != EXAMPLES} == {"crd", "gateway"}
 
 
 def test_kustomize_builds_the_examples():
