@@ -55,6 +55,11 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     they share (:func:`_canaries`). ``ssl-passthrough``: TLS for the Ingress' hosts is
     forwarded untouched to its ``/`` path's backends (:func:`_passthrough`).
 
+TCP and UDP (``tcp-services`` / ``udp-services`` ConfigMaps)
+    :func:`convert_services` turns their entries into TCP and UDP routes on the entry
+    point of each port. It is pure and tested; the provider does not read the
+    ConfigMaps yet (edge's ConfigMap model keeps only CA bundles).
+
 Refused, named on the route
     ``configuration-snippet``, ``server-snippet`` and every other ``*-snippet``: raw
     nginx text, which edge has no nginx to give to, and whose injection was
@@ -65,7 +70,7 @@ Refused, named on the route
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -82,6 +87,7 @@ from edge.config.dynamic import (
     IPAllowList,
     IPStrategy,
     Middleware,
+    ProxyProtocol,
     RateLimit,
     RedirectRegex,
     RedirectScheme,
@@ -97,12 +103,19 @@ from edge.config.dynamic import (
     TCPRouterTLS,
     TCPServer,
     TCPService,
+    UDPConfiguration,
+    UDPLoadBalancer,
+    UDPRouter,
+    UDPServer,
+    UDPService,
     Weighted,
     WRRService,
     ip_range,
 )
 from edge.config.static import KubernetesIngressNGINXConfig
 from edge.providers.kubernetes import ingress as base
+from edge.providers.kubernetes.endpoints import ready_addresses, service_port, slices_by_service
+from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.ingress import (
     Conversion,
     IngressOptions,
@@ -113,6 +126,7 @@ from edge.providers.kubernetes.ingress import (
 from edge.providers.kubernetes.objects import (
     INGRESS_CLASS_ANNOTATION,
     ClusterState,
+    EndpointSlice,
     Ingress,
     Key,
 )
@@ -123,8 +137,11 @@ __all__ = [
     "NOT_YET",
     "PREFIX",
     "PROVIDER",
+    "L4Conversion",
+    "L4Problem",
     "NGINXOptions",
     "convert",
+    "convert_services",
     "ingress_options",
     "is_selected",
 ]
@@ -1073,3 +1090,135 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
 def _read_checked(ing: Ingress, state: ClusterState) -> RouterOptions:
     _canary(ing)  # raises for a bad canary, before it is read as a plain Ingress
     return _read(ing, state)
+
+
+# --- tcp-services and udp-services ConfigMaps ---------------------------------------------
+
+
+class L4Problem(msgspec.Struct, frozen=True):
+    """Why an entry of a ``tcp-services`` / ``udp-services`` ConfigMap is not served;
+    ``config_map`` is ``namespace/name``, ``where`` the entry (``data.9000``)."""
+
+    config_map: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"configmap {self.config_map}: {self.where}: {self.reason}"
+
+
+class L4Conversion(NamedTuple):
+    """What :func:`convert_services` returns."""
+
+    tcp: TCPConfiguration | None
+    udp: UDPConfiguration | None
+    problems: list[L4Problem]
+
+
+_ENTRY_RE = re.compile(
+    r"(?P<ns>[a-z0-9]([-a-z0-9]*[a-z0-9])?)/(?P<svc>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+    r":(?P<port>[^:]+)(?P<flags>(:[A-Za-z]*){0,2})"
+)
+
+
+def convert_services(
+    state: ClusterState,
+    tcp_services: tuple[str, Mapping[str, str]] | None,
+    udp_services: tuple[str, Mapping[str, str]] | None,
+    entry_points: Sequence[EntryPointPort],
+) -> L4Conversion:
+    """ingress-nginx's ``tcp-services`` and ``udp-services`` ConfigMaps ((``namespace/
+    name``, data) each) as TCP and UDP routes. An entry ``"<port>": "<namespace>/
+    <service>:<service port>[:PROXY][:PROXY]"`` serves the edge entry point of that port
+    and protocol (its TCP routes match every connection, ``HostSNI(`*`)``) with the
+    ready endpoints of that Service port. The first ``PROXY`` is the PROXY protocol from
+    clients, which is the entry point's own setting (``proxyProtocol``): named when
+    asked, since a route cannot turn it on; the second sends a PROXY v1 header to the
+    backends (TCP only). An entry whose port has no entry point, whose Service or port
+    is missing, or that is malformed, is a problem; the others are served."""
+    problems: list[L4Problem] = []
+    tcp_routers: dict[str, TCPRouter] = {}
+    tcp_svcs: dict[str, TCPService] = {}
+    udp_routers: dict[str, UDPRouter] = {}
+    udp_svcs: dict[str, UDPService] = {}
+    for protocol, source in (("TCP", tcp_services), ("UDP", udp_services)):
+        if source is None:
+            continue
+        label, data = source
+        slices = slices_by_service(state.endpoint_slices)
+        for key in sorted(data, key=lambda k: (len(k), k)):
+            where = f"data.{key}"
+            try:
+                entry_point, servers, send_proxy = _l4_entry(
+                    state, slices, protocol, key, data[key], entry_points
+                )
+            except ValueError as exc:
+                problems.append(L4Problem(label, where, str(exc)))
+                continue
+            name = f"{protocol.lower()}-services-{key}"
+            if protocol == "TCP":
+                tcp_routers[name] = TCPRouter(
+                    rule="HostSNI(`*`)", service=name, entry_points=[entry_point]
+                )
+                tcp_svcs[name] = TCPService(
+                    load_balancer=TCPLoadBalancer(
+                        servers=[TCPServer(address=a) for a in servers],
+                        proxy_protocol=ProxyProtocol(version=1) if send_proxy else None,
+                    )
+                )
+            else:
+                udp_routers[name] = UDPRouter(service=name, entry_points=[entry_point])
+                udp_svcs[name] = UDPService(
+                    load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in servers])
+                )
+    return L4Conversion(
+        TCPConfiguration(routers=tcp_routers, services=tcp_svcs) if tcp_routers else None,
+        UDPConfiguration(routers=udp_routers, services=udp_svcs) if udp_routers else None,
+        problems,
+    )
+
+
+def _l4_entry(
+    state: ClusterState,
+    slices: Mapping[Key, list[EndpointSlice]],
+    protocol: str,
+    key: str,
+    value: str,
+    entry_points: Sequence[EntryPointPort],
+) -> tuple[str, list[str], bool]:
+    """(entry point, sorted server addresses, send PROXY) for one entry; ``ValueError``."""
+    if not (key.isascii() and key.isdigit() and 0 < int(key) <= 65535):
+        raise ValueError(f"{key!r} is not a port")
+    found = _ENTRY_RE.fullmatch(value.strip())
+    if found is None:
+        raise ValueError(
+            f"{base._shown(value)!r} is not <namespace>/<service>:<port>[:PROXY][:PROXY]"
+        )
+    flags = found.group("flags").split(":")[1:]
+    if any(f not in ("PROXY", "") for f in flags):
+        raise ValueError(f"{base._shown(value)!r}: only PROXY may follow the port")
+    decode = len(flags) > 0 and flags[0] == "PROXY"
+    encode = len(flags) > 1 and flags[1] == "PROXY"
+    if decode:
+        raise ValueError(
+            "PROXY from clients is the entry point's setting: set proxyProtocol on the "
+            f"entry point of port {key} and drop the first PROXY"
+        )
+    if encode and protocol == "UDP":
+        raise ValueError("PROXY protocol to UDP backends is not supported")
+    udp = protocol == "UDP"
+    names = [ep.name for ep in entry_points if ep.port == int(key) and ep.udp == udp]
+    if not names:
+        raise ValueError(f"no {protocol} entry point listens on port {key}")
+    ns, name, port_text = found.group("ns"), found.group("svc"), found.group("port")
+    svc = state.services.get((ns, name))
+    if svc is None:
+        raise ValueError(f"service {ns}/{name} not found")
+    number = int(port_text) if port_text.isdigit() else 0
+    port = service_port(svc, number, "" if number else port_text, protocol)
+    if port is None:
+        raise ValueError(f"{protocol} port {port_text} not found on service {ns}/{name}")
+    addresses, _ = ready_addresses(slices.get((ns, name), ()), port.name, protocol=protocol)
+    if not addresses:
+        raise ValueError(f"service {ns}/{name} has no ready endpoints for port {port_text}")
+    return sorted(names)[0], sorted(addresses), encode

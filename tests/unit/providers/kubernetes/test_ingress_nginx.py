@@ -18,7 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge.config.durations import enc_hook
+from edge.config.dynamic import Configuration
+from edge.config.merge import merge
+from edge.config.runtime import build_runtime
 from edge.providers.kubernetes import ingress_nginx
+from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.ingress import update_endpoints
 from edge.providers.kubernetes.ingress_nginx import NGINXOptions, convert, ingress_options
 from edge.rules import RequestView, RouteTable, canonical_host
@@ -189,3 +193,78 @@ def test_no_annotation_makes_the_conversion_raise(
         info.status != "disabled" or n.split("@")[0] in stand_ins
         for n, info in rt.http_routers.items()
     ), rt.errors()
+
+
+# --- tcp-services / udp-services ------------------------------------------------------------
+
+_L4_OBJECTS = [
+    {"kind": "Service", "metadata": {"name": "db", "namespace": "data"},
+     "spec": {"ports": [{"port": 5432, "name": "pg"}]}},
+    {"kind": "EndpointSlice",
+     "metadata": {"name": "db-1", "namespace": "data", "labels": {"kubernetes.io/service-name": "db"}},
+     "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.2"]}, {"addresses": ["10.0.0.1"]}],
+     "ports": [{"name": "pg", "port": 15432}]},
+    {"kind": "Service", "metadata": {"name": "dns", "namespace": "kube-system"},
+     "spec": {"ports": [{"port": 53, "name": "dns", "protocol": "UDP"}]}},
+    {"kind": "EndpointSlice",
+     "metadata": {"name": "dns-1", "namespace": "kube-system",
+                  "labels": {"kubernetes.io/service-name": "dns"}},
+     "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.53"]}],
+     "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}]},
+]  # fmt: skip
+_ENTRY_POINTS = [
+    EntryPointPort("pg", 5432),
+    EntryPointPort("pg-proxied", 6432),
+    EntryPointPort("other", 5433),
+    EntryPointPort("dns", 53, udp=True),
+]
+
+
+def test_tcp_and_udp_services_entries_become_routes_on_the_entry_point_of_their_port() -> None:
+    tcp = ("ingress-nginx/tcp-services", {
+        "5432": "data/db:5432",           # by number
+        "6432": "data/db:pg::PROXY",      # by name; PROXY v1 to the backends
+        "7000": "data/db:5432",           # no entry point on 7000
+        "5433": "data/missing:1",         # no such Service
+        "abc": "data/db:5432",            # not a port
+        "8000": "data/db:5432:PROXY",     # PROXY from clients: the entry point's setting
+        "9000": "not an entry",
+    })  # fmt: skip
+    udp = ("ingress-nginx/udp-services", {"53": "kube-system/dns:53", "54": "kube-system/dns:53"})
+    result = ingress_nginx.convert_services(decode_objects(_L4_OBJECTS), tcp, udp, _ENTRY_POINTS)
+    assert msgspec.to_builtins(result.tcp) == {
+        "routers": {
+            "tcp-services-5432": {"rule": "HostSNI(`*`)", "service": "tcp-services-5432",
+                                  "entryPoints": ["pg"]},
+            "tcp-services-6432": {"rule": "HostSNI(`*`)", "service": "tcp-services-6432",
+                                  "entryPoints": ["pg-proxied"]},
+        },
+        "services": {
+            "tcp-services-5432": {"loadBalancer": {"servers": [
+                {"address": "10.0.0.1:15432"}, {"address": "10.0.0.2:15432"}]}},
+            "tcp-services-6432": {"loadBalancer": {"servers": [
+                {"address": "10.0.0.1:15432"}, {"address": "10.0.0.2:15432"}],
+                "proxyProtocol": {"version": 1}}},
+        },
+    }  # fmt: skip
+    assert msgspec.to_builtins(result.udp) == {
+        "routers": {"udp-services-53": {"service": "udp-services-53", "entryPoints": ["dns"]}},
+        "services": {"udp-services-53": {"loadBalancer": {"servers": [
+            {"address": "10.0.0.53:5353"}]}}},
+    }  # fmt: skip
+    assert [str(p) for p in result.problems] == [
+        "configmap ingress-nginx/tcp-services: data.abc: 'abc' is not a port",
+        "configmap ingress-nginx/tcp-services: data.5433: service data/missing not found",
+        "configmap ingress-nginx/tcp-services: data.7000: no TCP entry point listens on port 7000",
+        "configmap ingress-nginx/tcp-services: data.8000: PROXY from clients is the entry "
+        "point's setting: set proxyProtocol on the entry point of port 8000 and drop the "
+        "first PROXY",
+        "configmap ingress-nginx/tcp-services: data.9000: 'not an entry' is not "
+        "<namespace>/<service>:<port>[:PROXY][:PROXY]",
+        "configmap ingress-nginx/udp-services: data.54: no UDP entry point listens on port 54",
+    ]
+    conf = Configuration(tcp=result.tcp, udp=result.udp)
+    rt = build_runtime(
+        merge({PROVIDER: conf}), {"pg": "tcp", "pg-proxied": "tcp", "other": "tcp", "dns": "udp"}
+    )
+    assert rt.errors() == [], rt.errors()
