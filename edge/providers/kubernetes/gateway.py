@@ -54,8 +54,9 @@ HTTPRoutes
     Traefik names them (:func:`router_key`), its rule in edge's v3 language and its
     priority the spec's precedence (:func:`match_rule`: the longest hostname, an Exact
     path, then the longest path, then method, headers and query parameters; equal
-    priorities fall to the router name, so to the route's namespace and name, then
-    the rule's index: the spec's oldest-route tie-break is not kept). ``PathPrefix`` matches whole segments (``/foo`` is ``/foo``
+    precedence fall to the route's namespace/name (the spec's oldest-route tie-break
+    needs ``creationTimestamp``, which ObjectMeta does not read yet), then the first
+    rule and match, by index: :meth:`_Converter.break_ties`). ``PathPrefix`` matches whole segments (``/foo`` is ``/foo``
     and ``/foo/...``, never ``/foobar``).
 
 Backends
@@ -378,7 +379,7 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
     parameter matches (the spec allows 16 of each; the fields are sized for 99).
     Traefik weighs the same criteria but lets a few more characters of prefix
     outweigh a method or headers, which the spec does not. What is left equal is
-    ordered by router name, so by the route's namespace and name, then its rule."""
+    ordered by :meth:`_Converter.break_ties`."""
     path = match.path if match.path is not None else objects.HTTPPathMatch()
     rule, path_rank = _path_rule(path)
     parts = [rule]
@@ -400,6 +401,15 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
         + min(len(match.query_params), 99)
     )
     return (f"{host} && {rule}" if host else rule), priority
+
+
+def tie_order(routes: Mapping[Key, objects.HTTPRoute]) -> dict[Key, int]:
+    """Each HTTPRoute's place among routes whose matches are otherwise equal: by
+    namespace/name. The spec puts the oldest route (``metadata.creationTimestamp``)
+    first; ObjectMeta does not carry that field yet, so routes of equal precedence
+    rank by namespace/name alone."""
+    ranked = sorted(routes)
+    return {key: place for place, key in enumerate(ranked)}
 
 
 def sni_rule(hostnames: list[str]) -> tuple[str, int]:
@@ -504,6 +514,8 @@ class _Converter:
         self.options = options
         self.namespaces = frozenset(options.namespaces)
         self.routers: dict[str, Router] = {}
+        # Per HTTP router: where its match stands among equals (route, rule, match).
+        self.ties: dict[str, tuple[Key, int, int]] = {}
         self.services: dict[str, Service] = {}
         self.middlewares: dict[str, Middleware] = {}
         self.tcp_routers: dict[str, TCPRouter] = {}
@@ -865,9 +877,10 @@ class _Converter:
         unsupported: list[str] = []
         for ri, rule in enumerate(route.spec.rules):
             rkey = router_key(key, gw_key, li.entry_point, ri)
-            for match in rule.matches or [objects.HTTPRouteMatch()]:
+            for mi, match in enumerate(rule.matches or [objects.HTTPRouteMatch()]):
                 text, priority = match_rule(hostnames, match)
                 name = router_name(text, rkey)
+                self.ties[name] = (key, ri, mi)
                 try:
                     if rule.timeouts is not None:
                         raise _Unsupported(f"rules[{ri}].timeouts are not supported")
@@ -1122,12 +1135,27 @@ class _Converter:
                 names.append(name)
         return names
 
+    def break_ties(self) -> None:
+        """Matches of equal precedence ordered as the spec orders them: by route
+        (:func:`tie_order`), then the first rule, then the first match of it. Each
+        HTTP router's priority becomes its precedence times the number of routers plus
+        its place in that order from the last, so equals never fall to the router name
+        (where rule 10 would sort before rule 2)."""
+        order = tie_order(self.state.http_routes)
+        ranked = sorted(self.ties, key=lambda n: (order[self.ties[n][0]], *self.ties[n][1:]))
+        scale = len(ranked)
+        for place, name in enumerate(ranked):
+            router = self.routers[name]
+            priority = router.priority * scale + (scale - 1 - place)
+            self.routers[name] = msgspec.structs.replace(router, priority=priority)
+
     # --- the whole ----------------------------------------------------------------------
 
     def run(self) -> Conversion:
         classes = self.classes()
         gateways = self.gateways(classes)
         self.routes(gateways)
+        self.break_ties()
         for key, listeners in gateways.items():
             self.statuses.append(self.gateway_status(self.state.gateways[key], listeners))
         http = HTTPConfiguration(

@@ -855,3 +855,25 @@ def test_a_tcp_listener_sharing_its_port_is_a_protocol_conflict() -> None:
             "False",
             "NoConflicts",
         ), name
+
+
+def test_equal_matches_rank_by_route_then_rule_then_match_index() -> None:
+    """Matches of equal precedence: the route first by namespace/name, then its first
+    rule, then the rule's first match; rule 10 ranks below rule 2 (no text order)."""
+    same = {"matches": [{"path": {"value": "/same"}}], "backendRefs": [backend()]}
+    twice = {"matches": [{"path": {"value": "/same"}}] * 2, "backendRefs": [backend()]}
+    c = run(
+        *BASE,
+        route([same] * 11 + [twice], name="r", hostnames=["a.test"]),
+        route([same], name="q", hostnames=["a.test"]),
+    )
+    routers = c.configuration.http.routers
+    assert len(routers) == 13
+
+    def place(name: str) -> tuple[str, int]:
+        route_name = name.removeprefix("httproute-default-").split("-", 1)[0]
+        return route_name, int(name.rsplit("-", 2)[1])
+
+    ranked = sorted(routers, key=lambda n: -routers[n].priority)
+    assert [place(n) for n in ranked] == [("q", 0), *(("r", i) for i in range(12))]
+    assert len({r.priority for r in routers.values()}) == 13
