@@ -531,6 +531,9 @@ class Exchange:
             return
         self.backend = backend
         self.up_head = self._up_head(backend, self.x.up_args)
+        # What the filters made of the failed try's response (a held one) starts over.
+        self.x.filters = None
+        self.x.filtered = self.x.resp_held = False
         if self.x.held_body is not None:
             self.x.spool_iter = self.x.held_body.chunks()  # the held body goes again
         self._connect()
@@ -944,7 +947,7 @@ class Exchange:
         the client's headers go with it, no body."""
         self.x.divert = status
         self.x.filters = None
-        self.x.filtered = False
+        self.x.filtered = self.x.resp_held = False
         route = self.route
         assert route is not None
         backend = service.pick() if service is not None else None

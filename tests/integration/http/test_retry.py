@@ -24,9 +24,10 @@ CODECS = ["httptools", "h11"]
 
 
 class Flaky(ThreadedServer):
-    def __init__(self, name: str, drop: bool = False) -> None:
+    def __init__(self, name: str, drop: bool = False, partial: bool = False) -> None:
         self.name = name
         self.drop = drop
+        self.partial = partial  # a head and part of its body, then the close
         self.seen: list[bytes] = []  # request lines, in order
         self.lock = threading.Lock()
         super().__init__()
@@ -54,6 +55,9 @@ class Flaky(ThreadedServer):
             with self.lock:
                 self.seen.append(head.split(b"\r\n")[0])
             if self.drop:
+                return
+            if self.partial:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
                 return
             answer = b"%s %d" % (self.name.encode(), len(body))
             c.sendall(
@@ -223,3 +227,25 @@ def test_a_body_buffering_holds_goes_again(tmp_path, codec, good, dropping):
         assert statuses == [200, 502]  # streamed: gone once sent
     finally:
         e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_held_response_cut_short_is_retried_whole(tmp_path, codec, good):
+    """buffering holds the response, so one cut in its body reached no client: a GET
+    goes again and the client gets the next server's answer alone."""
+    partial = Flaky("partial", partial=True)
+    middlewares = {"retry": {"retry": {"attempts": 2}}, "buf": {"buffering": {}}}
+    e = edge_with(tmp_path, codec, lb(partial.url, good.url), middlewares)
+    try:
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+                got = b""
+                while chunk := s.recv(65536):
+                    got += chunk
+            assert got.startswith(b"HTTP/1.1 200") and got.count(b"HTTP/1.1") == 1
+            assert got.endswith(b"\r\n\r\ngood 0")
+        assert len(partial.seen) == 2 and len(good.seen) == 2
+    finally:
+        e.stop()
+        partial.stop()
