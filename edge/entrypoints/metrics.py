@@ -20,6 +20,7 @@ from the health registry, reloads from whoever runs the rounds.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import resource
@@ -46,6 +47,8 @@ __all__ = [
     "process_samples",
     "render",
 ]
+
+log = logging.getLogger("edge.metrics")
 
 DEFAULT_BUCKETS = (0.1, 0.3, 1.2, 5.0)
 """Traefik's request duration buckets, in seconds."""
@@ -294,12 +297,13 @@ def _combine(rule: str, old: float, new: float) -> float:
 
 
 class Cell:
-    """What one (route, status, method, served) of one entry point has counted."""
+    """What one (route, status, method, served) of one entry point has counted: the
+    exchanges by duration bucket (their count is the buckets' sum), the durations'
+    sum, body bytes both ways, retries."""
 
-    __slots__ = ("buckets", "count", "req_bytes", "resp_bytes", "retries", "total")
+    __slots__ = ("buckets", "req_bytes", "resp_bytes", "retries", "total")
 
     def __init__(self, size: int) -> None:
-        self.count = 0
         self.buckets = [0] * size
         self.total = 0.0
         self.req_bytes = 0
@@ -309,36 +313,26 @@ class Cell:
 
 class Recorder:
     """The per-exchange hook of one entry point's HTTP contexts (their ``access_log``):
-    counts the exchange, then hands it to ``then`` (the access log) when there is one.
+    counts the exchange (:class:`LoggingRecorder` hands it to the access log too).
 
     ``route``/``status``/``head.method``/``backend``/``sent`` of the
     :class:`~edge.http.server.exchange.Exchange` say router, service, code, method and
     response size; a 101 is Traefik's ``websocket`` protocol, anything else ``http``.
     """
 
-    __slots__ = ("bounds", "cells", "entrypoint", "then")
+    __slots__ = ("bounds", "cells", "entrypoint")
 
-    def __init__(
-        self,
-        entrypoint: str,
-        bounds: tuple[float, ...],
-        then: Callable[[Any, float], None] | None = None,
-    ) -> None:
+    def __init__(self, entrypoint: str, bounds: tuple[float, ...]) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
-        self.then = then
         self.cells: dict[tuple, Cell] = {}
 
     def __call__(self, ex: Any, duration: float) -> None:
-        then = self.then
-        if then is not None:
-            then(ex, duration)
         head = ex.head
         key = (ex.route, ex.status, head.method, ex.backend is not None)
         cell = self.cells.get(key)
         if cell is None:
             cell = self._cell(key)
-        cell.count += 1
         cell.buckets[bisect_left(self.bounds, duration)] += 1
         cell.total += duration
         length = head.content_length
@@ -371,13 +365,28 @@ class Recorder:
             total = into.get(labels)
             if total is None:
                 total = into[labels] = Cell(len(cell.buckets))
-            total.count += cell.count
             total.total += cell.total
             total.req_bytes += cell.req_bytes
             total.resp_bytes += cell.resp_bytes
             total.retries += cell.retries
             for i, n in enumerate(cell.buckets):
                 total.buckets[i] += n
+
+
+class LoggingRecorder(Recorder):
+    """A :class:`Recorder` where the access log is on: ``then`` gets the exchange first."""
+
+    __slots__ = ("then",)
+
+    def __init__(
+        self, entrypoint: str, bounds: tuple[float, ...], then: Callable[[Any, float], None]
+    ) -> None:
+        super().__init__(entrypoint, bounds)
+        self.then = then
+
+    def __call__(self, ex: Any, duration: float) -> None:
+        self.then(ex, duration)
+        Recorder.__call__(self, ex, duration)
 
 
 # -- one process's view -------------------------------------------------------------------
@@ -395,13 +404,27 @@ class Registry:
         self.totals: dict[str, dict[tuple, Cell]] = {}
         self.sources: list[Callable[[Samples], None]] = []
         self.shared: Samples | None = None
+        if config.header_labels:
+            log.warning(
+                "metrics.prometheus.headerLabels: not yet implemented, ignored (no header label)"
+            )
+        if config.manual_routing:
+            log.warning(
+                "metrics.prometheus.manualRouting: not yet implemented: /metrics is served"
+                " nowhere, and a router naming %s has no such service",
+                PROMETHEUS_SERVICE,
+            )
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
 
     def recorder(self, entrypoint: str, then: Callable[[Any, float], None] | None) -> Recorder:
         found = self.recorders.get(entrypoint)
         if found is None:
-            found = self.recorders[entrypoint] = Recorder(entrypoint, self.bounds, then)
+            found = self.recorders[entrypoint] = (
+                Recorder(entrypoint, self.bounds)
+                if then is None
+                else LoggingRecorder(entrypoint, self.bounds, then)
+            )
         return found
 
     def collect(self) -> Samples:
@@ -423,7 +446,7 @@ class Registry:
                     if cell.retries:
                         samples.add("traefik_service_retries_total", (service,), cell.retries)
                 for scope, labels in scopes:
-                    samples.add(f"traefik_{scope}_requests_total", labels, cell.count)
+                    samples.add(f"traefik_{scope}_requests_total", labels, sum(cell.buckets))
                     samples.observe(
                         f"traefik_{scope}_request_duration_seconds",
                         labels,
