@@ -126,7 +126,7 @@ def build_providers(static: StaticConfig) -> list[Provider]:
                     gateway,
                     entry_points=ports,
                     default_throttle=throttle,
-                    core=cores.core(gateway),  # type: ignore[arg-type]  # same credential keys
+                    core=cores.core(gateway),
                 )
             )
     return providers

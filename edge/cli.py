@@ -181,15 +181,19 @@ def _load_dynamic(static, notices: list | None = None) -> tuple[dict, list[str]]
 
 
 def _check_kubernetes(static, configs: dict) -> bool:
-    """List the cluster once per Kubernetes provider (kubernetesIngress, kubernetesCRD),
-    print every route left out with its reason, add each converted configuration to
-    ``configs``; True when something is wrong."""
+    """List the cluster once per Kubernetes provider (kubernetesIngress, kubernetesCRD,
+    kubernetesGateway), print every route left out with its reason, add each converted
+    configuration to ``configs``; True when something is wrong."""
     ingress = static.providers.kubernetes_ingress
     crd = static.providers.kubernetes_crd
-    if ingress is None and crd is None:
+    gateway = static.providers.kubernetes_gateway
+    if ingress is None and crd is None and gateway is None:
         return False
     from edge.providers.kubernetes.client import KubernetesError
     from edge.providers.kubernetes.crd import PROVIDER as CRD_PROVIDER
+    from edge.providers.kubernetes.gateway import PROVIDER as GATEWAY_PROVIDER
+    from edge.providers.kubernetes.gateway import EntryPointPort
+    from edge.providers.kubernetes.gateway_provider import check_gateway_cluster
     from edge.providers.kubernetes.provider import check_cluster, check_crd_cluster
 
     checks = []
@@ -197,6 +201,13 @@ def _check_kubernetes(static, configs: dict) -> bool:
         checks.append(("kubernetes", lambda: check_cluster(ingress)))
     if crd is not None:
         checks.append((CRD_PROVIDER, lambda: check_crd_cluster(crd)))
+    if gateway is not None:
+        # Listeners bind to the entry points by port, as in the running edge.
+        ports = [
+            EntryPointPort(name, ep.port, ep.protocol == "udp")
+            for name, ep in static.entry_points.items()
+        ]
+        checks.append((GATEWAY_PROVIDER, lambda: check_gateway_cluster(gateway, ports)))
     wrong = False
     for name, check in checks:
         try:

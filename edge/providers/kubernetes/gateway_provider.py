@@ -60,6 +60,7 @@ from edge.providers.kubernetes.client import (
     Subscription,
     Timing,
     WatchSpec,
+    load_api_config,
 )
 from edge.providers.kubernetes.gateway import (
     CONTROLLER_NAME,
@@ -81,11 +82,13 @@ from edge.providers.kubernetes.provider import (
     Address,
     Key,
     KubernetesProvider,
+    cluster_key,
+    list_once,
     node_addresses,
     own_core,
 )
 
-__all__ = ["GATEWAY_RESOURCES", "KubernetesGatewayProvider"]
+__all__ = ["GATEWAY_RESOURCES", "KubernetesGatewayProvider", "check_gateway_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,42 @@ def _without_status(obj: Any) -> Any:
     return msgspec.structs.replace(obj, metadata=meta, status={})
 
 
+def gateway_watches(config: KubernetesGatewayConfig) -> list[WatchSpec]:
+    """What the Gateway source lists and watches: the Gateway API kinds (TLSRoute,
+    TCPRoute and UDPRoute with ``experimentalChannel``), Namespaces, Services,
+    EndpointSlices and TLS Secrets."""
+    selector = config.label_selector
+    return [
+        *(
+            WatchSpec(r, objects.GATEWAY_KINDS[kind], label_selector=selector)
+            for kind, r in GATEWAY_RESOURCES.items()
+            if kind not in L4_KINDS or config.experimental_channel
+        ),
+        WatchSpec(NAMESPACES, objects.Namespace),
+        WatchSpec(SERVICES, objects.Service),
+        WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
+        SECRETS_WATCH,
+    ]
+
+
+def check_gateway_cluster(
+    config: KubernetesGatewayConfig,
+    entry_points: Sequence[EntryPointPort],
+    timeout: float = 10.0,
+    timing: Timing | None = None,
+) -> Conversion:
+    """List the cluster once and convert it, for ``edge check`` (blocking); raises as
+    :func:`~edge.providers.kubernetes.provider.check_cluster`. Writes no status."""
+    api = load_api_config(*cluster_key(config))
+    snapshot = list_once(api, gateway_watches(config), config.namespaces, timeout, timing)
+    options = GatewayOptions(
+        namespaces=tuple(config.namespaces),
+        entry_points=tuple(entry_points),
+        experimental_channel=config.experimental_channel,
+    )
+    return convert(GatewayState.from_snapshot(snapshot), options)
+
+
 class KubernetesGatewayProvider(KubernetesProvider):
     """The Gateway API source (see the module doc). ``entry_points``: edge's entry
     points, which listeners bind to by port."""
@@ -142,7 +181,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
         )
         super().__init__(
             name=name,
-            core=core if core is not None else own_core(config),  # type: ignore[arg-type]
+            core=core if core is not None else own_core(config),
             namespaces=config.namespaces,
             throttle=config.throttle_duration,
             default_throttle=default_throttle,
@@ -166,18 +205,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
     # --- the source -------------------------------------------------------------------
 
     def watches(self) -> list[WatchSpec]:
-        selector = self.config.label_selector
-        return [
-            *(
-                WatchSpec(r, objects.GATEWAY_KINDS[kind], label_selector=selector)
-                for kind, r in GATEWAY_RESOURCES.items()
-                if kind not in L4_KINDS or self.config.experimental_channel
-            ),
-            WatchSpec(NAMESPACES, objects.Namespace),
-            WatchSpec(SERVICES, objects.Service),
-            WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
-            SECRETS_WATCH,
-        ]
+        return gateway_watches(self.config)
 
     def convert_state(self, state: objects.ClusterState) -> Conversion:
         """The Gateway kinds are not in :class:`ClusterState` (whose tables the other

@@ -110,6 +110,7 @@ from edge.config.dynamic import Configuration
 from edge.config.static import (
     IngressEndpoint,
     KubernetesCRDConfig,
+    KubernetesGatewayConfig,
     KubernetesIngressConfig,
     KubernetesIngressNGINXConfig,
 )
@@ -320,7 +321,7 @@ alone (a new resourceVersion, a Helm or leader-election annotation, a Node's
 heartbeat, which the Node model does not even keep) changes no configuration."""
 
 
-KubernetesConfig = KubernetesIngressConfig | KubernetesCRDConfig
+KubernetesConfig = KubernetesIngressConfig | KubernetesCRDConfig | KubernetesGatewayConfig
 ClusterKey = tuple[str, str, str, str]
 
 
@@ -1145,14 +1146,15 @@ class KubernetesCRDProvider(KubernetesProvider):
 # --- edge check -------------------------------------------------------------------------
 
 
-def _list_once(
+def list_once(
     api: Any,
     watches: list[WatchSpec],
     namespaces: Sequence[str],
     timeout: float,
     timing: Timing | None,
-) -> objects.ClusterState:
-    """LIST every watched kind once; :class:`ClusterUnavailable` naming what was not."""
+) -> dict[str, dict[Key, Any]]:
+    """LIST every watched kind once: the objects by kind; :class:`ClusterUnavailable`
+    naming what was not listed."""
     client = KubeClient(api, watches, namespaces=namespaces, timing=timing)
     client.start()
     try:
@@ -1161,9 +1163,20 @@ def _list_once(
                 f"{k}: {v or 'no answer'}" for k, v in sorted(client.pending().items())
             )
             raise ClusterUnavailable(f"{api.host}: not listed within {timeout:g} s: {pending}")
-        return objects.ClusterState.from_snapshot(client.snapshot())
+        return client.snapshot()
     finally:
         client.stop()
+
+
+def _list_once(
+    api: Any,
+    watches: list[WatchSpec],
+    namespaces: Sequence[str],
+    timeout: float,
+    timing: Timing | None,
+) -> objects.ClusterState:
+    """:func:`list_once` as the Ingress, CRD and ingress-nginx conversions read it."""
+    return objects.ClusterState.from_snapshot(list_once(api, watches, namespaces, timeout, timing))
 
 
 def check_cluster(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import subprocess
 import time
@@ -1032,3 +1033,35 @@ def test_three_kubernetes_sources_share_one_core(emu, whoami: Whoami) -> None:
             assert emu.count(path, watch=False) == 1, path
     finally:
         KP.stop_all([edge])
+
+
+def test_edge_check_lists_what_the_gateway_provider_refuses(emu, tmp_path, whoami: Whoami) -> None:
+    """``edge check`` with providers.kubernetesGateway lists the cluster once and prints
+    each refusal with its object and reason (a listener on a port no entry point has),
+    exits 1, and lists the routers of what it serves."""
+    import sys
+
+    import yaml
+
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([
+        {"name": "http", "port": ports.web, "protocol": "HTTP"},
+        {"name": "nowhere", "port": 1, "protocol": "HTTP"},
+    ]))  # fmt: skip
+    backends(emu, v1=whoami)
+    emu.create(http_route("web", [{"backendRefs": [to("v1")]}], ["web.test"]))
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static_config(emu, ports)))
+    out = subprocess.run(
+        [sys.executable, "-m", "edge", "check", "-c", str(path)],
+        cwd=KP.ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "kubernetesgateway: Gateway default/gw: spec.listeners[nowhere]" in out.stdout, (
+        out.stdout
+    )
+    assert "left out" in out.stdout
+    assert re.search(
+        r"^router httproute-default-web-.*@kubernetesgateway: enabled", out.stdout, re.M
+    ), out.stdout
