@@ -91,8 +91,13 @@ def test_each_list_answer_is_recorded_with_its_timing_and_size(emu, net, api_cli
     t0 = time.monotonic()
     resp = net.list_namespaced_ingress("default", _preload_content=False)
     body = resp.data
-    t1 = time.monotonic()
     net.read_namespaced_ingress("a", "default")  # a GET of one object is no LIST
+    # An answer is recorded once its last byte is written, which the client may have
+    # read first: the upper bound is taken once the record is there (within 5 s).
+    deadline = time.monotonic() + 5
+    while not emu.list_answers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t1 = time.monotonic()
     [answer] = emu.list_answers
     assert answer.path == "/apis/networking.k8s.io/v1/namespaces/default/ingresses"
     assert t0 <= answer.received <= answer.answered <= t1
