@@ -37,12 +37,13 @@ class Policy:
 
     def __init__(self, docs: Iterable[Obj], namespace: str, name: str) -> None:
         docs = [d for d in docs if d]
-        roles = {
-            (d["kind"], d["metadata"].get("namespace", "")): d
+        # Every Role and ClusterRole by (kind, name, namespace): several of each kind
+        # (k8s/rbac.yaml's and k8s/gateway/rbac.yaml's ClusterRoles) stand side by side.
+        by_name = {
+            (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", "")): d
             for d in docs
             if d["kind"] in ("Role", "ClusterRole")
         }
-        by_name = {(k, d["metadata"]["name"], ns): d for (k, ns), d in roles.items()}
         self.grants: set[Grant] = set()
         for b in docs:
             if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):

@@ -535,15 +535,17 @@ def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami
     from tests.kube.rbac import Policy
 
     k8s = ROOT / "k8s"
-    # One Policy per file: Policy keeps one ClusterRole per file (by kind and namespace).
-    base = Policy.from_files([k8s / "rbac.yaml"], "edge-system", "edge")
+    # Both files as the cluster holds them: two ClusterRoles, each with its binding.
+    policy = Policy.from_files(
+        [k8s / "rbac.yaml", k8s / "gateway" / "rbac.yaml"], "edge-system", "edge"
+    )
     mine = Policy.from_files([k8s / "gateway" / "rbac.yaml"], "edge-system", "edge")
     seen: list[Access] = []
     refused: list[Access] = []
 
     def authorize(access: Access) -> bool:
         seen.append(access)
-        if not (base.allows(access) or mine.allows(access)):
+        if not policy.allows(access):
             refused.append(access)
             return False
         return True
