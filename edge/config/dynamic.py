@@ -1163,22 +1163,38 @@ CB_OPERATORS = ("==", "!=", "<=", ">=", "<", ">")
 
 _CB_TOKEN = re.compile(
     r"\s*(?:(?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+    r'|(?P<str>"[^"\\]*")'
     r"|(?P<op>&&|\|\||==|!=|<=|>=|<|>|\(|\)|,))"
 )
+
+BUFFERING_FUNCTIONS: dict[str, tuple[tuple[type, ...], type]] = {
+    "IsNetworkError": ((), bool),
+    "Attempts": ((), int),
+    "ResponseCode": ((), int),
+    "RequestMethod": ((), str),
+}
+"""The functions a buffering ``retryExpression`` may call (oxy's buffer threshold)."""
 
 CBNode = tuple
 """A parsed expression: ``("or", (node, ...))``, ``("and", (node, ...))`` or
 ``("cmp", operator, function, arguments, literal)``."""
 
 
-def parse_cb_expression(text: str) -> CBNode:
+def parse_cb_expression(
+    text: str,
+    functions: dict[str, tuple[tuple[type, ...], type]] = CB_FUNCTIONS,
+    key: str = "expression",
+) -> CBNode:
     """A circuitBreaker ``expression`` parsed (sans-IO: the text in, a tree out):
     comparisons of a function's value with a number, joined by ``&&`` and ``||``
     (``&&`` binds tighter) and grouped by parentheses. As oxy's predicate language,
     a comparison puts the function first and the number's type must be the
     function's (``NetworkErrorRatio() > 0.5``, ``LatencyAtQuantileMS(50.0) > 100``);
     an integer argument is taken where a float is expected. A ``ValueError`` names
-    ``expression`` and the position (from 0) of what is wrong."""
+    ``expression`` and the position (from 0) of what is wrong. ``functions`` and
+    ``key`` serve oxy's other predicates (buffering's ``retryExpression``): a function
+    of a bool result stands alone (``("call", function, arguments)``), one of a
+    string result compares with a quoted string."""
     tokens: list[tuple[str, str, int]] = []
     pos = 0
     while pos < len(text):
@@ -1187,7 +1203,7 @@ def parse_cb_expression(text: str) -> CBNode:
         m = _CB_TOKEN.match(text, pos)
         if m is None:
             at = len(text) - len(text[pos:].lstrip())
-            raise ValueError(f"expression: unexpected {text[at]!r} at position {at} in {text!r}")
+            raise ValueError(f"{key}: unexpected {text[at]!r} at position {at} in {text!r}")
         kind = m.lastgroup or ""
         tokens.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
@@ -1195,7 +1211,7 @@ def parse_cb_expression(text: str) -> CBNode:
     i = 0
 
     def fail(what: str, at: int) -> ValueError:
-        return ValueError(f"expression: {what} at position {at} in {text!r}")
+        return ValueError(f"{key}: {what} at position {at} in {text!r}")
 
     def peek() -> tuple[str, str, int]:
         return tokens[i]
@@ -1211,8 +1227,12 @@ def parse_cb_expression(text: str) -> CBNode:
         if got != value or kind == "end":
             raise fail(f"{value!r} expected, found {got or 'the end'!r}", at)
 
-    def number(expected: type, where: str) -> float | int:
+    def number(expected: type, where: str) -> float | int | str:
         kind, got, at = take()
+        if expected is str:
+            if kind != "str":
+                raise fail(f"a quoted string expected {where}, found {got or 'the end'!r}", at)
+            return got[1:-1]
         if kind != "num":
             raise fail(f"a number expected {where}, found {got or 'the end'!r}", at)
         is_int = got.isdigit()
@@ -1226,18 +1246,20 @@ def parse_cb_expression(text: str) -> CBNode:
         kind, name, at = take()
         if kind != "name":
             raise fail(f"a function expected, found {name or 'the end'!r}", at)
-        if name not in CB_FUNCTIONS:
-            known = ", ".join(CB_FUNCTIONS)
+        if name not in functions:
+            known = ", ".join(functions)
             raise fail(f"unknown function {name!r} (one of {known})", at)
-        params, result = CB_FUNCTIONS[name]
+        params, result = functions[name]
         expect("(")
-        args: list[float | int] = []
+        args: list[float | int | str] = []
         for n, param in enumerate(params):
             if n:
                 expect(",")
             value = number(param, f"as argument {n + 1} of {name}")
             args.append(float(value) if param is float else value)
         expect(")")
+        if result is bool:
+            return ("call", name, tuple(args))
         kind, op, at = take()
         if op not in CB_OPERATORS or kind != "op":
             raise fail(f"a comparison expected after {name}(), found {op or 'the end'!r}", at)
@@ -1344,8 +1366,11 @@ class Buffering(Base):
     mem_request_body_bytes: int = 0
     max_response_body_bytes: int = 0
     mem_response_body_bytes: int = 0
+    retry_expression: str = ""
 
     def check(self) -> None:
+        if self.retry_expression:
+            parse_cb_expression(self.retry_expression, BUFFERING_FUNCTIONS, "retryExpression")
         for key, value in (
             ("maxRequestBodyBytes", self.max_request_body_bytes),
             ("memRequestBodyBytes", self.mem_request_body_bytes),

@@ -376,7 +376,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.ErrorPage, "errorRequestHeaders nginxHeaders", _),
-        (dyn.Buffering, "disableRequestBuffer disableResponseBuffer retryExpression", _),
+        (dyn.Buffering, "disableRequestBuffer disableResponseBuffer", _),
         (
             dyn.Retry,
             "disableRetryOnNetworkError maxRequestBodyBytes retryNonIdempotentMethod status timeout",

@@ -66,6 +66,9 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   ``reply.hold`` holds the response: its head goes with the body, at the end, with
   the length of what the filters emitted (a filter's ``data`` raising
   :class:`BodyTooLarge` answers 413 instead, the upstream's connection dropped).
+  ``fwd.replay(tries, status, method)`` (buffering's ``retryExpression``) is asked
+  after a held response's end and after a network failure: True sends the request
+  again (its held body with it) to the server the service picks next, up to 10 tries.
 - **Retry**: ``fwd.retry`` (a :class:`Retry`, set by the ``retry`` middleware) lets
   the exchange send the request again, to the server the service picks next,
   after a network failure before any response byte reached the client, when the
@@ -132,6 +135,7 @@ class Forward:
         "path",
         "prefix",
         "query",
+        "replay",
         "response",
         "retry",
         "scheme",
@@ -182,6 +186,8 @@ class Forward:
         self.retry: Retry | None = None
         # Where the request body is held before it goes (buffering; None: streamed).
         self.spool: Any = None
+        # Whether a try goes again: (tries, status, method) -> bool (retryExpression).
+        self.replay: Callable[[int, int, bytes], bool] | None = None
         # The outcome, written by the exchange before the ends run (module doc).
         self.status = 0
         self.network_error = False

@@ -12,9 +12,15 @@ connection is dropped), as oxy's size error handler answers both.
 
 The exchange holds the bodies (:attr:`Forward.spool` for the request, a filter with
 ``Reply.hold`` for the response: :mod:`edge.http.middlewares`); a spooled request is
-written upstream as the upstream connection takes it (flow control kept). Not yet:
-``retryExpression`` (a middleware setting it is disabled, named as not supported);
-a response held in a file is read back into memory at its end, once.
+written upstream as the upstream connection takes it (flow control kept).
+
+``retryExpression`` (oxy's predicate: ``IsNetworkError()``, a 502 or 504;
+``Attempts()``, the tries so far; ``ResponseCode()``; ``RequestMethod()``; compared
+and joined as circuitBreaker's) is asked after each try whose response is held, or
+which failed at the network level: while it holds (and at most 10 tries), the request
+goes again, its held body with it, to the server the service picks next
+(:attr:`Forward.replay`). Not yet: a response held in a file is read back into memory
+at its end, once.
 
 Invariant: built once per configuration; per request, one spool per body, closed
 (its file deleted) when the exchange is done with it.
@@ -23,12 +29,59 @@ Invariant: built once per configuration; per request, one spool per body, closed
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
+from edge.config.dynamic import BUFFERING_FUNCTIONS, CBNode, parse_cb_expression
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Middleware, Reply
 
-__all__ = ["DEFAULT_MEM", "Buffering", "Spool"]
+__all__ = ["DEFAULT_MEM", "MAX_TRIES", "Buffering", "Spool", "retry_predicate"]
+
+MAX_TRIES = 10
+"""Tries of one request at most under a retryExpression (oxy's DefaultMaxRetryAttempts)."""
+
+Replay = Callable[[int, int, bytes], bool]
+"""A compiled retryExpression: (tries so far, status, method) -> whether to try again."""
+
+_COMPARE: dict[str, Callable[[object, object], bool]] = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,  # type: ignore[operator]
+    "<=": lambda a, b: a <= b,  # type: ignore[operator]
+    ">": lambda a, b: a > b,  # type: ignore[operator]
+    ">=": lambda a, b: a >= b,  # type: ignore[operator]
+}
+
+
+def retry_predicate(text: str) -> Replay:
+    """A ``retryExpression`` compiled (a ValueError naming the key when it does not parse)."""
+    return _compile(parse_cb_expression(text, BUFFERING_FUNCTIONS, "retryExpression"))
+
+
+def _value(name: str) -> Callable[[int, int, bytes], object]:
+    if name == "Attempts":
+        return lambda tries, status, method: tries
+    if name == "ResponseCode":
+        return lambda tries, status, method: status
+    if name == "RequestMethod":
+        return lambda tries, status, method: method.decode("latin-1")
+    return lambda tries, status, method: status in (502, 504)  # IsNetworkError
+
+
+def _compile(node: CBNode) -> Replay:
+    kind = node[0]
+    if kind in ("and", "or"):
+        parts = [_compile(n) for n in node[1]]
+        if kind == "and":
+            return lambda t, s, m: all(p(t, s, m) for p in parts)
+        return lambda t, s, m: any(p(t, s, m) for p in parts)
+    if kind == "call":
+        value = _value(node[1])
+        return lambda t, s, m: bool(value(t, s, m))
+    _, op, name, _, literal = node
+    compare, value = _COMPARE[op], _value(name)
+    return lambda t, s, m: compare(value(t, s, m), literal)
+
 
 DEFAULT_MEM = 1 << 20
 """Bytes of a body held in memory before the rest goes to a file (oxy's default)."""
@@ -104,7 +157,7 @@ class _HeldResponse(BodyFilter):
 class Buffering(Middleware):
     """``buffering``: both bodies held in full (module doc)."""
 
-    __slots__ = ("max_request", "max_response", "mem_request", "mem_response")
+    __slots__ = ("max_request", "max_response", "mem_request", "mem_response", "replay")
 
     def __init__(
         self,
@@ -113,8 +166,10 @@ class Buffering(Middleware):
         mem_request: int = 0,
         max_response: int = 0,
         mem_response: int = 0,
+        retry_expression: str = "",
     ) -> None:
         super().__init__(name)
+        self.replay = retry_predicate(retry_expression) if retry_expression else None
         self.max_request = max_request
         self.mem_request = mem_request
         self.max_response = max_response
@@ -129,6 +184,7 @@ class Buffering(Middleware):
         ):
             return Answer(413, body=b"Request Entity Too Large")
         fwd.spool = Spool(self.max_request, self.mem_request)
+        fwd.replay = self.replay
         return None
 
     def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:

@@ -150,6 +150,7 @@ def from_config(
             b.mem_request_body_bytes,
             b.max_response_body_bytes,
             b.mem_response_body_bytes,
+            b.retry_expression,
         )
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")

@@ -41,6 +41,7 @@ from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, Upstream
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import HeaderEdits
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Reply, Tee
+from edge.http.middlewares.buffering import MAX_TRIES
 from edge.http.middlewares.headers import vary_origin
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
@@ -453,7 +454,7 @@ class Exchange:
             else:
                 spool.close()
         self.up_head = self._up_head(backend, up_args)
-        if fwd is not None and fwd.retry is not None:
+        if fwd is not None and (fwd.retry is not None or fwd.replay is not None):
             # What a retry makes another head with (_retry), for the server it picks.
             self.x.up_args = up_args
             self.x.attempt = 1
@@ -514,6 +515,23 @@ class Exchange:
         self.header_timer = self.conn.loop.call_later(
             policy.backoff(self.x.attempt), self._try_again
         )
+        return True
+
+    def _replay(self, status: int) -> bool:
+        """Whether buffering's retryExpression sends the request again after a try that
+        ended with ``status`` (its response held, or a network failure); if so the next
+        try is planned."""
+        fwd = self.x.fwd
+        assert fwd is not None and fwd.replay is not None
+        head = self.head
+        if self.x.attempt >= MAX_TRIES or head.upgrade:
+            return False
+        if (head.chunked or head.content_length) and self.x.held_body is None:
+            return False  # a body not held cannot go twice
+        if not fwd.replay(self.x.attempt, status, head.method):
+            return False
+        self.x.attempt += 1
+        self.header_timer = self.conn.loop.call_later(0, self._try_again)
         return True
 
     def _try_again(self) -> None:
@@ -1015,17 +1033,22 @@ class Exchange:
         self.answer_error(HTTPError(why, status=413))
 
     def _release_held(self) -> None:
-        """A held response ended: its head, with the length of what the filters emit, and that."""
+        """A held response ended: its head, with the length of what the filters emit, and
+        that; or, when buffering's retryExpression says so, another try instead."""
         filters = self.x.filters
         self.x.filters = None
         self.x.resp_held = False
+        held = self.resp_head
+        assert held is not None
+        fwd = self.x.fwd
+        if fwd is not None and fwd.replay is not None and self._replay(held.status):
+            self.release_upstream(reuse=self.req_done and held.keep_alive)
+            return
         tail = b""
         for f in filters or ():
             if tail:
                 tail = f.data(tail)
             tail += f.end()
-        held = self.resp_head
-        assert held is not None
         head = ResponseHead(
             held.status,
             held.reason,
@@ -1185,6 +1208,8 @@ class Exchange:
         self.release_upstream(reuse=False)
         if self.resp_started:
             self.conn.abort()
+            return
+        if fwd is not None and fwd.replay is not None and self._replay(exc.status):
             return
         if sent is not None and fwd is not None and fwd.retry is not None and self._retry(sent):
             return

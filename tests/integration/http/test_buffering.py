@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from tests.harness import read_response
+from tests.harness import lb, read_response
 from tests.integration.http.servers import edge_with
-from tests.integration.peers import ThreadedServer
+from tests.integration.http.test_health import Scripted
+from tests.integration.peers import ThreadedServer, free_port
 
 CODECS = ["httptools", "h11"]
 
@@ -185,13 +186,64 @@ def test_a_response_body_over_its_limit_is_answered_413(tmp_path, codec, recordi
         e.stop()
 
 
-def test_retry_expression_is_not_supported_yet(tmp_path, recording):
-    e = start(
-        tmp_path, "httptools", recording, retryExpression="IsNetworkError() && Attempts() < 2"
+@pytest.mark.parametrize("codec", CODECS)
+def test_retry_expression_sends_a_held_request_again(tmp_path, codec, recording):
+    """A server answering 503 and a good one: while ``ResponseCode() == 503`` holds the
+    request (its held body with it) goes again, and the client sees the good answer
+    alone; a dead server is tried again under ``IsNetworkError()``."""
+    failing = Scripted("failing")
+    failing.status = 503
+    service = lb(failing.url, recording.url)
+    e = edge_with(
+        tmp_path,
+        codec,
+        service,
+        {
+            "buf": {
+                "buffering": {
+                    "retryExpression": 'ResponseCode() == 503 && Attempts() < 3 && RequestMethod() == "POST"'
+                }
+            }
+        },
     )
+    try:
+        for _ in range(2):
+            out = send(
+                e.port,
+                b"POST /up HTTP/1.1\r\nHost: app.example\r\nContent-Length: 5\r\n"
+                b"Connection: close\r\n\r\nhello",
+            )
+            assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"got 5")
+        assert failing.served == 2 and [n for n, _ in recording.bodies] == [5, 5]
+        # GET is not in the expression: the 503 goes to the client.
+        statuses = sorted(
+            send(e.port, b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")[9:12]
+            for _ in range(2)
+        )
+        assert statuses == [b"200", b"503"]
+    finally:
+        e.stop()
+        failing.stop()
+    (tmp_path / "dead").mkdir()
+    e = edge_with(
+        tmp_path / "dead",
+        codec,
+        lb(f"http://127.0.0.1:{free_port()}", recording.url),
+        {"buf": {"buffering": {"retryExpression": "IsNetworkError() && Attempts() < 2"}}},
+    )
+    try:
+        for _ in range(2):
+            out = send(e.port, b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+            assert out.startswith(b"HTTP/1.1 200")
+    finally:
+        e.stop()
+
+
+def test_a_bad_retry_expression_disables_the_middleware_naming_the_key(tmp_path, recording):
+    e = start(tmp_path, "httptools", recording, retryExpression="Attempts() < 2.5")
     try:
         out = send(e.port, b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
         assert out.startswith(b"HTTP/1.1 404")  # its router is disabled
-        assert "retryExpression" in e.log
+        assert "buffering.retryExpression: an integer expected to compare with Attempts()" in e.log
     finally:
         e.stop()
