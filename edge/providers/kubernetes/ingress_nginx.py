@@ -32,8 +32,9 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     backends (a copy of the service for this Ingress; without it HTTP, whatever the
     port); to HTTPS backends a serversTransport of the Ingress' own, which verifies
     nothing unless ``proxy-ssl-verify: "on"`` (ingress-nginx's default), with
-    ``proxy-ssl-secret``'s CAs and client certificate and ``proxy-ssl-name``. ``whitelist-source-range`` /
-    ``allowlist-source-range``: an ``ipAllowList`` (403 otherwise). ``affinity:
+    ``proxy-ssl-secret``'s CAs and client certificate and ``proxy-ssl-name``.
+    ``whitelist-source-range`` / ``allowlist-source-range``: an ``ipAllowList`` (403
+    otherwise). ``affinity:
     cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
     ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
     Ingress' copy of the service. ``service-upstream``: that copy's one server is the
@@ -48,8 +49,9 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     rate) per client address: a ``rateLimit``; ``limit-connections``: an
     ``inFlightReq`` per client address. ``upstream-vhost`` and ``x-forwarded-prefix``:
     request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``server-alias``: more
-    names for every host route (:func:`_aliases`). ``auth-url`` with ``auth-response-headers``,
-    ``auth-signin`` and ``auth-method``: a ``forwardAuth``. Canaries (``canary:
+    names for every host route (:func:`_aliases`). ``auth-url`` with
+    ``auth-response-headers``, ``auth-signin`` and ``auth-method``: a ``forwardAuth``.
+    Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
     they share (:func:`_canaries`). ``ssl-passthrough``: TLS for the Ingress' hosts is
