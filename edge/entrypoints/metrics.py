@@ -78,7 +78,7 @@ class Family(msgspec.Struct, frozen=True):
 _EP = ("code", "method", "protocol", "entrypoint")
 _ROUTER = ("code", "method", "protocol", "router", "service")
 _SERVICE = ("code", "method", "protocol", "service")
-_UDP = ("entrypoint", "router", "service", "direction")
+_FLOW = ("entrypoint", "router", "service", "direction")
 
 
 def _http(scope: str, labels: tuple[str, ...], where: str) -> list[Family]:
@@ -167,17 +167,37 @@ FAMILIES: dict[str, Family] = {
             MIN,
         ),
         Family(
+            "edge_tcp_connections_total",
+            "counter",
+            "TCP connections relayed to a server, by entry point, TCP router and service.",
+            ("entrypoint", "router", "service"),
+        ),
+        Family(
+            "edge_tcp_dial_errors_total",
+            "counter",
+            "TCP connections closed because their server could not be reached, by entry "
+            "point, TCP router and service.",
+            ("entrypoint", "router", "service"),
+        ),
+        Family(
+            "edge_tcp_bytes_total",
+            "counter",
+            "Bytes relayed by TCP routers, by entry point, router, service and direction "
+            "(to_server, to_client).",
+            _FLOW,
+        ),
+        Family(
             "edge_udp_datagrams_total",
             "counter",
             "UDP datagrams forwarded, by entry point, router, service and direction "
             "(to_server, to_client).",
-            _UDP,
+            _FLOW,
         ),
         Family(
             "edge_udp_bytes_total",
             "counter",
             "UDP payload bytes forwarded, by entry point, router, service and direction.",
-            _UDP,
+            _FLOW,
         ),
         Family(
             "edge_udp_dropped_total",
@@ -570,6 +590,7 @@ def watch_dataplane(registry: Registry, dataplane: Any) -> None:
             proxy = getattr(ep, "proxy", None)
             if proxy is None:  # TCP: every live connection, whatever it became
                 samples.add("traefik_open_connections", (name, "TCP"), len(ep.connections))
+                _tcp_relays(samples, name, ep)
                 continue
             samples.add("traefik_open_connections", (name, "UDP"), len(proxy.table))
             samples.add("edge_udp_sessions", (name,), len(proxy.table))
@@ -593,6 +614,24 @@ def watch_dataplane(registry: Registry, dataplane: Any) -> None:
                 _certificates(samples, runtime.tls, certs)
 
     registry.sources.append(read)
+
+
+def _tcp_relays(samples: Samples, name: str, ep: Any) -> None:
+    """The TCP routers' counters of entry point ``name``: the relays that ended, and the
+    bytes of those still open."""
+    for (router, service), c in ep.peek.tcp_counters.items():
+        where = (name, router, service)
+        samples.add("edge_tcp_connections_total", where, c.connections)
+        samples.add("edge_tcp_dial_errors_total", where, c.dial_errors)
+        samples.add("edge_tcp_bytes_total", (*where, "to_server"), c.bytes_to_server)
+        samples.add("edge_tcp_bytes_total", (*where, "to_client"), c.bytes_to_client)
+    for conn in list(ep.connections):
+        c = getattr(conn, "counted", None)
+        splice = getattr(conn, "splice", None)
+        if c is not None and splice is not None:
+            where = (name, c.router, c.service)
+            samples.add("edge_tcp_bytes_total", (*where, "to_server"), splice.bytes_a_to_b)
+            samples.add("edge_tcp_bytes_total", (*where, "to_client"), splice.bytes_b_to_a)
 
 
 def _servers_up(samples: Samples, runtime: Any, down: Callable[[str], set[str]]) -> None:

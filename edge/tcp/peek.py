@@ -123,6 +123,8 @@ class PeekContext:
         self.timeout = timeout
         self.handshake_timeout = handshake_timeout
         self.tasks: set[asyncio.Task] = set()  # dials in flight
+        # What the relays of each (TCP router, service) did: read by the metrics at scrape.
+        self.tcp_counters: dict[tuple[str, str], TCPCounters] = {}
         # The router the acceptor below was made for (see protocol()).
         self._router: TCPRouter | None = None
         self._acceptor: Acceptor | None = None
@@ -448,7 +450,7 @@ class Peek(asyncio.Protocol):
         # The server learns who the client is: a PROXY header before any client byte
         # (and before TLS, to a server edge speaks TLS to).
         header = self._proxy_header(server.proxy_protocol, client) if server.proxy_protocol else b""
-        relay = Relay(self.ctx.connections, held, chain, self.client_ip)
+        relay = Relay(self.ctx.connections, held, chain, self.client_ip, self.ctx.tcp_counters)
         task = self.ctx.loop.create_task(relay.run(route, server, header, first, postgres))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
@@ -474,14 +476,38 @@ class _Terminated(asyncio.Protocol):
         self.peek._relay(self.route, b"", transport)  # type: ignore[arg-type]
 
 
+class TCPCounters:
+    """Plain integers for one (TCP router, service) of an entry point: connections
+    relayed (dialed), dials that failed, and the bytes each way of relays that ended
+    (an open relay's are its splice's)."""
+
+    __slots__ = (
+        "bytes_to_client",
+        "bytes_to_server",
+        "connections",
+        "dial_errors",
+        "router",
+        "service",
+    )
+
+    def __init__(self, router: str, service: str) -> None:
+        self.router = router
+        self.service = service
+        self.connections = 0
+        self.dial_errors = 0
+        self.bytes_to_server = 0
+        self.bytes_to_client = 0
+
+
 class Relay:
     """A connection relayed to a TCP server, as the entrypoint tracks it (dial, then splice).
 
     ``chain`` (the route's TCP middlewares, which admitted the connection) is left
     once, when the relay ends: dial failed, or both sides of the splice gone.
+    ``counters``: the entry point's :class:`TCPCounters` by (router, service).
     """
 
-    __slots__ = ("chain", "client", "client_ip", "connections", "splice")
+    __slots__ = ("chain", "client", "client_ip", "connections", "counted", "counters", "splice")
     deadline_kind = NO_DEADLINE
     deadline = 0.0
 
@@ -491,17 +517,25 @@ class Relay:
         client: Pending,
         chain: TCPChain | None = None,
         client_ip: str = "",
+        counters: dict[tuple[str, str], TCPCounters] | None = None,
     ) -> None:
         self.connections = connections
         self.client = client  # the client's transport, parked until the splice takes it
         self.splice: Splice | None = None
         self.chain = chain
         self.client_ip = client_ip
+        self.counters = counters
+        self.counted: TCPCounters | None = None  # this relay's, once its server is known
         connections.add(self)
 
     async def run(
         self, route: TCPRoute, server: Any, header: bytes, first: bytes, postgres: bool = False
     ) -> None:
+        if self.counters is not None:
+            key = (route.name, server.service)
+            counted = self.counted = self.counters.get(key)
+            if counted is None:
+                counted = self.counted = self.counters[key] = TCPCounters(*key)
         try:
             if server.tls is None:
                 self.splice = await dial_splice(
@@ -546,10 +580,14 @@ class Relay:
                     server.service,
                     server.address,
                 )
+            if self.counted is not None:
+                self.counted.dial_errors += 1
             self._end()
             if self.client.transport is not None:
                 self.client.transport.close()
             return
+        if self.counted is not None:
+            self.counted.connections += 1
         if self.splice.closed:
             self._end()
 
@@ -557,6 +595,11 @@ class Relay:
         self._end()
 
     def _end(self) -> None:
+        if self in self.connections:  # the first end: the bytes are counted once
+            counted, splice = self.counted, self.splice
+            if counted is not None and splice is not None:
+                counted.bytes_to_server += splice.bytes_a_to_b
+                counted.bytes_to_client += splice.bytes_b_to_a
         self.connections.discard(self)
         chain, self.chain = self.chain, None  # left once, however the relay ends
         if chain is not None:

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import curl, scrape, value
+from tests.integration.peers import free_port
 
 PROMETHEUS = {
     "metrics": {"prometheus": {"addRoutersLabels": True, "buckets": [0.05, 0.5, 5]}},
@@ -119,3 +123,51 @@ def test_requests_counted_per_entrypoint_router_and_service(tmp_path, whoami, pa
     assert value(samples, "traefik_open_connections", entrypoint="traefik", protocol="TCP") >= 1
     assert value(samples, "process_resident_memory_bytes") > 1e6
     assert value(samples, "process_open_fds") > 3
+
+
+def test_tcp_routers_count_connections_bytes_and_failed_dials(tmp_path, echo):
+    closed = free_port()
+    entrypoints = {
+        "web": {"address": "127.0.0.1:0"},
+        "tcp": {"address": "127.0.0.1:0"},
+        "down": {"address": "127.0.0.1:0"},
+    }
+    tcp = {
+        "routers": {
+            "t": {"rule": "HostSNI(`*`)", "service": "echo", "entryPoints": ["tcp"]},
+            "d": {"rule": "HostSNI(`*`)", "service": "gone", "entryPoints": ["down"]},
+        },
+        "services": {
+            "echo": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{echo.port}"}]}},
+            "gone": {"loadBalancer": {"servers": [{"address": f"127.0.0.1:{closed}"}]}},
+        },
+    }
+    e = Edge(tmp_path, {"tcp": tcp}, entrypoints=entrypoints, static_extra=PROMETHEUS)
+    try:
+        for payload in (b"hello\n", b"a longer line\n"):
+            with socket.create_connection(("127.0.0.1", e.ports["tcp"]), timeout=5) as s:
+                s.sendall(payload)
+                got = b""
+                while len(got) < len(payload):
+                    chunk = s.recv(100)
+                    assert chunk, "the echo closed early"
+                    got += chunk
+                assert got == payload
+        with socket.create_connection(("127.0.0.1", e.ports["down"]), timeout=5) as s:
+            s.settimeout(5)
+            assert s.recv(10) == b""  # closed: the server is not there
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the relays end after the client's close
+            samples, _ = scrape(e.ports["traefik"])
+            if value(samples, "traefik_open_connections", entrypoint="tcp", protocol="TCP") == 0:
+                break
+            time.sleep(0.05)
+    finally:
+        e.stop()
+    where = {"entrypoint": "tcp", "router": "t@file", "service": "echo@file"}
+    assert value(samples, "edge_tcp_connections_total", **where) == 2
+    assert value(samples, "edge_tcp_bytes_total", direction="to_server", **where) == 20
+    assert value(samples, "edge_tcp_bytes_total", direction="to_client", **where) == 20
+    down = {"entrypoint": "down", "router": "d@file", "service": "gone@file"}
+    assert value(samples, "edge_tcp_dial_errors_total", **down) == 1
+    assert value(samples, "edge_tcp_connections_total", **down) == 0
