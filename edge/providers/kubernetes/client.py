@@ -5,8 +5,8 @@ namespace (LIST, then WATCH, each in its own daemon thread), the cache of decode
 objects those reflectors keep (:class:`KubeClient`), the core that shares them between
 every source reading one cluster (:class:`KubeCore`: a kind asked for alike is one
 reflector per namespace of the union; each source's :class:`Subscription` reads and
-hears of its own kinds and namespaces only), and the Ingress status writer
-(:meth:`KubeClient.patch_ingress_status`). Requests go through the official
+hears of its own kinds and namespaces only), and the status writer of every source
+(:meth:`KubeClient.patch_status`). Requests go through the official
 ``kubernetes`` client (``ApiClient.param_serialize`` / ``call_api``, raw bytes);
 responses are decoded with msgspec into the types the caller names, never into
 the client's model classes (``EndpointSlice`` events cost several times less).
@@ -597,9 +597,22 @@ class KubeClient:
                 log.error("kubernetes: %s: an address needs an ip or a hostname: %r", what, a)
                 return False
             entries.append({"ip": ip} if ip else {"hostname": hostname})
-        body = {"status": {"loadBalancer": {"ingress": entries}}}
+        return self.patch_status(
+            INGRESSES, namespace, name, {"status": {"loadBalancer": {"ingress": entries}}}
+        )
+
+    def patch_status(
+        self, resource: Resource, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> bool:
+        """Merge-patch ``body`` onto the status subresource of the ``resource`` object
+        ``namespace/name`` (``namespace`` empty for a cluster-scoped kind).
+
+        Blocking (one HTTP request): never call it on the event loop. Failures are
+        logged, not raised; returns whether the write succeeded.
+        """
+        what = f"status of {resource.kind} {f'{namespace}/' if namespace else ''}{name}"
         api = self._status_api
-        path = f"{INGRESSES.path(namespace)}/{quote(name, safe='')}/status"
+        path = f"{resource.path(namespace)}/{quote(name, safe='')}/status"
         try:
             method, url, headers, data, _ = api.param_serialize(
                 "PATCH",

@@ -40,9 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
-import kubernetes.client as k8s
 import msgspec
 
 from edge.config.static import KubernetesGatewayConfig
@@ -192,7 +190,6 @@ class KubernetesGatewayProvider(KubernetesProvider):
         self._status_dirty = False
         self._wanted: list[WantedStatus] = []
         self._seen: Mapping[str, Mapping[Key, Any]] = {}
-        self._api: k8s.ApiClient | None = None
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.pod_client: KubeClient | None = None
         # The Nodes edge's pods run on, whose addresses the Gateways get (as the
@@ -249,8 +246,6 @@ class KubernetesGatewayProvider(KubernetesProvider):
         )
 
     def start_extra(self, timing: Timing) -> list[threading.Thread]:
-        self._timing = timing
-        self._api = k8s.ApiClient(self.core.configuration)
         pod, namespace = self.environ.get(POD_NAME_ENV, ""), self.environ.get(POD_NAMESPACE_ENV, "")
         if pod and namespace:
             self.pod_client = KubeClient(
@@ -370,36 +365,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
         return f"writing {', '.join(failed)} failed" if failed else ""
 
     def _patch(self, resource: Resource, key: Key, body: dict[str, Any]) -> bool:
-        """Merge-patch ``body`` onto the status subresource of ``key``; whether it took.
-        Blocking (one request); failures are logged, not raised."""
-        api = self._api
-        assert api is not None
-        what = f"status of {resource.kind} {key[0]}/{key[1]}".replace(" /", " ")
-        path = f"{resource.path(key[0])}/{quote(key[1], safe='')}/status"
-        timing = self._timing
-        try:
-            method, url, headers, data, _ = api.param_serialize(
-                "PATCH",
-                path,
-                header_params={
-                    "Content-Type": "application/merge-patch+json",
-                    "Accept": "application/json",
-                },
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            resp = api.call_api(
-                method,
-                url,
-                headers,
-                data,
-                _request_timeout=(timing.connect_timeout, timing.request_timeout),
-            )
-            answer = resp.read()
-        except Exception as e:
-            log.warning("%s: %s: %s", self.name, what, e)
-            return False
-        if not 200 <= resp.status < 300:
-            log.warning("%s: %s: HTTP %d: %s", self.name, what, resp.status, answer[:200])
-            return False
-        return True
+        """Merge-patch ``body`` onto the status subresource of ``key``, through the
+        client that reflects its kind; whether it took. Blocking (one request);
+        failures are logged, not raised."""
+        return self.view.client(resource.kind).patch_status(resource, key[0], key[1], body)
