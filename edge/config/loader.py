@@ -424,8 +424,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             sta.Providers,
             _,
-            "consul consulCatalog docker ecs etcd http kubernetesIngressNGINX "
-            "nomad plugin redis rest swarm zooKeeper",
+            "consul consulCatalog docker ecs etcd http nomad plugin redis rest swarm zooKeeper",
         ),
         (sta.FileProviderConfig, _, "debugLogGeneratedTemplate"),
         (
