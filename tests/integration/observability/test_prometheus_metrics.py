@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.harness import Edge, lb
+from tests.harness import WHOAMI_RE, Edge, Proc, lb
 from tests.integration.observability.metrics_text import curl, scrape, value
 from tests.integration.peers import free_port
 
@@ -171,3 +171,36 @@ def test_tcp_routers_count_connections_bytes_and_failed_dials(tmp_path, echo):
     down = {"entrypoint": "down", "router": "d@file", "service": "gone@file"}
     assert value(samples, "edge_tcp_dial_errors_total", **down) == 1
     assert value(samples, "edge_tcp_connections_total", **down) == 0
+
+
+def test_udp_datagrams_bytes_and_sessions(tmp_path):
+    who = Proc(["whoami", "--name", "echo", "--udp", "127.0.0.1:0"])
+    try:
+        backend = f"127.0.0.1:{who.wait_for(WHOAMI_RE).group(4)}"
+        udp = {
+            "routers": {"r": {"service": "echo", "entryPoints": ["dns"]}},
+            "services": {"echo": {"loadBalancer": {"servers": [{"address": backend}]}}},
+        }
+        entrypoints = {"web": {"address": "127.0.0.1:0"}, "dns": {"address": "127.0.0.1:0/udp"}}
+        e = Edge(tmp_path, {"udp": udp}, entrypoints=entrypoints, static_extra=PROMETHEUS)
+        try:
+            sizes = (5, 17, 40)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(5)
+                s.connect(("127.0.0.1", e.ports["dns"]))
+                for size in sizes:
+                    s.send(b"x" * size)
+                    assert len(s.recv(100)) == size  # the echo
+                samples, _ = scrape(e.ports["traefik"])
+        finally:
+            e.stop()
+    finally:
+        who.stop()
+    where = {"entrypoint": "dns", "router": "r@file", "service": "echo@file"}
+    for direction in ("to_server", "to_client"):
+        assert value(samples, "edge_udp_datagrams_total", direction=direction, **where) == 3
+        assert value(samples, "edge_udp_bytes_total", direction=direction, **where) == sum(sizes)
+    assert value(samples, "edge_udp_sessions_total", **where) == 1
+    assert value(samples, "edge_udp_sessions", entrypoint="dns") == 1
+    assert value(samples, "traefik_open_connections", entrypoint="dns", protocol="UDP") == 1
+    assert value(samples, "edge_udp_dropped_total", **where) == 0
