@@ -472,8 +472,13 @@ class RedirectRegex(Base):
     regex: str = ""
     replacement: str = ""
     permanent: bool = False
+    # Not a key of Traefik's files (the Gateway provider sets it, as Traefik's sets its
+    # own redirect's): this status whatever the method; 0: ``permanent`` decides.
+    status_code: int = 0
 
     def check(self) -> None:
+        if self.status_code not in (0, 301, 302, 303, 307, 308):
+            raise ValueError(f"statusCode: {self.status_code} is not a redirect status")
         compiled = go_regexp(self.regex, "regex")
         go_template(self.replacement, compiled, "replacement")
         if _NOT_IN_VALUE.search(self.replacement):

@@ -90,7 +90,7 @@ def from_config(
         return RedirectScheme(name, rs.scheme, rs.port, rs.permanent, rs.force_permanent_redirect)
     if c.redirect_regex is not None:
         rr = c.redirect_regex
-        return RedirectRegex(name, rr.regex, rr.replacement, rr.permanent)
+        return RedirectRegex(name, rr.regex, rr.replacement, rr.permanent, rr.status_code)
     if c.content_type is not None:
         return Middleware(name)
     if c.basic_auth is not None:

@@ -4,7 +4,9 @@
 Both answer with edge's own response (a Location and the status's text as body)
 instead of forwarding; the status keeps a request's method and body when it is
 not a GET (307, 308), as Traefik's do; ``forcePermanentRedirect`` (set by
-Traefik's providers, not a key of its files) makes it 308 whatever the method.
+Traefik's providers, not a key of its files) makes it 308 whatever the method, and
+redirectRegex's ``statusCode`` (the Gateway provider's RequestRedirect: 301, 302,
+303, 307 or 308; not a key of Traefik's files either) is its status for every method.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ _DEFAULT_PORT = {"http": "80", "https": "443"}
 _TEXT = {
     301: b"Moved Permanently",
     302: b"Found",
+    303: b"See Other",
     307: b"Temporary Redirect",
     308: b"Permanent Redirect",
 }
@@ -91,12 +94,15 @@ class RedirectRegex(Middleware):
     """Redirects to the replacement of the request's URL (``scheme://host[:port]/path?query``,
     the scheme the entrypoint's) when the regexp matches it and the result differs."""
 
-    __slots__ = ("permanent", "regexp")
+    __slots__ = ("permanent", "regexp", "status")
 
-    def __init__(self, name: str, regex: str, replacement: str, permanent: bool) -> None:
+    def __init__(
+        self, name: str, regex: str, replacement: str, permanent: bool, status: int = 0
+    ) -> None:
         super().__init__(name)
         self.regexp = GoRegexp(regex, "redirectRegex.regex", replacement)
         self.permanent = permanent
+        self.status = status
 
     def request(self, fwd: Forward) -> Answer | None:
         target = fwd.path + b"?" + fwd.query if fwd.query else fwd.path
@@ -106,6 +112,8 @@ class RedirectRegex(Middleware):
             return None
         if not _parses(new):
             return BAD_GATEWAY  # Traefik: url.Parse fails, its error handler answers 502
+        if self.status:
+            return Answer(self.status, b"Location: %s\r\n" % new, _TEXT[self.status])
         return _redirect(fwd.method, self.permanent, False, new)
 
 

@@ -81,7 +81,8 @@ Filters
     middleware (``set`` and ``add`` set the header, ``remove`` removes it: edge's
     headers middleware replaces a header, so an ``add`` to a header the request
     already holds replaces it instead of appending); ``RequestRedirect`` a
-    ``redirectRegex`` over the whole URL; ``RequestMirror`` makes the rule's service a
+    ``redirectRegex`` over the whole URL, answering its ``statusCode`` (301, 302,
+    303, 307 or 308) whatever the method; ``RequestMirror`` makes the rule's service a
     ``mirroring`` one over it, copying ``percent`` (or ``fraction``, rounded to a
     whole percent) of the requests to the mirror's Service; ``URLRewrite`` a ``headers`` middleware
     setting Host and a ``replacePath`` (``ReplaceFullPath``) or ``replacePathRegex``
@@ -1249,7 +1250,7 @@ def _redirect(
     f: objects.HTTPRequestRedirectFilter, match: objects.HTTPPathMatch, where: str
 ) -> RedirectRegex:
     """A RequestRedirect as a ``redirectRegex`` over ``scheme://host[:port]/path?query``."""
-    if f.status_code not in (301, 302):
+    if f.status_code not in (301, 302, 303, 307, 308):
         raise _Unsupported(f"{where}: redirect statusCode {f.status_code} is not supported")
     scheme = f.scheme or "${1}"
     host = f.hostname or "${2}"
@@ -1275,7 +1276,10 @@ def _redirect(
     else:
         raise _Unsupported(f"{where}: path modifier {modifier.type!r} is not supported")
     return RedirectRegex(
-        regex=regex, replacement=f"{scheme}://{host}{port}{path}", permanent=f.status_code == 301
+        regex=regex,
+        replacement=f"{scheme}://{host}{port}{path}",
+        permanent=f.status_code in (301, 308),
+        status_code=f.status_code,
     )
 
 

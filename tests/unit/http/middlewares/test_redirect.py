@@ -189,3 +189,23 @@ def test_redirect_scheme_status(permanent, force, method, status):
 def test_redirect_scheme_location(scheme, port, url, location):
     answer = RedirectScheme("r", scheme, port, False).request(url_request(url))
     assert answer is not None and answer.lines == b"Location: " + location + b"\r\n"
+
+
+@pytest.mark.parametrize("method", [b"GET", b"POST"])
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_redirect_regex_status_code_answers_that_status_for_every_method(status, method):
+    """``statusCode`` (set by the Gateway provider's RequestRedirect): that status
+    whatever the method, where ``permanent`` would pick by method."""
+    mw = RedirectRegex("r", "^http://a/(.*)", "http://b/$1", False, status)
+    answer = mw.request(url_request("http://a/x", method))
+    assert answer is not None and answer.status == status
+    assert answer.lines == b"Location: http://b/x\r\n"
+
+
+def test_redirect_regex_status_code_must_be_a_redirect_status():
+    from edge.config import dynamic
+
+    model = dynamic.RedirectRegex(regex="^(.*)$", replacement="http://b$1", status_code=303)
+    model.check()
+    with pytest.raises(ValueError, match="statusCode: 304"):
+        dynamic.RedirectRegex(regex="^(.*)$", replacement="http://b$1", status_code=304).check()

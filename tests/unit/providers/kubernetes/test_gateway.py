@@ -638,9 +638,9 @@ def test_url_rewrite_becomes_host_and_path_middlewares() -> None:
         {"filters": [{"type": "RequestMirror", "requestMirror": {}}]},
         {"filters": [{"type": "ExtensionRef", "extensionRef": {"name": "x"}}]},
         {"timeouts": {"request": "1s"}},
-        {"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 303}}]},
+        {"filters": [{"type": "RequestRedirect", "requestRedirect": {"path": {"type": "X"}}}]},
     ],
-    ids=["mirror-without-backend", "extension", "timeouts", "status-303"],
+    ids=["mirror-without-backend", "extension", "timeouts", "redirect-path-type"],
 )
 def test_what_edge_does_not_implement_is_unsupported_value_and_answers_503(rule: dict) -> None:
     c = run(*BASE, route([{**rule, "backendRefs": [backend()]}]))
@@ -877,3 +877,15 @@ def test_equal_matches_rank_by_route_then_rule_then_match_index() -> None:
     ranked = sorted(routers, key=lambda n: -routers[n].priority)
     assert [place(n) for n in ranked] == [("q", 0), *(("r", i) for i in range(12))]
     assert len({r.priority for r in routers.values()}) == 13
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_request_redirect_answers_its_status_code(code: int) -> None:
+    """Every statusCode the spec allows (303, 307 and 308 are extended) is the
+    redirectRegex's status for every method."""
+    f = [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "statusCode": code}}]
+    c = run(*BASE, route([{"filters": f}]))
+    assert parent(c)["Accepted"] == ("True", "Accepted")
+    (mw,) = c.configuration.http.middlewares.values()
+    assert mw.redirect_regex.status_code == code
+    assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
