@@ -433,7 +433,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "strictPrefixMatching",
             _,
         ),
-        (sta.KubernetesGatewayConfig, "nativeLBByDefault", "statusAddress"),
+        (sta.KubernetesGatewayConfig, "nativeLBByDefault", _),
     )
 }
 """Per model: the Traefik keys edge does not implement, (refused, ignored). A key the

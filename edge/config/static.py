@@ -373,12 +373,36 @@ class KubernetesCRDConfig(Base):
     disable_cluster_scope_resources: bool = False
 
 
+class GatewayStatusService(Base):
+    """``statusAddress.service``: the Service whose addresses the Gateways get."""
+
+    name: str = ""
+    namespace: str = ""
+
+
+class GatewayStatusAddress(Base):
+    """``statusAddress``, Traefik's: what edge writes into each Gateway's
+    ``status.addresses`` in place of the nodes running its pods: ``ip`` and/or
+    ``hostname`` as given, else the addresses of ``service`` (as a published
+    Service's are read for the Ingress status)."""
+
+    ip: str = ""
+    hostname: str = ""
+    service: GatewayStatusService | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.ip or self.hostname or self.service is not None):
+            raise ValueError("statusAddress: needs ip, hostname or service")
+        if self.service is not None and not (self.service.name and self.service.namespace):
+            raise ValueError("statusAddress.service: needs name and namespace")
+
+
 class KubernetesGatewayConfig(Base):
     """``providers.kubernetesGateway``: the Gateway API source
     (:mod:`edge.providers.kubernetes.gateway`). ``labelSelector`` applies to the
-    Gateway API kinds; ``experimentalChannel`` is read and changes nothing yet (no
-    experimental kind is served). Traefik's ``statusAddress`` is ignored and
-    ``nativeLBByDefault`` refused (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
+    Gateway API kinds; ``experimentalChannel`` adds TLSRoute, TCPRoute and UDPRoute;
+    ``statusAddress`` sets the Gateways' addresses. Traefik's ``nativeLBByDefault``
+    is refused (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
 
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
     token: str = ""
@@ -388,6 +412,7 @@ class KubernetesGatewayConfig(Base):
     label_selector: str = ""
     throttle_duration: Duration | None = None  # None: providersThrottleDuration
     experimental_channel: bool = False
+    status_address: GatewayStatusAddress | None = None  # None: the nodes of edge's pods
 
 
 class KubernetesIngressNGINXConfig(Base):

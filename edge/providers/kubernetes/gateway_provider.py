@@ -22,7 +22,8 @@ hostNetwork DaemonSet has no Service address), read as the Ingress status reads 
 (:func:`~edge.providers.kubernetes.provider.node_addresses`; ``POD_NAME`` and
 ``POD_NAMESPACE`` from the Downward API, Pods in that namespace, Nodes through the
 core). Outside a pod, or while no address is known, ``status.addresses`` is left as
-it is. Traefik's ``statusAddress`` is not read (see the README).
+it is. Traefik's ``statusAddress`` (an ``ip``, a ``hostname`` or a Service's addresses)
+replaces them.
 
 Invariants: a status write happens only when the object's status differs from the
 wanted one; the same write is not repeated while the object still shows the
@@ -84,6 +85,7 @@ from edge.providers.kubernetes.provider import (
     list_once,
     node_addresses,
     own_core,
+    service_addresses,
 )
 
 __all__ = ["GATEWAY_RESOURCES", "KubernetesGatewayProvider", "check_gateway_cluster"]
@@ -274,9 +276,19 @@ class KubernetesGatewayProvider(KubernetesProvider):
         self._wake_status()
 
     def addresses(self) -> list[Address]:
-        """The addresses of the nodes running edge's pods (those of this pod's
-        DaemonSet, on hostNetwork: :func:`~edge.providers.kubernetes.provider.node_addresses`),
-        none outside a pod or while none is known."""
+        """``statusAddress`` when set: its ``ip`` and ``hostname``, else its Service's
+        addresses (:func:`~edge.providers.kubernetes.provider.service_addresses`; none
+        while that Service is not seen). Without it, the addresses of the nodes
+        running edge's pods (those of this pod's DaemonSet, on hostNetwork:
+        :func:`~edge.providers.kubernetes.provider.node_addresses`), none outside a pod
+        or while none is known."""
+        fixed = self.config.status_address
+        if fixed is not None:
+            if fixed.ip or fixed.hostname:
+                return [(k, v) for k, v in (("ip", fixed.ip), ("hostname", fixed.hostname)) if v]
+            assert fixed.service is not None  # checked when the configuration was read
+            svc = self.view.get("Service", fixed.service.namespace, fixed.service.name)
+            return service_addresses(svc) if svc is not None else []
         if self.pod_client is None:
             return []
         found, _ = node_addresses(

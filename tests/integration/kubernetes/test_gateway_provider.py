@@ -1067,3 +1067,40 @@ def test_edge_check_lists_what_the_gateway_provider_refuses(emu, tmp_path, whoam
     assert re.search(
         r"^router httproute-default-web-.*@kubernetesgateway: enabled", out.stdout, re.M
     ), out.stdout
+
+
+def test_status_address_sets_the_gateway_addresses(emu, api) -> None:
+    """``statusAddress.service``: each Gateway's status.addresses are that Service's
+    (a LoadBalancer's ingress addresses), following it as it changes; ``ip`` and
+    ``hostname`` are written as given."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    lb = o.service("lb")
+    lb["spec"]["type"] = "LoadBalancer"
+    lb["status"] = {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}
+    emu.create(lb)
+    static = static_config(emu, ports)
+    static["providers"]["kubernetesGateway"]["statusAddress"] = {
+        "service": {"name": "lb", "namespace": "default"}
+    }
+    edge = KP.InProcessEdge(static, tweak=_fast).start()
+    try:
+        assert KP.until(lambda: edge.ready() == 200, 10.0)
+
+        def addresses() -> list:
+            return gateway_status(api).get("addresses", [])
+
+        assert KP.until(lambda: addresses() == [{"type": "IPAddress", "value": "198.51.100.7"}])
+        lb["status"] = {"loadBalancer": {"ingress": [{"hostname": "lb.example.test"}]}}
+        emu.update(lb)
+        assert KP.until(lambda: addresses() == [{"type": "Hostname", "value": "lb.example.test"}])
+    finally:
+        KP.stop_all([edge])
+
+    static["providers"]["kubernetesGateway"]["statusAddress"] = {"ip": "192.0.2.9"}
+    edge = KP.InProcessEdge(static, tweak=_fast).start()
+    try:
+        assert KP.until(lambda: addresses() == [{"type": "IPAddress", "value": "192.0.2.9"}])
+    finally:
+        KP.stop_all([edge])
