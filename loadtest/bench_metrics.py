@@ -12,12 +12,24 @@ of ``--rounds`` alternating runs each way, and the difference in percent;
 ``--instructions`` counts instructions per request with callgrind
 (``callgrind.py``: two request counts, the difference), which does not move with
 the machine's load. ``--scrape``: also the time one ``/metrics`` text takes.
+
+    python loadtest/bench_metrics.py --live [--rounds 3] [--seconds 5]
+
+``--live``: a whole ``edge run`` (a Host router to a backend nginx, as
+``bench_hotpath.py --live`` sets it up) under ``wrk -t1 -c50``, keep-alive, with
+``metrics.prometheus`` on and off in turn: the edge process's CPU time
+(``/proc/PID/stat``) per request wrk counted, the least of ``--rounds``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +82,112 @@ def run(parser: str, n: int, way: str) -> tuple[float, Registry | None]:
         loop.close()
 
 
+def _cpu(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def live(rounds: int, seconds: float) -> None:
+    """``--live`` (see the module doc)."""
+    import bench_tls  # beside this script: its nginx template and free_port
+
+    for tool in ("nginx", "wrk"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"--live needs {tool}")
+    best = {"off": float("inf"), "on": float("inf")}
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        backend = bench_tls.free_port()
+        (tmp / "backend.conf").write_text(
+            bench_tls.NGINX.format(
+                name="backend",
+                port=backend,
+                answer='return 200 "hello world\\n";',
+                d=tmp,
+                ssl="",
+                tls="",
+                backend=backend,
+            )
+        )
+        (tmp / "dynamic.yaml").write_text(bench_hotpath.LIVE_EDGE_DYNAMIC.format(backend=backend))
+        nginx = subprocess.Popen(["nginx", "-c", str(tmp / "backend.conf"), "-p", str(tmp)])
+        try:
+            for _ in range(rounds):
+                for way in ("off", "on"):
+                    best[way] = min(best[way], _live_once(tmp, way == "on", seconds))
+        finally:
+            nginx.terminate()
+            nginx.wait(timeout=10)
+    print(
+        f"edge under wrk -c50, keep-alive: {best['off']:.1f} us CPU per request with metrics"
+        f" off, {best['on']:.1f} on ({(best['on'] / best['off'] - 1) * 100:+.1f} %),"
+        f" least of {rounds} rounds of {seconds:g} s"
+    )
+
+
+def _live_once(tmp: Path, metrics: bool, seconds: float) -> float:
+    import bench_tls
+
+    port = bench_tls.free_port()
+    static = bench_hotpath.LIVE_EDGE_STATIC.format(port=port, d=tmp)
+    if metrics:
+        # /metrics on an entry point of its own: one that answers anything itself
+        # (/ping, /metrics) has no express path, which is not the metrics' cost.
+        static = static.replace(
+            "entryPoints: {",
+            f'entryPoints: {{traefik: {{address: "127.0.0.1:{bench_tls.free_port()}"}}, ',
+            1,
+        )
+        static += "metrics: {prometheus: {}}\n"
+    (tmp / "static.yaml").write_text(static)
+    edge = subprocess.Popen(
+        [sys.executable, "-m", "edge", "run", "--config", str(tmp / "static.yaml")]
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 20
+        while True:
+            done = subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    "Host: bench.local",
+                    url,
+                ],
+                capture_output=True,
+                timeout=10,
+            )
+            if done.stdout == b"200":
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("edge did not answer the bench route")
+            time.sleep(0.1)
+        wrk = ["wrk", "-t1", "-c50", "-H", "Host: bench.local", url]
+        subprocess.run([*wrk, "-d2s"], capture_output=True, timeout=60, check=True)  # warm-up
+        before = _cpu(edge.pid)
+        out = subprocess.run(
+            [*wrk, f"-d{seconds:g}s"],
+            capture_output=True,
+            text=True,
+            timeout=60 + seconds,
+            check=True,
+        ).stdout
+        used = _cpu(edge.pid) - before
+        m = re.search(r"(\d+) requests in", out)
+        assert m, out
+        return used / int(m.group(1)) * 1e6
+    finally:
+        edge.terminate()
+        edge.wait(timeout=20)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parser", default="httptools", choices=["httptools", "h11"])
@@ -78,7 +196,12 @@ def main() -> None:
     p.add_argument("--metrics", choices=WAYS, help="one run one way (callgrind's)")
     p.add_argument("--instructions", action="store_true")
     p.add_argument("--scrape", action="store_true", help="time one /metrics text too")
+    p.add_argument("--live", action="store_true", help="a whole edge under wrk")
+    p.add_argument("--seconds", type=float, default=5.0, help="--live: seconds of wrk counted")
     args = p.parse_args()
+    if args.live:
+        live(args.rounds, args.seconds)
+        return
     if args.metrics:
         run(args.parser, args.requests, args.metrics)
         return
