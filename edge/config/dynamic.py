@@ -559,9 +559,17 @@ class Headers(Base):
     referrer_policy: str = ""
     permissions_policy: str = ""
     is_development: bool = False
+    # Not a key of Traefik's files (the Gateway provider's RequestHeaderModifier ``add``
+    # sets it): each value is appended to the request's same-named header, joined by
+    # a comma, or sets it when the request has none.
+    append_request_headers: dict[str, str] = {}
 
     def has_custom(self) -> bool:
-        return bool(self.custom_request_headers or self.custom_response_headers)
+        return bool(
+            self.custom_request_headers
+            or self.custom_response_headers
+            or self.append_request_headers
+        )
 
     def has_cors(self) -> bool:
         return bool(
@@ -604,6 +612,7 @@ class Headers(Base):
             ("customRequestHeaders", self.custom_request_headers),
             ("customResponseHeaders", self.custom_response_headers),
             ("sslProxyHeaders", self.ssl_proxy_headers),
+            ("appendRequestHeaders", self.append_request_headers),
         ):
             for name, value in headers.items():
                 _header_name(field, name)

@@ -7,7 +7,8 @@ request headers, and the response headers that do not depend on the request
 (frame options, nosniff, XSS, CSP, referrer and permissions policies, CORS
 credentials and exposed headers, ``Vary: Origin``). Only what depends on the
 request runs per request (:class:`HeadersPerRequest`): a CORS preflight answered
-by edge, the allowed origin echoed, allowedHosts, and Strict-Transport-Security
+by edge, the allowed origin echoed, allowedHosts, appendRequestHeaders (not a key
+of Traefik's files: the Gateway provider's ``add``), and Strict-Transport-Security
 and Public-Key-Pins, which go only over HTTPS (TLS at edge, or a request carrying
 one of ``sslProxyHeaders``) unless ``forceSTSHeader``. A route whose headers need
 nothing per request runs no per-request code for them.
@@ -86,6 +87,7 @@ class HeadersPerRequest(Headers):
         "allow_headers",
         "allow_methods",
         "allowed_hosts",
+        "appends",
         "cors",
         "credentials",
         "expose",
@@ -142,6 +144,11 @@ class HeadersPerRequest(Headers):
             if c.public_key and not dev and "public-key-pins" not in custom
             else None
         )
+        # appendRequestHeaders: (lowercased name, name, value to append).
+        self.appends = tuple(
+            (n.lower().encode(), n.encode(), v.encode())
+            for n, v in c.append_request_headers.items()
+        )
         reads = {name for name, _ in self.ssl_headers}
         reads.update(self.host_headers if self.allowed_hosts else ())
         if self.cors:
@@ -180,7 +187,17 @@ class HeadersPerRequest(Headers):
                     fwd.add_response(b"Strict-Transport-Security", self.sts)
                 if self.public_key is not None:
                     fwd.add_response(b"Public-Key-Pins", self.public_key)
+        if self.appends:
+            self.append(fwd)
         return None
+
+    def append(self, fwd: Forward) -> None:
+        """appendRequestHeaders: each value after the request's own values of its
+        header (every line of it, in order), comma-joined, as one line."""
+        sent = fwd.head.headers if fwd.head is not None else []
+        for lname, name, value in self.appends:
+            values = [v for n, v in sent if n.lower() == lname]
+            fwd.set_header(name, b",".join([*values, value]))
 
     def allowed_origin(self, origin: bytes) -> bytes | None:
         """What Access-Control-Allow-Origin says to ``origin`` (Traefik's matchOrigin):
@@ -229,6 +246,7 @@ def headers(name: str, config: HeadersConfig) -> Headers:
         or (bool(c.allowed_hosts) and not dev)
         or (bool(c.sts_seconds) and not c.force_sts_header and not dev)
         or (bool(c.public_key) and not dev)
+        or bool(c.append_request_headers)
     )
     return (HeadersPerRequest if per_request else Headers)(name, config)
 

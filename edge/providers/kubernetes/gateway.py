@@ -78,9 +78,9 @@ Endpoint churn
 
 Filters
     ``RequestHeaderModifier`` and ``ResponseHeaderModifier`` become a ``headers``
-    middleware (``set`` and ``add`` set the header, ``remove`` removes it: edge's
-    headers middleware replaces a header, so an ``add`` to a header the request
-    already holds replaces it instead of appending); ``RequestRedirect`` a
+    middleware (``set`` sets the header, ``remove`` removes it, a request's ``add``
+    appends to it, ``appendRequestHeaders``; a response's ``add`` sets it: an ``add``
+    to a header the response already holds replaces it); ``RequestRedirect`` a
     ``redirectRegex`` over the whole URL, answering its ``statusCode`` (301, 302,
     303, 307 or 308) whatever the method; ``RequestMirror`` makes the rule's service a
     ``mirroring`` one over it, copying ``percent`` (or ``fraction``, rounded to a
@@ -1092,7 +1092,10 @@ class _Converter:
                         base,
                         Middleware(
                             headers=Headers(
-                                custom_request_headers=_edits(f.request_header_modifier)
+                                custom_request_headers=_edits(f.request_header_modifier, False),
+                                append_request_headers={
+                                    h.name: h.value for h in f.request_header_modifier.add
+                                },
                             )
                         ),
                     )
@@ -1227,10 +1230,11 @@ class _Converter:
         return WantedStatus("Gateway", gw.metadata.key, gen, status)
 
 
-def _edits(f: objects.HTTPHeaderFilter) -> dict[str, str]:
-    """A header filter as the ``headers`` middleware's edits (empty: remove)."""
+def _edits(f: objects.HTTPHeaderFilter, add: bool = True) -> dict[str, str]:
+    """A header filter as the ``headers`` middleware's edits (empty: remove); ``add``:
+    its ``add`` headers set too (a response's: edge appends only to requests)."""
     edits: dict[str, str] = {}
-    for h in (*f.add, *f.set):
+    for h in (*(f.add if add else ()), *f.set):
         edits[h.name] = h.value
     for name in f.remove:
         edits[name] = ""

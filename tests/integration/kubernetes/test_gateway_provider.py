@@ -374,13 +374,19 @@ def test_filters_edit_headers_redirect_and_rewrite(emu, start_edge, whoami: Whoa
 
     assert KP.until(lambda: who(port, "/", "headers.test") == "w1")
     status, headers, data = get(
-        port, "/", "headers.test", headers={"X-Header-Set": "old", "X-Header-Remove": "x"}
+        port,
+        "/",
+        "headers.test",
+        headers={"X-Header-Set": "old", "X-Header-Remove": "x", "X-Header-Add": "some-value"},
     )
     sent = {k.lower(): v for k, v in data["headers"].items()}
     assert sent["x-header-set"] == ["set-overwrites-values"]
-    assert sent["x-header-add"] == ["add-appends-values"]
+    assert sent["x-header-add"] == ["some-value,add-appends-values"]  # add appends
     assert "x-header-remove" not in sent
     assert headers["x-resp"] == "yes"
+    _, _, data = get(port, "/", "headers.test")
+    sent = {k.lower(): v for k, v in data["headers"].items()}
+    assert sent["x-header-add"] == ["add-appends-values"]
 
     assert KP.until(lambda: get(port, "/scheme", "redirect.test")[0] == 302)
     cases = {

@@ -419,3 +419,24 @@ def test_fixed_headers_run_no_code_per_request():
     assert Pipeline([fixed]).steps == ()
     cors = headers("h", msgspec.convert({"accessControlAllowOriginList": ["*"]}, HeadersConfig))
     assert Pipeline([cors]).steps == (cors,)
+
+
+@pytest.mark.parametrize(
+    ("request_headers", "sent"),
+    [
+        ([], b"add"),
+        ([(b"X-Add", b"one")], b"one,add"),
+        ([(b"x-add", b"one"), (b"Other", b"o"), (b"X-ADD", b"two")], b"one,two,add"),
+    ],
+    ids=["absent", "one-line", "two-lines"],
+)
+def test_append_request_headers_append_to_the_requests_own(request_headers, sent):
+    """appendRequestHeaders (the Gateway provider's ``add``): the value after every
+    value the request holds for that header, one comma-joined line."""
+    cfg = msgspec.convert({"appendRequestHeaders": {"X-Add": "add"}}, HeadersConfig)
+    assert cfg.check() is None
+    mw = headers("h", cfg)
+    fwd = Forward("foo.com", b"/foo", b"", b"GET", b"foo.com", b"http", None,
+                  head(b"GET", request_headers))  # fmt: skip
+    assert mw.request(fwd) is None
+    assert fwd.headers == [(b"X-Add", sent)]

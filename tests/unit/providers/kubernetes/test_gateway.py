@@ -566,7 +566,8 @@ def test_header_modifiers_become_headers_middlewares() -> None:
          {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{"name": "X-T", "value": "t"}]}}]  # fmt: skip
     c = run(*BASE, route([{"filters": f, "backendRefs": [backend()]}]))
     mws = list(c.configuration.http.middlewares.values())
-    assert mws[0].headers.custom_request_headers == {"X-A": "a", "X-S": "s", "X-R": ""}
+    assert mws[0].headers.custom_request_headers == {"X-S": "s", "X-R": ""}
+    assert mws[0].headers.append_request_headers == {"X-A": "a"}
     assert mws[1].headers.custom_response_headers == {"X-T": "t"}
     assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
 
