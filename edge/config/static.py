@@ -484,8 +484,8 @@ class Api(Base):
 class Prometheus(Base):
     """Traefik's ``metrics.prometheus`` (:mod:`edge.entrypoints.metrics`): ``/metrics`` on
     ``entryPoint``, or, with ``manualRouting``, only where a router names the service
-    ``prometheus@internal``. ``headerLabels`` (label -> request header) is read and named
-    as not yet implemented."""
+    ``prometheus@internal``. ``headerLabels`` is one of the loader's Traefik keys edge
+    lacks (:data:`edge.config.loader.TRAEFIK_KEYS`: ignored, with a warning)."""
 
     entry_point: str = INTERNAL_ENTRY_POINT
     manual_routing: bool = False
@@ -493,7 +493,6 @@ class Prometheus(Base):
     add_entry_points_labels: bool = True
     add_routers_labels: bool = False
     add_services_labels: bool = True
-    header_labels: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for bound in self.buckets:

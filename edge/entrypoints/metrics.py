@@ -340,11 +340,12 @@ class Recorder:
     response size; a 101 is Traefik's ``websocket`` protocol, anything else ``http``.
     """
 
-    __slots__ = ("bounds", "cells", "entrypoint")
+    __slots__ = ("bounds", "cells", "entrypoint", "first")
 
     def __init__(self, entrypoint: str, bounds: tuple[float, ...]) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
+        self.first = bounds[0]  # most exchanges take less: no bisect for them
         self.cells: dict[tuple, Cell] = {}
 
     def __call__(self, ex: Any, duration: float) -> None:
@@ -353,7 +354,10 @@ class Recorder:
         cell = self.cells.get(key)
         if cell is None:
             cell = self._cell(key)
-        cell.buckets[bisect_left(self.bounds, duration)] += 1
+        if duration <= self.first:
+            cell.buckets[0] += 1
+        else:
+            cell.buckets[bisect_left(self.bounds, duration)] += 1
         cell.total += duration
         length = head.content_length
         if length:
@@ -424,10 +428,6 @@ class Registry:
         self.totals: dict[str, dict[tuple, Cell]] = {}
         self.sources: list[Callable[[Samples], None]] = []
         self.shared: Samples | None = None
-        if config.header_labels:
-            log.warning(
-                "metrics.prometheus.headerLabels: not yet implemented, ignored (no header label)"
-            )
         if config.manual_routing:
             log.warning(
                 "metrics.prometheus.manualRouting: not yet implemented: /metrics is served"
