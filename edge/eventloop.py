@@ -22,13 +22,13 @@ descriptor, instead of weakly. Descriptors are reused lowest first, so it would 
 many transports as were ever open at once (each about 1.9 KB with its libuv handle: 17
 MB of RSS after a burst of 10,000 connections, kept). So :func:`prune` drops the
 closed ones, off the hot path (the entrypoints' sweep calls it every ``PRUNE_EVERY``
-seconds): one pass over the table, about 2 ms at 20,000 entries, and a
-``malloc_trim`` after a burst. Measured after 10,000 connections: RSS 53.7 -> 73.1
-MB, back to 63.6 MB at the next prune (without the trim, freed memory stayed
-with glibc: 75.3 MB); what stays is CPython's object arenas, returned only once
-every object in one is freed, and reused by the next burst (64.0 MB after a
-second one). Where uvloop was imported before (a test's loop), its table stays as
-it was; only the cost differs.
+seconds, 10 unless ``EDGE_PRUNE_EVERY`` in the environment says otherwise): one pass
+over the table, about 2 ms at 20,000 entries, and a ``malloc_trim`` after a burst.
+Measured after 10,000 connections: RSS 53.7 -> 73.1 MB, back to 63.6 MB at the next
+prune (without the trim, freed memory stayed with glibc: 75.3 MB); what stays is
+CPython's object arenas, returned only once every object in one is freed, and reused
+by the next burst (64.0 MB after a second one). Where uvloop was imported before (a
+test's loop), its table stays as it was; only the cost differs.
 """
 
 from __future__ import annotations
@@ -36,17 +36,39 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import math
+import os
 import sys
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from types import ModuleType
 from typing import Any
 
 from edge import allocator, descriptors
 
-__all__ = ["TransportTable", "import_uvloop", "prune", "run", "transport_table"]
+__all__ = ["TransportTable", "import_uvloop", "prune", "prune_every", "run", "transport_table"]
 
-PRUNE_EVERY = 10.0  # seconds between two prunes of the transport table (module doc)
+PRUNE_ENV = "EDGE_PRUNE_EVERY"  # seconds between two prunes where set (tests: a shorter wait)
+DEFAULT_PRUNE_EVERY = 10.0
+
+
+def prune_every(environ: Mapping[str, str] = os.environ) -> float:
+    """Seconds between two prunes of the transport table: ``EDGE_PRUNE_EVERY`` where
+    the process's environment sets it (a test waits for a prune in a second, not ten),
+    else 10. Anything but a positive finite number of seconds is a ``ValueError``."""
+    raw = environ.get(PRUNE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PRUNE_EVERY
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise ValueError(f"{PRUNE_ENV}={raw!r}: not a positive number of seconds")
+    return seconds
+
+
+PRUNE_EVERY = prune_every()  # read once, as the process starts (module doc)
 TRIM_AFTER = 1000  # closed transports dropped in one prune that make it trim the heap
 
 # What uvloop's extension module imports (uvloop/includes/stdlib.pxi, and the package's
