@@ -400,12 +400,13 @@ def test_an_answer_takes_the_response_edits_of_the_middlewares_before_it():
 
 
 class Hold(Middleware):
-    """Asks the exchange to hold each request 30 ms (as a rateLimit waiting for its token)."""
+    """Asks the exchange to hold each request 200 ms (as a rateLimit waiting for its
+    token): long beside the test's 10 ms look, on a loaded machine too."""
 
     __slots__ = ()
 
     def request(self, fwd):
-        fwd.delay = 0.03
+        fwd.delay = 0.2
         return None
 
 
@@ -420,7 +421,7 @@ def test_a_held_request_goes_upstream_after_its_delay(codec):
         assert upstream.transport.data == b"" and held.held == 1
         loop.run_until_complete(asyncio.sleep(0.01))
         assert upstream.transport.data == b""  # still held
-        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.run_until_complete(asyncio.sleep(0.4))
         assert upstream.transport.data.startswith(b"GET /x?y=1 HTTP/1.1\r\n")
         upstream.data_received(OK)
         assert client.transport.data.endswith(b"hello") and held.released == 1
@@ -429,7 +430,7 @@ def test_a_held_request_goes_upstream_after_its_delay(codec):
         client.data_received(GET)
         client.connection_lost(None)
         assert held.released == 2
-        loop.run_until_complete(asyncio.sleep(0.06))
+        loop.run_until_complete(asyncio.sleep(0.3))
         assert len(upstream.transport.data) == before
     finally:
         loop.close()
