@@ -183,17 +183,19 @@ PARTIAL_POST = b"POST /hang HTTP/1.1\r\nHost: hang.test\r\nContent-Length: 100\r
 
 
 @pytest.mark.parametrize("parser", CODECS)
-@pytest.mark.parametrize("request_bytes", [GET_HANG, PARTIAL_POST], ids=["get", "partial-post"])
-def test_clients_that_close_leave_nothing_behind(tmp_path, hung, parser, request_bytes):
-    """1,000 clients send a request to a backend that never answers and close: within
-    2 s edge holds none of their sockets (no CLOSE-WAIT) and no connection to the
-    backend. Before, every one was held until the backend answered: for ever."""
+def test_clients_that_close_leave_nothing_behind(tmp_path, hung, parser):
+    """1,000 clients send a request to a backend that never answers and close, then
+    1,000 more that close in the middle of a request body: within 2 s of each round edge
+    holds none of their sockets (no CLOSE-WAIT) and no connection to the backend.
+    Before, every one was held until the backend answered: for ever."""
     with serving(tmp_path, hang_routes(hung.url), parser=parser) as e:
-        connect_send_close(e.port, request_bytes, CLIENTS)
-        hung.wait_accepted(CLIENTS // 2, timeout=20)  # the requests did reach it
-        left = hung.wait_open(0, timeout=20)
-        assert wait_close_wait(e.port, timeout=2.0) == 0
-        assert left == 0, f"{left} upstream connections still open"
+        for request_bytes in (GET_HANG, PARTIAL_POST):
+            accepted = hung.accepted
+            connect_send_close(e.port, request_bytes, CLIENTS)
+            hung.wait_accepted(accepted + CLIENTS // 2, timeout=20)  # the requests did reach it
+            left = hung.wait_open(0, timeout=20)
+            assert wait_close_wait(e.port, timeout=2.0) == 0, request_bytes
+            assert left == 0, f"{left} upstream connections still open after {request_bytes!r}"
         # ...and edge serves on.
         hung.answer = b"HTTP/1.1 204 No Content\r\n\r\n"
         reply = read_until_closed_request(
@@ -231,48 +233,51 @@ def test_a_client_gone_is_freed_within_two_seconds(tmp_path, hung, parser):
         assert log.read_text().count('" 499 ') == 2, log.read_text()
 
 
-@pytest.mark.parametrize("parser", CODECS)
+@pytest.fixture(scope="module")
+def slow():
+    """A whoami that answers ``?delay=`` seconds late, for the module's half-closed clients."""
+    backend = Whoami("slow")
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture(scope="module", params=CODECS)
+def slow_edge(request, tmp_path_factory, slow):
+    """One edge per codec routing hang.test to :func:`slow`; its tests only send requests."""
+    tmp = tmp_path_factory.mktemp(f"slow-{request.param}")
+    with serving(tmp, hang_routes(slow.url), parser=request.param) as e:
+        yield e
+
+
 @pytest.mark.parametrize("delay", ["0.1", "1.2"])
-def test_a_half_closed_client_with_a_complete_request_gets_its_answer(tmp_path, parser, delay):
+def test_a_half_closed_client_with_a_complete_request_gets_its_answer(slow_edge, delay):
     """shutdown(SHUT_WR) after a complete request is not leaving: the answer comes,
     after edge's interim 100 when it took longer than the probe's wait (1.2 s), with
     nothing before it when it was quick (0.1 s)."""
-    backend = Whoami("slow")
-    try:
-        routes = hang_routes(backend.url)
-        with serving(tmp_path, routes, parser=parser) as e:
-            request = f"GET /?delay={delay} HTTP/1.1\r\nHost: hang.test\r\n\r\n".encode()
-            with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
-                s.sendall(request)
-                s.shutdown(socket.SHUT_WR)
-                reply, closed = read_until_closed(s, 10)
-            assert closed
-            final = reply
-            if delay == "0.1":
-                assert reply.startswith(b"HTTP/1.1 200 ")
-            else:
-                interim = b"HTTP/1.1 100 Continue\r\n\r\n"
-                assert reply.startswith(interim), reply[:100]
-                final = reply[len(interim) :]
-            assert final.startswith(b"HTTP/1.1 200 ")
-            assert b'"name":"slow"' in final.replace(b" ", b"")
-    finally:
-        backend.stop()
+    request = f"GET /?delay={delay} HTTP/1.1\r\nHost: hang.test\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", slow_edge.port), timeout=10) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        reply, closed = read_until_closed(s, 10)
+    assert closed
+    final = reply
+    if delay == "0.1":
+        assert reply.startswith(b"HTTP/1.1 200 ")
+    else:
+        interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+        assert reply.startswith(interim), reply[:100]
+        final = reply[len(interim) :]
+    assert final.startswith(b"HTTP/1.1 200 ")
+    assert b'"name":"slow"' in final.replace(b" ", b"")
 
 
-@pytest.mark.parametrize("parser", CODECS)
-def test_an_http10_half_closed_client_gets_its_answer_without_an_interim(tmp_path, parser):
+def test_an_http10_half_closed_client_gets_its_answer_without_an_interim(slow_edge):
     """An HTTP/1.0 client may not be sent a 1xx: it is answered as it was."""
-    backend = Whoami("slow")
-    try:
-        with serving(tmp_path, hang_routes(backend.url), parser=parser) as e:
-            with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
-                s.sendall(b"GET /?delay=0.8 HTTP/1.0\r\nHost: hang.test\r\n\r\n")
-                s.shutdown(socket.SHUT_WR)
-                reply, closed = read_until_closed(s, 10)
-            assert closed and reply.startswith(b"HTTP/1.1 200 ")
-    finally:
-        backend.stop()
+    with socket.create_connection(("127.0.0.1", slow_edge.port), timeout=10) as s:
+        s.sendall(b"GET /?delay=0.8 HTTP/1.0\r\nHost: hang.test\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        reply, closed = read_until_closed(s, 10)
+    assert closed and reply.startswith(b"HTTP/1.1 200 ")
 
 
 # -- over TLS ------------------------------------------------------------------------------
@@ -305,34 +310,30 @@ def test_tls_clients_that_close_leave_nothing_behind(tmp_path, hung, cert_files)
         assert left == 0, f"{left} upstream connections still open"
 
 
-def test_a_half_closed_tls_client_gets_its_answer(tmp_path, cert_files):
+def test_a_half_closed_tls_client_gets_its_answer(tmp_path, cert_files, slow):
     """TLS 1.3 with the client's write side shut: the answer still comes."""
     (cert, key), ca = cert_files
-    backend = Whoami("slow")
-    try:
-        routes = hang_routes(backend.url, tls={})
-        routes["tls"] = {"certificates": [{"certFile": str(cert), "keyFile": str(key)}]}
-        with serving(tmp_path, routes) as e:
-            out = subprocess.run(
-                [
-                    need("openssl"),
-                    "s_client",
-                    "-quiet",
-                    "-connect",
-                    f"127.0.0.1:{e.port}",
-                    "-servername",
-                    "hang.test",
-                    "-CAfile",
-                    str(ca),
-                    "-tls1_3",
-                ],
-                input=b"GET /?delay=1.2 HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n",
-                capture_output=True,
-                timeout=15,
-            )
-            assert b"HTTP/1.1 200 " in out.stdout, out.stdout[:300] + out.stderr[-300:]
-    finally:
-        backend.stop()
+    routes = hang_routes(slow.url, tls={})
+    routes["tls"] = {"certificates": [{"certFile": str(cert), "keyFile": str(key)}]}
+    with serving(tmp_path, routes) as e:
+        out = subprocess.run(
+            [
+                need("openssl"),
+                "s_client",
+                "-quiet",
+                "-connect",
+                f"127.0.0.1:{e.port}",
+                "-servername",
+                "hang.test",
+                "-CAfile",
+                str(ca),
+                "-tls1_3",
+            ],
+            input=b"GET /?delay=1.2 HTTP/1.1\r\nHost: hang.test\r\nConnection: close\r\n\r\n",
+            capture_output=True,
+            timeout=15,
+        )
+        assert b"HTTP/1.1 200 " in out.stdout, out.stdout[:300] + out.stderr[-300:]
 
 
 # -- deadlines for every byte -------------------------------------------------------------
