@@ -14,58 +14,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
 
 from tests.harness import Edge, get, lb
-from tests.integration.peers import ThreadedServer
+from tests.integration.peers import Scripted
 
 INTERVAL = "200ms"
 BOUND = 5.0  # seconds to leave or rejoin the rotation, at an interval of 0.2 s
-
-
-class Scripted(ThreadedServer):
-    """An HTTP/1.1 server: ``GET /health`` answers ``health`` (the status the test sets),
-    anything else ``status`` (200 unless the test sets it) with the server's name; every
-    answer closes the connection."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.health = 200
-        self.status = 200
-        self.served = 0  # requests other than health checks
-        self.checks = 0
-        self.lock = threading.Lock()
-        super().__init__()
-
-    def _serve(self, c: socket.socket, n: int) -> None:
-        c.settimeout(2.0)
-        try:
-            data = b""
-            while b"\r\n\r\n" not in data and len(data) < 65536:
-                chunk = c.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            target = data.split(b" ", 2)[1] if data.count(b" ") >= 2 else b""
-            if target == b"/health":
-                with self.lock:
-                    self.checks += 1
-                status, body = self.health, b"health"
-            else:
-                with self.lock:
-                    self.served += 1
-                status, body = self.status, self.name.encode()
-            c.sendall(
-                b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                % (status, len(body), body)
-            )
-        except OSError:
-            pass
-        finally:
-            c.close()
 
 
 @pytest.fixture
