@@ -81,6 +81,16 @@ fi
 examples="$root/k8s/examples"
 if [ -d "$examples" ]; then
   echo "== examples"
+  if [ -d "$examples/gateway" ]; then
+    # The Gateway example's kinds are upstream's CRDs (the standard channel, whose
+    # TLSRoute, TCPRoute and UDPRoute are v1 from v1.6) and k8s/gateway's RBAC; both
+    # must exist before the example's objects are applied. They stay inert until
+    # providers.kubernetesGateway is turned on in edge's ConfigMap.
+    gateway_api="${GATEWAY_API_VERSION:-v1.6.1}"
+    kubectl --context "$context" apply --server-side -f \
+      "https://github.com/kubernetes-sigs/gateway-api/releases/download/$gateway_api/standard-install.yaml"
+    kubectl --context "$context" apply -k "$root/k8s/gateway"
+  fi
   if [ -f "$examples/kustomization.yaml" ]; then
     kubectl --context "$context" apply -k "$examples"
   else
