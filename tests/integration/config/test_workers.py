@@ -170,53 +170,60 @@ def test_one_worker_is_one_process(tmp_path, whoami):
         assert e.stop() == 0
 
 
-def test_both_workers_serve(tmp_path, whoami):
-    e = Edge(tmp_path, dyn(whoami), static_extra=WORKERS)
-    try:
-        pids = wait_workers(e)
-        assert len(pids) == 2
-        # The port is resolved once: one "listening on" line per entrypoint, every worker on it.
-        listening = e.all_matches(LISTEN_RE.pattern)
-        assert sorted(m.group(1) for m in listening) == ["traefik", "web"]
-        assert (
-            len(
-                e.all_matches(
-                    rf"\[worker [12]\] edge.entrypoints: entrypoint web: sharing 127.0.0.1:{e.port} "
-                )
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory, whoami):
+    """One supervisor with two workers for the tests that neither restart nor stop it."""
+    e = Edge(tmp_path_factory.mktemp("workers"), dyn(whoami), static_extra=WORKERS)
+    yield e
+    assert e.stop() == 0
+
+
+def applied_by_all(e: Edge) -> int:
+    """The newest generation every worker applied (0 before the first)."""
+    done = e.all_matches(r"configuration generation (\d+) applied by all 2 workers")
+    return max((int(m.group(1)) for m in done), default=0)
+
+
+def test_both_workers_serve(two_workers):
+    e = two_workers
+    pids = wait_workers(e)
+    assert len(pids) == 2
+    # The port is resolved once: one "listening on" line per entrypoint, every worker on it.
+    listening = e.all_matches(LISTEN_RE.pattern)
+    assert sorted(m.group(1) for m in listening) == ["traefik", "web"]
+    assert (
+        len(
+            e.all_matches(
+                rf"\[worker [12]\] edge.entrypoints: entrypoint web: sharing 127.0.0.1:{e.port} "
             )
-            == 2
         )
-        conns, statuses = open_connections(e.port, 200, "a.test")
-        try:
-            assert statuses == [200] * 200
-            counts = owners(pids, e.port)
-            assert sum(counts.values()) == 200, counts
-            assert all(n > 0 for n in counts.values()), counts
-        finally:
-            close_all(conns)
-    finally:
-        assert e.stop() == 0
-
-
-def test_dynamic_change_reaches_every_worker(tmp_path, whoami):
-    e = Edge(tmp_path, dyn(whoami), static_extra=WORKERS)
+        == 2
+    )
+    conns, statuses = open_connections(e.port, 200, "a.test")
     try:
-        wait_generation(e, 1)
-        assert get(e.port, "/", host="new.test")[0] == 404
-        e.write_dynamic(dyn(whoami, {"new": {"rule": "Host(`new.test`)", "service": "svc-a"}}))
-        wait_generation(e, 2)
-        conns, statuses = open_connections(e.port, 50, "new.test")
-        try:
-            assert statuses == [200] * 50
-            assert all(n > 0 for n in owners(wait_workers(e), e.port).values())
-        finally:
-            close_all(conns)
-        assert (
-            len(e.all_matches(r"\[worker [12]\] edge: configuration applied: .*web: 2 routers"))
-            == 2
-        )
+        assert statuses == [200] * 200
+        counts = owners(pids, e.port)
+        assert sum(counts.values()) == 200, counts
+        assert all(n > 0 for n in counts.values()), counts
     finally:
-        assert e.stop() == 0
+        close_all(conns)
+
+
+def test_dynamic_change_reaches_every_worker(two_workers, whoami):
+    e = two_workers
+    wait_generation(e, 1)
+    assert get(e.port, "/", host="new.test")[0] == 404
+    generation, mark = applied_by_all(e), len(e.lines)
+    e.write_dynamic(dyn(whoami, {"new": {"rule": "Host(`new.test`)", "service": "svc-a"}}))
+    wait_generation(e, generation + 1)
+    conns, statuses = open_connections(e.port, 50, "new.test")
+    try:
+        assert statuses == [200] * 50
+        assert all(n > 0 for n in owners(wait_workers(e), e.port).values())
+    finally:
+        close_all(conns)
+    applied = re.compile(r"\[worker [12]\] edge: configuration applied: .*web: 2 routers")
+    assert len([line for line in e.lines[mark:] if applied.search(line)]) == 2
 
 
 def test_sighup_rereads_the_providers(tmp_path, whoami):
