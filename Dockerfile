@@ -4,13 +4,14 @@
 #   docker build --build-arg BASE_IMAGE=<image> ...   any Debian-like image with python3 (>= 3.11)
 #                                                     and its venv module, e.g. one made with debootstrap
 #
-# Two stages on the same base: the first builds edge's wheel and installs it with
-# its dependencies into a virtual environment at /opt/edge; the second copies only
-# that environment, so no compiler, pip cache or source tree reaches the final
-# image. The dependencies install from binary wheels, at the versions pinned in
-# image-constraints.txt (edge's whole dependency closure and the setuptools that
-# builds its wheel), so a build of one commit gets the same packages every time;
-# the build stage needs the package index (pip), the final stage nothing from outside.
+# Two stages on the same base: the first installs edge's dependencies into a virtual
+# environment at /opt/edge (a layer of their own), then builds edge's wheel and
+# installs it there; the second copies only that environment, so no compiler, pip
+# cache or source tree reaches the final image. The dependencies install from binary
+# wheels, at the versions pinned in image-constraints.txt (edge's whole dependency
+# closure and the setuptools that builds its wheel), so a build of one commit gets the
+# same packages every time; the build stage needs the package index (pip), the final
+# stage nothing from outside.
 #
 # Binding :80 and :443 as a non-root user: the environment's interpreter is a copy
 # (venv --copies) carrying the file capability cap_net_bind_service+ep, so edge
@@ -36,14 +37,21 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_CONSTRAINT=/src/image-constraints.txt
 WORKDIR /src
-COPY pyproject.toml README.md image-constraints.txt ./
-COPY edge ./edge
-# The wheel first (edge alone), then the environment from it; pip and setuptools
-# leave the environment, which keeps only edge and what it imports. PIP_CONSTRAINT
-# (above) also holds for the wheel's isolated build environment, which -c would not.
+# The dependencies first, from the pins alone, in a layer of their own: a change to
+# edge's source leaves it as it was, so a build with a layer cache (podman build
+# --layers, docker's default) reuses it and only the wheel is built again.
+COPY image-constraints.txt ./
 RUN python3 -m venv --copies /opt/edge \
-    && /opt/edge/bin/pip wheel --no-deps --wheel-dir /dist . \
-    && /opt/edge/bin/pip install /dist/*.whl \
+    && /opt/edge/bin/pip install --no-deps -r image-constraints.txt
+COPY pyproject.toml README.md ./
+COPY edge ./edge
+# Then the wheel (edge alone) into that environment, without dependencies: they are
+# there already, and pip check fails the build where the pins miss one edge needs.
+# pip and setuptools leave the environment, which keeps only edge and what it imports.
+# PIP_CONSTRAINT (above) also holds for the wheel's isolated build environment.
+RUN /opt/edge/bin/pip wheel --no-deps --wheel-dir /dist . \
+    && /opt/edge/bin/pip install --no-deps /dist/*.whl \
+    && /opt/edge/bin/pip check \
     && /opt/edge/bin/pip uninstall --yes pip setuptools \
     && /opt/edge/bin/edge --version
 
