@@ -244,6 +244,9 @@ def test_a_bad_retry_expression_disables_the_middleware_naming_the_key(tmp_path,
     try:
         out = send(e.port, b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
         assert out.startswith(b"HTTP/1.1 404")  # its router is disabled
-        assert "buffering.retryExpression: an integer expected to compare with Attempts()" in e.log
+        e.wait_for(
+            r"buffering\.retryExpression: an integer expected to compare with Attempts\(\)",
+            start=0,
+        )
     finally:
         e.stop()

@@ -181,7 +181,7 @@ def test_a_bad_status_disables_the_middleware_naming_the_key(tmp_path, backend):
     )
     try:
         assert get(e.port, "/", host="app.example")[0] == 404  # its router is disabled
-        assert "errors.status[0]: '5xx' is not a status or a range of them" in e.log
+        e.wait_for(r"errors\.status\[0\]: '5xx' is not a status or a range of them", start=0)
     finally:
         e.stop()
 
