@@ -35,15 +35,15 @@ def dyn(whoami, transport: dict | None = None, extra_router: bool = False) -> di
     return conf
 
 
-def upstream_addr(edge, path="/") -> str:
-    status, _, body = get(edge.port, path, host="a.test")
+def upstream_addr(edge, path="/", host="a.test") -> str:
+    status, _, body = get(edge.port, path, host=host)
     assert status == 200
     return json.loads(body)["remoteAddr"]
 
 
-def concurrent_addrs(edge, n: int) -> set[str]:
+def concurrent_addrs(edge, n: int, host: str = "a.test") -> set[str]:
     with ThreadPoolExecutor(n) as pool:
-        return set(pool.map(lambda _: upstream_addr(edge, "/?delay=0.3"), range(n)))
+        return set(pool.map(lambda _: upstream_addr(edge, "/?delay=0.3", host), range(n)))
 
 
 def test_connections_are_reused_across_clients_and_reloads(tmp_path, parser, whoami):
@@ -83,20 +83,41 @@ def test_idle_conn_timeout_closes_pooled_connections(tmp_path, whoami):
         e.stop()
 
 
+def capped(whoami, caps: tuple[int, ...]) -> dict:
+    """Per cap a router (Host ``cap<N>.test``) to a service of its own whose transport
+    keeps at most N idle connections (-1: none, no pooling), all on one whoami."""
+    return {
+        "http": {
+            "routers": {
+                f"cap{cap}": {"rule": f"Host(`cap{cap}.test`)", "service": f"cap{cap}"}
+                for cap in caps
+            },
+            "services": {
+                f"cap{cap}": {
+                    "loadBalancer": {
+                        "servers": [{"url": whoami.url}],
+                        "serversTransport": f"cap{cap}",
+                    }
+                }
+                for cap in caps
+            },
+            "serversTransports": {f"cap{cap}": {"maxIdleConnsPerHost": cap} for cap in caps},
+        }
+    }
+
+
 def test_max_idle_conns_per_host(tmp_path, whoami):
     # Four requests at once need four upstream connections; with a cap of
     # one, only one of them stays pooled for the next round.
-    for cap, kept in ((1, 1), (4, 4)):
-        d = tmp_path / f"cap{cap}"
-        d.mkdir()
-        e = Edge(d, dyn(whoami, {"maxIdleConnsPerHost": cap}))
-        try:
-            round1 = concurrent_addrs(e, 4)
+    e = Edge(tmp_path, capped(whoami, (1, 4)))
+    try:
+        for cap, kept in ((1, 1), (4, 4)):
+            round1 = concurrent_addrs(e, 4, f"cap{cap}.test")
             assert len(round1) == 4
-            round2 = concurrent_addrs(e, 4)
+            round2 = concurrent_addrs(e, 4, f"cap{cap}.test")
             assert len(round1 & round2) == kept, (cap, round1, round2)
-        finally:
-            e.stop()
+    finally:
+        e.stop()
 
 
 def test_weighted_services(tmp_path, whoami, whoami2):
@@ -127,16 +148,15 @@ def test_a_lone_keep_alive_goes_upstream_only_when_the_connection_is_pooled(
 ):
     """A client's ``Connection: keep-alive`` says what edge means for a pooled upstream
     connection too, so it stays; without pooling it would be untrue, so it is cut."""
-    for transport, expected in ((None, ["keep-alive"]), ({"maxIdleConnsPerHost": -1}, None)):
-        d = tmp_path / ("pooled" if transport is None else "unpooled")
-        d.mkdir()
-        e = Edge(d, dyn(whoami, transport), parser=parser)
-        try:
-            status, _, body = get(e.port, "/", host="a.test", headers={"Connection": "keep-alive"})
+    e = Edge(tmp_path, capped(whoami, (100, -1)), parser=parser)
+    try:
+        for cap, expected in ((100, ["keep-alive"]), (-1, None)):
+            headers = {"Connection": "keep-alive"}
+            status, _, body = get(e.port, "/", host=f"cap{cap}.test", headers=headers)
             assert status == 200
-            assert json.loads(body)["headers"].get("Connection") == expected, transport
-        finally:
-            e.stop()
+            assert json.loads(body)["headers"].get("Connection") == expected, cap
+    finally:
+        e.stop()
 
 
 # -- the pool itself, over real sockets (a listener in the test's own loop) ---------------
