@@ -405,11 +405,10 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
 
 
 def tie_order(routes: Mapping[Key, objects.HTTPRoute]) -> dict[Key, int]:
-    """Each HTTPRoute's place among routes whose matches are otherwise equal: by
-    namespace/name. The spec puts the oldest route (``metadata.creationTimestamp``)
-    first; ObjectMeta does not carry that field yet, so routes of equal precedence
-    rank by namespace/name alone."""
-    ranked = sorted(routes)
+    """Each HTTPRoute's place among routes whose matches are otherwise equal, as the
+    spec orders them: the oldest (``metadata.creationTimestamp``) first, then by
+    namespace/name."""
+    ranked = sorted(routes, key=lambda k: (routes[k].metadata.creation_timestamp, k))
     return {key: place for place, key in enumerate(ranked)}
 
 

@@ -107,6 +107,9 @@ class ObjectMeta(_Model):
     annotations: dict[str, str] = {}
     resource_version: str = ""
     generation: int = 0
+    # RFC 3339 in UTC, second precision: its text order is its time order
+    # (the Gateway API ranks equal routes oldest first).
+    creation_timestamp: str = ""
 
     @property
     def key(self) -> Key:

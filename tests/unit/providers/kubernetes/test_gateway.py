@@ -880,6 +880,21 @@ def test_equal_matches_rank_by_route_then_rule_then_match_index() -> None:
     assert len({r.priority for r in routers.values()}) == 13
 
 
+def test_equal_matches_rank_the_oldest_route_first() -> None:
+    """Routes of equal precedence: the oldest by creationTimestamp first, whatever
+    their names; routes created in the same second fall back to namespace/name."""
+    same = [{"matches": [{"path": {"value": "/same"}}], "backendRefs": [backend()]}]
+    made = {"a": "2026-11-28T10:00:02Z", "b": "2026-11-28T10:00:01Z", "c": "2026-11-28T10:00:01Z"}
+    routes = []
+    for name, stamp in made.items():
+        r = route(same, name=name, hostnames=["a.test"])
+        r["metadata"]["creationTimestamp"] = stamp
+        routes.append(r)
+    routers = run(*BASE, *routes).configuration.http.routers
+    ranked = sorted(routers, key=lambda n: -routers[n].priority)
+    assert [n.removeprefix("httproute-default-")[0] for n in ranked] == ["b", "c", "a"]
+
+
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_request_redirect_answers_its_status_code(code: int) -> None:
     """Every statusCode the spec allows (303, 307 and 308 are extended) is the
