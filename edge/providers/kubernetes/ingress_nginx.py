@@ -644,7 +644,9 @@ class _Reader:
         target = self.get("rewrite-target")
         if target is None:
             return False
-        if not target.strip() or any(c in target for c in " \t\r\n`"):
+        # It becomes a replacement in the request line: no whitespace, control
+        # character or backquote (edge's rule quoting).
+        if not target.strip() or any(c <= " " or c in "\x7f`" for c in target):
             raise ValueError(f"annotation {PREFIX}rewrite-target: {target!r} is not a path")
         return True
 

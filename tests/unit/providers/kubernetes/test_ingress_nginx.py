@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edge.config.durations import enc_hook
@@ -159,6 +159,7 @@ _VALUES = st.one_of(
     main=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=6),
     canary=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4),
 )
+@example(main={"rewrite-target": "\x1b"}, canary={})  # a control character in the target
 @settings(max_examples=300, deadline=None)
 def test_no_annotation_makes_the_conversion_raise(
     main: dict[str, str], canary: dict[str, str]
