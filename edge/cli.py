@@ -182,19 +182,25 @@ def _load_dynamic(static, notices: list | None = None) -> tuple[dict, list[str]]
 
 def _check_kubernetes(static, configs: dict) -> bool:
     """List the cluster once per Kubernetes provider (kubernetesIngress, kubernetesCRD,
-    kubernetesGateway), print every route left out with its reason, add each converted
+    kubernetesGateway, kubernetesIngressNGINX), print every route left out with its reason, add each converted
     configuration to ``configs``; True when something is wrong."""
     ingress = static.providers.kubernetes_ingress
     crd = static.providers.kubernetes_crd
     gateway = static.providers.kubernetes_gateway
-    if ingress is None and crd is None and gateway is None:
+    nginx = static.providers.kubernetes_ingress_nginx
+    if ingress is None and crd is None and gateway is None and nginx is None:
         return False
     from edge.providers.kubernetes.client import KubernetesError
     from edge.providers.kubernetes.crd import PROVIDER as CRD_PROVIDER
     from edge.providers.kubernetes.gateway import PROVIDER as GATEWAY_PROVIDER
     from edge.providers.kubernetes.gateway import EntryPointPort
     from edge.providers.kubernetes.gateway_provider import check_gateway_cluster
-    from edge.providers.kubernetes.provider import check_cluster, check_crd_cluster
+    from edge.providers.kubernetes.ingress_nginx import PROVIDER as NGINX_PROVIDER
+    from edge.providers.kubernetes.provider import (
+        check_cluster,
+        check_crd_cluster,
+        check_nginx_cluster,
+    )
 
     checks = []
     if ingress is not None:
@@ -208,6 +214,8 @@ def _check_kubernetes(static, configs: dict) -> bool:
             for name, ep in static.entry_points.items()
         ]
         checks.append((GATEWAY_PROVIDER, lambda: check_gateway_cluster(gateway, ports)))
+    if nginx is not None:
+        checks.append((NGINX_PROVIDER, lambda: check_nginx_cluster(nginx)))
     wrong = False
     for name, check in checks:
         try:

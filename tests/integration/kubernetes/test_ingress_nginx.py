@@ -12,9 +12,11 @@ import hashlib
 import http.client
 import json
 import logging
+import re
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -261,9 +263,9 @@ def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
         stop_all([edge])
 
 
-def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami):
+def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
     """What ``edge check`` reads: the cluster listed once and converted, every Ingress
-    left out named with its reason."""
+    left out named with its reason; the command itself prints them and exits 1."""
     emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
     backend_service(emu, "app", whoami)
     emu.create(nginx_ingress("good", "good.test", [("/", "Prefix", "app")]))
@@ -278,6 +280,23 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami):
     ]
     http = conversion.configuration.http
     assert http is not None and "default-good-good-test" in http.routers
+
+    static = static_config(emu)
+    static["providers"] = {"kubernetesIngressNGINX": {"endpoint": emu.url, "token": TOKEN}}
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps(static))
+    out = subprocess.run(
+        [sys.executable, "-m", "edge", "check", "-c", str(path)],
+        cwd=Path(__file__).parents[3], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        "kubernetesingressnginx: ingress default/basic: metadata.annotations: annotation "
+        "nginx.ingress.kubernetes.io/auth-type is not supported by edge yet: left out"
+    ) in out.stdout, out.stdout
+    assert re.search(
+        r"^router default-good-good-test@kubernetesingressnginx: enabled", out.stdout, re.M
+    ), out.stdout
 
 
 class TLSBackend:
