@@ -246,7 +246,7 @@ class Dataplane:
                     ),
                     access_log=self.access_log
                     if self.metrics is None
-                    else self.metrics.recorder(name, self.access_log),
+                    else self.metrics.hook(name, self.access_log),
                     reuse_port=reuse_port,
                     budget=self.budget,
                 )

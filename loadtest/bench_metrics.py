@@ -55,7 +55,7 @@ def run(parser: str, n: int, way: str) -> tuple[float, Registry | None]:
     loop = uvloop.new_event_loop()
     try:
         registry = Registry(Prometheus(add_routers_labels=True)) if way == "on" else None
-        hook = registry.recorder("web", None) if registry is not None else None
+        hook = registry.hook("web", None) if registry is not None else None
         if way == "hook":
             hook = _noop
         client, upstream = bench_hotpath.setup(loop, parser, access_log=hook)

@@ -348,7 +348,9 @@ class Recorder:
         self.first = bounds[0]  # most exchanges take less: no bisect for them
         self.cells: dict[tuple, Cell] = {}
 
-    def __call__(self, ex: Any, duration: float) -> None:
+    def record(self, ex: Any, duration: float) -> None:
+        """Count one finished exchange (the hook is this bound method: a call through
+        ``__call__`` costs CPython a method lookup and a bound method per call)."""
         head = ex.head
         key = (ex.route, ex.status, head.method, ex.backend is not None)
         cell = self.cells.get(key)
@@ -408,9 +410,9 @@ class LoggingRecorder(Recorder):
         super().__init__(entrypoint, bounds)
         self.then = then
 
-    def __call__(self, ex: Any, duration: float) -> None:
+    def record(self, ex: Any, duration: float) -> None:
         self.then(ex, duration)
-        Recorder.__call__(self, ex, duration)
+        Recorder.record(self, ex, duration)
 
 
 # -- one process's view -------------------------------------------------------------------
@@ -436,6 +438,13 @@ class Registry:
             )
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
+
+    def hook(
+        self, entrypoint: str, then: Callable[[Any, float], None] | None
+    ) -> Callable[[Any, float], None]:
+        """The exchange hook (an HTTP context's ``access_log``) of ``entrypoint``'s
+        recorder; ``then``: the access log, called first, or None."""
+        return self.recorder(entrypoint, then).record
 
     def recorder(self, entrypoint: str, then: Callable[[Any, float], None] | None) -> Recorder:
         found = self.recorders.get(entrypoint)

@@ -52,7 +52,7 @@ def registry(**options) -> Registry:
 
 def test_each_label_set_counts_its_exchanges():
     reg = registry(add_routers_labels=True)
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     a = route("a@file", "s@file")
     for _ in range(3):
         rec(exchange(a, 200, sent=10), 0.01)
@@ -93,7 +93,7 @@ def test_each_label_set_counts_its_exchanges():
 
 def test_counters_keep_growing_across_scrapes():
     reg = registry()
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     a = route("a@file", "s@file")
     rec(exchange(a), 0.01)
     first = reg.collect().get(EP_TOTAL, code="200", method="GET", protocol="http", entrypoint="web")
@@ -102,12 +102,12 @@ def test_counters_keep_growing_across_scrapes():
     again = reg.collect().get(EP_TOTAL, code="200", method="GET", protocol="http", entrypoint="web")
     assert (first, again) == (1, 3)
     # Each scrape folds the cells: none of the counted routes is held after it.
-    assert rec.cells == {}
+    assert reg.recorders["web"].cells == {}
 
 
 def test_a_new_configuration_s_route_adds_to_the_same_series():
     reg = registry(add_routers_labels=True)
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file")), 0.01)
     rec(exchange(route("a@file", "s@file")), 0.01)  # an equal route of a later snapshot
     labels = {
@@ -122,7 +122,7 @@ def test_a_new_configuration_s_route_adds_to_the_same_series():
 
 def test_an_answer_before_any_server_is_the_router_s_not_the_service_s():
     reg = registry(add_routers_labels=True)
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file"), 401, served=False), 0.01)
     s = reg.collect()
     assert (
@@ -141,11 +141,11 @@ def test_an_answer_before_any_server_is_the_router_s_not_the_service_s():
 
 def test_unknown_methods_share_one_cell():
     reg = registry()
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     a = route("a@file", "s@file")
     for i in range(50):
         rec(exchange(a, method=b"X%d" % i), 0.01)
-    assert len(rec.cells) == 1
+    assert len(reg.recorders["web"].cells) == 1
     s = reg.collect()
     assert (
         s.get(EP_TOTAL, code="200", method="EXTENSION_METHOD", protocol="http", entrypoint="web")
@@ -155,7 +155,7 @@ def test_unknown_methods_share_one_cell():
 
 def test_101_is_the_websocket_protocol():
     reg = registry()
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file"), 101), 3.0)
     assert (
         reg.collect().get(
@@ -167,7 +167,7 @@ def test_101_is_the_websocket_protocol():
 
 def test_retries_are_counted_per_service():
     reg = registry()
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file"), retried=True), 0.01)
     rec(exchange(route("a@file", "s@file")), 0.01)
     assert reg.collect().get("traefik_service_retries_total", service="s@file") == 1
@@ -175,7 +175,7 @@ def test_retries_are_counted_per_service():
 
 def test_label_options_choose_the_families():
     reg = registry(add_entry_points_labels=False, add_services_labels=False)
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file")), 0.01)
     names = set(reg.collect().values)
     assert not any(
@@ -186,14 +186,14 @@ def test_label_options_choose_the_families():
 def test_the_access_log_still_gets_every_exchange():
     seen = []
     reg = registry()
-    rec = reg.recorder("web", lambda ex, duration: seen.append((ex.status, duration)))
+    rec = reg.hook("web", lambda ex, duration: seen.append((ex.status, duration)))
     rec(exchange(route("a@file", "s@file"), 204), 0.5)
     assert seen == [(204, 0.5)]
 
 
 def test_a_duration_on_a_bound_falls_in_that_bucket():
     reg = registry(buckets=[0.1, 1.0])
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     a = route("a@file", "s@file")
     for d in (0.05, 0.1, 0.5, 1.0, 2.0):
         rec(exchange(a), d)
@@ -236,7 +236,7 @@ def test_workers_samples_add_up_and_gauges_keep_their_rule():
 
 def test_samples_cross_a_msgpack_channel_unchanged():
     reg = registry()
-    rec = reg.recorder("web", None)
+    rec = reg.hook("web", None)
     rec(exchange(route("a@file", "s@file")), 0.2)
     sent = reg.collect()
     rows = msgspec.msgpack.decode(msgspec.msgpack.encode(sent.rows()))
