@@ -77,8 +77,10 @@ from typing import NamedTuple
 
 import msgspec
 
+from edge.config import htpasswd
 from edge.config.durations import Duration, SignedDuration
 from edge.config.dynamic import (
+    BasicAuth,
     Buffering,
     ClientCertificate,
     Cookie,
@@ -162,10 +164,6 @@ SNIPPET_REASON = (
 
 NOT_YET = frozenset(
     {
-        "auth-type",
-        "auth-secret",
-        "auth-secret-type",
-        "auth-realm",
         "auth-tls-secret",
         "auth-tls-verify-client",
         "auth-tls-verify-depth",
@@ -248,6 +246,10 @@ _KNOWN = frozenset(
         "auth-response-headers",
         "auth-signin",
         "auth-method",
+        "auth-type",
+        "auth-secret",
+        "auth-secret-type",
+        "auth-realm",
         "ssl-passthrough",
         "upstream-vhost",
         "x-forwarded-prefix",
@@ -417,6 +419,7 @@ class _Reader:
         self.cors()
         self.limits()
         self.allow_list()
+        self.basic_auth()
         self.forward_auth()
         self.body_size()
         self.upstream_headers()
@@ -504,6 +507,61 @@ class _Reader:
                         ) from None
                 self.define("allowlist", Middleware(ip_allow_list=IPAllowList(source_range=ranges)))
                 return
+
+    def basic_auth(self) -> None:
+        """``auth-type: basic``: a ``basicAuth`` whose users are the htpasswd lines of
+        ``auth-secret``'s ``auth`` key (``auth-secret-type: auth-file``, the default), in
+        the Ingress' namespace or another (``namespace/name``, as ingress-nginx allows
+        with cross-namespace resources); ``auth-realm`` its realm."""
+        kind = self.get("auth-type")
+        if kind is None:
+            for key in ("auth-secret", "auth-secret-type", "auth-realm"):
+                if self.get(key) is not None:
+                    raise ValueError(f"annotation {PREFIX}{key} needs auth-type")
+            return
+        kind = kind.strip().lower()
+        if kind == "digest":
+            raise ValueError(f"annotation {PREFIX}auth-type: digest is not supported by edge yet")
+        if kind != "basic":
+            raise ValueError(f"annotation {PREFIX}auth-type: {kind!r} is not basic or digest")
+        if self.get("auth-url") is not None:
+            raise ValueError(
+                f"annotations {PREFIX}auth-type and auth-url are both set: edge asks one of them"
+            )
+        secret_type = (self.get("auth-secret-type") or "auth-file").strip()
+        if secret_type == "auth-map":
+            raise ValueError(
+                f"annotation {PREFIX}auth-secret-type: auth-map is not supported by edge yet "
+                "(edge keeps a Secret's auth key only: use auth-file)"
+            )
+        if secret_type != "auth-file":
+            raise ValueError(
+                f"annotation {PREFIX}auth-secret-type: {secret_type!r} is not auth-file or auth-map"
+            )
+        value = self.get("auth-secret")
+        if value is None or not value.strip():
+            raise ValueError(f"annotation {PREFIX}auth-type: basic needs auth-secret")
+        namespace, _, name = value.strip().rpartition("/")
+        if not name or "/" in namespace:
+            raise ValueError(f"annotation {PREFIX}auth-secret: {value!r} is not [namespace/]name")
+        ref: Key = (namespace or self.ing.metadata.namespace, name)
+        realm = (self.get("auth-realm") or "").strip()
+        if any(c < " " or c in '"\\\x7f' for c in realm):
+            raise ValueError(f"annotation {PREFIX}auth-realm: {realm!r} is not a plain realm")
+        secret = (self.state.secrets if self.state is not None else {}).get(ref)
+        what = f"secret {ref[0]}/{ref[1]}"
+        if secret is None:
+            raise ValueError(f"annotation {PREFIX}auth-secret: {what} not found")
+        if not secret.data.auth:
+            raise ValueError(f"annotation {PREFIX}auth-secret: {what} has no key auth")
+        try:
+            users = [line for line in secret.data.auth.decode("utf-8").splitlines() if line]
+            htpasswd.basic_users(users, "")
+        except UnicodeDecodeError:
+            raise ValueError(f"annotation {PREFIX}auth-secret: {what}: auth is not UTF-8") from None
+        except ValueError as exc:
+            raise ValueError(f"annotation {PREFIX}auth-secret: {what}: key auth: {exc}") from None
+        self.define("basic-auth", Middleware(basic_auth=BasicAuth(users=users, realm=realm)))
 
     def forward_auth(self) -> None:
         url = self.get("auth-url")

@@ -287,8 +287,9 @@ class TLSData(msgspec.Struct, frozen=True, gc=False):
     """The keys of a Secret's ``data`` edge reads: a certificate and its key, a CA
     bundle (Traefik's ``tls.ca``, else ``ca.crt``), and the users of an auth
     middleware (``username`` and ``password`` of a ``kubernetes.io/basic-auth``
-    Secret, else htpasswd lines under ``users``); JSON base64 decodes to bytes. Other
-    keys are not kept (a Helm release's would be most of the memory)."""
+    Secret, else htpasswd lines under ``users``, or under ``auth`` as ingress-nginx's
+    ``auth-secret`` holds them); JSON base64 decodes to bytes. Other keys are not kept
+    (a Helm release's would be most of the memory)."""
 
     tls_crt: bytes | None = msgspec.field(default=None, name="tls.crt")
     tls_key: bytes | None = msgspec.field(default=None, name="tls.key")
@@ -297,6 +298,7 @@ class TLSData(msgspec.Struct, frozen=True, gc=False):
     username: bytes | None = None
     password: bytes | None = None
     users: bytes | None = None
+    auth: bytes | None = None
 
 
 class Secret(_Model):
