@@ -51,6 +51,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``server-alias``: more
     names for every host route (:func:`_aliases`). ``auth-url`` with
     ``auth-response-headers``, ``auth-signin`` and ``auth-method``: a ``forwardAuth``.
+    ``auth-type: basic`` with ``auth-secret`` (any namespace) and ``auth-realm``: a
+    ``basicAuth`` of the Secret's ``auth`` htpasswd lines (:meth:`_Reader.basic_auth`).
     Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path

@@ -7,6 +7,7 @@ sockets with real clients (``http.client``, curl); every wait and every load is 
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import http.client
@@ -18,6 +19,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -270,13 +272,18 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
     backend_service(emu, "app", whoami)
     emu.create(nginx_ingress("good", "good.test", [("/", "Prefix", "app")]))
     emu.create(
-        nginx_ingress("basic", "basic.test", [("/", "Prefix", "app")], {"auth-type": "basic"})
+        nginx_ingress(
+            "client-cert",
+            "client-cert.test",
+            [("/", "Prefix", "app")],
+            {"auth-tls-secret": "default/client-ca"},
+        )
     )
     config = KubernetesIngressNGINXConfig(endpoint=emu.url, token=TOKEN)
     conversion = check_nginx_cluster(config, timeout=10.0)
     assert [str(p) for p in conversion.problems] == [
-        "ingress default/basic: metadata.annotations: annotation "
-        "nginx.ingress.kubernetes.io/auth-type is not supported by edge yet"
+        "ingress default/client-cert: metadata.annotations: annotation "
+        "nginx.ingress.kubernetes.io/auth-tls-secret is not supported by edge yet"
     ]
     http = conversion.configuration.http
     assert http is not None and "default-good-good-test" in http.routers
@@ -291,12 +298,67 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
     assert (
-        "kubernetesingressnginx: ingress default/basic: metadata.annotations: annotation "
-        "nginx.ingress.kubernetes.io/auth-type is not supported by edge yet: left out"
+        "kubernetesingressnginx: ingress default/client-cert: metadata.annotations: "
+        "annotation nginx.ingress.kubernetes.io/auth-tls-secret is not supported by edge "
+        "yet: left out"
     ) in out.stdout, out.stdout
     assert re.search(
         r"^router default-good-good-test@kubernetesingressnginx: enabled", out.stdout, re.M
     ), out.stdout
+
+
+def htpasswd_secret(name: str, namespace: str, users: dict[str, str]) -> dict:
+    """An Opaque Secret whose ``auth`` key holds htpasswd lines ({SHA} hashes), as
+    ``htpasswd -s`` writes them for ingress-nginx's ``auth-secret``."""
+    lines = "".join(
+        f"{user}:{{SHA}}{base64.b64encode(hashlib.sha1(pw.encode()).digest()).decode()}\n"
+        for user, pw in users.items()
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {"auth": base64.b64encode(lines.encode()).decode()},
+    }
+
+
+def test_basic_auth_reads_the_auth_secret_and_follows_its_edits(emu, whoami):
+    """auth-type basic with a Secret of another namespace: 401 without credentials or
+    with wrong ones, 200 with them; the Secret edited, the new password is let in (and
+    the old one no longer) within a couple of seconds."""
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    emu.create(htpasswd_secret("staff", "auth", {"alice": "wonderland"}))
+    emu.create(
+        nginx_ingress(
+            "staff",
+            "staff.test",
+            [("/", "Prefix", "app")],
+            {"auth-type": "basic", "auth-secret": "auth/staff", "auth-realm": "Staff only"},
+        )
+    )
+    edge = start_nginx_edge(emu)
+    try:
+        port = edge.port()
+
+        def code(*args: str) -> str:
+            return curl(port, "/", "staff.test", "-o", "/dev/null", "-w", "%{http_code}", *args)
+
+        assert until(lambda: code("-u", "alice:wonderland") == "200", 10.0)
+        out = curl(port, "/", "staff.test", "-o", "/dev/null", "-D", "-")
+        assert out.startswith("HTTP/1.1 401"), out
+        assert 'www-authenticate: basic realm="staff only"' in out.lower(), out
+        assert code("-u", "alice:wrong") == "401"
+
+        edited = time.monotonic()
+        emu.update(htpasswd_secret("staff", "auth", {"alice": "looking-glass"}))
+        assert until(lambda: code("-u", "alice:looking-glass") == "200", 5.0)
+        print(f"the edited Secret's password let in after {time.monotonic() - edited:.2f} s")
+        assert code("-u", "alice:wonderland") == "401"
+        assert code() == "401"
+    finally:
+        stop_all([edge])
 
 
 class TLSBackend:
