@@ -54,7 +54,8 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   answers included; 499 for a client gone before any answer), ``fwd.network_error``
   (the upstream failed at the network level: refused, reset, timed out, invalid
   bytes, closed before its head) and ``fwd.elapsed`` (seconds from the first
-  :meth:`Forward.on_end` call to the response head, -1.0 when none came).
+  ``on_end(callback, timed=True)`` call to the response head, -1.0 when none came
+  or nothing asked for the time: the clock is read only for those who ask).
 - **Client certificate**: :meth:`Forward.client_certs` is the TLS client's
   certificate chain (DER, leaf first) from the connection that terminated TLS,
   read when asked (empty without TLS or without a certificate).
@@ -194,15 +195,15 @@ class Forward:
         self.elapsed = -1.0
         self.started = 0.0
 
-    def on_end(self, callback: Callable[[], None]) -> None:
+    def on_end(self, callback: Callable[[], None], timed: bool = False) -> None:
         """Have ``callback`` run once when the exchange ends, however it ends: its
         response complete (edge's own included), the upstream failed, the client
         gone. Registered by a step that holds something for the request (an
-        in-flight slot) even when a later step answers instead. The first call
-        starts the clock ``elapsed`` is read on."""
+        in-flight slot) even when a later step answers instead. ``timed``: the
+        callback reads ``elapsed`` (the first such call starts its clock)."""
         if self.ends is None:
             self.ends = []
-        if not self.started:
+        if timed and not self.started:
             self.started = time.perf_counter()
         self.ends.append(callback)
 

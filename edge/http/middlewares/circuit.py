@@ -230,7 +230,7 @@ class CircuitBreaker(Middleware):
     def request(self, fwd: Forward) -> Answer | None:
         if self.state is not STANDBY and not self._let_through():
             return Answer(self.response_code, body=reason(self.response_code))
-        fwd.on_end(lambda: self._ended(fwd))
+        fwd.on_end(lambda: self._ended(fwd), timed=True)
         return None
 
     def _let_through(self) -> bool:

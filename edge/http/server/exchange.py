@@ -302,8 +302,10 @@ class Exchange:
                     self.ends = fwd.ends
                     self._answer_own(answer, pipeline.answer_edits(i, fwd))
                     return
-            self._stepped(args)
-            return
+            if fwd.spool is not None or fwd.delay:
+                self._stepped(args)
+                return
+            self.ends = fwd.ends  # what _stepped does for the rest, without the call
         self._forward(route, fwd, path, query, authority, forwarded_port, cleaned)
 
     def _stepped(self, args: tuple) -> None:
@@ -458,9 +460,11 @@ class Exchange:
             # What a retry makes another head with (_retry), for the server it picks.
             self.x.up_args = up_args
             self.x.attempt = 1
-        tee = getattr(service, "tee", None)  # a mirroring service's (middlewares' module doc)
+        # A mirroring service's tee (middlewares' module doc), looked up in its class: a
+        # getattr that misses costs an exception per request.
+        tee = type(service).__dict__.get("tee")
         if tee is not None:
-            self.x.tee = tee(head, self.up_head)
+            self.x.tee = tee(service, head, self.up_head)
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
         self.express = (
             self.response_edits is None
@@ -802,7 +806,8 @@ class Exchange:
         if not self.express:
             if self.ends is not None:
                 fwd = self.x.fwd
-                fwd.elapsed = time.perf_counter() - fwd.started
+                if fwd.started:  # a step reads the time to the head (on_end(timed=True))
+                    fwd.elapsed = time.perf_counter() - fwd.started
             if self.x.divert:
                 head = self._diverted(head)
             if (
@@ -1240,7 +1245,7 @@ class Exchange:
         self.conn.send(data)
         if not self.express and self.ends is not None:
             fwd = self.x.fwd
-            if fwd is not None:
+            if fwd is not None and fwd.started:
                 fwd.elapsed = time.perf_counter() - fwd.started
             self.run_ends()
         if self.req_done or not self.keep_alive:

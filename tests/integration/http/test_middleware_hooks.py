@@ -427,7 +427,9 @@ class Outcome(Middleware):
         self.seen: list[tuple[int, bool, float]] = []
 
     def request(self, fwd: Forward) -> Answer | None:
-        fwd.on_end(lambda: self.seen.append((fwd.status, fwd.network_error, fwd.elapsed)))
+        fwd.on_end(
+            lambda: self.seen.append((fwd.status, fwd.network_error, fwd.elapsed)), timed=True
+        )
         return None
 
 
