@@ -61,8 +61,8 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
 
 TCP and UDP (``tcp-services`` / ``udp-services`` ConfigMaps)
     :func:`convert_services` turns their entries into TCP and UDP routes on the entry
-    point of each port. It is pure and tested; the provider does not read the
-    ConfigMaps yet (edge's ConfigMap model keeps only CA bundles).
+    point of each port; :func:`with_services` adds them to the Ingresses' conversion.
+    The provider watches exactly the two ConfigMaps its configuration names.
 
 Refused, named on the route
     ``configuration-snippet``, ``server-snippet`` and every other ``*-snippet``: raw
@@ -150,6 +150,7 @@ __all__ = [
     "convert_services",
     "ingress_options",
     "is_selected",
+    "with_services",
 ]
 
 PROVIDER = "kubernetesingressnginx"
@@ -1240,6 +1241,24 @@ def convert_services(
         UDPConfiguration(routers=udp_routers, services=udp_svcs) if udp_routers else None,
         problems,
     )
+
+
+def with_services(conversion: Conversion, l4: L4Conversion) -> Conversion:
+    """``conversion`` with ``l4``'s TCP and UDP routes added, beside the TCP routers
+    ``ssl-passthrough`` made (their names cannot meet: ``tcp-services-<port>`` against
+    ``<router>-passthrough``). ``l4``'s problems are the caller's to report."""
+    if l4.tcp is None and l4.udp is None:
+        return conversion
+    configuration = conversion.configuration
+    tcp = configuration.tcp
+    if l4.tcp is not None:
+        tcp = l4.tcp if tcp is None else msgspec.structs.replace(
+            tcp,
+            routers={**tcp.routers, **l4.tcp.routers},
+            services={**tcp.services, **l4.tcp.services},
+        )  # fmt: skip
+    configuration = msgspec.structs.replace(configuration, tcp=tcp, udp=l4.udp)
+    return conversion._replace(configuration=configuration)
 
 
 def _l4_entry(

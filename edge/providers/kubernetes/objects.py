@@ -65,6 +65,7 @@ __all__ = [
     "ServersTransportTCP",
     "Service",
     "ServicePort",
+    "ServicesConfigMap",
     "Status",
     "TLSOption",
     "TLSStore",
@@ -320,6 +321,15 @@ class CAData(msgspec.Struct, frozen=True, gc=False):
 class ConfigMap(_Model):
     metadata: ObjectMeta = ObjectMeta()
     data: CAData = CAData()
+
+
+class ServicesConfigMap(_Model):
+    """A ConfigMap read whole (``data``): ingress-nginx's ``tcp-services`` and
+    ``udp-services``, which the ingress-nginx source watches by name alone, so no other
+    ConfigMap's data is held this way."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    data: dict[str, str] = {}
 
 
 # --- lists, watch events, status ---------------------------------------------------------

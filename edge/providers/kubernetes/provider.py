@@ -114,6 +114,7 @@ from edge.config.static import (
     KubernetesIngressConfig,
     KubernetesIngressNGINXConfig,
 )
+from edge.errors import ConfigError
 from edge.providers.base import Message, Publish
 from edge.providers.kubernetes import ingress_nginx, objects
 from edge.providers.kubernetes.client import (
@@ -142,6 +143,7 @@ from edge.providers.kubernetes.crd import Conversion as CRDConversion
 from edge.providers.kubernetes.crd import CRDOptions
 from edge.providers.kubernetes.crd import convert as convert_crd
 from edge.providers.kubernetes.crd import update_endpoints as update_crd_endpoints
+from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.ingress import (
     Conversion,
     IngressOptions,
@@ -1016,11 +1018,28 @@ def _nginx_as_ingress(config: KubernetesIngressNGINXConfig) -> KubernetesIngress
     )
 
 
+def _config_map_key(value: str, what: str) -> Key | None:
+    """``namespace/name`` of a ConfigMap the configuration names; None for ``""``."""
+    if not value:
+        return None
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise ConfigError(f"kubernetesIngressNGINX: {what}: {value!r} is not namespace/name")
+    return (namespace, name)
+
+
 class KubernetesIngressNGINXProvider(KubernetesIngressProvider):
     """The ``providers.kubernetesIngressNGINX`` source: Ingresses as ingress-nginx serves
     them (:mod:`~edge.providers.kubernetes.ingress_nginx`), on the Ingress source's
     machinery (reflectors on the shared core, endpoints-only path, status writer), its
-    elements qualified ``@kubernetesingressnginx`` as Traefik qualifies them."""
+    elements qualified ``@kubernetesingressnginx`` as Traefik qualifies them.
+
+    ``tcp_services_config_map`` and ``udp_services_config_map`` (``namespace/name``,
+    ingress-nginx's ``--tcp-services-configmap`` and ``--udp-services-configmap``) are
+    watched, and only they (a fieldSelector on the name when they share one, else
+    their namespaces): their entries become TCP and UDP routes on ``entry_points``
+    (:func:`~edge.providers.kubernetes.ingress_nginx.convert_services`), whose problems
+    are logged as the Ingresses' are."""
 
     def __init__(
         self,
@@ -1031,9 +1050,16 @@ class KubernetesIngressNGINXProvider(KubernetesIngressProvider):
         environ: Mapping[str, str] | None = None,
         timing: Timing | None = None,
         core: KubeCore | None = None,
+        tcp_services_config_map: str = "",
+        udp_services_config_map: str = "",
+        entry_points: Sequence[EntryPointPort] = (),
     ) -> None:
         self.nginx_config = config
         self.nginx_options = ingress_nginx.NGINXOptions.from_config(config)
+        self.tcp_services = _config_map_key(tcp_services_config_map, "tcpServicesConfigMap")
+        self.udp_services = _config_map_key(udp_services_config_map, "udpServicesConfigMap")
+        self.entry_points = tuple(entry_points)
+        self._l4_problems: set[ingress_nginx.L4Problem] = set()
         super().__init__(
             _nginx_as_ingress(config),
             name=name,
@@ -1043,13 +1069,56 @@ class KubernetesIngressNGINXProvider(KubernetesIngressProvider):
             core=core,
         )
 
+    def watches(self) -> list[WatchSpec]:
+        watches = super().watches()
+        keys = [k for k in (self.tcp_services, self.udp_services) if k is not None]
+        if keys:
+            names = {name for _, name in keys}
+            watches.append(
+                WatchSpec(
+                    CONFIG_MAPS,
+                    objects.ServicesConfigMap,
+                    field_selector=f"metadata.name={names.pop()}" if len(names) == 1 else "",
+                    namespaces=tuple(sorted({ns for ns, _ in keys})),
+                )
+            )
+        return watches
+
     def convert_state(self, state: objects.ClusterState) -> Conversion:
-        return ingress_nginx.convert(state, self.nginx_options)
+        conversion = ingress_nginx.convert(state, self.nginx_options)
+        if self.tcp_services is None and self.udp_services is None:
+            return conversion
+        l4 = ingress_nginx.convert_services(
+            state,
+            self._services_data(state, self.tcp_services),
+            self._services_data(state, self.udp_services),
+            self.entry_points,
+        )
+        current = set(l4.problems)
+        for p in sorted(current - self._l4_problems, key=str):
+            log.error("%s: %s; that route is left out", self.name, p)
+        for p in sorted(self._l4_problems - current, key=str):
+            log.info("%s: resolved: %s", self.name, p)
+        self._l4_problems = current
+        return ingress_nginx.with_services(conversion, l4)
+
+    @staticmethod
+    def _services_data(
+        state: objects.ClusterState, key: Key | None
+    ) -> tuple[str, Mapping[str, str]] | None:
+        """(``namespace/name``, data) of a watched ConfigMap; empty while it is absent
+        (ingress-nginx serves no entry then either)."""
+        if key is None:
+            return None
+        found: Any = state.config_maps.get(key)  # this source decodes ServicesConfigMaps
+        data = found.data if isinstance(found, objects.ServicesConfigMap) else {}
+        return (f"{key[0]}/{key[1]}", data)
 
     def update_endpoints(
         self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
     ) -> Conversion | None:
-        if previous.configuration.tcp is not None:  # ssl-passthrough: TCP servers too
+        # ssl-passthrough and the tcp-/udp-services ConfigMaps: TCP and UDP servers too
+        if previous.configuration.tcp is not None or previous.configuration.udp is not None:
             return None
         options = ingress_nginx.ingress_options(self.nginx_options)
         return update_endpoints(previous, old, new, options)

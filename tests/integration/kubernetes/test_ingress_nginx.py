@@ -28,9 +28,14 @@ import pytest
 
 from edge.config.loader import decode_static
 from edge.config.static import KubernetesIngressNGINXConfig
-from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider, check_nginx_cluster
+from edge.providers.kubernetes.gateway import EntryPointPort
+from edge.providers.kubernetes.provider import (
+    KubernetesIngressNGINXProvider,
+    SharedCores,
+    check_nginx_cluster,
+)
 from tests.fixtures.tls.pki import PKI, Pair
-from tests.harness import Whoami
+from tests.harness import WHOAMI_RE, Proc, Whoami
 from tests.integration.kubernetes.test_provider import (
     LOG,
     THROTTLE,
@@ -359,6 +364,120 @@ def test_basic_auth_reads_the_auth_secret_and_follows_its_edits(emu, whoami):
         assert code() == "401"
     finally:
         stop_all([edge])
+
+
+def _free_port(kind: int) -> int:
+    """A port nothing listens on now (the ConfigMaps' keys name fixed ports)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _echo(protocol: str) -> Proc:
+    p = Proc(["whoami", "--name", f"{protocol}-echo", f"--{protocol}", "127.0.0.1:0"])
+    p.port = int(p.wait_for(WHOAMI_RE).group(4))  # type: ignore[attr-defined]
+    return p
+
+
+def _l4_service(name: str, port: int, protocol: str, backend: int) -> list[dict]:
+    svc = o.service(name, port=port)
+    svc["spec"]["ports"] = [{"name": "p", "port": port, "targetPort": port, "protocol": protocol}]
+    eps = o.endpoint_slice(f"{name}-1", service_name=name, addresses=["127.0.0.1"], port=backend)
+    eps["ports"] = [{"name": "p", "port": backend, "protocol": protocol}]
+    return [svc, eps]
+
+
+def _config_map(name: str, data: dict[str, str]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ingress-nginx"},
+        "data": data,
+    }
+
+
+def _tcp_round_trip(port: int, data: bytes) -> bytes:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(data)
+            return s.recv(1024)
+    except OSError:
+        return b""
+
+
+def _udp_round_trip(port: int, data: bytes) -> bytes:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.5)
+        s.connect(("127.0.0.1", port))
+        s.send(data)
+        try:
+            return s.recv(65536)
+        except OSError:
+            return b""
+
+
+def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
+    """The ConfigMaps the provider is given: a tcp-services entry carries raw TCP to an
+    echo, a udp-services entry datagrams to a UDP echo; an entry edited into the
+    ConfigMap is served, one for a port without an entry point is named in the log. A
+    ConfigMap of the same name in another namespace is not read."""
+    caplog.set_level(logging.INFO, LOG)
+    tcp_echo, udp_echo = _echo("tcp"), _echo("udp")
+    tcp_port, udp_port = _free_port(socket.SOCK_STREAM), _free_port(socket.SOCK_DGRAM)
+    for obj in (
+        *_l4_service("tcp-echo", 9000, "TCP", tcp_echo.port),  # type: ignore[attr-defined]
+        *_l4_service("udp-echo", 5300, "UDP", udp_echo.port),  # type: ignore[attr-defined]
+    ):
+        emu.create(obj)
+    emu.create(_config_map("udp-services", {str(udp_port): "default/udp-echo:5300"}))
+    other = _config_map("tcp-services", {str(tcp_port): "default/tcp-echo:9000"})
+    other["metadata"]["namespace"] = "default"
+    emu.create(other)  # the same name, in a namespace not named: never read
+
+    static = static_config(emu)
+    static["providers"] = {}
+    static["entryPoints"]["raw"] = {"address": f"127.0.0.1:{tcp_port}"}
+    static["entryPoints"]["dns"] = {"address": f"127.0.0.1:{udp_port}/udp"}
+    nginx = KubernetesIngressNGINXConfig(
+        endpoint=emu.url, token=TOKEN, throttle_duration=msgspec.convert(THROTTLE, float)
+    )
+
+    def add_provider(app: Any) -> None:
+        ports = [
+            EntryPointPort(name, ep.port, ep.protocol == "udp")
+            for name, ep in app.static.entry_points.items()
+        ]
+        provider = KubernetesIngressNGINXProvider(
+            nginx,
+            core=SharedCores().core(nginx),  # type: ignore[arg-type]  # same credential keys
+            tcp_services_config_map="ingress-nginx/tcp-services",
+            udp_services_config_map="ingress-nginx/udp-services",
+            entry_points=ports,
+        )
+        app.control.providers.append(provider)
+        app.control.watcher.expect(provider.name)
+        fast()(app)
+
+    edge = InProcessEdge(static, tweak=add_provider)
+    edge.start()
+    try:
+        assert until(lambda: edge.ready() == 200, 10.0), "edge never became ready"
+        assert until(lambda: _udp_round_trip(udp_port, b"ping") == b"ping", 10.0)
+        assert _tcp_round_trip(tcp_port, b"hello\n") != b"hello\n"  # no tcp-services yet
+
+        emu.create(
+            _config_map(
+                "tcp-services",
+                {str(tcp_port): "default/tcp-echo:9000", "1": "default/tcp-echo:9000"},
+            )
+        )
+        assert until(lambda: _tcp_round_trip(tcp_port, b"hello\n") == b"hello\n", 10.0)
+        assert _udp_round_trip(udp_port, b"pong") == b"pong"
+        assert until(lambda: messages(caplog, "data.1: no TCP entry point listens on port 1"))
+    finally:
+        stop_all([edge])
+        tcp_echo.stop()
+        udp_echo.stop()
 
 
 class TLSBackend:

@@ -198,7 +198,7 @@ def test_no_annotation_makes_the_conversion_raise(
 
 # --- tcp-services / udp-services ------------------------------------------------------------
 
-_L4_OBJECTS = [
+_L4_OBJECTS: list[dict[str, Any]] = [
     {"kind": "Service", "metadata": {"name": "db", "namespace": "data"},
      "spec": {"ports": [{"port": 5432, "name": "pg"}]}},
     {"kind": "EndpointSlice",
@@ -269,3 +269,30 @@ def test_tcp_and_udp_services_entries_become_routes_on_the_entry_point_of_their_
         merge({PROVIDER: conf}), {"pg": "tcp", "pg-proxied": "tcp", "other": "tcp", "dns": "udp"}
     )
     assert rt.errors() == [], rt.errors()
+
+
+def test_tcp_services_routes_sit_beside_the_ssl_passthrough_routers() -> None:
+    """with_services keeps what the Ingresses made (ssl-passthrough's TCP routers, the
+    HTTP routes) and adds the ConfigMaps' TCP and UDP routes."""
+    case = load(FIXTURES / "ssl-passthrough.yaml")
+    state = decode_objects(case.objects + _L4_OBJECTS)
+    conversion = convert(state, case.options)
+    assert conversion.configuration.tcp is not None
+    passthrough = dict(conversion.configuration.tcp.routers)
+    l4 = ingress_nginx.convert_services(
+        state,
+        ("ingress-nginx/tcp-services", {"5432": "data/db:5432"}),
+        ("ingress-nginx/udp-services", {"53": "kube-system/dns:53"}),
+        _ENTRY_POINTS,
+    )
+    merged = ingress_nginx.with_services(conversion, l4).configuration
+    assert merged.http == conversion.configuration.http
+    assert merged.tcp is not None and merged.udp is not None
+    assert merged.tcp.routers == {**passthrough, "tcp-services-5432": l4.tcp.routers["tcp-services-5432"]}  # type: ignore[union-attr]  # fmt: skip
+    assert set(merged.tcp.services) == {
+        *conversion.configuration.tcp.services,
+        "tcp-services-5432",
+    }
+    assert merged.udp == l4.udp
+    empty = ingress_nginx.convert_services(state, None, None, _ENTRY_POINTS)
+    assert ingress_nginx.with_services(conversion, empty) == conversion
