@@ -480,6 +480,39 @@ def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
         udp_echo.stop()
 
 
+def test_config_maps_of_one_name_are_watched_by_a_field_selector(emu):
+    """Two ConfigMaps of one name (in two namespaces): one reflector per namespace, a
+    fieldSelector on the name, so another ConfigMap beside them is never listed."""
+    for ns in ("edge-a", "edge-b", "edge-c"):
+        for name in ("l4-services", "other"):
+            config_map = _config_map(name, {"1": "x/y:1"})
+            config_map["metadata"]["namespace"] = ns
+            emu.create(config_map)
+    nginx = KubernetesIngressNGINXConfig(endpoint=emu.url, token=TOKEN)
+    provider = KubernetesIngressNGINXProvider(
+        nginx,
+        core=SharedCores().core(nginx),  # type: ignore[arg-type]  # same credential keys
+        tcp_services_config_map="edge-a/l4-services",
+        udp_services_config_map="edge-b/l4-services",
+    )
+    spec = provider.watches()[-1]
+    assert (spec.resource.kind, spec.field_selector, spec.namespaces) == (
+        "ConfigMap",
+        "metadata.name=l4-services",
+        ("edge-a", "edge-b"),
+    )
+    provider.view.open()
+    try:
+        assert until(lambda: provider.view.synced, 10.0)
+        assert sorted(provider.view.snapshot()["ConfigMap"]) == [
+            ("edge-a", "l4-services"),
+            ("edge-b", "l4-services"),
+        ]
+    finally:
+        provider.view.close()
+    assert provider.core.alive() == []
+
+
 class TLSBackend:
     """A TLS server on 127.0.0.1 with its own certificate, answering each connection's
     first line with ``backend <line>``; at most ``limit`` connections, each bounded."""
