@@ -102,6 +102,14 @@ def build_providers(static: StaticConfig) -> list[Provider]:
             providers.append(
                 KubernetesCRDProvider(crd, default_throttle=throttle, core=cores.core(crd))
             )
+        # Gateway listeners and ingress-nginx's tcp/udp-services entries bind to the
+        # entry points by port, as Traefik binds listeners.
+        from edge.providers.kubernetes.gateway import EntryPointPort
+
+        ports = [
+            EntryPointPort(name, ep.port, ep.protocol == "udp")
+            for name, ep in static.entry_points.items()
+        ]
         if nginx is not None:
             from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider
 
@@ -110,17 +118,14 @@ def build_providers(static: StaticConfig) -> list[Provider]:
                     nginx,
                     default_throttle=throttle,
                     core=cores.core(nginx),  # type: ignore[arg-type]  # same credential keys
+                    tcp_services_config_map=nginx.tcp_services_config_map,
+                    udp_services_config_map=nginx.udp_services_config_map,
+                    entry_points=ports,
                 )
             )
         if gateway is not None:
-            from edge.providers.kubernetes.gateway import EntryPointPort
             from edge.providers.kubernetes.gateway_provider import KubernetesGatewayProvider
 
-            # Listeners bind to the entry points by port, as Traefik binds them.
-            ports = [
-                EntryPointPort(name, ep.port, ep.protocol == "udp")
-                for name, ep in static.entry_points.items()
-            ]
             providers.append(
                 KubernetesGatewayProvider(
                     gateway,

@@ -442,6 +442,10 @@ class KubernetesIngressNGINXConfig(Base):
     publish_status_address: list[str] = []
     default_backend_service: str = ""
     disable_svc_external_name: bool = False
+    # Beyond Traefik: ingress-nginx's --tcp-services-configmap and
+    # --udp-services-configmap ("namespace/name"): "<port>": "<ns>/<svc>:<port>[:PROXY]".
+    tcp_services_config_map: str = ""
+    udp_services_config_map: str = ""
 
     def __post_init__(self) -> None:
         if self.watch_namespace_selector:

@@ -28,7 +28,6 @@ import pytest
 
 from edge.config.loader import decode_static
 from edge.config.static import KubernetesIngressNGINXConfig
-from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.provider import (
     KubernetesIngressNGINXProvider,
     SharedCores,
@@ -435,30 +434,18 @@ def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
     emu.create(other)  # the same name, in a namespace not named: never read
 
     static = static_config(emu)
-    static["providers"] = {}
     static["entryPoints"]["raw"] = {"address": f"127.0.0.1:{tcp_port}"}
     static["entryPoints"]["dns"] = {"address": f"127.0.0.1:{udp_port}/udp"}
-    nginx = KubernetesIngressNGINXConfig(
-        endpoint=emu.url, token=TOKEN, throttle_duration=msgspec.convert(THROTTLE, float)
-    )
-
-    def add_provider(app: Any) -> None:
-        ports = [
-            EntryPointPort(name, ep.port, ep.protocol == "udp")
-            for name, ep in app.static.entry_points.items()
-        ]
-        provider = KubernetesIngressNGINXProvider(
-            nginx,
-            core=SharedCores().core(nginx),  # type: ignore[arg-type]  # same credential keys
-            tcp_services_config_map="ingress-nginx/tcp-services",
-            udp_services_config_map="ingress-nginx/udp-services",
-            entry_points=ports,
-        )
-        app.control.providers.append(provider)
-        app.control.watcher.expect(provider.name)
-        fast()(app)
-
-    edge = InProcessEdge(static, tweak=add_provider)
+    static["providers"] = {  # as a static file says it: the keys reach the provider
+        "kubernetesIngressNGINX": {
+            "endpoint": emu.url,
+            "token": TOKEN,
+            "throttleDuration": THROTTLE,
+            "tcpServicesConfigMap": "ingress-nginx/tcp-services",
+            "udpServicesConfigMap": "ingress-nginx/udp-services",
+        }
+    }
+    edge = InProcessEdge(static, tweak=fast())
     edge.start()
     try:
         assert until(lambda: edge.ready() == 200, 10.0), "edge never became ready"
