@@ -422,7 +422,6 @@ class Exchange:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
         elif cleaned:
             target = path + b"?" + query if query else path
-        up_args = (authority, forwarded_port, target, edits, prefix)
         if fwd is not None and fwd.spool is not None:
             # A held body (buffering) goes with its length, not re-framed.
             spool = fwd.spool
@@ -449,16 +448,28 @@ class Exchange:
             if target is None:  # rebuilt, not passed through: origin-form
                 origin_path, origin_query, _ = forward.split_target(head.target)
                 target = origin_path + b"?" + origin_query if origin_query else origin_path
-            up_args = (authority, forwarded_port, target, edits, prefix)
             if length:
                 self.x.held_body = spool
                 self.x.spool_iter = spool.chunks()
             else:
                 spool.close()
-        self.up_head = self._up_head(backend, up_args)
+        # What _up_head makes, without the call (one per request on the general path).
+        self.up_head = forward.upstream_request(
+            head,
+            backend.transport.pools,
+            conn.client_ip_b,
+            conn.ctx.scheme,
+            authority,
+            forwarded_port,
+            conn.trusted,
+            target,
+            None if backend.pass_host else backend.server.authority,
+            edits,
+            prefix,
+        )
         if fwd is not None and (fwd.retry is not None or fwd.replay is not None):
             # What a retry makes another head with (_retry), for the server it picks.
-            self.x.up_args = up_args
+            self.x.up_args = (authority, forwarded_port, target, edits, prefix)
             self.x.attempt = 1
         # A mirroring service's tee (middlewares' module doc), looked up in its class: a
         # getattr that misses costs an exception per request.
