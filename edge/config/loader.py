@@ -401,7 +401,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             StaticConfig,
             "certificatesResolvers experimental hostResolver ocsp spiffe",
-            "global hub metrics pilot tracing",  # metrics: read, and unused
+            "global hub pilot tracing",
         ),
         (
             sta.EntryPoint,
@@ -437,8 +437,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
     )
 }
 """Per model: the Traefik keys edge does not implement, (refused, ignored). A key the
-model declares is never one of them (it is implemented, however partly), except the
-ignored keys a model reads but edge does nothing with (``metrics``)."""
+model declares is never one of them (it is implemented, however partly)."""
 
 
 class _Bad(Exception):

@@ -209,7 +209,6 @@ def test_static_options_are_named_and_the_rest_decodes() -> None:
         ("$.entryPoints.web.observability", True),
         ("$.api.dashboard", True),
         ("$.api.basePath", True),
-        ("$.metrics", True),
         ("$.tracing", True),
         ("$.certificatesResolvers", False),
         ("$.providers.docker", True),
@@ -648,11 +647,9 @@ def test_an_error_names_its_own_keys_as_written_not_another_elements() -> None:
 
 def test_no_traefik_key_edge_lacks_is_a_field_its_model_declares() -> None:
     """TRAEFIK_KEYS lists only what the models do not declare: a key implemented since
-    must leave the table (else it goes stale). The one exception is documented: an
-    ignored key a model reads and edge does nothing with (the static ``metrics``)."""
+    must leave the table (else it goes stale)."""
     declared_there = []
     for model, (refused, ignored) in TRAEFIK_KEYS.items():
         declared = {f.encode_name for f in msgspec.structs.fields(model)}
         declared_there += [(model.__name__, key) for key in sorted((refused | ignored) & declared)]
-    assert declared_there == [("StaticConfig", "metrics")]
-    assert "metrics" in TRAEFIK_KEYS[StaticConfig][1]  # ignored, not refused
+    assert declared_there == []
