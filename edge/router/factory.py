@@ -160,17 +160,23 @@ class _Builder:
 
     def per_router(self, name: str) -> bool:
         """Whether middleware ``name`` is built once per router naming it: Traefik
-        builds every middleware per router, so a rateLimit's buckets and an
-        inFlightReq's counts are the router's own; the stateless kinds are shared."""
+        builds every middleware per router, so a rateLimit's buckets, an
+        inFlightReq's counts and a circuitBreaker's window and state are the router's
+        own; the stateless kinds are shared."""
         config = self.runtime.http_middlewares[name].config
-        return config.rate_limit is not None or config.in_flight_req is not None
+        return (
+            config.rate_limit is not None
+            or config.in_flight_req is not None
+            or config.circuit_breaker is not None
+        )
 
     def middleware(self, name: str, router: str) -> Middleware:
         key: str | tuple[str, str] = (router, name) if self.per_router(name) else name
         built = self.middlewares.get(key)
         if built is None:
+            # errors (and any kind that sends to a service) builds it through us.
             built = self.middlewares[key] = from_config(
-                name, self.runtime.http_middlewares[name].config
+                name, self.runtime.http_middlewares[name].config, self.service
             )
         return built
 

@@ -186,11 +186,6 @@ def test_a_bad_status_disables_the_middleware_naming_the_key(tmp_path, backend):
         e.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="edge/router/factory.py does not yet pass its service builder to from_config "
-    "(_Builder.middleware: from_config(name, config, self.service))",
-)
 def test_the_page_service_is_found_through_a_whole_edge(tmp_path, backend):
     """Through ``edge run``: nothing behind the app, so edge's 502 becomes the pages
     service's answer to ``/down``."""

@@ -1,8 +1,8 @@
 """The router factory (edge.router.factory): what each router's pipeline is built from.
 
-Traefik builds a router's middlewares for that router, so a rateLimit's buckets and an
-inFlightReq's counts belong to each router naming it; edge shares the stateless kinds
-(one instance per name) and builds those two per router.
+Traefik builds a router's middlewares for that router, so a rateLimit's buckets, an
+inFlightReq's counts and a circuitBreaker's state belong to each router naming it; edge
+shares the stateless kinds (one instance per name) and builds those per router.
 """
 
 from __future__ import annotations
@@ -38,18 +38,19 @@ def routes(middlewares: dict, routers: dict[str, list[str]]) -> dict:
 MIDDLEWARES = {
     "limit": {"rateLimit": {"average": 1, "period": "1m", "burst": 1}},
     "one": {"inFlightReq": {"amount": 1}},
+    "breaker": {"circuitBreaker": {"expression": "NetworkErrorRatio() > 0.5"}},
     "tag": {"headers": {"customRequestHeaders": {"X-Tag": "t"}}},
 }
 
 
-def test_rate_limit_and_in_flight_req_are_built_per_router():
-    built = routes(MIDDLEWARES, {"a": ["tag", "limit", "one"], "b": ["tag", "limit", "one"]})
+def test_rate_limit_in_flight_req_and_circuit_breaker_are_built_per_router():
+    names = ["tag", "limit", "one", "breaker"]
+    built = routes(MIDDLEWARES, {"a": names, "b": names})
     a, b = built["a"].pipeline.steps, built["b"].pipeline.steps
     assert built["a"].pipeline is not built["b"].pipeline
-    kinds = [type(step).__name__ for step in a]
-    limit, one = kinds.index("RateLimit"), kinds.index("InFlightReq")
-    assert a[limit] is not b[limit]
-    assert a[one] is not b[one]
+    assert len(a) == len(b) == 3  # headers has no per-request step
+    for mine, theirs in zip(a, b, strict=True):
+        assert type(mine) is type(theirs) and mine is not theirs, type(mine).__name__
 
 
 def test_stateless_middlewares_and_their_pipelines_are_shared():
