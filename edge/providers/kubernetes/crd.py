@@ -99,7 +99,20 @@ Middlewares (Traefik's CRD shapes)
     validation's question). ``basicAuth.secret`` and ``digestAuth.secret`` name a Secret
     of the Middleware's namespace whose users become ``users``
     (:func:`~edge.providers.kubernetes.secrets.auth_users`); a missing or unreadable one
-    refuses the Middleware, as does ``usersFile`` (a file of edge's).
+    refuses the Middleware, as does ``usersFile`` (a file of edge's). ``errors.service``
+    is a reference of a route's shape: a Service becomes the load balancer
+    ``<middleware>-errorpage-service`` (rebuilt on endpoint churn like a route's), a
+    TraefikService is named as it is; cross-namespace with ``allowCrossNamespace``.
+    ``forwardAuth.tls`` and ``rateLimit.redis.tls`` read ``caSecret`` (as a
+    transport's CA bundles) and ``certSecret`` (``tls.crt`` and ``tls.key`` of a Secret
+    of any type) into edge's ``ca``, ``cert`` and ``key`` as inline PEM;
+    ``rateLimit.redis.secret`` gives ``username`` and ``password``
+    (:func:`~edge.providers.kubernetes.secrets.credentials`). A missing Secret or key
+    refuses the Middleware naming the key; edge's own ``ca``/``cert``/``key`` (paths)
+    and inline Redis credentials are refused. The other kinds (``compress``,
+    ``retry``, ``circuitBreaker``, ``buffering``, ``passTLSClientCert``) are spelled
+    as in the dynamic configuration; Traefik's int-or-string durations are decoded as
+    seconds or duration strings.
 
 TraefikServices
     ``weighted`` is a weighted service over its references (Services and
@@ -203,6 +216,7 @@ from edge.providers.kubernetes.secrets import (
     auth_users,
     ca_bundle,
     config_map_ca_bundle,
+    credentials,
     tls_certificate,
 )
 
@@ -593,6 +607,8 @@ class _Converter:
     # --- elements referred to ------------------------------------------------------------
 
     def middleware(self, key: Key, mw: objects.Middleware) -> None:
+        name = _normalize("-".join(key))
+        batch: _Batch[Service] = _Batch()
         try:
             spec = mw.spec
             if "chain" in spec:
@@ -600,9 +616,108 @@ class _Converter:
             for auth in ("basicAuth", "digestAuth"):
                 if auth in spec:
                     spec = {**spec, auth: self.auth(key[0], auth, spec[auth])}
-            self.middlewares[_normalize("-".join(key))] = _middleware(spec, Middleware, _HTTP_KINDS)
+            if "errors" in spec:
+                spec = {**spec, "errors": self.error_page(key[0], name, spec["errors"], batch)}
+            if "forwardAuth" in spec:
+                spec = {**spec, "forwardAuth": self.forward_auth(key[0], spec["forwardAuth"])}
+            if "rateLimit" in spec:
+                spec = {**spec, "rateLimit": self.rate_limit(key[0], spec["rateLimit"])}
+            self.middlewares[name] = _middleware(spec, Middleware, _HTTP_KINDS)
+            self.commit("http", self.http_services, batch)
         except _Refused as refused:
             self.refuse("Middleware", key, "spec", refused.reason)
+
+    def error_page(self, namespace: str, name: str, spec: Any, batch: _Batch[Service]) -> Any:
+        """A Middleware's ``errors`` with Traefik's ``service`` (a reference of a route's
+        shape) as the name of the service answering its pages: a Service's own load
+        balancer ``<middleware>-errorpage-service`` (into ``batch``), a TraefikService
+        by its name (Traefik's names); cross-namespace only with
+        ``allowCrossNamespace``."""
+        if not isinstance(spec, Mapping) or "service" not in spec:
+            return spec  # decoding (or the model's check) names what is wrong
+        value = spec["service"]
+        if not isinstance(value, Mapping):
+            raise _Refused("invalid spec: errors.service is not a service reference ({name, port})")
+        ref = _reference("errors.service", value)
+        try:
+            found, service, backend = self.http_service(namespace, ref, named=False)
+        except _Refused as refused:
+            raise _Refused(f"errors.service: {refused.reason}") from None
+        if service is not None:
+            found = f"{name}-errorpage-service"
+            batch.add(found, service, backend)
+        return {**spec, "service": found}
+
+    def forward_auth(self, namespace: str, spec: Any) -> Any:
+        """A Middleware's ``forwardAuth`` with Traefik's ``tls`` (Secrets read as
+        :meth:`client_tls` reads them)."""
+        if not isinstance(spec, Mapping) or spec.get("tls") is None:
+            return spec
+        tls = self.client_tls(namespace, spec["tls"], "forwardAuth.tls", ca_optional=True)
+        return {**spec, "tls": tls}
+
+    def rate_limit(self, namespace: str, spec: Any) -> Any:
+        """A Middleware's ``rateLimit`` with Traefik's ``redis``: ``secret`` (a Secret of
+        the Middleware's namespace holding ``username`` and ``password``) and ``tls``
+        (:meth:`client_tls`) read into edge's keys; edge's ``username`` and ``password``
+        are refused in the cluster (credentials belong in a Secret)."""
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("redis"), Mapping):
+            return spec
+        redis = dict(spec["redis"])
+        for field in ("username", "password"):
+            if field in redis:
+                raise _Refused(
+                    f"invalid spec: unknown field rateLimit.redis.{field} (Traefik's is secret)"
+                )
+        if redis.get("tls") is not None:
+            redis["tls"] = self.client_tls(namespace, redis["tls"], "rateLimit.redis.tls")
+        if "secret" in redis:
+            secret = redis.pop("secret")
+            where = "rateLimit.redis.secret"
+            if not isinstance(secret, str) or not secret:
+                raise _Refused(f"invalid spec: {where} names no Secret")
+            try:
+                if not self.visible(namespace):
+                    raise SecretError("secret-not-found", f"secret {namespace}/{secret} not found")
+                redis["username"], redis["password"] = credentials(
+                    self.state.secrets, (namespace, secret)
+                )
+            except SecretError as exc:
+                raise _Refused(f"{where}: {exc.reason}") from None
+        return {**spec, "redis": redis}
+
+    def client_tls(
+        self, namespace: str, spec: Any, where: str, *, ca_optional: bool = False
+    ) -> Any:
+        """Traefik's ``ClientTLS`` of a CRD (``caSecret``: a CA bundle read by
+        :meth:`ca`; ``certSecret``: a Secret of any type holding ``tls.crt`` and
+        ``tls.key``; ``insecureSkipVerify``; ``caOptional`` where ``ca_optional``) as
+        edge's ``ca``, ``cert`` and ``key``, inline PEM. edge's own keys (paths) are
+        refused: an object in the cluster must not make edge read its files."""
+        if not isinstance(spec, Mapping):
+            raise _Refused(f"invalid spec: {where} is not an object")
+        allowed = {"caSecret", "certSecret", "insecureSkipVerify"}
+        if ca_optional:
+            allowed.add("caOptional")
+        for field in sorted(set(spec) - allowed):
+            secret = {"ca": " (Traefik's is caSecret)", "cert": " (Traefik's is certSecret)",
+                      "key": " (Traefik's is certSecret)"}.get(field, "")  # fmt: skip
+            raise _Refused(f"invalid spec: unknown field {where}.{field}{secret}")
+        found = {k: v for k, v in spec.items() if k in ("insecureSkipVerify", "caOptional")}
+        if spec.get("caSecret") is not None:
+            found["ca"] = self.ca(namespace, spec["caSecret"], f"{where}.caSecret")
+        name = spec.get("certSecret")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise _Refused(f"{where}.certSecret: names no secret")
+            try:
+                if not self.visible(namespace):
+                    raise SecretError("secret-not-found", f"secret {namespace}/{name} not found")
+                cert = tls_certificate(self.state.secrets, (namespace, name), any_type=True)
+            except SecretError as exc:
+                raise _Refused(f"{where}.certSecret: {exc.reason}") from None
+            found["cert"], found["key"] = cert.cert_file, cert.key_file
+        return found
 
     def auth(self, namespace: str, kind: str, spec: Any) -> Any:
         """A Middleware's ``basicAuth`` or ``digestAuth`` with Traefik's ``secret`` (a

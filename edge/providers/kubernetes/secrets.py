@@ -4,7 +4,9 @@ Owns :func:`tls_certificate`: a Secret whose ``tls.crt`` and ``tls.key`` are PEM
 an inline-PEM ``tls.certificates`` entry (of type ``kubernetes.io/tls`` only, unless the
 caller takes any type, as Traefik does for a serversTransport's client certificates);
 :func:`ca_bundle`, the CA certificates a Secret holds for verifying peers; and
-:func:`auth_users`, the htpasswd lines of an auth middleware's Secret. Anything
+:func:`auth_users`, the htpasswd lines of an auth middleware's Secret;
+:func:`credentials`, the ``username`` and ``password`` a Secret holds for a client
+(a rateLimit's Redis). Anything
 else is a :class:`SecretError` saying why, so the Ingress conversion
 (:mod:`edge.providers.kubernetes.ingress`) and the CRD conversion
 (:mod:`edge.providers.kubernetes.crd`) refuse the same Secrets for the same reasons.
@@ -35,6 +37,7 @@ __all__ = [
     "auth_users",
     "ca_bundle",
     "config_map_ca_bundle",
+    "credentials",
     "tls_certificate",
 ]
 
@@ -150,3 +153,20 @@ def auth_users(secrets: Mapping[Key, Secret], key: Key, *, basic: bool) -> list[
     if not lines:
         raise SecretError("secret-invalid", f"{what} holds no users")
     return lines
+
+
+def credentials(secrets: Mapping[Key, Secret], key: Key) -> tuple[str, str]:
+    """The ``username`` and ``password`` the Secret ``key`` (of any type) holds, as
+    Traefik reads a rateLimit's Redis credentials; :class:`SecretError` naming the key
+    that is missing or not UTF-8."""
+    what = f"secret {key[0]}/{key[1]}"
+    data = _secret(secrets, key).data
+    found = []
+    for field, value in (("username", data.username), ("password", data.password)):
+        if value is None:
+            raise SecretError("secret-invalid", f"{what} has no {field}")
+        try:
+            found.append(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise SecretError("secret-invalid", f"{what}: {field} is not UTF-8") from None
+    return found[0], found[1]

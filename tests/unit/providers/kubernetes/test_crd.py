@@ -358,6 +358,30 @@ def test_update_endpoints_rebuilds_a_failovers_load_balancers_with_their_checks(
     assert spare is not None and [s.url for s in spare.servers] == ["http://10.244.0.8:8080"]
 
 
+def test_update_endpoints_rebuilds_an_error_pages_load_balancer() -> None:
+    """The slice of an errors Middleware's page Service changes: update_endpoints equals
+    a whole conversion and rebuilds ``<middleware>-errorpage-service`` alone; the
+    Middleware and the routers are the previous objects."""
+    case = load(FIXTURES / "http-errors-service.yaml")
+    old = decode_objects(case.objects)
+    previous = convert(old, case.options)
+    doc = slice_doc("pages", ["10.244.2.9"], name="pages-x1")
+    doc["metadata"]["namespace"] = "errors"
+    doc["ports"] = [{"name": "http", "port": 8000, "protocol": "TCP"}]
+    new = with_slices(old, doc)
+    updated = update_endpoints(previous, old, new, case.options)
+    assert updated is not None and updated == convert(new, case.options)
+    before = previous.configuration.http
+    after = updated.configuration.http
+    assert before is not None and after is not None
+    assert after.middlewares is before.middlewares
+    assert after.routers is before.routers
+    rebuilt = sorted(n for n, svc in after.services.items() if svc is not before.services[n])
+    assert rebuilt == ["default-oops-errorpage-service"]
+    pages = after.services["default-oops-errorpage-service"].load_balancer
+    assert pages is not None and [s.url for s in pages.servers] == ["http://10.244.2.9:8000"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(
