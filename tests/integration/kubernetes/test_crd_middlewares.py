@@ -104,6 +104,11 @@ def secret(name: str, data: dict[str, str]) -> dict:
     }
 
 
+def crd_provider(edge: KP.InProcessEdge) -> KubernetesCRDProvider:
+    assert edge.app is not None
+    return next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+
+
 def start(emu: Emulator) -> KP.InProcessEdge:
     edge = KP.InProcessEdge(crd_static(emu), tweak=_fast)
     edge.start()
@@ -152,7 +157,7 @@ def test_errors_and_forward_auth_middlewares_from_the_crd(
         assert curl(port, "auth.test", "/in", "-H", "X-Token: bad") == (401, "denied")
         assert curl(port, "auth.test", "/in") == (401, "denied")
         assert [r[2] for r in peers["auth"].received] == [b"/verify"] * len(peers["auth"].received)
-        provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+        provider = crd_provider(edge)
         assert provider.conversion.problems == []
         services = provider.conversion.configuration.http
         assert services is not None and "default-oops-errorpage-service" in services.services
@@ -195,7 +200,7 @@ def test_forward_auth_over_tls_with_secrets_from_the_crd(
             subjects = [dict(rdn[0] for rdn in cert["subject"]) for cert in auth.peer_certs]
             assert subjects and all(s == {"commonName": "edge-client"} for s in subjects)
             assert curl(port, "broken.test", "/in", *good)[0] == 404
-            provider = next(p for p in edge.app.providers if isinstance(p, KubernetesCRDProvider))
+            provider = crd_provider(edge)
             reasons = [str(p) for p in provider.conversion.problems]
             assert (
                 "Middleware default/broken: spec: forwardAuth.tls.caSecret: "
