@@ -476,6 +476,8 @@ class Exchange:
         tee = type(service).__dict__.get("tee")
         if tee is not None:
             self.x.tee = tee(service, head, self.up_head)
+            if self.x.tee is not None:
+                self._tee_catch_up()
         # (Not for HTTP/1.0: its answer must say keep-alive, see upstream_head.)
         self.express = (
             self.response_edits is None
@@ -746,6 +748,25 @@ class Exchange:
             self.backend.transport.put_idle(self.backend.server, upstream)
         else:
             upstream.abort()
+
+    def _tee_catch_up(self) -> None:
+        """What the body brought before the tee was made (while a step waited or a
+        delay held the request, or a held body) goes to it first, without framing;
+        a body already complete ends it."""
+        tee = self.x.tee
+        assert tee is not None
+        held = self.x.held_body
+        if held is not None:
+            for chunk in held.chunks():
+                tee.body(chunk)
+        elif self.buffered:
+            # request_body's parts: (size line, data, CRLF) each when chunked, then
+            # request_end's CHUNK_END; the data alone otherwise.
+            for data in self.buffered[1::3] if self.head.chunked else self.buffered:
+                tee.body(data)
+        if self.req_done:
+            tee.end()
+            self.x.tee = None
 
     def _drop_tee(self) -> None:
         tee = self.x.tee

@@ -135,6 +135,55 @@ def test_the_mirror_gets_the_request_byte_for_byte_and_the_client_the_mains_answ
 
 
 @pytest.mark.parametrize("parser", PARSERS)
+def test_a_request_held_before_it_goes_upstream_is_mirrored_whole(tmp_path, parser, main, shadow):
+    """A rateLimit holds a request for its token (up to half the interval) before the
+    service sees it, while the client's body arrives: the copy still gets that body,
+    and a bodiless GET complete before the hold ends is mirrored too."""
+    dyn = {
+        "http": {
+            "routers": {"app": {"rule": "Host(`app.example`)", "service": "app",
+                                "middlewares": ["hold"]}},
+            "middlewares": {"hold": {"rateLimit": {"average": 1, "burst": 1}}},
+            "services": {
+                "main": lb(main.url),
+                "shadow": lb(shadow.url),
+                "app": {"mirroring": {"service": "main", "mirrors": [{"name": "shadow",
+                                                                       "percent": 100}]}},
+            },
+        }
+    }  # fmt: skip
+    e = Edge(tmp_path, dyn, parser=parser)
+    try:
+        body = bytes(range(256)) * 40  # 10,240 bytes
+        assert get(e.port, "/first", host="app.example")[0] == 200  # the burst's token
+        held = []
+        for send in (
+            lambda: post(e.port, body),
+            lambda: post(e.port, body, chunked=True),
+            lambda: exchange(e.port, b"GET /g HTTP/1.1\r\nHost: app.example\r\n"
+                             b"Connection: close\r\n\r\n"),
+        ):  # fmt: skip
+            time.sleep(0.6)  # the next token is 0.4 s away: held, not refused (0.5 s)
+            t0 = time.monotonic()
+            out = send()
+            held.append(time.monotonic() - t0)
+            assert out.startswith(b"HTTP/1.1 200"), out[:200]
+        assert all(h > 0.1 for h in held), held  # each was held before going upstream
+        expected = [(b"GET", b"/first", b""), (b"GET", b"/g", b""),
+                    (b"POST", b"/up", body), (b"POST", b"/up", body)]  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = sorted((r.method, r.target, r.body) for r in list(shadow.requests))
+            if got == expected:
+                break
+            time.sleep(0.05)
+        assert got == expected
+        assert len(main.requests) == 4 and not shadow.errors
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("parser", PARSERS)
 def test_each_mirror_gets_exactly_its_percent(tmp_path, parser, main, shadow):
     other = H11Backend(after_body=True)
     e = start(tmp_path, parser, main.url, [(shadow.url, 10), (other.url, 50)])
