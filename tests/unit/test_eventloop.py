@@ -83,3 +83,19 @@ def test_no_python_call_in_weakref_per_connection_and_the_guard_holds():
     for result in (plain, edge):
         assert result["refused"] and "is used by transport" in result["refused"], result
         assert result["restored"] and result["logging_handlers"] == "WeakValueDictionary", result
+
+
+def test_prune_every_is_ten_seconds_unless_the_environment_says_otherwise() -> None:
+    from edge.eventloop import DEFAULT_PRUNE_EVERY, PRUNE_ENV, prune_every
+
+    assert prune_every({}) == DEFAULT_PRUNE_EVERY == 10.0
+    assert prune_every({PRUNE_ENV: " "}) == 10.0
+    assert prune_every({PRUNE_ENV: "3"}) == 3.0
+    assert prune_every({PRUNE_ENV: "0.5"}) == 0.5
+    for bad in ("0", "-1", "inf", "nan", "x", "1e400"):
+        try:
+            prune_every({PRUNE_ENV: bad})
+        except ValueError as exc:
+            assert str(exc) == f"{PRUNE_ENV}={bad!r}: not a positive number of seconds"
+        else:
+            raise AssertionError(f"{PRUNE_ENV}={bad!r} was taken")
