@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +50,6 @@ from edge.providers.kubernetes.client import (
     NODES,
     PODS,
     SERVICES,
-    Backoff,
     Change,
     KubeClient,
     KubeCore,
@@ -109,7 +107,6 @@ their ``v1`` CRDs came with Gateway API v1.6, and a kind whose CRD is missing is
 listed, which would keep edge from ever being ready."""
 
 NAMESPACES = Resource("Namespace", "", "v1", "namespaces", False)
-STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
 _STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", *L4_KINDS})
 
 
@@ -188,8 +185,6 @@ class KubernetesGatewayProvider(KubernetesProvider):
             timing=timing,
         )
         self.status_writes = 0
-        self._status_cond = threading.Condition()
-        self._status_dirty = False
         self._wanted: list[WantedStatus] = []
         self._seen: Mapping[str, Mapping[Key, Any]] = {}
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
@@ -305,35 +300,14 @@ class KubernetesGatewayProvider(KubernetesProvider):
 
     # --- status ---------------------------------------------------------------------------
 
-    def _wake_status(self) -> None:
-        with self._status_cond:
-            self._status_dirty = True
-            self._status_cond.notify_all()
-
     def _status_loop(self) -> None:
-        backoff = Backoff(*STATUS_BACKOFF)
-        retry_at: float | None = None
         written: dict[tuple[str, Key], tuple[str, str]] = {}  # -> (patch JSON, rv)
         failing: set[tuple[str, Key]] = set()
-        while True:
-            with self._status_cond:
-                while not self._stopping and not self._status_dirty:
-                    if retry_at is not None and time.monotonic() >= retry_at:
-                        break
-                    wait = None if retry_at is None else max(0.01, retry_at - time.monotonic())
-                    self._status_cond.wait(wait)
-                if self._stopping:
-                    return
-                self._status_dirty = False
-                wanted = self._wanted
-            retry_at = None
-            failed = self._write_statuses(wanted, written, failing)
-            if failed:
-                delay = backoff.next()
-                retry_at = time.monotonic() + delay
-                log.warning("%s: status: %s; retrying in %.1f s", self.name, failed, delay)
-            else:
-                backoff.reset()
+        self._status_rounds(
+            lambda: self._wanted,
+            lambda wanted: self._write_statuses(wanted, written, failing),
+            f"{self.name}: status",
+        )
 
     def _write_statuses(
         self,

@@ -102,7 +102,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -169,6 +169,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")  # what a status round writes (_status_rounds)
 
 POD_NAME_ENV = "POD_NAME"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
@@ -416,6 +417,9 @@ class KubernetesProvider:
         self._stopping = False
         self._started = False
         self._threads: list[threading.Thread] = []
+        # The status writer's (a source that writes status: _status_rounds).
+        self._status_cond = threading.Condition()
+        self._status_dirty = False
         self._last: Configuration | None = None  # the last configuration handed over
         self._problems: set[Any] = set()
         self._state: objects.ClusterState | None = None  # that of the last conversion
@@ -720,6 +724,41 @@ class KubernetesProvider:
         if self._publish is not None and not self._stopping:
             self._publish(msg)
 
+    # --- status (the sources that write it) -------------------------------------------
+
+    def _wake_status(self) -> None:
+        with self._status_cond:
+            self._status_dirty = True
+            self._status_cond.notify_all()
+
+    def _status_rounds(self, take: Callable[[], T], write: Callable[[T], str], what: str) -> None:
+        """A status writer thread's body: each time the status is marked dirty
+        (:meth:`_wake_status`), ``write`` what ``take`` gives (read under the lock),
+        which returns what failed ("" if nothing); a failure is tried again after a
+        backoff (:data:`STATUS_BACKOFF`), logged as ``what``. Ends when the provider
+        stops."""
+        backoff = Backoff(*STATUS_BACKOFF)
+        retry_at: float | None = None
+        while True:
+            with self._status_cond:
+                while not self._stopping and not self._status_dirty:
+                    if retry_at is not None and time.monotonic() >= retry_at:
+                        break
+                    wait = None if retry_at is None else max(0.01, retry_at - time.monotonic())
+                    self._status_cond.wait(wait)
+                if self._stopping:
+                    return
+                self._status_dirty = False
+                taken = take()
+            retry_at = None
+            failed = write(taken)
+            if failed:
+                delay = backoff.next()
+                retry_at = time.monotonic() + delay
+                log.warning("%s: %s; retrying in %.1f s", what, failed, delay)
+            else:
+                backoff.reset()
+
 
 # --- the kubernetesIngress source -------------------------------------------------------
 
@@ -766,8 +805,6 @@ class KubernetesIngressProvider(KubernetesProvider):
         self.status_client: KubeClient | None = None
         self.status_writes = 0  # successful status writes
         self.conversion: Conversion | None = None  # the last one
-        self._status_cond = threading.Condition()
-        self._status_dirty = False
         self._selected: frozenset[Key] = frozenset()
         self._status_mode = ""  # "", "static", "service", "nodes"
         self._ingresses: Mapping[Key, objects.Ingress] = {}  # those of the last conversion
@@ -906,44 +943,23 @@ class KubernetesIngressProvider(KubernetesProvider):
             self.environ.get(POD_NAME_ENV, ""),
         )
 
-    def _wake_status(self) -> None:
-        with self._status_cond:
-            self._status_dirty = True
-            self._status_cond.notify_all()
-
     def _status_loop(self) -> None:
-        base, cap = STATUS_BACKOFF
-        backoff = Backoff(base, cap)
-        retry_at: float | None = None
         written: dict[Key, tuple[tuple[Address, ...], str]] = {}  # key -> (addresses, rv)
         failing: set[Key] = set()  # Ingresses whose last write failed: tried last
         why_logged = ""
-        while True:
-            with self._status_cond:
-                while not self._stopping and not self._status_dirty:
-                    if retry_at is not None and time.monotonic() >= retry_at:
-                        break
-                    wait = None if retry_at is None else max(0.01, retry_at - time.monotonic())
-                    self._status_cond.wait(wait)
-                if self._stopping:
-                    return
-                self._status_dirty = False
-                selected = self._selected
-            retry_at = None
+
+        def write(selected: frozenset[Key]) -> str:
+            nonlocal why_logged
             wanted, why = self.addresses()
             if not wanted:
                 if why != why_logged:
                     log.info("kubernetes: Ingress status not written: %s", why)
                     why_logged = why
-                continue
+                return ""
             why_logged = ""
-            failed = self._write_statuses(sorted(selected), wanted, written, failing)
-            if failed:
-                delay = backoff.next()
-                retry_at = time.monotonic() + delay
-                log.warning("kubernetes: Ingress status: %s; retrying in %.1f s", failed, delay)
-            else:
-                backoff.reset()
+            return self._write_statuses(sorted(selected), wanted, written, failing)
+
+        self._status_rounds(lambda: self._selected, write, "kubernetes: Ingress status")
 
     def _write_statuses(
         self,
