@@ -340,6 +340,30 @@ class ThreadedServer:
         self.sock.close()
 
 
+def read_request(c: socket.socket) -> tuple[bytes, bytes] | None:
+    """One request from ``c`` (its timeout bounds each read): its head, without the
+    blank line, and the body its Content-Length says (what came of it); None when
+    the peer closed before the head ended. Heads are read up to 64 KiB."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = c.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        chunk = c.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head, body
+
+
 class Scripted(ThreadedServer):
     """An HTTP/1.1 server: ``GET /health`` answers ``health`` (the status the test sets),
     anything else ``status`` (200 unless the test sets it) with the server's name; every

@@ -17,7 +17,7 @@ import pytest
 from tests.harness import lb, read_response
 from tests.integration.http.servers import edge_with
 from tests.integration.http.test_health import Scripted
-from tests.integration.peers import ThreadedServer, free_port
+from tests.integration.peers import ThreadedServer, free_port, read_request
 
 CODECS = ["httptools", "h11"]
 
@@ -32,23 +32,10 @@ class Recording(ThreadedServer):
     def _serve(self, c: socket.socket, n: int) -> None:
         c.settimeout(5.0)
         try:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = c.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            while len(body) < length:
-                chunk = c.recv(65536)
-                if not chunk:
-                    break
-                body += chunk
+            request = read_request(c)
+            if request is None:
+                return
+            head, body = request
             with self.lock:
                 self.heads.append(head)
                 self.bodies.append((len(body), hashlib.sha256(body).hexdigest()))
