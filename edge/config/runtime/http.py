@@ -4,7 +4,7 @@ applied (Traefik's ``applyModel``) and the chains they name unrolled."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -254,22 +254,38 @@ def _check_failover(
     failover = None if info.config.problems else info.config.failover
     if name in done or failover is None:
         return
+    keys = zip(("service", "fallback"), failover_members(name, failover), strict=True)
+    _check_members(name, "failover", keys, services, done, path, _check_failover)
+
+
+def _check_members(
+    name: str,
+    kind: str,
+    members: Iterable[tuple[str, str]],
+    services: Mapping[str, ServiceInfo[Service]],
+    done: set[str],
+    path: list[str],
+    visit: Callable[[str, Mapping[str, ServiceInfo[Service]], set[str], list[str]], None],
+) -> None:
+    """The members of the ``kind`` service ``name`` (failover, mirroring), each (its key,
+    its qualified name): one missing, leading back to ``name`` (a cycle) or disabled
+    once ``visit`` judged it (depth first) disables ``name``, naming the key."""
+    info = services[name]
     path.append(name)
-    members = failover_members(name, failover)
-    for key, member in zip(("service", "fallback"), members, strict=True):
+    for key, member in members:
         child = services.get(member)
-        if not member or child is None:
-            info.add_error(f"failover.{key}: service {member!r} does not exist")
+        if child is None:
+            info.add_error(f"{kind}.{key}: service {member!r} does not exist")
             continue
         if name not in child.used_by:
             child.used_by.append(name)
         if member in path:
             cycle = " -> ".join([*path[path.index(member) :], member])
-            info.add_error(f"failover.{key}: services form a cycle: {cycle}")
+            info.add_error(f"{kind}.{key}: services form a cycle: {cycle}")
             continue
-        _check_failover(member, services, done, path)
+        visit(member, services, done, path)
         if child.status == DISABLED:
-            info.add_error(f"failover.{key}: service {member!r} is disabled")
+            info.add_error(f"{kind}.{key}: service {member!r} is disabled")
     path.pop()
     done.add(name)
 
@@ -317,24 +333,8 @@ def _check_mirroring(
         mirroring.check()
     except ValueError as exc:
         info.add_error(f"mirroring.{exc}")
-    path.append(name)
     main, mirrors = mirroring_members(name, mirroring)
     keys = [("service", main)] + [(f"mirrors[{i}]", m) for i, (m, _) in enumerate(mirrors)]
-    for key, member in keys:
-        if not member:
-            continue  # check() named it
-        child = services.get(member)
-        if child is None:
-            info.add_error(f"mirroring.{key}: service {member!r} does not exist")
-            continue
-        if name not in child.used_by:
-            child.used_by.append(name)
-        if member in path:
-            cycle = " -> ".join([*path[path.index(member) :], member])
-            info.add_error(f"mirroring.{key}: services form a cycle: {cycle}")
-            continue
-        _check_mirroring(member, services, done, path)
-        if child.status == DISABLED:
-            info.add_error(f"mirroring.{key}: service {member!r} is disabled")
-    path.pop()
-    done.add(name)
+    # An empty name is check()'s to report.
+    members = [(key, member) for key, member in keys if member]
+    _check_members(name, "mirroring", members, services, done, path, _check_mirroring)
