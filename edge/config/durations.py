@@ -121,12 +121,8 @@ def format_duration(seconds: float) -> str:
         return "0s"
     sign = "-" if ns < 0 else ""
     ns = abs(ns)
-    if ns < 1_000:
-        return f"{sign}{ns}ns"
-    if ns < 1_000_000:
-        return f"{sign}{_trim(ns, 1_000)}us"
     if ns < 1_000_000_000:
-        return f"{sign}{_trim(ns, 1_000_000)}ms"
+        return sign + _below_second(ns, "us")
     hours, ns = divmod(ns, 3_600_000_000_000)
     minutes, ns = divmod(ns, 60_000_000_000)
     out = sign
@@ -146,12 +142,8 @@ def go_duration(ns: int) -> str:
         return "0s"
     sign = "-" if ns < 0 else ""
     u = abs(ns)
-    if u < 1_000:
-        return f"{sign}{u}ns"
-    if u < 1_000_000:
-        return f"{sign}{_trim(u, 1_000)}µs"
     if u < 1_000_000_000:
-        return f"{sign}{_trim(u, 1_000_000)}ms"
+        return sign + _below_second(u, "µs")
     hours, u = divmod(u, 3_600_000_000_000)
     minutes, u = divmod(u, 60_000_000_000)
     text = _trim(u, 1_000_000_000) + "s"
@@ -160,6 +152,16 @@ def go_duration(ns: int) -> str:
     if minutes:
         return f"{sign}{minutes}m{text}"
     return sign + text
+
+
+def _below_second(ns: int, micro: str) -> str:
+    """``ns`` (0 < ns < 1 s) in its largest unit: ns, ``micro`` (edge writes "us",
+    Go "µs") or ms."""
+    if ns < 1_000:
+        return f"{ns}ns"
+    if ns < 1_000_000:
+        return _trim(ns, 1_000) + micro
+    return _trim(ns, 1_000_000) + "ms"
 
 
 def _trim(ns: int, unit: int) -> str:
