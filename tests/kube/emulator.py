@@ -125,6 +125,8 @@ KINDS = (
     Kind("TCPRoute", GW, "v1", "tcproutes", namespaced=True, status=True),
     Kind("UDPRoute", GW, "v1", "udproutes", namespaced=True, status=True),
     Kind("ReferenceGrant", GW, "v1beta1", "referencegrants", namespaced=True, status=False),
+    # core v1 Events, which edge posts on the objects it refuses
+    Kind("Event", "", "v1", "events", namespaced=True, status=False),
 )
 
 

@@ -111,6 +111,7 @@ class ObjectMeta(_Model):
     # RFC 3339 in UTC, second precision: its text order is its time order
     # (the Gateway API ranks equal routes oldest first).
     creation_timestamp: str = ""
+    uid: str = ""  # what an Event names its object by (kubectl describe selects on it)
 
     @property
     def key(self) -> Key:
