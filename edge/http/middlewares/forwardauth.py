@@ -18,8 +18,9 @@ false are three behaviours). What follows its answer:
   headers less the hop-by-hop ones (Location resolved against ``address`` unless
   ``preserveLocationHeader``; Set-Cookie, WWW-Authenticate as they came), its body;
   a 401 with ``authSigninURL`` is a 302 there instead;
-- no answer (refused, reset, invalid, not within :data:`AUTH_TIMEOUT`, Go's
-  client's 30 s): 500 with no body; an answer body over ``maxResponseBodySize``: 401.
+- no answer (refused, reset, invalid, not within the middleware's ``timeout``:
+  :data:`AUTH_TIMEOUT`, Go's client's 30 s, unless the one who builds it says
+  otherwise, as tests do; no key sets it): 500 with no body; an answer body over ``maxResponseBodySize``: 401.
   (``forwardBody`` is not implemented yet: the loader refuses it.)
 
 The client (:class:`AuthPool`) is edge's own on the loop: asyncio protocols over
@@ -740,7 +741,13 @@ class ForwardAuth(Middleware):
         "trust",
     )
 
-    def __init__(self, name: str, config: ForwardAuthConfig, pool: AuthPool) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: ForwardAuthConfig,
+        pool: AuthPool,
+        timeout: float = AUTH_TIMEOUT,
+    ) -> None:
         super().__init__(name)
         c = config
         self.address = c.address
@@ -765,7 +772,7 @@ class ForwardAuth(Middleware):
         self.preserve_location = c.preserve_location_header
         self.preserve_method = c.preserve_request_method
         self.signin = c.auth_signin_url.encode()
-        self.timeout = AUTH_TIMEOUT
+        self.timeout = timeout  # seconds an auth request may take (AUTH_TIMEOUT)
         self.pool = pool
         # Per request in flight whose response gets auth cookies: the cookies (keyed
         # by the Forward's id, dropped when its exchange ends).
@@ -896,8 +903,11 @@ def _html_escape(text: bytes) -> bytes:
     return text
 
 
-def forward_auth(name: str, config: ForwardAuthConfig) -> ForwardAuth:
-    """The middleware ``config`` describes, its client ready (TLS context built)."""
+def forward_auth(
+    name: str, config: ForwardAuthConfig, timeout: float = AUTH_TIMEOUT
+) -> ForwardAuth:
+    """The middleware ``config`` describes, its client ready (TLS context built);
+    ``timeout``: seconds an auth request may take (no key sets it: Traefik's is fixed)."""
     tls, host, port, _, _ = forward_auth_address(config.address)
     context = None
     error = None
@@ -919,4 +929,4 @@ def forward_auth(name: str, config: ForwardAuthConfig) -> ForwardAuth:
         else:
             context.set_alpn_protocols(["http/1.1"])
     pool = AuthPool(host, port, context, parser_classes("httptools")[1], error)
-    return ForwardAuth(name, config, pool)
+    return ForwardAuth(name, config, pool, timeout)
