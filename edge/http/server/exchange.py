@@ -5,9 +5,9 @@ and owns everything about it: the route and its pipeline, the upstream
 connection (taken from the pool or dialed, given back or dropped), the request
 body on its way up, the response on its way down, edge's own answers, and the
 record the access log (and later metrics) read when it ends. It writes to the
-client only through its connection (:meth:`HTTPConnection.send`), which keeps
-the order of writes and batches them, and it tells the connection when it is
-over (:meth:`HTTPConnection.exchange_done`).
+client only through its client side (:class:`ClientSide`: the HTTP/1.1
+connection, or an HTTP/2 stream), which keeps the order of writes and batches
+them, and it tells that side when it is over (``exchange_done``).
 
 Invariants:
 - The router is read once, when the exchange starts; a swap never affects it.
@@ -35,7 +35,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
 from edge.http.codec import RequestHead, ResponseHead, forward
@@ -47,7 +47,7 @@ from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
 
 if TYPE_CHECKING:
-    from edge.http.server.connection import HTTPConnection
+    from edge.http.server.connection import HTTPContext
     from edge.router.http import Backend, Route
 
 log = logging.getLogger("edge.http")
@@ -62,6 +62,53 @@ IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"TRACE"))
 
 # Request headers a divert's GET does not carry (it has no body, and its own framing).
 _NOT_DIVERTED = frozenset((b"content-length", b"transfer-encoding", b"expect", b"connection"))
+
+
+class ClientSide(Protocol):
+    """The exchange's client side: everything it reads and writes of its client.
+
+    :class:`~edge.http.server.connection.HTTPConnection` implements it for HTTP/1.1
+    (the connection), :class:`~edge.http.server.h2.H2Stream` for HTTP/2 (one per
+    stream). ``send`` takes HTTP/1.1 bytes as edge's writers make them (a stream
+    reads them back into frames); while an upstream read is parsed the exchange
+    collects writes in ``out`` and ``up_out`` (``hold_writes``), which
+    ``flush_batch`` and ``flush_upstream`` send. ``pause_reading`` and
+    ``resume_reading`` (``PAUSE_UPSTREAM``, ``PAUSE_BUFFER``) hold the request body
+    back; ``write_paused`` says the client takes no more response now;
+    ``exchange_done`` ends the exchange, ``abort`` ends the client side with it
+    unfinished (the exchange then hears ``client_gone``). ``ex`` is the exchange in
+    progress, ``transport`` the client's transport (None once gone).
+    """
+
+    ctx: HTTPContext
+    loop: asyncio.AbstractEventLoop
+    transport: Any
+    ex: Exchange | None
+    out: list[bytes] | None
+    up_out: list[bytes] | None
+    write_paused: bool
+    client_ip: str
+    client_ip_b: bytes
+    trusted: bool
+    PAUSE_UPSTREAM: int
+    PAUSE_BUFFER: int
+
+    def send(self, *parts: bytes) -> None: ...
+    def flush_batch(self) -> None: ...
+    def flush_upstream(self) -> None: ...
+    def exchange_done(self, ex: Exchange) -> None: ...
+    def pause_reading(self, why: int) -> None: ...
+    def resume_reading(self, why: int) -> None: ...
+    def request_read(self) -> None: ...
+    def host_port(self, authority: bytes) -> tuple[str | None, bytes]: ...
+    def abort(self) -> None: ...
+    def tunnel(
+        self,
+        upstream: asyncio.Transport,
+        to_client: bytes,
+        to_upstream: bytes,
+        on_end: Callable[[], None] | None = None,
+    ) -> None: ...
 
 
 def replayable(head: RequestHead) -> bool:
@@ -140,7 +187,7 @@ class Exchange:
         "x",
     )
 
-    def __init__(self, conn: HTTPConnection, head: RequestHead) -> None:
+    def __init__(self, conn: ClientSide, head: RequestHead) -> None:
         self.conn = conn
         self.head = head
         self.keep_alive = head.keep_alive and not conn.ctx.closing
