@@ -83,6 +83,8 @@ EXPECTED_RBAC = {
         for v in READ
     ),
     ("networking.k8s.io", "ingresses/status", "patch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
 }
 EXPECTED_ROLE = {("", "pods", v) for v in READ}  # edge's own pods, in its namespace only
 
@@ -534,6 +536,8 @@ def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path):
         emu.create(o.endpoint_slice("whoami-1"))
         emu.create(o.secret("unused-tls"))
         emu.create(o.ingress("web", ingress_class=INGRESS_CLASS))
+        # refused (no such Service): edge posts an Event on it
+        emu.create(o.ingress("broken", ingress_class=INGRESS_CLASS, service="missing"))
         emu.create({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-worker"},
             "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
@@ -562,7 +566,8 @@ def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path):
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and proc.poll() is None:
                 ing = emu.get("Ingress", "default", "web") or {}
-                if ing.get("status", {}).get("loadBalancer", {}).get("ingress"):
+                posted = emu.list("Event")
+                if ing.get("status", {}).get("loadBalancer", {}).get("ingress") and posted:
                     break
                 time.sleep(0.1)
         finally:
@@ -570,6 +575,8 @@ def test_rbac_is_what_edge_uses_against_an_api_server(tmp_path):
             output = proc.communicate(timeout=30)[0]
         ing = emu.get("Ingress", "default", "web")
         assert ing["status"]["loadBalancer"]["ingress"] == [{"ip": node_ip}], output[-3000:]
+        about = [e["involvedObject"]["name"] for e in emu.list("Event")]
+        assert about == ["broken"], output[-3000:]
         used = {t for r in emu.requests if (t := _rbac_triple(r.method, r.path, r.query))}
 
     rules = one("rbac.yaml", "ClusterRole")["rules"] + one("rbac.yaml", "Role")["rules"]

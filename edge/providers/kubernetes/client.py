@@ -59,7 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -68,6 +68,9 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from edge.errors import ConfigError, EdgeError
+
+if TYPE_CHECKING:
+    from edge.providers.kubernetes.events import EventRecorder
 
 __all__ = [
     "CONFIG_MAPS",
@@ -96,6 +99,7 @@ __all__ = [
     "WatchSpec",
     "gc_paused",
     "load_api_config",
+    "request",
 ]
 
 log = logging.getLogger(__name__)
@@ -246,6 +250,11 @@ class Resource:
     version: str
     plural: str
     namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or ``version`` alone for the core group (``v1``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def path(self, namespace: str = "") -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
@@ -404,6 +413,43 @@ _NAMED = msgspec.json.Decoder(_Named)
 _PAGE = msgspec.json.Decoder(_ListPage)
 _EVENT = msgspec.json.Decoder(_Event)
 _STATUS = msgspec.json.Decoder(_Status)
+
+
+def request(
+    api: k8s.ApiClient,
+    timing: Timing,
+    what: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> bytes:
+    """One write (or read) to the API server through ``api``: the answer's body.
+
+    Blocking (one HTTP request, bounded by ``timing``): never call it on the event loop.
+    Raises :class:`ApiStatusError` (``code``: the HTTP status) for an error answer,
+    :class:`KubernetesError` when none came (refused, reset, timed out); ``what`` names
+    the object in both."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    try:
+        method, url, headers, data, _ = api.param_serialize(
+            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        resp = api.call_api(
+            method,
+            url,
+            headers,
+            data,
+            _request_timeout=(timing.connect_timeout, timing.request_timeout),
+        )
+        answer: bytes = resp.read()
+    except Exception as e:
+        raise KubernetesError(f"{what}: {e}") from e
+    if not 200 <= resp.status < 300:
+        raise _status_error(what, resp.status, answer)
+    return answer
 
 
 def _status_error(what: str, code: int, data: bytes) -> ApiStatusError:
@@ -611,32 +657,19 @@ class KubeClient:
         logged, not raised; returns whether the write succeeded.
         """
         what = f"status of {resource.kind} {f'{namespace}/' if namespace else ''}{name}"
-        api = self._status_api
         path = f"{resource.path(namespace)}/{quote(name, safe='')}/status"
         try:
-            method, url, headers, data, _ = api.param_serialize(
+            request(
+                self._status_api,
+                self.timing,
+                what,
                 "PATCH",
                 path,
-                header_params={
-                    "Content-Type": "application/merge-patch+json",
-                    "Accept": "application/json",
-                },
-                body=body,
-                auth_settings=["BearerToken"],
+                body,
+                "application/merge-patch+json",
             )
-            resp = api.call_api(
-                method,
-                url,
-                headers,
-                data,
-                _request_timeout=(self.timing.connect_timeout, self.timing.request_timeout),
-            )
-            answer = resp.read()
-        except Exception as e:
-            log.warning("kubernetes: %s: %s", what, e)
-            return False
-        if not 200 <= resp.status < 300:
-            log.warning("kubernetes: %s", _status_error(what, resp.status, answer))
+        except KubernetesError as e:
+            log.warning("kubernetes: %s", e)
             return False
         return True
 
@@ -819,11 +852,15 @@ class KubeCore:
     or never ran, would otherwise leave them retrying for ever).
 
     ``timing`` tunes every reflector; it may be changed until the first source starts.
+    ``events``: the cluster's one Event recorder, every source's
+    (:mod:`~edge.providers.kubernetes.events`), set by the first source made; it starts
+    with the reflectors and stops with them.
     """
 
     def __init__(self, configuration: k8s.Configuration, *, timing: Timing | None = None):
         self.configuration = configuration
         self.timing = timing
+        self.events: EventRecorder | None = None
         self.clients: list[KubeClient] = []
         self._subscriptions: list[Subscription] = []
         self._lock = threading.Lock()
@@ -867,6 +904,8 @@ class KubeCore:
         if start:
             for c in self.clients:
                 c.start()
+            if self.events is not None:
+                self.events.start()
 
     def _close(self, sub: Subscription, timeout: float) -> None:
         with self._lock:
@@ -891,14 +930,20 @@ class KubeCore:
         return self._stop_clients(timeout)
 
     def alive(self) -> list[str]:
-        """The names of the reflector threads still running (none once stopped)."""
-        return [r.thread.name for c in self.clients for r in c._reflectors if r.thread.is_alive()]
+        """The names of the reflector threads (and the Event recorder's) still running (none
+        once stopped)."""
+        found = [r.thread.name for c in self.clients for r in c._reflectors if r.thread.is_alive()]
+        if self.events is not None and self.events.alive():
+            found.append(self.events.name)
+        return found
 
     def _stop_clients(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         stopped = True
         for c in self.clients:
             stopped = c.stop(max(0.1, deadline - time.monotonic())) and stopped
+        if self.events is not None:  # what it has not written yet is dropped
+            stopped = self.events.stop(max(0.1, deadline - time.monotonic())) and stopped
         return stopped
 
     def _build(self) -> None:

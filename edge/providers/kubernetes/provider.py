@@ -44,7 +44,12 @@ Owns the provider's threads and what flows between them:
 - the *status* thread: writes ``status.loadBalancer.ingress`` of the Ingresses edge
   serves when the address set differs from what the Ingress holds, retrying failures
   with backoff; an Ingress that failed is tried after the others (one the API server
-  refuses never holds them back) and a few failures in a row end a pass.
+  refuses never holds them back) and a few failures in a row end a pass;
+- Events: each whole conversion's problems go, from the converter thread, to the
+  cluster's one Event recorder (``core.events``, made by the first source on the core;
+  :mod:`~edge.providers.kubernetes.events`), which only queues them and posts them from
+  its own thread; a source says which object each problem is about
+  (:meth:`KubernetesProvider.subject`).
 
 Invariants:
 
@@ -99,6 +104,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -143,6 +149,14 @@ from edge.providers.kubernetes.crd import Conversion as CRDConversion
 from edge.providers.kubernetes.crd import CRDOptions
 from edge.providers.kubernetes.crd import convert as convert_crd
 from edge.providers.kubernetes.crd import update_endpoints as update_crd_endpoints
+from edge.providers.kubernetes.events import (
+    REFUSED,
+    EventRecorder,
+    Tracker,
+    generation_in,
+    reason_code,
+    refusals_of,
+)
 from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.ingress import (
     Conversion,
@@ -173,6 +187,7 @@ T = TypeVar("T")  # what a status round writes (_status_rounds)
 
 POD_NAME_ENV = "POD_NAME"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
+NODE_NAME_ENV = "NODE_NAME"
 WAIT_LOG_INTERVAL = 10.0  # seconds between "still waiting for the first sync" lines
 STATUS_BACKOFF = (1.0, 60.0)  # base and cap of the status writer's retries, seconds
 STATUS_FAILURE_RUN = 3  # status writes failing in a row that end a pass
@@ -341,6 +356,12 @@ def own_core(config: KubernetesConfig) -> KubeCore:
     return KubeCore(load_api_config(*cluster_key(config)))
 
 
+def reporting_instance(environ: Mapping[str, str]) -> str:
+    """Who posts this edge's Events (their ``reportingInstance``): its pod (``POD_NAME``
+    from the Downward API), else its node (``NODE_NAME``), else the host's name."""
+    return environ.get(POD_NAME_ENV) or environ.get(NODE_NAME_ENV) or socket.gethostname()
+
+
 class SharedCores:
     """The Kubernetes cores of one edge, one per cluster key (:func:`cluster_key`): the
     app makes one and asks it for each Kubernetes source's core, so sources reading
@@ -425,10 +446,20 @@ class KubernetesProvider:
         self._state: objects.ClusterState | None = None  # that of the last conversion
         self._snapshot: Mapping[str, Mapping[Key, Any]] = {}  # the same, as listed
         self._need_full = True  # the next round converts everything
+        # The cluster's Event recorder, every source's on this core: the first makes it.
+        if core.events is None:
+            core.events = EventRecorder(
+                core,
+                instance=reporting_instance(os.environ),
+                host=os.environ.get(NODE_NAME_ENV, ""),
+            )
+        self.events: EventRecorder = core.events
+        self._tracker = Tracker()  # this source's refusals, round to round
         # Last: the source's kinds (``watches``) may read what a subclass set before.
         self.view: Subscription = core.subscribe(
             name, self.watches(), namespaces=self.namespaces, on_change=self._on_change
         )
+        self._api_versions = {w.resource.kind: w.resource.api_version for w in self.view.watches}
 
     # --- what a source says -----------------------------------------------------------
 
@@ -453,6 +484,14 @@ class KubernetesProvider:
 
     def converted(self, conversion: Any, snapshot: Mapping[str, Any], patched: bool) -> None:
         """Called after each round that converted or patched (converter thread)."""
+
+    def subject(self, problem: Any) -> tuple[str, Key, str, str] | None:
+        """Which object a problem is about, for its Event: (kind, key, reason, message),
+        or None for none. This default reads the CRD and Gateway sources' problems
+        (``kind``; ``object``: ``namespace/name``, or ``name`` when cluster-scoped;
+        ``where``; ``reason``), whose reason is :data:`~edge.providers.kubernetes.events.REFUSED`."""
+        namespace, _, name = problem.object.rpartition("/")
+        return problem.kind, (namespace, name), REFUSED, f"{problem.where}: {problem.reason}"
 
     def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
         """The counts of a round's log line."""
@@ -669,6 +708,7 @@ class KubernetesProvider:
                 conversion = self.convert_state(state)
             self.conversions += 1
             self._report(conversion.problems)
+            self._record(conversion.problems, snapshot)
             how = "converted"
         took = time.perf_counter() - t0
         self.conversion = conversion
@@ -708,6 +748,18 @@ class KubernetesProvider:
         for p in sorted(self._problems - current, key=str):
             log.info("%s: resolved: %s", self.name, p)
         self._problems = current
+
+    def _record(self, problems: Iterable[Any], snapshot: Mapping[str, Mapping[Key, Any]]) -> None:
+        """Hand this round's refusals to the cluster's Event recorder, which only queues
+        them (:mod:`~edge.providers.kubernetes.events`); a failure here is logged and
+        changes nothing else."""
+        try:
+            refusals = refusals_of(problems, self.subject, snapshot, self._api_versions)
+            now = time.time()
+            observed, withdrawn = self._tracker.round(refusals, generation_in(snapshot), now)
+            self.events.submit(observed, withdrawn)
+        except Exception:
+            log.exception("%s: this round's Events are not recorded", self.name)
 
     def _hand_over(self, msg: Message) -> None:
         loop = self._loop
@@ -851,6 +903,13 @@ class KubernetesIngressProvider(KubernetesProvider):
             with self._status_cond:
                 self._selected = conversion.selected
             self._wake_status()
+
+    def subject(self, problem: Any) -> tuple[str, Key, str, str] | None:
+        """An Ingress's problem (:class:`~edge.providers.kubernetes.ingress.Problem`), its
+        reason from its kind (``service-not-found``: ``ServiceNotFound``)."""
+        namespace, _, name = problem.ingress.partition("/")
+        message = f"{problem.where}: {problem.reason}"
+        return "Ingress", (namespace, name), reason_code(problem.kind), message
 
     def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
         http = conversion.configuration.http

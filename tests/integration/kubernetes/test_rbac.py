@@ -32,7 +32,7 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
     in every namespace though edge lists them in its own only (pod specs carry
     environment variables), and ingresses/status could be updated though edge only
     patches it. With the kubernetesCRD provider running too, the traefik.io grants are
-    used as well."""
+    used as well; and with an Ingress refused, the events grants (create, patch)."""
     ds = yaml.safe_load((K8S / "daemonset.yaml").read_text())
     namespace = ds["metadata"]["namespace"]
     account = ds["spec"]["template"]["spec"]["serviceAccountName"]
@@ -56,6 +56,8 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
         emu.create(o.ingress_class(kube["ingressClass"]))
         KP.backend_service(emu, "app", whoami)
         emu.create(KP.ingress("app", [("a.test", "/", "Prefix", "app")]))
+        # refused (no such Service): an Event on it, created and then counted (patched)
+        emu.create(KP.ingress("broken", [("b.test", "/", "Prefix", "missing")]))
         emu.create(KP._node("n1", "10.1.0.1"))
         emu.create(KP._pod("edge-a", "n1"))  # in edge-system, as the DaemonSet's
         assert KP._pod("x", "n")["metadata"]["namespace"] == namespace
@@ -79,6 +81,16 @@ def test_rbac_manifests_grant_what_edge_uses_and_nothing_more(whoami):
                 return ing.get("status", {}).get("loadBalancer", {}).get("ingress", [])
 
             assert KP.until(lambda: status() == [{"ip": "10.1.0.1"}]), refused
+
+            def counted() -> list[int]:
+                return [e.get("count") for e in emu.list("Event")]
+
+            assert KP.until(lambda: counted() == [1]), refused
+            broken = emu.get("Ingress", "default", "broken")
+            more = KP.ingress("more", [("b2.test", "/", "Prefix", "app")])["spec"]["rules"]
+            broken["spec"]["rules"].extend(more)  # changed, still refused for that reason
+            emu.update(broken)
+            assert KP.until(lambda: counted() == [2]), refused
         finally:
             edge.stop()
     assert refused == []
