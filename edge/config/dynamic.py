@@ -1346,12 +1346,19 @@ def http_code_ranges(blocks: list[str]) -> tuple[tuple[int, int], ...]:
 class ErrorPage(Base):
     """``errors``: a response whose status is in ``status`` is replaced by ``service``'s
     answer to a GET of ``query`` (``{status}``, ``{originalStatus}``, ``{url}``), sent
-    with the caught status or the one ``statusRewrites`` maps its range to."""
+    with the caught status or the one ``statusRewrites`` maps its range to.
+
+    ``nginxHeaders`` (Traefik's, which its ingress-nginx provider sets): ingress-nginx's
+    custom errors instead. The page request also carries these headers and
+    ``X-Code`` (the status), ``X-Format`` (the client's Accept), ``X-Original-URI``
+    (the request target) and ``X-Request-ID`` (the client's, else a new one), and the
+    page goes out with its own status (nginx's ``error_page code = @location``)."""
 
     status: list[str] = []
     status_rewrites: dict[str, int] = {}
     service: str = ""
     query: str = ""
+    nginx_headers: dict[str, list[str]] | None = None
 
     def check(self) -> None:
         try:
@@ -1369,6 +1376,10 @@ class ErrorPage(Base):
                 raise ValueError(f"statusRewrites.{block}: {to} is not a status")
         if not self.service:
             raise ValueError("service: the service answering the error pages must be named")
+        for name, values in (self.nginx_headers or {}).items():
+            _header_name("nginxHeaders", name)
+            for value in values:
+                _header_value(f"nginxHeaders.{name}", value)
 
 
 class Buffering(Base):

@@ -375,7 +375,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             _,
         ),
         (dyn.StripPrefix, "forceSlash", _),
-        (dyn.ErrorPage, "errorRequestHeaders nginxHeaders", _),
+        (dyn.ErrorPage, "errorRequestHeaders", _),
         (dyn.Buffering, "disableRequestBuffer disableResponseBuffer", _),
         (
             dyn.Retry,

@@ -29,6 +29,7 @@ from edge.http.middlewares.errors import ErrorPages
 from edge.http.middlewares.forwardauth import ForwardAuth, forward_auth
 from edge.http.middlewares.headers import Headers, headers
 from edge.http.middlewares.limits import InFlightReq, RateLimit, rate_limit, source
+from edge.http.middlewares.nginx_errors import NginxErrorPages
 from edge.http.middlewares.paths import (
     AddPrefix,
     ReplacePath,
@@ -51,6 +52,7 @@ __all__ = [
     "Headers",
     "IPAllowList",
     "InFlightReq",
+    "NginxErrorPages",
     "PassTLSClientCert",
     "RateLimit",
     "RedirectRegex",
@@ -141,6 +143,10 @@ def from_config(
         _, provider = split_name(name)
         service = services(qualify(e.service, provider)) if services is not None else None
         rewrites = tuple((http_code_ranges([k]), v) for k, v in e.status_rewrites.items())
+        if e.nginx_headers is not None:  # ingress-nginx's custom errors
+            return NginxErrorPages(
+                name, http_code_ranges(e.status), service, e.query, rewrites, e.nginx_headers
+            )
         return ErrorPages(name, http_code_ranges(e.status), service, e.query, rewrites)
     if c.buffering is not None:
         b = c.buffering

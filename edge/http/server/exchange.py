@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
@@ -43,6 +43,7 @@ from edge.http.codec.forward import HeaderEdits
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Reply, Tee
 from edge.http.middlewares.buffering import MAX_TRIES
 from edge.http.middlewares.headers import vary_origin
+from edge.http.middlewares.nginx_errors import Page
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
 
@@ -134,6 +135,7 @@ class General:
         "filters",
         "fwd",
         "held_body",
+        "page_status",
         "resp_held",
         "set_cookies",
         "sink",
@@ -148,6 +150,7 @@ class General:
         self.tee: Tee | None = None  # a service's copy of the body (mirroring)
         self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
         self.divert = 0  # the status a divert (Reply.divert) answers with
+        self.page_status = False  # ...unless the page keeps its own (nginx_errors.Page)
         self.sink: Any = None  # the spool the request body goes to (buffering), while it comes
         self.spool_iter: Iterator[bytes] | None = None  # ...what of it is still to go upstream
         self.held_body: Any = None  # ...and all of it, once in (a retry sends it again)
@@ -1032,10 +1035,12 @@ class Exchange:
         )
 
     def _diverted(self, head: ResponseHead) -> ResponseHead:
-        """The head of a diverted request's answer, with the status the divert asked for."""
+        """The head of a diverted request's answer, with the status the divert asked for
+        (a :class:`Page`'s keeps its own)."""
+        own = self.x.page_status
         return ResponseHead(
-            self.x.divert,
-            b"",
+            head.status if own else self.x.divert,
+            head.reason if own else b"",
             b"1.1",
             head.headers,
             head.keep_alive,
@@ -1046,8 +1051,13 @@ class Exchange:
 
     def _divert(self, service, target: bytes, status: int) -> None:
         """Answer with ``service``'s response to a GET of ``target`` instead (Reply.divert):
-        the client's headers go with it, no body."""
+        the client's headers go with it, no body. A :class:`Page` (ingress-nginx's custom
+        errors) adds its headers, and its page keeps its own status."""
+        extra: Sequence[tuple[bytes, bytes]] = ()
+        if isinstance(service, Page):
+            service, extra = service
         self.x.divert = status
+        self.x.page_status = bool(extra)
         self.x.filters = None
         self.x.filtered = self.x.resp_held = False
         route = self.route
@@ -1061,6 +1071,10 @@ class Exchange:
         conn = self.conn
         head = self.head
         headers = [(n, v) for n, v in head.headers if n.lower() not in _NOT_DIVERTED]
+        if extra:
+            replaced = {n.lower() for n, _ in extra}
+            headers = [h for h in headers if h[0].lower() not in replaced]
+            headers.extend(extra)
         page = RequestHead(b"GET", target, b"1.1", headers, True, False, None, False, False)
         authority = head.host
         _, forwarded_port = conn.host_port(authority)
