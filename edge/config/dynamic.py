@@ -347,8 +347,18 @@ class LoadBalancer(Base):
 
 
 class WRRService(Base):
+    """A member of a ``weighted`` service. With ``status`` (edge's key, an HTTP error
+    status) it is an answer, not a service: its share of the requests gets that status
+    from edge and ``name`` only labels it (Traefik's internal ``WRRService.Status``,
+    which its Gateway provider sets to 500 for a backendRef it cannot serve)."""
+
     name: str
     weight: NonNegativeInt = 1
+    status: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and not 400 <= self.status <= 599:
+            raise ValueError(f"status {self.status}: an answer is an HTTP error, 400 to 599")
 
 
 class Weighted(Base):

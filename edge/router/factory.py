@@ -25,6 +25,7 @@ from edge.router.http import (
     LoadBalancer,
     Route,
     Service,
+    StatusService,
     Weighted,
 )
 from edge.router.services import (
@@ -100,12 +101,18 @@ class _Builder:
             # make) is there when build_service looks.
             self._visiting.add(name)
             for member in config.weighted.services:
-                self.service(member.name)
+                if member.status is None:
+                    self.service(member.name)
             self._visiting.discard(name)
         # Typed as making any service: mypy cannot infer build_service's S from the class.
         weighted: Callable[[str, list[tuple[Service, int]]], Service] = self.weighted
         return build_service(
-            name, self.services, self.runtime.http_services, self.load_balancer, weighted
+            name,
+            self.services,
+            self.runtime.http_services,
+            self.load_balancer,
+            weighted,
+            StatusService,
         )
 
     def weighted(self, name: str, children: list[tuple[Service, int]]) -> Weighted:

@@ -164,6 +164,7 @@ class Backend:
     """
 
     __slots__ = ("health", "pass_host", "server", "service", "transport")
+    status = 0  # a server; a StatusBackend: the status edge answers with instead
 
     def __init__(
         self,
@@ -411,7 +412,46 @@ class Failover:
         return backend
 
 
-Service = LoadBalancer | Weighted | Failover
+class StatusBackend(Backend):
+    """What a :class:`StatusService` picks: no server but the status edge answers
+    with; whoever picks a backend answers that before reading anything else of it
+    (``server`` and ``transport`` are unset)."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, service: str, status: int) -> None:
+        self.service = service
+        self.status = status
+        self.pass_host = True
+        self.health = None
+
+
+class StatusService:
+    """A weighted member with a ``status`` (:class:`edge.config.dynamic.WRRService`):
+    picked with its weight like any child, it always picks its
+    :class:`StatusBackend`, so its share of the requests gets that status (the
+    Gateway API's 500 for a backendRef that cannot be served) while the other members
+    keep theirs. Not ``pooled``, so no route through it takes the express path, which
+    never looks for a status."""
+
+    __slots__ = ("backend", "name")
+    single = None
+    pass_host = True
+    pooled = False
+    sticks = False
+
+    def __init__(self, name: str, status: int) -> None:
+        self.name = name
+        self.backend = StatusBackend(name, status)
+
+    def pick(self) -> Backend:
+        return self.backend
+
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend:
+        return self.backend
+
+
+Service = LoadBalancer | Weighted | Failover | StatusService
 
 
 class Route:

@@ -46,11 +46,14 @@ def build_service(
     infos: Mapping[str, ServiceInfo[Any]],
     load_balancer: Callable[[str, Any], S | None],
     weighted: Callable[[str, list[tuple[S, int]]], S],
+    answer: Callable[[str, int], S] | None = None,
 ) -> S | None:
     """The balancer of service ``name`` (see the module doc), from ``built`` when made before.
 
     ``load_balancer(name, config.load_balancer)`` makes a loadBalancer service (None when
-    it cannot); ``weighted(name, [(member, weight), ...])`` a weighted one.
+    it cannot); ``weighted(name, [(member, weight), ...])`` a weighted one;
+    ``answer(name, status)`` a member with a ``status`` (HTTP's; validation disables
+    other protocols' weighted services holding one).
     """
     if name in built:
         return built[name]
@@ -64,7 +67,11 @@ def build_service(
         elif config.weighted is not None:
             children = []
             for member in config.weighted.services:
-                child = build_service(member.name, built, infos, load_balancer, weighted)
+                if member.status is not None:
+                    if answer is not None:
+                        children.append((answer(member.name, member.status), member.weight))
+                    continue
+                child = build_service(member.name, built, infos, load_balancer, weighted, answer)
                 if child is not None:
                     children.append((child, member.weight))
             result = weighted(name, children)
@@ -333,7 +340,7 @@ class Mirror:
     def send(self, copy: MirrorCopy, body: list[bytes]) -> None:
         """Send ``copy`` from its own task; never blocks, never raises."""
         backend = self.service.pick()
-        if backend is None or self.inflight >= MIRROR_CONCURRENCY:
+        if backend is None or backend.status or self.inflight >= MIRROR_CONCURRENCY:
             self.dropped += 1
             copy.done()
             return

@@ -166,11 +166,12 @@ def _check_options(r: RouterInfo[Any], name: str, options: TLSOptions) -> None:
         r.add_error(f"TLS options {name!r} are disabled: {'; '.join(options.problems)}")
 
 
-def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
+def _check_weighted(services: Mapping[str, ServiceInfo[Any]], answers: bool = False) -> None:
     """Disable weighted services with a missing, disabled or cyclic member.
 
     Depth-first over the weighted graph, so a member's status is final before the
     services referring to it are judged. Every service on a cycle gets the cycle's message.
+    A member with a ``status`` is an answer, not a service (HTTP only: ``answers``).
     """
     visiting: list[str] = []
     done: set[str] = set()
@@ -181,7 +182,12 @@ def _check_weighted(services: Mapping[str, ServiceInfo[Any]]) -> None:
         # A stand-in (a key error: its problems disable it) has no members to judge.
         weighted: Weighted | None = None if info.config.problems else info.config.weighted
         visiting.append(name)
-        for member in [] if weighted is None else [m.name for m in weighted.services]:
+        for i, wrr in enumerate([] if weighted is None else weighted.services):
+            member = wrr.name
+            if wrr.status is not None:
+                if not answers:
+                    info.add_error(f"weighted.services[{i}].status: only HTTP members answer")
+                continue
             child = services.get(member)
             if child is None:
                 info.add_error(f"service {member!r} does not exist")

@@ -55,7 +55,7 @@ def _build_http(
     _check_middlewares(rt.http_middlewares)
     for info in rt.http_services.values():
         _check_http_service(info, rt.servers_transports, tls_errors)
-    _check_weighted(rt.http_services)
+    _check_weighted(rt.http_services, answers=True)
     _check_failovers(rt.http_services)
     _check_mirrorings(rt.http_services)
     for name, router in _apply_models(http.routers, entry_points, defaults).items():

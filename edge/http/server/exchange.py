@@ -453,12 +453,8 @@ class Exchange:
         else:
             self.x.set_cookies = None
             backend = service.pick()
-        if backend is None:
-            self.answer_error(
-                HTTPError(
-                    f"router {route.name}: service {route.service.name} has no server", status=503
-                )
-            )
+        if backend is None or backend.status:
+            self._unserved(route, backend)
             return
         self.backend = backend
         edits = pipeline.request_edits
@@ -601,18 +597,30 @@ class Exchange:
         self.header_timer = self.conn.loop.call_later(0, self._try_again)
         return True
 
+    def _unserved(self, route: Route, backend: Backend | None) -> None:
+        """Edge's answer where the route's service gave no server to send to: 503 when
+        it had none, a :class:`~edge.router.http.StatusBackend`'s status when it picked
+        one (a weighted member that answers: the Gateway API's 500 for a backendRef
+        that cannot be served)."""
+        service = route.service.name
+        if backend is None:
+            error = HTTPError(f"router {route.name}: service {service} has no server", status=503)
+        else:
+            error = HTTPError(
+                f"router {route.name}: service {service}: member {backend.service} answers "
+                f"{backend.status}",
+                status=backend.status,
+            )
+        self.answer_error(error)
+
     def _try_again(self) -> None:
         self.header_timer = None
         if self.conn.ex is not self or self.resp_done or self.route is None:
             return
         route = self.route
         backend = route.service.pick()  # the server the service picks next
-        if backend is None:
-            self.answer_error(
-                HTTPError(
-                    f"router {route.name}: service {route.service.name} has no server", status=503
-                )
-            )
+        if backend is None or backend.status:
+            self._unserved(route, backend)
             return
         self.backend = backend
         self.up_head = self._up_head(backend, self.x.up_args)
@@ -1063,7 +1071,7 @@ class Exchange:
         route = self.route
         assert route is not None
         backend = service.pick() if service is not None else None
-        if backend is None:
+        if backend is None or backend.status:
             self.answer_error(
                 HTTPError(f"router {route.name}: the errors service has no server", status=status)
             )

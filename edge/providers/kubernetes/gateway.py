@@ -65,11 +65,12 @@ Backends
     (0: never chosen). A Service's servers are its ready endpoints on the named port
     (:mod:`edge.providers.kubernetes.endpoints`). A backendRef that cannot be served (a
     Service not found, no port, another kind, another namespace without a
-    ReferenceGrant) is a load balancer without servers, so its share of requests is
-    answered by edge's 503 (the spec asks for 500; edge's weighted service cannot
-    answer with a set status yet), and the route's ``ResolvedRefs`` is False
-    (``BackendNotFound``, ``InvalidKind``, ``RefNotPermitted``). A rule with no
-    backendRef answers 503 alike.
+    ReferenceGrant) is a member with ``status: 500`` in its place, so its share of the
+    requests gets 500, as the spec asks, while the others keep theirs, and the route's
+    ``ResolvedRefs`` is False (``BackendNotFound``, ``InvalidKind``,
+    ``RefNotPermitted``). A rule with no backendRef answers 500 alike. A Service with
+    no ready endpoint is a load balancer without servers: its share goes to the other
+    members, and with none left edge answers 503 (the spec's SHOULD).
 
 Endpoint churn
     :func:`update_endpoints` rebuilds only the load balancers of the Services whose
@@ -945,18 +946,17 @@ class _Converter:
         children: list[WRRService] = []
         for bi, ref in enumerate(rule.backend_refs):
             child = f"{router}-svc-{ref.namespace or ns}-{ref.name}-{bi}"
+            weight = max(ref.weight, 0)
             addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
             if addresses is None:
-                self.unavailable(child)
                 failed = failed or cond
-            else:
-                self.services[child] = self.balance(
-                    "http", child, ref.namespace or ns, ref, addresses
-                )
-            children.append(WRRService(name=child, weight=max(ref.weight, 0)))
+                children.append(WRRService(name=child, weight=weight, status=500))
+                continue
+            self.services[child] = self.balance("http", child, ref.namespace or ns, ref, addresses)
+            children.append(WRRService(name=child, weight=weight))
+        if not rule.backend_refs:
+            children.append(WRRService(name=f"{router}-none", status=500))
         name = f"{router}-wrr"
-        if not children:
-            return self.unavailable(name), failed
         self.services[name] = Service(weighted=Weighted(services=children))
         return name, failed
 

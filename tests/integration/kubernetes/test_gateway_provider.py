@@ -287,9 +287,7 @@ def test_http_routes_route_by_the_specs_matches_and_report_status(
     )  # 12 characters beat a method
     assert who(port, "/long", "match.test", method="PUT") == "w2"
     assert {who(port, "/", "weight.test") for _ in range(20)} == {"w1"}  # weight 0: never
-    assert (
-        who(port, "/", "missing.test") == "503"
-    )  # the spec says 500: see the module doc of gateway.py
+    assert who(port, "/", "missing.test") == "500"  # a backendRef not found: the spec's 500
     assert who(port, "/foo/bar", "seg.test") == "w2" and who(port, "/foobar", "seg.test") == "404"
 
     assert KP.until(lambda: route_conditions(api, "simple") == ACCEPTED)
@@ -451,7 +449,7 @@ def test_https_listener_and_reference_grants(
             == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", "RefNotPermitted")}
         )
     )
-    assert who(ports.web, "/", "cross.test") == "503"
+    assert who(ports.web, "/", "cross.test") == "500"
     assert KP.until(
         lambda: https_conditions(api).get("ResolvedRefs") == ("False", "RefNotPermitted")
     )

@@ -16,6 +16,7 @@ from edge.router.http import (
     Failover,
     LoadBalancer,
     Route,
+    StatusService,
     Weighted,
     cookie_value,
     sticky_cookie_name,
@@ -116,6 +117,27 @@ def test_a_weighted_child_with_no_server_up_is_skipped():
     assert urls(weighted, 4) == {URLS[0]: 2, URLS[1]: 2}
     down.add(URLS[0])
     assert urls(weighted, 4) == {URLS[1]: 4}
+
+
+def test_a_weighted_status_member_answers_its_share_and_no_route_through_it_is_express():
+    """A member with a status (a Gateway backendRef that cannot be served) is picked
+    with its weight, never skipped, and picks an answer, not a server; the others
+    keep their shares."""
+    down: set[str] = set()
+    one = balancer("one", URLS[:1], down)
+    weighted = Weighted("w", [(one, 3), (StatusService("gone", 500), 1)])
+    picked = [weighted.pick() for _ in range(40)]
+    assert Counter(b.status if b is not None else None for b in picked) == {0: 30, 500: 10}
+    assert {b.service for b in picked if b is not None and b.status} == {"gone"}
+    assert not Route("r", weighted).express
+    even = Weighted("w", [(one, 1), (StatusService("gone", 500), 1)])
+    down.add(URLS[0])  # no server up: the answer's share is all that is left
+    assert [b.status if b is not None else None for b in (even.pick() for _ in range(4))] == [
+        500
+    ] * 4
+    sticky = even.pick_sticky([], [])
+    assert sticky is not None and sticky.status == 500
+    assert Route("r", one).express
 
 
 # -- sticky cookies -------------------------------------------------------------------

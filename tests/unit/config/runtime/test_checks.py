@@ -108,3 +108,45 @@ def test_a_weighted_service_with_a_key_error_shows_its_reason_alone() -> None:
     assert split.status == "disabled"
     assert split.errors == ["$.http.services.split.weighted.services[0].wieght: unknown key"]
     assert rt.http_routers["r@file"].status == "disabled"
+
+
+def test_a_weighted_member_with_a_status_is_an_answer_for_http_only() -> None:
+    """An HTTP member with ``status`` names no service; a TCP or UDP one disables its
+    weighted service (only HTTP answers with a status); one out of 400-599 is a key
+    error naming its path."""
+    rt = runtime(
+        {
+            "http": {
+                "routers": {
+                    "r": {"rule": "Host(`a`)", "service": "split"},
+                    "odd": {"rule": "Host(`b`)", "service": "odd"},
+                },
+                "services": {
+                    "app": lb("http://127.0.0.1:1"),
+                    "split": {"weighted": {"services": [
+                        {"name": "app", "weight": 3}, {"name": "gone", "weight": 1, "status": 500}]}},
+                    "odd": {"weighted": {"services": [{"name": "ok", "status": 200}]}},
+                },
+            },
+            "tcp": {
+                "services": {
+                    "db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}]}},
+                    "split": {"weighted": {"services": [{"name": "db"}, {"name": "x", "status": 500}]}},
+                }
+            },
+            "udp": {
+                "services": {"split": {"weighted": {"services": [{"name": "x", "status": 503}]}}}
+            },
+        }
+    )  # fmt: skip
+    assert rt.http_services["split@file"].status == "enabled", rt.http_services["split@file"].errors
+    assert rt.http_routers["r@file"].status == "enabled"
+    assert "gone@file" not in rt.http_services
+    odd = rt.http_services["odd@file"]
+    assert odd.status == "disabled"
+    assert odd.errors == [
+        "$.http.services.odd.weighted.services[0]: status 200: an answer is an HTTP error, 400 to 599"
+    ]
+    only_http = "weighted.services[1].status: only HTTP members answer"
+    assert rt.tcp_services["split@file"].errors == [only_http]
+    assert rt.udp_services["split@file"].errors == [only_http.replace("[1]", "[0]")]

@@ -488,7 +488,7 @@ def _services(c: Conversion) -> dict:
     return c.configuration.http.services
 
 
-def test_weighted_backends_and_a_missing_one_gets_an_empty_share() -> None:
+def test_weighted_backends_and_a_missing_one_gets_500_for_its_share() -> None:
     c = run(
         *BASE,
         service("two"),
@@ -505,10 +505,9 @@ def test_weighted_backends_and_a_missing_one_gets_an_empty_share() -> None:
         ),
     )
     (wrr,) = [s for n, s in _services(c).items() if n.endswith("-wrr")]
-    assert [(x.name.rsplit("-svc-", 1)[1], x.weight) for x in wrr.weighted.services] == [
-        ("default-web-0", 3), ("default-two-1", 0), ("default-gone-2", 1)]  # fmt: skip
-    gone = next(s for n, s in _services(c).items() if n.endswith("-svc-default-gone-2"))
-    assert gone.load_balancer is not None and gone.load_balancer.servers == []
+    assert [(x.name.rsplit("-svc-", 1)[1], x.weight, x.status) for x in wrr.weighted.services] == [
+        ("default-web-0", 3, None), ("default-two-1", 0, None), ("default-gone-2", 1, 500)]  # fmt: skip
+    assert not any(n.endswith("-svc-default-gone-2") for n in _services(c))  # an answer, no service
     assert parent(c) == {
         "Accepted": ("True", "Accepted"),
         "ResolvedRefs": ("False", "BackendNotFound"),
@@ -530,6 +529,16 @@ def test_weighted_backends_and_a_missing_one_gets_an_empty_share() -> None:
 def test_backend_refs_refused(ref: dict, reason: str) -> None:
     c = run(*BASE, service(namespace="apps"), route([{"backendRefs": [ref]}]))
     assert parent(c)["ResolvedRefs"] == ("False", reason)
+    (wrr,) = _services(c).values()  # nothing but the rule's weighted service
+    assert [m.status for m in wrr.weighted.services] == [500]
+
+
+def test_a_rule_without_backend_refs_answers_500() -> None:
+    c = run(*BASE, route([{"matches": [{"path": {"type": "PathPrefix", "value": "/x"}}]}]))
+    (wrr,) = _services(c).values()
+    assert [(m.weight, m.status) for m in wrr.weighted.services] == [(1, 500)]
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    assert all(i.status == "enabled" for i in validate(c).http_routers.values())
 
 
 def test_a_reference_grant_allows_a_cross_namespace_backend() -> None:
