@@ -461,7 +461,7 @@ class EventRecorder:
         self._api: k8s.ApiClient | None = None
         self._timing = Timing()
         self._bucket = TokenBucket(self.limits.rate, self.limits.burst)
-        self._logged = ""  # the last failure logged at WARNING
+        self._logged = ""  # the kind of the last failure logged at WARNING
 
     # --- life cycle ---------------------------------------------------------------
 
@@ -551,18 +551,18 @@ class EventRecorder:
                 if obs is None:
                     return
                 self._writing, self._withdrawn = obs.name, False
+            error: KubernetesError | None = None
             try:
                 error = self._write(obs)
             except _Stopping:
                 return
             except Exception:  # a bug: this observation is lost, the thread goes on
                 log.exception("kubernetes: events: writing %s failed", obs.name)
-                error = ""
             with self._cond:
                 self._writing = ""
-                if error and not self._withdrawn and not self._stopping:
+                if error is not None and not self._withdrawn and not self._stopping:
                     self._retry(obs)
-            if not error:
+            if error is None:
                 run = 0
                 pause.reset()
                 if self._logged:
@@ -571,21 +571,31 @@ class EventRecorder:
                 continue
             self.failures += 1
             run += 1
-            if error != self._logged:
-                log.warning("kubernetes: events: %s", error)
-                self._logged = error
-            else:
-                log.debug("kubernetes: events: %s", error)
+            self._log_failure(error)
             if run >= FAILURE_RUN:
                 delay = pause.next()
                 resume = time.monotonic() + delay
                 run = 0
-                log.warning(
+                log.debug(
                     "kubernetes: events: %d failures in a row; pausing %.1f s (%d waiting)",
                     FAILURE_RUN,
                     delay,
                     self.waiting(),
                 )
+
+    def _log_failure(self, error: KubernetesError) -> None:
+        """At WARNING when its kind (the HTTP status and reason; no answer) is new since
+        the last success, at DEBUG after: one missing grant is one line, not one per
+        object."""
+        kind = f"{error.code} {error.reason}" if isinstance(error, ApiStatusError) else "none"
+        if kind == self._logged:
+            log.debug("kubernetes: events: %s", error)
+            return
+        self._logged = kind
+        hint = ""
+        if isinstance(error, ApiStatusError) and error.code == 403:
+            hint = " (edge's ServiceAccount needs create and patch on events: k8s/rbac.yaml)"
+        log.warning("kubernetes: events: %s; retrying with backoff%s", error, hint)
 
     def _next(self, resume: float) -> Observation | None:
         """Under the lock: the next observation to write (the oldest ready one, else a
@@ -639,8 +649,8 @@ class EventRecorder:
         except msgspec.MsgspecError as e:
             raise KubernetesError(f"{what}: the answer is not an Event: {e}") from e
 
-    def _write(self, obs: Observation) -> str:
-        """Create, count or adopt ``obs``'s Event; what failed ("" if nothing)."""
+    def _write(self, obs: Observation) -> KubernetesError | None:
+        """Create, count or adopt ``obs``'s Event; what failed (None if nothing)."""
         ref = obs.refusal.object
         namespace = ref.event_namespace
         what = f"Event {namespace}/{obs.name} ({obs.refusal.reason} on {ref.label})"
@@ -665,11 +675,11 @@ class EventRecorder:
                             raise
                         self.created += 1
                         self._remember(obs.name, made)
-                        return ""
+                        return None
                 if not counts(obs, state, self.instance, self.limits.window):
                     self.adopted += 1
                     self._remember(obs.name, state)
-                    return ""
+                    return None
                 try:
                     state = self._call(
                         what, "PATCH", path, bump_patch(state, obs, self.instance, self.host)
@@ -682,10 +692,10 @@ class EventRecorder:
                     continue
                 self.counted += 1
                 self._remember(obs.name, state)
-                return ""
-            return f"{what}: written by others at every try"
+                return None
+            return KubernetesError(f"{what}: written by others at every try")
         except KubernetesError as e:
-            return str(e)
+            return e
 
     def _remember(self, name: str, state: EventState) -> None:
         self._states.pop(name, None)

@@ -9,6 +9,7 @@ namespace, kind, uid). Every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -286,10 +287,12 @@ def test_an_http_route_with_a_missing_backend_gets_a_warning(
 
 
 def test_refused_event_writes_hold_up_neither_routes_nor_changes(
-    emu: Emulator, start_edge, whoami: Whoami
+    emu: Emulator, start_edge, whoami: Whoami, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every Event write refused (403, as without the RBAC grant): edge serves, follows
-    changes, and once the writes are allowed the Event comes."""
+    changes, says so once (not once per object), and once the writes are allowed the
+    Events come."""
+    caplog.set_level(logging.INFO, "edge.providers.kubernetes.events")
     refusing = [True]
 
     def authorize(access: Access) -> bool:
@@ -300,14 +303,19 @@ def test_refused_event_writes_hold_up_neither_routes_nor_changes(
     emu.create(o.ingress_class("edge"))
     KP.backend_service(emu, "app", whoami)
     emu.create(bad_ingress(("b.test", "/ok", "Exact", "app")))
+    emu.create(KP.ingress("bad2", [("d.test", "/", "Prefix", "missing")]))
     edge = start_edge()
     assert KP.follows(edge.port(), "b.test", "w1", "/ok")
-    assert KP.until(lambda: recorder(edge).failures >= 2)
+    assert KP.until(lambda: recorder(edge).failures >= 3)
     emu.create(KP.ingress("more", [("c.test", "/", "Prefix", "app")]))
     assert KP.follows(edge.port(), "c.test", "w1")
     assert warnings(emu, "Ingress", "bad") == []
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "403 Forbidden" in said and "k8s/rbac.yaml" in said
     refusing[0] = False
     assert KP.until(lambda: len(warnings(emu, "Ingress", "bad")) == 1, 20.0)
+    assert KP.until(lambda: len(warnings(emu, "Ingress", "bad2")) == 1, 20.0)
+    assert any("written again" in r.getMessage() for r in caplog.records)
 
 
 def test_event_writes_keep_to_their_rate(emu: Emulator, start_edge, whoami: Whoami) -> None:
