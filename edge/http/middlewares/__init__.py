@@ -36,16 +36,21 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   back for later unless the filter keeps it) and ``end()`` (a last chunk). Filters
   run innermost first (the last middleware of the route sees the upstream's
   response first, as Go's wrapped response writers do), on the general path only,
-  and never for responses without a body (HEAD, 1xx, 204, 304) or upgrades, nor
-  for edge's own answers. Body bytes stream through: a filter must not keep a
-  whole body unless holding it is its purpose (``buffering``). Flow control is the
-  connection's as for any response: a client that does not read stops the
-  upstream's reads. ``reply.divert(service, target, status)`` replaces the whole
+  for every final response but upgrades (the 101, and any answer to an upgrade
+  request) and edge's own answers. A response without a body (to a HEAD, a 204,
+  a 304: ``reply.bodiless``) is shown too, as Go's writers see its WriteHeader: a
+  filter may change its head (a cookie, a header) or divert it, and one that only
+  cares for bodies returns None for it; a BodyFilter returned for it gets no data,
+  only ``end()``, and what that returns is dropped (no body may follow). Body
+  bytes stream through: a filter must not keep a whole body unless holding it is
+  its purpose (``buffering``). Flow control is the connection's as for any
+  response: a client that does not read stops the upstream's reads. ``reply.divert(service, target, status)`` replaces the whole
   response with ``service``'s answer to a GET of ``target`` (the ``errors``
   middleware): the upstream's response is dropped, and the other one's head goes
   through the filters again (``reply.diverted`` is then True) with ``status`` in
-  place of its own. Once per exchange, and only once the request body has ended
-  (before that the response goes as it came).
+  place of its own, without its body where the client's response has none (a
+  HEAD's, or ``status`` 204 or 304). Once per exchange, and only once the request
+  body has ended (before that the response goes as it came).
   A middleware whose class sets ``own_answers = True`` is also shown edge's own
   errors for the route's service (502, 503, 504; ``reply`` with their status, no
   headers), to divert them; what it returns for their body is not used.
@@ -65,8 +70,9 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   413), then send the request with ``Content-Length: size`` and the body from
   ``chunks()``, as the upstream connection takes it. A response filter that sets
   ``reply.hold`` holds the response: its head goes with the body, at the end, with
-  the length of what the filters emitted (a filter's ``data`` raising
-  :class:`BodyTooLarge` answers 413 instead, the upstream's connection dropped).
+  the length of what the filters emitted (a bodiless one's head as it came; a
+  filter's ``data`` raising :class:`BodyTooLarge` answers 413 instead, the
+  upstream's connection dropped).
   ``fwd.replay(tries, status, method)`` (buffering's ``retryExpression``) is asked
   after a held response's end and after a network failure: True sends the request
   again (its held body with it) to the server the service picks next, up to 10 tries.
@@ -266,9 +272,12 @@ class Reply:
     ``headers`` is the list of (name, value) the client gets (framing and hop-by-hop
     ones are edge's to write and are dropped whatever a filter does); ``length`` is
     the body's length, None to send it chunked (a filter that changes the body's
-    size sets it so). ``divert`` (the errors middleware) replaces the response."""
+    size sets it so). ``bodiless``: the response has no body (to a HEAD, a 204, a
+    304); its Content-Length, if any, stays among ``headers``. ``divert`` (the
+    errors middleware) replaces the response."""
 
     __slots__ = (
+        "bodiless",
         "changed",
         "divert_to",
         "diverted",
@@ -286,11 +295,13 @@ class Reply:
         headers: list[tuple[bytes, bytes]],
         length: int | None,
         diverted: bool = False,
+        bodiless: bool = False,
     ) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
         self.length = length
+        self.bodiless = bodiless  # no body follows: a filter's BodyFilter gets none
         self.changed = False
         self.diverted = diverted  # this is the answer a divert asked for
         self.divert_to: tuple[Any, bytes, int] | None = None

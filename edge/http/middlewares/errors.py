@@ -11,9 +11,13 @@ that diverts it: :meth:`edge.http.middlewares.Reply.divert`), and so are edge's 
 errors for the route's service (502, 503, 504: ``own_answers``), as Traefik's
 middleware catches what its proxy writes.
 
-Not caught (passed as they come): responses without a body (HEAD, 204, 304), and a
-response that begins before the request's body has ended. A ``service`` that does not
-exist (or has no server up) answers the caught status with its reason phrase.
+A response without a body (to a HEAD, a 204 or 304) is caught as any other, as
+Traefik's catcher reads the status whatever the method: the client gets the page's
+head with the status, and no body (the page is asked for with GET all the same, and
+its body dropped, as Go's server drops a body written to a HEAD). Not caught (passed
+as it comes): a response that begins before the request's body has ended. A
+``service`` that does not exist (or has no server up) answers the caught status with
+its reason phrase.
 
 Invariant: ranges, rewrites and the query's parts are prepared once per configuration;
 per caught response, one query string is made.

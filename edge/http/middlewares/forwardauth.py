@@ -40,10 +40,9 @@ and decompresses the answer: the client gets the same body); an answer without
 Content-Type goes without one (Go's server would sniff one); an auth request
 never carries a User-Agent the client did not send (Go's writes none either, as
 Traefik sets it empty); ``headerField`` is read and not used (Traefik logs that
-answer header as the access log's user, a field edge's access log lacks);
-``addAuthCookiesToResponse`` reaches responses with a body only (the exchange
-runs response filters for those alone: the upstream's answer to HEAD, or a 204
-or 304, keeps its own cookies and gets none of the auth server's).
+answer header as the access log's user, a field edge's access log lacks).
+``addAuthCookiesToResponse`` reaches every response of the upstream, those without
+a body (to a HEAD, a 204, a 304) included: the response filter changes heads only.
 
 Cost per request: the auth request's head is made from the client's headers
 (tens of microseconds); a 2xx's headers are copied by name, the regexp's verdict

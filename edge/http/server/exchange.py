@@ -61,6 +61,21 @@ CRLF = b"\r\n"
 
 IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"TRACE"))
 
+# Statuses whose response has no body whatever the request (1xx are interim, 101 apart).
+NO_BODY = frozenset((204, 304))
+
+
+class _NoBody(BodyFilter):
+    """Drops a body the client's response does not have (a divert's page, to a HEAD)."""
+
+    __slots__ = ()
+
+    def data(self, chunk: bytes) -> bytes:
+        return b""
+
+
+_NO_BODY = _NoBody()
+
 # Request headers a divert's GET does not carry (it has no body, and its own framing).
 _NOT_DIVERTED = frozenset((b"content-length", b"transfer-encoding", b"expect", b"connection"))
 
@@ -749,7 +764,8 @@ class Exchange:
         upstream.owner = self
         upstream.received = False
         self.upstream = upstream
-        upstream.parser.expect(self.head.method)
+        # A divert's page is asked for with GET, whatever the client's method.
+        upstream.parser.expect(self.head.method if self.express or not self.x.divert else b"GET")
         buffered = self.buffered
         if buffered:
             parts = [self.up_head, *buffered]
@@ -900,9 +916,10 @@ class Exchange:
                     fwd.elapsed = time.perf_counter() - fwd.started
             if self.x.divert:
                 head = self._diverted(head)
+                if head.has_body and (self.head.method == b"HEAD" or head.status in NO_BODY):
+                    head = self._without_body(head)
             if (
                 self.x.fwd is not None
-                and head.has_body
                 and not self.head.upgrade
                 and not self.x.filtered
                 and self.route.pipeline.responders
@@ -1003,8 +1020,9 @@ class Exchange:
         conn.exchange_done(self)
 
     def _filter(self, head: ResponseHead) -> ResponseHead | None:
-        """Run the route's response filters on a response with a body (middlewares'
-        module doc); the head the client gets, or None when one diverted it."""
+        """Run the route's response filters on a response, with a body or without
+        (middlewares' module doc); the head the client gets, or None when one
+        diverted it."""
         fwd = self.x.fwd
         assert fwd is not None and self.route is not None
         reply = Reply(
@@ -1013,6 +1031,7 @@ class Exchange:
             list(head.headers),
             None if head.chunked else head.content_length,
             diverted=self.x.divert != 0,
+            bodiless=not head.has_body,
         )
         filters = []
         self.x.filtered = True
@@ -1027,7 +1046,8 @@ class Exchange:
                 return None
             if f is not None:
                 filters.append(f)
-        self.x.filters = filters or None
+        if filters:  # after a divert's _NO_BODY, if any
+            self.x.filters = [*self.x.filters, *filters] if self.x.filters else filters
         self.x.resp_held = reply.hold
         if not reply.changed and reply.length == head.content_length:
             return head
@@ -1039,7 +1059,7 @@ class Exchange:
             head.keep_alive,
             False,
             reply.length,
-            True,
+            head.has_body,
         )
 
     def _diverted(self, head: ResponseHead) -> ResponseHead:
@@ -1055,6 +1075,22 @@ class Exchange:
             head.chunked,
             head.content_length,
             head.has_body,
+        )
+
+    def _without_body(self, head: ResponseHead) -> ResponseHead:
+        """A diverted answer's head where the client's response has no body (a HEAD's,
+        a 204 or 304 sent): its body is read and dropped, as Go's server drops what a
+        handler writes there."""
+        self.x.filters = [_NO_BODY]
+        return ResponseHead(
+            head.status,
+            head.reason,
+            b"1.1",
+            head.headers,
+            head.keep_alive,
+            head.chunked,
+            head.content_length,
+            False,
         )
 
     def _divert(self, service, target: bytes, status: int) -> None:
@@ -1155,6 +1191,7 @@ class Exchange:
             if tail:
                 tail = f.data(tail)
             tail += f.end()
+        has_body = held.has_body  # a bodiless one goes as it came (its Content-Length)
         head = ResponseHead(
             held.status,
             held.reason,
@@ -1162,11 +1199,11 @@ class Exchange:
             held.headers,
             held.keep_alive,
             False,
-            len(tail),
-            True,
+            len(tail) if has_body else held.content_length,
+            has_body,
         )
         self.upstream_head(head)  # filtered already: sent as it is
-        if tail:
+        if tail and has_body:
             self.upstream_body(tail)
         self.resp_done = True
         self._response_done()
@@ -1182,7 +1219,7 @@ class Exchange:
             if tail:
                 tail = f.data(tail)
             tail += f.end()
-        if tail:
+        if tail and self.resp_head.has_body:  # a bodiless response's filters emit nothing
             self.sent += len(tail)
             if self.resp_chunked:
                 self.conn.send(b"%x\r\n" % len(tail), tail, CRLF)
@@ -1371,7 +1408,7 @@ class Exchange:
         diverts this one, an error of the route's service (502, 503, 504)."""
         fwd = self.x.fwd
         assert fwd is not None and self.route is not None
-        reply = Reply(status, b"", [], 0)
+        reply = Reply(status, b"", [], 0, bodiless=self.head.method == b"HEAD")
         for m in self.route.pipeline.responders:
             if getattr(m, "own_answers", False):
                 m.response(fwd, reply)

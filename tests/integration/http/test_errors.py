@@ -34,7 +34,8 @@ CODECS = ["httptools", "h11"]
 
 
 def statuses():
-    """An upstream answering ``GET /<status>`` with that status and a body naming it."""
+    """An upstream answering ``GET /<status>`` with that status and a body naming it
+    (a HEAD, a 204 or a 304 without it; a HEAD with the Content-Length a GET has)."""
 
     async def handler(reader, writer):
         try:
@@ -43,24 +44,32 @@ def statuses():
                 path = head.split(b" ")[1]
                 status = int(path.strip(b"/").split(b"?")[0] or b"200")
                 body = b"upstream %d" % status
-                writer.write(
-                    b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nX-Up: 1\r\n\r\n%s"
-                    % (status, len(body), body)
-                )
+                length = b"Content-Length: %d\r\n" % len(body)
+                if status in (204, 304):
+                    body = length = b""
+                elif head.startswith(b"HEAD "):
+                    body = b""
+                writer.write(b"HTTP/1.1 %d X\r\n%sX-Up: 1\r\n\r\n%s" % (status, length, body))
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
     return handler
 
 
-def pages(seen: list[bytes]):
-    """The error-page service: records each request head, answers 200 with its target."""
+def pages(seen: list[bytes], connections: list[int] | None = None):
+    """The error-page service: records each request head (and in ``connections``, the
+    number of the connection it came on), answers 200 with its target."""
+    count = [0]
 
     async def handler(reader, writer):
+        count[0] += 1
+        number = count[0]
         try:
             while True:
                 head = await read_head(reader)
                 seen.append(head)
+                if connections is not None:
+                    connections.append(number)
                 body = b"page for " + head.split(b" ")[1]
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s"
@@ -122,10 +131,68 @@ def test_a_caught_status_is_answered_with_the_page(codec):
         assert head.startswith(b"HTTP/1.1 404") and body.startswith(b"page for /err/404")
         head, body = await ask(port, b"/503")
         assert head.startswith(b"HTTP/1.1 500") and body.startswith(b"page for /err/500?from=503")
-        # A response without a body goes as it came.
-        head, _ = await ask(port, b"/500", b"HEAD")
-        assert head.startswith(b"HTTP/1.1 500") and b"x-up: 1" in head.lower()
         assert len(seen) == 3
+        server.close()
+        up.close()
+        page.close()
+
+    run(main())
+
+
+async def heads_then_get(port: int, requests: list[bytes]) -> tuple[list[bytes], bytes, bytes]:
+    """On one connection, each of ``requests`` (``METHOD /path``: their heads only, as
+    to a HEAD or a bodiless status), then ``GET /403``: what follows the heads is
+    that answer's head alone, with nothing left of a body before it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        heads = []
+        for line in requests:
+            writer.write(b"%s HTTP/1.1\r\nHost: a.test\r\n\r\n" % line)
+            heads.append(await read_head(reader))
+        writer.write(b"GET /403 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        head, body = await read_response(reader)
+        return heads, head, body
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_bodiless_error_is_caught_and_answered_without_a_body(codec):
+    """Traefik catches the status whatever the method: a 404 or 503 to a HEAD is
+    answered with the page's head (its Content-Type and Content-Length), the caught
+    (or rewritten) status, and no body; a 204 or 304 outside the ranges goes as it
+    came; one within them gets the page's head, no body (Go's server drops it). The
+    page is asked for with GET and its body read: its connection serves them all."""
+
+    async def main():
+        up, page = Upstream(statuses()), Upstream(pages(seen := [], connections := []))
+        port_up, port_pages = await up.start(), await page.start()
+        server, port, _ = await serve(
+            codec,
+            port_up,
+            errors(status=["404", "503", "304"], query="/err/{status}",
+                   status_rewrites={"503": 500}),
+            pages_port=port_pages,
+        )  # fmt: skip
+        heads, head, body = await heads_then_get(
+            port, [b"HEAD /404", b"HEAD /503", b"GET /204", b"GET /304", b"HEAD /200"]
+        )
+        assert head.startswith(b"HTTP/1.1 403") and body == b"upstream 403"
+        h404, h503, h204, h304, h200 = (h.lower() for h in heads)
+        assert h404.startswith(b"http/1.1 404 ") and b"x-up" not in h404
+        assert b"content-type: text/html" in h404
+        assert b"content-length: %d" % len(b"page for /err/404") in h404
+        assert h503.startswith(b"http/1.1 500 ") and b"content-type: text/html" in h503
+        assert h204.startswith(b"http/1.1 204 ") and b"x-up: 1" in h204
+        assert h304.startswith(b"http/1.1 304 ") and b"content-type: text/html" in h304
+        assert h200.startswith(b"http/1.1 200 ") and b"x-up: 1" in h200
+        assert b"content-length: %d" % len(b"upstream 200") in h200
+        assert [h.split(b" ")[:2] for h in seen] == [
+            [b"GET", b"/err/404"],
+            [b"GET", b"/err/500"],
+            [b"GET", b"/err/304"],
+        ]
+        assert connections == [1, 1, 1]
         server.close()
         up.close()
         page.close()
@@ -149,6 +216,11 @@ def test_edge_s_own_errors_for_the_service_are_caught(codec):
         head, body = await ask(port, b"/x")
         assert head.startswith(b"HTTP/1.1 502") and body == b"page for /down/502"
         assert len(seen) == 1
+        # To a HEAD: the page's head, no body (the connection serves the next one).
+        heads, head, body = await heads_then_get(port, [b"HEAD /x"])
+        assert heads[0].startswith(b"HTTP/1.1 502") and b"content-length: 18" in heads[0].lower()
+        assert head.startswith(b"HTTP/1.1 502") and body == b"page for /down/502"
+        assert len(seen) == 3
         server.close()
         page.close()
 

@@ -79,6 +79,8 @@ class Peer(ThreadedServer):
                     continue
                 if isinstance(event, h11.EndOfMessage):
                     status, headers, body, hold = self.answer(request)
+                    if request[1] == b"HEAD" or status in (204, 304):
+                        body = b""  # the head alone (h11 frames a HEAD's as a GET's)
                     until = time.monotonic() + hold
                     while time.monotonic() < until and not self.stopped:
                         if self._gone(c):  # the other side gave up waiting
@@ -160,14 +162,16 @@ def decide(request) -> tuple[int, list, bytes, float]:
 
 
 def backend_answer(request) -> tuple[int, list, bytes, float]:
-    """The upstream: what it received as JSON, and cookies of its own."""
+    """The upstream: what it received as JSON, and cookies of its own; a path
+    ending in ``/status/<n>`` is answered with that status (no body for 204, 304)."""
     _, method, target, headers = request
     seen: dict[str, list[str]] = {}
     for n, v in headers:
         seen.setdefault(n.decode().lower(), []).append(v.decode())
     body = json.dumps({"method": method.decode(), "target": target.decode(), "headers": seen})
+    _, marker, status = target.rpartition(b"/status/")
     return (
-        200,
+        int(status) if marker else 200,
         [
             (b"Content-Type", b"application/json"),
             (b"Set-Cookie", b"authCookie=Backend"),
@@ -296,6 +300,30 @@ def test_200_forwards_with_the_answers_headers_and_cookies(edge, peers):
     assert header(asked, b"x-auth-user") == [b"mallory"]  # the client's headers go along
     assert header(asked, b"content-length") == []  # a GET without a body
     assert header(asked, b"user-agent") == []  # http.client sent none: none is made up
+
+
+def test_auth_cookies_reach_bodiless_responses(edge):
+    """addAuthCookiesToResponse on responses without a body, as Traefik's response
+    modifier sees every response: the upstream's answer to a HEAD, a 204, a 304 get
+    the auth server's authCookie in place of theirs; no body, and the connection
+    serves the next request."""
+    conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=TIMEOUT)
+    try:
+        for method, path, expected in (
+            ("HEAD", "/ok/x", 200),
+            ("GET", "/ok/status/204", 204),
+            ("GET", "/ok/status/304", 304),
+        ):
+            status, headers, body = fetch(edge, "auth.test", path, method=method, conn=conn)
+            assert (status, body) == (expected, b"")
+            assert values(headers, "Set-Cookie") == [
+                "backendCookie=Backend",
+                "authCookie=Auth; Path=/",
+            ]
+        status, _, body = fetch(edge, "auth.test", "/ok/after", conn=conn)
+        assert status == 200 and json.loads(body)["target"] == "/ok/after"
+    finally:
+        conn.close()
 
 
 def test_401_goes_to_the_client_as_it_came(edge, peers):

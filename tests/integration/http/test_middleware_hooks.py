@@ -400,15 +400,34 @@ def test_response_filters_change_the_head_and_stream_the_body(codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("request_line", [b"HEAD /x", b"GET /204", b"GET /304"])
-def test_response_filters_leave_bodiless_responses_alone(codec, request_line):
+def test_response_filters_see_bodiless_heads_and_send_no_body(codec, request_line):
+    """A response without a body (to a HEAD, a 204, a 304) goes through the filters'
+    heads (Upper's header set, X-Drop removed) with ``reply.bodiless``; what the
+    returned BodyFilter's end emits is dropped: the next response on the connection
+    comes right after the head. A HEAD's Content-Length stays as the upstream sent it."""
+    seen: list[bool] = []
+
+    class Bodiless(Middleware):
+        __slots__ = ()
+
+        def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
+            seen.append(reply.bodiless)
+            return None
+
     async def main():
         up = Upstream(streamed(1, bodiless=True))
         port_up = await up.start()
-        server, port, _ = await serve(codec, port_up, [Upper("upper")])
+        server, port, _ = await serve(codec, port_up, [Upper("upper"), Bodiless("b")])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request_line + b" HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        head = await read_head(reader)
-        assert b"x-upper" not in head.lower() and b"x-drop: 1" in head.lower()
+        for _ in range(2):  # the second response follows the first's head alone
+            writer.write(request_line + b" HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            head = (await read_head(reader)).lower()
+            assert head.startswith(b"http/1.1 "), head  # nothing before it
+            assert b"x-upper: yes" in head and b"x-drop" not in head, head
+            assert b"transfer-encoding" not in head
+            if request_line.startswith(b"HEAD"):
+                assert b"content-length: 9" in head
+        assert seen == [True, True]
         writer.close()
         server.close()
         up.close()

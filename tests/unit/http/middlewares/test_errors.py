@@ -67,3 +67,17 @@ def test_what_is_caught_and_the_page_asked_for():
     again = Reply(500, b"", [], 0, diverted=True)
     plain.response(Forward("a.test", b"/", b""), again)
     assert again.divert_to is None
+
+
+def test_a_bodiless_reply_is_caught_as_any_other():
+    """Traefik's catcher reads the status whatever the method: a 404 to a HEAD (a
+    reply without a body) is diverted; a 304 outside the ranges is not."""
+    service = object()
+    pages = ErrorPages("e", ((404, 404), (500, 599)), service, "/{status}")
+    fwd = Forward("a.test", b"/", b"", method=b"HEAD")
+    head = Reply(404, b"", [(b"Content-Length", b"9")], None, bodiless=True)
+    assert pages.response(fwd, head) is None
+    assert head.divert_to == (service, b"/404", 404)
+    not_modified = Reply(304, b"", [], None, bodiless=True)
+    pages.response(Forward("a.test", b"/", b""), not_modified)
+    assert not_modified.divert_to is None
