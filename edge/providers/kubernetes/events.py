@@ -675,10 +675,12 @@ class EventRecorder:
                             raise
                         self.created += 1
                         self._remember(obs.name, made)
+                        log.debug("kubernetes: events: %s: created", what)
                         return None
                 if not counts(obs, state, self.instance, self.limits.window):
                     self.adopted += 1
                     self._remember(obs.name, state)
+                    log.debug("kubernetes: events: %s: counted already", what)
                     return None
                 try:
                     state = self._call(
@@ -692,6 +694,7 @@ class EventRecorder:
                     continue
                 self.counted += 1
                 self._remember(obs.name, state)
+                log.debug("kubernetes: events: %s: counted: %d", what, state.count)
                 return None
             return KubernetesError(f"{what}: written by others at every try")
         except KubernetesError as e:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from edge.providers.kubernetes.events import CONTROLLER, GENERATION, EventRecorder, Limits
 from edge.providers.kubernetes.provider import KubernetesProvider
-from tests.harness import Whoami
+from tests.harness import Proc, Whoami
 from tests.integration.kubernetes import test_crd_provider as CP
 from tests.integration.kubernetes import test_gateway_provider as GP
 from tests.integration.kubernetes import test_provider as KP
@@ -245,6 +247,45 @@ def test_two_edges_on_one_api_server_post_each_event_once(
     assert KP.until(lambda: settled(c, 1))
     assert recorder(c).adopted == 1 and recorder(c).created + recorder(c).counted == 0
     assert [e.count for e in warnings(emu, "Ingress", "bad")] == [2]
+
+
+HANDLED = r"kubernetes: events: Event .*: (created|counted: \d+|counted already)$"
+
+
+def test_two_edge_processes_post_one_event_counted_once(
+    emu: Emulator, tmp_path: Path, whoami: Whoami
+) -> None:
+    """Two ``edge run`` processes (two pods: their own POD_NAME) on one API server: one
+    Event, created by one and found counted by the other; the Ingress changed: counted
+    by one, found counted by the other."""
+    emu.create(o.ingress_class("edge"))
+    KP.backend_service(emu, "app", whoami)
+    emu.create(bad_ingress())
+    static = KP.static_config(emu)
+    static["log"] = {"level": "DEBUG"}
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static))
+    procs = [Proc(["run", "-c", str(path)], env={"POD_NAME": f"edge-{x}"}) for x in "ab"]
+
+    def outcomes() -> list[str]:
+        return sorted(m.group(1) for p in procs for m in p.all_matches(HANDLED))
+
+    try:
+        assert KP.until(lambda: len(outcomes()) == 2, 30.0), [p.log for p in procs]
+        assert outcomes() == ["counted already", "created"]
+        (event,) = warnings(emu, "Ingress", "bad")
+        assert event.count == 1 and event.reporting_instance in ("edge-a", "edge-b")
+        ing = emu.get("Ingress", "default", "bad")
+        ing["spec"] = bad_ingress(("b.test", "/ok", "Exact", "app"))["spec"]
+        emu.update(ing)
+        assert KP.until(lambda: len(outcomes()) == 4, 30.0), [p.log for p in procs]
+        assert outcomes() == ["counted already", "counted already", "counted: 2", "created"]
+        assert [(e.metadata.name, e.count) for e in warnings(emu, "Ingress", "bad")] == [
+            (event.metadata.name, 2)
+        ]
+    finally:
+        for p in procs:
+            p.stop()
 
 
 # --- other sources --------------------------------------------------------------------------
