@@ -67,6 +67,7 @@ __all__ = [
     "RedirectScheme",
     "Router",
     "RouterTLS",
+    "RouterTimeouts",
     "Server",
     "ServerHealthCheck",
     "ServersTransport",
@@ -206,6 +207,18 @@ class RouterTLS(Base):
     domains: list[Domain] = []
 
 
+class RouterTimeouts(Base):
+    """``timeouts`` of an HTTP router (edge's key, the Gateway API's HTTPRoute
+    ``timeouts`` by their names and meaning): ``request`` bounds each request from its
+    arrival to the end of its response, every try included; ``backendRequest`` each
+    try, from its start (the dial included) to the end of the server's response. One
+    that runs out answers 504 while no response began (a try's may be retried, as any
+    timeout of its server), else cuts the connection. 0: no bound."""
+
+    request: Duration = Duration(0.0)
+    backend_request: Duration = Duration(0.0)
+
+
 class Router(Element):
     rule: str
     service: str
@@ -214,6 +227,7 @@ class Router(Element):
     rule_syntax: str = ""  # "v3" or "v2"; "": core.defaultRuleSyntax (checked by runtime)
     middlewares: list[str] = []
     tls: RouterTLS | None = None
+    timeouts: RouterTimeouts | None = None
 
 
 _PLAIN_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})")

@@ -204,7 +204,11 @@ class _Builder:
         service = self.service(info.config.service)
         if service is None:
             return None
-        return Route(name, service, self.pipeline(info.config.middlewares, name))
+        pipeline = self.pipeline(info.config.middlewares, name)
+        timeouts = info.config.timeouts
+        if timeouts is None:
+            return Route(name, service, pipeline)
+        return Route(name, service, pipeline, timeouts.request, timeouts.backend_request)
 
 
 def build_router_sets(

@@ -455,21 +455,38 @@ Service = LoadBalancer | Weighted | Failover | StatusService
 
 
 class Route:
-    """What a matched router resolves to: its service and its middleware pipeline."""
+    """What a matched router resolves to: its service, its middleware pipeline and its
+    ``timeouts`` in seconds (0: none): ``deadline`` for a whole request, every try
+    included, ``try_timeout`` for each try."""
 
-    __slots__ = ("express", "name", "pipeline", "service")
+    __slots__ = ("deadline", "express", "name", "pipeline", "service", "try_timeout")
 
-    def __init__(self, name: str, service: Service, pipeline: Pipeline = EMPTY_PIPELINE) -> None:
+    def __init__(
+        self,
+        name: str,
+        service: Service,
+        pipeline: Pipeline = EMPTY_PIPELINE,
+        deadline: float = 0.0,
+        try_timeout: float = 0.0,
+    ) -> None:
         self.name = name
         self.service = service
         self.pipeline = pipeline
+        self.deadline = deadline
+        self.try_timeout = try_timeout
         # The connection's express path: nothing of the exchange changes (derived
         # from the pipeline, so a middleware added later is never skipped), every
         # server gets the client's Host, and the upstream connection is pooled
         # (a lone Connection: keep-alive holds both ways).
         # A sticky service reads the request's cookies and may set one: never express.
+        # Timeouts are kept by the general path alone.
         self.express = (
-            pipeline.empty and service.pass_host and service.pooled and not service.sticks
+            pipeline.empty
+            and service.pass_host
+            and service.pooled
+            and not service.sticks
+            and not deadline
+            and not try_timeout
         )
 
 

@@ -145,6 +145,7 @@ class General:
 
     __slots__ = (
         "attempt",
+        "deadline",
         "divert",
         "filtered",
         "filters",
@@ -156,6 +157,7 @@ class General:
         "sink",
         "spool_iter",
         "tee",
+        "try_timer",
         "up_args",
     )
 
@@ -172,6 +174,8 @@ class General:
         self.resp_held = False  # a filter holds the response until its end (Reply.hold)
         self.filtered = False  # the filters ran on this response's head
         self.attempt = 1  # tries of the request (retry)
+        self.deadline = 0.0  # when the route's timeouts.request runs out (loop time)
+        self.try_timer: asyncio.TimerHandle | None = None  # ...and this try's backendRequest
         self.up_args: tuple = ()  # what a head for another server is made with (retry)
 
 
@@ -340,6 +344,8 @@ class Exchange:
             self.answer_error(HTTPError("no router matched", status=404))
             return
         self.route = route
+        if route.deadline:
+            self.x.deadline = conn.loop.time() + route.deadline
         pipeline = route.pipeline
         fwd = None
         if pipeline.forwards:
@@ -471,6 +477,8 @@ class Exchange:
         if backend is None or backend.status:
             self._unserved(route, backend)
             return
+        if route.deadline or route.try_timeout:
+            self._arm_timeouts(route)
         self.backend = backend
         edits = pipeline.request_edits
         target = None
@@ -628,6 +636,60 @@ class Exchange:
             )
         self.answer_error(error)
 
+    def _arm_timeouts(self, route: Route) -> None:
+        """The route's ``timeouts`` as its request goes upstream: ``request`` from the
+        request's arrival (the steps before bound their own waits) over every try and
+        the response's end, ``backendRequest`` over this try (each retry arms its
+        own); they go with the exchange however it ends."""
+        if self.ends is None:
+            self.ends = []
+        if route.deadline:
+            timer = self.conn.loop.call_at(self.x.deadline, self._deadline_passed, route)
+            self.ends.append(timer.cancel)
+        if route.try_timeout:
+            self.ends.append(self._cancel_try)
+            self._arm_try(route)
+
+    def _deadline_passed(self, route: Route) -> None:
+        if self.conn.ex is not self or self.resp_done:
+            return
+        why = f"router {route.name}: no whole response within timeouts.request {route.deadline:g}s"
+        self.abandon()
+        if self.resp_started:
+            log.warning("%s: the response is cut", why)
+            self.conn.abort()
+            return
+        self.answer_error(UpstreamTimeout(why))
+
+    def _arm_try(self, route: Route) -> None:
+        x = self.x
+        if x.try_timer is not None:
+            x.try_timer.cancel()
+        x.try_timer = self.conn.loop.call_later(
+            route.try_timeout, self._try_passed, route, x.attempt
+        )
+
+    def _cancel_try(self) -> None:
+        timer = self.x.try_timer
+        if timer is not None:
+            self.x.try_timer = None
+            timer.cancel()
+
+    def _try_passed(self, route: Route, attempt: int) -> None:
+        """``backendRequest`` ran out on try ``attempt``: a timeout of its server (a
+        retry may send the request again), or the response cut if it began."""
+        self.x.try_timer = None
+        if self.conn.ex is not self or self.resp_done or self.x.attempt != attempt:
+            return
+        if self.dial_task is not None:  # this try's dial: it must not attach later
+            self.dial_task.cancel()
+            self.dial_task = None
+        timeout = route.try_timeout
+        self._upstream_error(
+            UpstreamTimeout(f"no whole response within timeouts.backendRequest {timeout:g}s"),
+            sent=True,
+        )
+
     def _try_again(self) -> None:
         self.header_timer = None
         if self.conn.ex is not self or self.resp_done or self.route is None:
@@ -637,6 +699,8 @@ class Exchange:
         if backend is None or backend.status:
             self._unserved(route, backend)
             return
+        if route.try_timeout:
+            self._arm_try(route)
         self.backend = backend
         self.up_head = self._up_head(backend, self.x.up_args)
         # What the filters made of the failed try's response (a held one) starts over.
@@ -911,8 +975,8 @@ class Exchange:
             return
         if not self.express:
             if self.ends is not None:
-                fwd = self.x.fwd
-                if fwd.started:  # a step reads the time to the head (on_end(timed=True))
+                fwd = self.x.fwd  # None where only the route's timeouts registered ends
+                if fwd is not None and fwd.started:  # a step reads the time to the head
                     fwd.elapsed = time.perf_counter() - fwd.started
             if self.x.divert:
                 head = self._diverted(head)

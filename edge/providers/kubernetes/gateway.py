@@ -87,9 +87,16 @@ Filters
     ``mirroring`` one over it, copying ``percent`` (or ``fraction``, rounded to a
     whole percent) of the requests to the mirror's Service; ``URLRewrite`` a ``headers`` middleware
     setting Host and a ``replacePath`` (``ReplaceFullPath``) or ``replacePathRegex``
-    (``ReplacePrefixMatch``). Any other filter, a filter on a backendRef, and
-    ``timeouts`` are not supported: the rule answers 503 and the route's ``Accepted``
-    is False (``UnsupportedValue``), naming it.
+    (``ReplacePrefixMatch``). Any other filter and a filter on a backendRef are not
+    supported: the rule answers 503 and the route's ``Accepted`` is False
+    (``UnsupportedValue``), naming it.
+
+Timeouts
+    A rule's ``timeouts`` (GEP-1742) are its routers' ``timeouts``, by the same names:
+    ``request`` bounds a request from its arrival to its response's end, every try
+    included, ``backendRequest`` each try to a backend; one that runs out answers 504
+    (or cuts a response begun); ``0s`` is no bound. A duration that does not parse is
+    ``UnsupportedValue``, as above.
 """
 
 from __future__ import annotations
@@ -101,6 +108,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from edge.config.durations import Duration, parse_duration
 from edge.config.dynamic import (
     CertAndStores,
     Configuration,
@@ -114,6 +122,7 @@ from edge.config.dynamic import (
     ReplacePath,
     ReplacePathRegex,
     Router,
+    RouterTimeouts,
     RouterTLS,
     Server,
     Service,
@@ -883,14 +892,14 @@ class _Converter:
                 name = router_name(text, rkey)
                 self.ties[name] = (key, ri, mi)
                 try:
-                    if rule.timeouts is not None:
-                        raise _Unsupported(f"rules[{ri}].timeouts are not supported")
+                    timeouts = _timeouts(rule.timeouts, f"rules[{ri}].timeouts")
                     mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]] = []
                     mws = self.filters(name, rule.filters, match, f"rules[{ri}]", mirrors)
                 except _Unsupported as exc:
                     if str(exc) not in unsupported:
                         unsupported.append(str(exc))
                     mws = []
+                    timeouts = None
                     service = self.unavailable(f"{name}-wrr")
                 else:
                     service, cond = self.backends(route, name, rule, ri)
@@ -908,6 +917,7 @@ class _Converter:
                     rule_syntax="v3",
                     middlewares=mws,
                     tls=RouterTLS() if li.spec.protocol == "HTTPS" else None,
+                    timeouts=timeouts,
                 )
         return failed, unsupported
 
@@ -1227,6 +1237,19 @@ class _Converter:
             "listeners": out,
         }
         return WantedStatus("Gateway", gw.metadata.key, gen, status)
+
+
+def _timeouts(timeouts: objects.HTTPRouteTimeouts | None, where: str) -> RouterTimeouts | None:
+    """A rule's ``timeouts`` as its routers' (``0s``: no bound, as the spec asks)."""
+    if timeouts is None or (timeouts.request is None and timeouts.backend_request is None):
+        return None
+    seconds = []
+    for key, value in (("request", timeouts.request), ("backendRequest", timeouts.backend_request)):
+        try:
+            seconds.append(Duration(parse_duration(value)) if value is not None else Duration(0.0))
+        except ValueError as exc:
+            raise _Unsupported(f"{where}.{key} {value!r}: {exc}") from None
+    return RouterTimeouts(request=seconds[0], backend_request=seconds[1])
 
 
 def _edits(f: objects.HTTPHeaderFilter, add: bool = True) -> dict[str, str]:

@@ -56,3 +56,23 @@ def test_rate_limit_in_flight_req_and_circuit_breaker_are_built_per_router():
 def test_stateless_middlewares_and_their_pipelines_are_shared():
     built = routes(MIDDLEWARES, {"a": ["tag"], "b": ["tag"]})
     assert built["a"].pipeline is built["b"].pipeline
+
+
+def test_a_routers_timeouts_are_its_routes_and_keep_it_off_the_express_path():
+    http = {
+        "routers": {
+            "bounded": {"rule": "Host(`bounded`)", "service": "app",
+                        "timeouts": {"request": "10s", "backendRequest": "500ms"}},
+            "plain": {"rule": "Host(`plain`)", "service": "app"},
+        },
+        "services": {"app": lb("http://127.0.0.1:9001")},
+    }  # fmt: skip
+    runtime = build_runtime(merge({"file": conf({"http": http})}), EPS)
+    loop = asyncio.new_event_loop()
+    try:
+        router = build_http_routers(runtime, TransportRegistry(loop), ["web"])["web"]
+    finally:
+        loop.close()
+    bounded, plain = router.by_host["bounded"], router.by_host["plain"]
+    assert (bounded.deadline, bounded.try_timeout) == (10.0, 0.5) and not bounded.express
+    assert (plain.deadline, plain.try_timeout) == (0.0, 0.0) and plain.express

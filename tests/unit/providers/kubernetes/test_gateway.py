@@ -647,10 +647,10 @@ def test_url_rewrite_becomes_host_and_path_middlewares() -> None:
     [
         {"filters": [{"type": "RequestMirror", "requestMirror": {}}]},
         {"filters": [{"type": "ExtensionRef", "extensionRef": {"name": "x"}}]},
-        {"timeouts": {"request": "1s"}},
+        {"timeouts": {"request": "soon"}},
         {"filters": [{"type": "RequestRedirect", "requestRedirect": {"path": {"type": "X"}}}]},
     ],
-    ids=["mirror-without-backend", "extension", "timeouts", "redirect-path-type"],
+    ids=["mirror-without-backend", "extension", "timeouts-not-durations", "redirect-path-type"],
 )
 def test_what_edge_does_not_implement_is_unsupported_value_and_answers_503(rule: dict) -> None:
     c = run(*BASE, route([{**rule, "backendRefs": [backend()]}]))
@@ -661,6 +661,24 @@ def test_what_edge_does_not_implement_is_unsupported_value_and_answers_503(rule:
         and c.configuration.http.services[router.service].load_balancer.servers == []
     )
     assert c.problems
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "whole", "each_try"),
+    [
+        ({"request": "10s", "backendRequest": "500ms"}, 10.0, 0.5),
+        ({"request": "1h30m"}, 5400.0, 0.0),
+        ({"backendRequest": "2s"}, 0.0, 2.0),
+        ({"request": "0s"}, 0.0, 0.0),  # the spec's "no bound"
+    ],
+)
+def test_rule_timeouts_are_its_routers(timeouts: dict, whole: float, each_try: float) -> None:
+    c = run(*BASE, route([{"timeouts": timeouts, "backendRefs": [backend()]}]))
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    (router,) = c.configuration.http.routers.values()
+    assert router.timeouts is not None
+    assert (router.timeouts.request, router.timeouts.backend_request) == (whole, each_try)
+    assert all(i.status == "enabled" for i in validate(c).http_routers.values())
 
 
 def test_namespaces_option_hides_other_namespaces() -> None:
