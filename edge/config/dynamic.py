@@ -1806,8 +1806,8 @@ class TLSOptions(Element):
     curve_preferences: list[str] = []
     client_auth: ClientAuth | None = None
     sni_strict: bool = False
-    # edge speaks HTTP/1.1 only, so that is all it offers by default (Traefik adds h2).
-    alpn_protocols: list[str] = msgspec.field(default_factory=lambda: ["http/1.1"])
+    # Traefik's default but acme-tls/1 (edge has no ACME): HTTP/2 first.
+    alpn_protocols: list[str] = msgspec.field(default_factory=lambda: ["h2", "http/1.1"])
     # No session tickets: every handshake is a full one (Traefik's option of the name).
     disable_session_tickets: bool = False
 

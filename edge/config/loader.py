@@ -405,7 +405,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (
             sta.EntryPoint,
-            "allowACMEByPass asDefault http2 http3 reusePort",
+            "allowACMEByPass asDefault http3 reusePort",
             "observability",
         ),
         (

@@ -267,6 +267,22 @@ class EntryPointHTTP(Base):
         return self.redirections.entry_point if self.redirections is not None else None
 
 
+class EntryPointHTTP2(Base):
+    """``http2`` of an entry point (Traefik's keys and defaults): what an HTTP/2
+    connection on it (ALPN ``h2``, or h2c with prior knowledge) may hold.
+
+    ``maxConcurrentStreams``: streams a client may have open at once (its
+    SETTINGS_MAX_CONCURRENT_STREAMS). ``maxDecoderHeaderTableSize``: the HPACK
+    table edge keeps for what the client sends (SETTINGS_HEADER_TABLE_SIZE);
+    ``maxEncoderHeaderTableSize``: the most edge keeps for what it sends, whatever
+    table the client offers. The header list is bounded by ``http.maxHeaderBytes``.
+    """
+
+    max_concurrent_streams: Annotated[int, msgspec.Meta(gt=0, le=(1 << 31) - 1)] = 250
+    max_decoder_header_table_size: Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)] = 4096
+    max_encoder_header_table_size: Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)] = 4096
+
+
 class EntryPointUDP(Base):
     """``udp`` of an entry point: session idle timeout and the bound on live sessions.
 
@@ -286,6 +302,7 @@ class EntryPoint(Base):
     transport: Transport = msgspec.field(default_factory=Transport)
     forwarded_headers: ForwardedHeaders = msgspec.field(default_factory=ForwardedHeaders)
     http: EntryPointHTTP = msgspec.field(default_factory=EntryPointHTTP)
+    http2: EntryPointHTTP2 = msgspec.field(default_factory=EntryPointHTTP2)
     udp: EntryPointUDP = msgspec.field(default_factory=EntryPointUDP)
     proxy_protocol: EntryPointProxyProtocol | None = None
 

@@ -163,6 +163,7 @@ class TCPEntryPoint:
             access_log=self._access_log,
             connections=self.connections,
             scheme=scheme,
+            http2=config.http2,
         )
 
     @property

@@ -56,13 +56,12 @@ option cannot be honoured exactly, edge does the nearest safe thing:
   none, is Go's default kinds: ECDHE with AES-GCM, ChaCha20 or AES-CBC). Options
   with ``VersionTLS12`` and above keep OpenSSL's level.
 - ``alpnProtocols``: a context that terminates into HTTPS routers offers only
-  what edge speaks to HTTP clients (``http/1.1``, ``http/1.0``) from the list, and
-  no ALPN at all when none is listed (the client falls back to HTTP/1.1): Traefik's
-  default list starts with ``h2``, which Go's server speaks and edge does not, so
-  offering it would leave the client speaking HTTP/2 to an HTTP/1.1 server. A
-  warning names the options and what was left out. A TCP router that terminates
-  gets the list as configured (its server may speak anything; Traefik hands it
-  the protocol negotiated): ``context_for(..., tcp=True)``.
+  what edge speaks to HTTP clients (``h2``, ``http/1.1``, ``http/1.0``) from the
+  list, in its order, and no ALPN at all when none is listed (the client falls
+  back to HTTP/1.1); the default is Traefik's, ``h2`` then ``http/1.1``. A name
+  left out (``acme-tls/1``) gets a warning naming the options. A TCP router that
+  terminates gets the list as configured (its server may speak anything;
+  Traefik hands it the protocol negotiated): ``context_for(..., tcp=True)``.
 """
 
 from __future__ import annotations
@@ -129,8 +128,8 @@ TRANSIENT_ERRNOS = frozenset(
 )
 TRANSIENT_NOTE = " (transient: retried)"  # ends the message of an error marked transient
 # What edge speaks to a client it terminates into HTTPS routers: the ALPN names an
-# HTTPS context may offer from an options entry's alpnProtocols.
-HTTP_ALPN = ("http/1.1", "http/1.0")
+# HTTPS context may offer from an options entry's alpnProtocols (h2: edge.http.server.h2).
+HTTP_ALPN = ("h2", "http/1.1", "http/1.0")
 
 LEGACY_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE+AES"
 """The cipher list of options allowing TLS 1.0/1.1 without ``cipherSuites``: Go's
@@ -774,7 +773,7 @@ def _for_https(name: str, opts: _Options) -> _Options:
     if alpn == opts.alpn:
         return opts
     log.warning(
-        "TLS options %s: alpnProtocols %s left out on HTTPS routers (edge speaks HTTP/1.1 to HTTP clients),"
+        "TLS options %s: alpnProtocols %s left out on HTTPS routers (edge speaks HTTP/2 and HTTP/1.x to HTTP clients),"
         " which offer %s; TCP routers that terminate TLS offer the list as configured",
         name,
         ", ".join(p for p in opts.alpn if p not in HTTP_ALPN),

@@ -60,7 +60,9 @@ from typing import TYPE_CHECKING, Protocol
 from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
 from edge.http.codec import RequestHead, forward
+from edge.http.codec.h2 import PREFACE
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
+from edge.http.server.h2 import H2Connection
 from edge.router.http import EMPTY_ROUTER
 from edge.rules import unmapped_network
 from edge.tcp.splice import Splice, peer_reset, splice
@@ -68,6 +70,7 @@ from edge.tcp.splice import Splice, peer_reset, splice
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from edge.config.static import EntryPointHTTP2
     from edge.entrypoints.base import Swept
     from edge.router.http import Route
     from edge.rules import RequestView
@@ -129,6 +132,7 @@ class HTTPContext:
         access_log: Callable[..., None] | None = None,
         connections: set[Swept] | None = None,
         sanitize_path: bool = True,
+        http2: EntryPointHTTP2 | None = None,
     ) -> None:
         self.name = name
         self.port = port
@@ -155,6 +159,9 @@ class HTTPContext:
         self.router: Router = EMPTY_ROUTER
         self.connections: set[Swept] = set() if connections is None else connections
         self.closing = False
+        # entryPoints.<n>.http2 (edge.http.server.h2); None: HTTP/1.1 only. A connection
+        # is HTTP/2 when it starts with the preface (over TLS, once ALPN chose h2).
+        self.http2 = http2
         # What every connection would otherwise work out for itself:
         self.quick_parse = internal is None and hasattr(request_parser, "quick")  # the express path
         self.trust_some = bool(self.trusted_networks)
@@ -259,6 +266,34 @@ class Lingering(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.connection_lost(exc)
+
+
+class PrefaceWait(asyncio.Protocol):
+    """A connection whose first bytes are a proper prefix of HTTP/2's preface
+    (:meth:`HTTPConnection._preface`): the rest is awaited, then the bytes go back to
+    the connection, which decides. Its deadline (the first request's) still holds."""
+
+    __slots__ = ("conn", "data")
+
+    def __init__(self, conn: HTTPConnection, data: bytes) -> None:
+        self.conn = conn
+        self.data = data
+
+    def data_received(self, data: bytes) -> None:
+        data = self.data + data
+        if len(data) < len(PREFACE) and PREFACE.startswith(data):
+            self.data = data
+            return
+        conn = self.conn
+        if conn.transport is not None:
+            conn.transport.set_protocol(conn)
+        conn.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # no request came: the transport closes
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn.connection_lost(exc)
@@ -400,6 +435,8 @@ class HTTPConnection(asyncio.Protocol):
             if len(ex.upgrade_rest) > HIGH_WATER:
                 self.pause_reading(self.PAUSE_BUFFER)
             return
+        if not self.fed and data[:1] == b"P" and self.ctx.http2 is not None and self._preface(data):
+            return
         kind = self.deadline_kind
         if kind is IDLE or (ex is None and kind is NO_DEADLINE):
             # The first bytes of a head: readTimeout bounds it from here, whether or
@@ -479,6 +516,36 @@ class HTTPConnection(asyncio.Protocol):
             self.paused &= ~why
             if not self.paused and self.transport is not None:
                 self.transport.resume_reading()
+
+    def _preface(self, data: bytes) -> bool:
+        """Whether the connection's first bytes are HTTP/2's preface (h2c with prior
+        knowledge; over TLS, ALPN h2): if so :class:`~edge.http.server.h2.H2Connection`
+        takes the connection over; a proper prefix of it waits for the rest
+        (:class:`PrefaceWait`). Asked only before the parser's first feed (the express
+        path never asks), and true only before any request."""
+        if self.ex is not None or self.pending is not None or self.authority:
+            return False
+        transport = self.transport
+        if transport is None:
+            return False
+        if len(data) < len(PREFACE):
+            if not PREFACE.startswith(data):
+                return False
+            transport.set_protocol(PrefaceWait(self, data))
+            return True
+        if not data.startswith(PREFACE):
+            return False
+        if self.ctx.scheme == b"https":
+            tls = transport.get_extra_info("ssl_object")
+            if tls is None or tls.selected_alpn_protocol() != "h2":
+                return False  # the TLS options offer no h2 (alpnProtocols): HTTP/1.1's 400
+        self.ctx.connections.discard(self)
+        self.transport = None
+        self.quick = self.parser = None  # the parser refers back to this connection
+        H2Connection(
+            self.ctx, transport, self.client_ip, self.client_ip_b, self.trusted
+        ).data_received(data)
+        return True
 
     # -- parser events ----------------------------------------------------------------
 

@@ -27,9 +27,11 @@ Listeners
     protocols are ``UnsupportedProtocol``. An HTTPS listener, and a TLS one in
     ``Terminate`` mode, terminates with its ``certificateRefs`` (Secrets of type
     ``kubernetes.io/tls``, another namespace's only with a ReferenceGrant), read as
-    every conversion reads them (:mod:`edge.providers.kubernetes.secrets`);
-    ``Passthrough`` reads no certificate and is refused on HTTPS
-    (``UnsupportedProtocol``). Two listeners of one Gateway with the same port,
+    every conversion reads them (:mod:`edge.providers.kubernetes.secrets`); one whose
+    certificates do not resolve stays ``Accepted`` with ``ResolvedRefs`` False and
+    ``Programmed`` False: routes attach to it and are counted, their own references
+    judged, but nothing is served there. ``Passthrough`` reads no certificate and is
+    refused on HTTPS (``UnsupportedProtocol``). Two listeners of one Gateway with the same port,
     protocol and hostname are both ``Conflicted`` (``HostnameConflict``) and neither
     is served; so are all listeners of a port a TCP listener shares with another
     protocol (``ProtocolConflict``). ``allowedRoutes.kinds`` naming a kind the listener cannot carry:
@@ -503,7 +505,8 @@ class _Listener:
         self.entry_point = ""
         self.kinds: list[str] = []
         self.conditions: list[Condition] = []
-        self.ok = False  # routes may attach
+        self.ok = False  # routes may attach (and are counted)
+        self.programmed = True  # ...and are served: False while its refs are unresolved
         self.attached = 0
 
     @property
@@ -666,23 +669,29 @@ class _Converter:
                 "Accepted", "UnsupportedValue", f"a {spec.protocol} listener takes no tls"
             )
             return
-        if spec.protocol in ("HTTPS", "TLS") and not self.listener_tls(listener, where):
-            return
+        if spec.protocol in ("HTTPS", "TLS"):
+            resolved = self.listener_tls(listener, where)
+            if resolved is None:
+                return
+            listener.programmed = resolved
         listener.ok = True
 
-    def listener_tls(self, listener: _Listener, where: str) -> bool:
+    def listener_tls(self, listener: _Listener, where: str) -> bool | None:
+        """Whether a TLS listener's certificates resolve (False: routes attach to it, but
+        nothing is served there, as the spec's Programmed False), or None when its
+        ``tls`` is refused (``Accepted`` False)."""
         gw, spec = listener.gateway, listener.spec
         tls = spec.tls
         if tls is None:
             listener.fail("Accepted", "UnsupportedValue", f"a {spec.protocol} listener needs tls")
-            return False
+            return None
         if tls.mode == "Passthrough":
             if spec.protocol == "TLS":
                 return True  # the connection is not terminated: no certificate is read
             listener.fail(
                 "Accepted", "UnsupportedProtocol", "HTTPS listeners cannot be Passthrough"
             )
-            return False
+            return None
         if not tls.certificate_refs:
             listener.fail(
                 "ResolvedRefs", "InvalidCertificateRef", "Terminate needs a certificateRef"
@@ -843,6 +852,11 @@ class _Converter:
             unsupported: list[str] = []
             for li, hostnames in hosted:
                 li.attached += 1
+                if not li.programmed:  # attached, but served nowhere: its refs still judged
+                    found = self.unresolved(kind, route)
+                    if found is not None and resolved.status:
+                        resolved = found
+                    continue
                 if kind == HTTP_ROUTE:
                     found, unsup = self.http_rules(route, gw_key, li, hostnames)
                 else:
@@ -920,6 +934,17 @@ class _Converter:
                     timeouts=timeouts,
                 )
         return failed, unsupported
+
+    def unresolved(self, kind: str, route: Any) -> Condition | None:
+        """The first backendRef of ``route`` that cannot be served, as its ResolvedRefs
+        condition (None: all resolve); what the rules would find, making nothing."""
+        protocol = "UDP" if kind == UDP_ROUTE else "TCP"
+        for rule in route.spec.rules:
+            for ref in rule.backend_refs:
+                _, cond = self.resolve(kind, route.metadata.namespace, ref, protocol)
+                if cond is not None:
+                    return cond
+        return None
 
     def unavailable(self, name: str) -> str:
         """A service with no server (edge answers 503)."""
@@ -1212,7 +1237,8 @@ class _Converter:
                 conds.append(Condition("ResolvedRefs", True, "ResolvedRefs", ""))
             if "Conflicted" not in types:
                 conds.append(Condition("Conflicted", False, "NoConflicts", ""))
-            conds.append(Condition("Programmed", li.ok, "Programmed" if li.ok else "Invalid", ""))
+            served = li.ok and li.programmed
+            conds.append(Condition("Programmed", served, "Programmed" if served else "Invalid", ""))
             out.append(
                 {
                     "name": li.spec.name,
@@ -1231,7 +1257,8 @@ class _Converter:
                 "ListenersNotValid",
                 f"{len(listeners) - valid} of {len(listeners)} listeners are not valid",
             )
-        programmed = Condition("Programmed", valid > 0, "Programmed" if valid else "Invalid", "")
+        live = sum(li.ok and li.programmed for li in listeners)
+        programmed = Condition("Programmed", live > 0, "Programmed" if live else "Invalid", "")
         status = {
             "conditions": [accepted.to_builtins(gen), programmed.to_builtins(gen)],
             "listeners": out,

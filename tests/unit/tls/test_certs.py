@@ -473,7 +473,11 @@ def test_alpn(pairs):
     client, _ = handshake(
         certs.context_for("a.test"), "a.test", client=client_context(alpn=["h2", "http/1.1"])
     )
-    assert client.selected_alpn_protocol() == "http/1.1"  # edge's default offers HTTP/1.1 only
+    assert client.selected_alpn_protocol() == "h2"  # the default options: Traefik's h2, http/1.1
+    client, _ = handshake(
+        certs.context_for("a.test"), "a.test", client=client_context(alpn=["http/1.1"])
+    )
+    assert client.selected_alpn_protocol() == "http/1.1"
     client, _ = handshake(
         certs.context_for("a.test", "h2@file", tcp=True),
         "a.test",
@@ -485,15 +489,17 @@ def test_alpn(pairs):
 
 
 def test_https_offers_only_the_http_versions_edge_speaks(pairs, caplog):
-    """Traefik's default list (h2 first) copied into an options entry: HTTPS routers
-    offer http/1.1 from it (edge speaks HTTP/1.1, not HTTP/2), or no ALPN at all when
-    the list has nothing edge speaks; a terminating TCP router offers the list as it is."""
+    """Traefik's default list (h2 first, acme-tls/1) copied into an options entry:
+    HTTPS routers offer h2 and http/1.1 from it, in its order (edge has no ACME), or no
+    ALPN at all when the list has nothing edge speaks; a terminating TCP router offers
+    the list as it is."""
     section = {
         "certificates": [{"certFile": pairs["a"].cert_pem, "keyFile": pairs["a"].key_pem}],
         "options": {
             "traefik": {"alpnProtocols": ["h2", "http/1.1", "acme-tls/1"]},
             "h2only": {"alpnProtocols": ["h2"]},
             "plain": {"alpnProtocols": ["http/1.1"]},
+            "acme": {"alpnProtocols": ["acme-tls/1"]},
         },
     }
     with caplog.at_level("INFO", logger="edge.tls"):
@@ -501,33 +507,40 @@ def test_https_offers_only_the_http_versions_edge_speaks(pairs, caplog):
     warned = [r.getMessage() for r in caplog.records if "alpnProtocols" in r.getMessage()]
     assert len(warned) == 2, warned  # once per options name that loses something
     assert any(
-        "traefik@file" in m and "h2, acme-tls/1 left out" in m and "offer http/1.1" in m
+        "traefik@file" in m and "acme-tls/1 left out" in m and "offer h2, http/1.1" in m
         for m in warned
     )
-    assert any("h2only@file" in m and "no ALPN" in m for m in warned)
+    assert any("acme@file" in m and "no ALPN" in m for m in warned)
 
-    h2_first = client_context(alpn=["h2", "http/1.1"])
     for server in (
         certs.context_for("a.test", "traefik@file"),
         certs.selecting_context("traefik@file"),
     ):
-        client, _ = handshake(server, "a.test", client=h2_first)
+        client, _ = handshake(server, "a.test", client=client_context(alpn=["h2", "http/1.1"]))
+        assert client.selected_alpn_protocol() == "h2"
+        client, _ = handshake(server, "a.test", client=client_context(alpn=["http/1.1"]))
         assert client.selected_alpn_protocol() == "http/1.1"
-    # A client offering h2 alone: no ALPN from HTTPS (it falls back to HTTP/1.1).
-    h2 = client_context(alpn=["h2"])
+    # Options offering h2 alone: a client that has only HTTP/1.1 gets no ALPN (and speaks it).
     for server in (
         certs.context_for("a.test", "h2only@file"),
         certs.selecting_context("h2only@file"),
     ):
-        client, _ = handshake(server, "a.test", client=h2)
+        client, _ = handshake(server, "a.test", client=client_context(alpn=["h2"]))
+        assert client.selected_alpn_protocol() == "h2"
+        client, _ = handshake(server, "a.test", client=client_context(alpn=["http/1.1"]))
         assert client.selected_alpn_protocol() is None
+    # Options with nothing edge speaks to HTTP clients: no ALPN from HTTPS.
+    client, _ = handshake(
+        certs.context_for("a.test", "acme@file"), "a.test", client=client_context(alpn=["h2"])
+    )
+    assert client.selected_alpn_protocol() is None
     # TCP routers: the list as configured; a context of its own only where the lists differ.
-    for name in ("traefik@file", "h2only@file"):
+    for name in ("traefik@file", "acme@file"):
         tcp = certs.context_for("a.test", name, tcp=True)
         assert tcp is not certs.context_for("a.test", name)
         assert certs.context_for("www.a.test", name, tcp=True) is tcp  # built once
-        client, _ = handshake(tcp, "a.test", client=client_context(alpn=["h2"]))
-        assert client.selected_alpn_protocol() == "h2"
+        client, _ = handshake(tcp, "a.test", client=client_context(alpn=["acme-tls/1"]))
+        assert client.selected_alpn_protocol() == "acme-tls/1"
     client, _ = handshake(
         certs.context_for("a.test", "traefik@file", tcp=True),
         "a.test",

@@ -229,6 +229,20 @@ def test_allowed_route_kinds_not_carried_are_invalid_route_kinds() -> None:
     assert found["supportedKinds"] == [{"group": GROUP, "kind": "HTTPRoute"}]
 
 
+def test_allowed_route_kinds_all_invalid_leave_no_supported_kinds() -> None:
+    """GatewayInvalidRouteKind: a listener allowing only kinds it cannot carry has no
+    supportedKinds, ResolvedRefs InvalidRouteKinds, and no route attaches to it."""
+    li = listener(
+        allowedRoutes={"kinds": [{"kind": "InvalidRoute"}], "namespaces": {"from": "All"}}
+    )
+    c = run(gateway_class(), gateway([li]), service(), route([{"backendRefs": [backend()]}]))
+    found = listener_status(c, "http")
+    assert found["supportedKinds"] == [] and found["attachedRoutes"] == 0
+    assert conditions(found["conditions"])["ResolvedRefs"] == ("False", "InvalidRouteKinds")
+    assert parent(c)["Accepted"] == ("False", "NotAllowedByListeners")
+    assert c.configuration.http.routers == {}
+
+
 # --- HTTPS listeners ---------------------------------------------------------------------------
 
 PKI_ = PKI()
@@ -281,6 +295,31 @@ def test_certificate_refs_refused(ref: dict, extra: list, reason: str) -> None:
     assert conds["ResolvedRefs"] == ("False", reason)
     assert conds["Programmed"] == ("False", "Invalid")
     assert c.configuration.tls is None
+
+
+def test_a_listener_with_unresolved_certificates_counts_routes_but_serves_none() -> None:
+    """GatewayWithAttachedRoutes: routes attach to a listener whose certificateRefs do
+    not resolve (counted in attachedRoutes, their own refs judged), but it is not
+    programmed: no router, no certificate."""
+    c = run(
+        gateway_class(),
+        gateway([https({"name": "does-not-exist"})]),
+        route([{"backendRefs": [backend("does-not-exist")]}], parentRefs=[
+            {"name": "gw", "namespace": "default", "sectionName": "https"}]),
+    )  # fmt: skip
+    found = listener_status(c, "https")
+    conds = conditions(found["conditions"])
+    assert found["attachedRoutes"] == 1
+    assert conds["Accepted"] == ("True", "Accepted")
+    assert conds["ResolvedRefs"] == ("False", "InvalidCertificateRef")
+    assert conds["Programmed"] == ("False", "Invalid")
+    assert parent(c) == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("False", "BackendNotFound"),
+    }
+    assert c.configuration.http.routers == {} and c.configuration.tls is None
+    gw = conditions(status(c, "Gateway", ("default", "gw"))["conditions"])
+    assert gw == {"Accepted": ("True", "Accepted"), "Programmed": ("False", "Invalid")}
 
 
 def test_a_reference_grant_lets_a_gateway_use_another_namespaces_secret() -> None:

@@ -1,0 +1,197 @@
+"""HTTP/2's sans-IO side: the h2 state machine as edge sets it up, the translation
+between HTTP/2 header lists and edge's heads, and the per-second allowances that
+tell a flood from a client.
+
+No socket, no loop (the server side is :mod:`edge.http.server.h2`). The framing,
+HPACK and the stream and flow-control state machines are python-hyper's ``h2``
+(RFC 9113 and RFC 7541, fuzzed and used by hyper, httpx and Twisted); this module
+decides what edge accepts of what it decodes.
+
+Invariants:
+- A :class:`~edge.http.codec.base.RequestHead` made here can be written as an
+  HTTP/1.1 request without changing its meaning: its method is a token, its
+  target an origin-form path (or ``*``) of visible ASCII, no field is
+  connection-specific, and every value is free of CR, LF and NUL (h2 refuses
+  those, RFC 9113 8.2.1); anything else is a :class:`~edge.errors.ProtocolError`
+  naming the field.
+- A header list made from a response head holds no connection-specific field
+  (RFC 9113 8.2.2) and only lowercase names.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import h2.config
+import h2.connection
+import h2.settings
+
+from edge.errors import ProtocolError
+from edge.http.codec.base import Header, RequestHead, ResponseHead
+
+# hpack logs every header it codes at DEBUG: lines per request under edge's DEBUG.
+logging.getLogger("hpack").setLevel(logging.INFO)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface (RFC 9113 3.4)
+
+STREAM_WINDOW = 65535  # a stream's receive window: h2's (and RFC 9113's) initial one
+LARGEST_WINDOW = (1 << 31) - 1
+
+# Never sent in HTTP/2 (RFC 9113 8.2.2); the HTTP/1.1 writers drop the rest of the
+# hop-by-hop fields already.
+CONNECTION_SPECIFIC = frozenset(
+    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
+)
+
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def server_connection(
+    *,
+    max_concurrent_streams: int,
+    decoder_table_size: int,
+    max_header_list_size: int,
+) -> h2.connection.H2Connection:
+    """The server side of one HTTP/2 connection with edge's settings, its SETTINGS
+    and a connection window of ``max_concurrent_streams`` stream windows queued
+    (:meth:`~h2.connection.H2Connection.data_to_send`).
+
+    The HPACK decoder is bounded from the first frame: h2 applies the advertised
+    table and list sizes only once the client acknowledges them.
+    """
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_inbound_headers=True,
+            normalize_inbound_headers=True,  # cookie fields joined (RFC 9113 8.2.3)
+            # What edge sends is made by response_headers() below: lowercase, no
+            # connection-specific field, values the HTTP/1.1 codecs checked.
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+    )
+    codes = h2.settings.SettingCodes
+    conn.local_settings = h2.settings.Settings(
+        client=False,
+        initial_values={
+            codes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
+            codes.HEADER_TABLE_SIZE: decoder_table_size,
+            codes.MAX_HEADER_LIST_SIZE: max_header_list_size,
+        },
+    )
+    conn.decoder.max_allowed_table_size = decoder_table_size
+    conn.decoder.max_header_list_size = max_header_list_size
+    conn.initiate_connection()
+    extra = min(max_concurrent_streams * STREAM_WINDOW, LARGEST_WINDOW) - STREAM_WINDOW
+    if extra > 0:
+        conn.increment_flow_control_window(extra)
+    return conn
+
+
+def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
+    """The head of a request that arrived as HTTP/2 ``headers`` (h2 validated them
+    against RFC 9113 8.2 and 8.3); ``end_stream``: the request has no body.
+
+    The head is what an HTTP/1.1 client would have sent (module invariant), with
+    version ``2.0``: the authority (``:authority``, else ``host``) as ``host``,
+    the fields but ``host`` in order, chunked when a body comes without
+    ``content-length``. Raises ProtocolError for a request edge does not forward.
+    """
+    method = path = authority = host = None
+    length: int | None = None
+    expect = False
+    fields: list[Header] = []
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                path = value
+            elif name == b":authority":
+                authority = value
+            elif name == b":protocol":
+                raise ProtocolError(f"extended CONNECT (:protocol {value!r}) is not served")
+            continue  # :scheme: the entrypoint's, as for HTTP/1.1
+        if name == b"host":
+            host = value
+            continue
+        if name == b"content-length":
+            if not value.isdigit() or (length is not None and int(value) != length):
+                raise ProtocolError(f"invalid content-length {value!r}")
+            length = int(value)
+        elif name == b"expect":
+            expect = value.lower() == b"100-continue"
+        fields.append((name, value))
+    if method is None or path is None:
+        raise ProtocolError("request without :method or :path")
+    if method == b"CONNECT":
+        raise ProtocolError("CONNECT is not served")
+    if not _is_token(method):
+        raise ProtocolError(f"invalid :method {method!r}")
+    if not _is_target(path):
+        raise ProtocolError(f"invalid :path {path!r}")
+    authority = authority if authority is not None else host
+    if not authority:
+        raise ProtocolError("request without :authority or host")
+    body = not end_stream
+    return RequestHead(
+        method,
+        path,
+        b"2.0",
+        fields,
+        True,
+        body and length is None,
+        length if body or length else None,
+        False,
+        expect and body,
+        host=authority,
+    )
+
+
+def _is_token(value: bytes) -> bool:
+    return bool(value) and all(c in _TOKEN for c in value)
+
+
+def _is_target(path: bytes) -> bool:
+    """An origin-form target (or ``*``) of visible ASCII, as an HTTP/1.1 request line holds it."""
+    if path == b"*":
+        return True
+    if path[:1] != b"/":
+        return False
+    return all(0x21 <= c <= 0x7E for c in path)
+
+
+def response_headers(head: ResponseHead) -> list[Header]:
+    """The HTTP/2 header list of a response head as edge wrote it for HTTP/1.1."""
+    out: list[Header] = [(b":status", b"%d" % head.status)]
+    for name, value in head.headers:
+        lname = name.lower()
+        if lname not in CONNECTION_SPECIFIC:
+            out.append((lname, value))
+    return out
+
+
+class Allowance:
+    """How many of one kind of event a connection may cause per second.
+
+    A client needs a few SETTINGS, PING and PRIORITY frames per connection, and
+    resets a stream now and then; a flood sends thousands per second (rapid reset,
+    CVE-2023-44487; SETTINGS and PING floods, CVE-2019-9515 and -9512), each one
+    work for edge and a frame it must answer. :meth:`spend` counts one at ``now``
+    (loop time) and says whether the allowance still holds.
+    """
+
+    __slots__ = ("count", "limit", "start")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.start = 0.0
+
+    def spend(self, now: float) -> bool:
+        if now - self.start >= 1.0:
+            self.start = now
+            self.count = 0
+        self.count += 1
+        return self.count <= self.limit
