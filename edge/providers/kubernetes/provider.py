@@ -164,6 +164,7 @@ from edge.providers.kubernetes.ingress import (
     convert,
     update_endpoints,
 )
+from edge.providers.kubernetes.ingress import Problem as IngressProblem
 from edge.providers.kubernetes.objects import Node, Pod
 
 __all__ = [
@@ -489,9 +490,13 @@ class KubernetesProvider:
         """Which object a problem is about, for its Event: (kind, key, reason, message),
         or None for none. This default reads the CRD and Gateway sources' problems
         (``kind``; ``object``: ``namespace/name``, or ``name`` when cluster-scoped;
-        ``where``; ``reason``), whose reason is :data:`~edge.providers.kubernetes.events.REFUSED`."""
-        namespace, _, name = problem.object.rpartition("/")
-        return problem.kind, (namespace, name), REFUSED, f"{problem.where}: {problem.reason}"
+        ``where``; ``reason``), whose reason is :data:`~edge.providers.kubernetes.events.REFUSED`;
+        a problem of another shape has no Event."""
+        kind, obj = getattr(problem, "kind", None), getattr(problem, "object", None)
+        if not isinstance(kind, str) or not isinstance(obj, str):
+            return None
+        namespace, _, name = obj.rpartition("/")
+        return kind, (namespace, name), REFUSED, f"{problem.where}: {problem.reason}"
 
     def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
         """The counts of a round's log line."""
@@ -906,7 +911,10 @@ class KubernetesIngressProvider(KubernetesProvider):
 
     def subject(self, problem: Any) -> tuple[str, Key, str, str] | None:
         """An Ingress's problem (:class:`~edge.providers.kubernetes.ingress.Problem`), its
-        reason from its kind (``service-not-found``: ``ServiceNotFound``)."""
+        reason from its kind (``service-not-found``: ``ServiceNotFound``); another shape
+        as the base reads it."""
+        if not isinstance(problem, IngressProblem):
+            return super().subject(problem)
         namespace, _, name = problem.ingress.partition("/")
         message = f"{problem.where}: {problem.reason}"
         return "Ingress", (namespace, name), reason_code(problem.kind), message

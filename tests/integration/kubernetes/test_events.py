@@ -23,6 +23,7 @@ from edge.providers.kubernetes.provider import KubernetesProvider
 from tests.harness import Proc, Whoami
 from tests.integration.kubernetes import test_crd_provider as CP
 from tests.integration.kubernetes import test_gateway_provider as GP
+from tests.integration.kubernetes import test_ingress_nginx as NX
 from tests.integration.kubernetes import test_provider as KP
 from tests.kube import objects as o
 from tests.kube.emulator import Access, Emulator
@@ -289,6 +290,33 @@ def test_two_edge_processes_post_one_event_counted_once(
 
 
 # --- other sources --------------------------------------------------------------------------
+
+
+def test_an_ingress_nginx_class_ingress_gets_a_warning_with_its_reason(
+    emu: Emulator, start_edge, whoami: Whoami
+) -> None:
+    """The kubernetesIngressNGINX source: an annotation edge does not serve refuses the
+    Ingress, and the Event says which."""
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    KP.backend_service(emu, "app", whoami)
+    emu.create(NX.nginx_ingress("good", "good.test", [("/", "Prefix", "app")]))
+    cert = {"auth-tls-secret": "default/client-ca"}
+    emu.create(NX.nginx_ingress("client-cert", "c.test", [("/", "Prefix", "app")], cert))
+    static = KP.static_config(emu)
+    static["providers"] = {
+        "kubernetesIngressNGINX": {
+            "endpoint": emu.url,
+            "token": KP.TOKEN,
+            "throttleDuration": "100ms",
+        }
+    }
+    edge = start_edge(static)
+    assert KP.follows(edge.port(), "good.test", "w1")
+    assert KP.until(lambda: len(warnings(emu, "Ingress", "client-cert")) == 1)
+    (event,) = warnings(emu, "Ingress", "client-cert")
+    assert event.reason == "InvalidAnnotation"
+    assert "auth-tls-secret is not supported" in event.message
+    assert described(emu, "Ingress", "good") == []
 
 
 def test_an_ingress_route_naming_a_missing_service_gets_a_warning(
