@@ -33,9 +33,10 @@ from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
 from edge.descriptors import Budget
 from edge.entrypoints import EntryPoints
 from edge.entrypoints import metrics as prometheus
+from edge.entrypoints.accesslog import AccessLogger
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
-from edge.logs import AccessLogger, reopen_logs
+from edge.logs import reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
 from edge.router.factory import build_router_sets, servers_for
@@ -234,9 +235,10 @@ class Dataplane:
             if config.protocol == "udp":
                 # All UDP sessions together hold at most UDP_SHARE of the descriptors.
                 share = UDP_SHARE / udp_count
-                self.entrypoints.add(
-                    UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share)
-                )
+                udp = UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share)
+                if self.access_log is not None:  # a line per session (edge's own)
+                    udp.proxy.log_session = self.access_log.session_hook(name)
+                self.entrypoints.add(udp)
                 continue
             self.entrypoints.add(
                 TCPEntryPoint(
@@ -256,6 +258,10 @@ class Dataplane:
                     budget=self.budget,
                 )
             )
+            if self.access_log is not None:  # a line per relayed connection (edge's own)
+                tcp = self.entrypoints.all[name]
+                assert isinstance(tcp, TCPEntryPoint)
+                tcp.peek.log_relay = self.access_log.relay_hook(name)
         if self.metrics is not None:
             prometheus.watch_dataplane(self.metrics, self)
 

@@ -416,7 +416,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),
         (sta.Transport, "keepAliveMaxRequests keepAliveMaxTime", _),
         (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),
-        (sta.AccessLog, _, "addInternals fields filters otlp"),
+        (sta.AccessLog, _, "otlp"),
         (sta.Ping, _, "terminatingStatusCode"),
         (sta.Api, _, "basePath dashboard debug disableDashboardAd"),
         (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),

@@ -61,6 +61,7 @@ from edge.config.dynamic import (
     ServersTransport,
     TCPServersTransport,
     TLSClientConfig,
+    http_code_ranges,
     split_host_port,
 )
 
@@ -68,6 +69,9 @@ __all__ = [
     "DEFAULT_THROTTLE",
     "INTERNAL_ENTRY_POINT",
     "AccessLog",
+    "AccessLogFieldHeaders",
+    "AccessLogFields",
+    "AccessLogFilters",
     "Api",
     "Core",
     "EntryPoint",
@@ -107,12 +111,7 @@ INTERNAL_ENTRY_POINT = "traefik"
 DEFAULT_ENTRY_POINT = "http"
 """The entry point Traefik (and edge) adds, on ``:80``, when the configuration has none."""
 
-NOT_YET_IMPLEMENTED: dict[str, str] = {
-    "accesslog.filters": "not yet implemented: every request is logged (filtering by status "
-    "code, retries or duration comes with edge's observability work)",
-    "accesslog.fields": "not yet implemented: every request is logged with edge's own fixed "
-    "set of fields (choosing fields and headers comes with edge's observability work)",
-}
+NOT_YET_IMPLEMENTED: dict[str, str] = {}
 """Traefik options edge reads past (the loader reports them as ignored) that it will
 implement: key path (lower case, no ``$.``) -> what edge does meanwhile."""
 
@@ -546,10 +545,64 @@ class Log(Base):
         return LOG_LEVELS[self.level]
 
 
+class AccessLogFilters(Base):
+    """``accessLog.filters``: a line is kept when any filter set keeps it (Traefik's
+    ``keepAccessLog``): its status in ``statusCodes`` (``"404"``, ``"500-599"``), a
+    retry happened (``retryAttempts``), or it took longer than ``minDuration``. No
+    filter set keeps every line."""
+
+    status_codes: list[str] = []
+    retry_attempts: bool = False
+    min_duration: Duration = Duration(0)
+
+    def __post_init__(self) -> None:
+        try:
+            http_code_ranges(self.status_codes)
+        except ValueError as exc:
+            raise ValueError(f"statusCodes{exc}") from None
+
+    @property
+    def active(self) -> bool:
+        """Whether any filter is set (an empty ``filters`` keeps every line, as Traefik's)."""
+        return bool(self.status_codes or self.retry_attempts or self.min_duration > 0)
+
+
+class AccessLogFieldHeaders(Base):
+    """``accessLog.fields.headers``: what becomes of each request, origin and downstream
+    header (``request_<Name>``, ``origin_<Name>``, ``downstream_<Name>``): kept,
+    dropped or ``REDACTED``. ``names``: per header name (any case), over ``defaultMode``."""
+
+    default_mode: Literal["keep", "drop", "redact"] = "drop"
+    names: dict[str, Literal["keep", "drop", "redact"]] = {}
+
+
+class AccessLogQueryParameters(Base):
+    default_mode: Literal["keep", "drop"] = "keep"
+
+
+class AccessLogFields(Base):
+    """``accessLog.fields``: which fields a line has. ``names``: per field name (any
+    case: ``ClientUsername``, ``StartUTC``), over ``defaultMode``."""
+
+    default_mode: Literal["keep", "drop"] = "keep"
+    names: dict[str, Literal["keep", "drop"]] = {}
+    headers: AccessLogFieldHeaders = msgspec.field(default_factory=AccessLogFieldHeaders)
+    query_parameters: AccessLogQueryParameters = msgspec.field(
+        default_factory=AccessLogQueryParameters
+    )
+
+
 class AccessLog(Base):
+    """``accessLog``, Traefik's keys (``otlp`` aside): what is written, and where; see
+    :mod:`edge.entrypoints.accesslog`. ``addInternals``: also the requests edge's own
+    services answer (``ping``, ``api``, ``metrics``, redirections: ``*@internal``)."""
+
     file_path: str = ""  # "": stdout
-    format: Literal["common", "json"] = "common"
+    format: Literal["common", "genericCLF", "json"] = "common"
     buffering_size: NonNegativeInt = 0
+    filters: AccessLogFilters | None = None
+    fields: AccessLogFields = msgspec.field(default_factory=AccessLogFields)
+    add_internals: bool = False
 
 
 class Core(Base):

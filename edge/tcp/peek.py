@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,8 @@ class PeekContext:
         self.tasks: set[asyncio.Task] = set()  # dials in flight
         # What the relays of each (TCP router, service) did: read by the metrics at scrape.
         self.tcp_counters: dict[tuple[str, str], TCPCounters] = {}
+        # What each relay calls when it ends (the access log's), set by the entry point.
+        self.log_relay: Callable[[Relay], None] | None = None
         # The router the acceptor below was made for (see protocol()).
         self._router: TCPRouter | None = None
         self._acceptor: Acceptor | None = None
@@ -450,7 +453,15 @@ class Peek(asyncio.Protocol):
         # The server learns who the client is: a PROXY header before any client byte
         # (and before TLS, to a server edge speaks TLS to).
         header = self._proxy_header(server.proxy_protocol, client) if server.proxy_protocol else b""
-        relay = Relay(self.ctx.connections, held, chain, self.client_ip, self.ctx.tcp_counters)
+        relay = Relay(
+            self.ctx.connections,
+            held,
+            chain,
+            self.client_ip,
+            self.ctx.tcp_counters,
+            log=self.ctx.log_relay,
+            peer=self.client,
+        )
         task = self.ctx.loop.create_task(relay.run(route, server, header, first, postgres))
         self.ctx.tasks.add(task)
         task.add_done_callback(self.ctx.tasks.discard)
@@ -505,9 +516,24 @@ class Relay:
     ``chain`` (the route's TCP middlewares, which admitted the connection) is left
     once, when the relay ends: dial failed, or both sides of the splice gone.
     ``counters``: the entry point's :class:`TCPCounters` by (router, service).
+    ``log``: called with the relay once it ended (the access log's; see
+    :mod:`edge.entrypoints.accesslog`), ``peer`` the client's (ip, port).
     """
 
-    __slots__ = ("chain", "client", "client_ip", "connections", "counted", "counters", "splice")
+    __slots__ = (
+        "chain",
+        "client",
+        "client_ip",
+        "connections",
+        "counted",
+        "counters",
+        "log",
+        "opened",
+        "peer",
+        "route_name",
+        "server",
+        "splice",
+    )
     deadline_kind = NO_DEADLINE
     deadline = 0.0
 
@@ -518,6 +544,9 @@ class Relay:
         chain: TCPChain | None = None,
         client_ip: str = "",
         counters: dict[tuple[str, str], TCPCounters] | None = None,
+        *,
+        log: Callable[[Relay], None] | None = None,
+        peer: Address | None = None,
     ) -> None:
         self.connections = connections
         self.client = client  # the client's transport, parked until the splice takes it
@@ -526,11 +555,18 @@ class Relay:
         self.client_ip = client_ip
         self.counters = counters
         self.counted: TCPCounters | None = None  # this relay's, once its server is known
+        self.log = log
+        self.peer = peer
+        self.opened = time.monotonic() if log is not None else 0.0
+        self.route_name = ""  # the router's and the server picked, once run
+        self.server: Any = None
         connections.add(self)
 
     async def run(
         self, route: TCPRoute, server: Any, header: bytes, first: bytes, postgres: bool = False
     ) -> None:
+        self.route_name = route.name
+        self.server = server
         if self.counters is not None:
             key = (route.name, server.service)
             counted = self.counted = self.counters.get(key)
@@ -600,6 +636,8 @@ class Relay:
             if counted is not None and splice is not None:
                 counted.bytes_to_server += splice.bytes_a_to_b
                 counted.bytes_to_client += splice.bytes_b_to_a
+            if self.log is not None:
+                self.log(self)
         self.connections.discard(self)
         chain, self.chain = self.chain, None  # left once, however the relay ends
         if chain is not None:

@@ -53,12 +53,13 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from edge.router.udp import UDPRouter, UDPServer
 from edge.tcp.proxyproto import encode_v2
 from edge.udp.mmsg import NAME_SIZE, BatchReader, address_of, recvmmsg
-from edge.udp.sessions import Counters, Session, SessionTable
+from edge.udp.sessions import Counters, Session, SessionTable, Tally
 
 log = logging.getLogger("edge.udp")
 
@@ -213,6 +214,9 @@ class DatagramProxy:
         # The router's servers' (ip, port): a datagram from one opens no session (see _open).
         self.servers_at: frozenset[tuple[str, int]] = frozenset()
         self._loops = 0  # such datagrams since the last sweep logged them
+        # What each session calls when it ends (the access log's), set by the entry point;
+        # with it, sessions count in a Tally of their own.
+        self.log_session: Callable[[Session], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class DatagramProxy:
         """End every session and close the listening socket."""
         self.stop_reading()
         for session in self.table.clear():
-            self._detach(session)
+            self._end(session)
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -282,10 +286,14 @@ class DatagramProxy:
         ended = 0
         for session in self.table:
             if router is not None and self._stays(session, router):
-                session.counters = self._counters(router.name, router.service.name)
+                shared = self._counters(router.name, router.service.name)
+                if isinstance(session.counters, Tally):
+                    session.counters.shared = shared
+                else:
+                    session.counters = shared
             else:
                 self.table.remove(session)
-                self._detach(session)
+                self._end(session)
                 ended += 1
         if ended:
             log.info(
@@ -338,7 +346,7 @@ class DatagramProxy:
         """
         for session in self.table.expire(self.refresh(), self.shortest, slack):
             session.counters.sessions_expired += 1
-            self._detach(session)
+            self._end(session)
         if self.down:
             for address in [a for a, until in self.down.items() if until <= now]:
                 del self.down[address]
@@ -572,13 +580,19 @@ class DatagramProxy:
             ):
                 reply = None  # the kernel's own choice: a plain sendto says the same, for less
         session = Session(
-            client, counters, timeout=self.timeout, local=local or self.local, reply=reply, key=key
+            client,
+            counters if self.log_session is None else Tally(counters),
+            timeout=self.timeout,
+            local=local or self.local,
+            reply=reply,
+            key=key,
         )
+        session.opened = now
         evicted = self.table.add(session, now)
         if evicted is not None:
             evicted.counters.sessions_evicted += 1
             self._evicted += 1
-            self._detach(evicted)
+            self._end(evicted)
         if not self._connect(session, server):
             self.table.remove(session)
             counters.dropped += 1
@@ -614,6 +628,12 @@ class DatagramProxy:
             session.ready = sock
         self.loop.add_reader(sock.fileno(), self._upstream_readable, session)
         return sock
+
+    def _end(self, session: Session) -> None:
+        """``session`` left the table: logged (where the access log is on), then detached."""
+        if self.log_session is not None:
+            self.log_session(session)
+        self._detach(session)
 
     def _detach(self, session: Session) -> None:
         """Close ``session``'s upstream socket (it may pick a server again later)."""

@@ -1,7 +1,8 @@
 """UDP sessions: who talks to which server, and which has been idle longest.
 
-Owns :class:`Session` (one client address and its upstream), :class:`SessionTable`
-and :class:`Counters`. No sockets are touched here: the table only bounds, evicts
+Owns :class:`Session` (one client address and its upstream), :class:`SessionTable`,
+:class:`Counters` and :class:`Tally` (a session's own counts, where the access log
+wants them). No sockets are touched here: the table only bounds, evicts
 and expires, so it is tested without a loop.
 
 Recency is a stamp, not an order kept per datagram: the data plane writes a coarse
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edge.router.udp import UDPServer
 
-__all__ = ["Counters", "Session", "SessionTable"]
+__all__ = ["Counters", "Session", "SessionTable", "Tally"]
 
 
 class Counters:
@@ -85,6 +86,71 @@ class Counters:
                 setattr(self, key, getattr(self, key) + getattr(other, key))
 
 
+def _tallied(name: str) -> property:
+    """A count a :class:`Tally` keeps for its session and adds to its shared counters."""
+    own = "_" + name
+
+    def get(tally: Tally) -> int:
+        return getattr(tally, own)
+
+    def set_(tally: Tally, value: int) -> None:
+        shared = tally.shared
+        setattr(shared, name, getattr(shared, name) + value - getattr(tally, own))
+        setattr(tally, own, value)
+
+    return property(get, set_)
+
+
+def _shared(name: str) -> property:
+    """A count a :class:`Tally` leaves to its shared counters."""
+
+    def get(tally: Tally) -> int:
+        return getattr(tally.shared, name)
+
+    def set_(tally: Tally, value: int) -> None:
+        setattr(tally.shared, name, value)
+
+    return property(get, set_)
+
+
+class Tally:
+    """A session's counters where the access log is on: what the data plane adds to
+    ``session.counters`` goes to the (router, service) :class:`Counters` it shares
+    (``shared``) and, for the datagrams and bytes each way, to the session's own
+    count, which its log line reads. Where the log is off sessions hold the shared
+    counters themselves, and a datagram pays nothing for it."""
+
+    __slots__ = (
+        "_bytes_to_client",
+        "_bytes_to_server",
+        "_datagrams_to_client",
+        "_datagrams_to_server",
+        "shared",
+    )
+
+    def __init__(self, shared: Counters) -> None:
+        self.shared = shared
+        self._datagrams_to_server = self._bytes_to_server = 0
+        self._datagrams_to_client = self._bytes_to_client = 0
+
+    datagrams_to_server = _tallied("datagrams_to_server")
+    bytes_to_server = _tallied("bytes_to_server")
+    datagrams_to_client = _tallied("datagrams_to_client")
+    bytes_to_client = _tallied("bytes_to_client")
+    dropped = _shared("dropped")
+    sessions_opened = _shared("sessions_opened")
+    sessions_expired = _shared("sessions_expired")
+    sessions_evicted = _shared("sessions_evicted")
+
+    @property
+    def router(self) -> str:
+        return self.shared.router
+
+    @property
+    def service(self) -> str:
+        return self.shared.service
+
+
 class Session:
     """One client address of an entry point and its upstream.
 
@@ -96,7 +162,9 @@ class Session:
     go to it as it is (no header to prepend, no server to pick), else None: the one
     check the hot path makes. ``last`` is the tick of the session's latest datagram
     (either way). ``key`` is what the table files it under: ``client`` itself, or the
-    raw sockaddr bytes the listener's recvmmsg gives (edge.udp.mmsg).
+    raw sockaddr bytes the listener's recvmmsg gives (edge.udp.mmsg). ``counters``: the
+    (router, service) :class:`Counters`, or a :class:`Tally` of them where the access
+    log is on. ``opened``: when it began (``time.monotonic``).
     """
 
     __slots__ = (
@@ -108,6 +176,7 @@ class Session:
         "key",
         "last",
         "local",
+        "opened",
         "ready",
         "reply",
         "server",
@@ -118,7 +187,7 @@ class Session:
     def __init__(
         self,
         client: tuple[Any, ...],
-        counters: Counters,
+        counters: Counters | Tally,
         *,
         timeout: float,
         local: tuple[Any, ...] | None = None,
@@ -136,6 +205,7 @@ class Session:
         self.ready: socket.socket | None = None
         self.header: bytes | None = None
         self.last = 0.0
+        self.opened = 0.0
         self.budget = 1  # datagrams the upstream socket's next callback reads
         self.fills = 0
 

@@ -151,6 +151,7 @@ class General:
         "filters",
         "fwd",
         "held_body",
+        "origin",  # set by _connect where the access log is on (read with getattr)
         "page_status",
         "resp_held",
         "set_cookies",
@@ -799,6 +800,8 @@ class Exchange:
     # -- the upstream connection ------------------------------------------------------
 
     def _connect(self) -> None:
+        if self.started:  # the access log's OriginDuration runs from here (General.origin)
+            self.x.origin = time.perf_counter()
         backend = self.backend
         conn = backend.transport.take_idle(backend.server)
         if conn is not None:
@@ -1440,6 +1443,7 @@ class Exchange:
         """Send a complete response of edge's own for this request."""
         self.status = status
         self.sent = len(data) - data.index(b"\r\n\r\n") - 4  # the body's size, for the access log
+        self.resp_out = data  # ...and its head (downstream_ headers)
         if self.keep_alive and self.head.version == b"1.0":
             data = forward.keep_alive_for_http10(data)
         self.resp_started = True

@@ -1,4 +1,5 @@
-"""The access log's common format is Traefik's CLF, field for field, through a real edge."""
+"""The access log's common (and genericCLF) format is Traefik's CLF, field for field,
+through a real edge."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ CLF = re.compile(
 
 
 def test_common_format_fields(tmp_path, whoami):
+    """Referer and User-Agent as kept by fields.headers (Traefik drops headers by default)."""
     log_path = tmp_path / "access.log"
-    e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path)}})
+    headers = {"names": {"Referer": "keep", "user-agent": "keep"}}
+    static = {"accessLog": {"filePath": str(log_path), "fields": {"headers": headers}}}
+    e = Edge(tmp_path, dyn(whoami), static_extra=static)
     try:
         status, _, body = get(
             e.port,
@@ -76,3 +80,54 @@ def test_durations_are_not_rounded_to_milliseconds(tmp_path, whoami):
     # A millisecond clock gives whole milliseconds, give or take float rounding (< 1 us).
     durations = [r["Duration"] for r in records]
     assert not all(min(d % 1_000_000, -d % 1_000_000) < 1_000 for d in durations), durations
+
+
+def test_headers_are_dropped_by_default(tmp_path, whoami):
+    """As in Traefik (fields.headers.defaultMode drop): referer and user agent read "-"
+    unless kept; redacted, they read "REDACTED"."""
+    log_path = tmp_path / "access.log"
+    e = Edge(tmp_path, dyn(whoami), static_extra={"accessLog": {"filePath": str(log_path)}})
+    try:
+        headers = {"Referer": "http://r.test/", "User-Agent": "agent/1"}
+        assert get(e.port, "/", host="a.test", headers=headers)[0] == 200
+        (line,) = wait_lines(log_path, 1)
+    finally:
+        e.stop()
+    fields = CLF.match(line)
+    assert fields is not None, line
+    assert (fields["referer"], fields["agent"]) == ("-", "-")
+
+
+def test_dropped_fields_read_a_dash(tmp_path, whoami):
+    log_path = tmp_path / "access.log"
+    fields = {
+        "names": {"RouterName": "drop", "ServiceURL": "drop", "DownstreamStatus": "drop"},
+        "headers": {"names": {"User-Agent": "redact"}},
+    }
+    static = {"accessLog": {"filePath": str(log_path), "fields": fields}}
+    e = Edge(tmp_path, dyn(whoami), static_extra=static)
+    try:
+        assert get(e.port, "/", host="a.test", headers={"User-Agent": "agent/1"})[0] == 200
+        (line,) = wait_lines(log_path, 1)
+    finally:
+        e.stop()
+    assert re.fullmatch(
+        r'127\.0\.0\.1 - - \[[^\]]+\] "GET / HTTP/1\.1" - \d+ "-" "REDACTED" \d+ "-" "-" \d+ms',
+        line,
+    ), line
+
+
+def test_generic_clf(tmp_path, whoami):
+    """genericCLF: the common format's first fields, up to the user agent."""
+    log_path = tmp_path / "access.log"
+    static = {"accessLog": {"filePath": str(log_path), "format": "genericCLF"}}
+    e = Edge(tmp_path, dyn(whoami), static_extra=static)
+    try:
+        status, _, body = get(e.port, "/g?x=1", host="a.test")
+        assert status == 200
+        (line,) = wait_lines(log_path, 1)
+    finally:
+        e.stop()
+    assert re.fullmatch(
+        rf'127\.0\.0\.1 - - \[[^\]]+ \+0000\] "GET /g\?x=1 HTTP/1\.1" 200 {len(body)} "-" "-"', line
+    ), line

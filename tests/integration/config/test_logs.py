@@ -52,7 +52,7 @@ def test_access_log_to_file(tmp_path, whoami, fmt):
         first, second = (json.loads(line) for line in lines[:2])
         assert first["RequestPath"] == "/x?y=1" and first["DownstreamStatus"] == 200
         assert first["RouterName"] == "a@file" and first["ServiceURL"] == whoami.url
-        assert second["DownstreamStatus"] == 404 and second["RouterName"] == ""
+        assert second["DownstreamStatus"] == 404 and "RouterName" not in second  # as Traefik
     else:
         assert re.match(
             r'127\.0\.0\.1 - - \[.+\] "GET /x\?y=1 HTTP/1\.1" 200 \d+ .*"a@file"', lines[0]
@@ -119,7 +119,10 @@ def test_sigusr1_reopens_the_access_log_for_logrotate(tmp_path, whoami, workers)
             assert e.proc.poll() is None, f"edge ended on SIGUSR1:\n{e.log}"
             assert time.monotonic() < deadline, e.log
             time.sleep(0.05)
-        assert log_path.exists()  # opened again where it was
+        deadline = time.monotonic() + 5
+        while not log_path.exists():  # opened again where it was (by the writer's thread)
+            assert time.monotonic() < deadline, e.log
+            time.sleep(0.05)
         for i in range(8):  # with workers, let every worker log one
             assert get(e.port, f"/after{i}", host="a.test")[0] == 200
         text = wait_text(log_path, "GET /after")
