@@ -1175,16 +1175,32 @@ class Compress(Base):
 
 
 class Retry(Base):
-    """Up to ``attempts`` tries of a request whose server could not be reached (the
-    first included), ``initialInterval`` the first wait of an exponential backoff
-    (0: tries follow at once)."""
+    """Up to ``attempts`` tries of a request (the first included) whose server could
+    not be reached, or answered with a status in ``status``; ``initialInterval`` the
+    first wait of an exponential backoff (0: tries follow at once), ``timeout`` the
+    time from the first try within which another may start (0: no bound).
+    ``maxRequestBodyBytes``: the largest body held to send again after a status
+    (negative: no limit); ``disableRetryOnNetworkError`` (needs ``status``);
+    ``retryNonIdempotentMethod``: retry by status any method
+    (:mod:`edge.http.middlewares.retry`)."""
 
     attempts: int = 0
     initial_interval: Duration = Duration(0.0)
+    timeout: Duration = Duration(0.0)
+    max_request_body_bytes: int = 2 * 1024 * 1024
+    status: list[str] = []
+    disable_retry_on_network_error: bool = False
+    retry_non_idempotent_method: bool = False
 
     def check(self) -> None:
         if self.attempts <= 0:
             raise ValueError(f"attempts: {self.attempts} is not a positive number of tries")
+        try:
+            http_code_ranges(self.status)
+        except ValueError as exc:
+            raise ValueError(f"status{exc}") from None
+        if self.disable_retry_on_network_error and not self.status:
+            raise ValueError("disableRetryOnNetworkError: retrying nothing else, it needs status")
 
 
 # -- circuitBreaker's expression language (vulcand/oxy's, which Traefik uses) -------------
@@ -1409,13 +1425,18 @@ class ErrorPage(Base):
 class Buffering(Base):
     """Whole bodies held before they go on: in memory up to ``mem*BodyBytes`` (1 MiB
     when not positive), the rest in a temporary file; over ``max*BodyBytes`` (no limit
-    when not positive) answered 413."""
+    when not positive) answered 413. ``disableRequestBuffer`` / ``disableResponseBuffer``
+    (Traefik sets them from its ingress-nginx provider, out of its files; edge reads
+    them from files too): that body streams, with no limit (and, the response's, no
+    ``retryExpression``)."""
 
     max_request_body_bytes: int = 0
     mem_request_body_bytes: int = 0
     max_response_body_bytes: int = 0
     mem_response_body_bytes: int = 0
     retry_expression: str = ""
+    disable_request_buffer: bool = False
+    disable_response_buffer: bool = False
 
     def check(self) -> None:
         if self.retry_expression:
@@ -1428,6 +1449,19 @@ class Buffering(Base):
         ):
             if value < 0:
                 raise ValueError(f"{key}: {value} is negative")
+
+
+class GrpcWeb(Base):
+    """Traefik's ``grpcWeb``: gRPC-Web requests turned into gRPC for the server,
+    ``allowOrigins`` answering CORS. Read so that its refusal can say why (gRPC
+    needs HTTP/2 to the server): validation disables it and the routers using it."""
+
+    allow_origins: list[str] = []
+
+    def check(self) -> None:
+        raise ValueError(
+            f": {UNSUPPORTED}: it turns gRPC-Web into gRPC, which needs HTTP/2 to the server"
+        )
 
 
 class Middleware(Element):
@@ -1460,6 +1494,7 @@ class Middleware(Element):
     circuit_breaker: CircuitBreaker | None = None
     errors: ErrorPage | None = None
     buffering: Buffering | None = None
+    grpc_web: GrpcWeb | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind

@@ -366,7 +366,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Router, "parentRefs", "observability"),
         (
             dyn.Middleware,
-            "encodedCharacters grpcWeb plugin",
+            "encodedCharacters plugin",
             _,
         ),
         (
@@ -376,12 +376,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.ErrorPage, "errorRequestHeaders", _),
-        (dyn.Buffering, "disableRequestBuffer disableResponseBuffer", _),
-        (
-            dyn.Retry,
-            "disableRetryOnNetworkError maxRequestBodyBytes retryNonIdempotentMethod status timeout",
-            _,
-        ),
         (dyn.ForwardAuth, "forwardBody maxBodySize", _),
         (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),

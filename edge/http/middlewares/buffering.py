@@ -22,6 +22,13 @@ goes again, its held body with it, to the server the service picks next
 (:attr:`Forward.replay`). Not yet: a response held in a file is read back into memory
 at its end, once.
 
+``disableRequestBuffer`` / ``disableResponseBuffer`` (oxy's options, which Traefik's
+ingress-nginx provider sets): that body is not held but streams as it comes, with no
+limit (``max*BodyBytes`` unchecked); without the response held no try is asked
+about, ``retryExpression`` included (oxy's retry loop holds the response). Both: the
+middleware does nothing (:func:`buffering` builds an empty step, so the route keeps
+the express path).
+
 Invariant: built once per configuration; per request, one spool per body, closed
 (its file deleted) when the exchange is done with it.
 """
@@ -33,9 +40,19 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from edge.config.dynamic import BUFFERING_FUNCTIONS, CBNode, parse_cb_expression
+from edge.config.dynamic import Buffering as BufferingConfig
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Middleware, Reply
 
-__all__ = ["DEFAULT_MEM", "MAX_TRIES", "Buffering", "Spool", "retry_predicate"]
+__all__ = [
+    "DEFAULT_MEM",
+    "MAX_TRIES",
+    "Buffering",
+    "RequestBuffering",
+    "ResponseBuffering",
+    "Spool",
+    "buffering",
+    "retry_predicate",
+]
 
 MAX_TRIES = 10
 """Tries of one request at most under a retryExpression (oxy's DefaultMaxRetryAttempts)."""
@@ -154,8 +171,8 @@ class _HeldResponse(BodyFilter):
         return self.spool.read()
 
 
-class Buffering(Middleware):
-    """``buffering``: both bodies held in full (module doc)."""
+class _Buffering(Middleware):
+    """What the three kinds share: the configuration, and each body's holding."""
 
     __slots__ = ("max_request", "max_response", "mem_request", "mem_response", "replay")
 
@@ -175,7 +192,7 @@ class Buffering(Middleware):
         self.max_response = max_response
         self.mem_response = mem_response
 
-    def request(self, fwd: Forward) -> Answer | None:
+    def _hold_request(self, fwd: Forward) -> Answer | None:
         head = fwd.head
         if (
             head is not None
@@ -184,9 +201,69 @@ class Buffering(Middleware):
         ):
             return Answer(413, body=b"Request Entity Too Large")
         fwd.spool = Spool(self.max_request, self.mem_request)
+        return None
+
+    def _hold_response(self, reply: Reply) -> BodyFilter:
+        reply.hold = True
+        return _HeldResponse(Spool(self.max_response, self.mem_response))
+
+
+class Buffering(_Buffering):
+    """``buffering``: both bodies held in full (module doc)."""
+
+    __slots__ = ()
+
+    def request(self, fwd: Forward) -> Answer | None:
+        answer = self._hold_request(fwd)
+        if answer is None:
+            fwd.replay = self.replay
+        return answer
+
+    def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
+        return self._hold_response(reply)
+
+
+class RequestBuffering(_Buffering):
+    """``disableResponseBuffer``: the request's body held, the response streamed."""
+
+    __slots__ = ()
+
+    def request(self, fwd: Forward) -> Answer | None:
+        return self._hold_request(fwd)
+
+
+class ResponseBuffering(_Buffering):
+    """``disableRequestBuffer``: the response held (and asked about by
+    ``retryExpression``), the request's body streamed."""
+
+    __slots__ = ()
+
+    def request(self, fwd: Forward) -> Answer | None:
         fwd.replay = self.replay
         return None
 
     def response(self, fwd: Forward, reply: Reply) -> BodyFilter | None:
-        reply.hold = True
-        return _HeldResponse(Spool(self.max_response, self.mem_response))
+        return self._hold_response(reply)
+
+
+def buffering(name: str, config: BufferingConfig) -> Middleware:
+    """The buffering middleware ``config`` (validated) describes: the kind that holds
+    what it holds, or one that does nothing when it holds neither body."""
+    c = config
+    if c.disable_request_buffer and c.disable_response_buffer:
+        return Middleware(name)
+    kind: type[_Buffering] = (
+        RequestBuffering
+        if c.disable_response_buffer
+        else ResponseBuffering
+        if c.disable_request_buffer
+        else Buffering
+    )
+    return kind(
+        name,
+        c.max_request_body_bytes,
+        c.mem_request_body_bytes,
+        c.max_response_body_bytes,
+        c.mem_response_body_bytes,
+        c.retry_expression,
+    )

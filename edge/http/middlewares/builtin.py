@@ -21,7 +21,7 @@ from edge.config.merge import qualify, split_name
 from edge.http.middlewares import Middleware
 from edge.http.middlewares.access import IPAllowList, ip_strategy
 from edge.http.middlewares.auth import BasicAuth, DigestAuth, basic_auth, digest_auth
-from edge.http.middlewares.buffering import Buffering
+from edge.http.middlewares.buffering import Buffering, buffering
 from edge.http.middlewares.circuit import CircuitBreaker
 from edge.http.middlewares.clientcert import PassTLSClientCert
 from edge.http.middlewares.compress import Compress
@@ -38,7 +38,7 @@ from edge.http.middlewares.paths import (
     StripPrefixRegex,
 )
 from edge.http.middlewares.redirect import RedirectRegex, RedirectScheme
-from edge.http.middlewares.retry import Retry
+from edge.http.middlewares.retry import Retry, retry
 
 __all__ = [
     "AddPrefix",
@@ -127,7 +127,7 @@ def from_config(
         p = c.pass_tls_client_cert
         return PassTLSClientCert(name, p.pem, p.info)
     if c.retry is not None:
-        return Retry(name, c.retry.attempts, c.retry.initial_interval)
+        return retry(name, c.retry)
     if c.circuit_breaker is not None:
         cb = c.circuit_breaker
         return CircuitBreaker(
@@ -149,15 +149,7 @@ def from_config(
             )
         return ErrorPages(name, http_code_ranges(e.status), service, e.query, rewrites)
     if c.buffering is not None:
-        b = c.buffering
-        return Buffering(
-            name,
-            b.max_request_body_bytes,
-            b.mem_request_body_bytes,
-            b.max_response_body_bytes,
-            b.mem_response_body_bytes,
-            b.retry_expression,
-        )
+        return buffering(name, c.buffering)
     if c.chain is not None:
         raise AssertionError(f"middleware {name}: a chain is unrolled by validation, not built")
     raise AssertionError(f"middleware {name}: no kind set (validated by the model)")

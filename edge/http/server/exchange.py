@@ -44,6 +44,7 @@ from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Rep
 from edge.http.middlewares.buffering import MAX_TRIES
 from edge.http.middlewares.headers import vary_origin
 from edge.http.middlewares.nginx_errors import Page
+from edge.http.middlewares.retry import replayable
 from edge.http.server.upstream import UpstreamConnection
 from edge.rules import RequestView
 
@@ -58,8 +59,6 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 CHUNK_END = b"0\r\n\r\n"
 CRLF = b"\r\n"
 
-
-IDEMPOTENT = frozenset((b"GET", b"HEAD", b"OPTIONS", b"TRACE"))
 
 # Statuses whose response has no body whatever the request (1xx are interim, 101 apart).
 NO_BODY = frozenset((204, 304))
@@ -127,17 +126,6 @@ class ClientSide(Protocol):
     ) -> None: ...
 
 
-def replayable(head: RequestHead) -> bool:
-    """A request that may go out again after its connection was lost with no answer:
-    Go's ``Request.isReplayable``, which Traefik's transport follows (a safe
-    method, or one carrying ``Idempotency-Key`` / ``X-Idempotency-Key``)."""
-    if head.method in IDEMPOTENT:
-        return True
-    return any(
-        name.lower() in (b"idempotency-key", b"x-idempotency-key") for name, _ in head.headers
-    )
-
-
 class General:
     """What an exchange on the general path keeps beside the express path's fields (one
     slot of the exchange, so an express exchange allocates and frees no more than before
@@ -145,6 +133,7 @@ class General:
 
     __slots__ = (
         "attempt",
+        "began",
         "deadline",
         "divert",
         "filtered",
@@ -175,6 +164,7 @@ class General:
         self.resp_held = False  # a filter holds the response until its end (Reply.hold)
         self.filtered = False  # the filters ran on this response's head
         self.attempt = 1  # tries of the request (retry)
+        self.began = 0.0  # when its first try began (loop time: retry's timeout)
         self.deadline = 0.0  # when the route's timeouts.request runs out (loop time)
         self.try_timer: asyncio.TimerHandle | None = None  # ...and this try's backendRequest
         self.up_args: tuple = ()  # what a head for another server is made with (retry)
@@ -541,6 +531,7 @@ class Exchange:
             # What a retry makes another head with (_retry), for the server it picks.
             self.x.up_args = (authority, forwarded_port, target, edits, prefix)
             self.x.attempt = 1
+            self.x.began = conn.loop.time()
         # A mirroring service's tee (middlewares' module doc), looked up in its class: a
         # getattr that misses costs an exception per request.
         tee = type(service).__dict__.get("tee")
@@ -556,6 +547,7 @@ class Exchange:
             and not pipeline.responders  # run by upstream_head
             and self.x.tee is None  # read by request_body
             and (fwd is None or fwd.retry is None)  # read by _upstream_error
+            and self.x.spool_iter is None  # a held body, pumped by _attach
             and not head.upgrade
             and head.version == b"1.1"
         )
@@ -584,24 +576,38 @@ class Exchange:
 
     # -- retries (edge.http.middlewares.retry) -------------------------------------------
 
-    def _retry(self, sent: bool) -> bool:
-        """Whether the request goes again after a network failure (``sent``: it may
-        have reached the server); if so the next try is planned after its backoff."""
+    def _retry(self, sent: bool | None, status: int) -> bool:
+        """Whether the request goes again after a try answered with ``status`` (edge's
+        own for a failure; ``sent``: None for no network failure, else whether the
+        request may have reached the server), as the retry middleware's policy says;
+        if so the next try is planned after its backoff."""
         fwd = self.x.fwd
         assert fwd is not None and fwd.retry is not None
-        policy = fwd.retry
         head = self.head
-        if self.x.attempt >= policy.attempts or head.upgrade or self.upgrade_rest is not None:
+        if head.upgrade or self.upgrade_rest is not None:
             return False
-        held = self.x.held_body is not None  # the whole body is edge's (buffering)
-        if sent and (head.chunked or (head.content_length and not held) or not replayable(head)):
-            return False  # its body is gone, or the server may have acted on it
-        self.x.attempt += 1
-        policy.retries += 1
+        x = self.x
+        # A body not held is gone once sent (a held one is edge's to send again).
+        streamed = bool(head.chunked or (head.content_length and x.held_body is None))
+        elapsed = self.conn.loop.time() - x.began
+        wait = fwd.retry.again(x.attempt, elapsed, status, sent, replayable(head), streamed)
+        if wait is None:
+            return False
+        x.attempt += 1
         # header_timer holds the wait, which abandon() cancels with the client.
-        self.header_timer = self.conn.loop.call_later(
-            policy.backoff(self.x.attempt), self._try_again
-        )
+        self.header_timer = self.conn.loop.call_later(wait, self._try_again)
+        return True
+
+    def _retried(self, head: ResponseHead) -> bool:
+        """Whether the retry middleware sends the request again instead of this answer
+        (its status is one it retries): the answer goes to no client then, its
+        connection dropped (passive health still counts it)."""
+        if self.x.divert or not self._retry(None, head.status):
+            return False
+        backend = self.backend
+        if backend.health is not None:
+            backend.health.answered(backend.server.url, head.status)
+        self.release_upstream(reuse=False)
         return True
 
     def _replay(self, status: int) -> bool:
@@ -981,6 +987,8 @@ class Exchange:
                 fwd = self.x.fwd  # None where only the route's timeouts registered ends
                 if fwd is not None and fwd.started:  # a step reads the time to the head
                     fwd.elapsed = time.perf_counter() - fwd.started
+            if self.x.fwd is not None and self.x.fwd.retry is not None and self._retried(head):
+                return  # another try is on its way
             if self.x.divert:
                 head = self._diverted(head)
                 if head.has_body and (self.head.method == b"HEAD" or head.status in NO_BODY):
@@ -1421,7 +1429,7 @@ class Exchange:
             return
         if fwd is not None and fwd.replay is not None and self._replay(exc.status):
             return
-        if sent is not None and fwd is not None and fwd.retry is not None and self._retry(sent):
+        if fwd is not None and fwd.retry is not None and self._retry(sent, exc.status):
             return
         self.answer_error(exc)
 

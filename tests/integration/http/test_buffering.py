@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.harness import lb, read_response
+from tests.harness import lb, read_response, read_until_closed
 from tests.integration.http.servers import edge_with
 from tests.integration.http.test_health import Scripted
 from tests.integration.peers import ThreadedServer, free_port, read_request
@@ -235,5 +235,54 @@ def test_a_bad_retry_expression_disables_the_middleware_naming_the_key(tmp_path,
             r"buffering\.retryExpression: an integer expected to compare with Attempts\(\)",
             start=0,
         )
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_disable_request_buffer_streams_the_upload_unlimited(tmp_path, codec, recording):
+    """disableRequestBuffer: a chunked upload over maxRequestBodyBytes reaches the
+    backend chunked, as it came (no 413, no Content-Length), while the response is
+    still held (sent with its length)."""
+    e = start(tmp_path, codec, recording, disableRequestBuffer=True, maxRequestBodyBytes=1000)
+    try:
+        body = b"y" * 5000
+        out = send(
+            e.port,
+            b"POST /up HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: close\r\n\r\n" + chunked(body, 600),
+        )
+        assert out.startswith(b"HTTP/1.1 200")  # held, it would be 413
+        head = recording.heads[-1].lower()
+        assert b"transfer-encoding: chunked" in head and b"content-length" not in head
+        out = send(
+            e.port, b"GET /stream/3 HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n"
+        )
+        assert b"content-length: 30720" in out.lower() and b"chunked" not in out.lower()
+    finally:
+        e.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_disable_response_buffer_streams_the_response_unlimited(tmp_path, codec, recording):
+    """disableResponseBuffer: a response over maxResponseBodyBytes reaches the client
+    as it came (chunked, its first bytes before the last is written), while the
+    request's body is still held (sent with its length)."""
+    e = start(tmp_path, codec, recording, disableResponseBuffer=True, maxResponseBodyBytes=50000)
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
+            s.sendall(b"GET /stream/10 HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+            out, closed = read_until_closed(s, 10)
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert closed and head.startswith(b"HTTP/1.1 200")
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert body.count(b"2800\r\n") == 10  # all ten chunks, past the limit
+        out = send(
+            e.port,
+            b"POST /up HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: close\r\n\r\n" + chunked(b"z" * 3000, 700),
+        )
+        assert out.endswith(b"got 3000")
+        assert b"content-length: 3000" in recording.heads[-1].lower()
     finally:
         e.stop()

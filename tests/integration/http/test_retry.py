@@ -236,3 +236,170 @@ def test_a_held_response_cut_short_is_retried_whole(tmp_path, codec, good):
     finally:
         e.stop()
         partial.stop()
+
+
+# -- Traefik 3.7's keys: status, timeout, maxRequestBodyBytes, disableRetryOnNetworkError,
+# retryNonIdempotentMethod.
+
+
+class Scheduled(ThreadedServer):
+    """Answers the statuses of ``schedule`` in turn (counted over every connection),
+    then 200, each after ``delay`` seconds; the body says its name, the status and the
+    length of the request body it read. ``seen``: (request line, body length)."""
+
+    def __init__(self, name: str, schedule: list[int], delay: float = 0.0) -> None:
+        self.name = name
+        self.schedule = list(schedule)
+        self.delay = delay
+        self.seen: list[tuple[bytes, int]] = []
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(5.0)
+        try:
+            request = read_request(c)
+            if request is None:
+                return
+            head, body = request
+            with self.lock:
+                self.seen.append((head.split(b"\r\n")[0], len(body)))
+                status = self.schedule.pop(0) if self.schedule else 200
+            if self.delay:
+                time.sleep(self.delay)
+            answer = b"%s %d %d" % (self.name.encode(), status, len(body))
+            c.sendall(
+                b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nX-Try: %d\r\nConnection: close\r\n\r\n%s"
+                % (status, len(answer), len(self.seen), answer)
+            )
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+def retry_mw(**config) -> dict:
+    return {"retry": {"retry": {"attempts": 3, **config}}}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_status_named_is_tried_again_and_the_client_sees_one_answer(tmp_path, codec):
+    """Traefik's status key: 503 twice then 200 over three attempts, and the client gets
+    the third answer alone (the head of none before it); a status not named goes as it
+    is; with attempts spent the last try's answer goes, whatever it is."""
+    server = Scheduled("s", [503, 503, 200, 500, 503, 503, 503])
+    e = edge_with(tmp_path, codec, lb(server.url), retry_mw(status=["502-503"]))
+    try:
+        with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and got.count(b"HTTP/1.1") == 1
+        assert b"X-Try: 3\r\n" in got and got.endswith(b"\r\n\r\ns 200 0")
+        assert request(e) == (500, b"s 500 0")  # not named: no retry
+        assert request(e) == (503, b"s 503 0")  # three 503s: the third goes
+        assert len(server.seen) == 7
+    finally:
+        e.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_body_goes_again_with_its_request_only_as_the_keys_allow(tmp_path, codec):
+    """A retried request's body is held and sent again whole; a POST is retried by
+    status only with retryNonIdempotentMethod (or an Idempotency-Key); a body over
+    maxRequestBodyBytes is streamed, and its 503 goes to the client."""
+    server = Scheduled("s", [503] * 20)
+    e = edge_with(
+        tmp_path, codec, lb(server.url), retry_mw(status=["503"], maxRequestBodyBytes=4096)
+    )
+    try:
+        assert request(e, "PUT", b"p" * 4096)[0] == 503  # PUT is not replayable
+        assert len(server.seen) == 1
+        status, _, got = get(
+            e.port,
+            "/",
+            host="app.example",
+            method="PUT",
+            body=b"p" * 4096,
+            headers={"Idempotency-Key": "k"},
+            timeout=10,
+        )
+        assert (status, got) == (503, b"s 503 4096")  # three tries, each with the body
+        assert server.seen[1:] == [(b"PUT / HTTP/1.1", 4096)] * 3
+        status, _, got = get(
+            e.port,
+            "/",
+            host="app.example",
+            method="PUT",
+            body=b"p" * 4097,
+            headers={"Idempotency-Key": "k"},
+            timeout=10,
+        )
+        assert (status, got) == (503, b"s 503 4097") and len(server.seen) == 5  # one try
+    finally:
+        e.stop()
+    (tmp_path / "any").mkdir()
+    server.schedule = [503]
+    e = edge_with(
+        tmp_path / "any",
+        codec,
+        lb(server.url),
+        retry_mw(status=["503"], retryNonIdempotentMethod=True),
+    )
+    try:
+        assert request(e, "POST", b"x" * 100_000) == (200, b"s 200 100000")
+        assert server.seen[5:] == [(b"POST / HTTP/1.1", 100_000)] * 2
+    finally:
+        e.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_the_timeout_stops_the_tries_that_would_start_after_it(tmp_path, codec):
+    """A server answering 503 after 0.4 s, ten attempts and a timeout of 1 s: the
+    third answer comes after the timeout, so it goes to the client (two or three
+    tries on a loaded machine, never ten); without the timeout all ten are made."""
+    server = Scheduled("s", [503] * 30, delay=0.4)
+    e = edge_with(
+        tmp_path, codec, lb(server.url), retry_mw(attempts=10, status=["503"], timeout="1s")
+    )
+    try:
+        began = time.monotonic()
+        assert request(e)[0] == 503
+        took = time.monotonic() - began
+        print(f"\nretry timeout 1s: {len(server.seen)} tries in {took:.2f} s")
+        assert 2 <= len(server.seen) <= 3 and took < 1.0 + 0.4 + 2.0
+    finally:
+        e.stop()
+    (tmp_path / "none").mkdir()
+    server.delay = 0.0
+    e = edge_with(tmp_path / "none", codec, lb(server.url), retry_mw(attempts=10, status=["503"]))
+    try:
+        before = len(server.seen)
+        assert request(e)[0] == 503
+        assert len(server.seen) - before == 10
+    finally:
+        e.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_network_failures_go_again_unless_disabled(tmp_path, codec, good):
+    """disableRetryOnNetworkError: a refused server's 502 reaches the client (half the
+    answers over a dead and a good server), unless 502 is a status retried, as in
+    Traefik, whose status check sees the 502 its proxy writes."""
+    off = retry_mw(attempts=2, status=["503"], disableRetryOnNetworkError=True)
+    e = edge_with(tmp_path, codec, lb(dead(), good.url), off)
+    try:
+        assert sorted(request(e)[0] for _ in range(4)) == [200, 200, 502, 502]
+    finally:
+        e.stop()
+    (tmp_path / "502").mkdir()
+    by_status = retry_mw(attempts=2, status=["502"], disableRetryOnNetworkError=True)
+    e = edge_with(tmp_path / "502", codec, lb(dead(), good.url), by_status)
+    try:
+        assert [request(e) for _ in range(4)] == [(200, b"good 0")] * 4
+    finally:
+        e.stop()

@@ -463,3 +463,29 @@ def test_an_element_with_problems_needs_no_kind() -> None:
         assert cls(problems=["$.x: unknown key"]).problems == ["$.x: unknown key"]
         with pytest.raises(ValueError, match="exactly one of"):
             cls()
+
+
+def test_grpc_web_is_refused_saying_it_needs_http2_to_the_server():
+    """Traefik's grpcWeb is read (so the API shows it) and refused by its own check,
+    whose reason says why: gRPC goes to the server over HTTP/2. Its router is
+    disabled; the rest serves."""
+    doc = {
+        "http": {
+            "routers": {
+                "grpc": {"rule": "Host(`g`)", "service": "s", "middlewares": ["gw"]},
+                "plain": {"rule": "Host(`p`)", "service": "s"},
+            },
+            "middlewares": {"gw": {"grpcWeb": {"allowOrigins": ["*"]}}},
+            "services": {"s": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:1"}]}}},
+        }
+    }
+    conf = decode_dynamic(doc, source="d.json")
+    rt = build_runtime(merge({"file": conf}), EPS)
+    info = rt.http_middlewares["gw@file"]
+    assert info.status == "disabled"
+    assert info.errors == [
+        "grpcWeb: not supported by this version of edge: it turns gRPC-Web into gRPC,"
+        " which needs HTTP/2 to the server"
+    ]
+    assert rt.http_routers["grpc@file"].status == "disabled"
+    assert rt.http_routers["plain@file"].status == "enabled"
