@@ -17,6 +17,12 @@ Which objects (``gateway.networking.k8s.io``)
     (every namespace when empty). A parentRef to a Gateway edge does not own is not
     edge's business: no status is written for it.
 
+GatewayClass
+    ``Accepted``, and ``SupportedVersion`` (:func:`supported_version`): whether every
+    Gateway API CRD's ``bundle-version`` is a release edge knows (v1.0 to v1.6);
+    when not, edge still serves what it reads (``Accepted`` stays True, the spec's
+    "best effort") and names the CRDs it doubts.
+
 Listeners
     A listener is bound to the edge entry point listening on its port (a UDP entry
     point for ``UDP``, a TCP one otherwise), as Traefik binds them; none: ``Accepted``
@@ -154,11 +160,13 @@ from edge.providers.kubernetes.objects import Key
 from edge.providers.kubernetes.secrets import SecretError, tls_certificate
 
 __all__ = [
+    "BUNDLE_VERSION",
     "CONTROLLER_NAME",
     "GROUP",
     "PROVIDER",
     "Condition",
     "Conversion",
+    "CustomResourceDefinition",
     "EntryPointPort",
     "GatewayOptions",
     "GatewayState",
@@ -168,6 +176,7 @@ __all__ = [
     "intersect_hostnames",
     "match_rule",
     "router_key",
+    "supported_version",
     "update_endpoints",
 ]
 
@@ -214,9 +223,51 @@ class GatewayOptions(msgspec.Struct, frozen=True):
     experimental_channel: bool = False  # TLSRoute, TCPRoute and UDPRoute are read
 
 
+BUNDLE_VERSION = "gateway.networking.k8s.io/bundle-version"
+"""The annotation every Gateway API CRD carries: the release it came with."""
+
+_KNOWN_BUNDLE = re.compile(r"v1\.[0-6]\.[0-9]+(?:-[0-9A-Za-z.-]+)?")
+"""The releases edge knows: v1.0 (the kinds it reads at ``v1``) to v1.6 (TLSRoute,
+TCPRoute and UDPRoute at ``v1``), any patch."""
+
+_GATEWAY_API_GROUPS = frozenset({GROUP, "gateway.networking.x-k8s.io"})
+
+
+class CRDSpec(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    group: str = ""
+
+
+class CustomResourceDefinition(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    """What SupportedVersion reads of a CRD (the rest of it, its schema above all, is
+    skipped as it is decoded)."""
+
+    metadata: objects.ObjectMeta = objects.ObjectMeta()
+    spec: CRDSpec = CRDSpec()
+
+
+def supported_version(crds: Mapping[Key, CustomResourceDefinition]) -> Condition:
+    """The GatewayClass's ``SupportedVersion``: True when every Gateway API CRD in the
+    cluster says (``bundle-version``) a release edge knows; else False, naming those
+    that do not (edge still serves what it reads: the spec's "best effort", its
+    ``Accepted`` stays True)."""
+    unknown = []
+    for key in sorted(crds):
+        crd = crds[key]
+        if crd.spec.group not in _GATEWAY_API_GROUPS:
+            continue
+        version = crd.metadata.annotations.get(BUNDLE_VERSION, "")
+        if not _KNOWN_BUNDLE.fullmatch(version):
+            unknown.append(f"{crd.metadata.name} ({version or 'no bundle-version'})")
+    if unknown:
+        why = "CRDs of a Gateway API release edge does not know (v1.0 to v1.6): "
+        return Condition("SupportedVersion", False, "UnsupportedVersion", why + ", ".join(unknown))
+    return Condition("SupportedVersion", True, "SupportedVersion", "")
+
+
 class GatewayState(msgspec.Struct, frozen=True):
     """The cached objects one conversion reads, by (namespace, name); the namespace is
-    ``""`` for GatewayClasses and Namespaces (cluster-scoped)."""
+    ``""`` for GatewayClasses and Namespaces (cluster-scoped). ``crds``: the cluster's
+    CustomResourceDefinitions, None while not known (no ``SupportedVersion`` then)."""
 
     gateway_classes: Mapping[Key, objects.GatewayClass] = {}
     gateways: Mapping[Key, objects.Gateway] = {}
@@ -229,6 +280,7 @@ class GatewayState(msgspec.Struct, frozen=True):
     services: Mapping[Key, objects.Service] = {}
     endpoint_slices: Mapping[Key, objects.EndpointSlice] = {}
     secrets: Mapping[Key, objects.Secret] = {}
+    crds: Mapping[Key, CustomResourceDefinition] | None = None
 
     @classmethod
     def from_snapshot(cls, tables: Mapping[str, Mapping[Key, Any]]) -> GatewayState:
@@ -244,6 +296,7 @@ class GatewayState(msgspec.Struct, frozen=True):
             services=tables.get("Service", {}),
             endpoint_slices=tables.get("EndpointSlice", {}),
             secrets=tables.get("Secret", {}),
+            crds=tables.get("CustomResourceDefinition"),
         )
 
 
@@ -553,18 +606,20 @@ class _Converter:
 
     def classes(self) -> set[str]:
         ours: set[str] = set()
+        crds = self.state.crds
+        version = supported_version(crds) if crds is not None else None
         for key in sorted(self.state.gateway_classes):
             gc = self.state.gateway_classes[key]
             if gc.spec.controller_name != self.options.controller_name:
                 continue
             ours.add(gc.metadata.name)
-            cond = Condition("Accepted", True, "Accepted", "handled by edge")
+            gen = gc.metadata.generation
+            conds = [Condition("Accepted", True, "Accepted", "handled by edge")]
+            if version is not None:
+                conds.append(version)
             self.statuses.append(
                 WantedStatus(
-                    "GatewayClass",
-                    key,
-                    gc.metadata.generation,
-                    {"conditions": [cond.to_builtins(gc.metadata.generation)]},
+                    "GatewayClass", key, gen, {"conditions": [c.to_builtins(gen) for c in conds]}
                 )
             )
         return ours

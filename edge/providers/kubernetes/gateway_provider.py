@@ -64,6 +64,7 @@ from edge.providers.kubernetes.gateway import (
     GROUP,
     PROVIDER,
     Conversion,
+    CustomResourceDefinition,
     EntryPointPort,
     GatewayOptions,
     GatewayState,
@@ -107,6 +108,11 @@ their ``v1`` CRDs came with Gateway API v1.6, and a kind whose CRD is missing is
 listed, which would keep edge from ever being ready."""
 
 NAMESPACES = Resource("Namespace", "", "v1", "namespaces", False)
+CRDS = Resource(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", False
+)
+"""Read for the GatewayClass's SupportedVersion (their ``bundle-version``); only the
+name, annotations and group of each are kept (the decoder skips the schemas)."""
 _STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", *L4_KINDS})
 
 
@@ -119,8 +125,8 @@ def _without_status(obj: Any) -> Any:
 
 def gateway_watches(config: KubernetesGatewayConfig) -> list[WatchSpec]:
     """What the Gateway source lists and watches: the Gateway API kinds (TLSRoute,
-    TCPRoute and UDPRoute with ``experimentalChannel``), Namespaces, Services,
-    EndpointSlices and TLS Secrets."""
+    TCPRoute and UDPRoute with ``experimentalChannel``), Namespaces, the CRDs (their
+    bundle versions), Services, EndpointSlices and TLS Secrets."""
     selector = config.label_selector
     return [
         *(
@@ -129,6 +135,7 @@ def gateway_watches(config: KubernetesGatewayConfig) -> list[WatchSpec]:
             if kind not in L4_KINDS or config.experimental_channel
         ),
         WatchSpec(NAMESPACES, objects.Namespace),
+        WatchSpec(CRDS, CustomResourceDefinition),
         WatchSpec(SERVICES, objects.Service),
         WatchSpec(ENDPOINT_SLICES, objects.EndpointSlice),
         SECRETS_WATCH,

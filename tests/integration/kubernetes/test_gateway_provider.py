@@ -39,7 +39,7 @@ from tests.harness import WHOAMI_RE, Proc, Whoami, need
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.peers import fingerprint_of, free_port, s_client_until
 from tests.kube import objects as o
-from tests.kube.emulator import Emulator
+from tests.kube.emulator import Emulator, Kind
 
 GROUP = "gateway.networking.k8s.io"
 GW = f"{GROUP}/v1"
@@ -133,9 +133,32 @@ def _fast(app: Any) -> None:
             p.environ = {}
 
 
+CRD_KIND = Kind(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions",
+    namespaced=False, status=True,
+)  # fmt: skip
+
+
+def serve_crds(emu: Emulator) -> None:
+    """Have ``emu`` serve CustomResourceDefinitions, which the Gateway provider reads
+    for the GatewayClass's SupportedVersion (the emulator's KINDS lack them)."""
+    emu._kinds[CRD_KIND.kind] = CRD_KIND
+    emu._routes[(CRD_KIND.group, CRD_KIND.version, CRD_KIND.plural)] = CRD_KIND
+    emu._objects[CRD_KIND.kind] = {}
+
+
+def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
+    """A Gateway API CRD as the release manifests carry it (the schema left out)."""
+    annotations = {"gateway.networking.k8s.io/bundle-version": version} if version else {}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}", "annotations": annotations},
+            "spec": {"group": group, "names": {"plural": plural}, "scope": "Namespaced"}}  # fmt: skip
+
+
 @pytest.fixture
 def emu() -> Iterator[Emulator]:
     with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as e:
+        serve_crds(e)
         yield e
 
 
@@ -299,7 +322,10 @@ def test_http_routes_route_by_the_specs_matches_and_report_status(
         )
     )
     klass = api.get_cluster_custom_object(GROUP, "v1", "gatewayclasses", "edge")
-    assert conds(klass["status"]["conditions"]) == {"Accepted": ("True", "Accepted")}
+    assert conds(klass["status"]["conditions"]) == {
+        "Accepted": ("True", "Accepted"),
+        "SupportedVersion": ("True", "SupportedVersion"),  # no Gateway API CRD to doubt
+    }
     assert KP.until(lambda: listener(gateway_status(api), "http").get("attachedRoutes") == 8)
     st = gateway_status(api)
     assert conds(st["conditions"]) == {
@@ -924,6 +950,37 @@ def test_hostname_intersection(
         )
     )
     assert KP.until(lambda: route_conditions(api, "s2") == ACCEPTED)
+
+
+def test_the_class_says_whether_edge_knows_the_gateway_api_crds_release(emu, start_edge, api):
+    """SupportedVersion follows the bundle-version of the Gateway API CRDs in the
+    cluster (others' CRDs aside): True for the releases edge knows, False naming a
+    CRD of another; the class stays Accepted (best effort, as the spec allows)."""
+    ports = Ports()
+    emu.create(gateway_class())
+    for plural in ("gatewayclasses", "gateways", "httproutes"):
+        emu.create(crd(plural, "v1.6.1"))
+    emu.create(crd("widgets", None, group="example.com"))  # not the Gateway API's
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    start_edge(ports)
+
+    def class_conditions() -> dict:
+        klass = api.get_cluster_custom_object(GROUP, "v1", "gatewayclasses", "edge")
+        return {c["type"]: c for c in klass.get("status", {}).get("conditions", [])}
+
+    assert KP.until(lambda: "SupportedVersion" in class_conditions())
+    assert conds(list(class_conditions().values())) == {
+        "Accepted": ("True", "Accepted"),
+        "SupportedVersion": ("True", "SupportedVersion"),
+    }
+    newer = emu.get("CustomResourceDefinition", "", "httproutes.gateway.networking.k8s.io")
+    newer["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"] = "v1.9.0"
+    emu.update(newer)
+    assert KP.until(lambda: class_conditions().get("SupportedVersion", {}).get("status") == "False")
+    said = class_conditions()
+    assert said["SupportedVersion"]["reason"] == "UnsupportedVersion"
+    assert "httproutes.gateway.networking.k8s.io (v1.9.0)" in said["SupportedVersion"]["message"]
+    assert said["Accepted"]["status"] == "True"
 
 
 def test_gateway_and_class_observed_generation_bump(emu, start_edge, api, whoami: Whoami) -> None:

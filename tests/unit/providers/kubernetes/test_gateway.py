@@ -19,6 +19,7 @@ from edge.providers.kubernetes.gateway import (
     GROUP,
     PROVIDER,
     Conversion,
+    CustomResourceDefinition,
     EntryPointPort,
     GatewayOptions,
     GatewayState,
@@ -41,6 +42,7 @@ MODELS = {
     "Service": objects.Service,
     "EndpointSlice": objects.EndpointSlice,
     "Secret": objects.Secret,
+    "CustomResourceDefinition": CustomResourceDefinition,
 }
 
 
@@ -153,6 +155,42 @@ def test_the_class_is_accepted_with_its_generation() -> None:
         "Accepted",
         1,
     )
+
+
+def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
+    annotations = {"gateway.networking.k8s.io/bundle-version": version} if version else {}
+    return {"kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}", "annotations": annotations},
+            "spec": {"group": group}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("crds", "supported", "named"),
+    [
+        ([crd("gateways", "v1.0.0"), crd("httproutes", "v1.6.1")], True, []),
+        ([crd("gateways", "v1.6.0-rc.1"), crd("widgets", None, "example.com")], True, []),
+        ([crd("gateways", "v1.6.1"), crd("httproutes", "v1.7.0")], False,
+         ["httproutes.gateway.networking.k8s.io (v1.7.0)"]),
+        ([crd("gateways", None)], False, ["gateways.gateway.networking.k8s.io (no bundle-version)"]),
+        ([crd("xlistenersets", "v2.0.0", "gateway.networking.x-k8s.io")], False,
+         ["xlistenersets.gateway.networking.x-k8s.io (v2.0.0)"]),
+        ([], True, []),
+    ],
+    ids=["known", "rc-and-others-crd", "newer", "no-annotation", "experimental-group", "none"],
+)  # fmt: skip
+def test_the_class_says_whether_edge_knows_the_crds_release(
+    crds: list[dict], supported: bool, named: list[str]
+) -> None:
+    c = run(*BASE, *crds, crd("x", None, "unused.example.com"))
+    conds = {x["type"]: x for x in status(c, "GatewayClass", ("", "edge"))["conditions"]}
+    assert conds["Accepted"]["status"] == "True"  # best effort either way
+    found = conds["SupportedVersion"]
+    assert found["status"] == ("True" if supported else "False")
+    assert found["reason"] == ("SupportedVersion" if supported else "UnsupportedVersion")
+    assert all(n in found["message"] for n in named)
+    assert run(*BASE) == run(*BASE) and "SupportedVersion" not in str(
+        status(run(*BASE), "GatewayClass", ("", "edge"))
+    )  # CRDs not known (not listed): no SupportedVersion
 
 
 def test_listeners_bind_to_entry_points_by_port_and_one_without_is_port_unavailable() -> None:
