@@ -36,6 +36,7 @@ from edge.entrypoints import metrics as prometheus
 from edge.entrypoints.accesslog import AccessLogger
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
+from edge.http.server.connection import Metered
 from edge.logs import reopen_logs
 from edge.providers.base import Provider
 from edge.providers.file import FileProvider
@@ -253,7 +254,7 @@ class Dataplane:
                     ),
                     access_log=self.access_log
                     if self.metrics is None
-                    else self.metrics.hook(name, self.access_log),
+                    else Metered(self.metrics.meter(name), self.access_log),
                     reuse_port=reuse_port,
                     budget=self.budget,
                 )

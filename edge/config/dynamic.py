@@ -992,8 +992,9 @@ class ForwardAuth(Base):
     it came instead of resolving it against ``address``; ``authSigninURL``
     redirects a 401 there; ``headerField`` names the answer's header holding the
     user (Traefik logs it; edge's access log has no user field: read, not used).
-    ``forwardBody`` and ``maxBodySize`` are not implemented yet (the loader's
-    TRAEFIK_KEYS: a middleware setting them is disabled)."""
+    ``forwardBody`` sends the request's body to the auth server too (with its
+    Content-Length, or chunked as it came), the upstream getting it whole after;
+    ``maxBodySize`` bounds it (-1: no limit, Traefik's default; over it: 401)."""
 
     address: str = ""
     tls: ForwardAuthTLS | None = None
@@ -1007,6 +1008,8 @@ class ForwardAuth(Base):
     preserve_location_header: bool = False
     preserve_request_method: bool = False
     auth_signin_url: str = msgspec.field(default="", name="authSigninURL")
+    forward_body: bool = False
+    max_body_size: int = -1
 
     def check(self) -> None:
         forward_auth_address(self.address)

@@ -376,7 +376,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.ErrorPage, "errorRequestHeaders", _),
-        (dyn.ForwardAuth, "forwardBody maxBodySize", _),
         (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),
@@ -414,7 +413,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (sta.Ping, _, "terminatingStatusCode"),
         (sta.Api, _, "basePath dashboard debug disableDashboardAd"),
         (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),
-        (sta.Prometheus, _, "headerLabels"),
         (
             sta.Providers,
             _,

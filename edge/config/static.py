@@ -47,6 +47,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
@@ -504,8 +505,9 @@ class Api(Base):
 class Prometheus(Base):
     """Traefik's ``metrics.prometheus`` (:mod:`edge.entrypoints.metrics`): ``/metrics`` on
     ``entryPoint``, or, with ``manualRouting``, only where a router names the service
-    ``prometheus@internal``. ``headerLabels`` is one of the loader's Traefik keys edge
-    lacks (:data:`edge.config.loader.TRAEFIK_KEYS`: ignored, with a warning)."""
+    ``prometheus@internal``. ``headerLabels``: label name -> request header whose value
+    labels the ``requests_total`` families (a label name Prometheus accepts, none of
+    the families' own)."""
 
     entry_point: str = INTERNAL_ENTRY_POINT
     manual_routing: bool = False
@@ -532,11 +534,23 @@ class Log(Base):
     def __post_init__(self) -> None:
         level = self.level.upper()
         if level == "WARNING":
+    header_labels: dict[str, str] = msgspec.field(default_factory=dict)
             level = "WARN"
         if level not in LOG_LEVELS:
             raise ValueError(
                 f"invalid log level {self.level!r}: expected one of {', '.join(LOG_LEVELS)}"
             )
+        for label, header in self.header_labels.items():
+            if not _LABEL_NAME.fullmatch(label) or label.startswith("__"):
+                raise ValueError(f"headerLabels: {label!r} is not a Prometheus label name")
+            if label in _OWN_LABELS:
+                raise ValueError(f"headerLabels: {label!r} is a label the metrics have already")
+            if not header:
+                raise ValueError(f"headerLabels: {label!r} names no header")
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_OWN_LABELS = frozenset(("code", "method", "protocol", "entrypoint", "router", "service", "le"))
         msgspec.structs.force_setattr(self, "level", level)
 
     @property

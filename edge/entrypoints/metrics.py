@@ -5,13 +5,13 @@ counters become :class:`Samples` (plain, serializable data), how the samples of
 several processes are summed (``workers: N``: the supervisor's one view), and the
 text exposition format 0.0.4 they are rendered in.
 
-Invariant: a finished HTTP exchange costs one dictionary lookup for its cell (keyed
-by route, status, method and whether a server was picked, so the cell is resolved
-once and reused) and a few integer adds (:meth:`Recorder.__call__`); label strings,
-the sums across cells and the text are made only when ``/metrics`` is read. Every
-scrape folds the cells into label-keyed totals and starts new ones, so cells never
-hold on to the routes of a configuration gone and a flood of odd methods costs one
-cell, ``EXTENSION_METHOD``.
+Invariant: a finished HTTP exchange costs one dictionary lookup for its cell and a few
+attribute adds, made by the exchange itself (:meth:`Exchange.log
+<edge.http.server.exchange.Exchange.log>` reads its entry point's :class:`Meter`, no
+call); the cell of a key (route, status, method, server) is made once and reused. Label strings, the sums across cells and the text are made only when
+``/metrics`` is read. Every scrape folds the cells into label-keyed totals and starts
+new ones, so cells never hold on to the routes of a configuration gone, and a flood of
+odd methods costs one cell, ``EXTENSION_METHOD``.
 
 Everything else is read where it already lives, at scrape: open connections from the
 entry points' connection sets, UDP counters from the datagram proxies, server health
@@ -25,7 +25,6 @@ import math
 import os
 import resource
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +39,7 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "FAMILIES",
     "METRICS_PATH",
-    "Recorder",
+    "Meter",
     "Registry",
     "Samples",
     "escape_label",
@@ -228,17 +227,31 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+HEADER_LABELLED = frozenset(
+    f"traefik_{scope}_requests_total" for scope in ("entrypoint", "router", "service")
+)
+"""The families ``headerLabels`` adds its labels to, as Traefik does."""
+HEADER_LABELS_ROW = "#header_labels"
+"""The row that carries :attr:`Samples.header_labels` across the IPC channel."""
+
+
 class Samples:
     """One view's values: family name -> label values -> value (a histogram's: its
     bucket counts, not cumulative, the last one past every bound, then the sum).
 
     Plain data, so a worker's samples cross the IPC channel (:meth:`rows`,
-    :meth:`from_rows`) and several views add up (:meth:`merge`)."""
+    :meth:`from_rows`) and several views add up (:meth:`merge`). ``header_labels``: the
+    names of ``headerLabels``' labels, whose values end the label values of the
+    ``requests_total`` families (:data:`HEADER_LABELLED`); they cross the channel as a
+    row of their own (:data:`HEADER_LABELS_ROW`)."""
 
-    __slots__ = ("bounds", "values")
+    __slots__ = ("bounds", "header_labels", "values")
 
-    def __init__(self, bounds: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
+    def __init__(
+        self, bounds: tuple[float, ...] = DEFAULT_BUCKETS, header_labels: tuple[str, ...] = ()
+    ) -> None:
         self.bounds = bounds
+        self.header_labels = header_labels
         self.values: dict[str, dict[tuple[str, ...], Any]] = {}
 
     def add(self, family: str, labels: tuple[str, ...], value: float) -> None:
@@ -258,8 +271,9 @@ class Samples:
                 old[i] += n
 
     def merge(self, other: Samples) -> None:
-        """Add ``other``'s samples to these (same buckets: every process reads one
-        static configuration)."""
+        """Add ``other``'s samples to these (same buckets and header labels: every
+        process reads one static configuration)."""
+        self.header_labels = self.header_labels or other.header_labels
         for name, table in other.values.items():
             histogram = FAMILIES[name].kind == "histogram"
             for labels, value in table.items():
@@ -270,21 +284,31 @@ class Samples:
 
     def get(self, family: str, **labels: str) -> Any:
         """The value of one sample (tests and tools): labels by name, all of them."""
-        names = FAMILIES[family].labels
+        names = self.names(family)
         return self.values.get(family, {}).get(tuple(labels[n] for n in names))
+
+    def names(self, family: str) -> tuple[str, ...]:
+        """The label names of ``family``'s samples here."""
+        names = FAMILIES[family].labels
+        return names + self.header_labels if family in HEADER_LABELLED else names
 
     def rows(self) -> list[tuple[str, tuple[str, ...], Any]]:
         """(family, label values, value) of every sample: what crosses the IPC channel."""
-        return [
+        rows = [(HEADER_LABELS_ROW, self.header_labels, 0)] if self.header_labels else []
+        rows += [
             (name, labels, value)
             for name, table in self.values.items()
             for labels, value in table.items()
         ]
+        return rows
 
     @classmethod
     def from_rows(cls, bounds: Iterable[float], rows: Iterable[Any]) -> Samples:
         samples = cls(tuple(bounds))
         for name, labels, value in rows:
+            if name == HEADER_LABELS_ROW:
+                samples.header_labels = tuple(labels)
+                continue
             if name not in FAMILIES:
                 continue  # a family a newer worker has: not this view's
             if FAMILIES[name].kind == "histogram":
@@ -296,7 +320,7 @@ class Samples:
     def counters(self) -> Samples:
         """These samples' counters and histograms only (what a process that ended
         counted stays in the sum; its gauges do not)."""
-        kept = Samples(self.bounds)
+        kept = Samples(self.bounds, self.header_labels)
         kept.values = {
             name: dict(table)
             for name, table in self.values.items()
@@ -317,153 +341,178 @@ def _combine(rule: str, old: float, new: float) -> float:
 
 
 class Cell:
-    """What one (route, status, method, served) of one entry point has counted: the
-    exchanges by duration bucket (their count is the buckets' sum), the durations'
-    sum, body bytes both ways, retries."""
+    """What one key of one entry point's :class:`Meter` counted since its last fold: the
+    exchange counts into it itself, at its end (:meth:`Exchange.log
+    <edge.http.server.exchange.Exchange.log>`, a few attribute adds and no call).
 
-    __slots__ = ("buckets", "req_bytes", "resp_bytes", "retries", "total")
+    ``first``: exchanges that took no longer than the first bucket bound; ``buckets``:
+    the others by ``bisect_left(bounds, duration)`` (the last one past every bound), so
+    the count is their sum; ``total``: the durations' sum; body bytes both ways."""
+
+    __slots__ = ("buckets", "first", "req_bytes", "resp_bytes", "total")
 
     def __init__(self, size: int) -> None:
+        self.first = 0
         self.buckets = [0] * size
         self.total = 0.0
         self.req_bytes = 0
         self.resp_bytes = 0
-        self.retries = 0
+
+    def add(self, other: Cell) -> None:
+        self.first += other.first
+        self.total += other.total
+        self.req_bytes += other.req_bytes
+        self.resp_bytes += other.resp_bytes
+        buckets = self.buckets
+        for i, n in enumerate(other.buckets):
+            buckets[i] += n
+
+    def histogram(self) -> list[float]:
+        """The buckets as :class:`Samples` hold them, then the durations' sum."""
+        buckets: list[float] = list(self.buckets)
+        buckets[0] += self.first
+        return [*buckets, self.total]
 
 
-class Recorder:
-    """The per-exchange hook of one entry point's HTTP contexts (their ``access_log``):
-    counts the exchange (:class:`LoggingRecorder` hands it to the access log too).
+MAX_CELLS = 10_000
+"""Cells a meter holds before it folds them (which every scrape does too): keys name the
+routes of the configuration they were counted under, and a meter nobody scrapes must
+not keep every configuration's routes."""
 
-    ``route``/``status``/``head.method``/``backend``/``sent`` of the
-    :class:`~edge.http.server.exchange.Exchange` say router, service, code, method and
-    response size; a 101 is Traefik's ``websocket`` protocol, anything else ``http``.
+
+class Meter:
+    """One entry point's counting: ``cells`` by key, which the exchange reads and fills
+    (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>`), ``totals`` by label
+    values, which :meth:`fold` adds them to.
+
+    A key is ``(route, status, method, backend)``: the backend (None when no server was
+    picked, so the exchange is its router's, not its service's) costs the exchange less
+    than a test would, and makes a cell per server. A missing key is made by
+    :meth:`cell`: a method outside the standard ones counts as ``EXTENSION_METHOD``, in
+    one cell stored under that key only, so a client's odd methods make no keys. With
+    ``headerLabels`` the keys carry the values of those request headers too and live
+    in ``labelled``, never in ``cells``: the exchange finds nothing there, and only
+    these meters pay for reading headers (:meth:`cell`).
     """
 
-    __slots__ = ("bounds", "cells", "entrypoint", "first")
+    __slots__ = (
+        "bounds",
+        "cells",
+        "entrypoint",
+        "first",
+        "headers",
+        "labelled",
+        "retries",
+        "totals",
+    )
 
-    def __init__(self, entrypoint: str, bounds: tuple[float, ...]) -> None:
+    def __init__(
+        self, entrypoint: str, bounds: tuple[float, ...], headers: tuple[str, ...] = ()
+    ) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
         self.first = bounds[0]  # most exchanges take less: no bisect for them
         self.cells: dict[tuple, Cell] = {}
+        # headerLabels: the request headers whose values label requests_total (lower-case
+        # names -> position), and the cells keyed with their values.
+        self.headers = {name.lower().encode("latin-1"): i for i, name in enumerate(headers)}
+        self.labelled: dict[tuple, Cell] = {}
+        # Label values (router, service, served, code, method, *header values) -> Cell.
+        self.totals: dict[tuple, Cell] = {}
+        self.retries: dict[str, int] = {}  # service -> retries (Exchange._try_again)
 
-    def record(self, ex: Any, duration: float) -> None:
-        """Count one finished exchange (the hook is this bound method: a call through
-        ``__call__`` costs CPython a method lookup and a bound method per call)."""
+    def cell(self, ex: Any) -> Cell:
+        """The cell of exchange ``ex``, whose key ``cells`` lacks (see the class doc)."""
         head = ex.head
-        key = (ex.route, ex.status, head.method, ex.backend is not None)
-        cell = self.cells.get(key)
-        if cell is None:
-            cell = self._cell(key)
-        if duration <= self.first:
-            cell.buckets[0] += 1
-        else:
-            cell.buckets[bisect_left(self.bounds, duration)] += 1
-        cell.total += duration
-        length = head.content_length
-        if length:
-            cell.req_bytes += length
-        cell.resp_bytes += ex.sent
-        if ex.retried:
-            cell.retries += 1
+        method = head.method if head.method in KNOWN_METHODS else EXTENSION_METHOD
+        key = (ex.route, ex.status, method, ex.backend)
+        cells = self.cells
+        if self.headers:
+            key = (*key, *self._values(head))
+            cells = self.labelled
+        found = cells.get(key)
+        if found is None:
+            if len(cells) >= MAX_CELLS:
+                self.fold()
+                cells = self.labelled if self.headers else self.cells
+            found = cells[key] = Cell(len(self.bounds) + 1)
+        return found
 
-    def _cell(self, key: tuple) -> Cell:
-        """The cell for ``key``, made on its first request; an unknown method counts
-        as ``EXTENSION_METHOD`` (one cell, whatever a client sends)."""
-        route, status, method, served = key
-        if method not in KNOWN_METHODS:
-            key = (route, status, EXTENSION_METHOD, served)
-            found = self.cells.get(key)
-            if found is not None:
-                return found
-        cell = self.cells[key] = Cell(len(self.bounds) + 1)
-        return cell
+    def _values(self, head: Any) -> list[bytes]:
+        """The values of the ``headerLabels`` headers of ``head``: the first of each, empty
+        where a request has none. ``Host`` is always empty, as in Traefik, where Go's
+        server takes it out of the headers."""
+        wanted = self.headers
+        values = [b""] * len(wanted)
+        for name, value in head.headers:
+            lower = name.lower()
+            i = wanted.get(lower)
+            if i is not None and not values[i] and lower != b"host":
+                values[i] = value
+        return values
 
-    def fold(self, into: dict[tuple, Cell]) -> None:
-        """Add the cells counted since the last fold to ``into`` (label values -> cell:
-        router, its service, whether a server was picked, code, method) and start new ones."""
-        cells, self.cells = self.cells, {}
-        for (route, status, method, served), cell in cells.items():
-            router = route.name if route is not None else ""
-            service = route.service.name if route is not None else ""
-            labels = (router, service, served, str(status), method.decode("latin-1"))
-            total = into.get(labels)
+    def retry(self, service: str) -> None:
+        """``service`` sends a request again (the retry middleware, buffering's
+        retryExpression): ``traefik_service_retries_total``."""
+        self.retries[service] = self.retries.get(service, 0) + 1
+
+    def fold(self) -> None:
+        """Add the cells counted since the last fold to :attr:`totals` and start new
+        ones (so no cell outlives the configuration whose routes it names)."""
+        cells = self.cells
+        if self.labelled:
+            cells = {**cells, **self.labelled}
+        self.cells = {}
+        self.labelled = {}
+        totals = self.totals
+        for (route, status, method, backend, *values), cell in cells.items():
+            labels = (
+                route.name if route is not None else "",
+                route.service.name if route is not None else "",
+                backend is not None,
+                str(status),
+                method.decode("latin-1"),
+                *(v.decode("latin-1") for v in values),
+            )
+            total = totals.get(labels)
             if total is None:
-                total = into[labels] = Cell(len(cell.buckets))
-            total.total += cell.total
-            total.req_bytes += cell.req_bytes
-            total.resp_bytes += cell.resp_bytes
-            total.retries += cell.retries
-            for i, n in enumerate(cell.buckets):
-                total.buckets[i] += n
-
-
-class LoggingRecorder(Recorder):
-    """A :class:`Recorder` where the access log is on: ``then`` gets the exchange first."""
-
-    __slots__ = ("then",)
-
-    def __init__(
-        self, entrypoint: str, bounds: tuple[float, ...], then: Callable[[Any, float], None]
-    ) -> None:
-        super().__init__(entrypoint, bounds)
-        self.then = then
-
-    def record(self, ex: Any, duration: float) -> None:
-        self.then(ex, duration)
-        Recorder.record(self, ex, duration)
+                total = totals[labels] = Cell(len(cell.buckets))
+            total.add(cell)
 
 
 # -- one process's view -------------------------------------------------------------------
 
 
 class Registry:
-    """One process's metrics: a :class:`Recorder` per HTTP entry point, the totals
-    folded from them, and what is read at scrape (``sources``: callables adding their
-    samples, set by whoever owns the state they read)."""
+    """One process's metrics: a :class:`Meter` per HTTP entry point, and what is read at
+    scrape (``sources``: callables adding their samples, set by whoever owns the state
+    they read)."""
 
     def __init__(self, config: Prometheus) -> None:
         self.config = config
         self.bounds = tuple(sorted(set(config.buckets))) or DEFAULT_BUCKETS
-        self.recorders: dict[str, Recorder] = {}
-        self.totals: dict[str, dict[tuple, Cell]] = {}
+        self.header_labels = tuple(config.header_labels)  # label names (headerLabels)
+        self.meters: dict[str, Meter] = {}
         self.sources: list[Callable[[Samples], None]] = []
         self.shared: Samples | None = None
-        if config.manual_routing:
-            log.warning(
-                "metrics.prometheus.manualRouting: not yet implemented: /metrics is served"
-                " nowhere, and a router naming %s has no such service",
-                PROMETHEUS_SERVICE,
-            )
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
 
-    def hook(
-        self, entrypoint: str, then: Callable[[Any, float], None] | None
-    ) -> Callable[[Any, float], None]:
-        """The exchange hook (an HTTP context's ``access_log``) of ``entrypoint``'s
-        recorder; ``then``: the access log, called first, or None."""
-        return self.recorder(entrypoint, then).record
-
-    def recorder(self, entrypoint: str, then: Callable[[Any, float], None] | None) -> Recorder:
-        found = self.recorders.get(entrypoint)
+    def meter(self, entrypoint: str) -> Meter:
+        """``entrypoint``'s meter (made on the first call): its HTTP contexts' ``metrics``."""
+        found = self.meters.get(entrypoint)
         if found is None:
-            found = self.recorders[entrypoint] = (
-                Recorder(entrypoint, self.bounds)
-                if then is None
-                else LoggingRecorder(entrypoint, self.bounds, then)
-            )
+            headers = tuple(self.config.header_labels.values())
+            found = self.meters[entrypoint] = Meter(entrypoint, self.bounds, headers)
         return found
 
     def collect(self) -> Samples:
-        """This process's samples now (folds what the recorders counted)."""
-        samples = Samples(self.bounds)
+        """This process's samples now (folds what the meters counted)."""
+        samples = Samples(self.bounds, self.header_labels)
         config = self.config
-        for name, recorder in self.recorders.items():
-            totals = self.totals.setdefault(name, {})
-            recorder.fold(totals)
-            for (router, service, served, code, method), cell in totals.items():
+        for name, meter in self.meters.items():
+            meter.fold()
+            for (router, service, served, code, method, *values), cell in meter.totals.items():
                 protocol = "websocket" if code == "101" else "http"
                 scopes: list[tuple[str, tuple[str, ...]]] = []
                 if config.add_entry_points_labels:
@@ -472,17 +521,16 @@ class Registry:
                     scopes.append(("router", (code, method, protocol, router, service)))
                 if config.add_services_labels and served and service:
                     scopes.append(("service", (code, method, protocol, service)))
-                    if cell.retries:
-                        samples.add("traefik_service_retries_total", (service,), cell.retries)
+                histogram = cell.histogram()
+                count = sum(histogram[:-1])
                 for scope, labels in scopes:
-                    samples.add(f"traefik_{scope}_requests_total", labels, sum(cell.buckets))
-                    samples.observe(
-                        f"traefik_{scope}_request_duration_seconds",
-                        labels,
-                        [*cell.buckets, cell.total],
-                    )
+                    samples.add(f"traefik_{scope}_requests_total", (*labels, *values), count)
+                    samples.observe(f"traefik_{scope}_request_duration_seconds", labels, histogram)
                     samples.add(f"traefik_{scope}_requests_bytes_total", labels, cell.req_bytes)
                     samples.add(f"traefik_{scope}_responses_bytes_total", labels, cell.resp_bytes)
+            if config.add_services_labels:
+                for service, retries in meter.retries.items():
+                    samples.add("traefik_service_retries_total", (service,), retries)
         for source in self.sources:
             source(samples)
         process_samples(samples)
@@ -550,17 +598,18 @@ def render(samples: Samples) -> bytes:
             continue
         out.append(f"# HELP {name} {_escape_help(family.help)}")
         out.append(f"# TYPE {name} {family.kind}")
+        names = samples.names(name)
         for labels in sorted(table):
             value = table[labels]
             if family.kind != "histogram":
-                out.append(f"{name}{_labels(family.labels, labels)} {_number(value)}")
+                out.append(f"{name}{_labels(names, labels)} {_number(value)}")
                 continue
             running = 0
             for bound, n in zip([*bounds, "+Inf"], value[:-1], strict=True):
                 running += n
-                le = _labels(family.labels, labels, f'le="{bound}"')
+                le = _labels(names, labels, f'le="{bound}"')
                 out.append(f"{name}_bucket{le} {_number(running)}")
-            plain = _labels(family.labels, labels)
+            plain = _labels(names, labels)
             out.append(f"{name}_sum{plain} {_number(value[-1])}")
             out.append(f"{name}_count{plain} {_number(running)}")
     out.append("")

@@ -27,7 +27,11 @@ pipeline, as ``request`` is: a pipeline that does not use one pays nothing for i
   that leaves cancels the wait (``CancelledError`` in the step: release what it
   holds in ``finally`` or with :meth:`Forward.on_end`). The step bounds its own
   wait: its timeouts and failures are the :class:`Answer` it returns (an exception
-  escaping it is logged and answered 500).
+  escaping it is logged and answered 500). A waiting step that needs the body
+  (forwardAuth's ``forwardBody``) awaits :meth:`Forward.read_body`: the exchange
+  reads it to its end past the high-water mark (the entrypoint's readTimeout bounds
+  that), holds it, and sends it upstream unchanged after the steps; one over the
+  step's limit raises :class:`BodyTooLarge`, for the step to answer.
 - **Response filters** ``response(fwd, reply) -> BodyFilter | None``: a step may
   see and change the upstream's response: ``reply`` (:class:`Reply`) is its head
   as the client will get it (status, headers to add, replace or remove, ``length``
@@ -101,7 +105,7 @@ added later, makes the route take the general path, which runs the pipeline.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.http.codec import RequestHead
@@ -142,6 +146,7 @@ class Forward:
         "path",
         "prefix",
         "query",
+        "reader",
         "replay",
         "response",
         "retry",
@@ -195,6 +200,8 @@ class Forward:
         self.spool: Any = None
         # Whether a try goes again: (tries, status, method) -> bool (retryExpression).
         self.replay: Callable[[int, int, bytes], bool] | None = None
+        # What read_body asks: the exchange's, for a waiting step (None: no step waits).
+        self.reader: Callable[[int], Awaitable[bytes]] | None = None
         # The outcome, written by the exchange before the ends run (module doc).
         self.status = 0
         self.network_error = False
@@ -212,6 +219,17 @@ class Forward:
         if timed and not self.started:
             self.started = time.perf_counter()
         self.ends.append(callback)
+
+    async def read_body(self, limit: int = -1) -> bytes:
+        """The request body (chunked framing removed), read to its end and held: it
+        still goes upstream whole and unchanged once the steps let the request on.
+        ``limit``: bytes at most (-1: none); a body over it raises
+        :class:`BodyTooLarge` (a declared Content-Length over it at once, unread).
+        For waiting steps only (``request_async``): elsewhere RuntimeError."""
+        reader = self.reader
+        if reader is None:
+            raise RuntimeError("read_body is for a waiting step (request_async)")
+        return await reader(limit)
 
     def client_certs(self) -> list[bytes]:
         """The TLS client's certificates as it sent them (DER, leaf first: Go's
@@ -347,7 +365,8 @@ class Reply:
 
 
 class BodyTooLarge(Exception):
-    """Raised by a holding filter's ``data`` past its limit: the exchange answers 413."""
+    """Raised by a holding filter's ``data`` past its limit (the exchange answers 413),
+    and by :meth:`Forward.read_body` past the step's (the step answers)."""
 
 
 class BodyFilter:

@@ -20,8 +20,18 @@ false are three behaviours). What follows its answer:
   a 401 with ``authSigninURL`` is a 302 there instead;
 - no answer (refused, reset, invalid, not within the middleware's ``timeout``:
   :data:`AUTH_TIMEOUT`, Go's client's 30 s, unless the one who builds it says
-  otherwise, as tests do; no key sets it): 500 with no body; an answer body over ``maxResponseBodySize``: 401.
-  (``forwardBody`` is not implemented yet: the loader refuses it.)
+  otherwise, as tests do; no key sets it): 500 with no body; an answer body over
+  ``maxResponseBodySize``: 401.
+
+With ``forwardBody`` the auth request carries the client's body too, framed as it
+came (its Content-Length, or chunked: Traefik copies both onto the auth request),
+read in full first (:meth:`Forward.read_body`: the entrypoint's readTimeout bounds
+that read, the auth timeout the exchange with the server after it); the upstream
+then gets the same body, whole. A body over ``maxBodySize`` (-1: no limit,
+Traefik's default) is answered 401 with no body, the auth server not asked; a
+declared Content-Length over it is answered before the body is read. (Traefik
+leaves a CONNECT's body of unknown length alone, as tunnel bytes; edge's codecs
+refuse CONNECT.)
 
 The client (:class:`AuthPool`) is edge's own on the loop: asyncio protocols over
 the sans-IO response parser (:mod:`edge.http.codec`), keep-alive connections
@@ -71,7 +81,7 @@ from edge.errors import ConfigError, ProtocolError
 from edge.http.codec import Header, ResponseHead
 from edge.http.codec.headers import FORWARDED, FORWARDED_KEPT, HOP_BY_HOP, RFC_FORWARDED
 from edge.http.codec.parsers import parser_classes
-from edge.http.middlewares import Answer, Forward, Middleware, Reply
+from edge.http.middlewares import Answer, BodyTooLarge, Forward, Middleware, Reply
 from edge.http.middlewares.goregexp import GoRegexp
 
 __all__ = [
@@ -727,7 +737,9 @@ class ForwardAuth(Middleware):
         "allowed",
         "authorization",
         "cookies",
+        "forward_body",
         "kept",
+        "max_body",
         "max_response",
         "names",
         "pool",
@@ -768,6 +780,8 @@ class ForwardAuth(Middleware):
         )
         self.cookies = frozenset(n.encode() for n in c.add_auth_cookies_to_response)
         self.max_response = c.max_response_body_size
+        self.forward_body = c.forward_body
+        self.max_body = c.max_body_size
         self.preserve_location = c.preserve_location_header
         self.preserve_method = c.preserve_request_method
         self.signin = c.auth_signin_url.encode()
@@ -778,8 +792,9 @@ class ForwardAuth(Middleware):
         self.kept: dict[int, list[bytes]] = {}
         weakref.finalize(self, pool.close)
 
-    def _request(self, fwd: Forward) -> tuple[bytes, bytes]:
-        """(the auth request's bytes, its method)."""
+    def _request(self, fwd: Forward, body: bytes | None = None) -> tuple[bytes, bytes]:
+        """(the auth request's bytes, its method); ``body``: the client's, with
+        ``forwardBody`` (framed as the client's was)."""
         head = fwd.head
         client = head.headers if head is not None else []
         tls = fwd.scheme == b"https"
@@ -814,17 +829,35 @@ class ForwardAuth(Middleware):
             out += (name, b": ", value, b"\r\n")
         if self.authorization is not None and not _has(headers, b"authorization"):
             out += (b"Authorization: ", self.authorization, b"\r\n")
-        # No body goes (forwardBody is not implemented): Go writes Content-Length: 0
-        # for these methods without one.
-        out.append(b"Content-Length: 0\r\n\r\n" if method in _EMPTY_BODY_LENGTH else b"\r\n")
+        chunked = head is not None and head.chunked
+        if body and not chunked:
+            out += (b"Content-Length: %d\r\n\r\n" % len(body), body)
+        elif body is not None and chunked:  # as Traefik copies TransferEncoding
+            out.append(b"Transfer-Encoding: chunked\r\n\r\n")
+            if body:
+                out += (b"%x\r\n" % len(body), body, b"\r\n")
+            out.append(b"0\r\n\r\n")
+        else:  # no body: Go writes Content-Length: 0 for these methods without one
+            out.append(b"Content-Length: 0\r\n\r\n" if method in _EMPTY_BODY_LENGTH else b"\r\n")
         return b"".join(out), method
 
     async def request_async(self, fwd: Forward) -> Answer | None:
-        data, method = self._request(fwd)
+        sent = None
+        if self.forward_body:
+            try:
+                sent = await fwd.read_body(self.max_body)
+            except BodyTooLarge:
+                log.debug(
+                    "middleware %s: the request body is over maxBodySize %d",
+                    self.name,
+                    self.max_body,
+                )
+                return Answer(401, b"", b"", b"")
+        data, method = self._request(fwd, sent)
         try:
             async with asyncio.timeout(self.timeout):
                 head, body = await self.pool.exchange(
-                    data, method, self.max_response, method in _IDEMPOTENT
+                    data, method, self.max_response, method in _IDEMPOTENT and not sent
                 )
         except _TooLarge:
             log.debug(

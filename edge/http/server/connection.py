@@ -55,7 +55,7 @@ import ipaddress
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
@@ -103,6 +103,16 @@ class Router(Protocol):
     def match(self, view: RequestView) -> Route | None: ...
 
 
+class Metered(NamedTuple):
+    """An HTTP context's ``access_log`` where ``metrics.prometheus`` is on: the
+    entrypoint's meter (the context's ``metrics``) and the access log's hook, if any.
+    How the entry point, which hands every context its ``access_log``, hands it the
+    meter too."""
+
+    meter: Any
+    access_log: Callable[..., None] | None
+
+
 class HTTPContext:
     """What every HTTP connection of one entrypoint and one scheme shares.
 
@@ -129,7 +139,8 @@ class HTTPContext:
         insecure: bool = False,
         scheme: bytes = b"http",
         internal: Callable[[bytes, bytes], tuple[int, bytes, bytes, bytes] | None] | None = None,
-        access_log: Callable[..., None] | None = None,
+        access_log: Callable[..., None] | Metered | None = None,
+        metrics: Any = None,
         connections: set[Swept] | None = None,
         sanitize_path: bool = True,
         http2: EntryPointHTTP2 | None = None,
@@ -152,7 +163,13 @@ class HTTPContext:
         self.scheme = scheme
         self.default_port = b"443" if scheme == b"https" else b"80"
         self.internal = internal
+        if isinstance(access_log, Metered):
+            metrics, access_log = access_log.meter, access_log.access_log
         self.access_log = access_log
+        # metrics.prometheus: this entrypoint's Meter (edge.entrypoints.metrics), which
+        # each exchange counts itself into at its end (Exchange.log); None: no metrics.
+        self.metrics = metrics
+        self.timed = access_log is not None or metrics is not None  # Exchange.log runs
         self.sanitize_path = (
             sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
         )
@@ -653,7 +670,7 @@ class HTTPConnection(asyncio.Protocol):
         if self.out:
             self.flush()
         ctx = self.ctx
-        if ctx.access_log is not None:
+        if ctx.timed:
             ex.log()
         self.ex = None
         if self.probe is not None:
@@ -905,7 +922,7 @@ class HTTPConnection(asyncio.Protocol):
     def _end_now(self, ex: Exchange) -> None:
         """``ex`` was answered in full and its client sent its EOF: close after the answer."""
         self.flush()
-        if self.ctx.access_log is not None:
+        if self.ctx.timed:
             ex.log()
         self.ex = None
         self.pending = None

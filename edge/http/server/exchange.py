@@ -34,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
@@ -134,6 +136,9 @@ class General:
     __slots__ = (
         "attempt",
         "began",
+        "body_limit",
+        "body_size",
+        "body_wait",
         "deadline",
         "divert",
         "filtered",
@@ -153,6 +158,11 @@ class General:
 
     def __init__(self) -> None:
         self.fwd: Forward | None = None  # the pipeline's
+        # A waiting step's Forward.read_body while the body comes: its future, its
+        # limit and the payload's size so far.
+        self.body_wait: asyncio.Future | None = None
+        self.body_limit = -1
+        self.body_size = 0
         self.filters: list[BodyFilter] | None = None  # response filters of this response
         self.tee: Tee | None = None  # a service's copy of the body (mirroring)
         self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
@@ -228,9 +238,9 @@ class Exchange:
         # Set-Cookie lines, held bodies, retries).
         self.status = 0
         self.sent = 0
-        self.started = (
-            time.perf_counter() if conn.ctx.access_log is not None else 0.0
-        )  # loop.time() has 1 ms steps under uvloop
+        # For the access log and the metrics (Exchange.log); loop.time() has 1 ms steps
+        # under uvloop.
+        self.started = perf_counter() if conn.ctx.timed else 0.0
 
     # -- starting -------------------------------------------------------------------
 
@@ -411,6 +421,7 @@ class Exchange:
         answer = None
         i = 0
         try:
+            fwd.reader = self._read_body  # a step may read the body (Forward.read_body)
             for i, step in enumerate(pipeline.steps):
                 if waits[i]:
                     # What the client's leaving runs meanwhile, the step's own included.
@@ -425,6 +436,8 @@ class Exchange:
         except Exception:
             log.exception("router %s: middleware %s failed", route.name, pipeline.steps[i].name)
             answer = Answer(500, body=b"Internal Server Error")
+        finally:
+            fwd.reader = None  # no cycle left: the exchange goes by reference counting
         self.dial_task = None
         if self.conn.ex is not self or self.resp_done:
             return  # the client left (or the request broke) meanwhile
@@ -433,6 +446,56 @@ class Exchange:
             self._answer_own(answer, pipeline.answer_edits(i, fwd))
             return
         self._stepped(args)
+
+    async def _read_body(self, limit: int) -> bytes:
+        """Forward.read_body: the request body read to its end and held in ``buffered``
+        (as it goes upstream once the steps let it), its payload returned; past
+        ``limit`` bytes (-1: none), BodyTooLarge, reading paused (the step answers)."""
+        head = self.head
+        if not (head.chunked or head.content_length):
+            return b""
+        if 0 <= limit < (head.content_length or 0):
+            raise BodyTooLarge(f"a request body of {head.content_length} bytes, over {limit}")
+        x = self.x
+        if not self.req_done:
+            conn = self.conn
+            x.body_size = sum(map(len, self._held_payload()))
+            x.body_limit = limit
+            if 0 <= limit < x.body_size:
+                raise BodyTooLarge(f"a request body over {limit} bytes")
+            waiter = x.body_wait = conn.loop.create_future()
+            conn.resume_reading(conn.PAUSE_BUFFER)  # past HIGH_WATER too, up to the limit
+            if head.expect_continue:
+                conn.send(CONTINUE)  # the body is wanted now
+            try:
+                await waiter
+            finally:
+                x.body_wait = None
+        body = b"".join(self._held_payload())
+        if 0 <= limit < len(body):  # a chunked one, in before the step asked
+            raise BodyTooLarge(f"a request body over {limit} bytes")
+        return body
+
+    def _body_read(self, size: int) -> None:
+        """``size`` more bytes of payload while a step reads the body (read_body)."""
+        x = self.x
+        waiter = x.body_wait
+        assert waiter is not None
+        x.body_size += size
+        if 0 <= x.body_limit < x.body_size:
+            x.body_wait = None
+            self.conn.pause_reading(self.conn.PAUSE_BUFFER)
+            if not waiter.done():
+                waiter.set_exception(BodyTooLarge(f"a request body over {x.body_limit} bytes"))
+
+    def _held_payload(self) -> list[bytes]:
+        """The request body held in ``buffered`` (request_body's parts: a size line,
+        the data and CRLF each when chunked, then CHUNK_END; the data alone
+        otherwise), without its framing."""
+        buffered = self.buffered
+        if not buffered:
+            return []
+        return buffered[1::3] if self.head.chunked else buffered
 
     def _held(self, args: tuple) -> None:
         self.header_timer = None
@@ -551,7 +614,7 @@ class Exchange:
             and not head.upgrade
             and head.version == b"1.1"
         )
-        if head.expect_continue and (head.chunked or head.content_length):
+        if head.expect_continue and not self.req_done and (head.chunked or head.content_length):
             conn.send(CONTINUE)
         self._connect()
 
@@ -706,6 +769,9 @@ class Exchange:
         if backend is None or backend.status:
             self._unserved(route, backend)
             return
+        meter = self.conn.ctx.metrics
+        if meter is not None:  # traefik_service_retries_total
+            meter.retry(route.service.name)
         if route.try_timeout:
             self._arm_try(route)
         self.backend = backend
@@ -731,6 +797,8 @@ class Exchange:
                 return
             if self.x.tee is not None:
                 self.x.tee.body(data)
+            if self.x.body_wait is not None:
+                self._body_read(len(data))
         if self.head.chunked:
             self._send_upstream((b"%x\r\n" % len(data), data, CRLF))
         else:
@@ -755,6 +823,11 @@ class Exchange:
             self.conn.request_read()  # readTimeout's bound on the body ends
         if self.head.chunked and not self.resp_done:
             self._send_upstream((CHUNK_END,))
+        if not self.express and self.x.body_wait is not None:
+            waiter = self.x.body_wait
+            self.x.body_wait = None
+            if not waiter.done():
+                waiter.set_result(None)  # a step reading the body has it all
         if self.upstream is not None and not self.resp_started:
             self._start_header_timer()
         if self.resp_done:
@@ -800,7 +873,7 @@ class Exchange:
             self.buffered = []
         self.buffered.extend(parts)
         self.buffered_size += sum(map(len, parts))
-        if self.buffered_size > HIGH_WATER:
+        if self.buffered_size > HIGH_WATER and (self.express or self.x.body_wait is None):
             self.conn.pause_reading(self.conn.PAUSE_BUFFER)
 
     # -- the upstream connection ------------------------------------------------------
@@ -906,10 +979,8 @@ class Exchange:
         if held is not None:
             for chunk in held.chunks():
                 tee.body(chunk)
-        elif self.buffered:
-            # request_body's parts: (size line, data, CRLF) each when chunked, then
-            # request_end's CHUNK_END; the data alone otherwise.
-            for data in self.buffered[1::3] if self.head.chunked else self.buffered:
+        else:
+            for data in self._held_payload():
                 tee.body(data)
         if self.req_done:
             tee.end()
@@ -1531,6 +1602,27 @@ class Exchange:
     # -- the record --------------------------------------------------------------------
 
     def log(self) -> None:
-        access_log = self.conn.ctx.access_log
+        """The exchange ended: count it in the entry point's metrics, then hand it to the
+        access log. The counting is the metrics' hot path, here rather than in a call:
+        its cell found by key (one made by the meter on a miss), then a few adds
+        (:class:`edge.entrypoints.metrics.Meter` and ``Cell`` say what each field is)."""
+        ctx = self.conn.ctx
+        duration = perf_counter() - self.started
+        meter = ctx.metrics
+        if meter is not None:
+            head = self.head
+            try:
+                cell = meter.cells[self.route, self.status, head.method, self.backend]
+            except KeyError:
+                cell = meter.cell(self)
+            if duration <= meter.first:
+                cell.first += 1
+            else:
+                cell.buckets[bisect_left(meter.bounds, duration)] += 1
+            cell.total += duration
+            if head.content_length:
+                cell.req_bytes += head.content_length
+            cell.resp_bytes += self.sent
+        access_log = ctx.access_log
         if access_log is not None:
-            access_log(self, time.perf_counter() - self.started)
+            access_log(self, duration)

@@ -10,6 +10,7 @@ middleware, with the key in the API."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.client
 import json
 import logging
@@ -34,13 +35,13 @@ TIMEOUT = 10.0
 class Peer(ThreadedServer):
     """An HTTP/1.1 server answering with ``answer(request)``: (status, headers, body,
     seconds to hold the answer back). It keeps what it received: (connection number,
-    method, target, headers)."""
+    method, target, headers, body: a bytearray filled as the body comes)."""
 
     def __init__(self, answer, context: ssl.SSLContext | None = None) -> None:
         self.answer = answer
         self.context = context
         self.peer_certs: list[dict] = []  # the TLS clients' certificates, as ssl reads them
-        self.received: list[tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]] = []
+        self.received: list[tuple[int, bytes, bytes, list[tuple[bytes, bytes]], bytearray]] = []
         self.closed: set[int] = set()  # connections the other side closed
         self.lock = threading.Lock()
         super().__init__()
@@ -73,9 +74,13 @@ class Peer(ThreadedServer):
                         return
                     continue
                 if isinstance(event, h11.Request):
-                    request = (n, event.method, event.target, [(k, v) for k, v in event.headers])
+                    headers = [(k, v) for k, v in event.headers]
+                    request = (n, event.method, event.target, headers, bytearray())
                     with self.lock:
                         self.received.append(request)
+                    continue
+                if isinstance(event, h11.Data):
+                    request[4].extend(event.data)
                     continue
                 if isinstance(event, h11.EndOfMessage):
                     status, headers, body, hold = self.answer(request)
@@ -124,9 +129,14 @@ def header(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
 
 
 def decide(request) -> tuple[int, list, bytes, float]:
-    """The auth server: by the path the client asked for (X-Forwarded-Uri)."""
-    _, _, _, headers = request
+    """The auth server: by the path the client asked for (X-Forwarded-Uri); under
+    /body, by the body it got (forwardBody): 200 when it says "open sesame"."""
+    _, _, _, headers, body = request
     uri = (header(headers, b"x-forwarded-uri") or [b""])[0]
+    if uri.startswith(b"/body"):
+        if body.startswith(b"open sesame"):
+            return 200, [(b"X-Auth-Body", b"%d" % len(body))], b"", 0.0
+        return 401, [(b"X-Reason", b"wrong words")], b"no\n", 0.0
     if uri.startswith(b"/ok"):
         return (
             200,
@@ -164,11 +174,18 @@ def decide(request) -> tuple[int, list, bytes, float]:
 def backend_answer(request) -> tuple[int, list, bytes, float]:
     """The upstream: what it received as JSON, and cookies of its own; a path
     ending in ``/status/<n>`` is answered with that status (no body for 204, 304)."""
-    _, method, target, headers = request
+    _, method, target, headers, got = request
     seen: dict[str, list[str]] = {}
     for n, v in headers:
         seen.setdefault(n.decode().lower(), []).append(v.decode())
-    body = json.dumps({"method": method.decode(), "target": target.decode(), "headers": seen})
+    body = json.dumps(
+        {
+            "method": method.decode(),
+            "target": target.decode(),
+            "headers": seen,
+            "body": hashlib.sha256(got).hexdigest(),
+        }
+    )
     _, marker, status = target.rpartition(b"/status/")
     return (
         int(status) if marker else 200,
@@ -220,6 +237,14 @@ def edge(request, tmp_path_factory, peers):
         "signin": {"forwardAuth": {"address": address, "authSigninURL": "https://login.test/"}},
         "down": {"forwardAuth": {"address": f"http://127.0.0.1:{closed_port()}/"}},
         "small": {"forwardAuth": {"address": address, "maxResponseBodySize": 2}},
+        "body": {
+            "forwardAuth": {
+                "address": address,
+                "forwardBody": True,
+                "authResponseHeaders": ["X-Auth-Body"],
+            }
+        },
+        "body-max": {"forwardAuth": {"address": address, "forwardBody": True, "maxBodySize": 16}},
         "bad-address": {"forwardAuth": {"address": "auth.test:9000"}},
         "bad-regex": {"forwardAuth": {"address": address, "authResponseHeadersRegex": "(?=x)"}},
     }
@@ -289,7 +314,7 @@ def test_200_forwards_with_the_answers_headers_and_cookies(edge, peers):
     assert "foo-baz" not in seen and "x-auth-secret" not in seen
     assert values(headers, "Set-Cookie") == ["backendCookie=Backend", "authCookie=Auth; Path=/"]
     # What the auth server was asked: GET /verify?app=edge with Traefik's headers.
-    _, method, target, asked = auth.since(mark)[-1]
+    _, method, target, asked, _ = auth.since(mark)[-1]
     assert (method, target) == (b"GET", b"/verify?app=edge")
     assert header(asked, b"host") == [f"127.0.0.1:{auth.port}".encode()]
     assert header(asked, b"x-forwarded-method") == [b"GET"]
@@ -370,6 +395,113 @@ def test_method_is_get_unless_preserved(edge, peers):
         (b"POST", [b"POST"]),
     ]
     assert header(asked[1][3], b"content-length") == [b"0"]  # no forwardBody: no body
+
+
+def chunks(data: bytes, size: int = 8192):
+    """``data`` in pieces, for http.client to send chunked."""
+    return (data[i : i + size] for i in range(0, len(data), size))
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_forward_body_goes_to_the_auth_server_and_whole_upstream(edge, peers, framing):
+    """Traefik's TestForwardAuthForwardBody: the auth server gets the body (framed as
+    the client's: Content-Length, or chunked) and decides by it; on a 2xx the upstream
+    gets it whole, unchanged; on a refusal nobody else does. Past the high-water mark
+    too (2 MiB, unlimited by default): edge reads on while the step reads the body."""
+    auth, backend = peers
+    for body, expected in (
+        (b"open sesame: small", 200),
+        (b"open sesame" + bytes(range(256)) * 8192, 200),
+        (b"wrong words", 401),
+    ):
+        mark, before = len(auth.since(0)), len(backend.since(0))
+        conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=TIMEOUT)
+        sent = body if framing == "content-length" else chunks(body)
+        try:
+            status, headers, got = fetch(edge, "body.test", "/body/x", method="POST",
+                                         body=sent, conn=conn)  # fmt: skip
+        finally:
+            conn.close()
+        assert status == expected, got
+        (asked,) = auth.since(mark)
+        assert bytes(asked[4]) == body
+        if framing == "chunked":
+            assert header(asked[3], b"transfer-encoding") == [b"chunked"]
+            assert header(asked[3], b"content-length") == []
+        else:
+            assert header(asked[3], b"content-length") == [b"%d" % len(body)]
+        if expected == 401:
+            assert (got, values(headers, "X-Reason")) == (b"no\n", ["wrong words"])
+            assert len(backend.since(0)) == before
+            continue
+        seen = json.loads(got)
+        assert seen["body"] == sha(body)  # the upstream's, whole
+        assert seen["headers"]["x-auth-body"] == [str(len(body))]
+        assert bytes(backend.since(before)[0][4]) == body
+
+
+def test_forward_body_without_a_body_sends_none(edge, peers):
+    """Traefik's TestForwardAuthForwardBodyEmptyBody: a GET without a body asks
+    without one (no framing header), and so does a POST's empty body (the auth
+    request is a GET: Go writes no Content-Length: 0 for it)."""
+    auth, _ = peers
+    mark = len(auth.since(0))
+    assert fetch(edge, "body.test", "/body/empty")[0] == 401  # no words: refused
+    assert fetch(edge, "body.test", "/body/empty", method="POST", body=b"")[0] == 401
+    get_, post = auth.since(mark)
+    assert header(get_[3], b"content-length") == [] and bytes(get_[4]) == b""
+    assert header(get_[3], b"transfer-encoding") == []
+    assert header(post[3], b"content-length") == [] and bytes(post[4]) == b""
+
+
+def test_forward_body_over_max_body_size_is_401(edge, peers):
+    """Traefik's TestForwardAuthForwardBodySizeLimit: a body over maxBodySize (16) is
+    answered 401 with no body, neither the auth server nor the upstream asked; one of
+    exactly 16 bytes goes. A Content-Length over it is refused before its body is read,
+    a chunked body once it passes the limit (its connection closed after)."""
+    auth, backend = peers
+    mark, before = len(auth.since(0)), len(backend.since(0))
+    assert (
+        fetch(edge, "body-max.test", "/body/x", method="POST", body=b"open sesame 1234")[0] == 200
+    )
+    assert bytes(auth.since(mark)[0][4]) == b"open sesame 1234"
+    assert len(backend.since(0)) == before + 1
+    mark, before = len(auth.since(0)), len(backend.since(0))
+    for sent in (b"open sesame 12345", chunks(b"open sesame 12345" * 1000, 7)):
+        status, _, got = fetch(edge, "body-max.test", "/body/x", method="POST", body=sent)
+        assert (status, got) == (401, b"")
+    assert auth.since(mark) == [] and len(backend.since(0)) == before
+    # A declared length over the limit: answered without waiting for its body.
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=TIMEOUT) as s:
+        s.sendall(b"POST /body/x HTTP/1.1\r\nHost: body-max.test\r\nContent-Length: 1000\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 401 ")
+    assert auth.since(mark) == []
+
+
+def test_forward_body_asks_for_an_expected_body(edge, peers):
+    """A client that waits for 100 Continue before its body gets it once the step
+    reads the body, and then the answer, with no second 100 before it."""
+    _, backend = peers
+    body = b"open sesame, continued"
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=TIMEOUT) as s:
+        s.sendall(
+            b"POST /body/x HTTP/1.1\r\nHost: body.test\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        got = b""
+        while b"\r\n\r\n" not in got:
+            data = s.recv(65536)
+            assert data, got
+            got += data
+        assert got == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        reply = s.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200 "), reply
+    assert bytes(backend.since(0)[-1][4]) == body
 
 
 def test_trust_forward_header_keeps_the_clients_x_forwarded(edge, peers):

@@ -4,12 +4,13 @@ over label sets and processes, and the text exposition format 0.0.4."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import msgspec
 import pytest
+import uvloop
 
 from edge.config.static import Prometheus
+from edge.entrypoints import metrics as metrics_module
 from edge.entrypoints.metrics import (
     DEFAULT_BUCKETS,
     FAMILIES,
@@ -18,165 +19,143 @@ from edge.entrypoints.metrics import (
     escape_label,
     render,
 )
+from edge.http.codec.headers import METHODS
+from edge.http.server import exchange as exchange_module
+from loadtest.bench_hotpath import setup
+from tests.unit.http.server.transport import Recorder
 
 EP_TOTAL = "traefik_entrypoint_requests_total"
 EP_DURATION = "traefik_entrypoint_request_duration_seconds"
-
-
-class route:  # what the recorder reads of a Route: hashed by identity
-    def __init__(self, name: str, service: str) -> None:
-        self.name = name
-        self.service = SimpleNamespace(name=service)
-
-
-def exchange(
-    route=None, status=200, method=b"GET", length=None, sent=0, served=True, retried=False
-):
-    """What the recorder reads of an :class:`~edge.http.server.exchange.Exchange`."""
-    return SimpleNamespace(
-        route=route,
-        status=status,
-        head=SimpleNamespace(method=method, content_length=length),
-        backend=object() if served and route is not None else None,
-        sent=sent,
-        retried=retried,
-    )
+EP = {"protocol": "http", "entrypoint": "web"}
+ROUTER = {"protocol": "http", "router": "bench@file", "service": "backend@file"}
+SERVICE = {"protocol": "http", "service": "backend@file"}
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world\n"
 
 
 def registry(**options) -> Registry:
     return Registry(Prometheus(**options))
 
 
-# -- counting -----------------------------------------------------------------------------
+class Edge:
+    """An entry point's client connection counting into ``reg``'s meter of ``web``: the
+    real connection, exchanges, router and pool of ``loadtest/bench_hotpath.py``'s
+    setup, on transports that only record what is written (one route,
+    ``Host(`bench.local`)`` to ``backend``)."""
+
+    def __init__(self, reg: Registry, codec: str = "httptools", **setup_args) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.meter = reg.meter("web")
+        self.client, self.upstream = setup(
+            self.loop, codec, transport=Recorder, metrics=self.meter, **setup_args
+        )
+
+    def exchange(self, request: bytes, response: bytes | None = OK) -> bytes:
+        """Send ``request``; the server answers ``response`` if it goes upstream (None:
+        edge answers itself). What the client got."""
+        out = self.client.transport.data
+        start = len(out)
+        self.client.data_received(request)
+        if response is not None:
+            self.upstream.data_received(response)
+        assert self.client.ex is None, "the exchange did not end"
+        return bytes(out[start:])
+
+    def close(self) -> None:
+        self.loop.close()
 
 
-def test_each_label_set_counts_its_exchanges():
+def get(host: bytes = b"bench.local", method: bytes = b"GET", headers: bytes = b"") -> bytes:
+    return b"%s / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (method, host, headers)
+
+
+# -- counting: real exchanges ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_each_label_set_counts_its_exchanges(codec):
     reg = registry(add_routers_labels=True)
-    rec = reg.hook("web", None)
-    a = route("a@file", "s@file")
+    edge = Edge(reg, codec)
     for _ in range(3):
-        rec(exchange(a, 200, sent=10), 0.01)
-    rec(exchange(a, 500, method=b"POST", length=7, sent=4), 0.02)
-    rec(exchange(None, 404, sent=19), 0.001)
+        assert edge.exchange(get()).startswith(b"HTTP/1.1 200")
+    post = b"POST /p HTTP/1.1\r\nHost: bench.local\r\nContent-Length: 7\r\n\r\npayload"
+    failed = b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\nbad\n"
+    assert edge.exchange(post, failed).startswith(b"HTTP/1.1 500")
+    assert edge.exchange(get(b"nobody.test"), None).startswith(b"HTTP/1.1 404")
+    edge.close()
     s = reg.collect()
-    ep = {"protocol": "http", "entrypoint": "web"}
-    assert s.get(EP_TOTAL, code="200", method="GET", **ep) == 3
-    assert s.get(EP_TOTAL, code="500", method="POST", **ep) == 1
-    assert s.get(EP_TOTAL, code="404", method="GET", **ep) == 1
-    assert s.get("traefik_entrypoint_responses_bytes_total", code="200", method="GET", **ep) == 30
-    assert s.get("traefik_entrypoint_requests_bytes_total", code="500", method="POST", **ep) == 7
-    assert (
-        s.get(
-            "traefik_router_requests_total",
-            code="200",
-            method="GET",
-            protocol="http",
-            router="a@file",
-            service="s@file",
-        )
-        == 3
-    )
-    assert (
-        s.get(
-            "traefik_service_requests_total",
-            code="500",
-            method="POST",
-            protocol="http",
-            service="s@file",
-        )
-        == 1
-    )
+    assert s.get(EP_TOTAL, code="200", method="GET", **EP) == 3
+    assert s.get(EP_TOTAL, code="500", method="POST", **EP) == 1
+    assert s.get(EP_TOTAL, code="404", method="GET", **EP) == 1
+    assert s.get("traefik_entrypoint_responses_bytes_total", code="200", method="GET", **EP) == 36
+    assert s.get("traefik_entrypoint_requests_bytes_total", code="500", method="POST", **EP) == 7
+    assert s.get("traefik_router_requests_total", code="200", method="GET", **ROUTER) == 3
+    assert s.get("traefik_service_requests_total", code="500", method="POST", **SERVICE) == 1
     # No router matched the 404: no router or service series for it.
     assert all(labels[0] != "404" for labels in s.values["traefik_router_requests_total"])
     assert all(labels[0] != "404" for labels in s.values["traefik_service_requests_total"])
+    histogram = s.get(EP_DURATION, code="200", method="GET", **EP)
+    assert sum(histogram[:-1]) == 3 and 0 < histogram[-1] < 3 * 0.1
 
 
 def test_counters_keep_growing_across_scrapes():
     reg = registry()
-    rec = reg.hook("web", None)
-    a = route("a@file", "s@file")
-    rec(exchange(a), 0.01)
-    first = reg.collect().get(EP_TOTAL, code="200", method="GET", protocol="http", entrypoint="web")
-    rec(exchange(a), 0.01)
-    rec(exchange(a), 0.01)
-    again = reg.collect().get(EP_TOTAL, code="200", method="GET", protocol="http", entrypoint="web")
+    edge = Edge(reg)
+    edge.exchange(get())
+    first = reg.collect().get(EP_TOTAL, code="200", method="GET", **EP)
+    edge.exchange(get())
+    edge.exchange(get())
+    again = reg.collect().get(EP_TOTAL, code="200", method="GET", **EP)
+    edge.close()
     assert (first, again) == (1, 3)
     # Each scrape folds the cells: none of the counted routes is held after it.
-    assert reg.recorders["web"].cells == {}
+    assert reg.meters["web"].cells == {}
 
 
 def test_a_new_configuration_s_route_adds_to_the_same_series():
     reg = registry(add_routers_labels=True)
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file")), 0.01)
-    rec(exchange(route("a@file", "s@file")), 0.01)  # an equal route of a later snapshot
-    labels = {
-        "code": "200",
-        "method": "GET",
-        "protocol": "http",
-        "router": "a@file",
-        "service": "s@file",
-    }
-    assert reg.collect().get("traefik_router_requests_total", **labels) == 2
+    first = Edge(reg)
+    first.exchange(get())
+    second = Edge(reg)  # the same configuration built again: other Route objects
+    assert second.client.ctx.router is not first.client.ctx.router
+    second.exchange(get())
+    first.close()
+    second.close()
+    assert (
+        reg.collect().get("traefik_router_requests_total", code="200", method="GET", **ROUTER) == 2
+    )
 
 
 def test_an_answer_before_any_server_is_the_router_s_not_the_service_s():
     reg = registry(add_routers_labels=True)
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file"), 401, served=False), 0.01)
+    edge = Edge(reg, middleware={"ipAllowList": {"sourceRange": ["192.0.2.1/32"]}})
+    assert edge.exchange(get(), None).startswith(b"HTTP/1.1 403")
+    edge.close()
     s = reg.collect()
-    assert (
-        s.get(
-            "traefik_router_requests_total",
-            code="401",
-            method="GET",
-            protocol="http",
-            router="a@file",
-            service="s@file",
-        )
-        == 1
-    )
+    assert s.get("traefik_router_requests_total", code="403", method="GET", **ROUTER) == 1
     assert "traefik_service_requests_total" not in s.values
 
 
-def test_unknown_methods_share_one_cell():
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_methods_outside_the_standard_ones_share_one_cell(codec):
     reg = registry()
-    rec = reg.hook("web", None)
-    a = route("a@file", "s@file")
-    for i in range(50):
-        rec(exchange(a, method=b"X%d" % i), 0.01)
-    assert len(reg.recorders["web"].cells) == 1
+    edge = Edge(reg, codec)
+    odd = sorted(METHODS - {b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS"})
+    odd = [m for m in odd if m not in (b"TRACE", b"PATCH")]
+    for method in odd:
+        assert edge.exchange(get(method=method)).startswith(b"HTTP/1.1 200"), method
+    edge.exchange(get(method=b"PATCH"))
+    edge.close()
+    assert len(reg.meters["web"].cells) == 2  # EXTENSION_METHOD's and PATCH's
     s = reg.collect()
-    assert (
-        s.get(EP_TOTAL, code="200", method="EXTENSION_METHOD", protocol="http", entrypoint="web")
-        == 50
-    )
-
-
-def test_101_is_the_websocket_protocol():
-    reg = registry()
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file"), 101), 3.0)
-    assert (
-        reg.collect().get(
-            EP_TOTAL, code="101", method="GET", protocol="websocket", entrypoint="web"
-        )
-        == 1
-    )
-
-
-def test_retries_are_counted_per_service():
-    reg = registry()
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file"), retried=True), 0.01)
-    rec(exchange(route("a@file", "s@file")), 0.01)
-    assert reg.collect().get("traefik_service_retries_total", service="s@file") == 1
+    assert s.get(EP_TOTAL, code="200", method="EXTENSION_METHOD", **EP) == len(odd) > 20
+    assert s.get(EP_TOTAL, code="200", method="PATCH", **EP) == 1
 
 
 def test_label_options_choose_the_families():
     reg = registry(add_entry_points_labels=False, add_services_labels=False)
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file")), 0.01)
+    edge = Edge(reg)
+    edge.exchange(get())
+    edge.close()
     names = set(reg.collect().values)
     assert not any(
         n.startswith(("traefik_entrypoint_", "traefik_router_", "traefik_service_")) for n in names
@@ -186,22 +165,76 @@ def test_label_options_choose_the_families():
 def test_the_access_log_still_gets_every_exchange():
     seen = []
     reg = registry()
-    rec = reg.hook("web", lambda ex, duration: seen.append((ex.status, duration)))
-    rec(exchange(route("a@file", "s@file"), 204), 0.5)
-    assert seen == [(204, 0.5)]
+    edge = Edge(reg, access_log=lambda ex, duration: seen.append((ex.status, duration)))
+    edge.exchange(get(), b"HTTP/1.1 204 No Content\r\n\r\n")
+    edge.close()
+    assert [status for status, _ in seen] == [204]
+    assert 0 < seen[0][1] < 1
+    assert reg.collect().get(EP_TOTAL, code="204", method="GET", **EP) == 1
 
 
-def test_a_duration_on_a_bound_falls_in_that_bucket():
+def test_a_duration_on_a_bound_falls_in_that_bucket(monkeypatch):
+    """The exchange's clock made to say each duration: a bound is in its own bucket
+    (Prometheus' ``le``), on the first one (which takes no bisect) or a later one."""
+    clock = iter(())
+    monkeypatch.setattr(exchange_module, "perf_counter", lambda: next(clock))
     reg = registry(buckets=[0.1, 1.0])
-    rec = reg.hook("web", None)
-    a = route("a@file", "s@file")
-    for d in (0.05, 0.1, 0.5, 1.0, 2.0):
-        rec(exchange(a), d)
-    buckets = reg.collect().get(
-        EP_DURATION, code="200", method="GET", protocol="http", entrypoint="web"
-    )
+    edge = Edge(reg)
+    for duration in (0.05, 0.1, 0.5, 1.0, 2.0):
+        clock = iter((100.0, 100.0 + duration))  # the exchange's start, then its end
+        edge.exchange(get())
+    edge.close()
+    buckets = reg.collect().get(EP_DURATION, code="200", method="GET", **EP)
     assert buckets[:-1] == [2, 2, 1]  # <= 0.1, <= 1.0, above
     assert buckets[-1] == pytest.approx(3.65)
+
+
+def test_header_labels_label_requests_total_only():
+    reg = registry(header_labels={"useragent": "User-Agent", "host": "Host"})
+    edge = Edge(reg)
+    edge.exchange(get(headers=b"user-agent: curl/8\r\n"))
+    edge.exchange(get(headers=b"User-Agent: curl/8\r\n"))
+    edge.exchange(get(headers=b"User-Agent: bot\r\nUser-Agent: other\r\n"))
+    edge.exchange(get())
+    edge.close()
+    s = reg.collect()
+    assert s.header_labels == ("useragent", "host")
+    # Host is never a header's value, as in Traefik (Go takes it out of the headers).
+    total = {"code": "200", "method": "GET", "host": "", **EP}
+    assert s.get(EP_TOTAL, useragent="curl/8", **total) == 2
+    assert s.get(EP_TOTAL, useragent="bot", **total) == 1  # a header's first value
+    assert s.get(EP_TOTAL, useragent="", **total) == 1
+    assert s.get(EP_DURATION, code="200", method="GET", **EP)[:-1] == [4, 0, 0, 0, 0]
+    text = render(s).decode()
+    assert (
+        'traefik_entrypoint_requests_total{code="200",method="GET",protocol="http",'
+        'entrypoint="web",useragent="curl/8",host=""} 2' in text
+    )
+    # They cross the workers' channel with the samples.
+    back = Samples.from_rows(s.bounds, msgspec.msgpack.decode(msgspec.msgpack.encode(s.rows())))
+    assert render(back) == render(s)
+
+
+@pytest.mark.parametrize(
+    ("labels", "why"),
+    [({"code": "X-Code"}, "already"), ({"user-agent": "User-Agent"}, "not a Prometheus")],
+)
+def test_header_labels_must_be_new_label_names(labels, why):
+    with pytest.raises(msgspec.ValidationError, match=why):
+        msgspec.convert({"headerLabels": labels}, Prometheus)
+
+
+def test_a_meter_nobody_scrapes_folds_its_cells_at_a_bound(monkeypatch):
+    monkeypatch.setattr(metrics_module, "MAX_CELLS", 3)
+    reg = registry()
+    edge = Edge(reg, "h11")
+    for status in (200, 201, 202, 203, 204):
+        edge.exchange(get(), b"HTTP/1.1 %d X\r\nContent-Length: 0\r\n\r\n" % status)
+    edge.close()
+    meter = reg.meters["web"]
+    assert len(meter.cells) <= 3
+    s = reg.collect()
+    assert [s.get(EP_TOTAL, code=str(c), method="GET", **EP) for c in range(200, 205)] == [1] * 5
 
 
 def test_default_buckets_are_traefik_s():
@@ -236,8 +269,9 @@ def test_workers_samples_add_up_and_gauges_keep_their_rule():
 
 def test_samples_cross_a_msgpack_channel_unchanged():
     reg = registry()
-    rec = reg.hook("web", None)
-    rec(exchange(route("a@file", "s@file")), 0.2)
+    edge = Edge(reg)
+    edge.exchange(get())
+    edge.close()
     sent = reg.collect()
     rows = msgspec.msgpack.decode(msgspec.msgpack.encode(sent.rows()))
     back = Samples.from_rows(sent.bounds, rows)

@@ -355,6 +355,31 @@ def test_auth_request_bytes():
     )
 
 
+@pytest.mark.parametrize(
+    ("framing", "body", "expected"),
+    [
+        (b"Content-Length: 5\r\n", b"hello", b"Content-Length: 5\r\n\r\nhello"),
+        (b"Transfer-Encoding: chunked\r\n", b"hello",
+         b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        (b"Transfer-Encoding: chunked\r\n", b"", b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        (b"Content-Length: 0\r\n", b"", b"Content-Length: 0\r\n\r\n"),  # POST's
+    ],
+)  # fmt: skip
+def test_auth_request_bytes_with_the_body(framing, body, expected):
+    """forwardBody: the body read from the client goes framed as the client's was
+    (Traefik copies ContentLength and TransferEncoding onto the auth request)."""
+    config = ForwardAuthConfig(
+        address="http://auth/", trust_forward_header=False, preserve_request_method=True,
+        forward_body=True, max_body_size=100,
+    )  # fmt: skip
+    middleware = forward_auth("m", config)
+    assert (middleware.forward_body, middleware.max_body) == (True, 100)
+    fwd = _forward(b"POST /p/x?q=1 HTTP/1.1\r\nHost: a.example\r\n" + framing + b"\r\n")
+    data, method = middleware._request(fwd, body)
+    assert method == b"POST"
+    assert data.endswith(b"X-Forwarded-Uri: /p/x?q=1\r\n" + expected), data
+
+
 def test_auth_request_unset_trust_keeps_the_entrypoints_port_and_real_ip():
     middleware = forward_auth("m", ForwardAuthConfig(address="http://auth/"))
     fwd = _forward(b"GET /p/x?q=1 HTTP/1.1\r\nHost: a.example:8443\r\n\r\n", scheme=b"https")
@@ -410,6 +435,8 @@ def test_model_keys_are_traefiks():
         "preserveLocationHeader": True,
         "preserveRequestMethod": True,
         "authSigninURL": "https://login",
+        "forwardBody": True,
+        "maxBodySize": 1024,
     }
     config = msgspec.convert({"forwardAuth": doc}, MiddlewareConfig)
     assert config.kind == "forwardAuth"
@@ -417,9 +444,9 @@ def test_model_keys_are_traefiks():
     assert msgspec.to_builtins(config.forward_auth) == doc
 
 
-def test_forward_body_is_refused_as_not_implemented():
-    """forwardBody and maxBodySize are Traefik keys edge does not implement yet: the
-    middleware is disabled naming them (never served without the body)."""
+def test_forward_body_and_max_body_size_are_served():
+    """forwardBody and maxBodySize are read as Traefik's keys: the middleware is
+    enabled (maxBodySize -1, no limit, by default)."""
     doc = {
         "http": {
             "routers": {"r": {"rule": "Host(`a`)", "service": "s", "middlewares": ["fa"]}},
@@ -429,7 +456,6 @@ def test_forward_body_is_refused_as_not_implemented():
     }
     rt = build_runtime(merge({"file": decode_dynamic(doc)}), {"web": "tcp"})
     info = rt.http_middlewares["fa@file"]
-    assert info.status == "disabled"
-    assert info.errors == [
-        "$.http.middlewares.fa.forwardAuth.forwardBody: not supported by this version of edge"
-    ]
+    assert (info.status, info.errors) == ("enabled", [])
+    middleware = forward_auth("fa@file", info.config.forward_auth)
+    assert (middleware.forward_body, middleware.max_body) == (True, -1)
