@@ -35,6 +35,9 @@ logging.getLogger("hpack").setLevel(logging.INFO)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface (RFC 9113 3.4)
 
 STREAM_WINDOW = 65535  # a stream's receive window: h2's (and RFC 9113's) initial one
+# Streams h2's state machine lets a client open beyond the advertised limit, which the
+# server refuses one by one (server_connection).
+STREAMS_OVER = 16
 LARGEST_WINDOW = (1 << 31) - 1
 
 # Never sent in HTTP/2 (RFC 9113 8.2.2); the HTTP/1.1 writers drop the rest of the
@@ -56,8 +59,13 @@ def server_connection(
     and a connection window of ``max_concurrent_streams`` stream windows queued
     (:meth:`~h2.connection.H2Connection.data_to_send`).
 
-    The HPACK decoder is bounded from the first frame: h2 applies the advertised
-    table and list sizes only once the client acknowledges them.
+    The header list bound holds from the first frame (h2 applies the advertised one
+    only once the client acknowledges it, keeping 64 KiB until then); the decoder's
+    table follows the client's acknowledgement, as HPACK requires. h2 answers a stream
+    past MAX_CONCURRENT_STREAMS with a connection error; RFC 9113 5.1.2 allows a
+    stream error (REFUSED_STREAM, which a client may retry), which is what Go's
+    server sends: so the state machine takes :data:`STREAMS_OVER` more than
+    advertised, and the caller refuses each stream past the advertised count.
     """
     conn = h2.connection.H2Connection(
         h2.config.H2Configuration(
@@ -72,17 +80,16 @@ def server_connection(
         )
     )
     codes = h2.settings.SettingCodes
-    conn.local_settings = h2.settings.Settings(
-        client=False,
-        initial_values={
-            codes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
-            codes.HEADER_TABLE_SIZE: decoder_table_size,
-            codes.MAX_HEADER_LIST_SIZE: max_header_list_size,
-        },
-    )
-    conn.decoder.max_allowed_table_size = decoder_table_size
+    values = {
+        codes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
+        codes.HEADER_TABLE_SIZE: decoder_table_size,
+        codes.MAX_HEADER_LIST_SIZE: max_header_list_size,
+    }
+    conn.local_settings = h2.settings.Settings(client=False, initial_values=values)
     conn.decoder.max_header_list_size = max_header_list_size
-    conn.initiate_connection()
+    conn.initiate_connection()  # SETTINGS with the values above
+    values[codes.MAX_CONCURRENT_STREAMS] = max_concurrent_streams + STREAMS_OVER
+    conn.local_settings = h2.settings.Settings(client=False, initial_values=values)
     extra = min(max_concurrent_streams * STREAM_WINDOW, LARGEST_WINDOW) - STREAM_WINDOW
     if extra > 0:
         conn.increment_flow_control_window(extra)

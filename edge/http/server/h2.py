@@ -71,6 +71,7 @@ PINGS_PER_SECOND = 50
 PRIORITIES_PER_SECOND = 500
 EMPTY_DATA_PER_SECOND = 200  # DATA frames with no byte and no END_STREAM
 
+LINGER = 2.0  # seconds a connection that sent its GOAWAY reads on before it closes (_close)
 LOW_WATER = HIGH_WATER // 4  # queued response bytes under which a paused upstream is read again
 CONTINUE_HEADERS = [(b":status", b"100")]
 
@@ -183,45 +184,32 @@ class H2Stream:
                 )
                 self.reset(ErrorCodes.INTERNAL_ERROR)
                 return
-        if self.head_out is not None:
-            self._send_head(False)
+        self._emit()
 
-    # Response parser events.
+    # Response parser events: what they bring is sent once the bytes are read (_emit),
+    # so a response read whole leaves as HEADERS and DATA with END_STREAM on the last.
 
     def on_head(self, head: ResponseHead) -> None:
         self.head_out = response_headers(head)
 
     def on_body(self, data: bytes) -> None:
-        if self.head_out is not None:
-            self._send_head(False)
         self.pending.append(data)
         self.queued += len(data)
-        self._pump()
-        if self.queued > HIGH_WATER and not self.write_paused:
-            self.write_paused = True
-            ex = self.ex
-            if ex is not None and ex.upstream is not None:
-                ex.upstream.pause_reading()
 
     def on_end(self) -> None:
         self.end = True
-        if self.head_out is not None:
-            self._send_head(not self.pending)
-            if self.closed:
-                self._done()
-                return
-        self._pump()
 
     def on_upgrade(self, rest: bytes) -> None:
         pass  # an HTTP/2 request is never an upgrade (request_head)
 
-    def _send_head(self, end: bool) -> None:
+    def _emit(self) -> None:
         headers = self.head_out
-        assert headers is not None
-        self.head_out = None
-        self.conn.h2.send_headers(self.id, headers, end_stream=end)
-        if end:
-            self.closed = True
+        if headers is not None and not self.closed:
+            self.head_out = None
+            end = self.end and not self.pending
+            self.conn.h2.send_headers(self.id, headers, end_stream=end)
+            self.closed = end
+        self._pump()
 
     def pump(self) -> None:
         """Send what the windows now allow (a WINDOW_UPDATE came, the transport drained)."""
@@ -229,35 +217,41 @@ class H2Stream:
             self._pump()
 
     def _pump(self) -> None:
+        """Send queued data as the windows and the transport allow, END_STREAM after the
+        last; pause the upstream past HIGH_WATER queued, resume it under LOW_WATER."""
         conn = self.conn
-        if self.closed or conn.write_paused or self.head_out is not None:
-            return
-        machine = conn.h2
         pending = self.pending
-        while pending:
-            window = machine.local_flow_control_window(self.id)
-            if window <= 0:
-                break
-            size = min(window, machine.max_outbound_frame_size)
-            data = pending[0]
-            if len(data) > size:
-                pending[0] = data[size:]
-                data = data[:size]
-            else:
-                pending.popleft()
-            self.queued -= len(data)
-            last = self.end and not pending
-            machine.send_data(self.id, data, end_stream=last)
-            if last:
+        if not self.closed and not conn.write_paused and self.head_out is None:
+            machine = conn.h2
+            while pending:
+                window = machine.local_flow_control_window(self.id)
+                if window <= 0:
+                    break
+                size = min(window, machine.max_outbound_frame_size)
+                data = pending[0]
+                if len(data) > size:
+                    pending[0] = data[size:]
+                    data = data[:size]
+                else:
+                    pending.popleft()
+                self.queued -= len(data)
+                last = self.end and not pending
+                machine.send_data(self.id, data, end_stream=last)
+                self.closed = last
+            if self.end and not pending and not self.closed:
+                machine.end_stream(self.id)
                 self.closed = True
-        if self.end and not pending and not self.closed:
-            machine.end_stream(self.id)
-            self.closed = True
-        if self.write_paused and self.queued <= LOW_WATER:
-            self.write_paused = False
+        if self.write_paused:
+            if self.queued <= LOW_WATER:
+                self.write_paused = False
+                ex = self.ex
+                if ex is not None and ex.upstream is not None:
+                    ex.upstream.resume_reading()
+        elif self.queued > HIGH_WATER:
+            self.write_paused = True
             ex = self.ex
             if ex is not None and ex.upstream is not None:
-                ex.upstream.resume_reading()
+                ex.upstream.pause_reading()
         if self.closed:
             self._done()
 
@@ -272,6 +266,8 @@ class H2Stream:
                 self.parser.feed_eof()
             except HTTPError:
                 self.reset(ErrorCodes.INTERNAL_ERROR)
+            else:
+                self._emit()
         if self.ctx.access_log is not None:
             ex.log()
         self.ex = None
@@ -418,6 +414,7 @@ class H2Connection(asyncio.Protocol):
         "batching",
         "client_ip",
         "client_ip_b",
+        "closing",
         "ctx",
         "deadline",
         "deadline_kind",
@@ -426,6 +423,7 @@ class H2Connection(asyncio.Protocol):
         "encoder_cap",
         "h2",
         "loop",
+        "max_streams",
         "pings",
         "priorities",
         "resets",
@@ -459,11 +457,13 @@ class H2Connection(asyncio.Protocol):
             max_header_list_size=ctx.max_header_bytes,
         )
         self.encoder_cap = limits.max_encoder_header_table_size
+        self.max_streams = limits.max_concurrent_streams
         self._cap_encoder()
         self.streams: dict[int, H2Stream] = {}
         self.batching = False
         self.write_paused = False
         self.draining = False
+        self.closing = False  # GOAWAY sent: lingering until the client closes (_close)
         self.resets = Allowance(max(RESETS_PER_SECOND, limits.max_concurrent_streams))
         self.settings = Allowance(SETTINGS_PER_SECOND)
         self.pings = Allowance(PINGS_PER_SECOND)
@@ -481,19 +481,24 @@ class H2Connection(asyncio.Protocol):
     # -- asyncio callbacks -------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None:
-            return
+        if self.transport is None or self.closing:
+            return  # lingering after a GOAWAY: dropped
         self.batching = True
         try:
             try:
                 events = self.h2.receive_data(data)
             except h2.exceptions.ProtocolError as exc:
-                # h2 queued a GOAWAY with the error's code.
-                self._close(f"{type(exc).__name__}: {exc}", None)
+                # h2 queued a GOAWAY with the error's code; a header block in more frames
+                # than h2 keeps (CONTINUATION_BACKLOG) is a flood, not a malformed block.
+                code = None
+                if "continuation frames" in str(exc):
+                    self.h2.data_to_send()  # h2's PROTOCOL_ERROR: not sent
+                    code = ErrorCodes.ENHANCE_YOUR_CALM
+                self._close(f"{type(exc).__name__}: {exc}", code)
                 return
             for event in events:
                 self._event(event)
-                if self.transport is None or self.transport.is_closing():
+                if self.transport is None or self.closing:
                     return
         finally:
             self.batching = False
@@ -597,7 +602,9 @@ class H2Connection(asyncio.Protocol):
     def _open(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
         assert stream_id is not None
-        if self.draining:
+        if self.draining or len(self.streams) >= self.max_streams:
+            # Draining, or past maxConcurrentStreams (codec.h2.server_connection): a
+            # stream the client may send again.
             self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
         try:
@@ -684,20 +691,33 @@ class H2Connection(asyncio.Protocol):
         self._close("", ErrorCodes.ENHANCE_YOUR_CALM)
 
     def _close(self, why: str, code: ErrorCodes | None, send: bool = True) -> None:
-        """End the connection: GOAWAY ``code`` (None: h2 queued one already), what is
-        queued written, the transport closed; the streams' exchanges end as it goes."""
+        """End the connection: GOAWAY ``code`` (None: h2 queued one already) and what
+        is queued written, every stream's exchange ended, then the sending side closed
+        and what still comes read and dropped until the client closes or ``LINGER``
+        passes. Closed at once, the client's kernel would get a reset for the bytes
+        still coming, and may drop the GOAWAY it had not read yet."""
+        transport = self.transport
+        if transport is None or self.closing:
+            return
         if why:
             log.info("%s: HTTP/2 connection from %s closed: %s", self.ctx.name, self.client_ip, why)
-        transport = self.transport
-        if transport is None:
-            return
+        self.closing = True
         if code is not None and send:
             with contextlib.suppress(h2.exceptions.H2Error):  # closed already
                 self.h2.close_connection(code)
         self.batching = False
         self.flush()
-        self.deadline_kind = NO_DEADLINE
-        transport.close()
+        streams = list(self.streams.values())
+        self.streams.clear()
+        for stream in streams:
+            stream.gone()
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.deadline_kind = IDLE  # deadline_passed closes it
+            self.deadline = self.loop.time() + LINGER
+        else:
+            self.deadline_kind = NO_DEADLINE
+            transport.close()
 
     # -- the sweep and the drain (entrypoints.base.Swept) -------------------------------------
 
@@ -705,6 +725,9 @@ class H2Connection(asyncio.Protocol):
         kind = self.deadline_kind
         self.deadline_kind = NO_DEADLINE
         if self.transport is None:
+            return
+        if self.closing:  # lingering (_close) is over
+            self.transport.close()
             return
         if kind is IDLE:
             self._close("", ErrorCodes.NO_ERROR)

@@ -18,6 +18,7 @@ import h2.settings
 import pytest
 import uvloop
 from h2.errors import ErrorCodes
+from hyperframe.frame import PingFrame
 
 from edge.config.static import EntryPointHTTP2
 from edge.http.codec.h2 import PREFACE
@@ -37,6 +38,18 @@ class Switchable(Recorder):
         super().__init__(peer)
         self.protocol = None
         self.paused = False
+        self.eof = False  # write_eof: the sending side closed
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    @property
+    def ended(self) -> bool:
+        """The server is done sending: its side closed, or the whole connection."""
+        return self.eof or self.closing
 
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
@@ -100,6 +113,7 @@ def pair(request):
     made = []
 
     def make(**context):
+        context.setdefault("http2", EntryPointHTTP2())
         made.append(
             setup(
                 loop,
@@ -107,7 +121,6 @@ def pair(request):
                 host="a.test",
                 client_ip="10.0.0.7",
                 transport=Switchable,
-                http2=EntryPointHTTP2(),
                 **context,
             )
         )
@@ -314,7 +327,7 @@ def test_a_line_break_in_a_field_ends_the_connection(pair):
     c.request(path=b"/a HTTP/1.1\r\nX:")
     end = goaway(c.events())
     assert end is not None and end.error_code == ErrorCodes.PROTOCOL_ERROR
-    assert not upstream.transport.data and c.transport.closing
+    assert not upstream.transport.data and c.transport.ended
 
 
 def test_expect_100_continue_is_an_informational_response(pair):
@@ -375,7 +388,7 @@ def test_a_flood_of_control_frames_is_calmed(pair, flood, limit):
     c.send()
     end = goaway(c.events())
     assert end is not None and end.error_code == ErrorCodes.ENHANCE_YOUR_CALM
-    assert c.transport.closing
+    assert c.transport.ended
 
 
 def test_streams_reset_in_a_loop_are_calmed(pair):
@@ -390,13 +403,31 @@ def test_streams_reset_in_a_loop_are_calmed(pair):
         server = server or c.server
         c.h2.reset_stream(sid, ErrorCodes.CANCEL)
         c.send()
-        if c.transport.closing:
+        if c.transport.ended:
             break
-    assert server is not None and c.transport.closing
+    assert server is not None and c.transport.ended
     assert (sid + 1) // 2 == server.resets.limit + 1  # the first reset past the allowance
     assert upstream.transport.closing  # the first stream's upstream request went with it
     end = goaway(c.events())
     assert end is not None and end.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_a_stream_past_max_concurrent_streams_is_refused_not_the_connection(pair):
+    http, upstream = pair(http2=EntryPointHTTP2(max_concurrent_streams=2))
+    c = Client(http)
+    first = c.request()
+    second = c.request()  # waits for a dial: open still
+    third = c.request()
+    events = c.events()
+    changed = next(e for e in events if isinstance(e, h2.events.RemoteSettingsChanged))
+    assert changed.changed_settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS].new_value == 2
+    reset = [e for e in events if isinstance(e, h2.events.StreamReset)]
+    assert [(e.stream_id, e.error_code) for e in reset] == [(third, ErrorCodes.REFUSED_STREAM)]
+    assert goaway(events) is None and set(c.server.streams) == {first, second}
+    upstream.data_received(OK)
+    assert response(c.events(), first)[1:] == (b"hello", True)
+    fourth = c.request()  # room again
+    assert set(c.server.streams) == {second, fourth}
 
 
 def test_a_draining_connection_refuses_new_streams_and_ends_after_the_last(pair):
@@ -408,12 +439,12 @@ def test_a_draining_connection_refuses_new_streams_and_ends_after_the_last(pair)
     events = c.events()
     reset = [e for e in events if isinstance(e, h2.events.StreamReset)]
     assert [(e.stream_id, e.error_code) for e in reset] == [(second, ErrorCodes.REFUSED_STREAM)]
-    assert not c.transport.closing
+    assert not c.transport.ended
     upstream.data_received(OK)
     events = c.events()
     assert response(events, first)[1:] == (b"hello", True)
     end = goaway(events)
-    assert end is not None and end.error_code == ErrorCodes.NO_ERROR and c.transport.closing
+    assert end is not None and end.error_code == ErrorCodes.NO_ERROR and c.transport.ended
 
 
 def test_the_connection_lost_ends_every_exchange(pair):
@@ -426,3 +457,21 @@ def test_the_connection_lost_ends_every_exchange(pair):
     server.connection_lost(None)
     assert ex is not None and ex.status == 499 and upstream.transport.closing
     assert server not in server.ctx.connections
+
+
+def test_after_its_goaway_a_connection_reads_on_then_closes(pair):
+    """The GOAWAY is followed by the sending side's close; what the client still sends
+    is dropped until the linger passes (a reset would lose the GOAWAY in flight)."""
+    http, _ = pair()
+    c = Client(http)
+    c.send()
+    server = c.server
+    for i in range(PINGS_PER_SECOND + 1):
+        c.h2.ping(b"%08d" % i)
+    c.send()
+    assert goaway(c.events()) is not None and c.transport.eof and not c.transport.closing
+    assert server in server.ctx.connections and server.deadline_kind
+    server.data_received(PingFrame(0, opaque_data=b"after!!!").serialize())  # dropped
+    assert not c.transport.data
+    server.deadline_passed()
+    assert c.transport.closing
