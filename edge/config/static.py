@@ -515,11 +515,23 @@ class Prometheus(Base):
     add_entry_points_labels: bool = True
     add_routers_labels: bool = False
     add_services_labels: bool = True
+    header_labels: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for bound in self.buckets:
             if not bound == bound or bound in (float("inf"), float("-inf")):
                 raise ValueError(f"buckets: {bound} is not a finite number")
+        for label, header in self.header_labels.items():
+            if not _LABEL_NAME.fullmatch(label) or label.startswith("__"):
+                raise ValueError(f"headerLabels: {label!r} is not a Prometheus label name")
+            if label in _OWN_LABELS:
+                raise ValueError(f"headerLabels: {label!r} is a label the metrics have already")
+            if not header:
+                raise ValueError(f"headerLabels: {label!r} names no header")
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_OWN_LABELS = frozenset(("code", "method", "protocol", "entrypoint", "router", "service", "le"))
 
 
 class Metrics(Base):
@@ -534,23 +546,11 @@ class Log(Base):
     def __post_init__(self) -> None:
         level = self.level.upper()
         if level == "WARNING":
-    header_labels: dict[str, str] = msgspec.field(default_factory=dict)
             level = "WARN"
         if level not in LOG_LEVELS:
             raise ValueError(
                 f"invalid log level {self.level!r}: expected one of {', '.join(LOG_LEVELS)}"
             )
-        for label, header in self.header_labels.items():
-            if not _LABEL_NAME.fullmatch(label) or label.startswith("__"):
-                raise ValueError(f"headerLabels: {label!r} is not a Prometheus label name")
-            if label in _OWN_LABELS:
-                raise ValueError(f"headerLabels: {label!r} is a label the metrics have already")
-            if not header:
-                raise ValueError(f"headerLabels: {label!r} names no header")
-
-
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_OWN_LABELS = frozenset(("code", "method", "protocol", "entrypoint", "router", "service", "le"))
         msgspec.structs.force_setattr(self, "level", level)
 
     @property
