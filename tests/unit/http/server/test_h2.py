@@ -10,6 +10,7 @@ back, the windows both ways, and the GOAWAY that ends a flood.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import h2.config
 import h2.connection
@@ -21,6 +22,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import PingFrame
 
 from edge.config.static import EntryPointHTTP2
+from edge.deadlines import IDLE
 from edge.http.codec.h2 import PREFACE
 from edge.http.server.connection import HTTPConnection, PrefaceWait
 from edge.http.server.exchange import HIGH_WATER
@@ -475,3 +477,33 @@ def test_after_its_goaway_a_connection_reads_on_then_closes(pair):
     assert not c.transport.data
     server.deadline_passed()
     assert c.transport.closing
+
+
+def test_a_request_body_that_stalls_past_read_timeout_is_answered_408(pair):
+    http, upstream = pair(read_timeout=0.05)
+    c = Client(http)
+    sid = c.request(method=b"POST", end=False)
+    c.h2.send_data(sid, b"part")
+    c.send()
+    server = c.server
+    assert server.deadline_kind and server.deadline <= server.loop.time() + 0.05
+    time.sleep(0.1)
+    server.deadline_passed()
+    headers, _, ended = response(c.events(), sid)
+    assert headers[b":status"] == b"408" and ended
+    assert upstream.transport.closing  # the upstream request went with it
+    assert not server.streams and server.deadline_kind is IDLE
+
+
+def test_an_idle_connection_says_goaway_after_idle_timeout(pair):
+    http, upstream = pair(idle_timeout=0.05)
+    c = Client(http)
+    sid = c.request()
+    upstream.data_received(OK)
+    assert response(c.events(), sid)[1:] == (b"hello", True)
+    server = c.server
+    assert server.deadline_kind is IDLE
+    time.sleep(0.1)
+    server.deadline_passed()
+    end = goaway(c.events())
+    assert end is not None and end.error_code == ErrorCodes.NO_ERROR and c.transport.ended
