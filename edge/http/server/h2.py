@@ -268,7 +268,7 @@ class H2Stream:
                 self.reset(ErrorCodes.INTERNAL_ERROR)
             else:
                 self._emit()
-        if self.ctx.access_log is not None:
+        if self.ctx.timed:  # access log or metrics
             ex.log()
         self.ex = None
         self._done()

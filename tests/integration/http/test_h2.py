@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import Edge, Whoami, lb, need
 from tests.integration.http.h2peers import Firehose, RawH2, rss
+from tests.integration.observability.metrics_text import scrape, value
 from tests.integration.peers import certificates, curl
 
 PARSERS = ["httptools", "h11"]
@@ -297,3 +298,23 @@ def test_nghttp_and_h2load(tmp_path, whoami):
         assert b"status codes: 400 2xx" in out.stdout, out.stdout
     finally:
         e.stop()
+
+
+def test_streams_are_counted_in_the_metrics(tmp_path, whoami):
+    e = Edge(
+        tmp_path,
+        single(whoami),
+        static_extra={"metrics": {"prometheus": {"addRoutersLabels": True}}},
+    )
+    try:
+        with RawH2(e.port) as c:
+            sids = [c.request(b"/m%d" % i, authority=b"app.example", flush=False) for i in range(3)]
+            sids.append(c.request(b"/", authority=b"nobody.example", flush=False))
+            c.flush()
+            assert [c.response(sid).status for sid in sids] == [200, 200, 200, 404]
+        samples, _ = scrape(e.ports["traefik"])
+    finally:
+        e.stop()
+    ep = {"entrypoint": "web", "protocol": "http"}
+    assert value(samples, "traefik_entrypoint_requests_total", code="200", method="GET", **ep) == 3
+    assert value(samples, "traefik_entrypoint_requests_total", code="404", method="GET", **ep) == 1
