@@ -765,13 +765,13 @@ class Exchange:
         if self.conn.ex is not self or self.resp_done or self.route is None:
             return
         route = self.route
+        meter = self.conn.ctx.metrics
+        if meter is not None:  # traefik_service_retries_total
+            meter.retry(route.service.name)
         backend = route.service.pick()  # the server the service picks next
         if backend is None or backend.status:
             self._unserved(route, backend)
             return
-        meter = self.conn.ctx.metrics
-        if meter is not None:  # traefik_service_retries_total
-            meter.retry(route.service.name)
         if route.try_timeout:
             self._arm_try(route)
         self.backend = backend
