@@ -1589,9 +1589,15 @@ def go_template(template: str, compiled: re2._re2.RE2, key: str) -> tuple[bytes 
 
 
 class ForwardingTimeouts(Base):
+    """Traefik's, and ``writeTimeout`` (Traefik keeps it for its ingress-nginx provider,
+    out of its files; edge reads it from files too): how long an upstream connection
+    edge has bytes for may take none of them (nginx's ``proxy_send_timeout``; 0: no
+    limit; :meth:`edge.http.server.exchange.Exchange.pause_sending`)."""
+
     dial_timeout: Duration = Duration(30.0)
     response_header_timeout: Duration = Duration(0.0)  # 0: no timeout
     idle_conn_timeout: Duration = Duration(90.0)
+    write_timeout: Duration = Duration(0.0)
 
 
 class ClientCertificate(Base):

@@ -148,6 +148,8 @@ class General:
         "origin",  # set by _connect where the access log is on (read with getattr)
         "page_status",
         "resp_held",
+        "send_left",
+        "send_timer",
         "set_cookies",
         "sink",
         "spool_iter",
@@ -168,6 +170,8 @@ class General:
         self.set_cookies: list[bytes] | None = None  # a sticky service's Set-Cookie lines
         self.divert = 0  # the status a divert (Reply.divert) answers with
         self.page_status = False  # ...unless the page keeps its own (nginx_errors.Page)
+        self.send_timer: asyncio.TimerHandle | None = None  # writeTimeout, while paused
+        self.send_left = 0  # ...and the upstream transport's buffer when it was armed
         self.sink: Any = None  # the spool the request body goes to (buffering), while it comes
         self.spool_iter: Iterator[bytes] | None = None  # ...what of it is still to go upstream
         self.held_body: Any = None  # ...and all of it, once in (a retry sends it again)
@@ -1040,11 +1044,44 @@ class Exchange:
 
     def pause_sending(self) -> None:
         self.conn.pause_reading(self.conn.PAUSE_UPSTREAM)
+        x = getattr(self, "x", None)  # none on an express start: it sends a head alone
+        if x is not None and x.send_timer is None and self.upstream is not None:
+            timeout = self.backend.transport.config.forwarding_timeouts.write_timeout
+            if timeout:
+                self._arm_send_timer(x, self.upstream, timeout)
 
     def resume_sending(self) -> None:
         self.conn.resume_reading(self.conn.PAUSE_UPSTREAM)
+        x = getattr(self, "x", None)
+        if x is not None and x.send_timer is not None:
+            x.send_timer.cancel()
+            x.send_timer = None
         if not self.express and self.x.spool_iter is not None:
             self._pump()
+
+    def _arm_send_timer(self, x: General, upstream: UpstreamConnection, timeout: float) -> None:
+        """writeTimeout (ingress-nginx's proxy-send-timeout, nginx's "between two
+        successive write operations"): while the upstream connection is paused for
+        writing, each ``timeout`` must see it take some of what edge holds for it (its
+        transport's buffer shrank), else 504. So the upstream is given up after taking
+        nothing for between one and two timeouts."""
+        transport = upstream.transport
+        if transport is not None:
+            x.send_left = transport.get_write_buffer_size()
+            x.send_timer = self.conn.loop.call_later(timeout, self._send_timeout, upstream, timeout)
+
+    def _send_timeout(self, upstream: UpstreamConnection, timeout: float) -> None:
+        x = self.x
+        x.send_timer = None
+        transport = upstream.transport
+        if self.upstream is not upstream or self.resp_started or transport is None:
+            return  # another try, an answer begun, or the connection gone
+        if transport.get_write_buffer_size() < x.send_left:
+            self._arm_send_timer(x, upstream, timeout)  # it took some: wait again
+            return
+        self._upstream_error(
+            UpstreamTimeout(f"the upstream took none of the request for {timeout:g}s")
+        )
 
     def upstream_head(self, head: ResponseHead) -> None:
         self._cancel_header_timer()
