@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
+import ssl
 import subprocess
 import time
 
 import pytest
+from h2.errors import ErrorCodes
 
+from edge.http.codec.h2 import PREFACE
 from tests.harness import Edge, Whoami, lb, need
 from tests.integration.http.h2peers import Firehose, RawH2, rss
 from tests.integration.observability.metrics_text import scrape, value
@@ -318,3 +323,65 @@ def test_streams_are_counted_in_the_metrics(tmp_path, whoami):
     ep = {"entrypoint": "web", "protocol": "http"}
     assert value(samples, "traefik_entrypoint_requests_total", code="200", method="GET", **ep) == 3
     assert value(samples, "traefik_entrypoint_requests_total", code="404", method="GET", **ep) == 1
+
+
+def test_tls_options_without_h2_keep_clients_on_http_1_1(tmp_path, certs, whoami):
+    dynamic = {
+        "http": {
+            "routers": {"secure": {"rule": "Host(`a.test`)", "service": "who", "tls": {}}},
+            "services": {"who": lb(whoami.url)},
+        },
+        "tls": {
+            "certificates": certificates(certs, "a.test"),
+            "options": {"default": {"alpnProtocols": ["http/1.1"]}},
+        },
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        result = curl(
+            "--http2",
+            "--resolve",
+            f"a.test:{e.port}:127.0.0.1",
+            "--cacert",
+            certs["ca"],
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{http_version}",
+            f"https://a.test:{e.port}/",
+        )
+        assert result.stdout == b"200 1.1", result.stderr
+        # HTTP/2 without ALPN's h2 (prior knowledge over TLS) is not taken: HTTP/1.1's 400.
+        ctx = ssl.create_default_context(cafile=certs["ca"])
+        with (
+            socket.create_connection(("127.0.0.1", e.port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname="a.test") as tls,
+        ):
+            assert tls.selected_alpn_protocol() is None
+            tls.sendall(PREFACE)
+            assert tls.recv(65536).startswith(b"HTTP/1.1 400 ")
+    finally:
+        e.stop()
+
+
+def test_a_draining_edge_finishes_its_streams_and_refuses_new_ones(tmp_path, whoami):
+    e = Edge(tmp_path, single(whoami))
+    stopped = False
+    try:
+        with RawH2(e.port) as c:
+            assert c.get(b"/first", authority=b"app.example").status == 200
+            slow = c.request(b"/slow?delay=1.5", authority=b"app.example")
+            time.sleep(0.3)  # on its way upstream
+            e.signal(signal.SIGTERM)
+            time.sleep(0.3)  # the drain began
+            late = c.request(b"/late", authority=b"app.example")
+            assert c.response(late).reset == ErrorCodes.REFUSED_STREAM
+            r = c.response(slow)
+            assert r.status == 200 and r.ended  # answered in full
+            end = c.goaway()
+            assert end is not None and end.error_code == ErrorCodes.NO_ERROR
+        assert e.proc.wait(15) == 0
+        stopped = True
+    finally:
+        if not stopped:
+            e.stop()
