@@ -13,7 +13,20 @@ carry over:
   (the name percent-encoded where it holds a ``/``);
 * ``/api/entrypoints`` and ``/api/entrypoints/{name}``, ``/api/overview`` (totals,
   warnings and errors per kind, the providers), ``/api/rawdata`` (every table at
-  once), ``/api/version``.
+  once), ``/api/version``;
+* edge's own ``/api/requests``: the requests counted so far by ``metrics.prometheus``
+  (the ``/metrics`` view: the workers' sum with ``workers: N``) per entry point, router
+  and service (each where its labels are on: ``addRoutersLabels``...), in all and per
+  status class, the open connections per entry point, and the time read, so that two
+  reads give rates and error ratios; ``{"metrics": false}`` without metrics (Traefik's
+  API has no counters);
+* with ``api.dashboard`` (Traefik's default), the dashboard (``edge/dashboard/``: static
+  files read once from the package, served with a Content-Security-Policy allowing
+  this origin only) at ``dashboard/``, which the base path itself redirects to.
+
+Everything is under ``api.basePath`` (``/``): with ``/edge``, ``/edge/api/version`` and
+``/edge/dashboard/``. The dashboard's redirects are relative, so a router that mounts
+the API under a prefix it strips keeps it.
 
 An entry point is its configuration as written plus its timeouts as they are in force,
 defaults included (``transport.respondingTimeouts``, ``transport.lifeCycle``,
@@ -37,8 +50,10 @@ plane added), taken at each request: a worker answers for its own configuration.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import msgspec
@@ -46,6 +61,9 @@ import msgspec
 from edge.config.durations import enc_hook
 from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
 from edge.config.static import API_SERVICE, EntryPoint, StaticConfig
+
+if TYPE_CHECKING:
+    from edge.entrypoints.metrics import Samples
 
 __all__ = ["API", "APIAnswer"]
 
@@ -83,6 +101,31 @@ PROVIDERS = {  # static providers section -> the name Traefik's overview lists
     "kubernetes_crd": "KubernetesCRD",
     "kubernetes_gateway": "KubernetesGateway",
 }
+
+
+# /api/requests: its key -> the counter family it sums, the label naming the element, and
+# the metrics.prometheus option that has it counted
+REQUEST_FAMILIES = {
+    "entryPoints": ("traefik_entrypoint_requests_total", "entrypoint", "add_entry_points_labels"),
+    "routers": ("traefik_router_requests_total", "router", "add_routers_labels"),
+    "services": ("traefik_service_requests_total", "service", "add_services_labels"),
+}
+
+# The dashboard: its files in the package's dashboard/ folder, with their content types.
+DASHBOARD_FILES = {
+    "index.html": b"text/html; charset=utf-8",
+    "app.js": b"text/javascript; charset=utf-8",
+    "style.css": b"text/css; charset=utf-8",
+    "favicon.svg": b"image/svg+xml",
+}
+DASHBOARD_CSP = (
+    b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    b"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+DASHBOARD_HEADERS = (
+    b"Content-Security-Policy: %s\r\nX-Content-Type-Options: nosniff\r\n"
+    b"Referrer-Policy: no-referrer\r\nCache-Control: no-cache\r\n" % DASHBOARD_CSP
+)
 
 
 class BadRequest(Exception):
@@ -165,6 +208,28 @@ def _timeouts(config: EntryPoint) -> dict[str, dict[str, str]]:
     return {key: {k: str(v) for k, v in values.items() if v} for key, values in sections.items()}
 
 
+def dashboard_pages(base: bytes) -> dict[bytes, APIAnswer]:
+    """The dashboard's answers by path under ``base`` (the base path without its last
+    ``/``): its files, read from the package now, and the redirects to its page."""
+    folder = resources.files("edge") / "dashboard"
+    home = base + b"/dashboard/"
+    pages: dict[bytes, APIAnswer] = {
+        home + (b"" if name == "index.html" else name.encode()): (
+            200,
+            (folder / name).read_bytes(),
+            content_type,
+            DASHBOARD_HEADERS,
+        )
+        for name, content_type in DASHBOARD_FILES.items()
+    }
+    # Relative, so that a prefix a router stripped before the API stays in the address.
+    pages[base + b"/"] = pages[base + b"/dashboard"] = (302, b"", b"", b"Location: dashboard/\r\n")
+    if base:  # "/edge": its last segment leads the way
+        last = base.rsplit(b"/", 1)[1]
+        pages[base] = (302, b"", b"", b"Location: %s/dashboard/\r\n" % last)
+    return pages
+
+
 def _page(query: Mapping[str, list[str]], total: int) -> tuple[int, int, int]:
     """(start, end, next page) as Traefik pages a list of ``total``; BadRequest if invalid."""
 
@@ -226,17 +291,31 @@ class API:
         version: str,
         *,
         down: Callable[[str], Collection[str]] | None = None,
+        samples: Callable[[], Samples | None] | None = None,
     ) -> None:
         """``down(service)``: the URLs of an HTTP service's servers out of the rotation
-        (the data plane's health checks), shown ``DOWN`` in ``serverStatus``."""
+        (the data plane's health checks), shown ``DOWN`` in ``serverStatus``;
+        ``samples()``: what ``/metrics`` shows now, None without metrics
+        (``/api/requests``)."""
         self.static = static
         self.runtime = runtime
         self.version = version
         self.down = down
+        self.samples = samples
         self.started = datetime.datetime.now(datetime.UTC).isoformat()
+        api = static.api
+        self.base = api.base_path.rstrip("/").encode() if api is not None else b""
+        self.pages = dashboard_pages(self.base) if api is not None and api.dashboard else {}
 
     def answer(self, path: bytes, query: bytes) -> APIAnswer | None:
         """The answer to GET ``path``?``query``; None where ``path`` is not the API's."""
+        page = self.pages.get(path)
+        if page is not None:
+            return page
+        if self.base:
+            if not path.startswith(self.base):
+                return None
+            path = path[len(self.base) :]
         if path != b"/api" and not path.startswith(b"/api/"):
             return None
         parts = path.split(b"/")[2:]  # "", "api", ...
@@ -254,6 +333,8 @@ class API:
             )
         if parts and parts[0] == b"entrypoints" and len(parts) <= 2:
             return self._entrypoints(parts[1:], query)
+        if parts == [b"requests"]:
+            return _answer(200, self._requests())
         if runtime is None:
             return _message(503, "no configuration applied yet")
         if parts == [b"rawdata"]:
@@ -301,6 +382,34 @@ class API:
                     name: represent(info, attribute, self.down)
                     for name, info in sorted(table.items())
                 }
+        return out
+
+    def _requests(self) -> dict[str, Any]:
+        """``/api/requests`` (see the module doc): per element, ``requests`` and a count
+        per status class (``2xx``...), under the kinds of element counted;
+        ``openConnections`` per entry point."""
+        samples = self.samples() if self.samples is not None else None
+        out: dict[str, Any] = {"time": time.time(), "metrics": samples is not None}
+        if samples is None:
+            return out
+        metrics = self.static.metrics
+        prometheus = metrics.prometheus if metrics is not None else None
+        for key, (family, label, option) in REQUEST_FAMILIES.items():
+            if prometheus is not None and not getattr(prometheus, option):
+                continue  # not counted: no key, rather than nothing counted
+            names = samples.names(family)
+            code, name = names.index("code"), names.index(label)
+            table: dict[str, dict[str, int]] = {}
+            for labels, value in samples.values.get(family, {}).items():
+                counts = table.setdefault(labels[name], {"requests": 0})
+                status = labels[code][:1] + "xx"
+                counts["requests"] += int(value)
+                counts[status] = counts.get(status, 0) + int(value)
+            out[key] = table
+        connections: dict[str, int] = {}
+        for (entry_point, _), value in samples.values.get("traefik_open_connections", {}).items():
+            connections[entry_point] = connections.get(entry_point, 0) + int(value)
+        out["openConnections"] = connections
         return out
 
     def _overview(self, runtime: RuntimeConfig) -> dict[str, Any]:

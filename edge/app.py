@@ -219,11 +219,18 @@ class Dataplane:
         self.access_log = (
             AccessLogger(static.access_log, loop) if static.access_log is not None else None
         )
-        # Traefik's API (api.insecure), on the traefik entry point: this process's runtime.
+        # Traefik's API: this process's runtime, on the traefik entry point with
+        # api.insecure, and for the routers naming api@internal (entrypoints.internal).
         api = static.api
         self.api = (
-            API(static, lambda: self.runtime, __version__, down=self.health.status)
-            if api is not None and api.insecure
+            API(
+                static,
+                lambda: self.runtime,
+                __version__,
+                down=self.health.status,
+                samples=self._samples,
+            )
+            if api is not None
             else None
         )
         ping_ep = static.ping.entry_point if static.ping is not None else None
@@ -249,7 +256,7 @@ class Dataplane:
                     parser=parser,
                     internal=self._internal_for(
                         internal if name == ping_ep else None,
-                        self.api if name == INTERNAL_ENTRY_POINT else None,
+                        self.api if name == INTERNAL_ENTRY_POINT and api and api.insecure else None,
                         self.metrics if name == metrics_ep else None,
                     ),
                     access_log=self.access_log
@@ -265,6 +272,13 @@ class Dataplane:
                 tcp.peek.log_relay = self.access_log.relay_hook(name)
         if self.metrics is not None:
             prometheus.watch_dataplane(self.metrics, self)
+
+    def _samples(self) -> prometheus.Samples | None:
+        """What ``/metrics`` shows now (the API's ``/api/requests``); None without metrics."""
+        metrics = self.metrics
+        if metrics is None:
+            return None
+        return metrics.shared if metrics.shared is not None else metrics.collect()
 
     @staticmethod
     def _internal_for(

@@ -411,7 +411,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (sta.Log, _, "compress maxAge maxBackups maxSize noColor otlp"),
         (sta.AccessLog, _, "otlp"),
         (sta.Ping, _, "terminatingStatusCode"),
-        (sta.Api, _, "basePath dashboard debug disableDashboardAd"),
+        (sta.Api, _, "debug disableDashboardAd"),
         (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),
         (
             sta.Providers,

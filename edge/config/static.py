@@ -495,11 +495,25 @@ class Ping(Base):
     manual_routing: bool = False
 
 
+_BASE_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/_.:~-")
+"""What Traefik's ``api.basePath`` may hold after its leading ``/``."""
+
+
 class Api(Base):
     """Traefik's API (:mod:`edge.api`), read-only; ``insecure`` serves it on the ``traefik``
-    entry point. No dashboard: ``dashboard`` and ``debug`` are named as not supported."""
+    entry point. ``dashboard`` (true by default, as in Traefik): the dashboard's page at
+    ``{basePath}dashboard/`` wherever the API is served. ``basePath`` (``/``): where the
+    API (``{basePath}api/...``) and the dashboard are, an absolute path of Traefik's
+    characters. ``debug`` is named as not supported."""
 
     insecure: bool = False
+    dashboard: bool = True
+    base_path: str = "/"
+
+    def __post_init__(self) -> None:
+        path = self.base_path
+        if not path.startswith("/") or not set(path) <= _BASE_PATH_CHARS:
+            raise ValueError(f"basePath: {path!r} is not an absolute URL path")
 
 
 class Prometheus(Base):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 from edge.api import API
 from edge.config.loader import decode_dynamic, decode_static
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
+from edge.entrypoints.metrics import Samples
 
 DYNAMIC = {
     "tcp": {
@@ -156,3 +158,93 @@ def test_http_services_show_each_servers_health():
     assert by_name["spare@file"]["serverStatus"] == {"http://10.0.0.1:80": "UP"}
     _, raw, _ = get(api, "/api/rawdata")
     assert raw["services"]["app@file"]["serverStatus"] == expected
+
+
+def with_api(**api: object) -> API:
+    return API(decode_static({**STATIC, "api": {"insecure": True, **api}}), lambda: None, "t")
+
+
+def test_the_dashboard_its_files_and_the_redirects_to_it():
+    api = with_api()
+    status, page, content_type, lines = api.answer(b"/dashboard/", b"")
+    assert status == 200 and content_type == b"text/html; charset=utf-8"
+    assert b'<script src="app.js" defer></script>' in page
+    assert b"Content-Security-Policy: default-src 'none'; script-src 'self';" in lines
+    assert b"X-Content-Type-Options: nosniff\r\n" in lines
+    for name, kind in [("app.js", b"text/javascript"), ("style.css", b"text/css")]:
+        status, body, content_type, _ = api.answer(b"/dashboard/" + name.encode(), b"")
+        assert status == 200 and content_type.startswith(kind) and body
+    assert api.answer(b"/dashboard/favicon.svg", b"")[2] == b"image/svg+xml"
+    # Relative, as a prefix a router stripped must stay in the address.
+    assert api.answer(b"/", b"") == (302, b"", b"", b"Location: dashboard/\r\n")
+    assert api.answer(b"/dashboard", b"") == (302, b"", b"", b"Location: dashboard/\r\n")
+    assert api.answer(b"/dashboard/index.html", b"") is None
+    assert api.answer(b"/dashboard/app.js/", b"") is None
+
+
+def test_the_api_and_the_dashboard_under_a_base_path():
+    for base in ("/edge", "/edge/"):
+        api = with_api(basePath=base)
+        assert api.answer(b"/edge/dashboard/", b"")[0] == 200
+        assert api.answer(b"/edge/dashboard/app.js", b"")[0] == 200
+        assert api.answer(b"/edge/", b"")[3] == b"Location: dashboard/\r\n"
+        assert api.answer(b"/edge", b"")[3] == b"Location: edge/dashboard/\r\n"
+        assert get(api, "/edge/api/version")[0] == 200
+        assert get(api, "/edge/api/entrypoints/web")[1]["name"] == "web"
+        for elsewhere in (b"/api/version", b"/dashboard/", b"/", b"/edgeapi/version", b"/x/edge"):
+            assert api.answer(elsewhere, b"") is None, elsewhere
+    deep = with_api(basePath="/a/b")
+    assert deep.answer(b"/a/b", b"")[3] == b"Location: b/dashboard/\r\n"
+    assert get(deep, "/a/b/api/version")[0] == 200
+
+
+def test_without_the_dashboard_the_api_alone():
+    api = with_api(dashboard=False)
+    for path in (b"/", b"/dashboard", b"/dashboard/", b"/dashboard/app.js"):
+        assert api.answer(path, b"") is None, path
+    assert get(api, "/api/version")[0] == 200
+
+
+def test_requests_sum_the_counters_per_element_and_status_class():
+    """/api/requests reads the samples /metrics shows: per entry point, router and
+    service, requests in all and by status class; open connections per entry point."""
+    samples = Samples()
+    ep, router, service = (
+        "traefik_entrypoint_requests_total",
+        "traefik_router_requests_total",
+        "traefik_service_requests_total",
+    )
+    samples.add(ep, ("200", "GET", "http", "web"), 3)
+    samples.add(ep, ("204", "POST", "http", "web"), 1)
+    samples.add(ep, ("503", "GET", "http", "web"), 2)
+    samples.add(ep, ("404", "GET", "http", "admin"), 1)
+    samples.add(router, ("200", "GET", "http", "a@file", "s@file"), 3)
+    samples.add(router, ("503", "GET", "http", "b@file", "s@file"), 2)
+    samples.add(service, ("200", "GET", "http", "s@file"), 3)
+    samples.add(service, ("503", "GET", "http", "s@file"), 2)
+    samples.add("traefik_open_connections", ("web", "TCP"), 4)
+    samples.add("traefik_open_connections", ("dns", "UDP"), 1)
+    static = decode_static({**STATIC, "metrics": {"prometheus": {"addRoutersLabels": True}}})
+    before = time.time()
+    status, out, _ = get(API(static, lambda: None, "t", samples=lambda: samples), "/api/requests")
+    assert status == 200 and out.pop("metrics") is True
+    assert before <= out.pop("time") <= time.time()
+    assert out == {
+        "entryPoints": {
+            "web": {"requests": 6, "2xx": 4, "5xx": 2},
+            "admin": {"requests": 1, "4xx": 1},
+        },
+        "routers": {"a@file": {"requests": 3, "2xx": 3}, "b@file": {"requests": 2, "5xx": 2}},
+        "services": {"s@file": {"requests": 5, "2xx": 3, "5xx": 2}},
+        "openConnections": {"web": 4, "dns": 1},
+    }
+    # A kind of element not counted (Traefik's addRoutersLabels is false by default) is
+    # left out, rather than shown with nothing counted.
+    traefiks = decode_static({**STATIC, "metrics": {"prometheus": {}}})
+    _, out, _ = get(API(traefiks, lambda: None, "t", samples=lambda: samples), "/api/requests")
+    assert "routers" not in out and out["services"] and out["entryPoints"]
+    # Without metrics (or before any sample): nothing counted, and said so.
+    _, out, _ = get(API(static, lambda: None, "t"), "/api/requests")
+    assert set(out) == {"time", "metrics"} and out["metrics"] is False
+    _, out, _ = get(API(static, lambda: None, "t", samples=lambda: None), "/api/requests")
+    assert out["metrics"] is False

@@ -191,7 +191,7 @@ TRAEFIK_STATIC: dict[str, Any] = {
             "observability": {"accessLogs": False},
         },
     },
-    "api": {"dashboard": True, "basePath": "/x"},
+    "api": {"dashboard": True, "basePath": "/x", "debug": True},
     "metrics": {"prometheus": {}},
     "tracing": {"otlp": {}},
     "certificatesResolvers": {"le": {"acme": {"email": "a@b.c"}}},
@@ -207,8 +207,7 @@ def test_static_options_are_named_and_the_rest_decodes() -> None:
     assert {(n.path, n.ignored) for n in notices} == {
         ("$.entryPoints.web.http.middlewares", False),
         ("$.entryPoints.web.observability", True),
-        ("$.api.dashboard", True),
-        ("$.api.basePath", True),
+        ("$.api.debug", True),
         ("$.tracing", True),
         ("$.certificatesResolvers", False),
         ("$.providers.docker", True),
@@ -228,11 +227,11 @@ def test_without_notices_refused_static_options_fail_the_load_naming_each() -> N
 def test_ignored_static_options_alone_load_and_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="edge.config.loader"):
         static = decode_static(
-            {"api": {"insecure": True, "dashboard": True}, "global": {"checkNewVersion": False}}
+            {"api": {"insecure": True, "debug": True}, "global": {"checkNewVersion": False}}
         )
     assert static.api is not None and static.api.insecure  # the API is served (edge.api)
     assert "$.api: not supported" not in caplog.text
-    assert "$.api.dashboard: not supported by this version of edge (ignored)" in caplog.text
+    assert "$.api.debug: not supported by this version of edge (ignored)" in caplog.text
     assert "$.global: not supported by this version of edge (ignored)" in caplog.text
 
 

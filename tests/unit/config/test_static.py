@@ -144,6 +144,13 @@ def test_static_defaults() -> None:
     assert static.ping is None and static.access_log is None and static.api is None
 
 
+def test_api_dashboard_and_base_path_as_traefik() -> None:
+    api = decode_static({"api": {}}).api
+    assert api is not None and api.dashboard is True and api.base_path == "/"
+    api = decode_static({"api": {"dashboard": False, "basePath": "/my/base_path-1.0:~"}}).api
+    assert api is not None and not api.dashboard and api.base_path == "/my/base_path-1.0:~"
+
+
 def test_static_same_in_toml_and_json(tmp_path) -> None:
     toml = tmp_path / "edge.toml"
     toml.write_text(
@@ -236,6 +243,8 @@ def test_internal_entry_point_added_like_traefik() -> None:
             "UDP entry point",
         ),
         ({"accessLog": {"bufferingSize": -1}}, "$.accessLog.bufferingSize", "expected int >= 0"),
+        ({"api": {"basePath": "edge"}}, "$.api", "basePath: 'edge' is not an absolute URL path"),
+        ({"api": {"basePath": "/a b"}}, "$.api", "basePath: '/a b' is not an absolute URL path"),
         (
             {"entryPoints": {8080: {"address": ":80"}}},
             '$.entryPoints["8080"]',
