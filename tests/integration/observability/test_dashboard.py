@@ -294,6 +294,26 @@ def test_api_requests_counts_what_clients_sent(served):
     assert new["openConnections"]["traefik"] >= 1  # this client's
 
 
+def test_api_requests_sums_the_workers(tmp_path, whoami):
+    """With ``workers: 2`` each worker answers /api/requests with the supervisor's sum
+    (pushed every second), whichever worker took the requests."""
+    e = start(tmp_path, whoami.url, metrics=PROMETHEUS, workers=2)
+    try:
+        for _ in range(8):  # a connection each: both workers take some
+            assert get(e.port, "/", host="site.test")[0] == 200
+        deadline = time.monotonic() + 20
+        counted: dict = {}
+        while time.monotonic() < deadline:
+            _, _, body = fetch(e.ports["traefik"], "/api/requests")
+            counted = json.loads(body).get("routers", {}).get("site@file", {})
+            if counted.get("requests") == 8:
+                break
+            time.sleep(0.2)
+        assert counted == {"requests": 8, "2xx": 8}
+    finally:
+        e.stop()
+
+
 # -- what the page shows (Chromium) -------------------------------------------------
 
 
