@@ -57,6 +57,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from edge.config.static import EntryPointHTTP2
 from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
 from edge.http.codec import RequestHead, forward
@@ -70,7 +71,6 @@ from edge.tcp.splice import Splice, peer_reset, splice
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from edge.config.static import EntryPointHTTP2
     from edge.entrypoints.base import Swept
     from edge.router.http import Route
     from edge.rules import RequestView
@@ -86,6 +86,9 @@ TUNNEL_TERMINATION = 1.0  # seconds a tunnel's other side may go on sending afte
 MAX_REMEMBERED_HOSTS = 1024
 LINGER = 2.0  # seconds a connection closed before its request body ended reads on (_linger)
 MAX_REMEMBERED_HOST = 256
+# entryPoints.<n>.http2's defaults: an HTTP context serves HTTP/2 unless told None (a
+# TLS context offers h2 whatever the context, from the options' alpnProtocols).
+HTTP2 = EntryPointHTTP2()
 
 
 class Router(Protocol):
@@ -143,7 +146,7 @@ class HTTPContext:
         metrics: Any = None,
         connections: set[Swept] | None = None,
         sanitize_path: bool = True,
-        http2: EntryPointHTTP2 | None = None,
+        http2: EntryPointHTTP2 | None = HTTP2,
     ) -> None:
         self.name = name
         self.port = port
