@@ -30,10 +30,13 @@ from edge.api import API, APIAnswer
 from edge.config.diff import Backends
 from edge.config.runtime import RuntimeConfig, check_tls
 from edge.config.static import INTERNAL_ENTRY_POINT, StaticConfig
+from edge.config.static import EntryPoint as EntryPointConfig
 from edge.descriptors import Budget
 from edge.entrypoints import EntryPoints
 from edge.entrypoints import metrics as prometheus
 from edge.entrypoints.accesslog import AccessLogger
+from edge.entrypoints.base import EntryPoint
+from edge.entrypoints.opened import OpenedEntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
 from edge.http.server.connection import Metered
@@ -272,6 +275,48 @@ class Dataplane:
                 tcp.peek.log_relay = self.access_log.relay_hook(name)
         if self.metrics is not None:
             prometheus.watch_dataplane(self.metrics, self)
+        # runtimeEntryPoints: those the routers name by port, opened and closed by rounds.
+        opening = static.runtime_entry_points
+        self.opened = (
+            OpenedEntryPoints(
+                self.entrypoints,
+                opening.host,
+                functools.partial(self._opened_entry_point, parser, reuse_port),
+                loop,
+                retry=lambda: self.retry() if self.retry is not None else None,
+            )
+            if opening is not None
+            else None
+        )
+
+    def _opened_entry_point(
+        self, parser: str | None, reuse_port: bool, name: str, config: EntryPointConfig
+    ) -> EntryPoint:
+        """An entry point opened at run time (:mod:`edge.entrypoints.opened`): as the
+        static ones, logged and counted, but answering no ``/ping``, API or ``/metrics``;
+        a UDP one's sessions may hold as much as each UDP entry point open now (those
+        keep theirs: the sum may pass UDP_SHARE)."""
+        if config.protocol == "udp":
+            udps = sum(isinstance(ep, UDPEntryPoint) for ep in self.entrypoints.all.values())
+            share = UDP_SHARE / max(udps, 1)
+            udp = UDPEntryPoint(name, config, self.loop, reuse_port=reuse_port, share=share)
+            if self.access_log is not None:
+                udp.proxy.log_session = self.access_log.session_hook(name)
+            return udp
+        tcp = TCPEntryPoint(
+            name,
+            config,
+            self.loop,
+            parser=parser,
+            access_log=self.access_log
+            if self.metrics is None
+            else Metered(self.metrics.meter(name), self.access_log),
+            reuse_port=reuse_port,
+            budget=self.budget,
+        )
+        if self.access_log is not None:
+            tcp.peek.log_relay = self.access_log.relay_hook(name)
+        return tcp
 
     def _samples(self) -> prometheus.Samples | None:
         """What ``/metrics`` shows now (the API's ``/api/requests``); None without metrics."""
@@ -328,7 +373,14 @@ class Dataplane:
         # A certificate file rewritten since (renewed in place) needs the full path,
         # which reads it: its stamps, a stat per file, are checked on every round.
         certs_current = live is None or live.current(runtime.tls)
-        if changed is not None and self.transports.is_current(transports) and certs_current:
+        # A port that could not be opened is tried again by a full round.
+        unopened = self.opened is not None and bool(self.opened.errors)
+        if (
+            changed is not None
+            and self.transports.is_current(transports)
+            and certs_current
+            and not unopened
+        ):
             # Endpoints only: the live load balancers take their new servers in
             # place; routers, pools and round-robin state stay.
             self._check_tls(runtime, self.certs)  # the same tls section: the same verdicts
@@ -365,10 +417,13 @@ class Dataplane:
         else:
             certs = TLSCertificates(runtime.tls, ticket_key=self.ticket_key)
         self._check_tls(runtime, certs)
+        opening = self.opened.plan(runtime) if self.opened is not None else None
         routers = build_router_sets(
             runtime,
             transports,
-            self.entrypoints.all,
+            {**self.entrypoints.all, **opening.new}
+            if opening and opening.new
+            else self.entrypoints.all,
             services,
             certs,
             tcp_services=tcp_services,
@@ -382,6 +437,8 @@ class Dataplane:
             self.tcp_services = tcp_services
             self.udp_services = udp_services
             self.certs = certs
+            if self.opened is not None and opening is not None:
+                self.opened.commit(opening)
             self.entrypoints.switch(routers)
             self.health.reconcile(services)
             self.runtime = runtime
@@ -474,6 +531,8 @@ class Dataplane:
         if self._retry_timer is not None:
             self._retry_timer.cancel()
             self._retry_timer = None
+        if self.opened is not None:
+            self.opened.close()
         await self._accept_grace()
         await self.entrypoints.stop(self.graces())
         self.health.stop()
@@ -724,6 +783,11 @@ class Edge(Stoppable):
         self.access_log = self.dataplane.access_log
         self.watcher = self.control.watcher
         self.providers = self.control.providers
+        if self.dataplane.opened is not None:  # a port it cannot open: its provider is told
+            for provider in self.providers:
+                follow = getattr(provider, "follow_opened", None)
+                if follow is not None:
+                    follow(self.dataplane.opened)
         if self.dataplane.metrics is not None:
             prometheus.watch_reloads(self.dataplane.metrics, self.watcher)
         self._tasks: set[asyncio.Task] = set()

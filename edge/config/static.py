@@ -430,6 +430,9 @@ class KubernetesGatewayConfig(Base):
     throttle_duration: Duration | None = None  # None: providersThrottleDuration
     experimental_channel: bool = False
     status_address: GatewayStatusAddress | None = None  # None: the nodes of edge's pods
+    # Edge's own: a listener whose port no entry point has gets one opened at run time
+    # (RuntimeEntryPoints), closed when the listener goes.
+    open_listeners: bool = False
 
 
 class KubernetesIngressNGINXConfig(Base):
@@ -711,17 +714,19 @@ class RuntimeDefaults:
     (:func:`edge.config.runtime.build_runtime`): ``default@internal`` for HTTP and TCP,
     and whether ``api@internal`` exists. Travels on each :class:`EntryPointKind`."""
 
-    __slots__ = ("api", "servers_transport", "tcp_servers_transport")
+    __slots__ = ("api", "opens", "servers_transport", "tcp_servers_transport")
 
     def __init__(
         self,
         servers_transport: ServersTransport | None = None,
         tcp_servers_transport: TCPServersTransport | None = None,
         api: bool = False,
+        opens: bool = False,
     ) -> None:
         self.servers_transport = servers_transport or ServersTransport()
         self.tcp_servers_transport = tcp_servers_transport or TCPServersTransport()
         self.api = api
+        self.opens = opens  # runtimeEntryPoints: routers naming ":<port>" open it
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RuntimeDefaults) and all(
@@ -731,7 +736,39 @@ class RuntimeDefaults:
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self):
-        return (RuntimeDefaults, (self.servers_transport, self.tcp_servers_transport, self.api))
+        return (
+            RuntimeDefaults,
+            (self.servers_transport, self.tcp_servers_transport, self.api, self.opens),
+        )
+
+
+def runtime_entry_point(port: int, udp: bool = False) -> str:
+    """The name of the entry point opened at run time on ``port``: its address as an
+    entry point's is written (``":8080"``, ``":8053/udp"``), so a provider names it in
+    its routers' ``entryPoints`` and validation knows it for one."""
+    return f":{port}/udp" if udp else f":{port}"
+
+
+def runtime_port(name: str) -> tuple[int, str] | None:
+    """``(port, protocol)`` of a run-time entry point's name, None for another name."""
+    if not name.startswith(":") or name[1:].partition("/")[0] in ("", "0"):
+        return None
+    try:
+        _, port, protocol = parse_address(name)
+    except ValueError:
+        return None
+    return (port, protocol) if name == runtime_entry_point(port, protocol == "udp") else None
+
+
+class RuntimeEntryPoints(Base):
+    """``runtimeEntryPoints`` (edge's own): entry points opened while edge runs, one per
+    port a router names as ``":<port>"`` (``":<port>/udp"`` for UDP routers) that no
+    entry point of this file has, closed once no router names it. Set, or implied by a
+    provider's ``openListeners``; ``host`` is the address they bind (``""``: every
+    address). They take the entry points' defaults (timeouts, no PROXY protocol, no
+    forwarded headers trusted)."""
+
+    host: str = ""
 
 
 # --- the whole --------------------------------------------------------------------
@@ -750,11 +787,15 @@ class StaticConfig(Base):
     workers: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = 1
     servers_transport: StaticServersTransport | None = None
     tcp_servers_transport: StaticTCPServersTransport | None = None
+    runtime_entry_points: RuntimeEntryPoints | None = None
 
     def __post_init__(self) -> None:
         for name in self.entry_points:
             if not name or "@" in name:
                 raise ValueError(f"entryPoints: invalid entry point name {name!r}")
+        gateway = self.providers.kubernetes_gateway
+        if self.runtime_entry_points is None and gateway is not None and gateway.open_listeners:
+            msgspec.structs.force_setattr(self, "runtime_entry_points", RuntimeEntryPoints())
         if not self.entry_points:  # Traefik's SetEffectiveConfiguration, before `traefik`
             msgspec.structs.force_setattr(
                 self, "entry_points", {DEFAULT_ENTRY_POINT: _DEFAULT_HTTP}
@@ -850,6 +891,7 @@ class StaticConfig(Base):
             self.servers_transport.to_dynamic() if self.servers_transport else None,
             self.tcp_servers_transport.to_dynamic() if self.tcp_servers_transport else None,
             api=self.api is not None,
+            opens=self.runtime_entry_points is not None,
         )
         return {
             name: EntryPointKind(ep.protocol, ep.http.tls, defaults)

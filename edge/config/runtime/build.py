@@ -23,7 +23,13 @@ from edge.config.runtime.model import DEFAULT_TRANSPORT, RuntimeConfig, ServiceI
 from edge.config.runtime.tcp import _build_tcp
 from edge.config.runtime.tls import _TransportTLS
 from edge.config.runtime.udp import _build_udp
-from edge.config.static import API_SERVICE, INTERNAL_ENTRY_POINT, RuntimeDefaults
+from edge.config.static import (
+    API_SERVICE,
+    INTERNAL_ENTRY_POINT,
+    EntryPointKind,
+    RuntimeDefaults,
+    runtime_port,
+)
 
 API_CONFIG = Service(load_balancer=LoadBalancer())
 """``api@internal`` in the configuration: a service the entry point answers itself."""
@@ -45,10 +51,18 @@ def build_runtime(
     (see :func:`_endpoints_only`), with the same outcome as a full validation.
     ``default_rule_syntax`` (``core.defaultRuleSyntax``) is the syntax of routers whose
     ``ruleSyntax`` is empty. The static configuration's defaults come with the entry
-    point kinds (see the module doc).
+    point kinds (see the module doc). With ``runtimeEntryPoints`` the entry points the
+    routers open are validated as the others (:func:`_with_opened`).
     """
     defaults = _defaults(entry_points)
     conf = _with_api(conf, defaults)
+    # Routers naming none attach to the static entry points only, never to one opened.
+    tcp_defaults = sorted(
+        n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
+    )
+    udp_defaults = sorted(n for n, p in entry_points.items() if p == "udp")
+    if defaults.opens:
+        entry_points = _with_opened(conf, entry_points, defaults)
     if previous is not None:
         shortcut = _endpoints_only(conf, entry_points, previous, default_rule_syntax)
         if shortcut is not None:
@@ -58,9 +72,6 @@ def build_runtime(
     tcp_tls = _TransportTLS()
     rt._basis = _Basis(entry_points, default_rule_syntax, http_tls, tcp_tls)
     rules = _RuleCache(previous, default_rule_syntax)
-    tcp_defaults = sorted(
-        n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
-    )
     _default_transports(rt, defaults)
     if conf.http is not None:
         _build_http(
@@ -76,8 +87,31 @@ def build_runtime(
             rt, conf.tcp, entry_points, defaults=tcp_defaults, rules=rules, tls_errors=tcp_tls
         )
     if conf.udp is not None:
-        _build_udp(rt, conf.udp, entry_points)
+        _build_udp(rt, conf.udp, entry_points, udp_defaults)
     return rt
+
+
+def _with_opened(
+    conf: Configuration, entry_points: Mapping[str, str], defaults: RuntimeDefaults
+) -> Mapping[str, str]:
+    """``entry_points`` and those opened at run time (``runtimeEntryPoints``): each name
+    of the form ``":<port>"`` an HTTP or TCP router names, ``":<port>/udp"`` a UDP
+    router names (:func:`edge.config.static.runtime_port`), that no static entry point
+    has, in name order. The data plane opens what is here and closes what is gone."""
+    found: dict[str, str] = {}
+    for section, udp in ((conf.http, False), (conf.tcp, False), (conf.udp, True)):
+        if section is None:
+            continue
+        for router in section.routers.values():
+            for name in router.entry_points:
+                if name in entry_points or name in found:
+                    continue
+                parsed = runtime_port(name)
+                if parsed is not None and (parsed[1] == "udp") == udp:
+                    found[name] = EntryPointKind(parsed[1], None, defaults)
+    if not found:
+        return entry_points
+    return {**entry_points, **dict(sorted(found.items()))}
 
 
 def _defaults(entry_points: Mapping[str, str]) -> RuntimeDefaults:

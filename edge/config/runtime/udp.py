@@ -22,10 +22,16 @@ from edge.config.runtime.model import (
 )
 
 
-def _build_udp(rt: RuntimeConfig, udp: UDPConfiguration, entry_points: Mapping[str, str]) -> None:
+def _build_udp(
+    rt: RuntimeConfig,
+    udp: UDPConfiguration,
+    entry_points: Mapping[str, str],
+    defaults: list[str] | None = None,
+) -> None:
     """Validate ``udp`` into ``rt``'s UDP tables (routers attach to UDP entry points,
-    all of them when they name none)."""
-    defaults = sorted(n for n, p in entry_points.items() if p == "udp")
+    those of ``defaults`` when they name none: every one unless told)."""
+    if defaults is None:
+        defaults = sorted(n for n, p in entry_points.items() if p == "udp")
     rt.udp_services = {n: ServiceInfo(n, s) for n, s in udp.services.items()}
     transports = {DEFAULT_TRANSPORT: None, **udp.servers_transports}
     for info in rt.udp_services.values():

@@ -26,7 +26,11 @@ GatewayClass
 Listeners
     A listener is bound to the edge entry point listening on its port (a UDP entry
     point for ``UDP``, a TCP one otherwise), as Traefik binds them; none: ``Accepted``
-    False, ``PortUnavailable``. ``HTTP`` and ``HTTPS`` listeners carry HTTPRoutes;
+    False, ``PortUnavailable``, unless ``openListeners``: then its routers name the
+    entry point opened at run time for the port (``":<port>"``, ``":<port>/udp"``:
+    :mod:`edge.entrypoints.opened`), and a port that could not be opened
+    (``GatewayState.unopened``) is ``Accepted`` False, ``PortUnavailable``, naming the
+    error, its routers kept so that edge keeps trying the port. ``HTTP`` and ``HTTPS`` listeners carry HTTPRoutes;
     with ``experimentalChannel`` (the routes' ``v1`` CRDs came with Gateway API
     v1.6), ``TLS`` listeners carry TLSRoutes (and TCPRoutes when they terminate),
     ``TCP`` ones TCPRoutes and ``UDP`` ones UDPRoutes; without it those three
@@ -149,6 +153,7 @@ from edge.config.dynamic import (
     Weighted,
     WRRService,
 )
+from edge.config.static import runtime_entry_point
 from edge.providers.kubernetes import objects
 from edge.providers.kubernetes.endpoints import (
     changed_services,
@@ -221,6 +226,7 @@ class GatewayOptions(msgspec.Struct, frozen=True):
     namespaces: tuple[str, ...] = ()
     entry_points: tuple[EntryPointPort, ...] = ()
     experimental_channel: bool = False  # TLSRoute, TCPRoute and UDPRoute are read
+    open_listeners: bool = False  # a listener on a port no entry point has gets one
 
 
 BUNDLE_VERSION = "gateway.networking.k8s.io/bundle-version"
@@ -281,6 +287,8 @@ class GatewayState(msgspec.Struct, frozen=True):
     endpoint_slices: Mapping[Key, objects.EndpointSlice] = {}
     secrets: Mapping[Key, objects.Secret] = {}
     crds: Mapping[Key, CustomResourceDefinition] | None = None
+    # The run-time entry points (openListeners) that could not be opened: name -> why.
+    unopened: Mapping[str, str] = {}
 
     @classmethod
     def from_snapshot(cls, tables: Mapping[str, Mapping[Key, Any]]) -> GatewayState:
@@ -560,6 +568,7 @@ class _Listener:
         self.conditions: list[Condition] = []
         self.ok = False  # routes may attach (and are counted)
         self.programmed = True  # ...and are served: False while its refs are unresolved
+        self.unopened = False  # its port, opened at run time, could not be (not served)
         self.attached = 0
 
     @property
@@ -691,12 +700,23 @@ class _Converter:
             return
         udp = spec.protocol == "UDP"
         eps = [e for e in self.options.entry_points if e.port == spec.port and e.udp == udp]
-        if not eps:
+        if eps:
+            listener.entry_point = sorted(eps)[0].name
+        elif self.options.open_listeners:
+            listener.entry_point = runtime_entry_point(spec.port, udp)
+        if not listener.entry_point:
             reason = f"no {'UDP' if udp else 'TCP'} entry point of edge listens on port {spec.port}"
             listener.fail("Accepted", "PortUnavailable", reason)
             self.problem("Gateway", gw.metadata.key, where, reason)
             return
-        listener.entry_point = sorted(eps)[0].name
+        why = self.state.unopened.get(listener.entry_point)
+        if why is not None:
+            # Said, but its routers stay: they keep edge asking for the port, which
+            # every round tries again.
+            reason = f"port {spec.port} ({'UDP' if udp else 'TCP'}) cannot be opened: {why}"
+            listener.fail("Accepted", "PortUnavailable", reason)
+            listener.unopened = True
+            self.problem("Gateway", gw.metadata.key, where, reason)
         supported = _ROUTE_KINDS[spec.protocol]
         if spec.protocol == "TLS" and spec.tls is not None and spec.tls.mode == "Passthrough":
             supported = (TLS_ROUTE,)
@@ -1292,7 +1312,7 @@ class _Converter:
                 conds.append(Condition("ResolvedRefs", True, "ResolvedRefs", ""))
             if "Conflicted" not in types:
                 conds.append(Condition("Conflicted", False, "NoConflicts", ""))
-            served = li.ok and li.programmed
+            served = li.ok and li.programmed and not li.unopened
             conds.append(Condition("Programmed", served, "Programmed" if served else "Invalid", ""))
             out.append(
                 {
@@ -1302,7 +1322,7 @@ class _Converter:
                     "conditions": [c.to_builtins(gen) for c in sorted(conds)],
                 }
             )
-        valid = sum(li.ok for li in listeners)
+        valid = sum(li.ok and not li.unopened for li in listeners)
         if valid == len(listeners):
             accepted = Condition("Accepted", True, "Accepted", "")
         else:
@@ -1312,7 +1332,7 @@ class _Converter:
                 "ListenersNotValid",
                 f"{len(listeners) - valid} of {len(listeners)} listeners are not valid",
             )
-        live = sum(li.ok and li.programmed for li in listeners)
+        live = sum(li.ok and li.programmed and not li.unopened for li in listeners)
         programmed = Condition("Programmed", live > 0, "Programmed" if live else "Invalid", "")
         status = {
             "conditions": [accepted.to_builtins(gen), programmed.to_builtins(gen)],

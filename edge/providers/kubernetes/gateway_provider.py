@@ -37,9 +37,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -156,8 +156,19 @@ def check_gateway_cluster(
         namespaces=tuple(config.namespaces),
         entry_points=tuple(entry_points),
         experimental_channel=config.experimental_channel,
+        open_listeners=config.open_listeners,
     )
     return convert(GatewayState.from_snapshot(snapshot), options)
+
+
+class Opened(Protocol):
+    """What the Gateway source reads of :class:`edge.entrypoints.opened.OpenedEntryPoints`
+    (providers import no data plane): the ports that could not be opened, and a way to
+    hear of changes."""
+
+    errors: Mapping[str, str]
+
+    def follow(self, callback: Callable[[], None]) -> None: ...
 
 
 class KubernetesGatewayProvider(KubernetesProvider):
@@ -182,6 +193,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
             namespaces=tuple(config.namespaces),
             entry_points=tuple(entry_points),
             experimental_channel=config.experimental_channel,
+            open_listeners=config.open_listeners,
         )
         super().__init__(
             name=name,
@@ -196,6 +208,8 @@ class KubernetesGatewayProvider(KubernetesProvider):
         self._seen: Mapping[str, Mapping[Key, Any]] = {}
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.pod_client: KubeClient | None = None
+        self.opened: Opened | None = None  # the data plane's run-time entry points
+        self._opened_changed = False  # ...changed since the last conversion
         # The Nodes edge's pods run on, whose addresses the Gateways get (as the
         # Ingress status reads them): a subscription made now, before the core starts,
         # whether edge runs in a pod is known only at start.
@@ -213,7 +227,24 @@ class KubernetesGatewayProvider(KubernetesProvider):
         sources share): the conversion reads this source's view afresh. Taken a moment
         after ``state``, it may be newer; a change in between has marked the source
         dirty, so another round follows with both at once."""
-        return convert(GatewayState.from_snapshot(self.view.snapshot()), self.options)
+        gateways = GatewayState.from_snapshot(self.view.snapshot())
+        if self.opened is not None:
+            self._opened_changed = False
+            gateways = msgspec.structs.replace(gateways, unopened=dict(self.opened.errors))
+        return convert(gateways, self.options)
+
+    def follow_opened(self, opened: Opened) -> None:
+        """Follow the entry points opened at run time (``openListeners``, in the process
+        of the data plane opening them): one that could not be opened makes its
+        listener ``PortUnavailable``, and each change converts again."""
+        self.opened = opened
+        opened.follow(self._on_opened)
+
+    def _on_opened(self) -> None:
+        # A conversion even when the round finds only status writes come back, which
+        # unchanged() would skip.
+        self._opened_changed = True
+        self.reload()
 
     def update_endpoints(
         self, previous: Any, old: objects.ClusterState, new: objects.ClusterState
@@ -224,7 +255,10 @@ class KubernetesGatewayProvider(KubernetesProvider):
 
     def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
         """Only Gateway API objects changed, and only in status and resourceVersion: the
-        status writes coming back; the conversion cannot have changed."""
+        status writes coming back; the conversion cannot have changed (unless the entry
+        points opened at run time did)."""
+        if self._opened_changed:
+            return False
         if set(changed) <= _STATUS_KINDS and all(
             _without_status(self._seen.get(kind, {}).get(k))
             == _without_status(snapshot.get(kind, {}).get(k))

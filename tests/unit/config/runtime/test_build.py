@@ -380,3 +380,49 @@ def test_cert_resolver_edge_lacks_is_a_warning_naming_the_router() -> None:
     assert rt.http_routers["plain@file"].status == "enabled"
     assert rt.tcp_routers["t@file"].status == "warning"
     assert rt.tcp_routers["pass@file"].status == "enabled"  # passthrough needs no certificate
+
+
+def test_routers_naming_a_port_open_run_time_entry_points_when_allowed() -> None:
+    """With runtimeEntryPoints (RuntimeDefaults.opens) a router naming ":<port>" (a UDP
+    one ":<port>/udp") validates against an entry point opened for it; a router
+    naming none never lands there; without it those names do not exist."""
+    from edge.config.static import EntryPointKind, RuntimeDefaults
+
+    doc = {
+        "http": {
+            "routers": {
+                "gw": {"rule": "Host(`a`)", "service": "app", "entryPoints": [":8080"]},
+                "plain": {"rule": "Host(`b`)", "service": "app"},
+                "also": {"rule": "Host(`c`)", "service": "app", "entryPoints": ["web", ":8080"]},
+                "odd": {"rule": "Host(`d`)", "service": "app", "entryPoints": [":08"]},
+            },
+            "services": {"app": lb("http://127.0.0.1:9001")},
+        },
+        "tcp": {"routers": {"db": {"rule": "HostSNI(`*`)", "service": "db", "entryPoints": [":5432"]}},
+                "services": {"db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}]}}}},
+        "udp": {"routers": {"dns": {"service": "dns", "entryPoints": [":8053/udp"]},
+                            "wrong": {"service": "dns", "entryPoints": [":8080"]}},
+                "services": {"dns": {"loadBalancer": {"servers": [{"address": "127.0.0.1:53"}]}}}},
+    }  # fmt: skip
+    merged = merge({"file": conf(doc)})
+    opens = RuntimeDefaults(opens=True)
+    kinds = {name: EntryPointKind(p, None, opens) for name, p in EPS.items()}
+    rt = build_runtime(merged, kinds)
+    assert {n: p for n, p in rt.entry_points.items() if n.startswith(":")} == {
+        ":5432": "tcp",
+        ":8053/udp": "udp",
+        ":8080": "tcp",
+    }
+    r = rt.http_routers
+    assert r["gw@file"].status == "enabled" and r["gw@file"].entry_points == [":8080"]
+    assert ":8080" not in r["plain@file"].entry_points
+    assert r["also@file"].entry_points == ["web", ":8080"]
+    assert r["odd@file"].status == "disabled"
+    assert rt.tcp_routers["db@file"].status == "enabled"
+    assert rt.udp_routers["dns@file"].status == "enabled"
+    assert rt.udp_routers["dns@file"].entry_points == [":8053/udp"]
+    assert rt.udp_routers["wrong@file"].status == "disabled"  # a TCP entry point's name
+
+    closed = build_runtime(merged, EPS)
+    assert not any(n.startswith(":") for n in closed.entry_points)
+    assert closed.http_routers["gw@file"].status == "disabled"

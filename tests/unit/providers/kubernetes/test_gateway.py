@@ -1009,3 +1009,52 @@ def test_request_redirect_answers_its_status_code(code: int) -> None:
     (mw,) = c.configuration.http.middlewares.values()
     assert mw.redirect_regex.status_code == code
     assert all(i.status == "enabled" for i in validate(c).http_middlewares.values())
+
+
+def test_open_listeners_name_the_entry_point_opened_for_their_port() -> None:
+    """openListeners: a listener on a port no entry point has binds to ":<port>" (its
+    UDP twin ":<port>/udp"); one whose port could not be opened says PortUnavailable
+    with the error, and keeps its routers (edge keeps asking for the port)."""
+    options = GatewayOptions(entry_points=ENTRY_POINTS, open_listeners=True)
+    docs = (
+        gateway_class(),
+        gateway([listener("web", 80), listener("extra", 8080)]),
+        service(),
+        route([{"backendRefs": [backend()]}]),
+    )
+    c = run(*docs, options=options)
+    assert sorted(r.entry_points[0] for r in c.configuration.http.routers.values()) == [
+        ":8080",
+        "web",
+    ]
+    assert conditions(listener_status(c, "extra")["conditions"])["Programmed"] == (
+        "True",
+        "Programmed",
+    )
+    assert all(
+        i.status == "disabled"
+        for n, i in validate(c).http_routers.items()
+        if ":8080" in i.config.entry_points
+    )  # static validation: no such entry point
+
+    unopened = state(*docs)
+    unopened = msgspec.structs.replace(unopened, unopened={":8080": "address already in use"})
+    c = convert(unopened, options)
+    conds = conditions(listener_status(c, "extra")["conditions"])
+    assert conds["Accepted"] == ("False", "PortUnavailable")
+    assert conds["Programmed"] == ("False", "Invalid")
+    assert listener_status(c, "extra")["attachedRoutes"] == 1
+    found = [x for x in listener_status(c, "extra")["conditions"] if x["type"] == "Accepted"]
+    assert "port 8080 (TCP) cannot be opened: address already in use" in found[0]["message"]
+    assert len(c.configuration.http.routers) == 2  # kept: the port is tried again
+    assert (
+        conditions(status(c, "Gateway", ("default", "gw"))["conditions"])["Accepted"][1]
+        == "ListenersNotValid"
+    )
+
+    closed = run(*docs)  # without openListeners: PortUnavailable, no router
+    assert conditions(listener_status(closed, "extra")["conditions"])["Accepted"] == (
+        "False",
+        "PortUnavailable",
+    )
+    assert [r.entry_points for r in closed.configuration.http.routers.values()] == [["web"]]
