@@ -62,9 +62,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edge.http")
 
-# Per connection and second: streams the client may reset (at least
-# maxConcurrentStreams: a page left cancels all it asked for), and frames it may
-# send that edge must answer or weigh but that carry no request.
+# Per connection and second: streams the client may reset, or open malformed (at
+# least maxConcurrentStreams: a page left cancels all it asked for), and frames it
+# may send that edge must answer or weigh but that carry no request.
 RESETS_PER_SECOND = 200
 SETTINGS_PER_SECOND = 50
 PINGS_PER_SECOND = 50
@@ -400,10 +400,11 @@ class H2Stream:
             self.ctx.name,
             self.client_ip,
         )
+        status = 408 if self.req_open else 499
         self.reset(ErrorCodes.CANCEL)
         if ex is not None:
             self.ex = None
-            ex.client_gone(408 if self.req_open else 499)
+            ex.client_gone(status)
 
 
 class H2Connection(asyncio.Protocol):
@@ -620,6 +621,8 @@ class H2Connection(asyncio.Protocol):
                 exc.detail,
             )
             self.h2.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+            if not self.resets.spend(self.loop.time()):  # work and a frame, as a reset
+                self._calm("malformed requests")
             return
         stream = H2Stream(self, stream_id, head.method)
         self.streams[stream_id] = stream

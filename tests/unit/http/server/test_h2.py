@@ -507,3 +507,17 @@ def test_an_idle_connection_says_goaway_after_idle_timeout(pair):
     server.deadline_passed()
     end = goaway(c.events())
     assert end is not None and end.error_code == ErrorCodes.NO_ERROR and c.transport.ended
+
+
+def test_malformed_streams_in_a_loop_are_calmed(pair):
+    http, upstream = pair()
+    c = Client(http)
+    c.send()
+    server = c.server
+    for _ in range(server.resets.limit + 1):
+        c.request(path=b"/a b")  # each refused alone (PROTOCOL_ERROR)
+        if c.transport.ended:
+            break
+    end = goaway(c.events())
+    assert end is not None and end.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert not upstream.transport.data
