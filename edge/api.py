@@ -328,9 +328,11 @@ class API:
     def _route(self, parts: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
         runtime = self.runtime()
         if parts == [b"version"]:
-            return _answer(
-                200, {"Version": self.version, "Codename": "edge", "startDate": self.started}
-            )
+            version = {"Version": self.version, "Codename": "edge", "startDate": self.started}
+            api = self.static.api
+            if api is not None and api.dashboard_name:
+                version["dashboardName"] = api.dashboard_name
+            return _answer(200, version)
         if parts and parts[0] == b"entrypoints" and len(parts) <= 2:
             return self._entrypoints(parts[1:], query)
         if parts == [b"requests"]:

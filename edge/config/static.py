@@ -507,11 +507,13 @@ class Api(Base):
     entry point. ``dashboard`` (true by default, as in Traefik): the dashboard's page at
     ``{basePath}dashboard/`` wherever the API is served. ``basePath`` (``/``): where the
     API (``{basePath}api/...``) and the dashboard are, an absolute path of Traefik's
-    characters. ``debug`` is named as not supported."""
+    characters. ``dashboardName``: the name the dashboard shows (``/api/version`` says
+    it). ``debug`` is named as not supported."""
 
     insecure: bool = False
     dashboard: bool = True
     base_path: str = "/"
+    dashboard_name: str = ""
 
     def __post_init__(self) -> None:
         path = self.base_path

@@ -459,6 +459,10 @@ function start() {
   getJSON("version")
     .then(({ body }) => {
       document.getElementById("version").textContent = `${body.Version} (since ${new Date(body.startDate).toLocaleString()})`;
+      if (body.dashboardName) {
+        document.getElementById("name").textContent = body.dashboardName;
+        document.title = `${body.dashboardName} · edge`;
+      }
     })
     .catch(() => {});
   onRoute();

@@ -198,6 +198,12 @@ def test_the_api_and_the_dashboard_under_a_base_path():
     assert get(deep, "/a/b/api/version")[0] == 200
 
 
+def test_version_names_the_dashboard_as_traefik():
+    assert "dashboardName" not in get(with_api(), "/api/version")[1]
+    _, version, _ = get(with_api(dashboardName="edge <eu-1>"), "/api/version")
+    assert version["dashboardName"] == "edge <eu-1>" and version["Codename"] == "edge"
+
+
 def test_without_the_dashboard_the_api_alone():
     api = with_api(dashboard=False)
     for path in (b"/", b"/dashboard", b"/dashboard/", b"/dashboard/app.js"):

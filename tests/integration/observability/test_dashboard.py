@@ -30,6 +30,7 @@ from tests.integration.observability.browser import Browser, chromium
 EVIL_ROUTER = "evil<img src=x onerror=window.pwned=1>"
 EVIL_RULE = "Host(`<script>window.pwned=2</script>.test`)"
 EVIL_MIDDLEWARE = "<b>bold</b>"
+EVIL_NAME = "eu-1 <i onmouseover=window.pwned=4>edge</i>"  # api.dashboardName
 PROMETHEUS = {"prometheus": {"addRoutersLabels": True}}
 UNCOUNTED = "\u2013"  # what the page shows where it has no rate
 
@@ -109,7 +110,8 @@ def start(folder: Path, whoami_url: str, api: dict | None = None, **static: dict
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, whoami) -> Iterator[Edge]:
-    e = start(tmp_path_factory.mktemp("dashboard"), whoami.url, metrics=PROMETHEUS)
+    api = {"insecure": True, "dashboardName": EVIL_NAME}
+    e = start(tmp_path_factory.mktemp("dashboard"), whoami.url, api, metrics=PROMETHEUS)
     yield e
     e.stop()
 
@@ -387,10 +389,11 @@ def test_values_from_the_configuration_are_shown_as_text(served, page):
         f"{EVIL_MIDDLEWARE}@file"
     )
     assert "<script>window.pwned=3" in page.evaluate(cell(f"{EVIL_MIDDLEWARE}@file", ".config"))
+    assert page.evaluate("document.querySelector('#name').textContent") == EVIL_NAME
+    assert page.evaluate("document.title") == f"{EVIL_NAME} \u00b7 edge"
     # Nothing of it became markup, and nothing ran.
-    assert (
-        page.evaluate("document.querySelectorAll('#view img, #view script, #view b').length") == 0
-    )
+    markup = "document.querySelectorAll('#view img, #view script, #view b, header i').length"
+    assert page.evaluate(markup) == 0
     assert page.evaluate("typeof window.pwned") == "undefined"
 
 

@@ -149,6 +149,8 @@ def test_api_dashboard_and_base_path_as_traefik() -> None:
     assert api is not None and api.dashboard is True and api.base_path == "/"
     api = decode_static({"api": {"dashboard": False, "basePath": "/my/base_path-1.0:~"}}).api
     assert api is not None and not api.dashboard and api.base_path == "/my/base_path-1.0:~"
+    api = decode_static({"api": {"dashboardName": "eu-1"}}).api
+    assert api is not None and api.dashboard_name == "eu-1"
 
 
 def test_static_same_in_toml_and_json(tmp_path) -> None:
