@@ -116,10 +116,10 @@ def build_providers(static: StaticConfig) -> list[Provider]:
             for name, ep in static.entry_points.items()
         ]
         if nginx is not None:
-            from edge.providers.kubernetes.provider import KubernetesIngressNGINXProvider
+            from edge.providers.kubernetes.ingress_nginx_provider import IngressNGINXProvider
 
             providers.append(
-                KubernetesIngressNGINXProvider(
+                IngressNGINXProvider(
                     nginx,
                     default_throttle=throttle,
                     core=cores.core(nginx),  # type: ignore[arg-type]  # same credential keys

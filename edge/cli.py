@@ -196,11 +196,7 @@ def _check_kubernetes(static, configs: dict) -> bool:
     from edge.providers.kubernetes.gateway import EntryPointPort
     from edge.providers.kubernetes.gateway_provider import check_gateway_cluster
     from edge.providers.kubernetes.ingress_nginx import PROVIDER as NGINX_PROVIDER
-    from edge.providers.kubernetes.provider import (
-        check_cluster,
-        check_crd_cluster,
-        check_nginx_cluster,
-    )
+    from edge.providers.kubernetes.provider import check_cluster, check_crd_cluster
 
     checks = []
     if ingress is not None:
@@ -215,7 +211,14 @@ def _check_kubernetes(static, configs: dict) -> bool:
         ]
         checks.append((GATEWAY_PROVIDER, lambda: check_gateway_cluster(gateway, ports)))
     if nginx is not None:
-        checks.append((NGINX_PROVIDER, lambda: check_nginx_cluster(nginx)))
+        from edge.providers.kubernetes.ingress_nginx_provider import check_cluster as check_nginx
+
+        # tcp-/udp-services entries bind to the entry points by port, as in the running edge.
+        nginx_ports = [
+            EntryPointPort(name, ep.port, ep.protocol == "udp")
+            for name, ep in static.entry_points.items()
+        ]
+        checks.append((NGINX_PROVIDER, lambda: check_nginx(nginx, nginx_ports)))
     wrong = False
     for name, check in checks:
         try:

@@ -444,8 +444,11 @@ class KubernetesIngressNGINXConfig(Base):
     is ``ingressClass``; or, naming no class, when ``watchIngressWithoutClass``.
     ``watchNamespace`` limits it to one namespace (as ingress-nginx's flag).
     ``publishService`` (``namespace/name``) or ``publishStatusAddress`` is what the
-    Ingresses' status says. ``defaultBackendService`` and ``watchNamespaceSelector``
-    are refused: edge does not do them yet."""
+    Ingresses' status says. ``defaultBackendService`` (``namespace/name``, its first
+    port) answers what no Ingress routes, and the custom errors of Ingresses without a
+    ``default-backend`` of their own; ``globalAllowedResponseHeaders``: the headers a
+    ``custom-headers`` ConfigMap may set (ingress-nginx's
+    ``global-allowed-response-headers``). ``watchNamespaceSelector`` is refused."""
 
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
     token: str = ""
@@ -462,6 +465,7 @@ class KubernetesIngressNGINXConfig(Base):
     publish_status_address: list[str] = []
     default_backend_service: str = ""
     disable_svc_external_name: bool = False
+    global_allowed_response_headers: list[str] = []
     # Beyond Traefik: ingress-nginx's --tcp-services-configmap and
     # --udp-services-configmap ("namespace/name"): "<port>": "<ns>/<svc>:<port>[:PROXY]".
     tcp_services_config_map: str = ""
@@ -471,10 +475,11 @@ class KubernetesIngressNGINXConfig(Base):
         if self.watch_namespace_selector:
             raise ValueError("watchNamespaceSelector is not supported: name watchNamespace")
         if self.default_backend_service:
-            raise ValueError(
-                "defaultBackendService is not supported yet: give one Ingress a "
-                "spec.defaultBackend and no rules"
-            )
+            namespace, _, name = self.default_backend_service.partition("/")
+            if not namespace or not name or "/" in name:
+                raise ValueError(
+                    f"defaultBackendService: {self.default_backend_service!r} is not namespace/name"
+                )
         if self.publish_service:
             IngressEndpoint(published_service=self.publish_service)  # checks namespace/name
 

@@ -38,21 +38,30 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     cookie`` with ``session-cookie-name`` (``INGRESSCOOKIE``), ``-path``, ``-domain``,
     ``-secure``, ``-samesite``, ``-max-age`` (or ``-expires``): a sticky cookie on this
     Ingress' copy of the service. ``service-upstream``: that copy's one server is the
-    Service's cluster IP and port. ``proxy-connect-timeout`` and ``proxy-read-timeout``
-    (seconds; nginx's default 60 for the other): a serversTransport of the Ingress'
-    own, the dial's bound and the wait for the response head (edge bounds no later
-    read; ``proxy-send-timeout`` is not done). ``enable-cors`` with ``cors-allow-origin``,
+    Service's cluster IP and port. ``proxy-connect-timeout``, ``proxy-read-timeout``
+    and ``proxy-send-timeout`` (seconds; nginx's default 60 for the others): a
+    serversTransport of the Ingress' own, the dial's bound, the wait for the response
+    head (edge bounds no later read) and ``writeTimeout`` (how long the backend may
+    take none of the request). ``enable-cors`` with ``cors-allow-origin``,
     ``-methods``, ``-headers``, ``-credentials``, ``-expose-headers``, ``-max-age``
     (ingress-nginx's defaults): a ``headers`` middleware. ``proxy-body-size`` (nginx
     sizes, ``0``: no limit): ``buffering`` with ``maxRequestBodyBytes`` (413 over it).
     ``limit-rps`` / ``limit-rpm`` (burst: ``limit-burst-multiplier``, 5, times the
     rate) per client address: a ``rateLimit``; ``limit-connections``: an
     ``inFlightReq`` per client address. ``upstream-vhost`` and ``x-forwarded-prefix``:
-    request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``server-alias``: more
-    names for every host route (:func:`_aliases`). ``auth-url`` with
+    request headers (``Host``, ``X-Forwarded-Prefix``) set last. ``custom-headers``: a
+    ConfigMap of the Ingress' namespace whose data are response headers for the client
+    (each in the provider's ``globalAllowedResponseHeaders``). ``server-alias``: more
+    names for every host route (:func:`_aliases`). ``default-backend`` (a Service of the
+    Ingress' namespace) answers while the Ingress' backends have no endpoint up, and
+    ``custom-http-errors`` those statuses, with ingress-nginx's headers
+    (:func:`_fallbacks`); the provider's ``defaultBackendService`` answers what no route
+    takes, and those errors where an Ingress has no default backend of its own
+    (:func:`_controller_default`). ``auth-url`` with
     ``auth-response-headers``, ``auth-signin`` and ``auth-method``: a ``forwardAuth``.
-    ``auth-type: basic`` with ``auth-secret`` (any namespace) and ``auth-realm``: a
-    ``basicAuth`` of the Secret's ``auth`` htpasswd lines (:meth:`_Reader.basic_auth`).
+    ``auth-type: basic`` (or ``digest``) with ``auth-secret`` (any namespace) and
+    ``auth-realm``: a ``basicAuth`` of the Secret's ``auth`` htpasswd lines (a
+    ``digestAuth`` of htdigest lines) (:meth:`_Reader.basic_auth`).
     Canaries (``canary:
     "true"`` with ``canary-by-header`` [``-value``], ``canary-by-cookie``,
     ``canary-weight`` [``-total``]) are taken off the Ingress whose host and path
@@ -68,14 +77,14 @@ Refused, named on the route
     ``configuration-snippet``, ``server-snippet`` and every other ``*-snippet``: raw
     nginx text, which edge has no nginx to give to, and whose injection was
     CVE-2021-25742 and CVE-2023-5043. Known ingress-nginx keys edge does not do yet
-    (:data:`NOT_YET`) and unknown ones are named too.
+    (:data:`NOT_YET`, with what edge lacks for each) and unknown ones are named too.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -86,9 +95,13 @@ from edge.config.dynamic import (
     Buffering,
     ClientCertificate,
     Cookie,
+    DigestAuth,
+    ErrorPage,
+    Failover,
     ForwardAuth,
     ForwardingTimeouts,
     Headers,
+    HTTPConfiguration,
     InFlightReq,
     IPAllowList,
     IPStrategy,
@@ -99,6 +112,7 @@ from edge.config.dynamic import (
     RedirectScheme,
     ReplacePathRegex,
     Router,
+    RouterTLS,
     ServersTransport,
     Service,
     SourceCriterion,
@@ -134,7 +148,11 @@ from edge.providers.kubernetes.objects import (
     ClusterState,
     EndpointSlice,
     Ingress,
+    IngressBackend,
+    IngressServiceBackend,
     Key,
+    ServiceBackendPort,
+    ServicesConfigMap,
 )
 from edge.providers.kubernetes.secrets import SecretError, ca_bundle, tls_certificate
 
@@ -165,53 +183,56 @@ SNIPPET_REASON = (
     "was CVE-2021-25742 and CVE-2023-5043; express it with edge's middlewares"
 )
 
-NOT_YET = frozenset(
-    {
-        "auth-tls-secret",
-        "auth-tls-verify-client",
-        "auth-tls-verify-depth",
-        "auth-tls-pass-certificate-to-upstream",
-        "auth-tls-error-page",
-        "enable-global-auth",
-        "auth-cache-key",
-        "auth-cache-duration",
-        "auth-keepalive",
-        "auth-proxy-set-headers",
-        "auth-request-redirect",
-        "affinity-mode",
-        "affinity-canary-behavior",
-        "session-cookie-change-on-failure",
-        "session-cookie-conditional-samesite-none",
-        "canary-by-header-pattern",
-        "custom-http-errors",
-        "default-backend",
-        "custom-headers",
-        "from-to-www-redirect",
-        "upstream-hash-by",
-        "load-balance",
-        "proxy-send-timeout",
-        "proxy-next-upstream",
-        "proxy-next-upstream-tries",
-        "proxy-next-upstream-timeout",
-        "proxy-http-version",
-        "proxy-request-buffering",
-        "proxy-buffering",
-        "proxy-buffer-size",
-        "proxy-buffers-number",
-        "proxy-max-temp-file-size",
-        "client-body-buffer-size",
-        "proxy-ssl-ciphers",
-        "proxy-ssl-protocols",
-        "enable-access-log",
-        "enable-modsecurity",
-        "enable-owasp-core-rules",
-        "modsecurity-transaction-id",
-        "preserve-trailing-slash",
-        "permanent-redirect-code",
-        "temporal-redirect-code",
-    }
-)
-"""ingress-nginx annotations edge knows and does not honour yet: named as such."""
+_CLIENT_CERTS = "edge asks no client for a certificate on an Ingress' hosts"
+_AUTH_EXTRAS = "edge's forwardAuth asks on every request, with the client's headers only"
+_BALANCING = "edge balances by smooth weighted round robin (or affinity: cookie)"
+_RETRIES = "edge retries only a request that reached no server (the retry middleware)"
+_BUFFERS = "edge streams bodies both ways; proxy-body-size alone holds a request"
+_SSL_VERSIONS = "edge's serversTransports choose TLS versions and ciphers by OpenSSL's defaults"
+_WAF = "edge has no web application firewall"
+NOT_YET: Mapping[str, str] = {
+    "auth-tls-secret": _CLIENT_CERTS,
+    "auth-tls-verify-client": _CLIENT_CERTS,
+    "auth-tls-verify-depth": _CLIENT_CERTS,
+    "auth-tls-pass-certificate-to-upstream": _CLIENT_CERTS,
+    "auth-tls-error-page": _CLIENT_CERTS,
+    "enable-global-auth": "edge has no global external auth to turn off",
+    "auth-cache-key": "edge caches no forwardAuth answer",
+    "auth-cache-duration": "edge caches no forwardAuth answer",
+    "auth-keepalive": _AUTH_EXTRAS,
+    "auth-proxy-set-headers": _AUTH_EXTRAS,
+    "auth-request-redirect": _AUTH_EXTRAS,
+    "affinity-mode": "edge's cookie affinity has one mode: a client keeps its server while up",
+    "affinity-canary-behavior": "edge's canary weight applies before cookie affinity",
+    "session-cookie-change-on-failure": "edge always sets a new cookie when its server is down",
+    "session-cookie-conditional-samesite-none": "edge sends SameSite to every client alike",
+    "canary-by-header-pattern": "edge matches a canary header by its value, not a pattern",
+    "from-to-www-redirect": "edge has no www redirect of its own (a redirectRegex does it)",
+    "upstream-hash-by": _BALANCING,
+    "load-balance": _BALANCING,
+    "proxy-next-upstream": _RETRIES,
+    "proxy-next-upstream-tries": _RETRIES,
+    "proxy-next-upstream-timeout": _RETRIES,
+    "proxy-http-version": "edge speaks HTTP/1.1 to backends",
+    "proxy-request-buffering": _BUFFERS,
+    "proxy-buffering": _BUFFERS,
+    "proxy-buffer-size": _BUFFERS,
+    "proxy-buffers-number": _BUFFERS,
+    "proxy-max-temp-file-size": _BUFFERS,
+    "client-body-buffer-size": _BUFFERS,
+    "proxy-ssl-ciphers": _SSL_VERSIONS,
+    "proxy-ssl-protocols": _SSL_VERSIONS,
+    "proxy-ssl-verify-depth": "edge verifies a backend's whole chain",
+    "enable-access-log": "edge's access log is on or off for every route (accessLog)",
+    "enable-modsecurity": _WAF,
+    "enable-owasp-core-rules": _WAF,
+    "modsecurity-transaction-id": _WAF,
+    "preserve-trailing-slash": "edge's ssl-redirect keeps the path as it came, slash and all",
+    "permanent-redirect-code": "edge answers 301 (permanent) or 302 (temporal)",
+    "temporal-redirect-code": "edge answers 301 (permanent) or 302 (temporal)",
+}
+"""ingress-nginx annotations edge knows and does not honour yet, each with what edge
+lacks for it: named as such, with that reason."""
 
 _KNOWN = frozenset(
     {
@@ -260,6 +281,10 @@ _KNOWN = frozenset(
         "server-alias",
         "proxy-connect-timeout",
         "proxy-read-timeout",
+        "proxy-send-timeout",
+        "custom-headers",
+        "default-backend",
+        "custom-http-errors",
         "proxy-ssl-secret",
         "proxy-ssl-verify",
         "proxy-ssl-name",
@@ -300,6 +325,8 @@ class NGINXOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     ingress_class_by_name: bool = False
     allow_external_name_services: bool = True
     allow_empty_services: bool = True  # ingress-nginx answers 503
+    default_backend_service: str = ""  # namespace/name: the controller's default backend
+    allowed_response_headers: tuple[str, ...] = ()  # custom-headers may set these (any case)
 
     @classmethod
     def from_config(cls, config: KubernetesIngressNGINXConfig) -> NGINXOptions:
@@ -309,6 +336,8 @@ class NGINXOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             watch_ingress_without_class=config.watch_ingress_without_class,
             ingress_class_by_name=config.ingress_class_by_name,
             allow_external_name_services=not config.disable_svc_external_name,
+            default_backend_service=config.default_backend_service,
+            allowed_response_headers=tuple(config.global_allowed_response_headers),
         )
 
 
@@ -373,7 +402,9 @@ def _check_names(found: Mapping[str, str]) -> None:
         if short.endswith("-snippet") or short == "stream-snippet":
             raise ValueError(f"annotation {PREFIX}{short}: {SNIPPET_REASON}")
         if short in NOT_YET:
-            raise ValueError(f"annotation {PREFIX}{short} is not supported by edge yet")
+            raise ValueError(
+                f"annotation {PREFIX}{short} is not supported by edge yet: {NOT_YET[short]}"
+            )
         if short not in _KNOWN:
             raise ValueError(f"unknown annotation {PREFIX}{short}")
 
@@ -382,9 +413,12 @@ class _Reader:
     """Reads one Ingress' annotations into :class:`RouterOptions`; the middlewares it
     defines are named ``<namespace>-<ingress>-<kind>`` (unique: Ingress keys are)."""
 
-    def __init__(self, ing: Ingress, state: ClusterState | None = None) -> None:
+    def __init__(
+        self, ing: Ingress, state: ClusterState | None = None, options: NGINXOptions | None = None
+    ) -> None:
         self.ing = ing
         self.state = state
+        self.options = options or NGINXOptions()
         self.found = _annotations(ing)
         ns, name = ing.metadata.key
         self.prefix = base._normalize(f"{ns}-{name}")
@@ -426,6 +460,8 @@ class _Reader:
         self.forward_auth()
         self.body_size()
         self.upstream_headers()
+        self.custom_headers()
+        self.fallbacks()
         self.aliases()
         rewrite = self.rewrite()
         plain: tuple[str, ...] = ()
@@ -508,14 +544,17 @@ class _Reader:
                         raise ValueError(
                             f"annotation {PREFIX}{key}: {entry!r} is not an IP or a CIDR"
                         ) from None
-                self.define("allowlist", Middleware(ip_allow_list=IPAllowList(source_range=ranges)))
+                if ranges:  # empty: no allowlist (as Traefik's provider reads it)
+                    allow_list = IPAllowList(source_range=ranges)
+                    self.define("allowlist", Middleware(ip_allow_list=allow_list))
                 return
 
     def basic_auth(self) -> None:
         """``auth-type: basic``: a ``basicAuth`` whose users are the htpasswd lines of
         ``auth-secret``'s ``auth`` key (``auth-secret-type: auth-file``, the default), in
         the Ingress' namespace or another (``namespace/name``, as ingress-nginx allows
-        with cross-namespace resources); ``auth-realm`` its realm."""
+        with cross-namespace resources); ``auth-realm`` its realm. ``auth-type:
+        digest``: a ``digestAuth`` of the key's htdigest lines (``name:realm:md5``)."""
         kind = self.get("auth-type")
         if kind is None:
             for key in ("auth-secret", "auth-secret-type", "auth-realm"):
@@ -523,9 +562,7 @@ class _Reader:
                     raise ValueError(f"annotation {PREFIX}{key} needs auth-type")
             return
         kind = kind.strip().lower()
-        if kind == "digest":
-            raise ValueError(f"annotation {PREFIX}auth-type: digest is not supported by edge yet")
-        if kind != "basic":
+        if kind not in ("basic", "digest"):
             raise ValueError(f"annotation {PREFIX}auth-type: {kind!r} is not basic or digest")
         if self.get("auth-url") is not None:
             raise ValueError(
@@ -559,12 +596,18 @@ class _Reader:
             raise ValueError(f"annotation {PREFIX}auth-secret: {what} has no key auth")
         try:
             users = [line for line in secret.data.auth.decode("utf-8").splitlines() if line]
-            htpasswd.basic_users(users, "")
+            if kind == "digest":
+                htpasswd.digest_users(users, "")
+            else:
+                htpasswd.basic_users(users, "")
         except UnicodeDecodeError:
             raise ValueError(f"annotation {PREFIX}auth-secret: {what}: auth is not UTF-8") from None
         except ValueError as exc:
             raise ValueError(f"annotation {PREFIX}auth-secret: {what}: key auth: {exc}") from None
-        self.define("basic-auth", Middleware(basic_auth=BasicAuth(users=users, realm=realm)))
+        if kind == "digest":
+            self.define("digest-auth", Middleware(digest_auth=DigestAuth(users=users, realm=realm)))
+        else:
+            self.define("basic-auth", Middleware(basic_auth=BasicAuth(users=users, realm=realm)))
 
     def forward_auth(self) -> None:
         url = self.get("auth-url")
@@ -688,6 +731,91 @@ class _Reader:
                 "upstream-headers", Middleware(headers=Headers(custom_request_headers=headers))
             )
 
+    def custom_headers(self) -> None:
+        """``custom-headers``: the ConfigMap it names (``name`` or ``namespace/name``, of
+        the Ingress' namespace) holds response headers for the client, set on every
+        response (a ``headers`` middleware's ``customResponseHeaders``, as nginx's
+        ``more_set_headers``). As in ingress-nginx, each name must be one of the
+        provider's ``globalAllowedResponseHeaders`` (any case) and a plain token, and
+        each value plain text (nginx variables are not expanded)."""
+        value = self.get("custom-headers")
+        if value is None:
+            return
+        key = self.same_namespace("custom-headers", value, "ConfigMap")
+        what = f"configmap {key[0]}/{key[1]}"
+        found = (self.state.config_maps if self.state is not None else {}).get(key)
+        if not isinstance(found, ServicesConfigMap):
+            raise ValueError(f"annotation {PREFIX}custom-headers: {what} not found")
+        allowed = {h.lower() for h in self.options.allowed_response_headers}
+        headers: dict[str, str] = {}
+        for name, text in sorted(found.data.items()):
+            if not _HEADER_NAME_RE.fullmatch(name):
+                raise ValueError(
+                    f"annotation {PREFIX}custom-headers: {what}: {name!r} is not a header name"
+                )
+            if name.lower() not in allowed:
+                raise ValueError(
+                    f"annotation {PREFIX}custom-headers: {what}: header {name} is not in the "
+                    "provider's globalAllowedResponseHeaders"
+                )
+            if not text or not text.isprintable() or "$" in text:
+                raise ValueError(
+                    f"annotation {PREFIX}custom-headers: {what}: {name}: {text!r} is not a plain "
+                    "header value (nginx variables are not expanded)"
+                )
+            headers[name] = text
+        if headers:
+            self.define(
+                "custom-headers", Middleware(headers=Headers(custom_response_headers=headers))
+            )
+
+    def fallbacks(self) -> _Fallback | None:
+        """``default-backend`` (a Service of the Ingress' namespace, its first port) and
+        ``custom-http-errors`` (statuses, comma-separated), checked; what
+        :func:`_fallbacks` makes of them, None when neither is set."""
+        service = self.get("default-backend")
+        codes_text = self.get("custom-http-errors")
+        if service is None and codes_text is None:
+            return None
+        fallback: Key | None = None
+        if service is not None:
+            fallback = self.same_namespace("default-backend", service, "Service")
+            svc = (self.state.services if self.state is not None else {}).get(fallback)
+            what = f"service {fallback[0]}/{fallback[1]}"
+            if svc is None:
+                raise ValueError(f"annotation {PREFIX}default-backend: {what} not found")
+            if not any(p.protocol in ("TCP", "") for p in svc.spec.ports[:1]):
+                raise ValueError(f"annotation {PREFIX}default-backend: {what} has no TCP port")
+        codes: list[str] = []
+        if codes_text is not None:
+            for code in _list(codes_text):
+                if not (code.isascii() and code.isdigit() and 300 <= int(code) <= 599):
+                    raise ValueError(
+                        f"annotation {PREFIX}custom-http-errors: {code!r} is not a status from "
+                        "300 to 599"
+                    )
+                codes.append(str(int(code)))
+            if fallback is None and not self.options.default_backend_service:
+                raise ValueError(
+                    f"annotation {PREFIX}custom-http-errors needs a default backend to answer "
+                    f"them: {PREFIX}default-backend, or the provider's defaultBackendService"
+                )
+        return _Fallback(fallback, tuple(codes))
+
+    def same_namespace(self, key: str, value: str, kind: str) -> Key:
+        """A ``name`` or ``namespace/name`` annotation naming an object of the Ingress'
+        namespace (another is refused, as Traefik's provider refuses it by default)."""
+        ns = self.ing.metadata.namespace
+        namespace, slash, name = value.strip().rpartition("/")
+        if not name or "/" in namespace or (slash and not namespace):
+            raise ValueError(f"annotation {PREFIX}{key}: {value!r} is not [namespace/]name")
+        if slash and namespace != ns:
+            raise ValueError(
+                f"annotation {PREFIX}{key}: {value!r}: a {kind} of namespace {ns} is needed "
+                "(another namespace's is refused)"
+            )
+        return (ns, name)
+
     def aliases(self) -> list[str]:
         """``server-alias``: more host names for every host of the Ingress, checked."""
         value = self.get("server-alias")
@@ -749,24 +877,29 @@ class _Reader:
 
     def transport(self, https: bool) -> str | None:
         """A serversTransport of this Ingress' own, its name; None when the default
-        one does. ``proxy-connect-timeout`` bounds the dial and ``proxy-read-timeout``
-        the wait for the response's head (seconds; nginx's 60 for the one not given;
-        edge bounds no later read). To HTTPS backends (``https``) ingress-nginx does not
+        one does. ``proxy-connect-timeout`` bounds the dial, ``proxy-read-timeout``
+        the wait for the response's head (edge bounds no later read) and
+        ``proxy-send-timeout`` how long the backend may take none of the request
+        (``writeTimeout``: nginx's time between two successive writes, which edge
+        measures while the connection's buffer stays full); seconds, nginx's 60 for
+        those not given. To HTTPS backends (``https``) ingress-nginx does not
         verify the certificate unless ``proxy-ssl-verify: "on"``; ``proxy-ssl-secret``
         (a Secret of the Ingress' namespace) gives the CAs (``ca.crt``) and the client
         certificate (``tls.crt``, ``tls.key``); ``proxy-ssl-name`` the name verified
         and sent as SNI."""
         connect, read = self.get("proxy-connect-timeout"), self.get("proxy-read-timeout")
+        send = self.get("proxy-send-timeout")
         ssl_keys = sorted(k for k in self.found if k.startswith("proxy-ssl-"))
         if ssl_keys and not https:
             raise ValueError(f"annotation {PREFIX}{ssl_keys[0]} needs backend-protocol: HTTPS")
-        if connect is None and read is None and not https:
+        if connect is None and read is None and send is None and not https:
             return None
         timeouts = ForwardingTimeouts(
             dial_timeout=Duration(_int("proxy-connect-timeout", connect, 1) if connect else 60),
             response_header_timeout=Duration(_int("proxy-read-timeout", read, 1) if read else 60),
+            write_timeout=Duration(_int("proxy-send-timeout", send, 1) if send else 60),
         )
-        if connect is None and read is None:
+        if connect is None and read is None and send is None:
             timeouts = ForwardingTimeouts()
         verify = (self.get("proxy-ssl-verify") or "off").strip().lower()
         if verify not in ("on", "off"):
@@ -1003,6 +1136,267 @@ def _canaries(
     return conversion._replace(configuration=configuration, problems=problems)
 
 
+# --- default backends and custom errors --------------------------------------------------
+
+
+class _Fallback(NamedTuple):
+    """An Ingress' ``default-backend`` (its Service, None when unset) and
+    ``custom-http-errors`` (the statuses, empty when unset)."""
+
+    service: Key | None
+    codes: tuple[str, ...]
+
+
+_HEADER_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")  # ingress-nginx's, for custom-headers
+_DEFAULT_BACKEND = "default-backend"
+# The controller's default backend's routers: a dot, which no name made from an Ingress
+# holds (those are runs of letters and digits joined by "-"), keeps them apart.
+_CATCH_ALL = "default-backend.all"
+_DEFAULT_PRIORITY = -1  # the controller's default backend: below every other route
+
+
+class _Services:
+    """The services a post-processing step adds to a conversion: the first port of a
+    Service, built by the Ingress conversion's own builder and named as it names them,
+    each added to ``service_names`` (so endpoint churn updates it in place) once."""
+
+    def __init__(self, conversion: Conversion, state: ClusterState, options: NGINXOptions):
+        http = conversion.configuration.http
+        self.services: dict[str, Service] = dict(http.services) if http is not None else {}
+        self.names = dict(conversion.service_names)
+        self.builder = base._Services(state, ingress_options(options))
+
+    def first_port(self, key: Key) -> tuple[str, base.ServiceKey]:
+        """The name and key of the service for the first port of Service ``key``, made
+        if need be; ``ValueError`` with the reason when it cannot be served."""
+        svc = self.builder.state.services.get(key)
+        what = f"service {key[0]}/{key[1]}"
+        if svc is None:
+            raise ValueError(f"{what} not found")
+        if not svc.spec.ports or svc.spec.ports[0].protocol not in ("TCP", ""):
+            raise ValueError(f"{what} has no TCP port")
+        port = ServiceBackendPort(number=svc.spec.ports[0].port)
+        backend = IngressBackend(service=IngressServiceBackend(name=key[1], port=port))
+        try:
+            service_key = self.builder.resolve(key[0], backend)
+        except base._Refused as refused:
+            raise ValueError(refused.reason) from None
+        name = self.names.get(service_key)
+        if name is None:
+            name = base._normalize("-".join(service_key))
+            while name in self.services:
+                name = f"{name}-{_DEFAULT_BACKEND}"
+            self.names[service_key] = name
+            self.services[name] = self.builder.built[service_key]
+        return name, service_key
+
+    def done(self, conversion: Conversion, http: HTTPConfiguration, **more: Any) -> Conversion:
+        http = msgspec.structs.replace(http, services=dict(sorted(self.services.items())))
+        configuration = msgspec.structs.replace(conversion.configuration, http=http)
+        return conversion._replace(
+            configuration=configuration,
+            service_names=self.names,
+            refused=conversion.refused | frozenset(self.builder.refused),
+            **more,
+        )
+
+
+def _controller_default(
+    conversion: Conversion, state: ClusterState, options: NGINXOptions
+) -> tuple[Conversion, str]:
+    """The provider's ``defaultBackendService`` (``namespace/name``, its first port, as
+    ingress-nginx's ``--default-backend-service``): it answers what no route takes, a
+    ``PathPrefix(`/`)`` router below every other (an Ingress' own defaultBackend
+    catch-all ranks above it), and the paths none of a host's routes take, a ``Host``
+    router at the bottom of that host's tier (under an Ingress' defaultBackend for the
+    host, over every route of another tier: nginx's server for the host answers them;
+    on plain HTTP it redirects to HTTPS where the host's routes do).
+    Its routers are ``default-backend.all`` and ``default-backend.<host>`` (``-tls``
+    for HTTPS). Its service's name (for :func:`_fallbacks`), "" when unset or when it
+    cannot be served: then a disabled ``default-backend.all`` router names why."""
+    if not options.default_backend_service:
+        return conversion, ""
+    http = conversion.configuration.http or HTTPConfiguration()
+    namespace, _, name = options.default_backend_service.partition("/")
+    added = _Services(conversion, state, options)
+    routers = dict(http.routers)
+    try:
+        service, _ = added.first_port((namespace, name))
+    except ValueError as exc:
+        routers[_CATCH_ALL] = Router(
+            rule="PathPrefix(`/`)",
+            service="",
+            rule_syntax=base.RULE_SYNTAX,
+            problems=[f"defaultBackendService {namespace}/{name}: {exc}"],
+        )
+        http = msgspec.structs.replace(http, routers=routers)
+        return conversion._replace(
+            configuration=msgspec.structs.replace(conversion.configuration, http=http)
+        ), ""
+    hosts: dict[str, tuple[bool, list[str]]] = {}  # host -> TLS routers?, ssl-redirect
+    for router_name, router in sorted(http.routers.items()):
+        found = _HOST_PREFIX_RE.match(router.rule)
+        if router_name not in conversion.owners or found is None:
+            continue
+        has_tls, redirect = hosts.get(found.group(1), (False, []))
+        if router.tls is None and router.middlewares[:1] and not redirect:
+            redirect = [m for m in router.middlewares[:1] if m.endswith("-ssl-redirect")]
+        hosts[found.group(1)] = (has_tls or router.tls is not None, redirect)
+    tls = RouterTLS()
+    for host, (has_tls, redirect) in sorted(hosts.items()):
+        base_name = f"{_DEFAULT_BACKEND}.{base._normalize(base._host_name_part(host))}"
+        for suffix, router_tls in (("", None), ("-tls", tls))[: 2 if has_tls else 1]:
+            routers[base_name + suffix] = Router(
+                rule=f"Host(`{host}`)",
+                service=service,
+                priority=base._tier(host) - 1,
+                rule_syntax=base.RULE_SYNTAX,
+                middlewares=redirect if router_tls is None else [],
+                tls=router_tls,
+            )
+    for suffix, router_tls in (("", None), ("-tls", tls)):
+        routers[_CATCH_ALL + suffix] = Router(
+            rule="PathPrefix(`/`)",
+            service=service,
+            priority=_DEFAULT_PRIORITY,
+            rule_syntax=base.RULE_SYNTAX,
+            tls=router_tls,
+        )
+    http = msgspec.structs.replace(http, routers=dict(sorted(routers.items())))
+    return added.done(conversion, http), service
+
+
+def _fallbacks(
+    conversion: Conversion,
+    state: ClusterState,
+    options: NGINXOptions,
+    fallbacks: Mapping[Key, _Fallback],
+    controller: str,
+) -> Conversion:
+    """``default-backend`` and ``custom-http-errors``, on each router of the Ingresses
+    setting them (ingress-nginx's semantics).
+
+    ``default-backend`` (the first port of a Service of the Ingress' namespace) answers
+    while the router's own service has no server up: the router's service becomes a
+    ``failover`` of it and the default backend (read with the Ingress' own annotations,
+    as ingress-nginx copies the upstream), so endpoints coming and going switch between
+    them in place. ``custom-http-errors``: an ``errors`` middleware, first after the
+    ssl-redirect, whose ``service`` is that default backend, else the provider's
+    (``controller``), with ``nginxHeaders``: the Ingress' namespace and name, and the
+    router's Service and port as the Ingress names it (so one middleware per Service
+    port). A default backend that cannot be served leaves its Ingress out."""
+    http = conversion.configuration.http
+    if not fallbacks or http is None:
+        return conversion
+    added = _Services(conversion, state, options)
+    by_name = {name: key for key, name in added.names.items()}
+    variants = dict(conversion.variants)
+    routers = dict(http.routers)
+    middlewares = dict(http.middlewares)
+    problems = list(conversion.problems)
+    fallback_names: dict[Key, tuple[str, base.ServiceKey]] = {}
+    served = set(conversion.owners.values())
+    for key, wanted in sorted(fallbacks.items()):
+        if wanted.service is None or key not in served:
+            continue
+        try:
+            fallback_names[key] = added.first_port(wanted.service)
+        except ValueError as exc:
+            _leave_out(
+                routers,
+                conversion.owners,
+                key,
+                f"annotation {PREFIX}default-backend: {exc}",
+                problems,
+            )
+    for name in sorted(routers):
+        router = routers[name]
+        owner = conversion.owners.get(name)
+        settings = fallbacks.get(owner) if owner is not None else None
+        if owner is None or settings is None or router.problems:
+            continue
+        main = router.service
+        service_key, variant = variants.get(main, (by_name.get(main), None))
+        if service_key is None:
+            continue
+        fallback, fallback_key = fallback_names.get(owner, ("", None))
+        if fallback_key is not None and variant is not None:  # read as the Ingress reads
+            named = f"{fallback}-{variant.suffix}"
+            if named not in added.services:
+                kube = state.services.get(fallback_key[:2])
+                built = added.services[fallback]
+                added.services[named] = variant.apply(built, kube, fallback_key[2])
+                variants[named] = (fallback_key, variant)
+            fallback = named
+        if fallback:
+            wrapped = f"{main}-or-{fallback}"
+            added.services[wrapped] = Service(failover=Failover(service=main, fallback=fallback))
+            router = msgspec.structs.replace(router, service=wrapped)
+        pages = fallback or controller
+        if settings.codes and pages:
+            ing = state.ingresses[owner]
+            port = _written_port(ing, service_key, state)
+            errors = f"{base._normalize(f'{owner[0]}-{owner[1]}')}-custom-http-errors-{base._normalize(f'{service_key[1]}-{port}')}"
+            middlewares[errors] = Middleware(
+                errors=ErrorPage(
+                    status=list(settings.codes),
+                    service=pages,
+                    nginx_headers={
+                        "X-Namespace": [owner[0]],
+                        "X-Ingress-Name": [owner[1]],
+                        "X-Service-Name": [service_key[1]],
+                        "X-Service-Port": [port],
+                    },
+                )
+            )
+            chain = list(router.middlewares)
+            at = 1 if chain and chain[0].endswith("-ssl-redirect") else 0
+            router = msgspec.structs.replace(router, middlewares=[*chain[:at], errors, *chain[at:]])
+        routers[name] = router
+    http = msgspec.structs.replace(
+        http, routers=routers, middlewares=dict(sorted(middlewares.items()))
+    )
+    return added.done(conversion, http, variants=variants, problems=problems)
+
+
+def _written_port(ing: Ingress, service_key: tuple[str, str, str], state: ClusterState) -> str:
+    """The Service port of ``service_key`` as ``ing``'s backends name it (its number or
+    its name: ingress-nginx's ``$service_port``)."""
+    svc = state.services.get(service_key[:2])
+    backends = [ing.spec.default_backend] if ing.spec.default_backend is not None else []
+    for rule in ing.spec.rules:
+        backends += [p.backend for p in (rule.http.paths if rule.http else [])]
+    for backend in backends:
+        ref = backend.service if backend is not None else None
+        if svc is None or ref is None or ref.name != service_key[1]:
+            continue
+        found = service_port(svc, ref.port.number, ref.port.name)
+        if found is not None and (found.name or str(found.port)) == service_key[2]:
+            return str(ref.port.number) if ref.port.number else ref.port.name
+    return service_key[2]
+
+
+def _leave_out(
+    routers: dict[str, Router],
+    owners: Mapping[str, Key],
+    key: Key,
+    reason: str,
+    problems: list[Problem],
+) -> None:
+    """Every router of Ingress ``key`` becomes a stand-in disabled with ``reason``."""
+    found = Problem(f"{key[0]}/{key[1]}", "metadata.annotations", "invalid-annotation", reason)
+    problems.append(found)
+    for name, router in list(routers.items()):
+        if owners.get(name) == key:
+            routers[name] = Router(
+                rule=router.rule,
+                service="",
+                entry_points=router.entry_points,
+                rule_syntax=router.rule_syntax,
+                problems=[str(found)],
+            )
+
+
 # --- server-alias ------------------------------------------------------------------------
 
 
@@ -1106,13 +1500,6 @@ def _passthrough(
 # --- the conversion ----------------------------------------------------------------------
 
 
-def _read(ing: Ingress, state: ClusterState) -> RouterOptions:
-    """The routes' options from the Ingress' ingress-nginx annotations."""
-    if _canary(ing) is not None:
-        return RouterOptions([], [], 0, False)
-    return _Reader(ing, state).read()
-
-
 def ingress_options(options: NGINXOptions) -> IngressOptions:
     """What the Ingress conversion reads of this source's options (for
     :func:`~edge.providers.kubernetes.ingress.update_endpoints` too)."""
@@ -1130,31 +1517,39 @@ def convert(state: ClusterState, options: NGINXOptions | None = None) -> Convers
     canaries: dict[Key, _Canary] = {}
     passthrough: set[Key] = set()
     aliases: dict[Key, list[str]] = {}
+    fallbacks: dict[Key, _Fallback] = {}
     for key, ing in state.ingresses.items():
         try:
             settings = _canary(ing)
-            if settings is None and _Reader(ing).flag("ssl-passthrough"):
+            reader = _Reader(ing, state, options)
+            if settings is None and reader.flag("ssl-passthrough"):
                 passthrough.add(key)
-            if settings is None and (names := _Reader(ing).aliases()):
+            if settings is None and (names := reader.aliases()):
                 aliases[key] = names
+            if settings is None and (fallback := reader.fallbacks()) is not None:
+                fallbacks[key] = fallback
         except ValueError:
             continue  # the conversion names it, reading the annotations again
         if settings is not None:
             canaries[key] = settings
+
+    def annotate(ing: Ingress, state: ClusterState) -> RouterOptions:
+        _canary(ing)  # raises for a bad canary, before it is read as a plain Ingress
+        if _canary(ing) is not None:
+            return RouterOptions([], [], 0, False)
+        return _Reader(ing, state, options).read()
+
     conversion = base.convert(
         state,
         ingress_options(options),
         select=lambda ing: is_selected(ing, state, options),
-        annotate=_read_checked,
+        annotate=annotate,
     )
+    conversion, controller = _controller_default(conversion, state, options)
+    conversion = _fallbacks(conversion, state, options, fallbacks, controller)
     conversion = _canaries(conversion, canaries, list(conversion.problems))
     conversion = _aliases(conversion, aliases)
     return _passthrough(conversion, frozenset(passthrough), list(conversion.problems))
-
-
-def _read_checked(ing: Ingress, state: ClusterState) -> RouterOptions:
-    _canary(ing)  # raises for a bad canary, before it is read as a plain Ingress
-    return _read(ing, state)
 
 
 # --- tcp-services and udp-services ConfigMaps ---------------------------------------------
@@ -1200,7 +1595,10 @@ def convert_services(
     clients, which is the entry point's own setting (``proxyProtocol``): named when
     asked, since a route cannot turn it on; the second sends a PROXY v1 header to the
     backends (TCP only). An entry whose port has no entry point, whose Service or port
-    is missing, or that is malformed, is a problem; the others are served."""
+    is missing, or that is malformed, is a problem, and a router of its name disabled
+    with it stands in its place (so the API and ``edge check`` show it); the others are
+    served. Routers and services are named ``tcp-services-<port>`` and
+    ``udp-services-<port>``."""
     problems: list[L4Problem] = []
     tcp_routers: dict[str, TCPRouter] = {}
     tcp_svcs: dict[str, TCPService] = {}
@@ -1213,14 +1611,24 @@ def convert_services(
         slices = slices_by_service(state.endpoint_slices)
         for key in sorted(data, key=lambda k: (len(k), k)):
             where = f"data.{key}"
+            name = f"{protocol.lower()}-services-{base._normalize(key) or 'entry'}"
+            while name in tcp_routers or name in udp_routers:
+                name = f"{name}-{len(tcp_routers) + len(udp_routers)}"
             try:
                 entry_point, servers, send_proxy = _l4_entry(
                     state, slices, protocol, key, data[key], entry_points
                 )
             except ValueError as exc:
-                problems.append(L4Problem(label, where, str(exc)))
+                problem = L4Problem(label, where, str(exc))
+                problems.append(problem)
+                # A stand-in, disabled with the reason: the API and edge check show it.
+                if protocol == "TCP":
+                    tcp_routers[name] = TCPRouter(
+                        rule="HostSNI(`*`)", service="", problems=[str(problem)]
+                    )
+                else:
+                    udp_routers[name] = UDPRouter(service="", problems=[str(problem)])
                 continue
-            name = f"{protocol.lower()}-services-{key}"
             if protocol == "TCP":
                 tcp_routers[name] = TCPRouter(
                     rule="HostSNI(`*`)", service=name, entry_points=[entry_point]

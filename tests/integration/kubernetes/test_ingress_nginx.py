@@ -28,11 +28,12 @@ import pytest
 
 from edge.config.loader import decode_static
 from edge.config.static import KubernetesIngressNGINXConfig
-from edge.providers.kubernetes.provider import (
-    KubernetesIngressNGINXProvider,
-    SharedCores,
-    check_nginx_cluster,
+from edge.providers.kubernetes.ingress_nginx_provider import (
+    NOT_HELM,
+    IngressNGINXProvider,
+    check_cluster,
 )
+from edge.providers.kubernetes.provider import SharedCores
 from tests.fixtures.tls.pki import PKI, Pair
 from tests.harness import WHOAMI_RE, Proc, Whoami
 from tests.integration.kubernetes.test_provider import (
@@ -44,6 +45,7 @@ from tests.integration.kubernetes.test_provider import (
     emu,
     fast,
     messages,
+    slice_for,
     static_config,
     stop_all,
     until,
@@ -95,13 +97,18 @@ def nginx_ingress(
     }
 
 
-def start_nginx_edge(emu: Emulator) -> InProcessEdge:
-    """edge with only the ingress-nginx source, on the emulator."""
+def start_nginx_edge(emu: Emulator, **config: Any) -> InProcessEdge:
+    """edge with only the ingress-nginx source, on the emulator; ``config``: more of the
+    provider's keys (as KubernetesIngressNGINXConfig's fields). Its API is served."""
     static = static_config(emu)
     static["providers"] = {}
+    static["api"] = {"insecure": True}
     edge = InProcessEdge(static, tweak=fast())
     nginx = KubernetesIngressNGINXConfig(
-        endpoint=emu.url, token=TOKEN, throttle_duration=msgspec.convert(THROTTLE, float)
+        endpoint=emu.url,
+        token=TOKEN,
+        throttle_duration=msgspec.convert(THROTTLE, float),
+        **config,
     )
     providers = msgspec.structs.replace(
         decode_static(static).providers, kubernetes_ingress_nginx=nginx
@@ -110,7 +117,7 @@ def start_nginx_edge(emu: Emulator) -> InProcessEdge:
     edge.start()
     assert until(lambda: edge.ready() == 200, 10.0), "edge never became ready"
     assert edge.app is not None
-    assert any(isinstance(p, KubernetesIngressNGINXProvider) for p in edge.app.providers)
+    assert any(isinstance(p, IngressNGINXProvider) for p in edge.app.providers)
     return edge
 
 
@@ -271,7 +278,8 @@ def test_ingress_nginx_style_ingresses_are_served_as_ingress_nginx_would(
 
 def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
     """What ``edge check`` reads: the cluster listed once and converted, every Ingress
-    left out named with its reason; the command itself prints them and exits 1."""
+    left out named with its reason, and every tcp-services entry whose port has no
+    entry point; the command itself prints them and exits 1."""
     emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
     backend_service(emu, "app", whoami)
     emu.create(nginx_ingress("good", "good.test", [("/", "Prefix", "app")]))
@@ -283,17 +291,31 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
             {"auth-tls-secret": "default/client-ca"},
         )
     )
-    config = KubernetesIngressNGINXConfig(endpoint=emu.url, token=TOKEN)
-    conversion = check_nginx_cluster(config, timeout=10.0)
-    assert [str(p) for p in conversion.problems] == [
+    emu.create(_config_map("tcp-services", {"7000": "default/app:80"}))
+    refused = (
         "ingress default/client-cert: metadata.annotations: annotation "
-        "nginx.ingress.kubernetes.io/auth-tls-secret is not supported by edge yet"
-    ]
-    http = conversion.configuration.http
+        "nginx.ingress.kubernetes.io/auth-tls-secret is not supported by edge yet: edge "
+        "asks no client for a certificate on an Ingress' hosts"
+    )
+    config = KubernetesIngressNGINXConfig(
+        endpoint=emu.url, token=TOKEN, tcp_services_config_map="ingress-nginx/tcp-services"
+    )
+    conversion = check_cluster(config, timeout=10.0)
+    assert [str(p) for p in conversion.problems] == [refused]
+    http, tcp = conversion.configuration.http, conversion.configuration.tcp
     assert http is not None and "default-good-good-test" in http.routers
+    assert tcp is not None and tcp.routers["tcp-services-7000"].problems == [
+        "configmap ingress-nginx/tcp-services: data.7000: no TCP entry point listens on port 7000"
+    ]
 
     static = static_config(emu)
-    static["providers"] = {"kubernetesIngressNGINX": {"endpoint": emu.url, "token": TOKEN}}
+    static["providers"] = {
+        "kubernetesIngressNGINX": {
+            "endpoint": emu.url,
+            "token": TOKEN,
+            "tcpServicesConfigMap": "ingress-nginx/tcp-services",
+        }
+    }
     path = tmp_path / "edge.json"
     path.write_text(json.dumps(static))
     out = subprocess.run(
@@ -301,13 +323,15 @@ def test_check_lists_the_ingress_nginx_routes_left_out(emu, whoami, tmp_path):
         cwd=Path(__file__).parents[3], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
-    assert (
-        "kubernetesingressnginx: ingress default/client-cert: metadata.annotations: "
-        "annotation nginx.ingress.kubernetes.io/auth-tls-secret is not supported by edge "
-        "yet: left out"
-    ) in out.stdout, out.stdout
+    assert f"kubernetesingressnginx: {refused}: left out" in out.stdout, out.stdout
     assert re.search(
         r"^router default-good-good-test@kubernetesingressnginx: enabled", out.stdout, re.M
+    ), out.stdout
+    assert re.search(
+        r"^tcp router tcp-services-7000@kubernetesingressnginx: disabled: configmap "
+        r"ingress-nginx/tcp-services: data.7000: no TCP entry point listens on port 7000",
+        out.stdout,
+        re.M,
     ), out.stdout
 
 
@@ -361,6 +385,165 @@ def test_basic_auth_reads_the_auth_secret_and_follows_its_edits(emu, whoami):
         print(f"the edited Secret's password let in after {time.monotonic() - edited:.2f} s")
         assert code("-u", "alice:wonderland") == "401"
         assert code() == "401"
+    finally:
+        stop_all([edge])
+
+
+def _headers_config_map(data: dict[str, str]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "security", "namespace": "default"},
+        "data": data,
+    }
+
+
+def test_custom_headers_follow_their_config_map(emu, whoami, caplog):
+    """custom-headers: the ConfigMap's headers on every response; the ConfigMap edited,
+    the new headers are served within the throttle; a ConfigMap no Ingress names costs
+    no conversion; a header not in globalAllowedResponseHeaders leaves the Ingress out,
+    named."""
+    caplog.set_level(logging.INFO, LOG)
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    emu.create(_headers_config_map({"X-Frame-Options": "DENY"}))
+    emu.create(
+        nginx_ingress(
+            "framed",
+            "framed.test",
+            [("/", "Prefix", "app")],
+            {"custom-headers": "default/security"},
+        )
+    )
+    edge = start_nginx_edge(
+        emu, global_allowed_response_headers=["X-Frame-Options", "X-Content-Type-Options"]
+    )
+    try:
+        port = edge.port()
+        assert until(lambda: get(port, "/", "framed.test")[1].get("x-frame-options") == "DENY")
+        assert edge.app is not None
+        (provider,) = [p for p in edge.app.providers if isinstance(p, IngressNGINXProvider)]
+
+        conversions = provider.conversions
+        emu.create(_config_map("unrelated", {"a": "b"}))
+        time.sleep(10 * THROTTLE)
+        assert provider.conversions == conversions  # nobody names it: nothing to convert
+
+        edited = time.monotonic()
+        emu.update(
+            _headers_config_map(
+                {"X-Frame-Options": "SAMEORIGIN", "X-Content-Type-Options": "nosniff"}
+            )
+        )
+        assert until(
+            lambda: get(port, "/", "framed.test")[1].get("x-content-type-options") == "nosniff"
+        )
+        print(f"the edited ConfigMap's headers served after {time.monotonic() - edited:.2f} s")
+        status, headers, _ = get(port, "/", "framed.test")
+        assert status == 200 and headers["x-frame-options"] == "SAMEORIGIN"
+        assert provider.conversions > conversions
+
+        emu.update(_headers_config_map({"X-Powered-By": "edge"}))
+        assert until(lambda: get(port, "/", "framed.test")[0] == 404)
+        assert until(
+            lambda: messages(
+                caplog, "header X-Powered-By is not in the provider's globalAllowedResponseHeaders"
+            )
+        )
+    finally:
+        stop_all([edge])
+
+
+def _curl_json(port: int, path: str, host: str, *args: str) -> tuple[int, dict]:
+    """(status, the JSON whoami answered) through curl."""
+    out = curl(port, path, host, "-w", "\n%{http_code}", *args)
+    body, _, code = out.rpartition("\n")
+    return int(code), json.loads(body)
+
+
+def test_default_backend_answers_for_an_ingress_without_endpoints_and_its_errors(
+    emu, whoami, whoami2
+):
+    """default-backend with custom-http-errors, as ingress-nginx: a status the Ingress
+    lists is answered by the default backend, asked for / with ingress-nginx's headers,
+    and its own status goes to the client; another status goes as it came. With no
+    endpoint left behind the Ingress, the default backend answers its requests; when
+    one comes back, the Ingress' own backend does again."""
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    backend_service(emu, "pages", whoami2)
+    emu.create(
+        nginx_ingress(
+            "shop",
+            "shop.test",
+            [("/", "Prefix", "app")],
+            {"custom-http-errors": "404,503", "default-backend": "pages"},
+        )
+    )
+    edge = start_nginx_edge(emu)
+    try:
+        port = edge.port()
+        assert until(lambda: get(port, "/", "shop.test")[0] == 200)
+        status, seen = _curl_json(
+            port,
+            "/cart?status=503",
+            "shop.test",
+            "-H",
+            "Accept: text/html",
+            "-H",
+            "X-Request-ID: r-42",
+        )
+        assert status == 200 and seen["name"] == "w2" and seen["path"] == "/", seen
+        got = {k.lower(): v for k, v in seen["headers"].items()}
+        assert {k: got.get(k) for k in (
+            "x-code", "x-format", "x-original-uri", "x-namespace", "x-ingress-name",
+            "x-service-name", "x-service-port", "x-request-id",
+        )} == {
+            "x-code": ["503"], "x-format": ["text/html"], "x-original-uri": ["/cart?status=503"],
+            "x-namespace": ["default"], "x-ingress-name": ["shop"], "x-service-name": ["app"],
+            "x-service-port": ["80"], "x-request-id": ["r-42"],
+        }, got  # fmt: skip
+        status, seen = _curl_json(port, "/?status=404", "shop.test")
+        assert status == 200 and seen["name"] == "w2"
+        request_id = {k.lower(): v for k, v in seen["headers"].items()}["x-request-id"]
+        assert re.fullmatch(r"[0-9a-f]{32}", request_id[0]), seen  # nginx's $req_id
+        assert get(port, "/?status=500", "shop.test")[0] == 500  # not listed: as it came
+
+        # No endpoint behind the Ingress: the default backend answers, the path as sent.
+        emu.delete("EndpointSlice", "default", f"app-{whoami.name}")
+        assert until(lambda: _curl_json(port, "/a", "shop.test")[1]["name"] == "w2")
+        assert _curl_json(port, "/a", "shop.test")[1]["path"] == "/a"
+        emu.create(slice_for("app", whoami))
+        assert until(lambda: _curl_json(port, "/a", "shop.test")[1]["name"] == "w1")
+    finally:
+        stop_all([edge])
+
+
+def test_the_default_backend_service_answers_what_no_ingress_routes(emu, whoami, whoami2):
+    """defaultBackendService: an unknown host, and a known host's path none of its
+    routes take, go to it (ingress-nginx's default backend; edge answered 404)."""
+    emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
+    backend_service(emu, "app", whoami)
+    emu.create(o.service("default-http-backend", namespace="ingress-nginx"))
+    emu.create(
+        {
+            **slice_for("default-http-backend", whoami2),
+            "metadata": {
+                "name": "default-http-backend-1",
+                "namespace": "ingress-nginx",
+                "labels": {"kubernetes.io/service-name": "default-http-backend"},
+            },
+        }
+    )
+    emu.create(nginx_ingress("api", "api.test", [("/v1", "Prefix", "app")]))
+    edge = start_nginx_edge(emu, default_backend_service="ingress-nginx/default-http-backend")
+    try:
+        port = edge.port()
+        assert until(lambda: get(port, "/v1/x", "api.test")[0] == 200)
+        assert _curl_json(port, "/v1/x", "api.test")[1]["name"] == "w1"
+        for host, path in (("api.test", "/v2"), ("unknown.test", "/"), ("unknown.test", "/v1")):
+            status, seen = _curl_json(port, path, host)
+            assert (status, seen["name"], seen["path"]) == (200, "w2", path), (host, path)
     finally:
         stop_all([edge])
 
@@ -467,33 +650,42 @@ def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
         udp_echo.stop()
 
 
-def test_config_maps_of_one_name_are_watched_by_a_field_selector(emu):
-    """Two ConfigMaps of one name (in two namespaces): one reflector per namespace, a
-    fieldSelector on the name, so another ConfigMap beside them is never listed."""
-    for ns in ("edge-a", "edge-b", "edge-c"):
+def test_config_maps_of_the_watched_namespaces_are_watched_but_helm_s(emu):
+    """custom-headers may name any ConfigMap of an Ingress' namespace: every ConfigMap
+    of the watched namespace is listed, and of the services ConfigMaps' namespaces,
+    none of another namespace, and none of Helm's release records."""
+    for ns in ("apps", "edge-a", "edge-b", "elsewhere"):
         for name in ("l4-services", "other"):
             config_map = _config_map(name, {"1": "x/y:1"})
             config_map["metadata"]["namespace"] = ns
             emu.create(config_map)
-    nginx = KubernetesIngressNGINXConfig(endpoint=emu.url, token=TOKEN)
-    provider = KubernetesIngressNGINXProvider(
-        nginx,
-        core=SharedCores().core(nginx),  # type: ignore[arg-type]  # same credential keys
+    helm = _config_map("sh.helm.release.v1.shop.v1", {"release": "..."})
+    helm["metadata"].update(namespace="apps", labels={"owner": "helm"})
+    emu.create(helm)
+    nginx = KubernetesIngressNGINXConfig(
+        endpoint=emu.url,
+        token=TOKEN,
+        watch_namespace="apps",
         tcp_services_config_map="edge-a/l4-services",
         udp_services_config_map="edge-b/l4-services",
     )
-    spec = provider.watches()[-1]
-    assert (spec.resource.kind, spec.field_selector, spec.namespaces) == (
-        "ConfigMap",
-        "metadata.name=l4-services",
-        ("edge-a", "edge-b"),
+    provider = IngressNGINXProvider(
+        nginx,
+        core=SharedCores().core(nginx),  # type: ignore[arg-type]  # same credential keys
+        tcp_services_config_map=nginx.tcp_services_config_map,
+        udp_services_config_map=nginx.udp_services_config_map,
+    )
+    (spec,) = [w for w in provider.watches() if w.resource.kind == "ConfigMap"]
+    assert (spec.label_selector, spec.field_selector, spec.namespaces) == (
+        NOT_HELM,
+        "",
+        ("apps", "edge-a", "edge-b"),
     )
     provider.view.open()
     try:
         assert until(lambda: provider.view.synced, 10.0)
         assert sorted(provider.view.snapshot()["ConfigMap"]) == [
-            ("edge-a", "l4-services"),
-            ("edge-b", "l4-services"),
+            (ns, name) for ns in ("apps", "edge-a", "edge-b") for name in ("l4-services", "other")
         ]
     finally:
         provider.view.close()

@@ -25,6 +25,7 @@ from edge.providers.kubernetes import ingress_nginx
 from edge.providers.kubernetes.gateway import EntryPointPort
 from edge.providers.kubernetes.ingress import update_endpoints
 from edge.providers.kubernetes.ingress_nginx import NGINXOptions, convert, ingress_options
+from edge.providers.kubernetes.objects import ClusterState, ServicesConfigMap
 from edge.rules import RequestView, RouteTable, canonical_host
 from tests.unit.providers.kubernetes.test_ingress import PROVIDER, decode_objects, validate
 
@@ -56,6 +57,17 @@ def load(path: Path) -> Case:
     return msgspec.convert(msgspec.yaml.decode(path.read_bytes()), Case)
 
 
+def nginx_state(docs: list[dict[str, Any]]) -> ClusterState:
+    """``decode_objects``, with ConfigMaps read whole as this source watches them."""
+    state = decode_objects([d for d in docs if d["kind"] != "ConfigMap"])
+    config_maps = {}
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            found = msgspec.json.decode(msgspec.json.encode(doc), type=ServicesConfigMap)
+            config_maps[found.metadata.key] = found
+    return msgspec.structs.replace(state, config_maps=config_maps)
+
+
 def test_there_are_cases() -> None:
     assert len(CASES) >= 5
 
@@ -63,7 +75,7 @@ def test_there_are_cases() -> None:
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_case(path: Path) -> None:
     case = load(path)
-    result = convert(decode_objects(case.objects), case.options)
+    result = convert(nginx_state(case.objects), case.options)
 
     assert [msgspec.to_builtins(p) for p in result.problems] == case.problems
     http = result.configuration.http
@@ -109,8 +121,8 @@ def test_case(path: Path) -> None:
 def test_conversion_is_deterministic() -> None:
     for path in CASES:
         case = load(path)
-        first = convert(decode_objects(case.objects), case.options)
-        again = convert(decode_objects(list(reversed(case.objects))), case.options)
+        first = convert(nginx_state(case.objects), case.options)
+        again = convert(nginx_state(list(reversed(case.objects))), case.options)
         assert first == again, path.stem
 
 
@@ -160,6 +172,7 @@ _VALUES = st.one_of(
     canary=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4),
 )
 @example(main={"rewrite-target": "\x1b"}, canary={})  # a control character in the target
+@example(main={"whitelist-source-range": ""}, canary={})  # no range: no allowlist
 @settings(max_examples=300, deadline=None)
 def test_no_annotation_makes_the_conversion_raise(
     main: dict[str, str], canary: dict[str, str]
@@ -233,7 +246,11 @@ def test_tcp_and_udp_services_entries_become_routes_on_the_entry_point_of_their_
     })  # fmt: skip
     udp = ("ingress-nginx/udp-services", {"53": "kube-system/dns:53", "54": "kube-system/dns:53"})
     result = ingress_nginx.convert_services(decode_objects(_L4_OBJECTS), tcp, udp, _ENTRY_POINTS)
-    assert msgspec.to_builtins(result.tcp) == {
+    assert result.tcp is not None and result.udp is not None
+    served_tcp = {n: r for n, r in result.tcp.routers.items() if not r.problems}
+    assert msgspec.to_builtins(
+        msgspec.structs.replace(result.tcp, routers=served_tcp)
+    ) == {
         "routers": {
             "tcp-services-5432": {"rule": "HostSNI(`*`)", "service": "tcp-services-5432",
                                   "entryPoints": ["pg"]},
@@ -248,7 +265,10 @@ def test_tcp_and_udp_services_entries_become_routes_on_the_entry_point_of_their_
                 "proxyProtocol": {"version": 1}}},
         },
     }  # fmt: skip
-    assert msgspec.to_builtins(result.udp) == {
+    served_udp = {n: r for n, r in result.udp.routers.items() if not r.problems}
+    assert msgspec.to_builtins(
+        msgspec.structs.replace(result.udp, routers=served_udp)
+    ) == {
         "routers": {"udp-services-53": {"service": "udp-services-53", "entryPoints": ["dns"]}},
         "services": {"udp-services-53": {"loadBalancer": {"servers": [
             {"address": "10.0.0.53:5353"}]}}},
@@ -264,11 +284,31 @@ def test_tcp_and_udp_services_entries_become_routes_on_the_entry_point_of_their_
         "<namespace>/<service>:<port>[:PROXY][:PROXY]",
         "configmap ingress-nginx/udp-services: data.54: no UDP entry point listens on port 54",
     ]
+    # Each entry left out has a router of its name disabled with the reason, which the
+    # API and edge check show; the others are served.
     conf = Configuration(tcp=result.tcp, udp=result.udp)
     rt = build_runtime(
         merge({PROVIDER: conf}), {"pg": "tcp", "pg-proxied": "tcp", "other": "tcp", "dns": "udp"}
     )
-    assert rt.errors() == [], rt.errors()
+    disabled = {
+        name.split("@")[0]: info.errors[0]
+        for name, info in [*rt.tcp_routers.items(), *rt.udp_routers.items()]
+        if info.status == "disabled"
+    }
+    assert disabled == {
+        "tcp-services-abc": str(result.problems[0]),
+        "tcp-services-5433": str(result.problems[1]),
+        "tcp-services-7000": str(result.problems[2]),
+        "tcp-services-8000": str(result.problems[3]),
+        "tcp-services-9000": str(result.problems[4]),
+        "udp-services-54": str(result.problems[5]),
+    }
+    assert all(
+        info.status == "enabled"
+        for n, info in rt.tcp_routers.items()
+        if n.split("@")[0] in served_tcp
+    ), rt.errors()
+    assert rt.udp_routers[f"udp-services-53@{PROVIDER}"].status == "enabled"
 
 
 def test_tcp_services_routes_sit_beside_the_ssl_passthrough_routers() -> None:
@@ -296,3 +336,56 @@ def test_tcp_services_routes_sit_beside_the_ssl_passthrough_routers() -> None:
     assert merged.udp == l4.udp
     empty = ingress_nginx.convert_services(state, None, None, _ENTRY_POINTS)
     assert ingress_nginx.with_services(conversion, empty) == conversion
+
+
+# --- default backends ------------------------------------------------------------------
+
+
+def test_endpoint_churn_reaches_the_default_backend_and_the_failover_it_sits_in() -> None:
+    """A default-backend's failover switches by itself as endpoints come and go: the
+    endpoints-only path updates both its members (the backend's and the default
+    backend's) as a whole conversion would."""
+    case = load(FIXTURES / "default-backend.yaml")
+    old = nginx_state(case.objects)
+    docs = []
+    for doc in case.objects:
+        if doc["kind"] == "EndpointSlice" and doc["metadata"]["name"] == "web-1":
+            doc = {**doc, "endpoints": [{"addresses": ["10.0.0.1"]}]}  # web is back
+        elif doc["kind"] == "EndpointSlice" and doc["metadata"]["name"] == "maintenance-1":
+            doc = {**doc, "endpoints": [{"addresses": ["10.0.0.8"]}]}
+        docs.append(doc)
+    new = nginx_state(docs)
+    previous = convert(old, case.options)
+    patched = update_endpoints(previous, old, new, ingress_options(case.options))
+    assert patched is not None
+    assert patched.configuration == convert(new, case.options).configuration
+    http = patched.configuration.http
+    assert http is not None
+    assert http.services["default-web-80"].load_balancer.servers[0].url == "http://10.0.0.1:8080"  # type: ignore[union-attr]
+    for name in ("default-maintenance-page", "default-maintenance-page-default-sticky"):
+        assert http.services[name].load_balancer.servers[0].url == "http://10.0.0.8:8080"  # type: ignore[union-attr]
+
+
+def test_a_default_backend_service_that_cannot_be_served_is_a_disabled_router() -> None:
+    """defaultBackendService naming a missing Service: the catch-all stands in, disabled
+    with the reason (the API and edge check show it, the provider logs it); the
+    Ingresses are served, without the custom errors that Service would answer."""
+    case = load(FIXTURES / "default-backend-service.yaml")
+    docs = [d for d in case.objects if d["metadata"].get("namespace") != "ingress-nginx"]
+    result = convert(nginx_state(docs), case.options)
+    http = result.configuration.http
+    assert http is not None
+    assert http.routers["default-backend.all"].problems == [
+        "defaultBackendService ingress-nginx/default-http-backend: service "
+        "ingress-nginx/default-http-backend not found"
+    ]
+    # The Ingress is served; its custom errors wait for that page service to exist.
+    assert result.problems == []
+    assert http.routers["default-app-app-example-com-api-tls"].middlewares == []
+    rt = validate(result.configuration)
+    assert rt.http_routers[f"default-backend.all@{PROVIDER}"].status == "disabled"
+    options = msgspec.structs.replace(case.options, default_backend_service="")
+    assert (
+        "default-backend.all"
+        not in convert(nginx_state(case.objects), options).configuration.http.routers
+    )  # type: ignore[union-attr]
