@@ -601,8 +601,9 @@ def _udp_round_trip(port: int, data: bytes) -> bytes:
 def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
     """The ConfigMaps the provider is given: a tcp-services entry carries raw TCP to an
     echo, a udp-services entry datagrams to a UDP echo; an entry edited into the
-    ConfigMap is served, one for a port without an entry point is named in the log. A
-    ConfigMap of the same name in another namespace is not read."""
+    ConfigMap is served, one for a port without an entry point is named in the log and
+    in the API (a router of its name, disabled with the reason). A ConfigMap of the same
+    name in another namespace is not read."""
     caplog.set_level(logging.INFO, LOG)
     tcp_echo, udp_echo = _echo("tcp"), _echo("udp")
     tcp_port, udp_port = _free_port(socket.SOCK_STREAM), _free_port(socket.SOCK_DGRAM)
@@ -619,6 +620,7 @@ def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
     static = static_config(emu)
     static["entryPoints"]["raw"] = {"address": f"127.0.0.1:{tcp_port}"}
     static["entryPoints"]["dns"] = {"address": f"127.0.0.1:{udp_port}/udp"}
+    static["api"] = {"insecure": True}
     static["providers"] = {  # as a static file says it: the keys reach the provider
         "kubernetesIngressNGINX": {
             "endpoint": emu.url,
@@ -644,6 +646,17 @@ def test_tcp_and_udp_services_config_maps_are_served(emu, caplog):
         assert until(lambda: _tcp_round_trip(tcp_port, b"hello\n") == b"hello\n", 10.0)
         assert _udp_round_trip(udp_port, b"pong") == b"pong"
         assert until(lambda: messages(caplog, "data.1: no TCP entry point listens on port 1"))
+        api = http.client.HTTPConnection("127.0.0.1", edge.port("traefik"), timeout=5)
+        try:
+            api.request("GET", "/api/tcp/routers/tcp-services-1@kubernetesingressnginx")
+            answer = api.getresponse()
+            router = json.loads(answer.read())
+        finally:
+            api.close()
+        assert answer.status == 200 and router["status"] == "disabled", router
+        assert router["error"][0] == (
+            "configmap ingress-nginx/tcp-services: data.1: no TCP entry point listens on port 1"
+        ), router
     finally:
         stop_all([edge])
         tcp_echo.stop()
