@@ -854,10 +854,15 @@ class _Reader:
         protocol = self.get("backend-protocol")
         if protocol is not None:
             upper = protocol.strip().upper()
+            if upper in ("GRPC", "GRPCS"):
+                raise ValueError(
+                    f"annotation {PREFIX}backend-protocol: {protocol!r}: gRPC needs HTTP/2 to "
+                    "the backends, and edge speaks HTTP/1.1 to them (not supported yet)"
+                )
             if upper not in ("HTTP", "HTTPS"):
                 raise ValueError(
                     f"annotation {PREFIX}backend-protocol: {protocol!r}: edge speaks HTTP and "
-                    "HTTPS to backends (not GRPC, GRPCS, AJP or FCGI yet)"
+                    "HTTPS to backends (not AJP or FCGI)"
                 )
             scheme = upper.lower()
         sticky = self.affinity()
