@@ -15,7 +15,7 @@ health check reads the set of its servers that are down, which outlives snapshot
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from edge.balancer import SmoothWeightedRoundRobin
@@ -292,9 +292,10 @@ class LoadBalancer:
 class Weighted:
     """A weighted service: smooth weighted round robin over child services."""
 
-    __slots__ = ("_wrr", "name", "pass_host", "pooled", "sticks", "sticky")
+    __slots__ = ("_by_weight", "_wrr", "name", "pass_host", "pooled", "sticks", "sticky")
     single = None  # never one server to skip the balancing for
 
+    _by_weight: tuple[Service, ...]  # the children in the rotation, heaviest first
     _wrr: SmoothWeightedRoundRobin[Service]
     name: str
     pass_host: bool  # every server of every child gets the client's Host
@@ -307,6 +308,7 @@ class Weighted:
         self.name = name
         children = list(children)
         self._wrr = SmoothWeightedRoundRobin(children)
+        self._by_weight = tuple(c for c, w in sorted(children, key=lambda cw: -cw[1]) if w > 0)
         self.pass_host = all(child.pass_host for child, _ in children)
         self.pooled = all(child.pooled for child, _ in children)
         # sticky.cookie: the children in the rotation, by name as Traefik knows them
@@ -325,25 +327,47 @@ class Weighted:
         self.sticks = sticky is not None or any(child.sticks for child, _ in children)
 
     def pick(self) -> Backend | None:
-        # A child with no server does not starve the others: try each once.
-        for _ in range(len(self._wrr)):
-            child = self._wrr.pick()
-            if child is None:
-                return None
+        first = self._wrr.pick()
+        if first is None:
+            return None
+        backend = first.pick()
+        if backend is not None:
+            return backend
+        for child in self._fallbacks(first):
             backend = child.pick()
             if backend is not None:
                 return backend
         return None
+
+    def _fallbacks(self, tried: Service) -> Iterator[Service]:
+        """The children to try, each once, after ``tried`` (the rotation's pick) had no
+        server up: the rotation's next picks, so that the others keep their shares, then
+        by weight those it did not reach (it can land on one heavy child again and again).
+        """
+        seen = {id(tried)}
+        wrr = self._wrr
+        for _ in range(len(wrr) - 1):
+            child = wrr.pick()
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield child
+        for child in self._by_weight:
+            if id(child) not in seen:
+                seen.add(id(child))
+                yield child
 
     def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
         """``pick()`` where cookies choose: this service's sticky cookie names a child
         (kept while it has a server up), and each child's its server."""
         sticky = self.sticky
         if sticky is None:
-            for _ in range(len(self._wrr)):
-                child = self._wrr.pick()
-                if child is None:
-                    return None
+            first = self._wrr.pick()
+            if first is None:
+                return None
+            backend = first.pick_sticky(cookies, out)
+            if backend is not None:
+                return backend
+            for child in self._fallbacks(first):
                 backend = child.pick_sticky(cookies, out)
                 if backend is not None:
                     return backend
@@ -357,17 +381,23 @@ class Weighted:
                     out.insert(mark, sticky.set_cookie[i])
                 return backend
             del out[mark:]
-        for _ in range(len(self._wrr)):
-            child = self._wrr.pick()
-            if child is None:
-                return None
-            mark = len(out)
-            backend = child.pick_sticky(cookies, out)
-            if backend is not None:
-                out.insert(mark, sticky.set_cookie[sticky.index[id(child)]])
-                return backend
+        first = self._wrr.pick()
+        if first is None:
+            return None
+        child = first
+        mark = len(out)
+        backend = child.pick_sticky(cookies, out)
+        if backend is None:
             del out[mark:]
-        return None
+            for child in self._fallbacks(first):
+                backend = child.pick_sticky(cookies, out)
+                if backend is not None:
+                    break
+                del out[mark:]
+            else:
+                return None
+        out.insert(mark, sticky.set_cookie[sticky.index[id(child)]])
+        return backend
 
 
 class Failover:

@@ -326,3 +326,38 @@ def test_a_sticky_service_never_takes_the_express_path():
     assert not Route("r", Weighted("w", [(sticky_lb(), 1), (plain, 1)])).express
     assert not Route("r", Failover("f", sticky_lb(), plain)).express
     assert plain.pick_sticky([b"s=x"], out := []) is not None and out == []
+
+
+def test_a_weighted_heavy_child_with_no_server_up_leaves_every_request_to_the_others():
+    """The rotation can land on the heavy child twice in a row: the others are still
+    tried, each once, before the service picks nothing."""
+    heavy = balancer("heavy", URLS[:1], {URLS[0]})
+    light = balancer("light", URLS[1:2], None)
+    weighted = Weighted("w", [(heavy, 3), (light, 1)])
+    assert urls(weighted, 12) == {URLS[1]: 12}
+    out: list[bytes] = []
+    picked = [weighted.pick_sticky([], out) for _ in range(12)]
+    assert {b.server.url if b else None for b in picked} == {URLS[1]}
+    assert out == []
+    sticky = Weighted("w", [(heavy, 3), (light, 1)], sticky=Cookie(name="lb"))
+    assert sticky.sticky is not None
+    light_cookie = sticky.sticky.set_cookie[sticky.sticky.index[id(light)]]
+    for _ in range(12):
+        out.clear()
+        backend = sticky.pick_sticky([], out)
+        assert backend is not None and backend.server.url == URLS[1]
+        assert out == [light_cookie]  # the child that serves, never the one tried first
+    none_up = Weighted("w", [(heavy, 3), (balancer("gone", URLS[1:2], {URLS[1]}), 1)])
+    assert urls(none_up, 4) == {None: 4}
+    out.clear()
+    assert none_up.pick_sticky([], out) is None and out == []
+
+
+def test_a_weighted_child_down_leaves_the_others_their_shares():
+    """The rotation goes on past a child with no server up: the others share its
+    turns by their weights, not the heaviest of them all."""
+    heavy = balancer("heavy", URLS[:1], {URLS[0]})
+    two = balancer("two", URLS[1:2], None)
+    one = balancer("one", URLS[2:], None)
+    weighted = Weighted("w", [(heavy, 3), (two, 2), (one, 1)])
+    assert urls(weighted, 60) == {URLS[1]: 40, URLS[2]: 20}
