@@ -127,6 +127,15 @@ KINDS = (
     Kind("ReferenceGrant", GW, "v1beta1", "referencegrants", namespaced=True, status=False),
     # core v1 Events, which edge posts on the objects it refuses
     Kind("Event", "", "v1", "events", namespaced=True, status=False),
+    # the CRDs themselves, which the Gateway provider reads for the bundle version
+    Kind(
+        "CustomResourceDefinition",
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        namespaced=False,
+        status=True,
+    ),
 )
 
 

@@ -39,7 +39,7 @@ from tests.harness import WHOAMI_RE, Proc, Whoami, need
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.peers import fingerprint_of, free_port, s_client_until
 from tests.kube import objects as o
-from tests.kube.emulator import Emulator, Kind
+from tests.kube.emulator import Emulator
 
 GROUP = "gateway.networking.k8s.io"
 GW = f"{GROUP}/v1"
@@ -133,20 +133,6 @@ def _fast(app: Any) -> None:
             p.environ = {}
 
 
-CRD_KIND = Kind(
-    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions",
-    namespaced=False, status=True,
-)  # fmt: skip
-
-
-def serve_crds(emu: Emulator) -> None:
-    """Have ``emu`` serve CustomResourceDefinitions, which the Gateway provider reads
-    for the GatewayClass's SupportedVersion (the emulator's KINDS lack them)."""
-    emu._kinds[CRD_KIND.kind] = CRD_KIND
-    emu._routes[(CRD_KIND.group, CRD_KIND.version, CRD_KIND.plural)] = CRD_KIND
-    emu._objects[CRD_KIND.kind] = {}
-
-
 def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
     """A Gateway API CRD as the release manifests carry it (the schema left out)."""
     annotations = {"gateway.networking.k8s.io/bundle-version": version} if version else {}
@@ -158,7 +144,6 @@ def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
 @pytest.fixture
 def emu() -> Iterator[Emulator]:
     with Emulator(token=KP.TOKEN, bookmark_interval=1.0) as e:
-        serve_crds(e)
         yield e
 
 
