@@ -166,6 +166,13 @@ FAMILIES: dict[str, Family] = {
             MIN,
         ),
         Family(
+            "edge_tls_handshakes_total",
+            "counter",
+            "TLS handshakes edge terminated, by entry point, outcome (ok, error, closed, "
+            "timeout) and TLS version (of those that succeeded).",
+            ("entrypoint", "outcome", "tls_version"),
+        ),
+        Family(
             "edge_tcp_connections_total",
             "counter",
             "TCP connections relayed to a server, by entry point, TCP router and service.",
@@ -649,6 +656,8 @@ def watch_dataplane(registry: Registry, dataplane: Any) -> None:
             if proxy is None:  # TCP: every live connection, whatever it became
                 samples.add("traefik_open_connections", (name, "TCP"), len(ep.connections))
                 _tcp_relays(samples, name, ep)
+                for (outcome, version), n in ep.peek.handshakes.counts.items():
+                    samples.add("edge_tls_handshakes_total", (name, outcome, version), n)
                 continue
             samples.add("traefik_open_connections", (name, "UDP"), len(proxy.table))
             samples.add("edge_udp_sessions", (name,), len(proxy.table))

@@ -126,6 +126,8 @@ class PeekContext:
         self.tasks: set[asyncio.Task] = set()  # dials in flight
         # What the relays of each (TCP router, service) did: read by the metrics at scrape.
         self.tcp_counters: dict[tuple[str, str], TCPCounters] = {}
+        # How the TLS handshakes edge terminated here ended: read by the metrics too.
+        self.handshakes = Handshakes()
         # What each relay calls when it ends (the access log's), set by the entry point.
         self.log_relay: Callable[[Relay], None] | None = None
         # The router the acceptor below was made for (see protocol()).
@@ -178,6 +180,7 @@ class PeekContext:
             plain=self.plain_http,
             first_timeout=self.timeout,
             handshake_timeout=self.handshake_timeout,
+            handshakes=self.handshakes,
         )
 
     def plain_http(
@@ -388,6 +391,7 @@ class Peek(asyncio.Protocol):
                 if broken
                 else "no certificate for the name (sniStrict)",
             )
+            self.ctx.handshakes.add("error")  # as the no-peek path counts its alert
             refuse(transport, ALERT_INTERNAL_ERROR if broken else ALERT_UNRECOGNIZED_NAME)
             return
         if route.service is None:
@@ -405,6 +409,7 @@ class Peek(asyncio.Protocol):
             peeked,
             handshake_timeout=self.ctx.handshake_timeout,
             connections=self.ctx.connections,
+            handshakes=self.ctx.handshakes,
         )
 
     # -- relaying to a TCP service ----------------------------------------------------------

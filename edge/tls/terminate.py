@@ -66,6 +66,7 @@ __all__ = [
     "ALERT_UNRECOGNIZED_NAME",
     "HANDSHAKE_TIMEOUT",
     "Acceptor",
+    "Handshakes",
     "TLSAccept",
     "TLSTransport",
     "connect_tls",
@@ -94,6 +95,23 @@ def refuse(transport: asyncio.WriteTransport, description: int = ALERT_UNRECOGNI
     transport.close()
 
 
+class Handshakes:
+    """How the handshakes of one entry point's terminated TLS connections ended, read
+    by the metrics at scrape (``edge_tls_handshakes_total``): (outcome, TLS version) ->
+    count. Outcomes: ``ok`` (with the version, Traefik's way: ``1.3``), ``error`` (a
+    TLS error or alert, a refusal by ``sniStrict`` included), ``closed`` (the client
+    left first), ``timeout``."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, outcome: str, version: str = "") -> None:
+        key = (outcome, version)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+
 def start_tls(
     raw: asyncio.Transport,
     context: ssl.SSLContext,
@@ -102,6 +120,7 @@ def start_tls(
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     connections: set[Swept] | None = None,
+    handshakes: Handshakes | None = None,
 ) -> TLSTransport:
     """Terminate TLS on ``raw``, starting with the bytes already read from it.
 
@@ -109,9 +128,11 @@ def start_tls(
     done; nothing is called on it if the handshake fails. Call on the loop's thread.
     ``connections``: the entrypoint's set of live connections, whose sweep then
     enforces the handshake deadline (the transport is in it until the handshake
-    ends); without it, a timer of the loop does.
+    ends); without it, a timer of the loop does. ``handshakes``: where its outcome
+    is counted.
     """
     tls = TLSTransport(raw, context, protocol, handshake_timeout, connections=connections)
+    tls._handshakes = handshakes
     raw.set_protocol(tls)
     if not raw.is_reading():
         raw.resume_reading()
@@ -162,6 +183,7 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
         "_eof",
         "_eof_written",
         "_failed",
+        "_handshakes",
         "_held",
         "_in",
         "_out",
@@ -220,6 +242,7 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
         self._encrypt = sslobj.write
         self._connected = False  # handshake done, app protocol told
         self._failed = False  # handshake failed or timed out: ignore whatever comes
+        self._handshakes: Handshakes | None = None  # where the outcome is counted
         self._closing = False
         self._eof = False  # the application was told the peer is done sending
         self._raw_eof = False  # the peer's TCP FIN arrived
@@ -282,7 +305,7 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
         # decides either way, as it would on a socket.
         if not self._connected:
             if not self._failed:
-                self._fail("connection closed during the handshake")
+                self._fail("connection closed during the handshake", outcome="closed")
             return False
         self._raw_eof = True
         if self._eof or self._closing:
@@ -296,6 +319,8 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if not self._connected and not self._failed and self._handshakes is not None:
+            self._handshakes.add("closed")  # reset during the handshake
         if self._waiter is not None:
             self._settle(exc or ConnectionResetError("connection lost during the TLS handshake"))
         if self._timer is not None or self._connections is not None:
@@ -350,10 +375,13 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
             self._flush()  # the alert OpenSSL produced
             self._fail(f"handshake failed: {exc.reason or exc}", exc)
             return
-        if self._server and self._sslobj.version() == "TLSv1.3":
+        version = self._sslobj.version()
+        if self._server and version == "TLSv1.3":
             self._held = True  # TLS 1.3 session tickets: sent with the first response
         else:
             self._flush()  # the client's Finished; a TLS 1.2 server's last flight
+        if self._handshakes is not None:
+            self._handshakes.add("ok", version.removeprefix("TLSv"))
         if self._timer is not None or self._connections is not None:
             self._end_deadline()
         self._connected = True
@@ -376,12 +404,16 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
         self._end_deadline()
         if not self._connected and not self._failed:
             self._failed = True
+            if self._handshakes is not None:
+                self._handshakes.add("timeout")
             log.debug("TLS with %s: no handshake within its timeout; aborted", self._peer())
             self._settle(TimeoutError("no TLS handshake within its timeout"))
             self._raw.abort()
 
-    def _fail(self, why: str, exc: BaseException | None = None) -> None:
+    def _fail(self, why: str, exc: BaseException | None = None, outcome: str = "error") -> None:
         self._failed = True
+        if self._handshakes is not None:
+            self._handshakes.add(outcome)
         log.debug("TLS with %s: %s", self._peer(), why)
         self._settle(exc or ConnectionResetError(why))
         self._raw.close()
@@ -571,7 +603,16 @@ class Acceptor:
     whole handshake (0: no bound once the first bytes are in).
     """
 
-    __slots__ = ("connections", "context", "extend", "first_timeout", "https", "loop", "plain")
+    __slots__ = (
+        "connections",
+        "context",
+        "extend",
+        "first_timeout",
+        "handshakes",
+        "https",
+        "loop",
+        "plain",
+    )
 
     def __init__(
         self,
@@ -583,8 +624,10 @@ class Acceptor:
         plain: Callable[[asyncio.Transport, bytes, Address | None], None],
         first_timeout: float,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        handshakes: Handshakes | None = None,
     ) -> None:
         self.context = context
+        self.handshakes = handshakes  # where each handshake's outcome is counted
         self.loop = loop
         self.connections = connections
         self.https = https
@@ -654,6 +697,7 @@ class TLSAccept(TLSTransport):
                 acceptor.plain(self._raw, data, self._client)
                 return
             self._started = True
+            self._handshakes = acceptor.handshakes  # a TLS handshake: its outcome counts
             if acceptor.extend is None:
                 self.deadline_kind = NO_DEADLINE  # tracked still, for a drain
             else:
