@@ -74,6 +74,7 @@ from edge.tls.terminate import (
     ALERT_UNRECOGNIZED_NAME,
     HANDSHAKE_TIMEOUT,
     Acceptor,
+    Handshakes,
     TLSAccept,
     refuse,
     start_tls,
