@@ -209,7 +209,6 @@ class KubernetesGatewayProvider(KubernetesProvider):
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.pod_client: KubeClient | None = None
         self.opened: Opened | None = None  # the data plane's run-time entry points
-        self._opened_changed = False  # ...changed since the last conversion
         # The Nodes edge's pods run on, whose addresses the Gateways get (as the
         # Ingress status reads them): a subscription made now, before the core starts,
         # whether edge runs in a pod is known only at start.
@@ -229,7 +228,6 @@ class KubernetesGatewayProvider(KubernetesProvider):
         dirty, so another round follows with both at once."""
         gateways = GatewayState.from_snapshot(self.view.snapshot())
         if self.opened is not None:
-            self._opened_changed = False
             gateways = msgspec.structs.replace(gateways, unopened=dict(self.opened.errors))
         return convert(gateways, self.options)
 
@@ -241,9 +239,8 @@ class KubernetesGatewayProvider(KubernetesProvider):
         opened.follow(self._on_opened)
 
     def _on_opened(self) -> None:
-        # A conversion even when the round finds only status writes come back, which
-        # unchanged() would skip.
-        self._opened_changed = True
+        # reload(): a conversion even when the round finds only status writes come
+        # back, which unchanged() would skip.
         self.reload()
 
     def update_endpoints(
@@ -255,10 +252,8 @@ class KubernetesGatewayProvider(KubernetesProvider):
 
     def unchanged(self, changed: dict[str, set[Key]], snapshot: Mapping[str, Any]) -> bool:
         """Only Gateway API objects changed, and only in status and resourceVersion: the
-        status writes coming back; the conversion cannot have changed (unless the entry
-        points opened at run time did)."""
-        if self._opened_changed:
-            return False
+        status writes coming back; the conversion cannot have changed (a change of the
+        entry points opened at run time calls reload(), which never takes this shortcut)."""
         if set(changed) <= _STATUS_KINDS and all(
             _without_status(self._seen.get(kind, {}).get(k))
             == _without_status(snapshot.get(kind, {}).get(k))

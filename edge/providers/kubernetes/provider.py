@@ -435,6 +435,7 @@ class KubernetesProvider:
         self._publish: Publish | None = None
         self._cond = threading.Condition()
         self._dirty = False
+        self._forced = False  # reload() asked for a whole conversion this round
         self._changed: dict[str, set[Key]] = {}
         self._stopping = False
         self._started = False
@@ -628,9 +629,12 @@ class KubernetesProvider:
             raise errors[0]
 
     def reload(self) -> None:
-        """Convert again now (SIGHUP); published only if the result changed."""
+        """Convert again now (SIGHUP), whatever else the round finds changed (never
+        skipped as :meth:`unchanged`, never only patched); published only if the result
+        changed."""
         with self._cond:
             self._dirty = True
+            self._forced = True
             self._cond.notify_all()
 
     # --- reflector callbacks (reflector threads) -----------------------------------------
@@ -666,8 +670,9 @@ class KubernetesProvider:
                     return
                 self._dirty = False
                 changed, self._changed = self._changed, {}
+                forced, self._forced = self._forced, False
             try:
-                self._convert(view, changed, time.monotonic() - started)
+                self._convert(view, changed, time.monotonic() - started, forced)
             except Exception:  # a bug: keep the last configuration, keep watching
                 log.exception(
                     "%s: the conversion failed; keeping the last configuration", self.name
@@ -687,9 +692,11 @@ class KubernetesProvider:
             detail or "nothing",
         )
 
-    def _convert(self, view: Subscription, changed: dict[str, set[Key]], elapsed: float) -> None:
+    def _convert(
+        self, view: Subscription, changed: dict[str, set[Key]], elapsed: float, forced: bool
+    ) -> None:
         snapshot = view.snapshot()
-        previous = None if self._need_full else self.conversion
+        previous = None if self._need_full or forced else self.conversion
         if previous is not None and changed:
             changed = _relevant(changed, self._snapshot, snapshot)
             if not changed or self.unchanged(changed, snapshot):

@@ -612,6 +612,28 @@ def test_status_written_with_the_ingress_endpoint_ip_only_when_it_changes(emu, s
     assert emu.count(patch, method="PATCH") == 2
 
 
+def test_a_reload_converts_even_when_its_round_finds_only_status_changes(emu, start_edge, whoami):
+    """reload() (SIGHUP, an entry point opened) converts again although the changes in
+    its round (an Ingress' status written back) need no conversion of their own."""
+    backend_service(emu, "app", whoami)
+    emu.create(ingress("app", [("a.test", "/", "Prefix", "app")]))
+    window = 3.0  # long enough to land both in one round on a slow machine
+    edge = start_edge(throttleDuration=f"{int(window * 1000)}ms")
+    provider, client = edge.provider, edge.provider.view
+    assert until(lambda: provider.conversions >= 1)
+    conversions = provider.conversions
+    provider.reload()  # a round now or at the window's end, then the next window opens
+    assert until(lambda: provider.conversions == conversions + 1, window + FOLLOW)
+    opened = time.monotonic()
+    emu.patch(
+        "Ingress", "default", "app", {"status": {"loadBalancer": {"ingress": [{"ip": "1.1.1.1"}]}}}
+    )
+    assert until(lambda: client.get("Ingress", "default", "app").status.load_balancer.ingress)
+    provider.reload()
+    assert time.monotonic() - opened < window, "the status change and reload() missed the round"
+    assert until(lambda: provider.conversions == conversions + 2, window + FOLLOW)
+
+
 def test_status_from_a_published_service(emu, start_edge, whoami):
     emu.create(o.ingress_class("edge"))
     backend_service(emu, "app", whoami)
