@@ -171,6 +171,31 @@ def test_a_weighted_child_with_no_server_up_is_skipped(tmp_path, parser, servers
         e.stop()
 
 
+def test_a_heavy_weighted_child_with_no_server_up_leaves_every_request_to_the_other(
+    tmp_path, parser, servers
+):
+    """At 3:1 the rotation lands on the heavy child twice running: with its only server
+    down, the light child still serves every request (none answered 503)."""
+    a, b = servers
+    services = {
+        "app": {
+            "weighted": {
+                "services": [{"name": "one", "weight": 3}, {"name": "two", "weight": 1}],
+                "healthCheck": {},
+            }
+        },
+        "one": checked(a.url),
+        "two": checked(b.url),
+    }
+    e = start(tmp_path, parser, services)
+    try:
+        a.health = 500
+        e.wait_for(rf"server http://127\.0\.0\.1:{a.port} is down", timeout=BOUND)
+        assert [who(e) for _ in range(12)] == [(200, b"b")] * 12
+    finally:
+        e.stop()
+
+
 def test_a_reload_keeps_the_servers_down_down(tmp_path, parser, servers):
     """A configuration swap builds new load balancers; the verdicts of servers that
     stay are kept, so a server found down is not sent requests again until a check
