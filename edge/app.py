@@ -790,6 +790,7 @@ class Edge(Stoppable):
                     follow(self.dataplane.opened)
         if self.dataplane.metrics is not None:
             prometheus.watch_reloads(self.dataplane.metrics, self.watcher)
+            prometheus.watch_kubernetes(self.dataplane.metrics, self.providers)
         self._tasks: set[asyncio.Task] = set()
         self._stopped = asyncio.Event()
         self._stopping = False

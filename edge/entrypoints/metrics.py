@@ -166,6 +166,20 @@ FAMILIES: dict[str, Family] = {
             MIN,
         ),
         Family(
+            "edge_kubernetes_watch_restarts_total",
+            "counter",
+            "Kubernetes watches begun again, by kind and why: ended (cleanly, as the API "
+            "server ends each after its timeout), expired (410 Gone: the kind is listed "
+            "again) or error (a failed list or watch, retried after a backoff).",
+            ("kind", "reason"),
+        ),
+        Family(
+            "edge_kubernetes_objects_skipped_total",
+            "counter",
+            "Kubernetes objects left out of the cache because they did not decode, by kind.",
+            ("kind",),
+        ),
+        Family(
             "edge_tls_handshakes_total",
             "counter",
             "TLS handshakes edge terminated, by entry point, outcome (ok, error, closed, "
@@ -770,5 +784,27 @@ def watch_reloads(registry: Registry, watcher: Any) -> None:
     def read(samples: Samples) -> None:
         samples.add("traefik_config_reloads_total", (), watcher.applied)
         samples.add("traefik_config_last_reload_success", (), watcher.last_success)
+
+    registry.sources.append(read)
+
+
+def watch_kubernetes(registry: Registry, providers: Iterable[Any]) -> None:
+    """Have ``registry`` read, at scrape, the counters of the Kubernetes cores (one per
+    cluster, :class:`~edge.providers.kubernetes.client.KubeCore`) ``providers`` read
+    from: watch restarts and objects skipped, summed over the core's clients."""
+    cores = list({id(core): core for p in providers if (core := getattr(p, "core", None))}.values())
+    if not cores:
+        return
+
+    def read(samples: Samples) -> None:
+        for core in cores:
+            for client in core.clients:
+                with client._lock:
+                    restarts = list(client.restarts.items())
+                    skipped = list(client.skipped.items())
+                for (kind, reason), n in restarts:
+                    samples.add("edge_kubernetes_watch_restarts_total", (kind, reason), n)
+                for kind, n in skipped:
+                    samples.add("edge_kubernetes_objects_skipped_total", (kind,), n)
 
     registry.sources.append(read)

@@ -491,6 +491,10 @@ class KubeClient:
         self.timing = timing or Timing()
         self.on_change = on_change
         self.decode_errors = 0  # objects left out because they did not decode
+        # For the metrics, under the lock: objects left out, by kind; watches begun
+        # again, by (kind, why: "ended" cleanly, "expired" (410: LISTed again), "error").
+        self.skipped: dict[str, int] = {}
+        self.restarts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._synced = threading.Event()
@@ -1036,6 +1040,7 @@ class _Reflector:
                 self._watch()
                 if self._delivered or time.monotonic() - began >= SHORT_WATCH:
                     backoff.reset()  # a clean end (timeoutSeconds): watch again at once
+                    self._restarted("ended")
                     continue
                 # Ended cleanly at once with nothing delivered (a proxy's cut, a server
                 # shedding watches): as client-go's "very short watch", a failure, or the
@@ -1045,6 +1050,7 @@ class _Reflector:
                 )
             except Gone as e:
                 need_list = True
+                self._restarted("expired")
                 if not fresh:  # the usual case: history moved on while away; re-LIST now
                     log.info("kubernetes: %s: %s; listing again", self.name, e)
                     continue
@@ -1053,6 +1059,8 @@ class _Reflector:
                 error = e
             if stopping.is_set():
                 break
+            if not isinstance(error, Gone):
+                self._restarted("error")
             if self._delivered:
                 backoff.reset()
             delay = backoff.next()
@@ -1065,6 +1073,11 @@ class _Reflector:
                 backoff.failures,
             )
             stopping.wait(delay)
+
+    def _restarted(self, why: str) -> None:
+        with self.owner._lock:
+            restarts = self.owner.restarts
+            restarts[self.kind, why] = restarts.get((self.kind, why), 0) + 1
 
     def _get(self, query: list[tuple[str, str]], read_timeout: float) -> Any:
         """Send a GET; return the urllib3 response with its body unread (2xx only)."""
@@ -1206,6 +1219,7 @@ class _Reflector:
                 meta = _Meta()  # no usable name: nothing to key it by
             with self.owner._lock:
                 self.owner.decode_errors += 1
+                self.owner.skipped[self.kind] = self.owner.skipped.get(self.kind, 0) + 1
             log.warning(
                 "kubernetes: %s: %s/%s left out, it does not decode: %s",
                 self.name,
