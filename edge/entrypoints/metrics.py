@@ -233,6 +233,14 @@ FAMILIES: dict[str, Family] = {
             ("entrypoint", "router", "service"),
         ),
         Family(
+            "edge_udp_sessions_ended_total",
+            "counter",
+            "UDP sessions ended by edge, by entry point, router, service and reason: "
+            "expired (idle past the entry point's udp.timeout) or evicted (the least "
+            "recently active, for a new one past udp.maxSessions).",
+            ("entrypoint", "router", "service", "reason"),
+        ),
+        Family(
             "edge_udp_sessions",
             "gauge",
             "UDP sessions open now (the session table's size), by entry point.",
@@ -688,6 +696,12 @@ def watch_dataplane(registry: Registry, dataplane: Any) -> None:
                 samples.add("edge_udp_bytes_total", (*where, "to_client"), c.bytes_to_client)
                 samples.add("edge_udp_dropped_total", where, c.dropped)
                 samples.add("edge_udp_sessions_total", where, c.sessions_opened)
+                samples.add(
+                    "edge_udp_sessions_ended_total", (*where, "expired"), c.sessions_expired
+                )
+                samples.add(
+                    "edge_udp_sessions_ended_total", (*where, "evicted"), c.sessions_evicted
+                )
         runtime = dataplane.runtime
         if runtime is not None:
             _servers_up(samples, runtime, dataplane.health.status)
