@@ -526,6 +526,12 @@ class Registry:
         self.shared: Samples | None = None
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
+        if config.manual_routing:
+            log.warning(
+                "metrics.prometheus.manualRouting: not yet implemented: /metrics is served"
+                " nowhere, and a router naming %s has no such service",
+                PROMETHEUS_SERVICE,
+            )
 
     def meter(self, entrypoint: str) -> Meter:
         """``entrypoint``'s meter (made on the first call): its HTTP contexts' ``metrics``."""
