@@ -11,7 +11,9 @@ by edge, the allowed origin echoed, allowedHosts, appendRequestHeaders (not a ke
 of Traefik's files: the Gateway provider's ``add``), and Strict-Transport-Security
 and Public-Key-Pins, which go only over HTTPS (TLS at edge, or a request carrying
 one of ``sslProxyHeaders``) unless ``forceSTSHeader``. A route whose headers need
-nothing per request runs no per-request code for them.
+nothing per request runs no per-request code for them; one that does reads the
+request's headers, lowercasing only names of the lengths it looks for, and finds
+an origin in a table made once (what a request without Origin gets, too).
 
 Order as Traefik's: a preflight is answered before the security checks (and
 without the security headers); on a response the security headers are set
@@ -90,14 +92,17 @@ class HeadersPerRequest(Headers):
         "appends",
         "cors",
         "credentials",
+        "exact",
         "expose",
         "host_headers",
+        "lengths",
         "max_age",
+        "no_origin",
         "origin_regexps",
-        "origins",
         "public_key",
         "reads",
         "ssl_headers",
+        "star",
         "sts",
         "wildcard_headers",
         "wildcard_methods",
@@ -109,11 +114,17 @@ class HeadersPerRequest(Headers):
         dev = c.is_development
         self.cors = c.has_cors()
         self.credentials = c.access_control_allow_credentials
-        self.origins = tuple(o.encode() for o in c.access_control_allow_origin_list)
+        # The origin list as Traefik's matchOrigin walks it, in order: the origins
+        # before the first ``*`` are found as themselves; past it, any is allowed.
+        origins = [o.encode() for o in c.access_control_allow_origin_list]
+        self.star = b"*" in origins
+        self.exact = {o: o for o in origins[: origins.index(b"*") if self.star else None]}
         self.origin_regexps = tuple(
             GoRegexp(p, f"headers.accessControlAllowOriginListRegex[{i}]")
             for i, p in enumerate(c.access_control_allow_origin_list_regex)
         )
+        # What a request without Origin is allowed (``*``, or a regexp matching "").
+        self.no_origin = self.allowed_origin(b"")
         self.allow_headers = ",".join(c.access_control_allow_headers).encode()
         self.allow_methods = ",".join(c.access_control_allow_methods).encode()
         self.wildcard_headers = "*" in c.access_control_allow_headers and self.credentials
@@ -149,27 +160,36 @@ class HeadersPerRequest(Headers):
             (n.lower().encode(), n.encode(), v.encode())
             for n, v in c.append_request_headers.items()
         )
+        # What allowedHosts and sslProxyHeaders read (CORS finds its own: _first).
         reads = {name for name, _ in self.ssl_headers}
         reads.update(self.host_headers if self.allowed_hosts else ())
-        if self.cors:
-            reads.update((ORIGIN, REQUEST_METHOD, REQUEST_HEADERS))
         self.reads = frozenset(reads)
+        # Only a name of one of these lengths is lowercased to be looked up.
+        self.lengths = frozenset(len(name) for name in reads)
 
     def request(self, fwd: Forward) -> Answer | None:
         seen: dict[bytes, bytes] = {}
         head = fwd.head
-        if head is not None and self.reads:
+        headers = head.headers if head is not None else []
+        if self.reads:
             reads = self.reads
-            for name, value in head.headers:
-                lname = name.lower()
-                if lname in reads and lname not in seen:
-                    seen[lname] = value
+            lengths = self.lengths
+            for name, value in headers:
+                if len(name) in lengths:
+                    lname = name.lower()
+                    if lname in reads and lname not in seen:
+                        seen[lname] = value
         if self.cors:
-            origin = seen.get(ORIGIN, b"")
-            method = seen.get(REQUEST_METHOD, b"")
-            if fwd.method == b"OPTIONS" and origin and method:
-                return self.preflight(origin, method, seen.get(REQUEST_HEADERS, b""))
-            allowed = self.allowed_origin(origin)
+            origin = _first(headers, ORIGIN)
+            if origin:
+                if fwd.method == b"OPTIONS":
+                    method = _first(headers, REQUEST_METHOD)
+                    if method:
+                        asked = _first(headers, REQUEST_HEADERS) or b""
+                        return self.preflight(origin, method, asked)
+                allowed = self.allowed_origin(origin)
+            else:
+                allowed = self.no_origin
             if allowed is not None:
                 fwd.add_response(b"Access-Control-Allow-Origin", allowed)
         if self.allowed_hosts is not None:
@@ -203,11 +223,11 @@ class HeadersPerRequest(Headers):
         """What Access-Control-Allow-Origin says to ``origin`` (Traefik's matchOrigin):
         the list in order (``*`` is ``*``, or the origin itself with credentials,
         which forbid ``*``), then the regexps; None: not allowed."""
-        for item in self.origins:
-            if item == origin:
-                return item
-            if item == b"*":
-                return origin if self.credentials else item
+        found = self.exact.get(origin)
+        if found is not None:
+            return found
+        if self.star:
+            return origin if self.credentials else b"*"
         for regexp in self.origin_regexps:
             if regexp.search(origin) is not None:
                 return origin
@@ -256,7 +276,7 @@ def vary_origin(edits: HeaderEdits, response: list[Header]) -> HeaderEdits:
     own Vary instead (Traefik: its first Vary value, then ``,Origin``, unless it is
     exactly ``Origin``)."""
     for name, value in response:
-        if name.lower() == b"vary":
+        if len(name) == 4 and name.lower() == b"vary":
             if not value or value == b"Origin":
                 return edits
             return HeaderEdits(
@@ -266,6 +286,16 @@ def vary_origin(edits: HeaderEdits, response: list[Header]) -> HeaderEdits:
                 ]
             )
     return edits
+
+
+def _first(headers: list[Header], lname: bytes) -> bytes | None:
+    """The value of the first header named ``lname`` (lowercase), or None; only names
+    of its length are lowercased."""
+    size = len(lname)
+    for name, value in headers:
+        if len(name) == size and name.lower() == lname:
+            return value
+    return None
 
 
 def _sts(c: HeadersConfig) -> str:

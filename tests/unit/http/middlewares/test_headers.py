@@ -440,3 +440,36 @@ def test_append_request_headers_append_to_the_requests_own(request_headers, sent
                   head(b"GET", request_headers))  # fmt: skip
     assert mw.request(fwd) is None
     assert fwd.headers == [(b"X-Add", sent)]
+
+
+@pytest.mark.parametrize(
+    ("origins", "credentials", "origin", "allowed"),
+    [
+        # Traefik's matchOrigin walks the list in order: an origin before the first
+        # ``*`` is itself, any other is ``*`` (itself with credentials).
+        (["https://a", "*", "https://b"], False, b"https://a", "https://a"),
+        (["https://a", "*", "https://b"], False, b"https://b", "*"),
+        (["https://a", "*"], True, b"https://c", "https://c"),
+        (["*"], False, b"*", "*"),
+        (["https://a"], False, b"https://b", None),
+        # Without Origin, a list holding ``*`` still answers ``*`` (Traefik matches "").
+        (["*"], False, None, "*"),
+        (["https://a"], False, None, None),
+    ],
+)
+def test_the_origin_list_is_walked_as_traefik_does(origins, credentials, origin, allowed):
+    config = {"accessControlAllowOriginList": origins, "accessControlAllowCredentials": credentials}
+    request = {b"Origin": origin} if origin is not None else {}
+    got = serve(config, request=request.items())[1].get("Access-Control-Allow-Origin")
+    assert got == allowed
+
+
+def test_a_regexp_matching_nothing_allows_a_request_without_origin():
+    """``accessControlAllowOriginListRegex: [".*"]`` matches the empty Origin, so
+    Traefik sets the header empty; edge's empty edit removes it (the backend's own
+    ACAO goes either way); one needing a character does not touch it."""
+    response = {b"Access-Control-Allow-Origin": b"https://backend"}
+    empty = serve({"accessControlAllowOriginListRegex": [".*"]}, response=response.items())
+    assert "Access-Control-Allow-Origin" not in empty[1]
+    kept = serve({"accessControlAllowOriginListRegex": [".+"]}, response=response.items())
+    assert kept[1]["Access-Control-Allow-Origin"] == "https://backend"
