@@ -244,7 +244,7 @@ class Exchange:
         self.sent = 0
         # For the access log and the metrics (Exchange.log); loop.time() has 1 ms steps
         # under uvloop.
-        self.started = perf_counter() if conn.ctx.timed else 0.0
+        self.started = perf_counter() if conn.ctx.timed is not None else 0.0
 
     # -- starting -------------------------------------------------------------------
 
