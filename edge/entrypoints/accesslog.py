@@ -174,6 +174,8 @@ CONNECTION_FIELDS = (
 GO_CIPHERS = {
     openssl: go for go, openssl in sorted(CIPHER_SUITES.items(), key=lambda item: len(item[0]))
 }
+PROTOCOLS = {b"1.1": "HTTP/1.1", b"1.0": "HTTP/1.0", b"2": "HTTP/2.0", b"2.0": "HTTP/2.0"}
+PROTOCOLS_B = {version: protocol.encode() for version, protocol in PROTOCOLS.items()}
 TLS_VERSIONS = {"TLSv1": "1.0", "TLSv1.1": "1.1", "TLSv1.2": "1.2", "TLSv1.3": "1.3"}
 # Request headers Go's server does not keep among the request's headers.
 NOT_REQUEST_HEADERS = frozenset((b"host", b"transfer-encoding"))
@@ -192,11 +194,12 @@ def canonical(name: str) -> str:
 class _Clock:
     """Wall-clock texts, made once per second (a line asks several per request)."""
 
-    __slots__ = ("local", "local_clf", "offset", "second", "utc", "utc_clf")
+    __slots__ = ("local", "local_clf", "offset", "second", "utc", "utc_clf", "utc_clf_b")
 
     def __init__(self) -> None:
         self.second = -1
         self.utc = self.local = self.offset = self.utc_clf = self.local_clf = ""
+        self.utc_clf_b = b""
 
     def at(self, second: int) -> _Clock:
         if second != self.second:
@@ -210,6 +213,7 @@ class _Clock:
             hours, minutes = divmod(abs(gmtoff) // 60, 60)
             self.offset = "Z" if not gmtoff else f"{sign}{hours:02d}:{minutes:02d}"
             self.utc_clf = time.strftime("%d/%b/%Y:%H:%M:%S +0000", utc)
+            self.utc_clf_b = self.utc_clf.encode()
             self.local_clf = time.strftime("%d/%b/%Y:%H:%M:%S ", local) + (
                 f"{sign}{hours:02d}{minutes:02d}"
             )
@@ -221,6 +225,11 @@ def _fraction(ns: int) -> str:
     if not ns:
         return ""
     return ("." + f"{ns:09d}").rstrip("0")
+
+
+def _protocol(version: bytes) -> str:
+    """Go's ``Request.Proto``: ``HTTP/1.1``, ``HTTP/2.0``."""
+    return "HTTP/2.0" if version in (b"2", b"2.0") else "HTTP/" + version.decode("latin-1")
 
 
 def _split_host_port(value: str) -> tuple[str, str]:
@@ -435,6 +444,7 @@ class AccessLogger:
         self._clock = _Clock()
         self._names: dict[bytes, str] = {}  # header name as sent -> Go's spelling
         self._subjects: dict[bytes, str] = {}  # client certificate (DER) -> its subject
+        self._hosts: dict[bytes, tuple[str, str, str]] = {}  # Host -> RequestAddr, -Host, -Port
 
         filters = config.filters
         self.filters = (
@@ -473,6 +483,7 @@ class AccessLogger:
                 "Duration",
             )
         )
+        self.clf_whole = all(self.clf_kept)
         self.connection_kept = tuple(
             name in keep for name in ("ServiceName", "ServiceAddr", "RequestContentSize")
         )
@@ -555,7 +566,7 @@ class AccessLogger:
         ip = conn.client_ip
         port = "-"
         if self.want_client_port:
-            arrival = conn.arrival
+            arrival = getattr(conn, "arrival", None)  # an HTTP/2 stream has none
             peer = (
                 arrival.client
                 if arrival is not None and arrival.client
@@ -625,15 +636,28 @@ class AccessLogger:
 
     def _json(self, ex: Any, route: Any, backend: Any, duration: float) -> bytes:
         conn = ex.conn
+        ctx = conn.ctx
         head = ex.head
         status = ex.status
+        sent = ex.sent
         method = head.method.decode("latin-1")
-        path = self._path(head.target)
-        version = head.version.decode("latin-1")
-        protocol = "HTTP/2.0" if version == "2" else "HTTP/" + version
-        client_addr, client_host, client_port = self._client(conn)
+        target = head.target
+        path = target.decode("latin-1") if self.query and target[:1] == b"/" else self._path(target)
+        protocol = PROTOCOLS.get(head.version) or _protocol(head.version)
+        ip = conn.client_ip
+        port = "-"
+        if self.want_client_port:
+            arrival = getattr(conn, "arrival", None)  # an HTTP/2 stream has none
+            peer = (
+                arrival.client
+                if arrival is not None and arrival.client
+                else (conn.transport.get_extra_info("peername") if conn.transport else None)
+            )
+            if peer:
+                port = str(peer[1])
+        client_host = ip
         if conn.trusted:
-            client_host = self._forwarded_for(head.headers) or client_host
+            client_host = self._forwarded_for(head.headers) or ip
         ns = int(duration * 1e9)
         if backend is not None:
             # An express route's exchange may have no General (the express path):
@@ -641,15 +665,24 @@ class AccessLogger:
             origin = 0.0 if route is None or route.express else getattr(ex.x, "origin", 0.0)
             origin_ns = ns - int((origin - ex.started) * 1e9) if origin else ns
             origin_status = status
-            origin_size = ex.sent
+            origin_size = sent
         else:
             origin_ns = origin_status = origin_size = 0
+        express = route is None or route.express  # no middleware: no user, no retries
+        now = time.time_ns()
+        second, fraction = divmod(now - ns, 1_000_000_000)
+        clock = self._clock
+        if second != clock.second:
+            clock.at(second)
+        frac = f".{fraction:09d}".rstrip("0") if fraction else ""
         record: dict[str, Any] = {
-            "ClientAddr": client_addr,
+            "ClientAddr": (f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+            if port != "-"
+            else ip,
             "ClientHost": client_host,
-            "ClientPort": client_port,
-            "ClientUsername": self._user(ex, route) if self.want_user else "-",
-            "DownstreamContentSize": ex.sent,
+            "ClientPort": port,
+            "ClientUsername": "-" if express or not self.want_user else self._user(ex, route),
+            "DownstreamContentSize": sent,
             "DownstreamStatus": status,
             "Duration": ns,
             "OriginContentSize": origin_size,
@@ -662,17 +695,25 @@ class AccessLogger:
             "RequestMethod": method,
             "RequestPath": path,
             "RequestProtocol": protocol,
-            "RequestScheme": conn.ctx.scheme.decode(),
-            "RetryAttempts": self._retries(ex, route) if self.want_retries else 0,
-            "entryPointName": conn.ctx.name,
+            "RequestScheme": "https" if ctx.scheme == b"https" else "http",
+            "RetryAttempts": 0 if express or not self.want_retries else self._retries(ex, route),
+            "StartLocal": clock.local + frac + clock.offset,
+            "StartUTC": clock.utc + frac + "Z",
+            "entryPointName": ctx.name,
             "level": "info",
             "msg": "",
         }
         host = head.host
         if host:
-            authority = host.decode("latin-1")
-            record["RequestAddr"] = authority
-            record["RequestHost"], record["RequestPort"] = _split_host_port(authority)
+            hosts = self._hosts
+            split = hosts.get(host)
+            if split is None:
+                authority = host.decode("latin-1")
+                split = (authority, *_split_host_port(authority))
+                if len(hosts) >= KEPT_NAMES:
+                    hosts.clear()
+                hosts[host] = split
+            record["RequestAddr"], record["RequestHost"], record["RequestPort"] = split
         if route is not None:
             record["RouterName"] = route.name
         if backend is not None:
@@ -680,25 +721,18 @@ class AccessLogger:
             record["ServiceName"] = backend.service
             record["ServiceURL"] = url
             record["ServiceAddr"] = url.partition("://")[2].partition("/")[0]
-        if self.want_tls and conn.ctx.scheme == b"https":
-            tls = self._tls(conn)
-            if tls is not None:
-                record["TLSVersion"], record["TLSCipher"] = tls
-        if self.want_subject and conn.ctx.scheme == b"https":
-            subject = self._subject(conn)
-            if subject is not None:
-                record["TLSClientSubject"] = subject
-        now = time.time()
-        clock = self._clock
-        second, fraction = self._start(duration)
-        if self.want_utc or self.want_local:
+        if ctx.scheme == b"https":
+            if self.want_tls:
+                tls = self._tls(conn)
+                if tls is not None:
+                    record["TLSVersion"], record["TLSCipher"] = tls
+            if self.want_subject:
+                subject = self._subject(conn)
+                if subject is not None:
+                    record["TLSClientSubject"] = subject
+        second = now // 1_000_000_000
+        if second != clock.second:
             clock.at(second)
-            frac = _fraction(fraction)
-            if self.want_utc:
-                record["StartUTC"] = clock.utc + frac + "Z"
-            if self.want_local:
-                record["StartLocal"] = clock.local + frac + clock.offset
-        clock.at(int(now))
         record["time"] = clock.local + clock.offset
         for name in self.dropped:
             record.pop(name, None)
@@ -749,6 +783,50 @@ class AccessLogger:
             record[prefix + key] = ",".join(values)
 
     def _clf(self, ex: Any, route: Any, duration: float) -> bytes:
+        if self.clf_whole:  # every field kept: bytes in, bytes out
+            conn = ex.conn
+            head = ex.head
+            who = conn.client_ip_b
+            if conn.trusted:
+                forwarded = self._forwarded_for(head.headers)
+                if forwarded:
+                    who = forwarded.encode("latin-1")
+            second = (time.time_ns() - int(duration * 1e9)) // 1_000_000_000
+            clock = self._clock
+            if second != clock.second:
+                clock.at(second)
+            target = head.target
+            referer = agent = b'"-"'
+            if self.referer_mode != "drop" or self.agent_mode != "drop":
+                referer, agent = self._quoted(head.headers)
+            first = b'%s - %s [%s] "%s %s %s" %d %d %s %s' % (
+                who or b"-",
+                b"-"
+                if route is None or route.express or not self.want_user
+                else self._user(ex, route).encode("utf-8", "surrogateescape"),
+                clock.utc_clf_b,
+                head.method,
+                target
+                if self.query and target[:1] == b"/"
+                else self._path(target).encode("latin-1"),
+                PROTOCOLS_B.get(head.version) or _protocol(head.version).encode("latin-1"),
+                ex.status,
+                ex.sent,
+                referer,
+                agent,
+            )
+            if self.generic:
+                return first + b"\n"
+            backend = ex.backend
+            return b'%s %d "%s" "%s" %dms\n' % (
+                first,
+                self.count,
+                route.name.encode("utf-8", "surrogateescape") if route is not None else b"-",
+                backend.server.url.encode("utf-8", "surrogateescape")
+                if backend is not None
+                else b"-",
+                int(duration * 1000),
+            )
         conn = ex.conn
         head = ex.head
         client = conn.client_ip
@@ -768,7 +846,7 @@ class AccessLogger:
             f" [{when}]"
             f' "{head.method.decode("latin-1") if k[3] else "-"}'
             f" {self._path(head.target) if k[4] else '-'}"
-            f' {"HTTP/" + head.version.decode("latin-1") if k[5] else "-"}"'
+            f' {_protocol(head.version) if k[5] else "-"}"'
             f" {status} {sent} {referer.decode('latin-1')} {agent.decode('latin-1')}"
         )
         if not self.generic:

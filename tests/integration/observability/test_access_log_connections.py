@@ -115,8 +115,9 @@ def udp_echo():
 
 @pytest.mark.parametrize("fmt", ["json", "common"])
 def test_a_line_per_udp_session(tmp_path, udp_echo, fmt):
-    """Three datagrams each way in one session; its line comes when it expires (the
-    entry point's udp.timeout), and counts the datagrams and bytes of that session only."""
+    """Two clients, two sessions: three datagrams each way for one, one for the other.
+    Each line comes when its session expires (the entry point's udp.timeout) and counts
+    the datagrams and bytes of its own session only."""
     log = tmp_path / "access.log"
     dynamic = {
         "udp": {
@@ -131,36 +132,42 @@ def test_a_line_per_udp_session(tmp_path, udp_echo, fmt):
         entrypoints={"dns": entry},
         static_extra={"accessLog": {"filePath": str(log), "format": fmt}},
     )
+    sent = {}
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.settimeout(5)
-            s.connect(("127.0.0.1", e.ports["dns"]))
-            for payload in (b"one", b"two two", b"three three three"):
-                s.send(payload)
-                assert s.recv(65536) == payload
-            port = s.getsockname()[1]
-            (line,) = wait_lines(log, 1, timeout=10)
+        for payloads in ((b"one", b"two two", b"three three three"), (b"four",)):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(5)
+                s.connect(("127.0.0.1", e.ports["dns"]))
+                for payload in payloads:
+                    s.send(payload)
+                    assert s.recv(65536) == payload
+                sent[s.getsockname()[1]] = (len(payloads), sum(map(len, payloads)))
+        lines = wait_lines(log, 2, timeout=10)
     finally:
         e.stop()
-    size = len(b"one" + b"two two" + b"three three three")
     if fmt == "common":
+        server = re.escape(f"127.0.0.1:{udp_echo.port}")
         pattern = (
-            r'127\.0\.0\.1 - - \[[^\]]+\] "UDP r@file echo@file 127\.0\.0\.1:'
-            + str(udp_echo.port)
-            + rf'" {size} {size} (\d+)ms'
+            r'127\.0\.0\.1 - - \[[^\]]+\] "UDP r@file echo@file '
+            + server
+            + r'" (\d+) (\d+) (\d+)ms'
         )
-        fields = re.fullmatch(pattern, line)
-        assert fields is not None, line
-        assert int(fields[1]) >= 500  # the idle timeout is part of a session's life
+        matches = [re.fullmatch(pattern, line) for line in lines]
+        assert all(matches), lines
+        sizes = sorted((int(m[1]), int(m[2])) for m in matches if m)
+        assert sizes == sorted((size, size) for _, size in sent.values())
+        assert all(int(m[3]) >= 500 for m in matches if m)  # the idle timeout is in its life
         return
-    r = json.loads(line)
-    assert r["RequestProtocol"] == "UDP"
-    assert (r["ClientHost"], r["ClientPort"]) == ("127.0.0.1", str(port))
-    assert (r["RouterName"], r["ServiceName"]) == ("r@file", "echo@file")
-    assert r["ServiceAddr"] == f"127.0.0.1:{udp_echo.port}"
-    assert (r["RequestDatagrams"], r["DownstreamDatagrams"]) == (3, 3)
-    assert (r["RequestContentSize"], r["DownstreamContentSize"]) == (size, size)
-    assert r["entryPointName"] == "dns" and r["Duration"] >= 500_000_000
+    records = {r["ClientPort"]: r for r in map(json.loads, lines)}
+    assert set(records) == {str(port) for port in sent}
+    for port, (datagrams, size) in sent.items():
+        r = records[str(port)]
+        assert (r["RequestProtocol"], r["ClientHost"]) == ("UDP", "127.0.0.1")
+        assert (r["RouterName"], r["ServiceName"]) == ("r@file", "echo@file")
+        assert r["ServiceAddr"] == f"127.0.0.1:{udp_echo.port}"
+        assert (r["RequestDatagrams"], r["DownstreamDatagrams"]) == (datagrams, datagrams)
+        assert (r["RequestContentSize"], r["DownstreamContentSize"]) == (size, size)
+        assert r["entryPointName"] == "dns" and r["Duration"] >= 500_000_000
 
 
 def test_connection_lines_and_min_duration(tmp_path, echo):

@@ -11,11 +11,12 @@ import datetime
 import json
 import socket
 import ssl
+import subprocess
 import time
 
 import pytest
 
-from tests.harness import Edge, get, lb, read_response
+from tests.harness import Edge, get, lb, need, read_response
 from tests.integration.config.test_logs import wait_lines
 from tests.integration.peers import certificates, free_port
 
@@ -365,3 +366,23 @@ def test_internal_answers_only_with_add_internals(tmp_path, whoami, internals):
         assert {"/ping", "/api/http/routers", "/routed"} <= set(paths)
     else:
         assert paths == ["/routed"]
+
+
+def test_an_http2_request(tmp_path, whoami):
+    """A stream of an HTTP/2 connection (h2c, prior knowledge) is a line of its own."""
+    log = tmp_path / "access.log"
+    e = Edge(tmp_path, routes(whoami), static_extra=access_log(log))
+    try:
+        url = f"http://127.0.0.1:{e.port}/h2?x=1"
+        done = subprocess.run(
+            [need("curl"), "-sS", "--http2-prior-knowledge", "-H", "Host: a.test", url],
+            capture_output=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        (r,) = records(log, 1)
+    finally:
+        e.stop()
+    assert (r["RequestProtocol"], r["RequestLine"]) == ("HTTP/2.0", "GET /h2?x=1 HTTP/2.0")
+    assert (r["DownstreamStatus"], r["DownstreamContentSize"]) == (200, len(done.stdout))
+    assert r["RouterName"] == "a@file" and r["ClientPort"].isdigit()
