@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import curl, scrape, value
@@ -162,3 +163,34 @@ def test_http2_requests_are_counted_as_http1_ones_are(tmp_path, whoami):
         e.stop()
     assert value(samples, TOTAL, code="200", method="GET", **EP) == 3
     assert value(samples, "traefik_service_requests_total", code="200", method="GET", protocol="http", service="s@file") == 3  # fmt: skip
+
+
+def test_a_server_a_health_check_took_out_is_down(tmp_path, whoami):
+    dead = free_port()
+    check = {"path": "/health", "interval": "100ms", "timeout": "500ms"}
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+            "services": {
+                "s": lb(whoami.url, f"http://127.0.0.1:{dead}", healthCheck=check),
+            },
+        }
+    }
+    e = Edge(tmp_path, dynamic, static_extra={"metrics": {"prometheus": {}}})
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            samples, _ = scrape(e.ports["traefik"])
+            down = value(
+                samples,
+                "traefik_service_server_up",
+                service="s@file",
+                url=f"http://127.0.0.1:{dead}",
+            )
+            if down == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        e.stop()
+    assert down == 0
+    assert value(samples, "traefik_service_server_up", service="s@file", url=whoami.url) == 1

@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from cryptography import x509
 
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import scrape, value
@@ -139,3 +140,19 @@ def test_each_handshake_counts_once_by_outcome(edge, certs, entrypoint):
     assert got == want
     # Plain HTTP on the same port is no handshake.
     assert not [k for k in after if k[0] == NAME and ("outcome", "") in k[1]]
+
+
+def test_certificates_expiry_by_name_and_serial(edge, certs):
+    """``traefik_tls_certs_not_after``: each certificate of the configuration, by its
+    common name, serial and names, at its notAfter (seconds since the epoch)."""
+    cert = certs["pairs"]["a.test"].cert
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    samples, _ = scrape(edge.ports["traefik"])
+    got = value(
+        samples,
+        "traefik_tls_certs_not_after",
+        cn=cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value,
+        serial=str(cert.serial_number),
+        sans=",".join(sans.get_values_for_type(x509.DNSName)),
+    )
+    assert got == cert.not_valid_after_utc.timestamp()
