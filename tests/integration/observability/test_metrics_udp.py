@@ -24,6 +24,7 @@ def test_sessions_evicted_past_max_sessions_and_expired_past_the_timeout(tmp_pat
         entrypoints = {
             "web": {"address": "127.0.0.1:0"},
             "dns": {"address": "127.0.0.1:0/udp", "udp": {"maxSessions": 2, "timeout": "1s"}},
+            "idle": {"address": "127.0.0.1:0/udp"},  # no router: datagrams are dropped
         }
         e = Edge(tmp_path, {"udp": udp}, entrypoints=entrypoints, static_extra={"metrics": {"prometheus": {}}})  # fmt: skip
         try:
@@ -33,8 +34,17 @@ def test_sessions_evicted_past_max_sessions_and_expired_past_the_timeout(tmp_pat
                 s.connect(("127.0.0.1", e.ports["dns"]))
                 s.send(b"hello %d" % i)
                 assert s.recv(100) == b"hello %d" % i  # the echo
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for _ in range(2):
+                    s.sendto(b"nobody", ("127.0.0.1", e.ports["idle"]))
             # Three clients, two sessions at most: the first one's was evicted.
-            samples, _ = scrape(e.ports["traefik"])
+            deadline = time.monotonic() + 5
+            while True:  # the two datagrams to "idle" are read
+                samples, _ = scrape(e.ports["traefik"])
+                if value(samples, "edge_udp_no_route_total", entrypoint="idle") == 2:
+                    break
+                assert time.monotonic() < deadline, "the datagrams were not counted"
+                time.sleep(0.05)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:  # idle past 1 s: the other two expire
                 later, _ = scrape(e.ports["traefik"])
@@ -52,6 +62,8 @@ def test_sessions_evicted_past_max_sessions_and_expired_past_the_timeout(tmp_pat
     assert value(samples, ENDED, reason="evicted", **where) == 1
     assert value(samples, ENDED, reason="expired", **where) == 0
     assert value(samples, "edge_udp_sessions_total", **where) == 3
+    assert value(samples, "edge_udp_no_route_total", entrypoint="dns") == 0
+    assert value(samples, "edge_udp_sessions", entrypoint="idle") == 0
     assert value(later, "edge_udp_sessions", entrypoint="dns") == 0
     assert value(later, ENDED, reason="expired", **where) == 2
     assert value(later, ENDED, reason="evicted", **where) == 1
