@@ -62,7 +62,7 @@ class HeaderEdits:
     (lowercased name -> (name, value)), for the writers to put in place of their own.
     """
 
-    __slots__ = ("managed", "names", "pairs", "values")
+    __slots__ = ("_lengths", "_lines", "managed", "names", "pairs", "values")
 
     def __init__(self, headers: list[Header]) -> None:
         self.pairs = tuple(headers)
@@ -73,9 +73,34 @@ class HeaderEdits:
             if v and n.lower() not in HOP_BY_HOP and n.lower() not in MANAGED
         ]
         self.managed = {n.lower(): (n, v) for n, v in headers if n.lower() in MANAGED}
+        self._lines: bytes | None = None
+        self._lengths: frozenset[int] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.names)
+
+    @property
+    def lines(self) -> bytes:
+        """The header lines a response gets from these edits (those with a value, then
+        the managed ones set), made once when first asked: for a route's fixed edits,
+        once per configuration."""
+        lines = self._lines
+        if lines is None:
+            pairs = (*self.values, *(p for p in self.managed.values() if p[1]))
+            lines = self._lines = b"".join(b"%s: %s\r\n" % pair for pair in pairs)
+        return lines
+
+    def touches(self, headers: list[Header]) -> bool:
+        """Whether one of ``headers`` is set or removed by these edits (only names of
+        the lengths they edit are lowercased)."""
+        lengths = self._lengths
+        if lengths is None:
+            lengths = self._lengths = frozenset(len(name) for name in self.names)
+        names = self.names
+        for name, _ in headers:  # noqa: SIM110 (no generator per response)
+            if len(name) in lengths and name.lower() in names:
+                return True
+        return False
 
 
 def reason(status: int) -> bytes:
@@ -444,14 +469,20 @@ def client_response(
     ``keep_alive``: the client connection stays open; ``chunked``: edge re-frames
     a body of unknown length as chunked. A head with nothing to rewrite goes as
     the upstream's own bytes (a quick parse's ``cut`` when the connection stays
-    open) minus its Connection line; anything else is rebuilt.
+    open) minus its Connection line; so does one none of whose names ``edits``
+    touch, with the edits' lines (:attr:`HeaderEdits.lines`, made once) before
+    its blank line; anything else is rebuilt.
     """
     if (
-        edits is None
-        and head.version == b"1.1"
+        head.version == b"1.1"
         and head.status != 101
         and (chunked or not head.chunked)
+        and (edits is None or not edits.touches(head.headers))
     ):
+        if edits is not None:
+            # None of its names is edited: its own bytes, the edits' lines at the end.
+            out = client_response(head, keep_alive, chunked, None)
+            return out[:-2] + edits.lines + b"\r\n"
         if keep_alive and head.cut is not None:
             return head.cut
         if type(head) is QuickResponseHead:  # closing (a kept-alive one returned its cut)
@@ -513,11 +544,7 @@ def response_head(
             continue
         out += (name, b": ", value, b"\r\n")
     if extra:
-        for name, value in extra.values:
-            out += (name, b": ", value, b"\r\n")
-        for name, value in extra.managed.values():  # nothing edge manages in a response
-            if value:
-                out += (name, b": ", value, b"\r\n")
+        out.append(extra.lines)  # nothing edge manages in a response: written as set
     if status == 101:
         out += (b"Connection: Upgrade\r\nUpgrade: ", _header(headers, b"upgrade"), b"\r\n\r\n")
         return b"".join(out)

@@ -20,7 +20,8 @@ import pytest
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import sanitize_path, split_host_port, split_target
 from edge.http.codec.httptools import RequestParser
-from tests.unit.http.codec.support import Recorder
+from edge.http.codec.parsers import parser_classes
+from tests.unit.http.codec.support import Recorder, ResponseRecorder
 
 
 def req(
@@ -555,3 +556,71 @@ def test_host_values_edge_refuses(authority):
     # and an IP literal followed by a port or nothing.
     with pytest.raises(ValueError, match="malformed Host"):
         split_host_port(authority)
+
+
+# --- client_response with a route's response header edits ------------------------------
+
+EDITS = forward.HeaderEdits(
+    [(b"X-Frame-Options", b"DENY"), (b"Vary", b"Origin"), (b"X-Gone", b""), (b"X-Real-Ip", b"r")]
+)
+
+
+def _parsed(codec: str, data: bytes, quick: bool) -> ResponseHead:
+    rec = ResponseRecorder([])
+    parser = parser_classes(codec)[1](rec)
+    rec.parser = parser
+    parser.expect(b"GET")
+    if quick:
+        head = parser.quick(data)
+        assert head is not None
+        return head
+    parser.feed(data)
+    return rec.heads[0]
+
+
+def _fields(out: bytes) -> tuple[bytes, list[bytes]]:
+    """The status line and the sorted field lines, but a ``Connection: keep-alive``
+    (passed as it came, it states what a rebuild leaves unsaid: cut_connection)."""
+    first, *lines = out[: out.index(b"\r\n\r\n")].split(b"\r\n")
+    return first, sorted(line for line in lines if line != b"Connection: keep-alive")
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize(
+    ("data", "quick", "kept"),
+    [
+        (b"HTTP/1.1 200 OK\r\nServer: s\r\nContent-Length: 2\r\n\r\nok", True, True),
+        (
+            b"HTTP/1.1 200 OK\r\nServer: s\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok",
+            True,
+            True,
+        ),
+        (b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", False, True),
+        (
+            b"HTTP/1.1 200 OK\r\nX-FRAME-OPTIONS: SAMEORIGIN\r\nContent-Length: 0\r\n\r\n",
+            False,
+            False,
+        ),
+        (b"HTTP/1.1 200 OK\r\nx-gone: 1\r\nContent-Length: 0\r\n\r\n", False, False),
+        (b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 0\r\n\r\n", False, True),
+    ],
+    ids=["quick", "quick-connection", "chunked", "edited-name", "removed-name", "hop-by-hop"],
+)
+def test_edits_go_after_the_heads_own_bytes_unless_they_touch_it(
+    codec, keep_alive, data, quick, kept
+):
+    """A response head none of whose names the edits touch is sent as its own bytes
+    (as without edits) with the edits' lines, made once, before the blank line; one
+    they touch is rebuilt. Either way the client gets the same fields as a rebuild."""
+    if quick and codec == "h11":
+        quick = False
+    head = _parsed(codec, data, quick)
+    chunked = head.chunked
+    out = forward.client_response(head, keep_alive, chunked, EDITS)
+    rebuilt = forward.response_head(head, chunked=chunked, keep_alive=keep_alive, extra=EDITS)
+    assert _fields(out) == _fields(rebuilt)
+    plain = forward.client_response(head, keep_alive, chunked, None)
+    lines = b"X-Frame-Options: DENY\r\nVary: Origin\r\nX-Real-Ip: r\r\n"
+    assert EDITS.lines == lines
+    assert (out == plain[:-2] + lines + b"\r\n") is kept
