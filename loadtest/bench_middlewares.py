@@ -15,6 +15,17 @@ Rows: basicAuth (a bcrypt hash at cost 10, verified once and then found in the
 cache: a verification per request would cost tens of milliseconds), rateLimit (a
 bucket that never runs dry), headers with CORS and the security headers (an
 allowed Origin), compress (a 4 KiB text body, gzip), ipAllowList.
+
+The headers row, where its cost went (callgrind of its parts, on the 2-core
+development machine): the response head rebuilt field by field with its eleven
+fixed edits written one by one took 32,600 instructions of the 57,000 it added
+over a general-path route; reading the request's headers into a dict and walking
+the origin list, 8,000; finding Vary, 5,900. With the edits' lines joined once and
+set after a head's own bytes they do not touch (``forward.client_response``), and
+CORS finding only the names it reads: 120,500 -> 94,000 instructions per request
+(25,100 without it), CPU 29.3-30.2 -> 20.9-21.5 us (3.4-5.1 without). What is left
+is the general path itself: a Forward per request, the response's head parsed into
+fields and sent apart from its body rather than in one write.
 """
 
 from __future__ import annotations
