@@ -118,6 +118,9 @@ implement: key path (lower case, no ``$.``) -> what edge does meanwhile."""
 
 API_SERVICE = "api@internal"
 """Traefik's name for the API as a service a router can name (exists when ``api`` is set)."""
+PROMETHEUS_SERVICE = "prometheus@internal"
+"""Traefik's name for ``/metrics`` as a service a router can name (exists with
+``metrics.prometheus.manualRouting``)."""
 
 DEFAULT_THROTTLE = Duration(2.0)
 
@@ -719,9 +722,10 @@ class StaticTCPServersTransport(Base):
 class RuntimeDefaults:
     """What the static configuration adds to every dynamic one's validation
     (:func:`edge.config.runtime.build_runtime`): ``default@internal`` for HTTP and TCP,
-    and whether ``api@internal`` exists. Travels on each :class:`EntryPointKind`."""
+    and whether ``api@internal`` and ``prometheus@internal`` exist. Travels on each
+    :class:`EntryPointKind`."""
 
-    __slots__ = ("api", "opens", "servers_transport", "tcp_servers_transport")
+    __slots__ = ("api", "opens", "prometheus", "servers_transport", "tcp_servers_transport")
 
     def __init__(
         self,
@@ -729,11 +733,13 @@ class RuntimeDefaults:
         tcp_servers_transport: TCPServersTransport | None = None,
         api: bool = False,
         opens: bool = False,
+        prometheus: bool = False,
     ) -> None:
         self.servers_transport = servers_transport or ServersTransport()
         self.tcp_servers_transport = tcp_servers_transport or TCPServersTransport()
         self.api = api
         self.opens = opens  # runtimeEntryPoints: routers naming ":<port>" open it
+        self.prometheus = prometheus  # metrics.prometheus.manualRouting
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RuntimeDefaults) and all(
@@ -745,7 +751,13 @@ class RuntimeDefaults:
     def __reduce__(self):
         return (
             RuntimeDefaults,
-            (self.servers_transport, self.tcp_servers_transport, self.api, self.opens),
+            (
+                self.servers_transport,
+                self.tcp_servers_transport,
+                self.api,
+                self.opens,
+                self.prometheus,
+            ),
         )
 
 
@@ -899,6 +911,9 @@ class StaticConfig(Base):
             self.tcp_servers_transport.to_dynamic() if self.tcp_servers_transport else None,
             api=self.api is not None,
             opens=self.runtime_entry_points is not None,
+            prometheus=self.metrics is not None
+            and self.metrics.prometheus is not None
+            and self.metrics.prometheus.manual_routing,
         )
         return {
             name: EntryPointKind(ep.protocol, ep.http.tls, defaults)

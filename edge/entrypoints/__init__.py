@@ -7,7 +7,8 @@ today; a TLS peek, a splice or a UDP session as the kinds grow).
 :class:`EntryPoints` owns them all, runs the one periodic sweep (connection
 deadlines, idle upstream connections, UDP sessions) and drains them on stop.
 With ``api`` set (:func:`edge.entrypoints.internal.attach_api`), the routes naming
-``api@internal`` answer with the API.
+``api@internal`` answer with the API; with ``metrics.prometheus.manualRouting``, those
+naming ``prometheus@internal`` with ``/metrics``' text.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import logging
 
 from edge import eventloop
 from edge.entrypoints.base import SWEEP_MAX, EntryPoint, format_address
-from edge.entrypoints.internal import APIAnswer, serve_api
+from edge.entrypoints.internal import serve_api
+from edge.http.middlewares import Middleware
 from edge.router.set import RouterSet
 from edge.transports import TransportRegistry
 
@@ -33,7 +35,8 @@ class EntryPoints:
         self.loop = loop
         self.transports = transports
         self.all: dict[str, EntryPoint] = {}
-        self.api: APIAnswer | None = None  # what api@internal routes answer with
+        # What routes naming api@internal, prometheus@internal answer with (by service).
+        self.internal: dict[str, Middleware] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._table = eventloop.transport_table(loop)  # pruned by the sweep (edge.eventloop)
         self._pruned = loop.time()
@@ -58,7 +61,7 @@ class EntryPoints:
         for name, ep in self.all.items():
             router = routers.get(name)
             if router is not None:
-                ep.switch(router if self.api is None else serve_api(router, self.api))
+                ep.switch(serve_api(router, self.internal) if self.internal else router)
 
     def _schedule_sweep(self) -> None:
         interval = min((ep.sweep_interval() for ep in self.all.values()), default=SWEEP_MAX)

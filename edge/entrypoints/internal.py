@@ -1,4 +1,5 @@
-"""``api@internal``: the API served by the routers that name it, behind their middlewares.
+"""``api@internal`` and ``prometheus@internal``: the API and ``/metrics`` served by the
+routers that name them, behind their middlewares.
 
 Traefik users protect the API with a router of their own (``service: api@internal``, a
 rule, TLS, authentication middlewares) instead of ``api.insecure``'s open entry point.
@@ -10,17 +11,23 @@ the router's own middlewares run first (an authentication middleware answers fir
 a ``stripPrefix`` changes the path the API reads), then the API answers
 (:meth:`edge.api.API.answer`), from the configuration the data plane serves.
 
+``prometheus@internal`` (it exists with ``metrics.prometheus.manualRouting``) is served
+the same way, its routes ending with :class:`~edge.entrypoints.metrics.MetricsAnswer`
+(Traefik's ``manualRouting``: ``/metrics`` is then served nowhere else).
+
 Invariant: an entry point's routers are rebuilt only where one of its routes names
-``api@internal``; every other entry point gets its router set as built.
+one of these services; every other entry point gets its router set as built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from edge import __version__
 from edge.api import API
-from edge.config.static import API_SERVICE, StaticConfig
+from edge.config.static import API_SERVICE, PROMETHEUS_SERVICE, StaticConfig
+from edge.entrypoints.metrics import MetricsAnswer
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.router.http import HTTPRouter, Route
 from edge.router.set import RouterSet
@@ -62,14 +69,15 @@ class _Edits(Middleware):
         self.response_edits = pipeline.response_edits
 
 
-def _api_route(route: Route, answer: APIAnswer) -> Route:
+def _api_route(route: Route, answer: Middleware) -> Route:
     pipeline = route.pipeline
     return Route(route.name, route.service, Pipeline([*pipeline.steps, _Edits(pipeline), answer]))
 
 
 class APIRouter:
-    """An HTTP router whose ``api@internal`` routes answer with the API: the same table,
-    each such route swapped for its API route where the router hands it out."""
+    """An HTTP router whose ``api@internal`` (``prometheus@internal``) routes answer with
+    the API (``/metrics``): the same table, each such route swapped for its answering
+    route where the router hands it out."""
 
     __slots__ = ("by_host", "inner", "swapped", "table")
 
@@ -87,25 +95,29 @@ class APIRouter:
         return len(self.inner)
 
 
-def _with_api(router: HTTPRouter | None, answer: APIAnswer) -> HTTPRouter | APIRouter | None:
-    """``router`` with its ``api@internal`` routes answering with the API; itself if none.
+def _with_api(
+    router: HTTPRouter | None, answers: Mapping[str, Middleware]
+) -> HTTPRouter | APIRouter | None:
+    """``router`` with its routes naming a service of ``answers`` (service name -> the
+    middleware answering for it) answering so; itself if none.
 
     Made on the loop (the entry points' switch): no table is rebuilt (10,000 routes
     took 0.2 s), only the host index copied."""
     if router is None:
         return None
     swapped = {
-        route: _api_route(route, answer)
+        route: _api_route(route, answers[route.service.name])
         for *_, route in router.table.entries
-        if route.service.name == API_SERVICE
+        if route.service.name in answers
     }
     return APIRouter(router, swapped) if swapped else router
 
 
-def serve_api(routers: RouterSet, answer: APIAnswer) -> RouterSet:
-    """``routers`` with every ``api@internal`` route answering with the API (see the module doc)."""
-    http = _with_api(routers.http, answer)
-    https = _with_api(routers.https, answer)
+def serve_api(routers: RouterSet, answers: Mapping[str, Middleware]) -> RouterSet:
+    """``routers`` with every route naming a service of ``answers`` answering with its
+    middleware (see the module doc)."""
+    http = _with_api(routers.http, answers)
+    https = _with_api(routers.https, answers)
     if http is routers.http and https is routers.https:
         return routers
     assert http is not None
@@ -114,12 +126,16 @@ def serve_api(routers: RouterSet, answer: APIAnswer) -> RouterSet:
 
 
 def attach_api(dataplane: Dataplane, static: StaticConfig) -> None:
-    """Have ``dataplane``'s entry points serve ``api@internal`` routes when ``api`` is set:
-    the API reads the configuration ``dataplane`` serves (its ``api.insecure`` one when
-    there is one)."""
-    if static.api is None:
-        return
-    api = dataplane.api or API(
-        static, lambda: dataplane.runtime, __version__, down=dataplane.health.status
-    )
-    dataplane.entrypoints.api = APIAnswer(api)
+    """Have ``dataplane``'s entry points serve ``api@internal`` routes when ``api`` is set
+    (the API reads the configuration ``dataplane`` serves: its ``api.insecure`` one when
+    there is one), and ``prometheus@internal`` routes with ``manualRouting``."""
+    answers: dict[str, Middleware] = {}
+    if static.api is not None:
+        api = dataplane.api or API(
+            static, lambda: dataplane.runtime, __version__, down=dataplane.health.status
+        )
+        answers[API_SERVICE] = APIAnswer(api)
+    prom = static.metrics.prometheus if static.metrics is not None else None
+    if prom is not None and prom.manual_routing and dataplane.metrics is not None:
+        answers[PROMETHEUS_SERVICE] = MetricsAnswer(dataplane.metrics)
+    dataplane.entrypoints.internal = answers

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from cryptography import x509
 
+from edge.http.middlewares import Answer, Forward, Middleware
+
 if TYPE_CHECKING:
     from edge.config.static import Prometheus
 
@@ -53,8 +55,6 @@ DEFAULT_BUCKETS = (0.1, 0.3, 1.2, 5.0)
 """Traefik's request duration buckets, in seconds."""
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 METRICS_PATH = b"/metrics"
-PROMETHEUS_SERVICE = "prometheus@internal"
-"""The service a router names to serve ``/metrics`` (``manualRouting``)."""
 
 KNOWN_METHODS = frozenset(
     (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH")
@@ -526,12 +526,6 @@ class Registry:
         self.shared: Samples | None = None
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
-        if config.manual_routing:
-            log.warning(
-                "metrics.prometheus.manualRouting: not yet implemented: /metrics is served"
-                " nowhere, and a router naming %s has no such service",
-                PROMETHEUS_SERVICE,
-            )
 
     def meter(self, entrypoint: str) -> Meter:
         """``entrypoint``'s meter (made on the first call): its HTTP contexts' ``metrics``."""
@@ -670,6 +664,26 @@ def answer(registry: Registry) -> Callable[[bytes], tuple[int, bytes, bytes, byt
         return 200, render(shared if shared is not None else registry.collect()), CONTENT_TYPE, b""
 
     return metrics
+
+
+class MetricsAnswer(Middleware):
+    """The last step of a ``prometheus@internal`` route (``manualRouting``): the text of
+    ``registry``'s samples, whatever the path the router matched, to GET and HEAD (405
+    for other methods), as Traefik's handler answers."""
+
+    __slots__ = ("registry",)
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__("prometheus@internal")
+        self.registry = registry
+
+    def request(self, fwd: Forward) -> Answer | None:
+        if fwd.method not in (b"GET", b"HEAD"):
+            return Answer(405, b"Allow: GET, HEAD\r\n", b"405 method not allowed\n")
+        registry = self.registry
+        shared = registry.shared
+        text = render(shared if shared is not None else registry.collect())
+        return Answer(200, b"", text, CONTENT_TYPE)
 
 
 def watch_dataplane(registry: Registry, dataplane: Any) -> None:

@@ -6,7 +6,9 @@ The static configuration's part (:class:`edge.config.static.RuntimeDefaults`, ca
 the entry point kinds) is applied here, as Traefik's internal provider applies it:
 ``default@internal`` is the static ``serversTransport`` / ``tcpServersTransport``, and
 with ``api`` the configuration holds the service ``api@internal`` (no servers: the
-entry point answers its routes with the API, :mod:`edge.entrypoints.internal`).
+entry point answers its routes with the API, :mod:`edge.entrypoints.internal`), with
+``metrics.prometheus.manualRouting`` the service ``prometheus@internal`` (its routes
+answer with ``/metrics``' text).
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from edge.config.runtime.udp import _build_udp
 from edge.config.static import (
     API_SERVICE,
     INTERNAL_ENTRY_POINT,
+    PROMETHEUS_SERVICE,
     EntryPointKind,
     RuntimeDefaults,
     runtime_port,
 )
 
 API_CONFIG = Service(load_balancer=LoadBalancer())
-"""``api@internal`` in the configuration: a service the entry point answers itself."""
+"""``api@internal`` (and ``prometheus@internal``) in the configuration: a service the
+entry point answers itself."""
 
 
 def build_runtime(
@@ -77,11 +81,12 @@ def build_runtime(
         _build_http(
             rt, conf.http, entry_points, defaults=tcp_defaults, rules=rules, tls_errors=http_tls
         )
-        api = rt.http_services.get(API_SERVICE)
-        if api is not None and api.config is API_CONFIG:  # no servers by design: no warning
-            used_by = api.used_by
-            api = rt.http_services[API_SERVICE] = ServiceInfo(API_SERVICE, API_CONFIG)
-            api.used_by = used_by
+        for name in (API_SERVICE, PROMETHEUS_SERVICE):
+            internal = rt.http_services.get(name)
+            if internal is not None and internal.config is API_CONFIG:  # no servers by design
+                used_by = internal.used_by
+                internal = rt.http_services[name] = ServiceInfo(name, API_CONFIG)
+                internal.used_by = used_by
     if conf.tcp is not None:
         _build_tcp(
             rt, conf.tcp, entry_points, defaults=tcp_defaults, rules=rules, tls_errors=tcp_tls
@@ -129,9 +134,16 @@ def _default_transports(rt: RuntimeConfig, defaults: RuntimeDefaults) -> None:
 
 
 def _with_api(conf: Configuration, defaults: RuntimeDefaults) -> Configuration:
-    """``conf`` holding the service ``api@internal`` when the static ``api`` is set."""
-    if not defaults.api or (conf.http is not None and API_SERVICE in conf.http.services):
+    """``conf`` holding the service ``api@internal`` when the static ``api`` is set, and
+    ``prometheus@internal`` with ``metrics.prometheus.manualRouting``."""
+    have = conf.http.services if conf.http is not None else {}
+    added = {
+        name: API_CONFIG
+        for name, wanted in ((API_SERVICE, defaults.api), (PROMETHEUS_SERVICE, defaults.prometheus))
+        if wanted and name not in have
+    }
+    if not added:
         return conf
     http = conf.http or HTTPConfiguration()
-    services = {**http.services, API_SERVICE: API_CONFIG}
+    services = {**http.services, **added}
     return msgspec.structs.replace(conf, http=msgspec.structs.replace(http, services=services))

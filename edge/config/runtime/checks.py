@@ -17,7 +17,7 @@ from edge.config.runtime.model import (
     RuntimeConfig,
     ServiceInfo,
 )
-from edge.config.static import API_SERVICE
+from edge.config.static import API_SERVICE, PROMETHEUS_SERVICE
 from edge.errors import RuleError
 from edge.rules import SYNTAXES, Rule, RuleCompiler, default_priority
 
@@ -95,9 +95,10 @@ def _check_service(
 ) -> None:
     info = services.get(service)
     if info is None:
-        hint = (
-            " (it exists when the static configuration has `api`)" if service == API_SERVICE else ""
-        )
+        hint = {
+            API_SERVICE: " (it exists when the static configuration has `api`)",
+            PROMETHEUS_SERVICE: " (it exists with `metrics.prometheus.manualRouting`)",
+        }.get(service, "")
         r.add_error(f"service {service!r} does not exist{hint}")
         return
     if r.name not in info.used_by:
