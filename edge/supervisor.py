@@ -75,7 +75,7 @@ from edge.config.runtime import RuntimeConfig, build_runtime
 from edge.config.static import StaticConfig
 from edge.entrypoints import format_address
 from edge.entrypoints.internal import attach_api
-from edge.entrypoints.metrics import Registry, Samples, watch_reloads
+from edge.entrypoints.metrics import Registry, Samples, watch_kubernetes, watch_reloads
 from edge.ipc import (
     Ack,
     Apply,
@@ -384,6 +384,7 @@ class Supervisor(Stoppable):
         self.metrics = Registry(prom) if prom is not None else None
         if self.metrics is not None:
             watch_reloads(self.metrics, self.control.watcher)
+            watch_kubernetes(self.metrics, self.control.providers)
         self._pushed: dict[int, Samples] = {}
         self._ended = Samples(self.metrics.bounds if self.metrics is not None else ())
         self._metrics_timer: asyncio.TimerHandle | None = None
