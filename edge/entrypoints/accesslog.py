@@ -564,16 +564,7 @@ class AccessLogger:
     def _client(self, conn: Any) -> tuple[str, str, str]:
         """(ClientAddr, ClientHost, ClientPort) of a connection."""
         ip = conn.client_ip
-        port = "-"
-        if self.want_client_port:
-            arrival = getattr(conn, "arrival", None)  # an HTTP/2 stream has none
-            peer = (
-                arrival.client
-                if arrival is not None and arrival.client
-                else (conn.transport.get_extra_info("peername") if conn.transport else None)
-            )
-            if peer:
-                port = str(peer[1])
+        port = _client_port(conn) if self.want_client_port else "-"
         return (_address(ip, port) if port != "-" else ip), ip, port
 
     def _forwarded_for(self, headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -645,16 +636,7 @@ class AccessLogger:
         path = target.decode("latin-1") if self.query and target[:1] == b"/" else self._path(target)
         protocol = PROTOCOLS.get(head.version) or _protocol(head.version)
         ip = conn.client_ip
-        port = "-"
-        if self.want_client_port:
-            arrival = getattr(conn, "arrival", None)  # an HTTP/2 stream has none
-            peer = (
-                arrival.client
-                if arrival is not None and arrival.client
-                else (conn.transport.get_extra_info("peername") if conn.transport else None)
-            )
-            if peer:
-                port = str(peer[1])
+        port = _client_port(conn) if self.want_client_port else "-"
         client_host = ip
         if conn.trusted:
             client_host = self._forwarded_for(head.headers) or ip
@@ -1043,3 +1025,14 @@ class AccessLogger:
 
 def _unmapped(ip: str) -> str:
     return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def _client_port(conn: Any) -> str:
+    """The client's port, as text ("-" when the connection knows none)."""
+    arrival = getattr(conn, "arrival", None)  # an HTTP/2 stream has none
+    peer = (
+        arrival.client
+        if arrival is not None and arrival.client
+        else (conn.transport.get_extra_info("peername") if conn.transport else None)
+    )
+    return str(peer[1]) if peer else "-"
