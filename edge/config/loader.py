@@ -394,8 +394,9 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             StaticConfig,
             "certificatesResolvers experimental hostResolver ocsp spiffe",
-            "global hub pilot tracing",
+            "global hub pilot",
         ),
+        (sta.TracingOTLP, _, "grpc"),
         (
             sta.EntryPoint,
             "allowACMEByPass asDefault http3 reusePort",

@@ -69,6 +69,7 @@ from edge.config.dynamic import (
 __all__ = [
     "DEFAULT_THROTTLE",
     "INTERNAL_ENTRY_POINT",
+    "OTLPHTTP",
     "AccessLog",
     "AccessLogFieldHeaders",
     "AccessLogFields",
@@ -91,6 +92,7 @@ __all__ = [
     "LifeCycle",
     "Log",
     "Metrics",
+    "OTLPClientTLS",
     "Ping",
     "Prometheus",
     "Providers",
@@ -101,6 +103,8 @@ __all__ = [
     "StaticConfig",
     "StaticServersTransport",
     "StaticTCPServersTransport",
+    "Tracing",
+    "TracingOTLP",
     "Transport",
     "parse_address",
     "usable_cpus",
@@ -646,6 +650,85 @@ class AccessLog(Base):
     add_internals: bool = False
 
 
+class OTLPClientTLS(Base):
+    """Traefik's ``ClientTLS`` for the OpenTelemetry collector: ``ca`` (else the system's
+    bundle), ``cert`` and ``key`` (a client certificate: both or neither),
+    ``insecureSkipVerify``. A relative path is read from the working directory, as
+    Traefik reads it (:mod:`edge.config.paths`)."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    insecure_skip_verify: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("cert and key: a client certificate needs both")
+
+
+class OTLPHTTP(Base):
+    """``tracing.otlp.http``: the collector's URL (``scheme://host:port/path``; no path:
+    ``/v1/traces``, as Traefik's exporter posts), headers sent with every export, TLS."""
+
+    endpoint: str = "https://localhost:4318"
+    headers: dict[str, str] = {}
+    tls: OTLPClientTLS | None = None
+
+    def __post_init__(self) -> None:
+        scheme, sep, rest = self.endpoint.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise ValueError(
+                f"endpoint {self.endpoint!r}: expected http(s)://host:port/path of a collector"
+            )
+        for name, value in self.headers.items():
+            if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+                raise ValueError(f"headers: {name!r} is not a header edge can send")
+
+
+class TracingOTLP(Base):
+    """``tracing.otlp``: ``http`` (the default when neither is given); ``grpc`` is named
+    as not supported (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
+
+    http: OTLPHTTP | None = None
+
+
+class Tracing(Base):
+    """Traefik's ``tracing`` (:mod:`edge.entrypoints.tracing`): spans of every HTTP
+    exchange, W3C ``traceparent`` to the upstream, exported over OTLP/HTTP.
+    ``sampleRate``: the share of traces edge starts that are sampled (an incoming
+    ``traceparent`` keeps its own decision: Traefik's ``ParentBased``).
+    ``resourceAttributes`` (``globalAttributes``, deprecated, where it is not set),
+    ``capturedRequestHeaders`` / ``capturedResponseHeaders`` (span attributes),
+    ``safeQueryParams`` (every other query value is ``REDACTED``), ``addInternals``
+    (also what edge's own services answer)."""
+
+    service_name: str = "traefik"
+    sample_rate: float = 1.0
+    add_internals: bool = False
+    resource_attributes: dict[str, str] | None = None
+    global_attributes: dict[str, str] | None = None
+    captured_request_headers: list[str] = []
+    captured_response_headers: list[str] = []
+    safe_query_params: list[str] = []
+    otlp: TracingOTLP | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise ValueError(f"sampleRate {self.sample_rate}: expected a number from 0.0 to 1.0")
+        if self.resource_attributes is None and self.global_attributes is not None:
+            msgspec.structs.force_setattr(self, "resource_attributes", self.global_attributes)
+
+    @property
+    def http(self) -> OTLPHTTP:
+        """Where spans go: ``otlp.http``, or its defaults."""
+        otlp = self.otlp
+        return otlp.http if otlp is not None and otlp.http is not None else _OTLP_HTTP
+
+
+_OTLP_HTTP = OTLPHTTP()
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token: a header name
+
+
 class Core(Base):
     default_rule_syntax: Literal["v3", "v2"] = "v3"
 
@@ -802,6 +885,7 @@ class StaticConfig(Base):
     metrics: Metrics | None = None
     log: Log = msgspec.field(default_factory=Log)
     access_log: AccessLog | None = None
+    tracing: Tracing | None = None
     core: Core = msgspec.field(default_factory=Core)
     workers: Annotated[int, msgspec.Meta(ge=1)] | Literal["auto"] = 1
     servers_transport: StaticServersTransport | None = None
