@@ -121,6 +121,7 @@ KINDS = (
     Kind("GatewayClass", GW, "v1", "gatewayclasses", namespaced=False, status=True),
     Kind("Gateway", GW, "v1", "gateways", namespaced=True, status=True),
     Kind("HTTPRoute", GW, "v1", "httproutes", namespaced=True, status=True),
+    Kind("GRPCRoute", GW, "v1", "grpcroutes", namespaced=True, status=True),
     Kind("TLSRoute", GW, "v1", "tlsroutes", namespaced=True, status=True),
     Kind("TCPRoute", GW, "v1", "tcproutes", namespaced=True, status=True),
     Kind("UDPRoute", GW, "v1", "udproutes", namespaced=True, status=True),

@@ -194,13 +194,14 @@ CONTROLLER_NAME = "edge.dev/gateway-controller"
 GROUP = "gateway.networking.k8s.io"
 
 HTTP_ROUTE = "HTTPRoute"
+GRPC_ROUTE = "GRPCRoute"
 TLS_ROUTE = "TLSRoute"
 TCP_ROUTE = "TCPRoute"
 UDP_ROUTE = "UDPRoute"
 
 _ROUTE_KINDS = {
-    "HTTP": (HTTP_ROUTE,),
-    "HTTPS": (HTTP_ROUTE,),
+    "HTTP": (HTTP_ROUTE, GRPC_ROUTE),
+    "HTTPS": (HTTP_ROUTE, GRPC_ROUTE),
     "TLS": (TLS_ROUTE, TCP_ROUTE),  # Passthrough: TLSRoute only
     "TCP": (TCP_ROUTE,),
     "UDP": (UDP_ROUTE,),
@@ -270,6 +271,42 @@ def supported_version(crds: Mapping[Key, CustomResourceDefinition]) -> Condition
     return Condition("SupportedVersion", True, "SupportedVersion", "")
 
 
+class GRPCMethodMatch(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    type: str = "Exact"  # Exact, RegularExpression
+    service: str | None = None  # None or "": any service
+    method: str | None = None  # None or "": any method
+
+
+class GRPCRouteMatch(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    method: GRPCMethodMatch | None = None
+    headers: list[objects.HTTPHeaderMatch] = []
+
+
+class GRPCRouteRule(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    """A GRPCRoute rule. Its filters and backendRefs have the fields of an HTTPRoute's
+    (a GRPCRouteFilter lacks RequestRedirect and URLRewrite, which edge refuses here)."""
+
+    name: str | None = None
+    matches: list[GRPCRouteMatch] = []
+    filters: list[objects.HTTPRouteFilter] = []
+    backend_refs: list[objects.HTTPBackendRef] = []
+
+
+class GRPCRouteSpec(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    parent_refs: list[objects.ParentReference] = []
+    hostnames: list[str] = []
+    rules: list[GRPCRouteRule] = []
+
+
+class GRPCRoute(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    """What edge reads of a GRPCRoute (``gateway.networking.k8s.io/v1``); the other
+    Gateway API kinds' models are in :mod:`edge.providers.kubernetes.objects`."""
+
+    metadata: objects.ObjectMeta = objects.ObjectMeta()
+    spec: GRPCRouteSpec = GRPCRouteSpec()
+    status: dict[str, Any] = {}
+
+
 class GatewayState(msgspec.Struct, frozen=True):
     """The cached objects one conversion reads, by (namespace, name); the namespace is
     ``""`` for GatewayClasses and Namespaces (cluster-scoped). ``crds``: the cluster's
@@ -278,6 +315,7 @@ class GatewayState(msgspec.Struct, frozen=True):
     gateway_classes: Mapping[Key, objects.GatewayClass] = {}
     gateways: Mapping[Key, objects.Gateway] = {}
     http_routes: Mapping[Key, objects.HTTPRoute] = {}
+    grpc_routes: Mapping[Key, GRPCRoute] = {}
     tls_routes: Mapping[Key, objects.TLSRoute] = {}
     tcp_routes: Mapping[Key, objects.TCPRoute] = {}
     udp_routes: Mapping[Key, objects.UDPRoute] = {}
@@ -296,6 +334,7 @@ class GatewayState(msgspec.Struct, frozen=True):
             gateway_classes=tables.get("GatewayClass", {}),
             gateways=tables.get("Gateway", {}),
             http_routes=tables.get("HTTPRoute", {}),
+            grpc_routes=tables.get("GRPCRoute", {}),
             tls_routes=tables.get("TLSRoute", {}),
             tcp_routes=tables.get("TCPRoute", {}),
             udp_routes=tables.get("UDPRoute", {}),
@@ -352,12 +391,15 @@ class WantedStatus(NamedTuple):
 
 
 class Backend(NamedTuple):
-    """Where a load balancer's servers come from: a Service port (by number) and the
-    protocol of its servers; :func:`update_endpoints` rebuilds it from that."""
+    """Where a load balancer's servers come from: a Service port (by number), the
+    protocol of its servers and the scheme edge speaks to them (an HTTP service's:
+    ``http``, or ``h2c`` for a GRPCRoute's); :func:`update_endpoints` rebuilds it from
+    that."""
 
     service: Key
     port: int
     protocol: str
+    scheme: str = "http"
 
 
 class Conversion(NamedTuple):
@@ -370,8 +412,11 @@ class Conversion(NamedTuple):
     backends: Mapping[tuple[str, str], Backend] = {}
 
 
-def _load_balancer(section: str, addresses: list[str]) -> Service | TCPService | UDPService:
-    """The load balancer of ``addresses`` (``host:port``) in ``section``."""
+def _load_balancer(
+    section: str, addresses: list[str], scheme: str = "http"
+) -> Service | TCPService | UDPService:
+    """The load balancer of ``addresses`` (``host:port``) in ``section``; an HTTP one's
+    servers are ``<scheme>://host:port``."""
     if section == "udp":
         return UDPService(
             load_balancer=UDPLoadBalancer(servers=[UDPServer(address=a) for a in addresses])
@@ -381,7 +426,7 @@ def _load_balancer(section: str, addresses: list[str]) -> Service | TCPService |
             load_balancer=TCPLoadBalancer(servers=[TCPServer(address=a) for a in addresses])
         )
     return Service(
-        load_balancer=LoadBalancer(servers=[Server(url=f"http://{a}") for a in addresses])
+        load_balancer=LoadBalancer(servers=[Server(url=f"{scheme}://{a}") for a in addresses])
     )
 
 
@@ -477,9 +522,56 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
     return (f"{host} && {rule}" if host else rule), priority
 
 
-def tie_order(routes: Mapping[Key, objects.HTTPRoute]) -> dict[Key, int]:
-    """Each HTTPRoute's place among routes whose matches are otherwise equal, as the
-    spec orders them: the oldest (``metadata.creationTimestamp``) first, then by
+def _grpc_method_rule(method: GRPCMethodMatch | None) -> str:
+    """The path rule of a gRPC method match: a call's path is ``/<service>/<method>``;
+    an omitted service or method matches any."""
+    if method is None or not (method.service or method.method):
+        return 'PathPrefix("/")'
+    service, name = method.service or "", method.method or ""
+    if method.type == "Exact":
+        if service and name:
+            return f"Path({_quote(f'/{service}/{name}')})"
+        service, name = re.escape(service), re.escape(name)
+    elif method.type == "RegularExpression":
+        service, name = (f"(?:{part})" if part else "" for part in (service, name))
+    else:
+        raise ValueError(f"method match type {method.type!r} is not supported")
+    any_part = "[^/]+"
+    return f"PathRegexp({_quote(f'^/{service or any_part}/{name or any_part}$')})"
+
+
+def grpc_match_rule(hostnames: list[str], match: GRPCRouteMatch) -> tuple[str, int]:
+    """The v3 rule of one GRPCRoute match on ``hostnames``, and its priority.
+
+    The priority orders matches as the spec's GRPCRoute precedence does, each
+    criterion above all those after it: the most characters of a non-wildcard
+    hostname, of any hostname, of the service, of the method, then the most header
+    matches (a header named twice counts once: only its first match is read, as the
+    spec says). ``ValueError`` for a match type edge does not know."""
+    method = match.method
+    parts = [_grpc_method_rule(method)]
+    seen: set[str] = set()
+    for header in match.headers:
+        if header.name.lower() in seen:
+            continue
+        seen.add(header.name.lower())
+        if header.type not in ("Exact", "RegularExpression"):
+            raise ValueError(f"header match type {header.type!r} is not supported")
+        fn = "HeaderRegexp" if header.type == "RegularExpression" else "Header"
+        parts.append(f"{fn}({_quote(header.name)},{_quote(header.value)})")
+    rule = " && ".join(parts)
+    host, host_rank = _host_rule(hostnames)
+    exact = max((len(h) for h in hostnames if not h.startswith("*.")), default=0)
+    service = len(method.service or "") if method is not None else 0
+    name = len(method.method or "") if method is not None else 0
+    # Hostnames are at most 253 characters, service and method 1024, headers 16.
+    priority = (((exact * 254 + host_rank) * 1025 + service) * 1025 + name) * 17 + len(seen)
+    return (f"{host} && {rule}" if host else rule), priority
+
+
+def tie_order(routes: Mapping[Key, Any]) -> dict[Key, int]:
+    """Each HTTPRoute's (or GRPCRoute's) place among routes whose matches are otherwise
+    equal, as the spec orders them: the oldest (``metadata.creationTimestamp``) first, then by
     namespace/name."""
     ranked = sorted(routes, key=lambda k: (routes[k].metadata.creation_timestamp, k))
     return {key: place for place, key in enumerate(ranked)}
@@ -579,6 +671,21 @@ class _Listener:
         self.conditions.append(Condition(kind, kind == "Conflicted", reason, message))
 
 
+_FAILED_SHARE = {HTTP_ROUTE: (500, "http"), GRPC_ROUTE: (503, "h2c")}
+"""Per route kind: the status the share of a backendRef that cannot be served gets,
+and the scheme edge speaks to its servers."""
+
+_GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"})
+"""The GRPCRoute filters edge implements (ExtensionRef is the only other kind)."""
+
+
+def _hostnames_meet(a: list[str], b: list[str]) -> bool:
+    """Two routes' hostnames on one listener (empty: any host) share a host."""
+    if not a or not b:
+        return True
+    return any(_intersect(x, y) is not None for x in a for y in b)
+
+
 class _Unsupported(Exception):
     """A field or filter edge does not implement: the route's Accepted is False."""
 
@@ -589,8 +696,11 @@ class _Converter:
         self.options = options
         self.namespaces = frozenset(options.namespaces)
         self.routers: dict[str, Router] = {}
-        # Per HTTP router: where its match stands among equals (route, rule, match).
-        self.ties: dict[str, tuple[Key, int, int]] = {}
+        # Per HTTP router: where its match stands among equals (kind, route, rule, match).
+        self.ties: dict[str, tuple[str, Key, int, int]] = {}
+        # HTTPRoutes and GRPCRoutes refused on a listener (gateway, listener name) for
+        # hostnames a route of the other kind holds there: -> that route.
+        self.claimed: dict[tuple[str, Key, Key, str], tuple[str, Key]] = {}
         self.services: dict[str, Service] = {}
         self.middlewares: dict[str, Middleware] = {}
         self.tcp_routers: dict[str, TCPRouter] = {}
@@ -845,8 +955,10 @@ class _Converter:
 
     def routes(self, gateways: dict[Key, list[_Listener]]) -> None:
         state = self.state
+        self.kind_conflicts(gateways)
         for kind, table in (
             (HTTP_ROUTE, state.http_routes),
+            (GRPC_ROUTE, state.grpc_routes),
             (TLS_ROUTE, state.tls_routes),
             (TCP_ROUTE, state.tcp_routes),
             (UDP_ROUTE, state.udp_routes),
@@ -856,15 +968,7 @@ class _Converter:
                 if not self.visible(key[0]):
                     continue
                 parents = []
-                for ref in route.spec.parent_refs:
-                    if (ref.group if ref.group is not None else GROUP) != GROUP:
-                        continue
-                    if (ref.kind or "Gateway") != "Gateway":
-                        continue
-                    gw_key = (ref.namespace or key[0], ref.name)
-                    listeners = gateways.get(gw_key)
-                    if listeners is None:
-                        continue  # not a Gateway of edge's: not edge's to report on
+                for ref, gw_key, listeners in self.parent_gateways(route, gateways):
                     parents.append(self.parent(kind, route, ref, gw_key, listeners))
                 if parents or self.reported(route):
                     # None left: edge's old entries go (a parentRef removed, a Gateway
@@ -872,6 +976,82 @@ class _Converter:
                     self.statuses.append(
                         WantedStatus(kind, key, route.metadata.generation, {"parents": parents})
                     )
+
+    def parent_gateways(
+        self, route: Any, gateways: dict[Key, list[_Listener]]
+    ) -> list[tuple[objects.ParentReference, Key, list[_Listener]]]:
+        """The parentRefs of ``route`` naming a Gateway of edge's, with its key and
+        listeners; the others are not edge's to report on."""
+        found = []
+        for ref in route.spec.parent_refs:
+            if (ref.group if ref.group is not None else GROUP) != GROUP:
+                continue
+            if (ref.kind or "Gateway") != "Gateway":
+                continue
+            gw_key = (ref.namespace or route.metadata.namespace, ref.name)
+            listeners = gateways.get(gw_key)
+            if listeners is not None:
+                found.append((ref, gw_key, listeners))
+        return found
+
+    def candidates(
+        self, kind: str, route: Any, ref: objects.ParentReference, listeners: list[_Listener]
+    ) -> tuple[list[_Listener], list[_Listener], list[tuple[_Listener, list[str]]]]:
+        """The listeners ``ref`` names (by sectionName and port), those of them that
+        allow ``route``, and those whose hostname it shares, with the hostnames it
+        serves there (:func:`intersect_hostnames`)."""
+        matched = [
+            li
+            for li in listeners
+            if (ref.section_name is None or li.spec.name == ref.section_name)
+            and (ref.port is None or li.spec.port == ref.port)
+        ]
+        allowed = [
+            li for li in matched if li.ok and self.allows(li, route.metadata.namespace, kind)
+        ]
+        hosted = []
+        for li in allowed:
+            hostnames: list[str] | None = []
+            if kind in (HTTP_ROUTE, GRPC_ROUTE, TLS_ROUTE):
+                hostnames = intersect_hostnames(li.spec.hostname, route.spec.hostnames)
+            if hostnames is not None:
+                hosted.append((li, hostnames))
+        return matched, allowed, hosted
+
+    def kind_conflicts(self, gateways: dict[Key, list[_Listener]]) -> None:
+        """The spec's rule for an HTTPRoute and a GRPCRoute on one listener whose
+        hostnames intersect: exactly one is accepted there, the oldest
+        (``creationTimestamp``), then the first by namespace/name. Routes are taken in
+        that order; one meeting a route of the other kind already taken on a listener
+        is refused on it (:attr:`claimed`)."""
+        if not self.state.grpc_routes:
+            return
+        entries = [
+            (route.metadata.creation_timestamp, key, kind, route)
+            for kind, table in (
+                (HTTP_ROUTE, self.state.http_routes),
+                (GRPC_ROUTE, self.state.grpc_routes),
+            )
+            for key, route in table.items()
+            if self.visible(key[0])
+        ]
+        taken: dict[tuple[Key, str], list[tuple[str, Key, list[str]]]] = {}
+        for _, key, kind, route in sorted(entries, key=lambda e: (e[0], e[1], e[2])):
+            for ref, gw_key, listeners in self.parent_gateways(route, gateways):
+                for li, hostnames in self.candidates(kind, route, ref, listeners)[2]:
+                    held = taken.setdefault((gw_key, li.spec.name), [])
+                    other = next(
+                        (
+                            (k, rkey)
+                            for k, rkey, hosts in held
+                            if k != kind and _hostnames_meet(hosts, hostnames)
+                        ),
+                        None,
+                    )
+                    if other is None:
+                        held.append((kind, key, hostnames))
+                    else:
+                        self.claimed[(kind, key, gw_key, li.spec.name)] = other
 
     def reported(self, route: Any) -> bool:
         """The route's status holds an entry of edge's."""
@@ -891,30 +1071,17 @@ class _Converter:
     ) -> dict[str, Any]:
         key = route.metadata.key
         gen = route.metadata.generation
-        matched = [
-            li
-            for li in listeners
-            if (ref.section_name is None or li.spec.name == ref.section_name)
-            and (ref.port is None or li.spec.port == ref.port)
-        ]
+        matched, allowed, hosted = self.candidates(kind, route, ref, listeners)
         accepted = Condition(
             "Accepted", False, "NoMatchingParent", f"no listener of {gw_key[0]}/{gw_key[1]} matches"
         )
         resolved = Condition("ResolvedRefs", True, "ResolvedRefs", "")
         if matched and not any(li.ok for li in matched):
             accepted = accepted._replace(message="no listener it names is valid")
-        allowed = [li for li in matched if li.ok and self.allows(li, key[0], kind)]
         if matched and any(li.ok for li in matched) and not allowed:
             accepted = Condition(
                 "Accepted", False, "NotAllowedByListeners", "the listeners do not allow it"
             )
-        hosted = []
-        for li in allowed:
-            hostnames: list[str] | None = []
-            if kind in (HTTP_ROUTE, TLS_ROUTE):
-                hostnames = intersect_hostnames(li.spec.hostname, route.spec.hostnames)
-            if hostnames is not None:
-                hosted.append((li, hostnames))
         if allowed and not hosted:
             accepted = Condition(
                 "Accepted",
@@ -922,6 +1089,17 @@ class _Converter:
                 "NoMatchingListenerHostname",
                 "no hostname of it matches a listener's",
             )
+        conflicts = [self.claimed.get((kind, key, gw_key, li.spec.name)) for li, _ in hosted]
+        if hosted and all(conflicts):
+            other_kind, other = conflicts[0]  # type: ignore[misc]
+            accepted = Condition(
+                "Accepted",
+                False,
+                "NotAllowedByListeners",
+                f"{other_kind} {other[0]}/{other[1]}, older, holds the same hostnames on the "
+                "listener: an HTTPRoute and a GRPCRoute cannot share a hostname there",
+            )
+        hosted = [h for h, c in zip(hosted, conflicts, strict=True) if c is None]
         if hosted:
             accepted = Condition("Accepted", True, "Accepted", "")
             unsupported: list[str] = []
@@ -934,6 +1112,8 @@ class _Converter:
                     continue
                 if kind == HTTP_ROUTE:
                     found, unsup = self.http_rules(route, gw_key, li, hostnames)
+                elif kind == GRPC_ROUTE:
+                    found, unsup = self.grpc_rules(route, gw_key, li, hostnames)
                 else:
                     found, unsup = self.l4_rules(kind, route, gw_key, li, hostnames), []
                 if found is not None and resolved.status:
@@ -979,7 +1159,7 @@ class _Converter:
             for mi, match in enumerate(rule.matches or [objects.HTTPRouteMatch()]):
                 text, priority = match_rule(hostnames, match)
                 name = router_name(text, rkey)
-                self.ties[name] = (key, ri, mi)
+                self.ties[name] = (HTTP_ROUTE, key, ri, mi)
                 try:
                     timeouts = _timeouts(rule.timeouts, f"rules[{ri}].timeouts")
                     mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]] = []
@@ -991,7 +1171,7 @@ class _Converter:
                     timeouts = None
                     service = self.unavailable(f"{name}-wrr")
                 else:
-                    service, cond = self.backends(route, name, rule, ri)
+                    service, cond = self.backends(route, name, rule)
                     if cond is not None and failed is None:
                         failed = cond
                     if mirrors:
@@ -1007,6 +1187,67 @@ class _Converter:
                     middlewares=mws,
                     tls=RouterTLS() if li.spec.protocol == "HTTPS" else None,
                     timeouts=timeouts,
+                )
+        return failed, unsupported
+
+    def grpc_rules(
+        self, route: GRPCRoute, gw_key: Key, li: _Listener, hostnames: list[str]
+    ) -> tuple[Condition | None, list[str]]:
+        """Routers and services of every rule of a GRPCRoute on listener ``li``, as
+        :meth:`http_rules` makes an HTTPRoute's: one router per match
+        (:func:`grpc_match_rule`), its filters as an HTTPRoute's, its backends spoken
+        to as h2c; what edge cannot do answers 503 (UNAVAILABLE)."""
+        key = route.metadata.key
+        failed: Condition | None = None
+        unsupported: list[str] = []
+        for ri, rule in enumerate(route.spec.rules):
+            rkey = _normalize(
+                f"grpcroute-{key[0]}-{key[1]}-gw-{gw_key[0]}-{gw_key[1]}-ep-{li.entry_point}-{ri}"
+            )
+            where = f"rules[{ri}]"
+            for mi, match in enumerate(rule.matches or [GRPCRouteMatch()]):
+                try:
+                    text, priority = grpc_match_rule(hostnames, match)
+                except ValueError as exc:
+                    text, priority = grpc_match_rule(hostnames, GRPCRouteMatch())
+                    problem: str | None = f"{where}.matches[{mi}]: {exc}"
+                else:
+                    problem = None
+                name = router_name(text, rkey)
+                mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]] = []
+                try:
+                    if problem is not None:
+                        raise _Unsupported(problem)
+                    for fi, f in enumerate(rule.filters):
+                        if f.type not in _GRPC_FILTERS:
+                            raise _Unsupported(
+                                f"{where}.filters[{fi}]: filter {f.type} is not supported"
+                            )
+                    mws = self.filters(name, rule.filters, objects.HTTPRouteMatch(), where, mirrors)
+                except _Unsupported as exc:
+                    if str(exc) not in unsupported:
+                        unsupported.append(str(exc))
+                    if problem is not None:
+                        continue  # its match cannot be told: it would catch others' calls
+                    mws = []
+                    service = self.unavailable(f"{name}-wrr")
+                else:
+                    service, cond = self.backends(route, name, rule, GRPC_ROUTE)
+                    if cond is not None and failed is None:
+                        failed = cond
+                    if mirrors:
+                        service, cond = self.mirroring(route, name, service, mirrors, GRPC_ROUTE)
+                        if cond is not None and failed is None:
+                            failed = cond
+                self.ties[name] = (GRPC_ROUTE, key, ri, mi)
+                self.routers[name] = Router(
+                    rule=text,
+                    service=service,
+                    entry_points=[li.entry_point],
+                    priority=priority,
+                    rule_syntax="v3",
+                    middlewares=mws,
+                    tls=RouterTLS() if li.spec.protocol == "HTTPS" else None,
                 )
         return failed, unsupported
 
@@ -1049,43 +1290,57 @@ class _Converter:
         return addresses, None
 
     def backends(
-        self, route: objects.HTTPRoute, router: str, rule: objects.HTTPRouteRule, ri: int
+        self, route: Any, router: str, rule: Any, kind: str = HTTP_ROUTE
     ) -> tuple[str, Condition | None]:
+        """The weighted service of a rule of an HTTPRoute or GRPCRoute (``kind``): a
+        GRPCRoute's servers are spoken to as h2c, and the share of a backendRef that
+        cannot be served gets 503 (which a gRPC client reads as UNAVAILABLE, the code
+        the spec asks for) where an HTTPRoute's gets 500."""
         ns = route.metadata.namespace
         failed: Condition | None = None
         children: list[WRRService] = []
+        refused, scheme = _FAILED_SHARE[kind]
         for bi, ref in enumerate(rule.backend_refs):
             child = f"{router}-svc-{ref.namespace or ns}-{ref.name}-{bi}"
             weight = max(ref.weight, 0)
-            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
+            addresses, cond = self.resolve(kind, ns, ref, "TCP")
             if addresses is None:
                 failed = failed or cond
-                children.append(WRRService(name=child, weight=weight, status=500))
+                children.append(WRRService(name=child, weight=weight, status=refused))
                 continue
-            self.services[child] = self.balance("http", child, ref.namespace or ns, ref, addresses)
+            target = ref.namespace or ns
+            self.services[child] = self.balance("http", child, target, ref, addresses, scheme)
             children.append(WRRService(name=child, weight=weight))
         if not rule.backend_refs:
-            children.append(WRRService(name=f"{router}-none", status=500))
+            children.append(WRRService(name=f"{router}-none", status=refused))
         name = f"{router}-wrr"
         self.services[name] = Service(weighted=Weighted(services=children))
         return name, failed
 
     def balance(
-        self, section: str, name: str, namespace: str, ref: Any, addresses: list[str] | None
+        self,
+        section: str,
+        name: str,
+        namespace: str,
+        ref: Any,
+        addresses: list[str] | None,
+        scheme: str = "http",
     ) -> Any:
         """The load balancer ``name`` over ``addresses`` (none when None: the Service
         could not be resolved), remembered for :func:`update_endpoints` otherwise."""
         if addresses is not None:
             protocol = "UDP" if section == "udp" else "TCP"
-            self.origins[(section, name)] = Backend((namespace, ref.name), ref.port, protocol)
-        return _load_balancer(section, addresses or [])
+            origin = Backend((namespace, ref.name), ref.port, protocol, scheme)
+            self.origins[(section, name)] = origin
+        return _load_balancer(section, addresses or [], scheme)
 
     def mirroring(
         self,
-        route: objects.HTTPRoute,
+        route: Any,
         router: str,
         service: str,
         mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]],
+        kind: str = HTTP_ROUTE,
     ) -> tuple[str, Condition | None]:
         """``service`` wrapped in a mirroring service sending each mirror its share of
         the requests (``percent``, or ``fraction`` rounded to a whole percent); a mirror
@@ -1096,11 +1351,14 @@ class _Converter:
         for name, mirror in mirrors:
             ref = mirror.backend_ref
             assert ref is not None  # refused in filters()
-            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
+            addresses, cond = self.resolve(kind, ns, ref, "TCP")
             if addresses is None:
                 failed = failed or cond
                 continue
-            self.services[name] = self.balance("http", name, ref.namespace or ns, ref, addresses)
+            scheme = _FAILED_SHARE[kind][1]
+            self.services[name] = self.balance(
+                "http", name, ref.namespace or ns, ref, addresses, scheme
+            )
             percent = 100
             if mirror.percent is not None:
                 percent = mirror.percent
@@ -1253,9 +1511,16 @@ class _Converter:
         (:func:`tie_order`), then the first rule, then the first match of it. Each
         HTTP router's priority becomes its precedence times the number of routers plus
         its place in that order from the last, so equals never fall to the router name
-        (where rule 10 would sort before rule 2)."""
-        order = tie_order(self.state.http_routes)
-        ranked = sorted(self.ties, key=lambda n: (order[self.ties[n][0]], *self.ties[n][1:]))
+        (where rule 10 would sort before rule 2). GRPCRoutes' matches rank alike, by their
+        own precedence (:func:`grpc_match_rule`)."""
+        orders = {
+            HTTP_ROUTE: tie_order(self.state.http_routes),
+            GRPC_ROUTE: tie_order(self.state.grpc_routes),
+        }
+        ranked = sorted(
+            self.ties,
+            key=lambda n: (orders[self.ties[n][0]][self.ties[n][1]], *self.ties[n]),
+        )
         scale = len(ranked)
         for place, name in enumerate(ranked):
             router = self.routers[name]
@@ -1462,7 +1727,9 @@ def update_endpoints(
         found, _ = ready_addresses(
             grouped.get(backend.service, ()), port.name, protocol=backend.protocol
         )
-        rebuilt.setdefault(section, {})[name] = _load_balancer(section, sorted(found))
+        rebuilt.setdefault(section, {})[name] = _load_balancer(
+            section, sorted(found), backend.scheme
+        )
     configuration = previous.configuration
     for section, changed in rebuilt.items():
         part = getattr(configuration, section)

@@ -68,6 +68,7 @@ from edge.providers.kubernetes.gateway import (
     EntryPointPort,
     GatewayOptions,
     GatewayState,
+    GRPCRoute,
     WantedStatus,
     convert,
     update_endpoints,
@@ -95,12 +96,16 @@ GATEWAY_RESOURCES: Mapping[str, Resource] = {
     "GatewayClass": Resource("GatewayClass", GROUP, "v1", "gatewayclasses", False),
     "Gateway": Resource("Gateway", GROUP, "v1", "gateways"),
     "HTTPRoute": Resource("HTTPRoute", GROUP, "v1", "httproutes"),
+    "GRPCRoute": Resource("GRPCRoute", GROUP, "v1", "grpcroutes"),
     "ReferenceGrant": Resource("ReferenceGrant", GROUP, "v1beta1", "referencegrants"),
     "TLSRoute": Resource("TLSRoute", GROUP, "v1", "tlsroutes"),
     "TCPRoute": Resource("TCPRoute", GROUP, "v1", "tcproutes"),
     "UDPRoute": Resource("UDPRoute", GROUP, "v1", "udproutes"),
 }
-"""The Gateway API kinds read, at the versions of the standard channel of v1.6."""
+"""The Gateway API kinds read, at the versions of the standard channel of v1.6
+(GRPCRoute is read always, as Traefik reads it: its ``v1`` came with v1.1)."""
+
+_MODELS: Mapping[str, Any] = {**objects.GATEWAY_KINDS, "GRPCRoute": GRPCRoute}
 
 L4_KINDS = frozenset({"TLSRoute", "TCPRoute", "UDPRoute"})
 """Read only with ``experimentalChannel`` (as Traefik reads TCPRoute and TLSRoute):
@@ -113,7 +118,7 @@ CRDS = Resource(
 )
 """Read for the GatewayClass's SupportedVersion (their ``bundle-version``); only the
 name, annotations and group of each are kept (the decoder skips the schemas)."""
-_STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", *L4_KINDS})
+_STATUS_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", *L4_KINDS})
 
 
 def _without_status(obj: Any) -> Any:
@@ -130,7 +135,7 @@ def gateway_watches(config: KubernetesGatewayConfig) -> list[WatchSpec]:
     selector = config.label_selector
     return [
         *(
-            WatchSpec(r, objects.GATEWAY_KINDS[kind], label_selector=selector)
+            WatchSpec(r, _MODELS[kind], label_selector=selector)
             for kind, r in GATEWAY_RESOURCES.items()
             if kind not in L4_KINDS or config.experimental_channel
         ),
@@ -275,6 +280,7 @@ class KubernetesGatewayProvider(KubernetesProvider):
         return (
             f"{len(snapshot.get('Gateway', {}))} Gateways, "
             f"{len(snapshot.get('HTTPRoute', {}))} HTTPRoutes, "
+            f"{len(snapshot.get('GRPCRoute', {}))} GRPCRoutes, "
             + super().describe(conversion, snapshot)
         )
 

@@ -38,6 +38,7 @@ from tests.integration.kubernetes.test_gateway_provider import (
 emu, start_edge, api = TG.emu, TG.start_edge, TG.api
 
 HTTP_ROUTE = [{"group": GROUP, "kind": "HTTPRoute"}]
+HTTP_KINDS = [*HTTP_ROUTE, {"group": GROUP, "kind": "GRPCRoute"}]  # an HTTP(S) listener's
 
 
 def gateway(name: str, listeners: list[dict]) -> dict:
@@ -129,7 +130,7 @@ def test_listeners_say_what_their_route_kinds_and_certificates_resolve_to(
         }  # fmt: skip
 
     def refused(reason: str) -> tuple:
-        return (HTTP_ROUTE, 0, {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", reason),
+        return (HTTP_KINDS, 0, {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", reason),
                                 "Conflicted": ("False", "NoConflicts"), "Programmed": ("False", "Invalid")})  # fmt: skip
 
     served = {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs"),
@@ -140,8 +141,8 @@ def test_listeners_say_what_their_route_kinds_and_certificates_resolve_to(
         "some-invalid": (HTTP_ROUTE, 0, invalid_kinds),
         "certs-none": refused("RefNotPermitted"),
         "certs-wrong": refused("RefNotPermitted"),
-        "certs-all": (HTTP_ROUTE, 0, served),
-        "certs-one": (HTTP_ROUTE, 0, served),
+        "certs-all": (HTTP_KINDS, 0, served),
+        "certs-one": (HTTP_KINDS, 0, served),
         **{f"tls-{n}": refused("InvalidCertificateRef") for n in bad_refs},
     }
     assert KP.until(lambda: listeners() == expected, 15.0), listeners()

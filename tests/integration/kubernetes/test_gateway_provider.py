@@ -319,7 +319,8 @@ def test_http_routes_route_by_the_specs_matches_and_report_status(
     }
     http = listener(st, "http")
     assert http["attachedRoutes"] == 8 and http["supportedKinds"] == [
-        {"group": GROUP, "kind": "HTTPRoute"}
+        {"group": GROUP, "kind": "HTTPRoute"},
+        {"group": GROUP, "kind": "GRPCRoute"},
     ]
     assert conds(http["conditions"])["Programmed"] == ("True", "Programmed")
     assert conds(listener(st, "nowhere")["conditions"])["Accepted"] == ("False", "PortUnavailable")
@@ -578,12 +579,15 @@ def test_rbac_grants_what_the_gateway_provider_uses_and_nothing_more(emu, whoami
         emu.create(l4_route(kind, "r", section, [{"name": "v1", "port": 80}]))
     backends(emu, v1=whoami)
     emu.create(http_route("r", [{"backendRefs": [to("v1")]}], ["rbac.test"]))
+    emu.create(
+        {**http_route("g", [{"backendRefs": [to("v1")]}], ["grpc.test"]), "kind": "GRPCRoute"}
+    )
     edge = KP.InProcessEdge(static_config(emu, ports), tweak=_fast).start()
     try:
         assert KP.until(lambda: edge.ready() == 200, 10.0), refused
         assert KP.until(lambda: who(ports.web, "/", "rbac.test") == "w1")
         provider = next(p for p in edge.app.providers if isinstance(p, KubernetesGatewayProvider))
-        assert KP.until(lambda: provider.status_writes == 6), refused  # class, gateway, 4 routes
+        assert KP.until(lambda: provider.status_writes == 7), refused  # class, gateway, 5 routes
     finally:
         KP.stop_all([edge])
     assert refused == []

@@ -23,11 +23,16 @@ from edge.providers.kubernetes.gateway import (
     EntryPointPort,
     GatewayOptions,
     GatewayState,
+    GRPCRoute,
+    GRPCRouteMatch,
     convert,
+    grpc_match_rule,
     intersect_hostnames,
     match_rule,
     update_endpoints,
 )
+from edge.rules.request import RequestView
+from edge.rules.rule import compile_rule
 from tests.fixtures.tls.pki import PKI
 
 GW = f"{GROUP}/v1"
@@ -43,6 +48,7 @@ MODELS = {
     "EndpointSlice": objects.EndpointSlice,
     "Secret": objects.Secret,
     "CustomResourceDefinition": CustomResourceDefinition,
+    "GRPCRoute": GRPCRoute,
 }
 
 
@@ -206,7 +212,8 @@ def test_listeners_bind_to_entry_points_by_port_and_one_without_is_port_unavaila
         "Programmed": ("True", "Programmed"), "Conflicted": ("False", "NoConflicts"),
     }  # fmt: skip
     assert ok["attachedRoutes"] == 1 and ok["supportedKinds"] == [
-        {"group": GROUP, "kind": "HTTPRoute"}
+        {"group": GROUP, "kind": "HTTPRoute"},
+        {"group": GROUP, "kind": "GRPCRoute"},
     ]
     bad = listener_status(c, "other")
     assert conditions(bad["conditions"])["Accepted"] == ("False", "PortUnavailable")
@@ -1058,3 +1065,285 @@ def test_open_listeners_name_the_entry_point_opened_for_their_port() -> None:
         "PortUnavailable",
     )
     assert [r.entry_points for r in closed.configuration.http.routers.values()] == [["web"]]
+
+
+# --- GRPCRoute ---------------------------------------------------------------------------------
+
+SVC = "pkg.Echo"
+
+
+def grpc_route(rules: list[dict], name: str = "r", namespace: str = "default", **spec: Any) -> dict:
+    doc = route(rules, name, namespace, **spec)
+    return {**doc, "kind": "GRPCRoute"}
+
+
+def gm(service: str | None = None, method: str | None = None, kind: str = "Exact", **more: Any):
+    found = {"type": kind, "service": service, "method": method}
+    return msgspec.convert({"method": found, **more}, GRPCRouteMatch)
+
+
+def calls(rule: str, *paths: str, **headers: str) -> list[bool]:
+    compiled = compile_rule(rule)
+    fields = [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    return [compiled.match(RequestView(host="a.test", path=p, headers=fields)) for p in paths]
+
+
+@pytest.mark.parametrize(
+    ("match", "rule", "served", "refused"),
+    [
+        (gm(SVC, "Echo"), 'Path("/pkg.Echo/Echo")', ["/pkg.Echo/Echo"], ["/pkg.Echo/EchoTwo", "/pkgxEcho/Echo"]),
+        (gm(SVC), 'PathRegexp("^/pkg\\\\.Echo/[^/]+$")', ["/pkg.Echo/Echo", "/pkg.Echo/X"], ["/pkgxEcho/Echo", "/pkg.Echo2/Echo", "/x/pkg.Echo/Echo"]),
+        (gm(method="Echo"), 'PathRegexp("^/[^/]+/Echo$")', ["/a.B/Echo", "/pkg.Echo/Echo"], ["/a.B/EchoTwo", "/a/b/Echo"]),
+        (gm("pkg\\.E.*", "Echo(Two)?", "RegularExpression"), 'PathRegexp("^/(?:pkg\\\\.E.*)/(?:Echo(Two)?)$")', ["/pkg.Echo/Echo", "/pkg.Ex/EchoTwo"], ["/pkg.Echo/EchoThree", "/other.Echo/Echo"]),
+        (GRPCRouteMatch(), 'PathPrefix("/")', ["/pkg.Echo/Echo", "/"], []),
+        (gm(None, None), 'PathPrefix("/")', ["/a/b"], []),
+    ],
+)  # fmt: skip
+def test_grpc_method_matches_in_edges_rule_language(
+    match: GRPCRouteMatch, rule: str, served: list[str], refused: list[str]
+) -> None:
+    """A call's path is /<service>/<method>; an omitted service or method matches any;
+    Exact is literal, RegularExpression must match the whole part."""
+    text, _ = grpc_match_rule([], match)
+    assert text == rule
+    assert calls(text, *served) == [True] * len(served)
+    assert calls(text, *refused) == [False] * len(refused)
+
+
+def test_grpc_header_matches_and_a_header_named_twice_counts_once() -> None:
+    match = gm(SVC, "Echo", headers=[
+        {"name": "version", "value": "two"}, {"name": "Version", "value": "one"},
+        {"name": "color", "value": "^(red|blue)$", "type": "RegularExpression"}])  # fmt: skip
+    text, priority = grpc_match_rule(["a.test"], match)
+    assert text == (
+        'Host("a.test") && Path("/pkg.Echo/Echo") && Header("version","two")'
+        ' && HeaderRegexp("color","^(red|blue)$")'
+    )
+    assert calls(text, "/pkg.Echo/Echo", version="two", color="blue") == [True]
+    assert calls(text, "/pkg.Echo/Echo", version="one", color="blue") == [False]
+    assert calls(text, "/pkg.Echo/Echo", version="two", color="green") == [False]
+    one = grpc_match_rule(["a.test"], gm(SVC, "Echo", headers=[{"name": "v", "value": "1"}] * 2))
+    assert priority - one[1] == 1  # two distinct names against one
+
+
+@pytest.mark.parametrize(
+    "match",
+    [gm(SVC, "Echo", "Prefix"), gm(SVC, headers=[{"name": "h", "value": "v", "type": "Glob"}])],
+)
+def test_grpc_match_types_edge_does_not_know_raise(match: GRPCRouteMatch) -> None:
+    with pytest.raises(ValueError, match="is not supported"):
+        grpc_match_rule([], match)
+
+
+def test_grpc_precedence_follows_the_spec() -> None:
+    """Each criterion outranks all those after it: characters of a non-wildcard
+    hostname, of any hostname, of the service, of the method, then header matches."""
+    h = [{"name": f"h{i}", "value": "v"} for i in range(16)]
+    order = [
+        (["long.a.test"], GRPCRouteMatch()),
+        (["a.test", "*.longer.a.test"], GRPCRouteMatch()),
+        (["a.test", "*.long.a.test"], gm("x", headers=h)),
+        (["a.test"], gm("pkg.Echo2", headers=h)),
+        (["a.test"], gm("pkg.Echo", "E", headers=h)),
+        (["a.test"], gm("pkg.Echo", headers=h)),
+        (["a.test"], gm("pkg.Echo", headers=h[:1])),
+        (["a.test"], gm("pkg.Echo")),
+        (["a.test"], gm(method="EchoTwo")),
+        (["a.test"], gm(method="Echo")),
+        (["a.test"], GRPCRouteMatch(headers=gm(headers=h[:1]).headers)),
+        (["a.test"], GRPCRouteMatch()),
+        (["*.long.a.test"], gm("s" * 1024, "m" * 1024, headers=h)),  # longer, but a wildcard
+        ([], gm("s" * 1024, "m" * 1024, headers=h)),
+    ]
+    priorities = [grpc_match_rule(hosts, match)[1] for hosts, match in order]
+    assert priorities == sorted(priorities, reverse=True)
+    assert len(set(priorities)) == len(priorities)
+
+
+def test_a_grpc_route_becomes_routers_on_http_listeners_with_h2c_servers() -> None:
+    c = run(
+        gateway_class(),
+        gateway([listener(), https(secret_ref())]),
+        secret(),
+        service(),
+        service("two"),
+        grpc_route(
+            [
+                {"matches": [{"method": {"service": SVC, "method": "Echo"}}],
+                 "backendRefs": [backend(weight=7), backend("two", weight=3)]},
+                {"backendRefs": [backend("two")]},
+            ],
+            hostnames=["grpc.test"],
+        ),
+    )  # fmt: skip
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    for name in ("http", "https"):
+        found = listener_status(c, name)
+        assert found["attachedRoutes"] == 1
+        assert {"group": GROUP, "kind": "GRPCRoute"} in found["supportedKinds"]
+    routers = c.configuration.http.routers
+    assert sorted((r.rule, r.entry_points[0], r.tls is not None) for r in routers.values()) == [
+        ('Host("grpc.test") && Path("/pkg.Echo/Echo")', "web", False),
+        ('Host("grpc.test") && Path("/pkg.Echo/Echo")', "websecure", True),
+        ('Host("grpc.test") && PathPrefix("/")', "web", False),
+        ('Host("grpc.test") && PathPrefix("/")', "websecure", True),
+    ]
+    assert all(n.startswith("grpcroute-default-r-gw-default-gw-ep-") for n in routers)
+    exact = max(routers.values(), key=lambda r: r.priority)
+    assert "Path(" in exact.rule
+    wrr = _services(c)[exact.service].weighted
+    assert [(s.name.rsplit("-svc-", 1)[1], s.weight) for s in wrr.services] == [
+        ("default-web-0", 7), ("default-two-1", 3)]  # fmt: skip
+    lb = _services(c)[wrr.services[0].name].load_balancer
+    assert [s.url for s in lb.servers] == ["h2c://10.0.0.1:8080"]
+
+
+def secret_ref() -> dict:
+    return {"name": "cert"}
+
+
+def test_grpc_backends_that_cannot_be_served_get_503_for_their_share() -> None:
+    """503 is what a gRPC client reads as UNAVAILABLE, the code the spec asks for."""
+    c = run(*BASE, service(namespace="apps"), grpc_route([
+        {"backendRefs": [backend(), backend("gone"), backend(namespace="apps")]},
+        {"matches": [{"method": {"service": "none"}}]}]))  # fmt: skip
+    assert parent(c) == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("False", "BackendNotFound"),
+    }
+    statuses = sorted(
+        (s.name.rsplit("-svc-", 1)[-1] if "-svc-" in s.name else "none", s.status)
+        for svc in _services(c).values()
+        if svc.weighted is not None
+        for s in svc.weighted.services
+    )
+    assert statuses == [
+        ("apps-web-2", 503), ("default-gone-1", 503), ("default-web-0", None), ("none", 503)]  # fmt: skip
+
+
+def test_a_reference_grant_from_grpc_routes_allows_a_cross_namespace_backend() -> None:
+    def grant(kind: str) -> dict:
+        return {"kind": "ReferenceGrant", "metadata": {"name": "g", "namespace": "apps"},
+                "spec": {"from": [{"group": GROUP, "kind": kind, "namespace": "default"}],
+                         "to": [{"group": "", "kind": "Service"}]}}  # fmt: skip
+
+    docs = (
+        *BASE,
+        service(namespace="apps"),
+        grpc_route([{"backendRefs": [backend(namespace="apps")]}]),
+    )
+    assert parent(run(*docs, grant("HTTPRoute")))["ResolvedRefs"] == ("False", "RefNotPermitted")
+    assert parent(run(*docs, grant("GRPCRoute")))["ResolvedRefs"] == ("True", "ResolvedRefs")
+
+
+def test_grpc_filters_become_middlewares_and_others_are_unsupported() -> None:
+    mods = {"set": [{"name": "X-Set", "value": "s"}], "add": [{"name": "X-Add", "value": "a"}],
+            "remove": ["X-Remove"]}  # fmt: skip
+    c = run(*BASE, grpc_route([{"filters": [
+        {"type": "RequestHeaderModifier", "requestHeaderModifier": mods},
+        {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{"name": "X-R", "value": "r"}]}},
+    ], "backendRefs": [backend()]}]))  # fmt: skip
+    assert parent(c)["Accepted"] == ("True", "Accepted")
+    request, response = _middlewares(c).values()
+    assert request.headers.custom_request_headers == {"X-Set": "s", "X-Remove": ""}
+    assert request.headers.append_request_headers == {"X-Add": "a"}
+    assert response.headers.custom_response_headers == {"X-R": "r"}
+
+    c = run(*BASE, grpc_route([{"filters": [{"type": "ExtensionRef", "extensionRef": {
+        "group": "x", "kind": "Y", "name": "z"}}], "backendRefs": [backend()]}]))  # fmt: skip
+    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
+    (router,) = c.configuration.http.routers.values()
+    assert _services(c)[router.service].load_balancer.servers == []  # 503: UNAVAILABLE
+
+
+def test_a_grpc_request_mirror_copies_to_an_h2c_backend() -> None:
+    c = run(*BASE, service("copy"), grpc_route([{"filters": [
+        {"type": "RequestMirror", "requestMirror": {"backendRef": backend("copy"), "percent": 25}}],
+        "backendRefs": [backend()]}]))  # fmt: skip
+    (router,) = c.configuration.http.routers.values()
+    mirroring = _services(c)[router.service].mirroring
+    assert [m.percent for m in mirroring.mirrors] == [25]
+    lb = _services(c)[mirroring.mirrors[0].name].load_balancer
+    assert [s.url for s in lb.servers] == ["h2c://10.0.0.1:8080"]
+
+
+def test_a_grpc_match_of_an_unknown_type_is_unsupported_and_makes_no_router() -> None:
+    c = run(*BASE, grpc_route([{"matches": [{"method": {"type": "Prefix", "service": "a"}},
+                                            {"method": {"service": "b"}}], "backendRefs": [backend()]}]))  # fmt: skip
+    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
+    (router,) = c.configuration.http.routers.values()
+    assert "/b/" in router.rule
+
+
+def _created(doc: dict, at: str) -> dict:
+    return {**doc, "metadata": {**doc["metadata"], "creationTimestamp": at}}
+
+
+@pytest.mark.parametrize(
+    ("http_at", "grpc_at", "winner"),
+    [
+        ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", "HTTPRoute"),
+        ("2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z", "GRPCRoute"),
+        ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "GRPCRoute"),  # default/a before default/b
+    ],
+)
+def test_an_http_and_a_grpc_route_sharing_a_hostname_on_a_listener_accept_one(
+    http_at: str, grpc_at: str, winner: str
+) -> None:
+    """The older is accepted, then the first by namespace/name; the other is refused
+    there with Accepted False. Routes of one kind, or with disjoint hostnames, share."""
+    web = [{"backendRefs": [backend()]}]
+    c = run(
+        *BASE,
+        _created(route(web, "b", hostnames=["*.a.test"]), http_at),
+        _created(grpc_route(web, "a", hostnames=["x.a.test"]), grpc_at),
+        _created(grpc_route(web, "c", hostnames=["other.test"]), grpc_at),
+        _created(route(web, "d", hostnames=["x.a.test"]), http_at),
+    )
+    loser, kept = ("a", "b") if winner == "HTTPRoute" else ("b", "a")
+    assert parent(c, ("default", kept))["Accepted"] == ("True", "Accepted")
+    (lost,) = [s for s in c.statuses if s.key == ("default", loser)]
+    refused = conditions(lost.status["parents"][0]["conditions"])["Accepted"]
+    assert refused == ("False", "NotAllowedByListeners")
+    assert parent(c, ("default", "c"))["Accepted"] == ("True", "Accepted")
+    d = parent(c, ("default", "d"))["Accepted"]
+    assert d == (
+        ("False", "NotAllowedByListeners") if winner == "GRPCRoute" else ("True", "Accepted")
+    )
+    attached = 2 + (winner == "HTTPRoute")
+    assert listener_status(c, "http")["attachedRoutes"] == attached
+    # A route refused on the listener makes no router there.
+    assert len(c.configuration.http.routers) == attached
+
+
+def test_allowed_kinds_grpc_route_only_refuses_http_routes() -> None:
+    kinds = {"kinds": [{"kind": "GRPCRoute"}]}
+    c = run(
+        gateway_class(),
+        gateway([listener(allowedRoutes=kinds)]),
+        service(),
+        route([{"backendRefs": [backend()]}], "h"),
+        grpc_route([{"backendRefs": [backend()]}], "g"),
+    )
+    assert listener_status(c, "http")["supportedKinds"] == [{"group": GROUP, "kind": "GRPCRoute"}]
+    assert parent(c, ("default", "h"))["Accepted"] == ("False", "NotAllowedByListeners")
+    assert parent(c, ("default", "g"))["Accepted"] == ("True", "Accepted")
+
+
+def test_update_endpoints_keeps_grpc_servers_h2c() -> None:
+    base = [*BASE[:2], grpc_route([{"backendRefs": [backend()]}])]
+    old_docs = service()
+    new_docs = [json_copy(d) for d in old_docs]
+    new_docs[1]["endpoints"] = [{"addresses": ["10.0.0.9"]}]
+    old, new = state(*base, old_docs), state(*base, new_docs)
+    patched = update_endpoints(
+        convert(old, OPTIONS), old.endpoint_slices, new.endpoint_slices, new.services
+    )
+    assert patched == convert(new, OPTIONS)
+    urls = [
+        s.url
+        for svc in _services(patched).values()
+        if svc.load_balancer
+        for s in svc.load_balancer.servers
+    ]
+    assert urls == ["h2c://10.0.0.9:8080"]
