@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 EDGE = Path(__file__).resolve().parents[2] / "edge"
 
 # Lowest first; a module belongs to the first layer with a prefix of its name.
@@ -52,11 +54,16 @@ def _name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
+_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _imports(tree: ast.Module, modules: set[str]) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _STATEMENTS):
+                continue  # an import is a statement: expressions hold none
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 continue
             if isinstance(child, ast.Import):
@@ -70,14 +77,16 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                 )
             visit(child)
 
-    visit(ast.parse(path.read_text()))
+    visit(tree)
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    paths = {_name(p): p for p in EDGE.rglob("*.py")}
-    modules = set(paths)
-    return {name: _imports(path, modules) - {name} for name, path in paths.items()}
+@pytest.fixture(scope="module")
+def graph(edge_trees: dict[Path, ast.Module]) -> dict[str, set[str]]:
+    """Every module's imports of other edge modules, found once for the three tests."""
+    trees = {_name(path): tree for path, tree in edge_trees.items()}
+    modules = set(trees)
+    return {name: _imports(tree, modules) - {name} for name, tree in trees.items()}
 
 
 def _layer(module: str) -> int:
@@ -91,10 +100,10 @@ def _under(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def test_every_import_goes_down_the_layers():
+def test_every_import_goes_down_the_layers(graph):
     wrong = [
         f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
-        for m, deps in _graph().items()
+        for m, deps in graph.items()
         if m != "edge"  # the package itself: only a version string
         for d in deps
         if d != "edge" and not _under(m, (d,)) and _layer(d) > _layer(m)
@@ -102,10 +111,10 @@ def test_every_import_goes_down_the_layers():
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_data_plane_never_imports_the_control_plane():
+def test_the_data_plane_never_imports_the_control_plane(graph):
     wrong = [
         f"{m} imports {d}"
-        for m, deps in _graph().items()
+        for m, deps in graph.items()
         if _under(m, DATA_PLANE)
         for d in deps
         if _under(d, CONTROL_PLANE)
@@ -113,8 +122,7 @@ def test_the_data_plane_never_imports_the_control_plane():
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_import_cycles():
-    graph = _graph()
+def test_no_import_cycles(graph):
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
     def walk(module: str, path: list[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,21 +63,30 @@ def test_no_deadline_is_false_and_the_module_names_are_the_members():
         assert getattr(deadlines, name) is DeadlineKind[name]
 
 
-def test_deadline_kinds_are_defined_in_one_module():
+def _statements(body: list[ast.AST]) -> Iterator[ast.AST]:
+    """Every statement in ``body`` and the blocks nested in it (an assignment is one;
+    expressions, the bulk of a tree, hold none, so they are not walked)."""
+    for node in body:
+        yield node
+        for block in ("body", "orelse", "finalbody", "handlers", "cases"):
+            yield from _statements(getattr(node, block, []))
+
+
+def test_deadline_kinds_are_defined_in_one_module(edge_trees: dict[Path, ast.Module]):
     """Each connection module once had its own integers (http's HEAD was 2, and so
     was TLS's HANDSHAKING); a kind is now imported from edge.deadlines."""
     names = set(deadlines.__all__)
     wrong = []
-    for path in EDGE.rglob("*.py"):
+    assert EDGE / "deadlines.py" in edge_trees
+    for path, tree in edge_trees.items():
         if path == EDGE / "deadlines.py":
             continue
         where = path.relative_to(EDGE.parent)
-        tree = ast.parse(path.read_text())
         for node in tree.body:  # module level: no name of a kind assigned
             if isinstance(node, ast.Assign):
                 found = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
                 wrong += [f"{where}:{node.lineno} defines {name}" for name in found & names]
-        for node in ast.walk(tree):  # no kind set as a bare number
+        for node in _statements(tree.body):  # no kind set as a bare number
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
                 targets = {getattr(t, "attr", getattr(t, "id", "")) for t in node.targets}
                 if "deadline_kind" in targets:
