@@ -349,12 +349,14 @@ class GatewayState(msgspec.Struct, frozen=True):
 
 class Problem(msgspec.Struct, frozen=True):
     """What edge could not serve: the object (kind, ``namespace/name``), where in it,
-    and why."""
+    and why; ``code``: the reason of the condition that says it (``BackendNotFound``,
+    ``PortUnavailable``...), the reason of its Event."""
 
     kind: str
     object: str
     where: str
     reason: str
+    code: str = ""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.object}: {self.where}: {self.reason}"
@@ -716,9 +718,9 @@ class _Converter:
     def visible(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces
 
-    def problem(self, kind: str, key: Key, where: str, reason: str) -> None:
+    def problem(self, kind: str, key: Key, where: str, reason: str, code: str) -> None:
         self.problems.append(
-            Problem(kind, f"{key[0]}/{key[1]}" if key[0] else key[1], where, reason)
+            Problem(kind, f"{key[0]}/{key[1]}" if key[0] else key[1], where, reason, code)
         )
 
     # --- classes and gateways -------------------------------------------------------------
@@ -806,7 +808,7 @@ class _Converter:
             if spec.protocol in _ROUTE_KINDS:
                 reason += " without experimentalChannel (TLSRoute, TCPRoute, UDPRoute)"
             listener.fail("Accepted", "UnsupportedProtocol", reason)
-            self.problem("Gateway", gw.metadata.key, where, reason)
+            self.problem("Gateway", gw.metadata.key, where, reason, "UnsupportedProtocol")
             return
         udp = spec.protocol == "UDP"
         eps = [e for e in self.options.entry_points if e.port == spec.port and e.udp == udp]
@@ -817,7 +819,7 @@ class _Converter:
         if not listener.entry_point:
             reason = f"no {'UDP' if udp else 'TCP'} entry point of edge listens on port {spec.port}"
             listener.fail("Accepted", "PortUnavailable", reason)
-            self.problem("Gateway", gw.metadata.key, where, reason)
+            self.problem("Gateway", gw.metadata.key, where, reason, "PortUnavailable")
             return
         why = self.state.unopened.get(listener.entry_point)
         if why is not None:
@@ -826,7 +828,7 @@ class _Converter:
             reason = f"port {spec.port} ({'UDP' if udp else 'TCP'}) cannot be opened: {why}"
             listener.fail("Accepted", "PortUnavailable", reason)
             listener.unopened = True
-            self.problem("Gateway", gw.metadata.key, where, reason)
+            self.problem("Gateway", gw.metadata.key, where, reason, "PortUnavailable")
         supported = _ROUTE_KINDS[spec.protocol]
         if spec.protocol == "TLS" and spec.tls is not None and spec.tls.mode == "Passthrough":
             supported = (TLS_ROUTE,)
@@ -909,7 +911,7 @@ class _Converter:
                 )
             except SecretError as exc:
                 listener.fail("ResolvedRefs", "InvalidCertificateRef", f"{what}: {exc.reason}")
-                self.problem("Gateway", gw.metadata.key, where, exc.reason)
+                self.problem("Gateway", gw.metadata.key, where, exc.reason, "InvalidCertificateRef")
                 return False
         for key, cert in loaded:
             self.certificates.setdefault(key, cert)
@@ -1129,6 +1131,7 @@ class _Converter:
                         key,
                         f"parentRef {gw_key[0]}/{gw_key[1]}",
                         f"{c.reason}: {c.message}",
+                        c.reason,
                     )
         parent_ref: dict[str, Any] = {
             "group": GROUP,

@@ -276,6 +276,16 @@ class KubernetesGatewayProvider(KubernetesProvider):
             self._wanted = list(conversion.statuses)
         self._wake_status()
 
+    def subject(self, problem: Any) -> tuple[str, Key, str, str] | None:
+        """As every source's, with the reason of the condition that says the problem
+        (``BackendNotFound``, ``NotAllowedByListeners``, ``PortUnavailable``...) as the
+        Event's reason."""
+        found = super().subject(problem)
+        code = getattr(problem, "code", "")
+        if found is None or not code:
+            return found
+        return found[0], found[1], code, found[3]
+
     def describe(self, conversion: Any, snapshot: Mapping[str, Any]) -> str:
         return (
             f"{len(snapshot.get('Gateway', {}))} Gateways, "
