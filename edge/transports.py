@@ -13,6 +13,12 @@ new configuration: a transport whose configuration did not change is kept as
 is, with its pools, so a reload costs no reconnection; a changed or removed one
 has its idle connections closed.
 
+HTTP/2 servers (``h2c://``, and ``https://`` ones whose ALPN chose ``h2``) are
+spoken to over :class:`Multiplexed` connections, kept per server in ``shared``
+lists apart from the HTTP/1.1 pools: :meth:`Transport.take_stream` opens a
+stream on the first that has room (the server's SETTINGS_MAX_CONCURRENT_STREAMS),
+and a connection is closed once it stayed without a stream for idleConnTimeout.
+
 Pooled connections are asyncio protocols that offer ``is_reusable()``,
 ``close()`` and an ``idle_deadline`` the pool sets, which a connection zeroes
 itself when it can no longer serve (closed by either side): taking one from the
@@ -56,10 +62,39 @@ class Pooled(Protocol):
     def close(self) -> None: ...
 
 
-class ServerURL:
-    """A server of a load balancer, parsed once per configuration."""
+class Multiplexed(Protocol):
+    """A connection that carries many requests at once (HTTP/2), shared by exchanges."""
 
-    __slots__ = ("authority", "host", "idle", "key", "pooler", "port", "tls", "url")
+    # When it stayed without a stream for idleConnTimeout (0: it has streams, or is gone).
+    idle_deadline: float
+
+    def open_stream(self) -> Pooled | None:
+        """A new stream, or None: no room for one, or the connection cannot serve."""
+
+    def usable(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class ServerURL:
+    """A server of a load balancer, parsed once per configuration.
+
+    ``h2``: the server may speak HTTP/2: always for ``h2c://`` (``h2c`` is True), by
+    ALPN for ``https://`` (until a handshake said ``http/1.1``: ``h2`` is then False)."""
+
+    __slots__ = (
+        "authority",
+        "h2",
+        "h2c",
+        "host",
+        "idle",
+        "key",
+        "pooler",
+        "port",
+        "shared",
+        "tls",
+        "url",
+    )
 
     def __init__(self, url: str) -> None:
         plain = _PLAIN_URL.fullmatch(url)
@@ -70,23 +105,27 @@ class ServerURL:
             scheme, host, port = _split(url)
         self.url = url
         self.tls = scheme == "https"
+        self.h2c = scheme == "h2c"
+        self.h2 = self.tls or self.h2c
         self.host = host
         self.port = port or (443 if self.tls else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.tls else 80
         # The Host header to send when passHostHeader is false.
         self.authority = (host if self.port == default else f"{host}:{self.port}").encode()
-        self.key = (self.tls, self.host, self.port)
+        self.key = (scheme, self.host, self.port)
         # The pool of idle connections to this server in ``pooler``, the transport
         # that used it last (Transport.idle_of): the same list as in its pools.
         self.idle: list[Pooled] = []
         self.pooler: Transport | None = None
+        # Its HTTP/2 connections in ``pooler`` (Transport.shared_of).
+        self.shared: list[Multiplexed] = []
 
     def __repr__(self) -> str:
         return f"ServerURL({self.url!r})"
 
 
-_PLAIN_URL = re.compile(r"(https?)://([A-Za-z0-9.-]+):([0-9]{1,5})")
+_PLAIN_URL = re.compile(r"(https?|h2c)://([A-Za-z0-9.-]+):([0-9]{1,5})")
 """``scheme://name-or-IPv4:port`` and nothing else: what :func:`_split` makes of it is plain
 to see (a bracketed IPv6 address goes through urlsplit, which checks it)."""
 
@@ -94,8 +133,8 @@ to see (a bracketed IPv6 address goes through urlsplit, which checks it)."""
 def _split(url: str) -> tuple[str, str, int | None]:
     """(scheme, host, port or None) of any server URL; ConfigError when it has none."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"server url {url!r}: expected http://host[:port] or https://host[:port]")
+    if parts.scheme not in ("http", "https", "h2c") or not parts.hostname:
+        raise ConfigError(f"server url {url!r}: expected http://, https:// or h2c://host[:port]")
     try:
         return parts.scheme, parts.hostname, parts.port
     except ValueError as exc:
@@ -129,7 +168,11 @@ class Transport:
         # pools none, or once it is closed (what its requests in flight give back then is closed).
         self.keep = self.max_idle if self.pools else 0
         self._pools: dict[tuple, list[Pooled]] = {}
+        self._shared: dict[tuple, list[Multiplexed]] = {}
+        # HTTP/2 dials in flight per server, which requests needing a stream meanwhile share.
+        self.dialing: dict[tuple, asyncio.Future] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._ssl_h2: ssl.SSLContext | None = None  # the same, offering h2 first by ALPN
         self._system_context = system_context
         self.tls_error: str | None = None  # why this transport's TLS context cannot be built
         if config.root_cas or config.certificates or config.insecure_skip_verify:
@@ -156,9 +199,44 @@ class Transport:
         server.pooler = self
         return idle
 
+    def shared_of(self, server: ServerURL) -> list[Multiplexed]:
+        """``server``'s HTTP/2 connections in this transport, bound to ``server``."""
+        if server.pooler is not self:
+            self.idle_of(server)
+        shared = self._shared.get(server.key)
+        if shared is None:
+            shared = self._shared[server.key] = []
+        server.shared = shared
+        return shared
+
+    def take_stream(self, server: ServerURL) -> Pooled | None:
+        """A new stream on one of ``server``'s HTTP/2 connections with room for one."""
+        shared = server.shared if server.pooler is self else self.shared_of(server)
+        for conn in shared:
+            stream = conn.open_stream()
+            if stream is not None:
+                return stream
+        return None
+
+    def add_shared(self, server: ServerURL, conn: Multiplexed) -> None:
+        """A new HTTP/2 connection to ``server``: its streams are for every request."""
+        shared = server.shared if server.pooler is self else self.shared_of(server)
+        if self.keep or not shared:
+            shared.append(conn)
+        # Else this transport is closed: the connection serves its first stream, then
+        # closes (it closes once without a stream, as not pooled: see upstream_h2).
+
+    def drop_shared(self, server: ServerURL, conn: Multiplexed) -> None:
+        shared = self._shared.get(server.key)
+        if shared is not None and conn in shared:
+            shared.remove(conn)
+
     def take_idle(self, server: ServerURL) -> Pooled | None:
         """The most recently used idle connection to ``server`` that is still usable
-        (one that closed while pooled zeroed its ``idle_deadline``)."""
+        (one that closed while pooled zeroed its ``idle_deadline``); for an ``h2c://``
+        server, a stream on one of its connections."""
+        if server.h2c:
+            return self.take_stream(server)
         idle = server.idle if server.pooler is self else self.idle_of(server)
         if idle:
             now = self.loop.time()
@@ -188,6 +266,13 @@ class Transport:
                 else:
                     conn.close()
             pool[:] = keep
+        for shared in self._shared.values():
+            if shared:
+                # An HTTP/2 connection without a stream since its idle_deadline, or gone.
+                gone = [c for c in shared if not c.usable() or 0 < c.idle_deadline <= now]
+                for conn in gone:
+                    shared.remove(conn)
+                    conn.close()
 
     def close(self) -> None:
         self.keep = 0
@@ -196,11 +281,21 @@ class Transport:
                 conn.close()
             pool.clear()  # the lists its servers hold
         self._pools.clear()
+        for shared in self._shared.values():
+            for mux in shared:
+                mux.close()  # once its streams in flight ended (upstream_h2)
+            shared.clear()
+        self._shared.clear()
 
     # -- dialing -----------------------------------------------------------------
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """The context for ``https://`` servers; UpstreamConnectError when it cannot be built."""
+    def ssl_context(self, h2: bool = False) -> ssl.SSLContext:
+        """The context for ``https://`` servers (``h2``: the one offering ``h2`` then
+        ``http/1.1`` by ALPN); UpstreamConnectError when it cannot be built."""
+        if h2:
+            if self._ssl_h2 is None:
+                self._ssl_h2 = self._h2_context()
+            return self._ssl_h2
         if self._ssl is None:
             if self.tls_error is not None:
                 raise UpstreamConnectError(f"serversTransport {self.name}: {self.tls_error}")
@@ -209,14 +304,29 @@ class Transport:
             )
         return self._ssl
 
+    def _h2_context(self) -> ssl.SSLContext:
+        config = self.config
+        if self.tls_error is not None:
+            raise UpstreamConnectError(f"serversTransport {self.name}: {self.tls_error}")
+        if config.root_cas or config.certificates or config.insecure_skip_verify:
+            ctx = client_tls_context(
+                insecure_skip_verify=config.insecure_skip_verify,
+                root_cas=config.root_cas,
+                certificates=config.certificates,
+            )
+        else:
+            ctx = client_tls_context()  # the system's CAs, once per transport that needs h2
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        return ctx
+
     async def dial(
-        self, server: ServerURL, factory: Callable[[], asyncio.Protocol]
+        self, server: ServerURL, factory: Callable[[], asyncio.Protocol], h2: bool = False
     ) -> asyncio.Protocol:
-        """A new connection to ``server``; raises UpstreamConnectError (UpstreamDialTimeout, 504,
-        when dialTimeout passed)."""
+        """A new connection to ``server`` (``h2``: offering ``h2`` by ALPN to an ``https://``
+        one); raises UpstreamConnectError (UpstreamDialTimeout, 504, when dialTimeout passed)."""
         kwargs = {}
         if server.tls:
-            kwargs["ssl"] = self.ssl_context()
+            kwargs["ssl"] = self.ssl_context(h2)
             # serverName: the name sent (SNI) and verified; else the URL's host
             # (an IP is sent no SNI and checked against the certificate's IP SANs).
             kwargs["server_hostname"] = self.config.server_name or server.host

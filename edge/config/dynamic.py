@@ -247,8 +247,8 @@ class Server(Base):
             port = parts.port
         except ValueError as exc:
             raise ValueError(f"invalid server url {self.url!r}: {exc}") from None
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"invalid server url {self.url!r}: scheme must be http or https")
+        if parts.scheme not in ("http", "https", "h2c"):
+            raise ValueError(f"invalid server url {self.url!r}: scheme must be http, https or h2c")
         if not parts.hostname:
             raise ValueError(f"invalid server url {self.url!r}: no host")
         if port == 0:

@@ -26,7 +26,8 @@ def general(url: str) -> tuple[bool, str, int, bytes]:
 
 
 def held(server: ServerURL) -> tuple[bool, str, int, bytes]:
-    assert server.key == (server.tls, server.host, server.port)
+    scheme = "https" if server.tls else "h2c" if server.h2c else "http"
+    assert server.key == (scheme, server.host, server.port)
     return server.tls, server.host, server.port, server.authority
 
 
@@ -39,6 +40,7 @@ def held(server: ServerURL) -> tuple[bool, str, int, bytes]:
         "http://whoami:080",
         "https://a.b.c:65535",
         "http://host.:81",
+        "h2c://10.0.0.1:50051",
     ],
 )
 def test_plain_urls_read_as_urlsplit_reads_them(url: str) -> None:

@@ -47,7 +47,9 @@ from edge.http.middlewares.buffering import MAX_TRIES
 from edge.http.middlewares.headers import vary_origin
 from edge.http.middlewares.nginx_errors import Page
 from edge.http.middlewares.retry import replayable
+from edge.http.server import upstream_h2
 from edge.http.server.upstream import UpstreamConnection
+from edge.http.server.upstream_h2 import wants_h2
 from edge.rules import RequestView
 
 if TYPE_CHECKING:
@@ -886,7 +888,11 @@ class Exchange:
         if self.started:  # the access log's OriginDuration runs from here (General.origin)
             self.x.origin = time.perf_counter()
         backend = self.backend
-        conn = backend.transport.take_idle(backend.server)
+        server = backend.server
+        if server.tls and server.h2 and wants_h2(server, self.head):  # (h2c: take_idle's)
+            conn = backend.transport.take_stream(server)
+        else:
+            conn = backend.transport.take_idle(server)
         if conn is not None:
             conn.reused = True
             self._attach(conn)
@@ -895,9 +901,17 @@ class Exchange:
 
     async def _dial(self) -> None:
         backend = self.backend
-        parser = self.conn.ctx.response_parser
+        ctx = self.conn.ctx
+        parser = ctx.response_parser
         try:
-            conn = await backend.transport.dial(backend.server, lambda: UpstreamConnection(parser))
+            if backend.server.h2 and wants_h2(backend.server, self.head):
+                conn = await upstream_h2.connect(
+                    backend.transport, backend.server, ctx.request_parser, parser
+                )
+            else:
+                conn = await backend.transport.dial(
+                    backend.server, lambda: UpstreamConnection(parser)
+                )
         except UpstreamConnectError as exc:
             self.dial_task = None
             if self.conn.ex is self:
