@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from edge import __version__, whoami
+from edge import __version__, build, whoami
 from edge.errors import ConfigError
 
 log = logging.getLogger("edge")
@@ -103,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     notices: list = []
     static = load_static(args.config, notices)
     setup_logging(static.log)
+    log.info("edge %s, %s", __version__, build.describe())
     if not _report_static(notices):
         return 1
     for warning in _static_warnings(static):
@@ -364,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge", description="A Kubernetes edge router and ingress controller."
     )
-    parser.add_argument("--version", action="version", version=f"edge {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"edge {__version__} ({build.describe()})"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,whoami,demo}")
 
     run = sub.add_parser("run", help="serve with a static configuration")

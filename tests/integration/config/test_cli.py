@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from edge import __version__
+from edge import __version__, build
 
 
 def edge(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -18,7 +18,8 @@ def edge(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def test_version():
     out = edge("--version")
-    assert out.returncode == 0 and out.stdout.strip() == f"edge {__version__}"
+    # and which build runs: pure Python, or which hot-path modules are compiled
+    assert out.returncode == 0 and out.stdout.strip() == f"edge {__version__} ({build.describe()})"
 
 
 def write(tmp_path, static: dict, dynamic: dict | str) -> str:

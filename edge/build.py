@@ -1,0 +1,41 @@
+"""Which build of edge runs: pure Python, or its per-request modules compiled by mypyc.
+
+:data:`COMPILED` is the one list of the modules the compiled build turns into C
+extensions (``setup.py`` reads it from this file when ``EDGE_COMPILE=1`` asks for that
+build; ``scripts/build-compiled`` makes it). The pure build is the same source with no
+extension, and runs everywhere python3 does. :func:`describe` says which build this
+interpreter loads, for ``edge --version`` and the startup log line; it looks modules up
+without importing them, so it costs a few ``stat`` calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib.machinery import EXTENSION_SUFFIXES
+from typing import Final
+
+# The modules a request or datagram runs through, in dependency order.
+COMPILED: Final[tuple[str, ...]] = (
+    "edge.rules.table",
+    "edge.balancer",
+)
+
+
+def extensions() -> list[str]:
+    """The modules of :data:`COMPILED` that an import here loads as C extensions."""
+    found = []
+    for name in COMPILED:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is not None and origin.endswith(tuple(EXTENSION_SUFFIXES)):
+            found.append(name)
+    return found
+
+
+def describe() -> str:
+    """``pure Python``, or ``compiled (mypyc): <n> modules`` and which ones."""
+    found = extensions()
+    if not found:
+        return "pure Python"
+    which = "all" if len(found) == len(COMPILED) else f"{len(found)} of {len(COMPILED)}"
+    return f"compiled (mypyc), {which} hot-path modules: {', '.join(found)}"
