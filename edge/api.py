@@ -32,6 +32,11 @@ An entry point is its configuration as written plus its timeouts as they are in 
 defaults included (``transport.respondingTimeouts``, ``transport.lifeCycle``,
 ``udp.timeout``; a zero is left out, as Traefik's ``omitempty`` leaves it), durations in
 edge's text (``"1m"`` for 60 s; Go reads it, as it reads Traefik's ``"60000000000ns"``).
+The entry points opened at run time (``runtimeEntryPoints``: one per port the routers
+name as ``":<port>"``, the Gateway provider's ``openListeners``) are listed with the
+static ones, adding edge's own ``runtime``: ``origin`` (what opened it: the routers
+naming it, by provider), ``routers``, and ``state``: ``open``, or ``failed`` with the
+``error`` binding its port gave (this process's: a worker answers for its own).
 An element is its configuration as written (camelCase, defaults left out), plus
 ``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
 ``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
@@ -64,6 +69,7 @@ from edge.config.static import API_SERVICE, EntryPoint, StaticConfig
 
 if TYPE_CHECKING:
     from edge.entrypoints.metrics import Samples
+    from edge.entrypoints.opened import OpenedEntryPoints
 
 __all__ = ["API", "APIAnswer"]
 
@@ -292,16 +298,19 @@ class API:
         *,
         down: Callable[[str], Collection[str]] | None = None,
         samples: Callable[[], Samples | None] | None = None,
+        opened: Callable[[], OpenedEntryPoints | None] | None = None,
     ) -> None:
         """``down(service)``: the URLs of an HTTP service's servers out of the rotation
         (the data plane's health checks), shown ``DOWN`` in ``serverStatus``;
         ``samples()``: what ``/metrics`` shows now, None without metrics
-        (``/api/requests``)."""
+        (``/api/requests``); ``opened()``: the entry points opened at run time, None
+        without ``runtimeEntryPoints``."""
         self.static = static
         self.runtime = runtime
         self.version = version
         self.down = down
         self.samples = samples
+        self.opened = opened
         self.started = datetime.datetime.now(datetime.UTC).isoformat()
         api = static.api
         self.base = api.base_path.rstrip("/").encode() if api is not None else b""
@@ -358,22 +367,60 @@ class API:
         return _message(404, "page not found")
 
     def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
+        opened = self._opened()
+        configs = {**self.static.entry_points, **{n: c for n, (c, _) in opened.items()}}
+
         def rep(ep_name: str) -> dict[str, Any]:
-            config = self.static.entry_points[ep_name]
+            config = configs[ep_name]
             out = msgspec.to_builtins(config, enc_hook=enc_hook)
             out = out if isinstance(out, dict) else {}
             out["transport"] = {**out.get("transport", {}), **_timeouts(config)}
             out["udp"] = {**out.get("udp", {}), "timeout": str(config.udp.timeout)}
+            if ep_name in opened:
+                out["runtime"] = opened[ep_name][1]
             return {**out, "name": ep_name}
 
         if name:
             wanted = unquote(name[0].decode("latin-1"))
-            if wanted not in self.static.entry_points:
+            if wanted not in configs:
                 return _message(404, f"entry point not found: {wanted}")
             return _answer(200, rep(wanted))
-        reps = sorted((rep(n) for n in self.static.entry_points), key=lambda r: r["name"])
+        reps = sorted((rep(n) for n in configs), key=lambda r: r["name"])
         start, end, following = _page(query, len(reps))
         return _answer(200, reps[start:end], b"X-Next-Page: %d\r\n" % following)
+
+    def _opened(self) -> dict[str, tuple[EntryPoint, dict[str, Any]]]:
+        """The entry points opened at run time for the routers of the runtime served
+        now: each one's configuration (its address; edge's defaults) and ``runtime``."""
+        opened = self.opened() if self.opened is not None else None
+        runtime = self.runtime()
+        if opened is None or runtime is None:
+            return {}
+        naming: dict[str, list[str]] = {}
+        for table in (runtime.http_routers, runtime.tcp_routers, runtime.udp_routers):
+            for router, info in table.items():
+                for ep in info.config.entry_points or ():
+                    if ep not in self.static.entry_points:
+                        naming.setdefault(ep, []).append(router)
+        found: dict[str, tuple[EntryPoint, dict[str, Any]]] = {}
+        for ep, routers in naming.items():
+            address = opened.address(ep)
+            if address is None:
+                continue
+            providers = sorted({r.rpartition("@")[2] for r in routers if "@" in r})
+            origin = f"opened at run time for {len(routers)} router(s)"
+            if providers:
+                origin += f" of {', '.join(providers)}"
+            error = opened.errors.get(ep)
+            extra: dict[str, Any] = {
+                "origin": origin,
+                "routers": sorted(routers),
+                "state": "failed" if error is not None else "open",
+            }
+            if error is not None:
+                extra["error"] = error
+            found[ep] = (EntryPoint(address=address), extra)
+        return found
 
     def _rawdata(self, runtime: RuntimeConfig) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -232,6 +232,7 @@ class Dataplane:
                 __version__,
                 down=self.health.status,
                 samples=self._samples,
+                opened=lambda: self.opened,
             )
             if api is not None
             else None

@@ -4,12 +4,16 @@ A Gateway listener whose port no static entry point has gets an entry point open
 it while edge runs (HTTP and UDP here, on ports chosen free beforehand), served and
 ``Programmed``; removed from the Gateway, its port closes. A port another socket holds
 cannot be opened: the listener says ``PortUnavailable`` naming the error, and once the
-port is free a round edge runs again (after 1 s, doubling) opens it. Real emulator, real backends, real clients;
-every wait is bounded.
+port is free a round edge runs again (after 1 s, doubling) opens it. The API's
+``/api/entrypoints`` lists the opened entry points with the static ones, saying what
+opened them and whether their port could be bound. Real emulator, real backends, real
+clients; every wait is bounded.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 from typing import Any
 
@@ -49,6 +53,7 @@ def start_open(emu):
         static = static_config(emu, ports)
         static["providers"]["kubernetesGateway"]["openListeners"] = True
         static["runtimeEntryPoints"] = {"host": "127.0.0.1"}
+        static["api"] = {"insecure": True}  # on the traefik entry point
         e = KP.InProcessEdge(static, tweak=TG._fast)
         e.start()
         started.append(e)
@@ -57,6 +62,18 @@ def start_open(emu):
 
     yield start
     KP.stop_all(started)
+
+
+def entry_points(edge: KP.InProcessEdge) -> dict[str, dict]:
+    """``/api/entrypoints``, by name, read from the API on the traefik entry point."""
+    conn = http.client.HTTPConnection("127.0.0.1", edge.port("traefik"), timeout=5)
+    try:
+        conn.request("GET", "/api/entrypoints")
+        resp = conn.getresponse()
+        assert resp.status == 200
+        return {ep["name"]: ep for ep in json.loads(resp.read())}
+    finally:
+        conn.close()
 
 
 def said(api, name: str) -> dict[str, tuple[str, str]]:
@@ -108,6 +125,16 @@ def test_listeners_on_ports_edge_lacks_are_opened_then_closed(
     assert said(api, "opened")["Accepted"] == ("True", "Accepted")
     assert said(api, "dns")["Programmed"] == ("True", "Programmed")
     assert {":" + str(extra), f":{extra_udp}/udp"} <= set(edge.app.entrypoints.all)
+    listed = entry_points(edge)
+    assert {"web", "traefik", f":{extra}", f":{extra_udp}/udp"} <= set(listed)
+    opened = listed[f":{extra}"]
+    assert opened["address"] == f"127.0.0.1:{extra}"
+    assert opened["runtime"]["state"] == "open" and "error" not in opened["runtime"]
+    assert opened["runtime"]["origin"].endswith("of kubernetesgateway"), opened
+    (router,) = opened["runtime"]["routers"]
+    assert router.startswith("httproute-default-web-gw-default-gw-ep-")
+    assert listed[f":{extra_udp}/udp"]["runtime"]["routers"][0].startswith("udproute-")
+    assert "runtime" not in listed["web"]
 
     gw = emu.get("Gateway", "default", "gw")
     gw["spec"]["listeners"] = [listeners[0]]
@@ -115,6 +142,7 @@ def test_listeners_on_ports_edge_lacks_are_opened_then_closed(
     assert KP.until(lambda: refused(extra), 15.0)
     assert KP.until(lambda: f":{extra}" not in edge.app.entrypoints.all, 15.0)
     assert who(ports.web, "/", "web.test") == "w1"
+    assert KP.until(lambda: f":{extra}" not in entry_points(edge))
 
 
 def test_a_port_held_elsewhere_is_port_unavailable_until_it_is_free(
@@ -128,7 +156,7 @@ def test_a_port_held_elsewhere_is_port_unavailable_until_it_is_free(
     backends(emu, v1=whoami)
     emu.create(http_route("web", [{"backendRefs": [to("v1")]}], ["web.test"]))
     try:
-        start_open(ports)
+        edge = start_open(ports)
 
         def accepted() -> tuple[str, str]:
             return said(api, "held").get("Accepted", ("", ""))
@@ -138,6 +166,8 @@ def test_a_port_held_elsewhere_is_port_unavailable_until_it_is_free(
         message = next(c["message"] for c in found if c["type"] == "Accepted")
         assert f"port {held}" in message and "in use" in message, message
         assert said(api, "held")["Programmed"] == ("False", "Invalid")
+        shown = entry_points(edge)[f":{held}"]["runtime"]
+        assert shown["state"] == "failed" and "in use" in shown["error"], shown
     finally:
         holder.close()
     # A round edge runs again after a while tries the port again: it is edge's now.
