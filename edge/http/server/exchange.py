@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
 from edge.http.codec import RequestHead, ResponseHead, forward
 from edge.http.codec.forward import HeaderEdits
+from edge.http.codec.grpc import DEADLINE_EXCEEDED, timeout_of, trailers_only
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Reply, Tee
 from edge.http.middlewares.buffering import MAX_TRIES
 from edge.http.middlewares.headers import vary_origin
@@ -539,6 +540,10 @@ class Exchange:
             return
         if route.deadline or route.try_timeout:
             self._arm_timeouts(route)
+        if head.version == b"2.0":  # gRPC's clients speak HTTP/2 only
+            timeout = timeout_of(head.headers)
+            if timeout is not None:
+                self._arm_grpc_deadline(route, timeout)
         self.backend = backend
         edits = pipeline.request_edits
         target = None
@@ -725,6 +730,34 @@ class Exchange:
         if route.try_timeout:
             self.ends.append(self._cancel_try)
             self._arm_try(route)
+
+    def _arm_grpc_deadline(self, route: Route, timeout: float) -> None:
+        """A gRPC request's ``grpc-timeout`` bounds its exchange (codec.grpc)."""
+        if self.ends is None:
+            self.ends = []
+        timer = self.conn.loop.call_later(timeout, self._grpc_deadline_passed, route, timeout)
+        self.ends.append(timer.cancel)
+
+    def _grpc_deadline_passed(self, route: Route, timeout: float) -> None:
+        """grpc-timeout passed: the upstream request is cancelled and the client answered
+        DEADLINE_EXCEEDED, trailers-only; a response begun is cut (its client's own
+        deadline, the same, tells it why)."""
+        if self.conn.ex is not self or self.resp_done:
+            return
+        log.info("router %s: grpc-timeout %gs passed: cancelled", route.name, timeout)
+        self.abandon()
+        if self.resp_started:
+            self.conn.abort()
+            return
+        self.keep_alive = False  # the request's rest is not wanted
+        answer = trailers_only(DEADLINE_EXCEEDED, "deadline exceeded (edge)")
+        self.resp_out = answer
+        self.status = 200
+        self.resp_started = self.resp_done = True
+        self.conn.send(answer)
+        if self.ends is not None:
+            self.run_ends()
+        self.conn.exchange_done(self)
 
     def _deadline_passed(self, route: Route) -> None:
         if self.conn.ex is not self or self.resp_done:
