@@ -8,8 +8,10 @@ entry points by port. The backends run the examples' own command lines: ``edge
 whoami`` for whoami-web and whoami-api, and crd/echo.yaml's arguments (with its
 Secret's certificate) for the echo. Real clients check each route: ``http.client``
 (HTTP), ``curl`` (HTTPS, verified against the example's certificate), ``openssl
-s_client`` (passthrough: the echo's own certificate; terminated: the Gateway's) and a
-UDP socket; the statuses edge writes back are read with the ``kubernetes`` client.
+s_client`` (passthrough: the echo's own certificate; terminated: the Gateway's), a
+UDP socket, and a grpcio client for the GRPCRoute, whose Service ("yours", the
+example says) is made here: a grpcio server behind an h2c port; the statuses edge
+writes back are read with the ``kubernetes`` client.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import pytest
 import yaml
 
 from tests.harness import Proc, Whoami, need
+from tests.integration.http.grpcpeers import Echo
 from tests.integration.kubernetes import test_gateway_provider as TG
 from tests.integration.kubernetes import test_provider as KP
+from tests.integration.kubernetes.test_grpcroute import call
 from tests.integration.peers import fingerprint_of, s_client_until
 from tests.kube.emulator import Emulator
 
@@ -165,7 +169,16 @@ def test_the_gateway_example_serves_http_https_passthrough_tcp_and_udp(
     docs = gateway_documents()
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["GatewayClass", "Secret", "Gateway", "HTTPRoute", "TLSRoute", "TCPRoute", "UDPRoute"]
+        [
+            "GatewayClass",
+            "Secret",
+            "Gateway",
+            "HTTPRoute",
+            "GRPCRoute",
+            "TLSRoute",
+            "TCPRoute",
+            "UDPRoute",
+        ]
     )
     ports = TG.Ports()
     (gateway,) = [d for d in docs if d["kind"] == "Gateway"]
@@ -181,6 +194,7 @@ def test_the_gateway_example_serves_http_https_passthrough_tcp_and_udp(
     for doc in [*documents("namespace.yaml"), *services.values(), echo_secret, *docs]:
         emu.create(doc)
     web, api_backend = Whoami("web"), Whoami("api")
+    grpc_echo = Echo()
     try:
         emu.create(endpoint_slice(services["whoami-web"], {"http": web.port}))
         emu.create(endpoint_slice(services["whoami-api"], {"http": api_backend.port}))
@@ -215,6 +229,21 @@ def test_the_gateway_example_serves_http_https_passthrough_tcp_and_udp(
         # UDPRoute on udp (:8053).
         assert KP.until(lambda: udp_echo(ports.dns) == b"ping")
 
+        # GRPCRoute on web (:80): UNAVAILABLE until its Service exists, then served (h2c).
+        grpc_host = "grpc.gateway.example.test"
+        echoes = {"grpc-echo": grpc_echo}
+        assert call(ports.web, echoes, authority=grpc_host) == "UNAVAILABLE:503"
+        grpc_service = {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "grpc-echo", "namespace": NAMESPACE},
+            "spec": {"ports": [{"name": "grpc", "port": 8080, "targetPort": "grpc",
+                                "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"}]},
+        }  # fmt: skip
+        emu.create(grpc_service)
+        emu.create(endpoint_slice(grpc_service, {"grpc": grpc_echo.port}))
+        assert KP.until(lambda: call(ports.web, echoes, authority=grpc_host) == "grpc-echo")
+        assert grpc_echo.metadata[-1]["x-gateway"] == "edge"
+
         # The status edge wrote back on each route and on the Gateway's listeners.
         def parents(plural: str, name: str) -> list[tuple[str | None, dict]]:
             """(sectionName, conditions) of each parent entry edge wrote."""
@@ -227,6 +256,7 @@ def test_the_gateway_example_serves_http_https_passthrough_tcp_and_udp(
 
         for (plural, name), sections in {
             ("httproutes", "whoami"): ["web", "websecure"],
+            ("grpcroutes", "grpc-echo"): ["web"],
             ("tlsroutes", "echo"): ["passthrough"],
             ("tcproutes", "echo"): ["tcp-tls"],
             ("udproutes", "echo"): ["udp"],
@@ -243,8 +273,9 @@ def test_the_gateway_example_serves_http_https_passthrough_tcp_and_udp(
             ).get("status", {})
             return {li["name"]: li.get("attachedRoutes") for li in st.get("listeners", [])}
 
-        want = {"web": 1, "websecure": 1, "passthrough": 1, "tcp-tls": 1, "udp": 1}
+        want = {"web": 2, "websecure": 1, "passthrough": 1, "tcp-tls": 1, "udp": 1}
         assert KP.until(lambda: attached() == want), attached()
     finally:
         web.stop()
         api_backend.stop()
+        grpc_echo.stop()
