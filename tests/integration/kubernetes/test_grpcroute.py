@@ -9,7 +9,8 @@ UNIMPLEMENTED, as the conformance suite expects. The statuses edge writes back a
 with the official ``kubernetes`` client. Scenarios follow the upstream conformance
 suite's GRPCRoute tests (written anew here, on this service's methods):
 GRPCExactMethodMatching, GRPCRouteHeaderMatching, GRPCRouteListenerHostnameMatching,
-GRPCRouteWeight, GRPCRouteRequestHeaderModifier; then a GRPCRoute and an HTTPRoute
+GRPCRouteWeight, GRPCRouteRequestHeaderModifier; then gRPC over TLS on an HTTPS
+listener (h2 by ALPN), a GRPCRoute and an HTTPRoute
 meeting on one hostname, and a backend that cannot be served (UNAVAILABLE). Every wait
 is bounded.
 """
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from tests.fixtures.tls.pki import PKI
 from tests.harness import Whoami
 from tests.integration.http.grpcpeers import SERVICE, Echo
 from tests.integration.kubernetes import test_gateway_provider as TG
@@ -89,13 +91,22 @@ def call(
     name: str = "Unary",
     authority: str = "grpc.test",
     metadata: dict[str, str] | None = None,
+    ca: bytes | None = None,
 ) -> str:
-    """One call through edge: the name of the backend that served it, or the status
-    code's name (UNIMPLEMENTED...) with the reason edge gave (``:404``) when it failed."""
+    """One call through edge (h2c; h2 over TLS verified against ``ca`` when given): the
+    name of the backend that served it, or the status code's name (UNIMPLEMENTED...)
+    with the reason edge gave (``:404``) when it failed."""
     tag = f"c{next(_calls)}"
     sent = (("x-call", tag), *(metadata or {}).items())
     options = [("grpc.default_authority", authority)]
-    with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+    target = f"127.0.0.1:{port}"
+    if ca is None:
+        channel = grpc.insecure_channel(target, options=options)
+    else:
+        options.append(("grpc.ssl_target_name_override", authority))
+        creds = grpc.ssl_channel_credentials(root_certificates=ca)
+        channel = grpc.secure_channel(target, creds, options=options)
+    with channel:
         try:
             if name == "ServerStream":
                 stream = channel.unary_stream(f"/{SERVICE}/{name}")(b"1", metadata=sent, timeout=5)
@@ -137,6 +148,30 @@ def test_grpc_exact_method_matching(emu, start_edge, api, echoes) -> None:
     assert KP.until(lambda: grpc_conditions(api, "exact-matching") == ACCEPTED)
     found = listener(gateway_status(api), "http")
     assert {"group": TG.GROUP, "kind": "GRPCRoute"} in found["supportedKinds"]
+    assert found["attachedRoutes"] == 1
+
+
+def test_grpc_over_tls_on_an_https_listener(emu, start_edge, api, echoes) -> None:
+    """An HTTPS listener carries GRPCRoutes: the client speaks h2 by ALPN, verifies the
+    listener's certificate, and its calls reach the h2c backend by method."""
+    pki = PKI()
+    ports = Ports()
+    emu.create(gateway_class())
+    tls = {"mode": "Terminate", "certificateRefs": [{"name": "grpc-tls"}]}
+    emu.create(gateway([
+        {"name": "https", "port": ports.websecure, "protocol": "HTTPS", "hostname": "grpc.test",
+         "tls": tls}]))  # fmt: skip
+    emu.create(TG._tls_secret("grpc-tls", "default", pki, "grpc.test"))
+    grpc_services(emu, echoes)
+    emu.create(grpc_route("secure", [
+        {"matches": [method("Unary")], "backendRefs": [to("v2")]},
+        {"matches": [method(service="edge.test.Other")], "backendRefs": [to("v1")]}]))  # fmt: skip
+    start_edge(ports)
+    ca = pki.cert_pem.encode()
+    assert KP.until(lambda: call(ports.websecure, echoes, ca=ca) == "v2", 15.0)
+    assert call(ports.websecure, echoes, "ServerStream", ca=ca) == "UNIMPLEMENTED:404"
+    assert KP.until(lambda: grpc_conditions(api, "secure") == ACCEPTED)
+    found = listener(gateway_status(api), "https")
     assert found["attachedRoutes"] == 1
 
 
