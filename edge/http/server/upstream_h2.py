@@ -348,6 +348,11 @@ class H2Upstream(asyncio.Protocol):
         (withheld: the exchange may send them again); the others go on."""
         log.debug("server %s: GOAWAY %s, last stream %d", self.server.url, code, last)
         self.goaway = True
+        if self.streams:
+            # h2 takes no frame after a GOAWAY, but the streams up to ``last`` go on
+            # (RFC 9113 6.8): its connection state is put back to open for them, and
+            # ``goaway`` keeps new streams off this connection.
+            self.h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
         self.pool.drop_shared(self.server, self)
         for sid, stream in list(self.streams.items()):
             if sid > last:
