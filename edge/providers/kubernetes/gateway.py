@@ -12,9 +12,10 @@ the spec's reason, and logged once as a :class:`Problem`.
 
 Which objects (``gateway.networking.k8s.io``)
     GatewayClasses whose ``controllerName`` is edge's (``options.controller_name``,
-    :data:`CONTROLLER_NAME` by default); Gateways of those classes; HTTPRoutes whose
-    ``parentRefs`` name such a Gateway. Namespaced objects only in ``namespaces``
-    (every namespace when empty). A parentRef to a Gateway edge does not own is not
+    :data:`CONTROLLER_NAME` by default); Gateways of those classes; HTTPRoutes,
+    GRPCRoutes (and with ``experimentalChannel`` TLSRoutes, TCPRoutes and UDPRoutes)
+    whose ``parentRefs`` name such a Gateway. Namespaced objects only in
+    ``namespaces`` (every namespace when empty). A parentRef to a Gateway edge does not own is not
     edge's business: no status is written for it.
 
 GatewayClass
@@ -30,7 +31,9 @@ Listeners
     entry point opened at run time for the port (``":<port>"``, ``":<port>/udp"``:
     :mod:`edge.entrypoints.opened`), and a port that could not be opened
     (``GatewayState.unopened``) is ``Accepted`` False, ``PortUnavailable``, naming the
-    error, its routers kept so that edge keeps trying the port. ``HTTP`` and ``HTTPS`` listeners carry HTTPRoutes;
+    error, its routers kept so that edge keeps trying the port. ``HTTP`` and ``HTTPS``
+    listeners carry HTTPRoutes and GRPCRoutes (edge speaks h2c with prior knowledge
+    and h2 by ALPN to clients, as the GRPCRoute spec requires of them);
     with ``experimentalChannel`` (the routes' ``v1`` CRDs came with Gateway API
     v1.6), ``TLS`` listeners carry TLSRoutes (and TCPRoutes when they terminate),
     ``TCP`` ones TCPRoutes and ``UDP`` ones UDPRoutes; without it those three
@@ -70,6 +73,25 @@ HTTPRoutes
     needs ``creationTimestamp``, which ObjectMeta does not read yet), then the first
     rule and match, by index: :meth:`_Converter.break_ties`). ``PathPrefix`` matches whole segments (``/foo`` is ``/foo``
     and ``/foo/...``, never ``/foobar``).
+
+GRPCRoutes
+    Attach as HTTPRoutes do (parentRefs, allowedRoutes, hostnames). Each match of each
+    rule becomes one router per accepted listener (``grpcroute-...``, as Traefik names
+    them) whose rule matches the call's path ``/<service>/<method>``
+    (:func:`grpc_match_rule`: ``Exact`` or ``RegularExpression``, either part may be
+    omitted; header matches ``Exact`` or ``RegularExpression``, a name given twice read
+    once) and whose priority is the GRPCRoute precedence (non-wildcard hostname, any
+    hostname, service, method characters, then header matches; ties as HTTPRoutes').
+    Filters as an HTTPRoute's (RequestHeaderModifier, ResponseHeaderModifier,
+    RequestMirror; ExtensionRef is ``UnsupportedValue``); a match type edge does not
+    know is ``UnsupportedValue`` and makes no router. Its backends are spoken to as h2c
+    (``h2c://``), and the share of one that cannot be served gets 503, which a gRPC
+    client reads as UNAVAILABLE (the spec's code); a call no router matches gets edge's
+    404, UNIMPLEMENTED. An HTTPRoute and a GRPCRoute whose hostnames meet on one
+    listener: the older (``creationTimestamp``, then namespace/name) is accepted there
+    and the other is not (``Accepted`` False, ``NotAllowedByListeners``, naming the
+    route that holds the hostnames; the spec names no reason), as the spec says
+    (:meth:`_Converter.kind_conflicts`).
 
 Backends
     Every rule's router goes to a weighted service (``<router>-wrr``) over one load
@@ -173,11 +195,15 @@ __all__ = [
     "Conversion",
     "CustomResourceDefinition",
     "EntryPointPort",
+    "GRPCMethodMatch",
+    "GRPCRoute",
+    "GRPCRouteMatch",
     "GatewayOptions",
     "GatewayState",
     "Problem",
     "WantedStatus",
     "convert",
+    "grpc_match_rule",
     "intersect_hostnames",
     "match_rule",
     "router_key",
