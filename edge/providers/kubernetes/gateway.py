@@ -20,7 +20,7 @@ Which objects (``gateway.networking.k8s.io``)
 
 GatewayClass
     ``Accepted``, and ``SupportedVersion`` (:func:`supported_version`): whether every
-    Gateway API CRD's ``bundle-version`` is a release edge knows (v1.0 to v1.6);
+    Gateway API CRD's ``bundle-version`` is a release edge knows (v1.1 to v1.6);
     when not, edge still serves what it reads (``Accepted`` stays True, the spec's
     "best effort") and names the CRDs it doubts.
 
@@ -259,9 +259,10 @@ class GatewayOptions(msgspec.Struct, frozen=True):
 BUNDLE_VERSION = "gateway.networking.k8s.io/bundle-version"
 """The annotation every Gateway API CRD carries: the release it came with."""
 
-_KNOWN_BUNDLE = re.compile(r"v1\.[0-6]\.[0-9]+(?:-[0-9A-Za-z.-]+)?")
-"""The releases edge knows: v1.0 (the kinds it reads at ``v1``) to v1.6 (TLSRoute,
-TCPRoute and UDPRoute at ``v1``), any patch."""
+_KNOWN_BUNDLE = re.compile(r"v1\.[1-6]\.[0-9]+(?:-[0-9A-Za-z.-]+)?")
+"""The releases edge knows: v1.1 (the first with every kind it always reads at
+``v1``: GRPCRoute came then) to v1.6 (TLSRoute, TCPRoute and UDPRoute at ``v1``),
+any patch."""
 
 _GATEWAY_API_GROUPS = frozenset({GROUP, "gateway.networking.x-k8s.io"})
 
@@ -292,7 +293,7 @@ def supported_version(crds: Mapping[Key, CustomResourceDefinition]) -> Condition
         if not _KNOWN_BUNDLE.fullmatch(version):
             unknown.append(f"{crd.metadata.name} ({version or 'no bundle-version'})")
     if unknown:
-        why = "CRDs of a Gateway API release edge does not know (v1.0 to v1.6): "
+        why = "CRDs of a Gateway API release edge does not know (v1.1 to v1.6): "
         return Condition("SupportedVersion", False, "UnsupportedVersion", why + ", ".join(unknown))
     return Condition("SupportedVersion", True, "SupportedVersion", "")
 

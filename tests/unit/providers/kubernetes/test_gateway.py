@@ -173,7 +173,8 @@ def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
 @pytest.mark.parametrize(
     ("crds", "supported", "named"),
     [
-        ([crd("gateways", "v1.0.0"), crd("httproutes", "v1.6.1")], True, []),
+        ([crd("gateways", "v1.1.0"), crd("httproutes", "v1.6.1")], True, []),
+        ([crd("gateways", "v1.0.0")], False, ["gateways.gateway.networking.k8s.io (v1.0.0)"]),
         ([crd("gateways", "v1.6.0-rc.1"), crd("widgets", None, "example.com")], True, []),
         ([crd("gateways", "v1.6.1"), crd("httproutes", "v1.7.0")], False,
          ["httproutes.gateway.networking.k8s.io (v1.7.0)"]),
@@ -182,7 +183,8 @@ def crd(plural: str, version: str | None, group: str = GROUP) -> dict:
          ["xlistenersets.gateway.networking.x-k8s.io (v2.0.0)"]),
         ([], True, []),
     ],
-    ids=["known", "rc-and-others-crd", "newer", "no-annotation", "experimental-group", "none"],
+    ids=["known", "before-grpcroute", "rc-and-others-crd", "newer", "no-annotation",
+         "experimental-group", "none"],
 )  # fmt: skip
 def test_the_class_says_whether_edge_knows_the_crds_release(
     crds: list[dict], supported: bool, named: list[str]
