@@ -82,9 +82,10 @@ GRPCRoutes
     omitted; header matches ``Exact`` or ``RegularExpression``, a name given twice read
     once) and whose priority is the GRPCRoute precedence (non-wildcard hostname, any
     hostname, service, method characters, then header matches; ties as HTTPRoutes').
-    Filters as an HTTPRoute's (RequestHeaderModifier, ResponseHeaderModifier,
-    RequestMirror; ExtensionRef is ``UnsupportedValue``); a match type edge does not
-    know is ``UnsupportedValue`` and makes no router. Its backends are spoken to as h2c
+    Filters as an HTTPRoute's (RequestHeaderModifier, ResponseHeaderModifier);
+    RequestMirror (edge's mirror speaks HTTP/1.1, not h2c) and ExtensionRef are
+    ``UnsupportedValue``, the rule answering 503; a match type edge does not know is
+    ``UnsupportedValue`` and makes no router. Its backends are spoken to as h2c
     (``h2c://``), and the share of one that cannot be served gets 503, which a gRPC
     client reads as UNAVAILABLE (the spec's code); a call no router matches gets edge's
     404, UNIMPLEMENTED. An HTTPRoute and a GRPCRoute whose hostnames meet on one
@@ -704,8 +705,10 @@ _FAILED_SHARE = {HTTP_ROUTE: (500, "http"), GRPC_ROUTE: (503, "h2c")}
 """Per route kind: the status the share of a backendRef that cannot be served gets,
 and the scheme edge speaks to its servers."""
 
-_GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"})
-"""The GRPCRoute filters edge implements (ExtensionRef is the only other kind)."""
+_GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier"})
+"""The GRPCRoute filters edge implements. Not RequestMirror: edge's mirror
+(:mod:`edge.router.services`) writes HTTP/1.1 to its servers, and a GRPCRoute's speak
+h2c; nor ExtensionRef."""
 
 
 def _hostnames_meet(a: list[str], b: list[str]) -> bool:
@@ -1225,8 +1228,8 @@ class _Converter:
     ) -> tuple[Condition | None, list[str]]:
         """Routers and services of every rule of a GRPCRoute on listener ``li``, as
         :meth:`http_rules` makes an HTTPRoute's: one router per match
-        (:func:`grpc_match_rule`), its filters as an HTTPRoute's, its backends spoken
-        to as h2c; what edge cannot do answers 503 (UNAVAILABLE)."""
+        (:func:`grpc_match_rule`), its header filters as an HTTPRoute's, its backends
+        spoken to as h2c; what edge cannot do answers 503 (UNAVAILABLE)."""
         key = route.metadata.key
         failed: Condition | None = None
         unsupported: list[str] = []
@@ -1249,6 +1252,11 @@ class _Converter:
                     if problem is not None:
                         raise _Unsupported(problem)
                     for fi, f in enumerate(rule.filters):
+                        if f.type == "RequestMirror":
+                            raise _Unsupported(
+                                f"{where}.filters[{fi}]: RequestMirror is not supported on a "
+                                "GRPCRoute: edge mirrors over HTTP/1.1, its backends speak h2c"
+                            )
                         if f.type not in _GRPC_FILTERS:
                             raise _Unsupported(
                                 f"{where}.filters[{fi}]: filter {f.type} is not supported"
@@ -1265,10 +1273,6 @@ class _Converter:
                     service, cond = self.backends(route, name, rule, GRPC_ROUTE)
                     if cond is not None and failed is None:
                         failed = cond
-                    if mirrors:
-                        service, cond = self.mirroring(route, name, service, mirrors, GRPC_ROUTE)
-                        if cond is not None and failed is None:
-                            failed = cond
                 self.ties[name] = (GRPC_ROUTE, key, ri, mi)
                 self.routers[name] = Router(
                     rule=text,
@@ -1366,11 +1370,10 @@ class _Converter:
 
     def mirroring(
         self,
-        route: Any,
+        route: objects.HTTPRoute,
         router: str,
         service: str,
         mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]],
-        kind: str = HTTP_ROUTE,
     ) -> tuple[str, Condition | None]:
         """``service`` wrapped in a mirroring service sending each mirror its share of
         the requests (``percent``, or ``fraction`` rounded to a whole percent); a mirror
@@ -1381,14 +1384,11 @@ class _Converter:
         for name, mirror in mirrors:
             ref = mirror.backend_ref
             assert ref is not None  # refused in filters()
-            addresses, cond = self.resolve(kind, ns, ref, "TCP")
+            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
             if addresses is None:
                 failed = failed or cond
                 continue
-            scheme = _FAILED_SHARE[kind][1]
-            self.services[name] = self.balance(
-                "http", name, ref.namespace or ns, ref, addresses, scheme
-            )
+            self.services[name] = self.balance("http", name, ref.namespace or ns, ref, addresses)
             percent = 100
             if mirror.percent is not None:
                 percent = mirror.percent

@@ -293,6 +293,38 @@ def test_grpc_request_header_modifier(emu, start_edge, api, echoes) -> None:
     assert "x-header-remove" not in last and last["some-other-header"] == "kept"
 
 
+def test_grpc_response_header_modifier_and_an_unsupported_mirror(
+    emu, start_edge, api, echoes
+) -> None:
+    """ResponseHeaderModifier edits the reply's initial metadata the client reads. A
+    RequestMirror is refused (edge's mirror speaks HTTP/1.1, the backends h2c): its
+    rule answers UNAVAILABLE and the route says UnsupportedValue."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+    grpc_services(emu, echoes)
+    edits = {"set": [{"name": "x-reply", "value": "edited"}]}
+    emu.create(grpc_route("edits", [{"backendRefs": [to("v1")], "filters": [
+        {"type": "ResponseHeaderModifier", "responseHeaderModifier": edits}]}]))  # fmt: skip
+    emu.create(grpc_route("mirrored", [{"backendRefs": [to("v1")], "filters": [
+        {"type": "RequestMirror", "requestMirror": {"backendRef": to("v3")}}]}],
+        ["mirror.test"]))  # fmt: skip
+    start_edge(ports)
+    assert KP.until(lambda: call(ports.web, echoes) == "v1", 15.0)
+    with grpc.insecure_channel(
+        f"127.0.0.1:{ports.web}", options=[("grpc.default_authority", "grpc.test")]
+    ) as channel:
+        unary = channel.unary_unary(f"/{SERVICE}/Unary")
+        reply, done = unary.with_call(b"hi", timeout=5)
+    assert reply == b"echo:hi"
+    assert ("x-reply", "edited") in tuple(done.initial_metadata())
+    assert KP.until(lambda: grpc_conditions(api, "edits") == ACCEPTED)
+    assert call(ports.web, echoes, authority="mirror.test") == "UNAVAILABLE:503"
+    assert KP.until(
+        lambda: grpc_conditions(api, "mirrored").get("Accepted") == ("False", "UnsupportedValue")
+    )
+
+
 def test_a_grpc_and_an_http_route_on_one_hostname_and_an_unavailable_backend(
     emu, start_edge, api, echoes, whoami: Whoami
 ) -> None:

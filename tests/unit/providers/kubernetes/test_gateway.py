@@ -1258,15 +1258,16 @@ def test_grpc_filters_become_middlewares_and_others_are_unsupported() -> None:
     assert _services(c)[router.service].load_balancer.servers == []  # 503: UNAVAILABLE
 
 
-def test_a_grpc_request_mirror_copies_to_an_h2c_backend() -> None:
+def test_a_grpc_request_mirror_is_unsupported() -> None:
+    """edge's mirror writes HTTP/1.1, a GRPCRoute's backends speak h2c: refused, said,
+    the rule answering 503 (UNAVAILABLE)."""
     c = run(*BASE, service("copy"), grpc_route([{"filters": [
         {"type": "RequestMirror", "requestMirror": {"backendRef": backend("copy"), "percent": 25}}],
         "backendRefs": [backend()]}]))  # fmt: skip
+    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
+    assert "RequestMirror" in str(c.problems)
     (router,) = c.configuration.http.routers.values()
-    mirroring = _services(c)[router.service].mirroring
-    assert [m.percent for m in mirroring.mirrors] == [25]
-    lb = _services(c)[mirroring.mirrors[0].name].load_balancer
-    assert [s.url for s in lb.servers] == ["h2c://10.0.0.1:8080"]
+    assert _services(c)[router.service].load_balancer.servers == []
 
 
 def test_a_grpc_match_of_an_unknown_type_is_unsupported_and_makes_no_router() -> None:
