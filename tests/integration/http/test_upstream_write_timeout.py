@@ -19,8 +19,8 @@ TIMEOUT = 20.0
 
 
 class Upstream:
-    """Accepts one connection and reads its request: after the head, nothing
-    (``pause`` None), or in bursts (2 MiB, then nothing for ``pause``
+    """Accepts one connection and reads its request: after the head, nothing until
+    closed (``pause`` None), or in bursts (2 MiB, then nothing for ``pause``
     seconds); answers 200 once the body is in."""
 
     def __init__(self, pause: float | None) -> None:
@@ -32,6 +32,7 @@ class Upstream:
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.pause = pause
         self.received = 0
+        self.closed = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -49,7 +50,7 @@ class Upstream:
                     data += conn.recv(4096)
                 self.received = len(data.partition(b"\r\n\r\n")[2])
                 if self.pause is None:
-                    time.sleep(TIMEOUT / 2)  # edge gives up long before
+                    self.closed.wait(TIMEOUT)  # edge gives up long before
                     return
                 while self.received < BODY and time.monotonic() < deadline:
                     burst = min(BODY, self.received + (2 << 20))
@@ -65,6 +66,7 @@ class Upstream:
                 return
 
     def close(self) -> None:
+        self.closed.set()
         self.sock.close()
         self.thread.join(TIMEOUT)
 
