@@ -12,6 +12,16 @@ Events, in order, per message:
                                      framing removed), never empty
     handler.on_end()                 the message is complete
 
+Two events only a handler that has them gets (looked up when one comes, so the
+hot path pays nothing and a handler that wants neither, a forwardAuth or mirror
+connection, needs neither):
+    handler.on_interim(head)         a response parser's 1xx but 101 (103 Early
+                                     Hints, 102), before the final head; no
+                                     on_end follows it
+    handler.on_trailers(fields)      the trailer fields of a chunked message, as
+                                     received (name case kept, values stripped),
+                                     just before its on_end; never an empty list
+
 For an upgrade (a request with ``Connection: upgrade`` and ``Upgrade``, or a 101
 response) the parser calls ``on_head``, ``on_end`` and then
 ``handler.on_upgrade(rest)`` with the bytes that followed the head, and parses
@@ -35,13 +45,37 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from edge.http.codec.headers import head_passthrough, split_header_lines
+from edge.http.codec.headers import (
+    FORWARDED,
+    FORWARDED_KEPT,
+    HOP_BY_HOP,
+    RFC_FORWARDED,
+    head_passthrough,
+    split_header_lines,
+)
 
 # ``passthrough`` not worked out yet (a quick parse): found from the headers when asked.
 UNKNOWN = ...
 
 # (name as received, value with surrounding whitespace stripped)
 Header = tuple[bytes, bytes]
+
+
+# Fields never forwarded as trailers, either way (RFC 9110 6.5.1): framing and other
+# hop-by-hop ones (edge frames each message itself), Host (routing), and the
+# forwarding headers edge owns (a server that merges trailers into the header
+# section must not take a client's own).
+NOT_TRAILERS = HOP_BY_HOP | FORWARDED | FORWARDED_KEPT | {RFC_FORWARDED, b"host"}
+
+
+def trailer_fields(fields: list[Header]) -> list[Header]:
+    """The trailer fields edge forwards of ``fields`` (see NOT_TRAILERS)."""
+    return [(n, v) for n, v in fields if n.lower() not in NOT_TRAILERS]
+
+
+def last_chunk(fields: list[Header]) -> bytes:
+    """The last chunk of a chunked body, with ``fields`` as its trailer section."""
+    return b"".join((b"0\r\n", *[b"%s: %s\r\n" % field for field in fields], b"\r\n"))
 
 
 def _header_list(raw: bytes) -> list[Header]:
@@ -303,7 +337,8 @@ class ResponseParser(Protocol):
 
     ``expect(method)`` must be called once before each response, with the method
     of the request it answers (a response to HEAD has no body). Interim 1xx
-    responses other than 101 are consumed and not reported. ``feed_eof()`` ends a
+    responses other than 101 go to the handler's ``on_interim`` where it has one,
+    and are dropped otherwise. ``feed_eof()`` ends a
     body delimited by connection close (calls on_end) or raises ProtocolError if a
     message was cut short.
     """

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import h11
 
 from edge.errors import HeadersTooLarge, ProtocolError
-from edge.http.codec.base import Handler, RequestHead, ResponseHead
+from edge.http.codec.base import Handler, Header, RequestHead, ResponseHead
 from edge.http.codec.headers import (
     HEAD_END,
     METHODS,
@@ -76,6 +76,7 @@ class _Base:
         "_scanned",
         "_searched",
         "_state",
+        "_trailers",
     )
 
     def __init__(self, handler: Handler, max_header_bytes: int) -> None:
@@ -91,6 +92,7 @@ class _Base:
         self._chunk = _C_SIZE
         self._check: ChunkLine | TrailerLines = ChunkLine()  # of the line in progress
         self._running = False  # inside _run: a handler callback must not re-enter it
+        self._trailers: list[Header] | None = None  # a trailer section's fields, for _end
 
     def _feed(self, data: bytes) -> None:
         state = self._state
@@ -268,7 +270,9 @@ class _Base:
         del buf[:end]
         self._searched = self._scanned = 0
         check.feed(block)
-        self._give(block)  # EndOfMessage: trailers are dropped
+        if end > 2:  # for the handler once h11 ends the message with them (_end)
+            self._trailers = split_header_lines(block, 0, end)
+        self._give(block)
         return True
 
     def _start_body(self, conn: h11.Connection, chunked: bool, content_length: int | None) -> None:
@@ -292,6 +296,12 @@ class _Base:
         if self._state == _CLOSED:
             self._buf.clear()
         self._ended()
+        fields = self._trailers
+        if fields is not None:
+            self._trailers = None
+            on_trailers = getattr(self._handler, "on_trailers", None)
+            if on_trailers is not None:
+                on_trailers(fields)
         self._handler.on_end()
 
     def _ended(self) -> None:
@@ -470,7 +480,23 @@ class ResponseParser(_Base):
             status, version, headers, method
         )
         if status < 200 and status != 101:
-            return True  # 100 Continue, 103 Early Hints: not reported
+            # 100 Continue, 103 Early Hints: no message of their own
+            on_interim = getattr(self._handler, "on_interim", None)
+            if on_interim is not None:
+                on_interim(
+                    ResponseHead(
+                        status,
+                        bytes(event.reason),
+                        version,
+                        headers,
+                        keep_alive,
+                        False,
+                        None,
+                        False,
+                        head,
+                    )
+                )
+            return True
         self._keep_alive = keep_alive
         self._handler.on_head(
             ResponseHead(

@@ -42,7 +42,7 @@ Parser states (``_state``; the module constants below). The rules, as h11's
   every later ``feed``.
 - A response parser stays in HEAD, keeping what it is fed (``_pending``), until
   ``expect(method)`` says which request the response answers; a 1xx interim
-  response (not 101) is dropped and leaves it in HEAD.
+  response (not 101) goes to the handler's ``on_interim`` and leaves it in HEAD.
 
     state      event                                      next state
     ---------  -----------------------------------------  -----------------------------
@@ -288,6 +288,14 @@ class _Base:
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         self._handler.on_body(body)
+
+    def _trailers(self) -> None:
+        """The fields llhttp gave after a chunked body: to the handler, if it takes them."""
+        fields = self._headers
+        self._headers = []
+        on_trailers = getattr(self._handler, "on_trailers", None)
+        if on_trailers is not None:
+            on_trailers(fields)
 
     # -- helpers ---------------------------------------------------------------
 
@@ -589,7 +597,7 @@ class RequestParser(_Base):
         if self._state != _UPGRADING:
             self._state = _HEAD if self._keep_alive else _CLOSED
         if self._headers:
-            self._headers = []  # trailers: dropped
+            self._trailers()
         self._handler.on_end()
 
     # -- interface -------------------------------------------------------------
@@ -880,7 +888,14 @@ class ResponseParser(_Base):
             status, version, headers, method
         )
         if status < 200 and status != 101:
-            self._interim = True  # 100 Continue, 103 Early Hints: not reported
+            self._interim = True  # 100 Continue, 103 Early Hints: no message of their own
+            on_interim = getattr(self._handler, "on_interim", None)
+            if on_interim is not None:
+                on_interim(
+                    ResponseHead(
+                        status, reason, version, headers, keep_alive, False, None, False, head
+                    )
+                )
             return
         self._keep_alive = keep_alive
         if status == 101:
@@ -922,7 +937,7 @@ class ResponseParser(_Base):
 
     def _end(self) -> None:
         if self._headers:
-            self._headers = []  # trailers: dropped
+            self._trailers()
         if self._state != _UPGRADING:
             self._state = _HEAD if self._keep_alive else _CLOSED
         self._method = None

@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from edge.config.static import EntryPointHTTP2
 from edge.deadlines import BODY, FIRST, HEAD, IDLE, NO_DEADLINE, WRITE, DeadlineKind
 from edge.errors import HTTPError
-from edge.http.codec import RequestHead, forward
+from edge.http.codec import Header, RequestHead, forward
+from edge.http.codec.base import last_chunk
 from edge.http.codec.h2 import PREFACE
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
 from edge.http.server.h2 import H2Connection
@@ -607,9 +608,19 @@ class HTTPConnection(asyncio.Protocol):
         else:
             self._set_upgrade(rest)
 
+    def on_trailers(self, fields: list[Header]) -> None:
+        if self._busy():
+            self._queue((self._trailers, fields))
+        else:
+            self._trailers(fields)
+
     def _body(self, data: bytes) -> None:
         if self.ex is not None:
             self.ex.request_body(data)
+
+    def _trailers(self, fields: list[Header]) -> None:
+        if self.ex is not None:
+            self.ex.request_trailers(fields)
 
     def _end(self, _: None) -> None:
         if self.ex is not None:
@@ -793,6 +804,13 @@ class HTTPConnection(asyncio.Protocol):
             self.out += parts
         elif self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(parts)
+
+    def trailers(self, fields: list[Header], chunked: bool) -> None:
+        """The response's trailer fields: in its last chunk when it is chunked, whatever
+        the client's TE (as Go's server writes them for Traefik; RFC 9112 7.1.2 has every
+        HTTP/1.1 recipient read the section); a response framed otherwise drops them."""
+        if chunked:
+            self.send(last_chunk(fields))
 
     def flush(self) -> None:
         """Write what was batched for the client."""

@@ -40,7 +40,8 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge.errors import HTTPError, ProtocolError, UpstreamConnectError, UpstreamTimeout
-from edge.http.codec import RequestHead, ResponseHead, forward
+from edge.http.codec import Header, RequestHead, ResponseHead, forward
+from edge.http.codec.base import last_chunk, trailer_fields
 from edge.http.codec.forward import HeaderEdits
 from edge.http.codec.grpc import DEADLINE_EXCEEDED, timeout_of, trailers_only
 from edge.http.middlewares import Answer, BodyFilter, BodyTooLarge, Forward, Reply, Tee
@@ -120,6 +121,11 @@ class ClientSide(Protocol):
     def pause_reading(self, why: int) -> None: ...
     def resume_reading(self, why: int) -> None: ...
     def request_read(self) -> None: ...
+    def trailers(self, fields: list[Header], chunked: bool) -> None:
+        """The response's trailer fields (``trailer_fields`` kept), before its end: in the
+        last chunk when ``chunked`` (the exchange then writes no chunk end of its own),
+        else as the client's protocol carries them, or dropped."""
+
     def host_port(self, authority: bytes) -> tuple[str | None, bytes]: ...
     def abort(self) -> None: ...
     def tunnel(
@@ -150,6 +156,7 @@ class General:
         "held_body",
         "origin",  # set by _connect where the access log is on (read with getattr)
         "page_status",
+        "req_trailers",
         "resp_held",
         "send_left",
         "send_timer",
@@ -178,6 +185,7 @@ class General:
         self.sink: Any = None  # the spool the request body goes to (buffering), while it comes
         self.spool_iter: Iterator[bytes] | None = None  # ...what of it is still to go upstream
         self.held_body: Any = None  # ...and all of it, once in (a retry sends it again)
+        self.req_trailers: list[Header] | None = None  # the request's, for its last chunk
         self.resp_held = False  # a filter holds the response until its end (Reply.hold)
         self.filtered = False  # the filters ran on this response's head
         self.attempt = 1  # tries of the request (retry)
@@ -861,7 +869,8 @@ class Exchange:
         if head.chunked or head.content_length:
             self.conn.request_read()  # readTimeout's bound on the body ends
         if self.head.chunked and not self.resp_done:
-            self._send_upstream((CHUNK_END,))
+            trailers = self.x.req_trailers  # (a chunked request is never express_start's)
+            self._send_upstream((last_chunk(trailers) if trailers else CHUNK_END,))
         if not self.express and self.x.body_wait is not None:
             waiter = self.x.body_wait
             self.x.body_wait = None
@@ -871,6 +880,15 @@ class Exchange:
             self._start_header_timer()
         if self.resp_done:
             self.conn.exchange_done(self)
+
+    def request_trailers(self, fields: list[Header]) -> None:
+        """The request's trailer fields, before its end (``request_end``): upstream in
+        the last chunk of a body sent chunked as it comes; dropped where it goes with a
+        length (a held body, an HTTP/2 request that stated one)."""
+        if self.head.chunked and self.x.sink is None:  # (never express_start's)
+            fields = trailer_fields(fields)
+            if fields:
+                self.x.req_trailers = fields
 
     def _spool_overflow(self) -> None:
         """The held request body passed its limit: 413, the connection closed after it."""
@@ -1382,6 +1400,34 @@ class Exchange:
             self.conn.send(b"%x\r\n" % len(data), data, CRLF)
         else:
             self.conn.send(data)
+
+    def upstream_interim(self, head: ResponseHead) -> None:
+        """A 1xx but 101 before the response (103 Early Hints): to the client as it came,
+        hop-by-hop fields gone, as Go's ReverseProxy passes them for Traefik. Not a 100
+        Continue (edge answers Expect itself), and not to an HTTP/1.0 client (RFC 9110
+        15.2) nor after a divert or a response already begun."""
+        if (
+            head.status == 100
+            or self.resp_started
+            or self.head.version == b"1.0"
+            or (not self.express and self.x.divert)
+        ):
+            return
+        self.conn.send(forward.response_head(head, chunked=False, keep_alive=True))
+
+    def upstream_trailers(self, fields: list[Header]) -> None:
+        """The response's trailer fields, before its end (``upstream_end``): to the client
+        as its side carries them (``ClientSide.trailers``), hop-by-hop and framing ones
+        gone (``trailer_fields``). A held response goes with a length: dropped."""
+        if self.resp_done or not self.resp_started:
+            return
+        fields = trailer_fields(fields)
+        if not fields:
+            return
+        if not self.express and self.x.filters is not None:
+            self._filters_end()  # what the filters emit last goes before them
+        self.conn.trailers(fields, self.resp_chunked)
+        self.resp_chunked = False  # a chunked body's last chunk carried them
 
     def upstream_end(self, upstream: UpstreamConnection) -> None:
         if self.resp_head.status == 101:

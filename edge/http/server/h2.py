@@ -57,7 +57,7 @@ from edge.http.codec.h2 import Allowance, request_head, response_headers, server
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
 
 if TYPE_CHECKING:
-    from edge.http.codec import RequestHead, ResponseHead
+    from edge.http.codec import Header, RequestHead, ResponseHead
     from edge.http.server.connection import HTTPContext
 
 log = logging.getLogger("edge.http")
@@ -97,6 +97,7 @@ class H2Stream:
         "pending",
         "queued",
         "req_open",
+        "tail",
         "transport",
         "trusted",
         "unacked",
@@ -131,6 +132,7 @@ class H2Stream:
         self.queued = 0
         self.end = False  # the response ended: END_STREAM follows the data pending
         self.closed = False  # END_STREAM or RST_STREAM sent: nothing more goes out
+        self.tail: list[Header] | None = None  # trailers: the HEADERS that end the stream
         self.req_open = True  # the client may still send on the stream
         self.deadline = 0.0  # readTimeout's (body) or writeTimeout's, loop time; 0: none
 
@@ -202,11 +204,16 @@ class H2Stream:
     def on_upgrade(self, rest: bytes) -> None:
         pass  # an HTTP/2 request is never an upgrade (request_head)
 
+    def trailers(self, fields: list[Header], chunked: bool) -> None:
+        """The response's trailer fields: a HEADERS frame with END_STREAM after its data."""
+        if not self.closed:
+            self.tail = [(name.lower(), value) for name, value in fields]
+
     def _emit(self) -> None:
         headers = self.head_out
         if headers is not None and not self.closed:
             self.head_out = None
-            end = self.end and not self.pending
+            end = self.end and not self.pending and self.tail is None
             self.conn.h2.send_headers(self.id, headers, end_stream=end)
             self.closed = end
         self._pump()
@@ -235,11 +242,14 @@ class H2Stream:
                 else:
                     pending.popleft()
                 self.queued -= len(data)
-                last = self.end and not pending
+                last = self.end and not pending and self.tail is None
                 machine.send_data(self.id, data, end_stream=last)
                 self.closed = last
             if self.end and not pending and not self.closed:
-                machine.end_stream(self.id)
+                if self.tail is not None:
+                    machine.send_headers(self.id, self.tail, end_stream=True)
+                else:
+                    machine.end_stream(self.id)
                 self.closed = True
         if self.write_paused:
             if self.queued <= LOW_WATER:
@@ -555,6 +565,11 @@ class H2Connection(asyncio.Protocol):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.request_ended()
+        elif kind is h2.events.TrailersReceived:
+            assert isinstance(event, h2.events.TrailersReceived)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None and stream.ex is not None:  # (StreamEnded follows)
+                stream.ex.request_trailers(list(event.headers or ()))
         elif kind is h2.events.WindowUpdated:
             assert isinstance(event, h2.events.WindowUpdated)
             if event.stream_id:
@@ -598,7 +613,7 @@ class H2Connection(asyncio.Protocol):
                 self._close(f"GOAWAY {event.error_code!r} from the client", None, send=False)
             elif not self.streams:
                 self._close("", None, send=False)
-        # TrailersReceived (StreamEnded follows), SettingsAcknowledged and the rest: nothing.
+        # SettingsAcknowledged and the rest: nothing.
 
     def _open(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id

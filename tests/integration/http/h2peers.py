@@ -36,6 +36,8 @@ class Response:
         self.body = bytearray()
         self.ended = False
         self.reset: int | None = None  # the RST_STREAM error code, when reset
+        self.interim: list[dict[bytes, bytes]] = []  # 1xx heads before the response
+        self.trailers: list[tuple[bytes, bytes]] | None = None  # a HEADERS after the data
 
     @property
     def status(self) -> int:
@@ -169,6 +171,12 @@ class RawH2:
             response = self.responses.get(sid) if sid else None
             if isinstance(event, h2.events.ResponseReceived) and response is not None:
                 response.headers = dict(event.headers)
+            elif (
+                isinstance(event, h2.events.InformationalResponseReceived) and response is not None
+            ):
+                response.interim.append(dict(event.headers))
+            elif isinstance(event, h2.events.TrailersReceived) and response is not None:
+                response.trailers = list(event.headers)
             elif isinstance(event, h2.events.DataReceived):
                 if response is not None:
                     response.body += event.data

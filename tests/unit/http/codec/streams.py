@@ -30,6 +30,13 @@ class Events:
         else:
             self.events.append(["body", data])
 
+    def on_interim(self, head) -> None:
+        self.events.append(["interim", head.as_tuple(), head.raw])
+
+    def on_trailers(self, fields) -> None:
+        assert fields
+        self.events.append(["trailers", fields])
+
     def on_end(self) -> None:
         self.events.append(["end"])
         if self.methods:

@@ -40,6 +40,17 @@ class Recorder:
         return [e[1] for e in self.events if e[0] == "body"]
 
 
+class Hearing(Recorder):
+    """A Recorder that also takes the optional events: 1xx heads and trailer fields."""
+
+    def on_interim(self, head: ResponseHead) -> None:
+        self.events.append(("interim", head))
+
+    def on_trailers(self, fields: list) -> None:
+        assert fields
+        self.events.append(("trailers", fields))
+
+
 class ResponseRecorder(Recorder):
     """Calls ``expect()`` with the next method after each response, as a proxy does."""
 

@@ -11,7 +11,7 @@ import pytest
 from edge.errors import HeadersTooLarge, ProtocolError
 from edge.http.codec import RequestHead, ResponseHead
 from edge.http.codec.parsers import parser_classes
-from tests.unit.http.codec.support import GET, Recorder, ResponseRecorder
+from tests.unit.http.codec.support import GET, Hearing, Recorder, ResponseRecorder
 
 
 @pytest.fixture(params=["httptools", "h11"])
@@ -165,7 +165,36 @@ def test_chunked_body_with_extensions_and_trailers(codec):
     assert (head.chunked, head.content_length) == (True, None)
     assert head.headers[-1] == (b"Transfer-Encoding", b"Chunked")
     assert rec.kinds() == ["head", "body", "end"]
-    assert rec.bodies() == [b"hello world"]  # trailers are dropped
+    assert rec.bodies() == [b"hello world"]  # trailers: dropped (no on_trailers)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_trailers_go_to_a_handler_that_takes_them_both_ways(codec, split):
+    request = (
+        b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\nX-Checksum: abc\r\ngrpc-status:  0 \r\n\r\n" + GET
+    )
+    rec = Hearing()
+    parser = codec[0](rec)
+    for piece in split_all(request) if split else [request]:
+        parser.feed(piece)
+    assert rec.kinds() == ["head", "body", "trailers", "end", "head", "end"]
+    assert rec.events[2] == ("trailers", [(b"X-Checksum", b"abc"), (b"grpc-status", b"0")])
+    response = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: Grpc-Status\r\n\r\n"
+        b"2\r\nok\r\n0\r\nGrpc-Status: 7\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    rec = Hearing()
+    parser = codec[1](rec)
+    parser.expect(b"GET")
+    for piece in split_all(response) if split else [response]:
+        parser.feed(piece)
+        if rec.kinds()[-1:] == ["end"] and rec.kinds().count("end") == 1:
+            parser.expect(b"GET")
+    # An empty trailer section is no event.
+    assert rec.kinds() == ["head", "body", "trailers", "end", "head", "end"]
+    assert rec.events[2] == ("trailers", [(b"Grpc-Status", b"7")])
 
 
 def test_chunk_sizes_up_to_2_63_minus_1_are_taken(codec):
@@ -680,6 +709,23 @@ def test_interim_responses_are_consumed(codec):
     )
     assert [h.status for h in rec.heads] == [201]
     assert rec.kinds() == ["head", "body", "end"]
+
+
+def test_interim_responses_go_to_a_handler_that_takes_them(codec):
+    rec = Hearing()
+    parser = codec[1](rec)
+    parser.expect(b"POST")
+    for piece in split_all(
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nLink: </a.js>\r\n\r\n"
+        b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
+    ):
+        parser.feed(piece)
+    assert rec.kinds() == ["interim", "interim", "head", "body", "end"]
+    hints = rec.events[1][1]
+    assert (hints.status, hints.reason, hints.has_body) == (103, b"Early Hints", False)
+    assert hints.headers == [(b"Link", b"</s.css>; rel=preload"), (b"Link", b"</a.js>")]
+    assert rec.heads[0].status == 201
 
 
 def test_101_switches_protocols(codec):

@@ -531,6 +531,16 @@ RESPONSES = [
         BIG,
     ),
     (
+        "interim-trailers",
+        b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 EH\r\nLink: <a>\r\nLink: <b>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: grpc-status\r\n\r\n"
+        b"2\r\nok\r\n0\r\ngrpc-status: 0\r\nGrpc-Message:  a b \r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        [b"GET", b"GET"],
+        False,
+        BIG,
+    ),
+    (
         "101",
         b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n\x81\x00rest",
         [b"GET"],
