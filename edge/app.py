@@ -20,6 +20,7 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from edge.entrypoints.accesslog import AccessLogger
 from edge.entrypoints.base import EntryPoint
 from edge.entrypoints.opened import OpenedEntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
+from edge.entrypoints.tracing import Tracer
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
 from edge.http.server.connection import Metered
 from edge.logs import reopen_logs
@@ -54,6 +56,7 @@ from edge.watcher import Listener, Watcher
 
 if TYPE_CHECKING:
     from edge.providers.kubernetes.client import KubeCore
+    from edge.router.set import RouterSet
 
 log = logging.getLogger("edge")
 
@@ -222,6 +225,9 @@ class Dataplane:
         self.access_log = (
             AccessLogger(static.access_log, loop) if static.access_log is not None else None
         )
+        # tracing: the spans of every HTTP exchange, exported off the loop; each entry
+        # point's exchanges report to a Traced, which chains to the access log.
+        self.tracer = Tracer(static.tracing, os.environ) if static.tracing is not None else None
         # Traefik's API: this process's runtime, on the traefik entry point with
         # api.insecure, and for the routers naming api@internal (entrypoints.internal).
         api = static.api
@@ -263,9 +269,7 @@ class Dataplane:
                         self.api if name == INTERNAL_ENTRY_POINT and api and api.insecure else None,
                         self.metrics if name == metrics_ep else None,
                     ),
-                    access_log=self.access_log
-                    if self.metrics is None
-                    else Metered(self.metrics.meter(name), self.access_log),
+                    access_log=self._records(name),
                     reuse_port=reuse_port,
                     budget=self.budget,
                 )
@@ -309,15 +313,24 @@ class Dataplane:
             config,
             self.loop,
             parser=parser,
-            access_log=self.access_log
-            if self.metrics is None
-            else Metered(self.metrics.meter(name), self.access_log),
+            access_log=self._records(name),
             reuse_port=reuse_port,
             budget=self.budget,
         )
         if self.access_log is not None:
             tcp.peek.log_relay = self.access_log.relay_hook(name)
         return tcp
+
+    def _records(self, name: str) -> Callable[..., None] | Metered | None:
+        """What HTTP entry point ``name``'s exchanges report to when they end: the access
+        log, behind tracing's hook where tracing is on, with the entry point's meter
+        where metrics are."""
+        hook = (
+            self.access_log
+            if self.tracer is None
+            else self.tracer.for_entry_point(name, self.access_log)
+        )
+        return hook if self.metrics is None else Metered(self.metrics.meter(name), hook)
 
     def _samples(self) -> prometheus.Samples | None:
         """What ``/metrics`` shows now (the API's ``/api/requests``); None without metrics."""
@@ -431,6 +444,8 @@ class Dataplane:
             udp_services=udp_services,
             health=self.health,
         )
+        if self.tracer is not None:
+            _traced(routers)
 
         def switch() -> None:
             self.transports.commit(transports)
@@ -539,6 +554,8 @@ class Dataplane:
         self.health.stop()
         if self.access_log is not None:
             self.access_log.close()
+        if self.tracer is not None:
+            self.tracer.close()
 
     async def _accept_grace(self) -> None:
         """Traefik's ``lifeCycle.requestAcceptGraceTimeout``: an entrypoint keeps
@@ -588,6 +605,17 @@ class FileStamps:
 
     def __call__(self, runtime: RuntimeConfig) -> None:
         self.prepare(runtime)()
+
+
+def _traced(routers: dict[str, RouterSet]) -> None:
+    """Tracing is on: no route takes the express path, which forwards the client's own
+    ``traceparent`` (the general path writes the upstream's; edge.entrypoints.tracing).
+    Once per configuration, on routes no connection reads yet."""
+    for router_set in routers.values():
+        for router in (router_set.http, router_set.https):
+            if router is not None:
+                for *_, route in router.table.entries:
+                    route.express = False
 
 
 class ControlPlane:

@@ -164,6 +164,7 @@ class General:
         "sink",
         "spool_iter",
         "tee",
+        "trace",  # set by _forward where tracing is on (read with getattr)
         "try_timer",
         "up_args",
     )
@@ -564,6 +565,13 @@ class Exchange:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
         elif cleaned:
             target = path + b"?" + query if query else path
+        hook = conn.ctx.access_log
+        if hook is not None:
+            # tracing: the entry point's Traced (edge.entrypoints.tracing) chains to
+            # the access log; it adds the upstream's traceparent.
+            trace = getattr(hook, "trace", None)
+            if trace is not None:
+                edits = trace(self, edits)
         if fwd is not None and fwd.spool is not None:
             # A held body (buffering) goes with its length, not re-framed.
             spool = fwd.spool
