@@ -8,7 +8,7 @@ call. Which backend answered is read from what each server recorded (the call's 
 UNIMPLEMENTED, as the conformance suite expects. The statuses edge writes back are read
 with the official ``kubernetes`` client. Scenarios follow the upstream conformance
 suite's GRPCRoute tests (written anew here, on this service's methods):
-GRPCExactMethodMatching, GRPCRouteHeaderMatching, GRPCRouteListenerHostnameMatching,
+GRPCExactMethodMatching (with GRPCRouteNamedRule), GRPCRouteHeaderMatching, GRPCRouteListenerHostnameMatching,
 GRPCRouteWeight, GRPCRouteRequestHeaderModifier; then gRPC over TLS on an HTTPS
 listener (h2 by ALPN), a GRPCRoute and an HTTPRoute
 meeting on one hostname, and a backend that cannot be served (UNAVAILABLE). Every wait
@@ -132,13 +132,14 @@ def grpc_conditions(api, name: str) -> dict[str, tuple[str, str]]:
 
 def test_grpc_exact_method_matching(emu, start_edge, api, echoes) -> None:
     """GRPCExactMethodMatching: each method to its backend, another method of the same
-    service (no rule matches it) UNIMPLEMENTED, and the route's status read back."""
+    service (no rule matches it) UNIMPLEMENTED, and the route's status read back; one
+    rule named, as GRPCRouteNamedRule names it (a name changes nothing served)."""
     ports = Ports()
     emu.create(gateway_class())
     emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
     grpc_services(emu, echoes)
     emu.create(grpc_route("exact-matching", [
-        {"matches": [method("Unary")], "backendRefs": [to("v1")]},
+        {"name": "named-rule", "matches": [method("Unary")], "backendRefs": [to("v1")]},
         {"matches": [method("ServerStream")], "backendRefs": [to("v2")]},
     ]))  # fmt: skip
     start_edge(ports)
