@@ -11,9 +11,13 @@ Invariants:
 - A :class:`~edge.http.codec.base.RequestHead` made here can be written as an
   HTTP/1.1 request without changing its meaning: its method is a token, its
   target an origin-form path (or ``*``) of visible ASCII, no field is
-  connection-specific, and every value is free of CR, LF and NUL (h2 refuses
-  those, RFC 9113 8.2.1); anything else is a :class:`~edge.errors.ProtocolError`
-  naming the field.
+  connection-specific, and every value is free of control bytes but HTAB;
+  anything else is a :class:`~edge.errors.ProtocolError` naming the field.
+- What RFC 9113 8.2 and 8.3 call malformed is checked here, not by h2 (whose
+  checks end the whole connection): a malformed request or trailer section is
+  a stream error, so the caller resets that stream alone (RST_STREAM
+  PROTOCOL_ERROR, as Go's server does for Traefik) and the connection's other
+  streams go on.
 - A header list made from a response head holds no connection-specific field
   (RFC 9113 8.2.2) and only lowercase names.
 """
@@ -21,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import re
 
 import h2.config
 import h2.connection
@@ -45,6 +50,14 @@ LARGEST_WINDOW = (1 << 31) - 1
 CONNECTION_SPECIFIC = frozenset(
     (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
 )
+
+# A field name as HTTP/2 carries it: a token in lower case (RFC 9113 8.2.1).
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# What no field value may hold: control bytes but HTAB (NUL, CR and LF are RFC 9113
+# 8.2.1's; the rest would be refused on HTTP/1.1, as Go's server refuses them), or
+# whitespace at either end.
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|\A[ \t]|[ \t]\Z")
+_REQUEST_PSEUDO = frozenset((b":method", b":scheme", b":authority", b":path"))
 
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
@@ -71,7 +84,8 @@ def server_connection(
         h2.config.H2Configuration(
             client_side=False,
             header_encoding=None,
-            validate_inbound_headers=True,
+            # Checked by request_head and trailers: a malformed stream is reset alone.
+            validate_inbound_headers=False,
             normalize_inbound_headers=True,  # cookie fields joined (RFC 9113 8.2.3)
             # What edge sends is made by response_headers() below: lowercase, no
             # connection-specific field, values the HTTP/1.1 codecs checked.
@@ -96,31 +110,58 @@ def server_connection(
     return conn
 
 
+def _check_field(name: bytes, value: bytes) -> None:
+    """Refuse a regular field RFC 9113 8.2 calls malformed (or edge cannot forward)."""
+    if _FIELD_NAME.fullmatch(name) is None:
+        raise ProtocolError(f"invalid field name {name!r}")
+    if _BAD_VALUE.search(value) is not None:
+        raise ProtocolError(f"invalid value of {name.decode('latin-1')}")
+    if name in CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
+        raise ProtocolError(f"connection-specific field {name.decode('latin-1')}")
+
+
 def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
-    """The head of a request that arrived as HTTP/2 ``headers`` (h2 validated them
-    against RFC 9113 8.2 and 8.3); ``end_stream``: the request has no body.
+    """The head of a request that arrived as HTTP/2 ``headers``; ``end_stream``: the
+    request has no body.
 
     The head is what an HTTP/1.1 client would have sent (module invariant), with
     version ``2.0``: the authority (``:authority``, else ``host``) as ``host``,
     the fields but ``host`` in order, chunked when a body comes without
-    ``content-length``. Raises ProtocolError for a request edge does not forward.
+    ``content-length``. Raises ProtocolError for a request RFC 9113 8.2 and 8.3 call
+    malformed (pseudo-header fields unknown, repeated, after a regular one or
+    missing; a name not in lower case; a connection-specific field; ``te`` but
+    ``trailers``; a value with a control byte or surrounding whitespace; two
+    Hosts, or one that is not the ``:authority``), or one edge does not forward.
     """
-    method = path = authority = host = None
+    method = path = authority = host = scheme = None
     length: int | None = None
     expect = False
     fields: list[Header] = []
     for name, value in headers:
         if name[:1] == b":":
-            if name == b":method":
+            if fields or host is not None:
+                raise ProtocolError(f"pseudo-header field {name!r} after a regular one")
+            if _BAD_VALUE.search(value) is not None:
+                raise ProtocolError(f"invalid value of {name.decode('latin-1')}")
+            if name == b":method" and method is None:
                 method = value
-            elif name == b":path":
+            elif name == b":path" and path is None:
                 path = value
-            elif name == b":authority":
+            elif name == b":authority" and authority is None:
                 authority = value
+            elif name == b":scheme" and scheme is None:
+                scheme = value  # the entrypoint's goes upstream, as for HTTP/1.1
             elif name == b":protocol":
                 raise ProtocolError(f"extended CONNECT (:protocol {value!r}) is not served")
-            continue  # :scheme: the entrypoint's, as for HTTP/1.1
+            elif name in _REQUEST_PSEUDO:
+                raise ProtocolError(f"pseudo-header field {name!r} repeated")
+            else:
+                raise ProtocolError(f"pseudo-header field {name!r} in a request")
+            continue
+        _check_field(name, value)
         if name == b"host":
+            if host is not None:
+                raise ProtocolError("two host fields")
             host = value
             continue
         if name == b"content-length":
@@ -130,15 +171,18 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
         elif name == b"expect":
             expect = value.lower() == b"100-continue"
         fields.append((name, value))
-    if method is None or path is None:
-        raise ProtocolError("request without :method or :path")
     if method == b"CONNECT":
         raise ProtocolError("CONNECT is not served")
+    if method is None or path is None or scheme is None:
+        raise ProtocolError("request without :method, :scheme or :path")
     if not _is_token(method):
         raise ProtocolError(f"invalid :method {method!r}")
     if not _is_target(path):
         raise ProtocolError(f"invalid :path {path!r}")
-    authority = authority if authority is not None else host
+    if authority is None:
+        authority = host
+    elif host is not None and host != authority:
+        raise ProtocolError("host is not the :authority")
     if not authority:
         raise ProtocolError("request without :authority or host")
     body = not end_stream
@@ -154,6 +198,16 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
         expect and body,
         host=authority,
     )
+
+
+def trailers(headers: list[Header]) -> list[Header]:
+    """A request's trailer section as HTTP/2 carried it, checked as ``request_head``
+    checks regular fields; a pseudo-header field in it is malformed too."""
+    for name, value in headers:
+        if name[:1] == b":":
+            raise ProtocolError(f"pseudo-header field {name!r} in trailers")
+        _check_field(name, value)
+    return headers
 
 
 def _is_token(value: bytes) -> bool:

@@ -53,7 +53,13 @@ from h2.settings import SettingCodes
 
 from edge.deadlines import BODY, IDLE, NO_DEADLINE
 from edge.errors import HTTPError
-from edge.http.codec.h2 import Allowance, request_head, response_headers, server_connection
+from edge.http.codec.h2 import (
+    Allowance,
+    request_head,
+    response_headers,
+    server_connection,
+    trailers,
+)
 from edge.http.server.exchange import CONTINUE, HIGH_WATER, Exchange
 
 if TYPE_CHECKING:
@@ -200,6 +206,11 @@ class H2Stream:
 
     def on_end(self) -> None:
         self.end = True
+
+    def on_interim(self, head: ResponseHead) -> None:
+        """A 1xx the exchange passed on (103 Early Hints): a HEADERS frame of its own."""
+        if not self.closed:
+            self.conn.h2.send_headers(self.id, response_headers(head))
 
     def on_upgrade(self, rest: bytes) -> None:
         pass  # an HTTP/2 request is never an upgrade (request_head)
@@ -360,6 +371,28 @@ class H2Stream:
             self.unacked += size
         else:
             self.conn.h2.acknowledge_received_data(size, self.id)
+
+    def received_trailers(self, headers: list[Header]) -> None:
+        """The request's trailer section: to the exchange; a malformed one resets the
+        stream (PROTOCOL_ERROR), its exchange ended as by a client gone (400)."""
+        try:
+            fields = trailers(headers)
+        except HTTPError as exc:
+            log.debug(
+                "%s: HTTP/2 stream %d from %s reset: %s",
+                self.ctx.name,
+                self.id,
+                self.client_ip,
+                exc.detail,
+            )
+            ex = self.ex
+            self.reset(ErrorCodes.PROTOCOL_ERROR)
+            if ex is not None:
+                self.ex = None
+                ex.client_gone(400)
+            return
+        if self.ex is not None:
+            self.ex.request_trailers(fields)
 
     def request_ended(self) -> None:
         self.req_open = False
@@ -568,8 +601,8 @@ class H2Connection(asyncio.Protocol):
         elif kind is h2.events.TrailersReceived:
             assert isinstance(event, h2.events.TrailersReceived)
             stream = self.streams.get(event.stream_id)
-            if stream is not None and stream.ex is not None:  # (StreamEnded follows)
-                stream.ex.request_trailers(list(event.headers or ()))
+            if stream is not None:  # (StreamEnded follows)
+                stream.received_trailers(list(event.headers or ()))
         elif kind is h2.events.WindowUpdated:
             assert isinstance(event, h2.events.WindowUpdated)
             if event.stream_id:

@@ -50,6 +50,8 @@ class RawH2:
     ``ca``: speak TLS (ALPN h2) and verify against this CA file, for ``server_name``.
     ``settings``: the client's SETTINGS beyond h2's defaults. ``auto_ack``: give back
     window for every DATA received (a reader); False leaves windows to the test.
+    ``checked``: h2 checks and normalizes the header lists sent; False sends them as
+    given (malformed ones).
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class RawH2:
         settings: dict | None = None,
         auto_ack: bool = True,
         timeout: float = TIMEOUT,
+        checked: bool = True,
     ) -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         if ca is not None:
@@ -70,7 +73,12 @@ class RawH2:
             assert sock.selected_alpn_protocol() == "h2"
         self.sock = sock
         self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding=None)
+            h2.config.H2Configuration(
+                client_side=True,
+                header_encoding=None,
+                validate_outbound_headers=checked,
+                normalize_outbound_headers=checked,
+            )
         )
         self.h2.initiate_connection()
         if settings:

@@ -19,6 +19,7 @@ from edge.http.codec.h2 import (
     request_head,
     response_headers,
     server_connection,
+    trailers,
 )
 
 GET = [
@@ -73,10 +74,10 @@ def test_expect_100_continue_counts_only_with_a_body():
     [
         (b":path", b"/a b", "invalid :path"),  # would split the HTTP/1.1 request line
         (b":path", b"/a\tb", "invalid :path"),
-        (b":path", b"/\x7f", "invalid :path"),
+        (b":path", b"/\x7f", "invalid value of :path"),
         (b":path", b"a/b", "invalid :path"),  # not origin-form
         (b":path", b"http://x.example/", "invalid :path"),
-        (b":method", b"GET /x HTTP/1.1\r\nX:", "invalid :method"),
+        (b":method", b"GET /x HTTP/1.1\r\nX:", "invalid value of :method"),
         (b":method", b"G T", "invalid :method"),
         (b":method", b"CONNECT", "CONNECT"),
         (b":protocol", b"websocket", "extended CONNECT"),
@@ -87,9 +88,42 @@ def test_expect_100_continue_counts_only_with_a_body():
 def test_what_would_not_be_the_same_request_in_http_1_1_is_refused(name, value, why):
     headers = [(n, value if n == name else v) for n, v in GET]
     if name not in dict(GET):
-        headers.append((name, value))
+        headers.insert(0, (name, value))
     with pytest.raises(ProtocolError, match=why):
         request_head(headers, end_stream=True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ([(b"X-Up", b"1")], "invalid field name"),
+        ([(b"x-a", b"1\r\nx-b: 2")], "invalid value of x-a"),
+        ([(b"x-a", b"tab at the end\t")], "invalid value of x-a"),
+        ([(b"connection", b"close")], "connection-specific field connection"),
+        ([(b"te", b"trailers, deflate")], "connection-specific field te"),
+        ([(b"host", b"a"), (b"host", b"a")], "two host fields"),
+        ([(b"host", b"b.example")], "host is not the :authority"),
+        ([(b":authority", b"x")], "repeated"),
+        ([(b":status", b"200")], "in a request"),
+    ],
+)
+def test_malformed_fields_are_refused_naming_them(fields, why):
+    headers = [*GET[:4], *fields, *GET[4:]] if fields[0][0][:1] == b":" else [*GET, *fields]
+    with pytest.raises(ProtocolError, match=why):
+        request_head(headers, end_stream=True)
+
+
+def test_te_trailers_and_a_host_equal_to_the_authority_are_taken():
+    head = request_head([*GET, (b"te", b"trailers"), (b"host", b"app.example:8443")], True)
+    assert (b"te", b"trailers") in head.headers and head.host == b"app.example:8443"
+
+
+def test_trailers_are_checked_as_fields_and_hold_no_pseudo_header():
+    fields = [(b"grpc-status", b"0"), (b"x-sum", b"12")]
+    assert trailers(fields) == fields
+    for bad in ([(b":path", b"/")], [(b"X-Sum", b"1")], [(b"transfer-encoding", b"chunked")]):
+        with pytest.raises(ProtocolError):
+            trailers(bad)
 
 
 def test_two_content_lengths_must_agree():

@@ -69,10 +69,20 @@ class Switchable(Recorder):
 class Client:
     """h2's client state machine on edge's client transport."""
 
-    def __init__(self, http: HTTPConnection, settings: dict | None = None) -> None:
+    def __init__(
+        self, http: HTTPConnection, settings: dict | None = None, checked: bool = True
+    ) -> None:
+        """``checked``: h2 checks and normalizes what it sends; False sends any header
+        list as it is (malformed ones)."""
         self.http = http
         self.transport: Switchable = http.transport  # type: ignore[assignment]
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(
+                client_side=True,
+                validate_outbound_headers=checked,
+                normalize_outbound_headers=checked,
+            )
+        )
         self.h2.initiate_connection()
         if settings:
             self.h2.update_settings(settings)
@@ -94,16 +104,23 @@ class Client:
         return self.h2.receive_data(data) if data else []
 
     def request(
-        self, method: bytes = b"GET", path: bytes = b"/p", extra=(), end: bool = True
+        self,
+        method: bytes = b"GET",
+        path: bytes = b"/p",
+        extra=(),
+        end: bool = True,
+        pseudo: list | None = None,
     ) -> int:
+        """Open a stream; ``pseudo`` replaces the pseudo-header fields."""
         sid = next(self.ids)
-        headers = [
-            (b":method", method),
-            (b":scheme", b"http"),
-            (b":authority", b"a.test"),
-            (b":path", path),
-            *extra,
-        ]
+        if pseudo is None:
+            pseudo = [
+                (b":method", method),
+                (b":scheme", b"http"),
+                (b":authority", b"a.test"),
+                (b":path", path),
+            ]
+        headers = [*pseudo, *extra]
         self.h2.send_headers(sid, headers, end_stream=end)
         self.send()
         return sid
@@ -321,15 +338,71 @@ def test_a_path_that_would_break_the_request_line_resets_its_stream(pair):
     assert response(c.events(), sid)[1:] == (b"hello", True)
 
 
-def test_a_line_break_in_a_field_ends_the_connection(pair):
-    """h2 refuses CR, LF and NUL in any field (RFC 9113 8.2.1) as a connection error:
-    nothing of it reaches an HTTP/1.1 upstream."""
+GOOD = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"a.test"), (b":path", b"/p")]
+
+
+@pytest.mark.parametrize(
+    ("pseudo", "extra"),
+    [
+        (
+            [
+                (b":method", b"GET"),
+                (b":scheme", b"http"),
+                (b":authority", b"a.test"),
+                (b":path", b"/a HTTP/1.1\r\nX:"),
+            ],
+            [],
+        ),
+        (GOOD, [(b"x-a", b"1\r\nx-b: 2")]),
+        (GOOD, [(b"x-a", b"\x00")]),
+        (GOOD, [(b"x-a", b" padded")]),
+        (GOOD, [(b"X-Upper", b"1")]),
+        (GOOD, [(b"x a", b"1")]),
+        (GOOD, [(b"connection", b"keep-alive")]),
+        (GOOD, [(b"transfer-encoding", b"chunked")]),
+        (GOOD, [(b"upgrade", b"h2c")]),
+        (GOOD, [(b"keep-alive", b"5")]),
+        (GOOD, [(b"te", b"gzip")]),
+        (GOOD, [(b"host", b"other.test")]),
+        ([*GOOD, (b":status", b"200")], []),
+        ([*GOOD, (b":path", b"/q")], []),
+        ([*GOOD, (b":custom", b"1")], []),
+        (GOOD[:1] + GOOD[2:], []),  # no :scheme
+        (GOOD[:3], []),  # no :path
+        ([*GOOD[:3], (b":path", b"")], []),
+        (GOOD[:2], [(b"x-a", b"1"), *GOOD[2:]]),  # a pseudo-header after a regular field
+    ],
+)
+def test_a_malformed_request_resets_its_stream_and_the_connection_serves_on(pair, pseudo, extra):
+    """RFC 9113 8.1.1: a malformed request is a stream error (RST_STREAM PROTOCOL_ERROR,
+    as Go's server answers for Traefik), not the connection's end; nothing of it
+    reaches the HTTP/1.1 upstream."""
     http, upstream = pair()
-    c = Client(http)
-    c.request(path=b"/a HTTP/1.1\r\nX:")
-    end = goaway(c.events())
-    assert end is not None and end.error_code == ErrorCodes.PROTOCOL_ERROR
-    assert not upstream.transport.data and c.transport.ended
+    c = Client(http, checked=False)
+    sid = c.request(pseudo=pseudo, extra=extra)
+    events = c.events()
+    reset = [e for e in events if isinstance(e, h2.events.StreamReset)]
+    assert [(e.stream_id, e.error_code) for e in reset] == [(sid, ErrorCodes.PROTOCOL_ERROR)]
+    assert goaway(events) is None and not c.transport.ended
+    assert not upstream.transport.data
+    sid = c.request(extra=[(b"te", b"trailers")])
+    assert upstream.transport.data.startswith(b"GET /p HTTP/1.1\r\n")
+    upstream.data_received(OK)
+    assert response(c.events(), sid)[1:] == (b"hello", True)
+
+
+def test_malformed_request_trailers_reset_the_stream_alone(pair):
+    http, upstream = pair()
+    c = Client(http, checked=False)
+    sid = c.request(method=b"POST", end=False)
+    c.h2.send_data(sid, b"abc")
+    c.h2.send_headers(sid, [(b":path", b"/x")], end_stream=True)  # a pseudo-header in trailers
+    c.send()
+    events = c.events()
+    reset = [e for e in events if isinstance(e, h2.events.StreamReset)]
+    assert [(e.stream_id, e.error_code) for e in reset] == [(sid, ErrorCodes.PROTOCOL_ERROR)]
+    assert goaway(events) is None and not c.transport.ended
+    assert bytes(upstream.transport.data).endswith(b"3\r\nabc\r\n")  # never ended upstream
 
 
 def test_expect_100_continue_is_an_informational_response(pair):
