@@ -64,6 +64,8 @@ from urllib.parse import parse_qs, unquote
 import msgspec
 
 from edge.config.durations import enc_hook
+from edge.config.dynamic import TLSOptions
+from edge.config.merge import DEFAULT_TLS
 from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
 from edge.config.static import API_SERVICE, EntryPoint, StaticConfig
 
@@ -212,6 +214,27 @@ def _timeouts(config: EntryPoint) -> dict[str, dict[str, str]]:
         },
     }
     return {key: {k: str(v) for k, v in values.items() if v} for key, values in sections.items()}
+
+
+def served_protocols(name: str, config: EntryPoint, runtime: RuntimeConfig | None) -> dict | None:
+    """What HTTP entry point ``name`` serves (None for UDP): HTTP/1.0, HTTP/1.1 and h2c
+    (prior knowledge) in the clear, and under ``tls`` the ALPN names offered per TLS
+    options its enabled HTTPS routers use (``h2`` where the options list it)."""
+    if config.protocol == "udp":
+        return None
+    tls: dict[str, list[str]] = {}
+    if runtime is not None:
+        for info in runtime.http_routers.values():
+            router_tls = info.config.tls
+            if router_tls is None or info.status == DISABLED or name not in info.entry_points:
+                continue
+            options = router_tls.options or DEFAULT_TLS
+            found = runtime.tls.options.get(options)
+            tls[options] = list((found or TLSOptions()).alpn_protocols)
+    out: dict[str, Any] = {"http": ["HTTP/1.0", "HTTP/1.1", "h2c"]}
+    if tls:
+        out["tls"] = dict(sorted(tls.items()))
+    return out
 
 
 def dashboard_pages(base: bytes) -> dict[bytes, APIAnswer]:
@@ -378,6 +401,9 @@ class API:
             out["udp"] = {**out.get("udp", {}), "timeout": str(config.udp.timeout)}
             if ep_name in opened:
                 out["runtime"] = opened[ep_name][1]
+            protocols = served_protocols(ep_name, config, self.runtime())
+            if protocols is not None:
+                out["protocols"] = protocols
             return {**out, "name": ep_name}
 
         if name:

@@ -293,6 +293,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             if info.status == "disabled":
                 bad = True
             print(line)
+    from edge.api import served_protocols
+
+    for ep_name, ep in sorted(static.entry_points.items()):
+        protocols = served_protocols(ep_name, ep, runtime)
+        if protocols is not None:
+            line = f"entry point {ep_name}: {', '.join(protocols['http'])}"
+            for options, alpn in protocols.get("tls", {}).items():
+                line += f"; TLS options {options}: ALPN {', '.join(alpn) or 'none'}"
+            print(line)
     print("configuration is invalid" if bad else "configuration is valid")
     return 1 if bad else 0
 

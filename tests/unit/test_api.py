@@ -254,3 +254,44 @@ def test_requests_sum_the_counters_per_element_and_status_class():
     assert set(out) == {"time", "metrics"} and out["metrics"] is False
     _, out, _ = get(API(static, lambda: None, "t", samples=lambda: None), "/api/requests")
     assert out["metrics"] is False
+
+
+def test_entrypoints_show_the_http_versions_they_serve():
+    """h2c in the clear on every TCP entry point, and on TLS the ALPN names each TLS
+    options of its HTTPS routers offer (h2 where listed); none for UDP."""
+    static = decode_static(
+        {
+            "entryPoints": {
+                "web": {"address": ":80"},
+                "websecure": {"address": ":443"},
+                "dns": {"address": ":53/udp"},
+            },
+            "api": {"insecure": True},
+        }
+    )
+    dynamic = {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a`)", "service": "s", "entryPoints": ["websecure"], "tls": {}},
+                "b": {
+                    "rule": "Host(`b`)",
+                    "service": "s",
+                    "entryPoints": ["websecure"],
+                    "tls": {"options": "old"},
+                },
+                "c": {"rule": "Host(`c`)", "service": "s", "entryPoints": ["web"]},
+            },
+            "services": {"s": {"loadBalancer": {"servers": [{"url": "http://127.0.0.1:9"}]}}},
+        },
+        "tls": {"options": {"old": {"alpnProtocols": ["http/1.1"]}}},
+    }
+    runtime = build_runtime(
+        merge({"file": decode_dynamic(dynamic)}), static.entry_point_protocols()
+    )
+    api = API(static, lambda: runtime, "test")
+    _, web, _ = get(api, "/api/entrypoints/web")
+    assert web["protocols"] == {"http": ["HTTP/1.0", "HTTP/1.1", "h2c"]}
+    _, secure, _ = get(api, "/api/entrypoints/websecure")
+    assert secure["protocols"]["tls"] == {"default": ["h2", "http/1.1"], "old@file": ["http/1.1"]}
+    _, dns, _ = get(api, "/api/entrypoints/dns")
+    assert "protocols" not in dns

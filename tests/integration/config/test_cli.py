@@ -338,3 +338,25 @@ def test_check_names_a_bad_servers_transport_and_tls_options_where_they_are_used
         for line in lines
     ), out.stdout
     assert f"router secure@file: disabled: TLS options 'x@file' are disabled: {options}" in lines
+
+
+def test_check_says_which_http_versions_each_entry_point_serves(tmp_path):
+    dynamic = {
+        "http": {
+            "routers": {
+                "a": {"rule": "Host(`a`)", "service": "s", "entryPoints": ["websecure"], "tls": {}},
+                "b": {"rule": "Host(`b`)", "service": "s", "entryPoints": ["web"]},
+            },
+            "services": GOOD["http"]["services"],
+        },
+        "tls": {"options": {"default": {"alpnProtocols": ["http/1.1"]}}},
+    }
+    static = {"entryPoints": {"web": {"address": ":80"}, "websecure": {"address": ":443"}}}
+    out = edge("check", "--config", write(tmp_path, static, dynamic))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "entry point web: HTTP/1.0, HTTP/1.1, h2c" in lines
+    assert (
+        "entry point websecure: HTTP/1.0, HTTP/1.1, h2c; TLS options default: ALPN http/1.1"
+        in lines
+    )
