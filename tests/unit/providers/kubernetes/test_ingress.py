@@ -52,6 +52,7 @@ from edge.providers.kubernetes.objects import ClusterState
 from edge.rules import RequestView, RouteTable, canonical_host
 from edge.tls.certs import TLSCertificates
 from loadtest.kube_scale import decode_state, list_bodies
+from tests import fuzz
 from tests.fixtures.tls.pki import PKI
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "kubernetes" / "ingress"
@@ -327,7 +328,7 @@ def test_update_endpoints_rebuilds_only_what_changed() -> None:
     assert update_endpoints(convert(old, allowed), old, gone, allowed) == convert(gone, allowed)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=fuzz.examples(full=100, quick=30), deadline=None)
 @given(
     steps=st.lists(
         st.lists(
@@ -504,7 +505,7 @@ def spec_winner(entries: list[tuple[str, str, str]], host: str, req: str) -> int
     return None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz.examples(full=200, quick=50), deadline=None)
 @given(
     entries=st.lists(
         st.tuples(st.sampled_from([HOST, ""]), st.sampled_from(["Exact", "Prefix"]), PATHS),
@@ -607,7 +608,7 @@ def test_options_from_the_static_configuration_and_problem_text() -> None:
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=fuzz.examples(full=500, quick=100), deadline=None)
 @given(
     text=st.text(alphabet=st.sampled_from("aZ09-./_*~ \u00e9:"), max_size=16),
     host=st.text(alphabet=st.sampled_from("ab09-.*"), max_size=12),
