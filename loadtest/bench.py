@@ -18,6 +18,12 @@ so it is the figure to compare across machines. ``--pin`` (machines with at leas
 cores) gives the subject, wrk and the backend cores of their own with ``taskset``: the
 subject ``workers`` cores, wrk 4 (4 threads), the backend 4 (4 nginx workers).
 
+HTTP/2 scenarios (``protocol="h2c"``) load the subject with ``h2load`` (Debian's
+nghttp2-client) over h2c with prior knowledge: ``connections`` clients, ``h2_streams``
+streams each in flight (``-m``); the subjects proxy to the same HTTP/1.1 backend (nginx
+with ``listen ... http2``). h2load reports no percentiles: the latency column shows
+its mean request time in ``p50``'s place, marked so in the JSON (``mean_ms``).
+
 UDP scenarios (``protocol="udp"``) use ``udpload``, a small C load generator kept in
 this file (``UDPLOAD_C``) and compiled into the temp dir with ``cc``; its echo server is
 the backend of the echo scenarios and its sink that of the one-way scenario.
@@ -76,6 +82,7 @@ BASELINE_SUBJECT = ("edge-baseline",) if os.environ.get("EDGE_BASELINE") else ()
 HTTP_SUBJECTS = ("direct", "edge-httptools", "edge-h11", "nginx", "haproxy", *BASELINE_SUBJECT)
 
 UDP_SUBJECTS = ("direct", "edge", "nginx", "udp-ceiling", *BASELINE_SUBJECT)
+H2_SUBJECTS = ("edge-httptools", "edge-h11", "nginx", *BASELINE_SUBJECT)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class Scenario:
     # terminates it and proxies HTTP); "tls-passthrough" (TLS relayed untouched to the
     # backend's TLS port); "udp" (udpload instead of wrk; ``connections`` client sockets)
     protocol: str = "http"
+    h2_streams: int = 1  # h2c: streams each client keeps in flight (h2load -m)
     udp_mode: str = "echo"  # "echo": round trips through an echo server; "oneway": to a sink
     udp_window: int = 1  # datagrams each client keeps in flight (echo)
     udp_size: int = 64  # payload bytes
@@ -190,6 +198,23 @@ SCENARIOS: tuple[Scenario, ...] = (
         path="/1m",
         subjects=("direct", "edge-httptools", "haproxy", *BASELINE_SUBJECT),
         baseline="haproxy",
+    ),
+    Scenario(
+        "h2c-c10-m10",
+        "HTTP/2 with prior knowledge (h2load), 10 connections with 10 streams each in flight, "
+        "12-byte body, proxied to the HTTP/1.1 backend",
+        protocol="h2c",
+        connections=10,
+        h2_streams=10,
+        subjects=H2_SUBJECTS,
+    ),
+    Scenario(
+        "h2c-c100-m1",
+        "HTTP/2 with prior knowledge (h2load), 100 connections with one stream each in flight",
+        protocol="h2c",
+        connections=100,
+        h2_streams=1,
+        subjects=H2_SUBJECTS,
     ),
     Scenario(
         "udp-echo-1",
@@ -405,12 +430,49 @@ def wait_until(
 def expect_body(port: int, scenario: Scenario) -> Callable[[], bool]:
     """A check: GET the scenario's path through ``port`` answers 200 with the full body."""
     want = BODY_FILES.get(scenario.path.strip("/"), len(SMALL_BODY))
+    if scenario.protocol == "h2c":
+        return lambda: h2_get(port, scenario.path) == (200, want)
 
     def check() -> bool:
         status, body = http_get(port, scenario.path, tls=scenario.protocol != "http")
         return status == 200 and len(body) == want
 
     return check
+
+
+def h2_get(port: int, path: str, timeout: float = 2.0) -> tuple[int, int]:
+    """(status, body length) of a GET over h2c with prior knowledge (h2's client); (0, 0)
+    when it fails. A plain nginx ``listen ... http2`` speaks HTTP/2 alone."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.exceptions
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    status = length = 0
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+            conn.initiate_connection()
+            headers = [(":method", "GET"), (":scheme", "http"), (":authority", BENCH_HOST)]
+            conn.send_headers(1, [*headers, (":path", path)], end_stream=True)
+            sock.sendall(conn.data_to_send())
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        status = int(dict(event.headers)[b":status"])
+                    elif isinstance(event, h2.events.DataReceived):
+                        length += len(event.data)
+                        conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                    elif isinstance(event, h2.events.StreamEnded):
+                        return status, length
+                sock.sendall(conn.data_to_send())
+    except (OSError, h2.exceptions.H2Error):
+        pass
+    return 0, 0
 
 
 # --- context: tools, temp dir, backend -----------------------------------------------
@@ -723,7 +785,7 @@ class Direct(Subject):
 
 class NginxProxy(Subject):
     tools = ("nginx",)
-    protocols = ("http", "https", "udp")
+    protocols = ("http", "https", "udp", "h2c")
 
     def start(self) -> str:
         if self.scenario.protocol == "udp":
@@ -743,6 +805,10 @@ class NginxProxy(Subject):
                 tls += """
         ssl_session_tickets off;
         ssl_conf_command NumTickets 0;"""
+        elif self.scenario.protocol == "h2c":
+            # h2c with prior knowledge (nginx 1.22's form; 1.25.1 also reads `http2 on`).
+            tls = """http2;
+        http2_max_requests 1000000000;"""
         body = f"""\
     upstream backend {{
         server {HOST}:{self.ctx.backend_port};
@@ -902,7 +968,7 @@ class Edge(Subject):
     """``python -m edge run`` with a generated static and dynamic (file provider) config."""
 
     parser = "httptools"
-    protocols = ("http", "https", "tls-passthrough", "udp")
+    protocols = ("http", "https", "tls-passthrough", "udp", "h2c")
     root = ROOT  # the checkout whose edge runs
 
     def configs(self, port: int, ping_port: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1578,9 +1644,64 @@ def run_udpload(ctx: Context, scenario: Scenario, address: str, duration: float)
     }
 
 
+def parse_h2load(out: str) -> dict[str, Any]:
+    """Requests/s, requests done, errors and the mean request time (ms) from h2load."""
+    res: dict[str, Any] = {"rps": None, "requests": None, "latency_ms": {}}
+    if m := re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out):
+        res["rps"] = float(m.group(1))
+    errors = {"failed": 0, "errored": 0, "timeout": 0, "status": 0}
+    if m := re.search(
+        r"requests: \d+ total, \d+ started, (\d+) done, \d+ succeeded, (\d+) failed, "
+        r"(\d+) errored, (\d+) timeout",
+        out,
+    ):
+        res["requests"] = int(m.group(1))
+        errors.update(failed=int(m.group(2)), errored=int(m.group(3)), timeout=int(m.group(4)))
+    if m := re.search(r"status codes: \d+ 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out):
+        errors["status"] = sum(int(g) for g in m.groups())
+    if m := re.search(r"time for request:\s+\S+\s+\S+\s+(\S+)", out):
+        res["mean_ms"] = to_ms(m.group(1))
+        res["latency_ms"]["p50"] = res["mean_ms"]  # h2load gives no percentiles: the mean
+    res["errors"] = errors
+    res["error_total"] = sum(errors.values())
+    return res
+
+
+def run_h2load(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
+    h2load = ctx.tools["h2load"]
+    assert h2load
+    argv = ctx.pinned(
+        "load",
+        [
+            h2load,
+            "-t1",
+            f"-c{scenario.connections}",
+            f"-m{scenario.h2_streams}",
+            f"-D{max(1, round(duration))}",
+            "-H",
+            f":authority: {BENCH_HOST}",
+            f"http://{address}{scenario.path}",
+        ],
+    )
+    started = time.time()
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=duration + 30, stdin=subprocess.DEVNULL
+        )
+        out, err, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err, code = "h2load did not finish in time", -1
+    res = parse_h2load(out)
+    res.update(argv=argv, started=started, exit_code=code, stdout=out, stderr=err)
+    return res
+
+
 def run_load(ctx: Context, scenario: Scenario, address: str, duration: float) -> dict[str, Any]:
     if scenario.protocol == "udp":
         return run_udpload(ctx, scenario, address, duration)
+    if scenario.protocol == "h2c":
+        return run_h2load(ctx, scenario, address, duration)
     return run_wrk(ctx, scenario, address, duration)
 
 
@@ -1646,7 +1767,9 @@ def run_scenario(
         cases = [c for c in cases if c.subject in wanted]
     for case in cases:
         cls = SUBJECTS[case.subject]
-        load = ("udpload",) if scenario.protocol == "udp" else ("wrk", "nginx")
+        load = {"udp": ("udpload",), "h2c": ("h2load", "nginx")}.get(
+            scenario.protocol, ("wrk", "nginx")
+        )
         missing = [t for t in (*load, *cls.tools) if not ctx.tools.get(t)]
         if missing:
             # nginx is the HTTP subjects' backend, wrk their load; udpload (built with cc)
@@ -1738,6 +1861,11 @@ def table(scenario: Scenario, cases: list[Case], details: bool = True) -> str:
         f"   wrk -t{scenario.threads} -c{scenario.connections} {extra + ' ' if extra else ''}"
         f"GET {scenario.path}"
     )
+    if scenario.protocol == "h2c":
+        load = (
+            f"   h2load -t1 -c{scenario.connections} -m{scenario.h2_streams} GET "
+            f"{scenario.path} (p50: h2load's mean request time)"
+        )
     if scenario.protocol == "udp":
         load = (
             f"   udpload {scenario.udp_mode} clients={scenario.connections} "
@@ -1875,7 +2003,7 @@ def main(argv: list[str] | None = None) -> int:
 
     venv_python = ROOT / ".venv" / "bin" / "python"
     python = str(venv_python) if venv_python.exists() else sys.executable
-    tools = {name: find_tool(name) for name in ("nginx", "haproxy", "wrk")}
+    tools = {name: find_tool(name) for name in ("nginx", "haproxy", "wrk", "h2load")}
     workdir = Path(tempfile.mkdtemp(prefix="edge-bench-"))
     workdir.chmod(0o755)  # nginx workers may run as another user (nobody) and read from here
     (workdir / "tmp").mkdir()
