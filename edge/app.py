@@ -269,7 +269,7 @@ class Dataplane:
                         self.api if name == INTERNAL_ENTRY_POINT and api and api.insecure else None,
                         self.metrics if name == metrics_ep else None,
                     ),
-                    access_log=self._records(name),
+                    access_log=self._records(name, config),
                     reuse_port=reuse_port,
                     budget=self.budget,
                 )
@@ -313,7 +313,7 @@ class Dataplane:
             config,
             self.loop,
             parser=parser,
-            access_log=self._records(name),
+            access_log=self._records(name, config),
             reuse_port=reuse_port,
             budget=self.budget,
         )
@@ -321,14 +321,14 @@ class Dataplane:
             tcp.peek.log_relay = self.access_log.relay_hook(name)
         return tcp
 
-    def _records(self, name: str) -> Callable[..., None] | Metered | None:
+    def _records(self, name: str, config: EntryPointConfig) -> Callable[..., None] | Metered | None:
         """What HTTP entry point ``name``'s exchanges report to when they end: the access
         log, behind tracing's hook where tracing is on, with the entry point's meter
         where metrics are."""
         hook = (
             self.access_log
             if self.tracer is None
-            else self.tracer.for_entry_point(name, self.access_log)
+            else self.tracer.for_entry_point(name, self.access_log, config.observability)
         )
         return hook if self.metrics is None else Metered(self.metrics.meter(name), hook)
 
@@ -444,8 +444,10 @@ class Dataplane:
             udp_services=udp_services,
             health=self.health,
         )
+        rules: dict[str, str] = {}
         if self.tracer is not None:
             _traced(routers)
+            rules = {name: info.config.rule for name, info in runtime.http_routers.items()}
 
         def switch() -> None:
             self.transports.commit(transports)
@@ -453,6 +455,8 @@ class Dataplane:
             self.tcp_services = tcp_services
             self.udp_services = udp_services
             self.certs = certs
+            if self.tracer is not None:
+                self.tracer.rules = rules  # the routers' rules, for detailed spans
             if self.opened is not None and opening is not None:
                 self.opened.commit(opening)
             self.entrypoints.switch(routers)

@@ -400,8 +400,9 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (
             sta.EntryPoint,
             "allowACMEByPass asDefault http3 reusePort",
-            "observability",
+            _,
         ),
+        (sta.EntryPointObservability, _, "accessLogs metrics"),
         (
             sta.EntryPointHTTP,
             "encodeQuerySemicolons encodedCharacters middlewares underscoreHeadersStrategy",

@@ -79,6 +79,7 @@ __all__ = [
     "EntryPoint",
     "EntryPointHTTP",
     "EntryPointKind",
+    "EntryPointObservability",
     "EntryPointProxyProtocol",
     "EntryPointTLS",
     "EntryPointUDP",
@@ -304,6 +305,16 @@ class EntryPointUDP(Base):
     max_sessions: Annotated[int, msgspec.Meta(gt=0)] = 10_000
 
 
+class EntryPointObservability(Base):
+    """Traefik's ``entryPoints.<n>.observability``, its tracing part: ``tracing`` (false:
+    no span for this entry point's requests) and ``traceVerbosity`` (``detailed`` adds
+    the Router and Service spans). ``accessLogs`` and ``metrics`` are named as not
+    supported (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
+
+    tracing: bool = True
+    trace_verbosity: Literal["minimal", "detailed"] = "minimal"
+
+
 class EntryPoint(Base):
     address: str
     transport: Transport = msgspec.field(default_factory=Transport)
@@ -312,6 +323,7 @@ class EntryPoint(Base):
     http2: EntryPointHTTP2 = msgspec.field(default_factory=EntryPointHTTP2)
     udp: EntryPointUDP = msgspec.field(default_factory=EntryPointUDP)
     proxy_protocol: EntryPointProxyProtocol | None = None
+    observability: EntryPointObservability = msgspec.field(default_factory=EntryPointObservability)
 
     def __post_init__(self) -> None:
         parse_address(self.address)

@@ -9,7 +9,10 @@ the id), the spans an exchange makes, and their export (:class:`Exporter`).
 
 The spans, Traefik's minimal verbosity: the entry point's (kind SERVER, named by the
 method) and, where the request went upstream, ``ReverseProxy`` under it (kind CLIENT),
-whose id is the parent the upstream request's ``traceparent`` names. Attributes follow
+whose id is the parent the upstream request's ``traceparent`` names. An entry point's
+``observability.traceVerbosity: detailed`` puts ``Router`` (``traefik.router.name``,
+``traefik.service.name``, ``http.route``: the rule) and ``Service`` between them (kind
+INTERNAL); its ``observability.tracing: false`` makes none of its spans. Attributes follow
 the OpenTelemetry semantic conventions Traefik writes (``http.request.method``,
 ``url.path``, ``url.query`` with every value but ``safeQueryParams``' ``REDACTED``,
 ``http.response.status_code``, ``server.address``, ``network.protocol.version``...);
@@ -53,7 +56,7 @@ from urllib.parse import parse_qsl, quote_plus, urlsplit
 import orjson
 
 from edge import __version__
-from edge.config.static import OTLPHTTP, Tracing
+from edge.config.static import OTLPHTTP, EntryPointObservability, Tracing
 from edge.entrypoints.accesslog import AccessLogger, _client_port
 from edge.http.codec.forward import HeaderEdits
 
@@ -141,7 +144,17 @@ def incoming(headers: list[tuple[bytes, bytes]]) -> tuple[Parent | None, bytes]:
 class _Trace:
     """One exchange's part of a trace, decided when it goes upstream (or at its end)."""
 
-    __slots__ = ("client_id", "parent", "sampled", "server_id", "state", "trace_id", "upstream_ns")
+    __slots__ = (
+        "client_id",
+        "parent",
+        "router_id",
+        "sampled",
+        "server_id",
+        "service_id",
+        "state",
+        "trace_id",
+        "upstream_ns",
+    )
 
     def __init__(
         self, trace_id: str, parent: str, sampled: bool, state: bytes, server_id: str
@@ -152,6 +165,8 @@ class _Trace:
         self.state = state
         self.server_id = server_id
         self.client_id = ""  # the ReverseProxy span's, once the request goes upstream
+        self.router_id = ""  # ...and the Router and Service spans' (detailed verbosity)
+        self.service_id = ""
         self.upstream_ns = 0
 
 
@@ -199,8 +214,11 @@ def _otlp(span: Span) -> dict[str, Any]:
         "startTimeUnixNano": str(start),
         "endTimeUnixNano": str(end),
         "attributes": _attributes(attributes),
-        # A server span is an error from 500 on, a client span from 400 on (Traefik's).
-        "status": _status(status, 500 if kind == KIND_SERVER else 400),
+        # A server span is an error from 500 on, a client span from 400 on; Traefik's
+        # Router and Service spans say nothing.
+        "status": {"code": STATUS_UNSET}
+        if kind == KIND_INTERNAL
+        else _status(status, 400 if kind == KIND_CLIENT else 500),
     }
     if parent:
         out["parentSpanId"] = parent
@@ -440,14 +458,26 @@ class Tracer:
         )
         self.safe_params = frozenset(config.safe_query_params)
         self.random = random.Random(os.urandom(16))
+        # Router name -> its rule (http.route), for detailed spans: the Dataplane
+        # replaces it with each configuration it commits.
+        self.rules: dict[str, str] = {}
         self.exporter = (
             exporter
             if exporter is not None
             else Exporter(config.http, resource_attributes(config, environ), environ)
         )
 
-    def for_entry_point(self, name: str, access_log: Callable[..., None] | None) -> Traced:
-        return Traced(self, name, access_log)
+    def for_entry_point(
+        self,
+        name: str,
+        access_log: Callable[..., None] | None,
+        observability: EntryPointObservability,
+    ) -> Callable[..., None] | None:
+        """What entry point ``name``'s exchanges report to: a :class:`Traced` chained to
+        ``access_log``, or ``access_log`` itself where the entry point traces nothing."""
+        if not observability.tracing:
+            return access_log
+        return Traced(self, name, access_log, observability.trace_verbosity == "detailed")
 
     def close(self, timeout: float = 2.0) -> None:
         self.exporter.close(timeout)
@@ -501,12 +531,19 @@ class Traced:
     each finished exchange, then the access log it chains to) and :meth:`trace`, which
     the exchange asks for the upstream request's header edits."""
 
-    __slots__ = ("access_log", "entry_point", "tracer")
+    __slots__ = ("access_log", "detailed", "entry_point", "tracer")
 
-    def __init__(self, tracer: Tracer, entry_point: str, access_log: Callable[..., None] | None):
+    def __init__(
+        self,
+        tracer: Tracer,
+        entry_point: str,
+        access_log: Callable[..., None] | None,
+        detailed: bool = False,
+    ) -> None:
         self.tracer = tracer
         self.entry_point = entry_point
         self.access_log = access_log
+        self.detailed = detailed
 
     def trace(self, ex: Any, edits: HeaderEdits | None) -> HeaderEdits:
         """The exchange goes upstream: its trace decided, ``edits`` plus the
@@ -514,7 +551,11 @@ class Traced:
         trace is edge's own)."""
         tracer = self.tracer
         trace = ex.x.trace = tracer.start(ex.head)
-        trace.client_id = _span_id(tracer.random)
+        rand = tracer.random
+        trace.client_id = _span_id(rand)
+        if self.detailed:
+            trace.router_id = _span_id(rand)
+            trace.service_id = _span_id(rand)
         trace.upstream_ns = time.time_ns()
         parent = b"00-%s-%s-%s" % (
             trace.trace_id.encode(),
@@ -611,12 +652,50 @@ class Traced:
                 attrs,
             )
         )
+        parent = trace.server_id
+        if self.detailed and route is not None:
+            router_id = trace.router_id or _span_id(tracer.random)
+            service = route.service.name
+            exporter.add(
+                (
+                    trace.trace_id,
+                    router_id,
+                    parent,
+                    state,
+                    "Router",
+                    KIND_INTERNAL,
+                    start,
+                    end,
+                    status,
+                    [
+                        ("traefik.service.name", service),
+                        ("traefik.router.name", route.name),
+                        ("http.route", tracer.rules.get(route.name, "")),
+                    ],
+                )
+            )
+            if trace.service_id:
+                exporter.add(
+                    (
+                        trace.trace_id,
+                        trace.service_id,
+                        router_id,
+                        state,
+                        "Service",
+                        KIND_INTERNAL,
+                        start,
+                        end,
+                        status,
+                        [("traefik.service.name", service)],
+                    )
+                )
+                parent = trace.service_id
         if trace.client_id and backend is not None:
             exporter.add(
                 (
                     trace.trace_id,
                     trace.client_id,
-                    trace.server_id,
+                    parent,
                     state,
                     "ReverseProxy",
                     KIND_CLIENT,

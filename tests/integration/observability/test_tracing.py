@@ -20,6 +20,7 @@ from tests.integration.peers import curl, free_port
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE}-{CALLER}-01"
+OTHER = "00-11111111111111111111111111111111-2222222222222222-01"
 SERVER, CLIENT = 2, 3  # OTLP's span kinds
 
 
@@ -293,3 +294,46 @@ def test_workers_each_export_their_spans(tmp_path, whoami, collector):
         (client,) = [s for s in spans if s["spanId"] == client_id]
         assert client["traceId"] == trace_id
         assert servers[client["parentSpanId"]]["traceId"] == trace_id
+
+
+def test_entry_points_choose_detailed_spans_or_none(tmp_path, whoami, collector):
+    """``traceVerbosity: detailed`` puts Router and Service between the entry point's span
+    and ReverseProxy, as Traefik does; ``tracing: false`` makes no span on that entry
+    point, nor a traceparent of edge's (the caller's goes on as it came)."""
+    entrypoints = {
+        "web": {"address": "127.0.0.1:0", "observability": {"traceVerbosity": "detailed"}},
+        "quiet": {"address": "127.0.0.1:0", "observability": {"tracing": False}},
+    }
+    dynamic = routes(whoami)
+    dynamic["http"]["routers"]["a"]["entryPoints"] = ["web", "quiet"]
+    e = Edge(tmp_path, dynamic, entrypoints=entrypoints, static_extra=tracing(collector.endpoint))
+    try:
+        echo = request(e, f"traceparent: {TRACEPARENT}")
+        spans = collector.wait_spans(4)
+        quiet_url = f"http://127.0.0.1:{e.ports['quiet']}/"
+        done = curl(
+            "--max-time", "10", "-H", "Host: a.test", "-H", f"traceparent: {OTHER}", quiet_url
+        )
+        assert done.returncode == 0, done.stderr
+        quiet = received_parent(json.loads(done.stdout))
+        time.sleep(0.5)
+    finally:
+        e.stop()
+    assert len(collector.spans) == 4, "no span from the quiet entry point"
+    assert quiet == [OTHER], "passed on as it came, as Traefik does with tracing off"
+    named = {span["name"]: span for span in spans}
+    assert set(named) == {"GET", "Router", "Service", "ReverseProxy"}
+    server, router, service, proxy = (
+        named[n] for n in ("GET", "Router", "Service", "ReverseProxy")
+    )
+    assert router["parentSpanId"] == server["spanId"]
+    assert service["parentSpanId"] == router["spanId"]
+    assert proxy["parentSpanId"] == service["spanId"]
+    assert received_parent(echo) == [f"00-{TRACE}-{proxy['spanId']}-01"]
+    assert router["kind"] == service["kind"] == 1  # INTERNAL
+    assert router["attrs"] == {
+        "traefik.service.name": "s@file",
+        "traefik.router.name": "a@file",
+        "http.route": "Host(`a.test`)",
+    }
+    assert service["attrs"] == {"traefik.service.name": "s@file"}

@@ -206,7 +206,7 @@ def test_static_options_are_named_and_the_rest_decodes() -> None:
     assert static.log.level == "DEBUG" and static.providers.file is not None
     assert {(n.path, n.ignored) for n in notices} == {
         ("$.entryPoints.web.http.middlewares", False),
-        ("$.entryPoints.web.observability", True),
+        ("$.entryPoints.web.observability.accessLogs", True),
         ("$.api.debug", True),
         ("$.tracing.otlp.grpc", True),
         ("$.certificatesResolvers", False),
