@@ -28,9 +28,9 @@ Annotations (``nginx.ingress.kubernetes.io/``; ingress-nginx's meaning, edge's p
     ``replacePathRegex`` (``$1``... are the path's capture groups, as in nginx).
     ``app-root``: ``/`` answers 302 to it. ``permanent-redirect`` (301) and
     ``temporal-redirect`` (302): every request answers a redirect to that URL
-    (``redirectRegex``). ``backend-protocol`` ``HTTP`` or ``HTTPS``: the scheme to the
-    backends (a copy of the service for this Ingress; without it HTTP, whatever the
-    port); to HTTPS backends a serversTransport of the Ingress' own, which verifies
+    (``redirectRegex``). ``backend-protocol`` ``HTTP``, ``HTTPS``, ``GRPC`` (``h2c``) or
+    ``GRPCS`` (``https``, h2 by ALPN for gRPC): the scheme to the backends (a copy
+    of the service for this Ingress; without it HTTP, whatever the port); to HTTPS backends a serversTransport of the Ingress' own, which verifies
     nothing unless ``proxy-ssl-verify: "on"`` (ingress-nginx's default), with
     ``proxy-ssl-secret``'s CAs and client certificate and ``proxy-ssl-name``.
     ``whitelist-source-range`` / ``allowlist-source-range``: an ``ipAllowList`` (403
@@ -854,17 +854,13 @@ class _Reader:
         protocol = self.get("backend-protocol")
         if protocol is not None:
             upper = protocol.strip().upper()
-            if upper in ("GRPC", "GRPCS"):
+            if upper not in ("HTTP", "HTTPS", "GRPC", "GRPCS"):
                 raise ValueError(
-                    f"annotation {PREFIX}backend-protocol: {protocol!r}: gRPC needs HTTP/2 to "
-                    "the backends, and edge speaks HTTP/1.1 to them (not supported yet)"
+                    f"annotation {PREFIX}backend-protocol: {protocol!r}: edge speaks HTTP, "
+                    "HTTPS and gRPC to backends (not AJP or FCGI)"
                 )
-            if upper not in ("HTTP", "HTTPS"):
-                raise ValueError(
-                    f"annotation {PREFIX}backend-protocol: {protocol!r}: edge speaks HTTP and "
-                    "HTTPS to backends (not AJP or FCGI)"
-                )
-            scheme = upper.lower()
+            # GRPC: HTTP/2 without TLS (h2c); GRPCS: HTTPS, where a gRPC request offers h2.
+            scheme = {"GRPC": "h2c", "GRPCS": "https"}.get(upper, upper.lower())
         sticky = self.affinity()
         cluster_ip = self.flag("service-upstream")
         if cluster_ip:
