@@ -1350,3 +1350,22 @@ def test_update_endpoints_keeps_grpc_servers_h2c() -> None:
         for s in svc.load_balancer.servers
     ]
     assert urls == ["h2c://10.0.0.9:8080"]
+
+
+def test_a_grpc_route_whose_hostnames_miss_the_listeners_is_not_accepted() -> None:
+    c = run(
+        gateway_class(),
+        gateway([listener(hostname="*.a.test")]),
+        service(),
+        grpc_route([{"backendRefs": [backend()]}], hostnames=["b.test", "x.c.test"]),
+    )
+    assert parent(c)["Accepted"] == ("False", "NoMatchingListenerHostname")
+    assert c.configuration.http.routers == {}
+    c = run(
+        gateway_class(),
+        gateway([listener(hostname="*.a.test")]),
+        service(),
+        grpc_route([{"backendRefs": [backend()]}], hostnames=["b.test", "x.a.test"]),
+    )
+    (router,) = c.configuration.http.routers.values()
+    assert router.rule == 'Host("x.a.test") && PathPrefix("/")'  # b.test ignored
