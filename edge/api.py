@@ -34,9 +34,11 @@ defaults included (``transport.respondingTimeouts``, ``transport.lifeCycle``,
 edge's text (``"1m"`` for 60 s; Go reads it, as it reads Traefik's ``"60000000000ns"``).
 The entry points opened at run time (``runtimeEntryPoints``: one per port the routers
 name as ``":<port>"``, the Gateway provider's ``openListeners``) are listed with the
-static ones, adding edge's own ``runtime``: ``origin`` (what opened it: the routers
-naming it, by provider), ``routers``, and ``state``: ``open``, or ``failed`` with the
-``error`` binding its port gave (this process's: a worker answers for its own).
+static ones, adding edge's own ``runtime``: ``origin`` (what opened it: the listeners
+its provider says it is for, ``opened for Gateway ns/name listener x``, else the
+routers naming it, by provider), ``routers``, and ``state``: ``open``, or ``failed``
+with the ``error`` binding its port gave (this process's: a worker answers for its
+own, and names the routers, its providers being the supervisor's).
 An element is its configuration as written (camelCase, defaults left out), plus
 ``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
 ``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
@@ -434,9 +436,13 @@ class API:
             if address is None:
                 continue
             providers = sorted({r.rpartition("@")[2] for r in routers if "@" in r})
-            origin = f"opened at run time for {len(routers)} router(s)"
-            if providers:
-                origin += f" of {', '.join(providers)}"
+            said = opened.origin(ep)
+            if said:
+                origin = f"opened for {', '.join(said)}"
+            else:
+                origin = f"opened at run time for {len(routers)} router(s)"
+                if providers:
+                    origin += f" of {', '.join(providers)}"
             error = opened.errors.get(ep)
             extra: dict[str, Any] = {
                 "origin": origin,

@@ -18,7 +18,9 @@ process, privileged without ``NET_BIND_SERVICE``) is not open: its error is in
 :attr:`errors` (logged when it appears), the listeners registered with :meth:`follow`
 are told, and each full round tries it again; ``retry`` (a round with the
 configuration served) runs :data:`RETRY` seconds after a failure, the wait doubling
-while the port stays taken. Binding is the loop's (``start()`` is a coroutine): it
+while the port stays taken. A provider may say what it opens each entry point for
+(:meth:`OpenedEntryPoints.name_origins`: the Gateway source names the listeners), which
+the API shows. Binding is the loop's (``start()`` is a coroutine): it
 happens a moment after the commit, in a task this object holds.
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from edge.config.runtime import RuntimeConfig
@@ -83,6 +85,19 @@ class OpenedEntryPoints:
         self.retry = retry
         self._retry_timer: asyncio.TimerHandle | None = None
         self._retries = 0
+        # Per source (a provider), what it opens each entry point for: replaced whole
+        # by its thread, read by the API on the loop.
+        self._origins: Mapping[str, Mapping[str, tuple[str, ...]]] = {}
+
+    def name_origins(self, source: str, origins: Mapping[str, Sequence[str]]) -> None:
+        """``source`` (a provider, from its own thread) says what each run-time entry
+        point it names is for (``Gateway ns/name listener x``); replaces its last word."""
+        named = {ep: tuple(what) for ep, what in origins.items()}
+        self._origins = {**self._origins, source: named}
+
+    def origin(self, name: str) -> list[str]:
+        """What the entry point ``name`` is opened for, as its sources said."""
+        return [what for named in self._origins.values() for what in named.get(name, ())]
 
     def follow(self, callback: Callable[[], None]) -> None:
         """Have ``callback`` run (on the loop) each time :attr:`errors` changes."""

@@ -433,13 +433,15 @@ class Backend(NamedTuple):
 
 
 class Conversion(NamedTuple):
-    """The configuration, its problems, the statuses wanted, and where each load
-    balancer comes from (by section, ``http``, ``tcp`` or ``udp``, and name)."""
+    """The configuration, its problems, the statuses wanted, where each load balancer
+    comes from (by section, ``http``, ``tcp`` or ``udp``, and name), and the listeners
+    each entry point opened at run time is for (``Gateway ns/name listener x``)."""
 
     configuration: Configuration
     problems: list[Problem]
     statuses: list[WantedStatus]
     backends: Mapping[tuple[str, str], Backend] = {}
+    opened: Mapping[str, tuple[str, ...]] = {}
 
 
 def _load_balancer(
@@ -743,6 +745,7 @@ class _Converter:
         self.problems: list[Problem] = []
         self.statuses: list[WantedStatus] = []
         self.origins: dict[tuple[str, str], Backend] = {}
+        self.opened: dict[str, list[str]] = {}  # run-time entry point -> its listeners
         self.slices = slices_by_service(state.endpoint_slices)
 
     def visible(self, namespace: str) -> bool:
@@ -846,6 +849,9 @@ class _Converter:
             listener.entry_point = sorted(eps)[0].name
         elif self.options.open_listeners:
             listener.entry_point = runtime_entry_point(spec.port, udp)
+            self.opened.setdefault(listener.entry_point, []).append(
+                f"Gateway {gw.metadata.namespace}/{gw.metadata.name} listener {spec.name}"
+            )
         if not listener.entry_point:
             reason = f"no {'UDP' if udp else 'TCP'} entry point of edge listens on port {spec.port}"
             listener.fail("Accepted", "PortUnavailable", reason)
@@ -1593,7 +1599,8 @@ class _Converter:
             else None
         )
         conf = Configuration(http=http, tcp=tcp, udp=udp, tls=tls)
-        return Conversion(conf, self.problems, self.statuses, self.origins)
+        opened = {ep: tuple(sorted(names)) for ep, names in sorted(self.opened.items())}
+        return Conversion(conf, self.problems, self.statuses, self.origins, opened)
 
     def gateway_status(self, gw: objects.Gateway, listeners: list[_Listener]) -> WantedStatus:
         gen = gw.metadata.generation

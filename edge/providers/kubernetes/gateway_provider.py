@@ -167,13 +167,15 @@ def check_gateway_cluster(
 
 
 class Opened(Protocol):
-    """What the Gateway source reads of :class:`edge.entrypoints.opened.OpenedEntryPoints`
-    (providers import no data plane): the ports that could not be opened, and a way to
-    hear of changes."""
+    """What the Gateway source uses of :class:`edge.entrypoints.opened.OpenedEntryPoints`
+    (providers import no data plane): the ports that could not be opened, a way to hear
+    of changes, and a way to say which listeners each entry point is opened for."""
 
     errors: Mapping[str, str]
 
     def follow(self, callback: Callable[[], None]) -> None: ...
+
+    def name_origins(self, source: str, origins: Mapping[str, Sequence[str]]) -> None: ...
 
 
 class KubernetesGatewayProvider(KubernetesProvider):
@@ -271,6 +273,8 @@ class KubernetesGatewayProvider(KubernetesProvider):
         return False
 
     def converted(self, conversion: Any, snapshot: Mapping[str, Any], patched: bool) -> None:
+        if self.opened is not None:  # what each run-time entry point is for (the API)
+            self.opened.name_origins(self.name, conversion.opened)
         self._seen = snapshot
         with self._status_cond:
             self._wanted = list(conversion.statuses)

@@ -130,10 +130,11 @@ def test_listeners_on_ports_edge_lacks_are_opened_then_closed(
     opened = listed[f":{extra}"]
     assert opened["address"] == f"127.0.0.1:{extra}"
     assert opened["runtime"]["state"] == "open" and "error" not in opened["runtime"]
-    assert opened["runtime"]["origin"].endswith("of kubernetesgateway"), opened
+    assert opened["runtime"]["origin"] == "opened for Gateway default/gw listener opened"
     (router,) = opened["runtime"]["routers"]
     assert router.startswith("httproute-default-web-gw-default-gw-ep-")
     assert listed[f":{extra_udp}/udp"]["runtime"]["routers"][0].startswith("udproute-")
+    assert listed[f":{extra_udp}/udp"]["runtime"]["origin"].endswith("listener dns")
     assert "runtime" not in listed["web"]
 
     gw = emu.get("Gateway", "default", "gw")

@@ -1036,6 +1036,7 @@ def test_open_listeners_name_the_entry_point_opened_for_their_port() -> None:
         ":8080",
         "web",
     ]
+    assert c.opened == {":8080": ("Gateway default/gw listener extra",)}  # for the API
     assert conditions(listener_status(c, "extra")["conditions"])["Programmed"] == (
         "True",
         "Programmed",
