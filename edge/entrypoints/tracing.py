@@ -380,7 +380,7 @@ class Exporter:
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._conn = None
-                if fresh or attempt == 2:
+                if fresh or attempt == 2 or isinstance(exc, TimeoutError):
                     self._lose(len(spans), f"{self.host}:{self.port}: {exc}")
                     return
                 continue
@@ -495,15 +495,19 @@ class Tracer:
         return _Trace(f"{bits:032x}", "", sampled, b"", _span_id(rand))
 
     def query(self, query: bytes) -> str:
-        """``url.query`` as Traefik writes it: sorted by name, each value ``REDACTED`` but
-        the safe ones', encoded as Go's ``url.Values.Encode``."""
+        """``url.query`` as Traefik writes it: by name, a name not among the safe ones
+        once with the value ``REDACTED`` (Go's ``Values.Set``), encoded as Go's
+        ``url.Values.Encode``."""
         if not query:
             return ""
-        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-        pairs.sort(key=lambda p: p[0])
+        values: dict[str, list[str]] = {}
+        for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            values.setdefault(k, []).append(v)
         safe = self.safe_params
         return "&".join(
-            f"{quote_plus(k)}={quote_plus(v if k in safe else 'REDACTED')}" for k, v in pairs
+            f"{quote_plus(k)}={quote_plus(v)}"
+            for k in sorted(values)
+            for v in (values[k] if k in safe else ("REDACTED",))
         )
 
 
@@ -545,10 +549,17 @@ class Traced:
         self.access_log = access_log
         self.detailed = detailed
 
-    def trace(self, ex: Any, edits: HeaderEdits | None) -> HeaderEdits:
+    def trace(self, ex: Any, edits: HeaderEdits | None) -> HeaderEdits | None:
         """The exchange goes upstream: its trace decided, ``edits`` plus the
         ``traceparent`` of its ReverseProxy span (and no ``tracestate`` where the
         trace is edge's own)."""
+        try:
+            return self._trace(ex, edits)
+        except Exception:  # tracing must never cost a request its answer
+            log.exception("tracing: the trace of a request could not be started")
+            return edits
+
+    def _trace(self, ex: Any, edits: HeaderEdits | None) -> HeaderEdits:
         tracer = self.tracer
         trace = ex.x.trace = tracer.start(ex.head)
         rand = tracer.random
