@@ -31,6 +31,8 @@ def test_gateway_events_carry_the_conditions_reason(emu, start_edge, whoami: Who
     emu.create(GP.http_route("gone", [{"backendRefs": [GP.to("nowhere")]}], ["b.test"]))
     kept_out = {"parentRefs": [{"name": "gw", "sectionName": "grpc-only"}]}
     emu.create(GP.http_route("kept-out", [{"backendRefs": [GP.to("v1")]}], [], **kept_out))
+    grpc = GP.http_route("grpc-gone", [{"backendRefs": [GP.to("nowhere")]}], ["g.test"])
+    emu.create({**grpc, "kind": "GRPCRoute"})
     start_edge(ports)
     assert KP.until(lambda: GP.who(ports.web, "/", "a.test") == "w1")
 
@@ -40,6 +42,7 @@ def test_gateway_events_carry_the_conditions_reason(emu, start_edge, whoami: Who
     assert KP.until(lambda: reasons("HTTPRoute", "gone") == ["BackendNotFound"])
     assert KP.until(lambda: reasons("HTTPRoute", "kept-out") == ["NotAllowedByListeners"])
     assert KP.until(lambda: reasons("Gateway", "gw") == ["PortUnavailable"])
+    assert KP.until(lambda: reasons("GRPCRoute", "grpc-gone") == ["BackendNotFound"])
     (event,) = warnings(emu, "Gateway", "gw")
     assert f"port {unbound}" in event.message and "nowhere" in event.message
     assert reasons("HTTPRoute", "good") == []
