@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -15,9 +16,10 @@ from typing import Any
 class Collector:
     """``spans``: every span received, each with ``resource`` (its attributes as a dict)
     and ``attrs`` (its own, as a dict) added; ``posts``: the request heads, by post.
-    ``delay``: seconds each answer waits (a slow collector)."""
+    ``delay``: seconds each answer waits (a slow collector); ``tls``: served over TLS
+    with this context (``https://localhost:<port>``)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None) -> None:
         self.delay = delay
         self.spans: list[dict[str, Any]] = []
         self.posts: list[dict[str, str]] = []
@@ -47,6 +49,9 @@ class Collector:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}/v1/traces"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            self.endpoint = f"https://localhost:{self.port}/v1/traces"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.1,), daemon=True)
         self.thread.start()
 

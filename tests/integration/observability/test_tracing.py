@@ -8,6 +8,7 @@ collector that is down or slow, and workers.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Iterator
 
@@ -337,3 +338,29 @@ def test_entry_points_choose_detailed_spans_or_none(tmp_path, whoami, collector)
         "http.route": "Host(`a.test`)",
     }
     assert service["attrs"] == {"traefik.service.name": "s@file"}
+
+
+def test_spans_go_to_a_collector_over_tls_with_a_client_certificate(tmp_path, whoami, pki, certs):
+    """``otlp.http.tls``: the collector's certificate checked against ``ca``, edge's
+    own (``cert``, ``key``) shown to a collector that asks for one."""
+    server = pki.issue("localhost")
+    server_files = server.write(certs["folder"], "collector")
+    client_files = pki.issue("edge", client=True).write(certs["folder"], "edge-client")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=certs["ca"])
+    context.load_cert_chain(*server_files)
+    context.verify_mode = ssl.CERT_REQUIRED
+    collector = Collector(tls=context)
+    config = tracing(collector.endpoint)
+    config["tracing"]["otlp"]["http"]["tls"] = {
+        "ca": certs["ca"],
+        "cert": client_files[0],
+        "key": client_files[1],
+    }
+    e = Edge(tmp_path, routes(whoami), static_extra=config)
+    try:
+        request(e, f"traceparent: {TRACEPARENT}")
+        spans = collector.wait_spans(2)
+    finally:
+        e.stop()
+        collector.stop()
+    assert {span["traceId"] for span in spans} == {TRACE}
