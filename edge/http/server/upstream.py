@@ -23,7 +23,7 @@ import contextlib
 from typing import Protocol
 
 from edge.errors import HTTPError, ProtocolError
-from edge.http.codec import ResponseHead
+from edge.http.codec import Header, ResponseHead
 
 
 class UpstreamOwner(Protocol):
@@ -36,6 +36,12 @@ class UpstreamOwner(Protocol):
 
     def upstream_head(self, head: ResponseHead) -> None: ...
     def upstream_body(self, data: bytes) -> None: ...
+    def upstream_trailers(self, fields: list[Header]) -> None:
+        """The response's trailer fields, before its ``upstream_end``."""
+
+    def upstream_interim(self, head: ResponseHead) -> None:
+        """A 1xx but 101 (103 Early Hints) before the response's head."""
+
     def upstream_end(self, conn: UpstreamConnection) -> None: ...
     def upstream_upgrade(self, rest: bytes) -> None:
         """A 101: ``rest`` are the bytes after its head; the owner takes the transport."""
@@ -187,6 +193,14 @@ class UpstreamConnection(asyncio.Protocol):
     def on_body(self, data: bytes) -> None:
         if not self.ended and self.owner is not None:
             self.owner.upstream_body(data)
+
+    def on_trailers(self, fields: list[Header]) -> None:
+        if not self.ended and self.owner is not None:
+            self.owner.upstream_trailers(fields)
+
+    def on_interim(self, head: ResponseHead) -> None:
+        if not self.ended and self.owner is not None:
+            self.owner.upstream_interim(head)
 
     def on_end(self) -> None:
         if self.ended:

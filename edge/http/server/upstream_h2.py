@@ -340,7 +340,10 @@ class H2Upstream(asyncio.Protocol):
                 self.limit = max(0, min(MAX_STREAMS, changed.new_value))
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._goaway(event.last_stream_id or 0, event.error_code)
-        # InformationalResponseReceived (a 100 or 103; edge answers Expect itself),
+        elif isinstance(event, h2.events.InformationalResponseReceived):
+            stream = self.streams.get(event.stream_id or 0)
+            if stream is not None:
+                stream.received_interim(list(event.headers or ()))
         # PING (h2 answers it), pushes (disabled), SETTINGS acks: nothing to do.
 
     def _goaway(self, last: int, code: Any) -> None:
@@ -603,6 +606,17 @@ class H2UpstreamStream:
             return
         owner.upstream_head(head)
 
+    def received_interim(self, headers: list[Header]) -> None:
+        """A 1xx (103 Early Hints; the exchange drops a 100: it answers Expect itself)."""
+        owner = self.owner
+        if owner is not None:
+            self.conn.hold(owner)
+            fields = [(n, v) for n, v in headers if n[:1] != b":"]
+            status = int(dict(headers).get(b":status", b"100"))
+            owner.upstream_interim(
+                ResponseHead(status, b"", b"2.0", fields, True, False, None, False)
+            )
+
     def received_data(self, data: bytes, size: int) -> None:
         owner = self.owner
         if size:
@@ -618,9 +632,7 @@ class H2UpstreamStream:
         owner = self.owner
         if owner is not None:
             self.conn.hold(owner)
-            trailers = getattr(owner, "upstream_trailers", None)  # the exchange's seam
-            if trailers is not None:
-                trailers(fields)
+            owner.upstream_trailers(fields)
 
     def received_end(self) -> None:
         self.resp_end = True
