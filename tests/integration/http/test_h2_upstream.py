@@ -7,7 +7,10 @@ a body as DATA, the answer framed again for HTTP/1.1).
 
 from __future__ import annotations
 
+import http.server
+import ssl
 import struct
+import threading
 
 import pytest
 
@@ -26,6 +29,99 @@ def echo():
     e = Echo()
     yield e
     e.stop()
+
+
+@pytest.fixture(scope="module")
+def echo_tls(certs):
+    crt, key = certs["files"]["good.test"]
+    with open(crt, "rb") as c, open(key, "rb") as k:
+        e = Echo(tls=(c.read(), k.read()))
+    yield e
+    e.stop()
+
+
+class Versions(http.server.BaseHTTPRequestHandler):
+    """Answers with the HTTP version the request came in."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = self.request_version.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def https_http11(certs):
+    """An HTTPS server whose ALPN offers only http/1.1."""
+    crt, key = certs["files"]["good.test"]
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    ctx.set_alpn_protocols(["http/1.1"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Versions)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def tls_route(url: str, ca: str) -> dict:
+    return {
+        "http": {
+            "routers": {"g": {"rule": "Host(`g.example`)", "service": "g"}},
+            "services": {
+                "g": {
+                    **lb(url),
+                    "loadBalancer": {**lb(url)["loadBalancer"], "serversTransport": "t"},
+                }
+            },
+            "serversTransports": {"t": {"serverName": "good.test", "rootCAs": [ca]}},
+        }
+    }
+
+
+def test_grpc_over_http11_to_a_tls_server_negotiates_h2(tmp_path, echo_tls, certs):
+    """A gRPC request (by its content type) from an HTTP/1.1 client offers h2 by ALPN."""
+    e = Edge(tmp_path, tls_route(echo_tls.url, certs["ca"]))
+    try:
+        status, _, body = get(
+            e.port,
+            "/edge.test.Echo/Unary",
+            host="g.example",
+            method="POST",
+            body=framed(b"tls"),
+            headers={"Content-Type": "application/grpc"},
+        )
+        assert status == 200 and body == framed(b"echo:tls"), e.log
+    finally:
+        e.stop()
+
+
+def test_http2_client_to_an_http11_tls_server_falls_back(tmp_path, https_http11, certs):
+    """The server's ALPN says http/1.1: the request goes over HTTP/1.1, and so do the next."""
+    e = Edge(tmp_path, tls_route(https_http11, certs["ca"]))
+    try:
+        for _ in range(3):
+            result = curl(
+                "--http2-prior-knowledge",
+                "-H",
+                "Host: g.example",
+                "-w",
+                " %{http_code} %{http_version}",
+                f"{e.url}/v",
+            )
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == b"HTTP/1.1 200 2", e.log  # h2 to edge, HTTP/1.1 beyond
+        assert len(e.all_matches("ALPN chose HTTP/1.1")) == 1
+    finally:
+        e.stop()
 
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
