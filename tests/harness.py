@@ -24,6 +24,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LISTEN_RE = re.compile(r"entrypoint (\S+): listening on \[?([0-9a-f.:]+?)\]?:(\d+)")
 WHOAMI_RE = re.compile(r"whoami (\S+): (http|tcp|udp) on ([0-9a-f.:]+):(\d+)")
+# Seconds a started process gets to listen and be ready: 1 s on an idle machine, but
+# more than 10 on two cores shared by a dozen test runs; only a hang waits this long.
+STARTUP = 30.0
 
 
 class Proc:
@@ -107,7 +110,7 @@ class Proc:
 class Whoami(Proc):
     def __init__(self, name: str = "whoami") -> None:
         super().__init__(["whoami", "--name", name, "--http", "127.0.0.1:0"])
-        m = self.wait_for(WHOAMI_RE)
+        m = self.wait_for(WHOAMI_RE, timeout=STARTUP)
         self.name = name
         self.port = int(m.group(4))
         self.url = f"http://127.0.0.1:{self.port}"
@@ -149,9 +152,9 @@ class Edge(Proc):
         super().__init__(["run", "--config", str(self.static_path)], prefix=prefix)
         self.ports: dict[str, int] = {}
         for _ in eps:
-            m = self.wait_for(LISTEN_RE, start=0)
+            m = self.wait_for(LISTEN_RE, timeout=STARTUP, start=0)
             break
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STARTUP
         while len(self.ports) < len(eps) and time.monotonic() < deadline:
             for m in self.all_matches(LISTEN_RE.pattern):
                 self.ports[m.group(1)] = int(m.group(3))
@@ -174,7 +177,7 @@ class Edge(Proc):
         tmp.write_text(yaml.safe_dump(dynamic))
         os.replace(tmp, self.dynamic_path)
 
-    def wait_ready(self, timeout: float = 10.0) -> None:
+    def wait_ready(self, timeout: float = STARTUP) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status, _, _ = get(self.ports["traefik"], "/ready")
