@@ -164,6 +164,7 @@ class Transport:
         self.max_idle = GO_DEFAULT_MAX_IDLE_PER_HOST if max_idle == 0 else max(max_idle, 0)
         # Connections are kept for the next request (else closed after their response).
         self.pools = self.max_idle > 0
+        self.http2 = not config.disable_http2  # https:// servers may be offered h2
         # How many idle connections a server's pool keeps: 0 when this transport
         # pools none, or once it is closed (what its requests in flight give back then is closed).
         self.keep = self.max_idle if self.pools else 0
@@ -197,6 +198,8 @@ class Transport:
             idle = self._pools[server.key] = []
         server.idle = idle
         server.pooler = self
+        # The transport decides whether an https:// server may be offered h2 (disableHTTP2).
+        server.h2 = server.h2c or (server.tls and self.http2)
         return idle
 
     def shared_of(self, server: ServerURL) -> list[Multiplexed]:

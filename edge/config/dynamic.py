@@ -1627,6 +1627,8 @@ class ServersTransport(Element):
     # 0: Go's default (2); negative: no connection reuse (edge.transports.Transport).
     max_idle_conns_per_host: int = 200
     forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
+    # https:// servers are never offered h2 (edge.transports); h2c:// ones speak it still.
+    disable_http2: bool = msgspec.field(default=False, name="disableHTTP2")
 
 
 class HTTPConfiguration(Base):

@@ -381,7 +381,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Failover, "errors", _),
         (
             dyn.ServersTransport,
-            "cipherSuites disableHTTP2 maxVersion minVersion peerCertURI spiffe",
+            "cipherSuites maxVersion minVersion peerCertURI spiffe",
             _,
         ),
         (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),

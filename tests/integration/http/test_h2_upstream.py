@@ -72,7 +72,7 @@ def https_http11(certs):
     server.server_close()
 
 
-def tls_route(url: str, ca: str) -> dict:
+def tls_route(url: str, ca: str, **transport) -> dict:
     return {
         "http": {
             "routers": {"g": {"rule": "Host(`g.example`)", "service": "g"}},
@@ -82,7 +82,7 @@ def tls_route(url: str, ca: str) -> dict:
                     "loadBalancer": {**lb(url)["loadBalancer"], "serversTransport": "t"},
                 }
             },
-            "serversTransports": {"t": {"serverName": "good.test", "rootCAs": [ca]}},
+            "serversTransports": {"t": {"serverName": "good.test", "rootCAs": [ca], **transport}},
         }
     }
 
@@ -163,5 +163,18 @@ def test_http11_client_to_an_h2c_server(tmp_path, echo, parser):
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout == framed(b"echo:chunky")
+    finally:
+        e.stop()
+
+
+def test_disable_http2_offers_no_h2(tmp_path, https_http11, certs):
+    """Traefik's disableHTTP2: an HTTP/2 client's requests go over HTTP/1.1, no h2 offered."""
+    e = Edge(tmp_path, tls_route(https_http11, certs["ca"], disableHTTP2=True))
+    try:
+        result = curl(
+            "--http2-prior-knowledge", "-H", "Host: g.example", "-w", " %{http_code}", f"{e.url}/v"
+        )
+        assert result.stdout == b"HTTP/1.1 200", (result, e.log)
+        assert not e.all_matches("ALPN chose")  # never offered
     finally:
         e.stop()

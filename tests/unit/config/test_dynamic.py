@@ -350,7 +350,7 @@ def test_configurations_compare_by_value() -> None:
                 }
             },
             "$.http.services.s.loadBalancer.servers[1]",
-            "scheme must be http or https",
+            "scheme must be http, https or h2c",
         ),
         (
             {"http": {"services": {"s": {"loadBalancer": {"servers": [{"url": "http://"}]}}}}},

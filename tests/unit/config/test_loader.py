@@ -390,7 +390,7 @@ def test_names_the_user_chose_keep_their_case() -> None:
     ("doc", "path", "message"),
     [
         ({"HTTP": {"Routers": {"r": {"RULE": 1, "service": "s"}}}}, "$.HTTP.Routers.r.RULE", "expected str, got int"),
-        ({"http": {"services": {"s": {"LoadBalancer": {"Servers": [{"URL": "ftp://x"}]}}}}}, "$.http.services.s.LoadBalancer.Servers[0]", "scheme must be http or https"),
+        ({"http": {"services": {"s": {"LoadBalancer": {"Servers": [{"URL": "ftp://x"}]}}}}}, "$.http.services.s.LoadBalancer.Servers[0]", "scheme must be http, https or h2c"),
         ({"http": {"routers": {"r": {"rule": "x", "service": "s", "entrypointz": []}}}}, "$.http.routers.r.entrypointz", "unknown key"),
         ({"tls": {"Options": {"o": {"MinVersion": "TLS12"}}}}, "$.tls.Options.o.MinVersion", "invalid value 'TLS12'"),
     ],
@@ -502,7 +502,7 @@ def test_a_key_error_disables_only_its_element_with_its_key_path() -> None:
     assert [str(e) for e in errors] == [
         "d.yaml: $.http.routers.no-service.service: missing required key (disabled)",
         "d.yaml: $.http.routers.twice.Service: 'service' and 'Service' are one key written twice (keys match case-insensitively) (disabled)",
-        "d.yaml: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url 'ftp://127.0.0.1': scheme must be http or https (disabled)",
+        "d.yaml: $.http.services.bad-url.loadBalancer.servers[0]: invalid server url 'ftp://127.0.0.1': scheme must be http, https or h2c (disabled)",
         "d.yaml: $.http.serversTransports.t.insecureSkipVerify: expected bool, got str (disabled)",
         "d.yaml: $.tcp.routers.t.priority: expected int, got str (disabled)",
         "d.yaml: $.udp.services.dns.loadBalancer.servers[0]: invalid address 'nowhere': expected host:port (missing ':port') (disabled)",
