@@ -492,11 +492,16 @@ def _quote(value: str) -> str:
 
 
 def _host_rule(hostnames: list[str]) -> tuple[str, int]:
-    """The rule of ``hostnames`` (``""``: any host) and the longest one's length."""
+    """The rule of ``hostnames`` (``""``: any host) and their rank: the longest one's
+    length, a non-wildcard one above a wildcard of its length. That is the spec's
+    order ("characters in a matching non-wildcard hostname", then "in a matching
+    hostname") between hostnames one request can both match: a name is never shorter
+    than a wildcard it matches. HTTPRoutes and GRPCRoutes rank hosts alike, so a
+    GRPCRoute's exact host beats an HTTPRoute's wildcard of the same port."""
     rules = []
     longest = 0
     for host in hostnames:
-        longest = max(longest, len(host))
+        longest = max(longest, len(host) * 2 + (not host.startswith("*.")))
         if host.startswith("*."):
             pattern = "^[a-z0-9-\\.]+" + re.escape(host[1:]) + "$"
             rules.append(f"HostRegexp({_quote(pattern)})")
@@ -525,9 +530,9 @@ def match_rule(hostnames: list[str], match: objects.HTTPRouteMatch) -> tuple[str
     """The v3 rule of one HTTPRoute match on ``hostnames``, and its priority.
 
     The priority orders matches as the spec's precedence does, each criterion above
-    all those after it: the longest hostname (a host beats none), an Exact path, the
-    most characters of path, a method, the most header matches, the most query
-    parameter matches (the spec allows 16 of each; the fields are sized for 99).
+    all those after it: the hostnames (:func:`_host_rule`; a host beats none), an
+    Exact path, the most characters of path, a method, the most header matches, the
+    most query parameter matches (the spec allows 16 of each; the fields are sized for 99).
     Traefik weighs the same criteria but lets a few more characters of prefix
     outweigh a method or headers, which the spec does not. What is left equal is
     ordered by :meth:`_Converter.break_ties`."""
@@ -576,10 +581,11 @@ def grpc_match_rule(hostnames: list[str], match: GRPCRouteMatch) -> tuple[str, i
     """The v3 rule of one GRPCRoute match on ``hostnames``, and its priority.
 
     The priority orders matches as the spec's GRPCRoute precedence does, each
-    criterion above all those after it: the most characters of a non-wildcard
-    hostname, of any hostname, of the service, of the method, then the most header
-    matches (a header named twice counts once: only its first match is read, as the
-    spec says). ``ValueError`` for a match type edge does not know."""
+    criterion above all those after it: the hostnames (:func:`_host_rule`: the spec's
+    non-wildcard then any hostname characters), the most characters of the service,
+    of the method, then the most header matches (a header named twice counts once: only its first match is read, as the
+    spec says). Hostnames rank as an HTTPRoute's, so routes of both kinds on one port
+    rank alike by host. ``ValueError`` for a match type edge does not know."""
     method = match.method
     parts = [_grpc_method_rule(method)]
     seen: set[str] = set()
@@ -593,11 +599,10 @@ def grpc_match_rule(hostnames: list[str], match: GRPCRouteMatch) -> tuple[str, i
         parts.append(f"{fn}({_quote(header.name)},{_quote(header.value)})")
     rule = " && ".join(parts)
     host, host_rank = _host_rule(hostnames)
-    exact = max((len(h) for h in hostnames if not h.startswith("*.")), default=0)
     service = len(method.service or "") if method is not None else 0
     name = len(method.method or "") if method is not None else 0
-    # Hostnames are at most 253 characters, service and method 1024, headers 16.
-    priority = (((exact * 254 + host_rank) * 1025 + service) * 1025 + name) * 17 + len(seen)
+    # Service and method are at most 1024 characters, headers 16: below 10**10.
+    priority = host_rank * 10**10 + ((service * 1025) + name) * 17 + len(seen)
     return (f"{host} && {rule}" if host else rule), priority
 
 

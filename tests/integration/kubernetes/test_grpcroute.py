@@ -147,9 +147,13 @@ def test_grpc_exact_method_matching(emu, start_edge, api, echoes) -> None:
     assert call(ports.web, echoes, "ServerStream") == "v2"
     assert call(ports.web, echoes, "Bidi") == "UNIMPLEMENTED:404"  # edge's: no route
     assert KP.until(lambda: grpc_conditions(api, "exact-matching") == ACCEPTED)
-    found = listener(gateway_status(api), "http")
-    assert {"group": TG.GROUP, "kind": "GRPCRoute"} in found["supportedKinds"]
-    assert found["attachedRoutes"] == 1
+
+    def http_listener() -> tuple[list, int]:
+        found = listener(gateway_status(api), "http")
+        return found.get("supportedKinds", []), found.get("attachedRoutes", -1)
+
+    kinds = [{"group": TG.GROUP, "kind": k} for k in ("HTTPRoute", "GRPCRoute")]
+    assert KP.until(lambda: http_listener() == (kinds, 1)), http_listener()
 
 
 def test_grpc_over_tls_on_an_https_listener(emu, start_edge, api, echoes) -> None:
@@ -172,8 +176,7 @@ def test_grpc_over_tls_on_an_https_listener(emu, start_edge, api, echoes) -> Non
     assert KP.until(lambda: call(ports.websecure, echoes, ca=ca) == "v2", 15.0)
     assert call(ports.websecure, echoes, "ServerStream", ca=ca) == "UNIMPLEMENTED:404"
     assert KP.until(lambda: grpc_conditions(api, "secure") == ACCEPTED)
-    found = listener(gateway_status(api), "https")
-    assert found["attachedRoutes"] == 1
+    assert KP.until(lambda: listener(gateway_status(api), "https").get("attachedRoutes") == 1)
 
 
 def test_grpc_header_matching(emu, start_edge, api, echoes) -> None:
@@ -326,6 +329,32 @@ def test_grpc_response_header_modifier_and_an_unsupported_mirror(
     )
 
 
+def test_grpc_and_http_listeners_of_one_port_split_by_hostname(
+    emu, start_edge, api, echoes, whoami: Whoami
+) -> None:
+    """A wildcard listener with an HTTPRoute and a named one with a GRPCRoute on one
+    port: the named host's calls reach the gRPC backend (the more specific listener),
+    the others the HTTP one; both routes are accepted."""
+    ports = Ports()
+    emu.create(gateway_class())
+    emu.create(gateway([
+        {"name": "web", "port": ports.web, "protocol": "HTTP", "hostname": "*.a.test"},
+        {"name": "grpc", "port": ports.web, "protocol": "HTTP", "hostname": "g.a.test"},
+    ]))  # fmt: skip
+    grpc_services(emu, echoes)
+    backends(emu, web=whoami)
+    web = [{"backendRefs": [{"name": "web", "port": 80}]}]
+    emu.create(http_route("web", web, [], parentRefs=[{"name": "gw", "sectionName": "web"}]))
+    emu.create(grpc_route("grpc", [{"backendRefs": [to("v1")]}],
+                          parentRefs=[{"name": "gw", "sectionName": "grpc"}]))  # fmt: skip
+    start_edge(ports)
+    assert KP.until(lambda: call(ports.web, echoes, authority="g.a.test") == "v1", 15.0)
+    assert who(ports.web, "/", "w.a.test") == "w1"
+    assert call(ports.web, echoes, authority="w.a.test") == "UNKNOWN:"  # whoami's JSON
+    assert KP.until(lambda: grpc_conditions(api, "grpc") == ACCEPTED)
+    assert KP.until(lambda: route_conditions(api, "web") == ACCEPTED)
+
+
 def test_a_grpc_and_an_http_route_on_one_hostname_and_an_unavailable_backend(
     emu, start_edge, api, echoes, whoami: Whoami
 ) -> None:
@@ -348,7 +377,7 @@ def test_a_grpc_and_an_http_route_on_one_hostname_and_an_unavailable_backend(
     assert call(ports.web, echoes, authority="shared.test") == "UNKNOWN:"  # HTTP/1.1 answer
     assert KP.until(lambda: grpc_conditions(api, "b-newer").get("Accepted") == (
         "False", "NotAllowedByListeners"))  # fmt: skip
-    assert route_conditions(api, "a-older") == ACCEPTED
+    assert KP.until(lambda: route_conditions(api, "a-older") == ACCEPTED)
     assert call(ports.web, echoes, authority="missing.test") == "UNAVAILABLE:503"
     assert KP.until(lambda: grpc_conditions(api, "missing") == {
         "Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", "BackendNotFound")})  # fmt: skip

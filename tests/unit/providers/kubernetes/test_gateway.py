@@ -1139,13 +1139,17 @@ def test_grpc_match_types_edge_does_not_know_raise(match: GRPCRouteMatch) -> Non
 
 
 def test_grpc_precedence_follows_the_spec() -> None:
-    """Each criterion outranks all those after it: characters of a non-wildcard
-    hostname, of any hostname, of the service, of the method, then header matches."""
+    """Each criterion outranks all those after it: the hostnames (of those one request
+    can match, the longer first, a name before a wildcard of its length: the spec's
+    non-wildcard then any hostname characters), then characters of the service, of
+    the method, then header matches."""
     h = [{"name": f"h{i}", "value": "v"} for i in range(16)]
+    big = gm("s" * 1024, "m" * 1024, headers=h)
     order = [
-        (["long.a.test"], GRPCRouteMatch()),
-        (["a.test", "*.longer.a.test"], GRPCRouteMatch()),
-        (["a.test", "*.long.a.test"], gm("x", headers=h)),
+        (["x.long.a.test"], GRPCRouteMatch()),
+        (["*.long.a.test"], big),  # as long, but a wildcard
+        (["x.a.test"], GRPCRouteMatch()),
+        (["*.a.test", "b.test"], big),
         (["a.test"], gm("pkg.Echo2", headers=h)),
         (["a.test"], gm("pkg.Echo", "E", headers=h)),
         (["a.test"], gm("pkg.Echo", headers=h)),
@@ -1155,12 +1159,24 @@ def test_grpc_precedence_follows_the_spec() -> None:
         (["a.test"], gm(method="Echo")),
         (["a.test"], GRPCRouteMatch(headers=gm(headers=h[:1]).headers)),
         (["a.test"], GRPCRouteMatch()),
-        (["*.long.a.test"], gm("s" * 1024, "m" * 1024, headers=h)),  # longer, but a wildcard
-        ([], gm("s" * 1024, "m" * 1024, headers=h)),
+        ([], big),
     ]
     priorities = [grpc_match_rule(hosts, match)[1] for hosts, match in order]
     assert priorities == sorted(priorities, reverse=True)
     assert len(set(priorities)) == len(priorities)
+
+
+def test_grpc_and_http_routes_rank_hosts_alike() -> None:
+    """On one port (listeners of one entry point), a GRPCRoute's name beats an
+    HTTPRoute's wildcard of its length, and the other way round, whatever else."""
+    h = [{"name": f"h{i}", "value": "v"} for i in range(16)]
+    http_big = m("/" + "p" * 1000, "Exact", method="GET", headers=h[:1] * 16)
+    grpc_big = gm("s" * 1024, "m" * 1024, headers=h)
+    assert (
+        grpc_match_rule(["x.a.test"], GRPCRouteMatch())[1] > match_rule(["*.a.test"], http_big)[1]
+    )
+    assert match_rule(["x.a.test"], m("/"))[1] > grpc_match_rule(["*.a.test"], grpc_big)[1]
+    assert grpc_match_rule([], grpc_big)[1] < match_rule(["*.a.test"], m("/"))[1]
 
 
 def test_a_grpc_route_becomes_routers_on_http_listeners_with_h2c_servers() -> None:
