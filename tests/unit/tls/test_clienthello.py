@@ -27,6 +27,7 @@ from edge.tls.clienthello import (
     ClientHelloParser,
     parse_client_hello,
 )
+from tests import fuzz
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "clienthello"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -532,7 +533,11 @@ def _check(data: bytes, cuts: list[int]) -> None:
         assert answer(data[: whole.length]) == whole
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=fuzz.examples(full=400, quick=100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.binary(max_size=2000), st.lists(st.integers(0, 4000), max_size=8))
 def test_random_bytes(data, cuts):
     _check(data, cuts)
