@@ -489,19 +489,19 @@ def client_response(
             # Its framing is plain (one Content-Length, at most one Connection of
             # keep-alive or close, nothing else hop-by-hop): what passthrough and
             # cut_connection work out from the header list, without the list.
-            out = head.closing
-            if out is None:
+            closing = head.closing
+            if closing is None:
                 raw = head.raw
                 span = connection_line(raw, len(raw))
                 if span is not None:
                     raw = raw[: span[0]] + raw[span[1] :]
-                out = head.closing = raw[:-2] + b"Connection: close\r\n\r\n"
-            return out
+                closing = head.closing = raw[:-2] + b"Connection: close\r\n\r\n"
+            return closing
         through = head.passthrough
         if through is not None:
-            raw = cut_connection(head.raw, through, keep_alive)
-            if raw is not None:
-                return raw if keep_alive else raw[:-2] + b"Connection: close\r\n\r\n"
+            cut = cut_connection(head.raw, through, keep_alive)
+            if cut is not None:
+                return cut if keep_alive else cut[:-2] + b"Connection: close\r\n\r\n"
     return response_head(head, chunked=chunked, keep_alive=keep_alive, extra=edits)
 
 

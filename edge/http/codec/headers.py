@@ -470,6 +470,17 @@ class _Scan:
         "tokens",
         "upgrade",
     )
+    connection: list[Header]
+    content_length: int | None
+    expect_continue: bool
+    h2c: bool
+    hop: bool
+    host: bytes
+    hosts: int
+    odd: bool
+    te: int
+    tokens: int
+    upgrade: bool
 
 
 def _scan(headers: list[Header]) -> _Scan:

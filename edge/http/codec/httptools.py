@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import httptools
 
@@ -252,6 +253,7 @@ class _Base:
         "_tail",
         "head_started",
     )
+    _parser: Any  # llhttp's parser (httptools has no types); None once closed
 
     def __init__(self, handler: Handler, max_header_bytes: int) -> None:
         self._handler = handler
@@ -489,6 +491,8 @@ class RequestParser(_Base):
     """
 
     __slots__ = ("_count", "_feed", "_get_method", "_many", "_memo", "_seen", "_url", "_vary")
+    _feed: Any  # the llhttp parser's feed_data and get_method (None once closed)
+    _get_method: Any
 
     def __init__(
         self,

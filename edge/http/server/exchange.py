@@ -168,6 +168,10 @@ class General:
         "try_timer",
         "up_args",
     )
+    # Set only where they are on, so declared here (a class compiled by mypyc has only
+    # the attributes it declares); unset, getattr's default answers.
+    origin: float
+    trace: Any
 
     def __init__(self) -> None:
         self.fwd: Forward | None = None  # the pipeline's
@@ -385,10 +389,10 @@ class Exchange:
                 self.dial_task = conn.loop.create_task(self._steps(args))
                 return
             for i, step in enumerate(pipeline.steps):
-                answer = step.request(fwd)
-                if answer is not None:
+                answered = step.request(fwd)
+                if answered is not None:
                     self.ends = fwd.ends
-                    self._answer_own(answer, pipeline.answer_edits(i, fwd))
+                    self._answer_own(answered, pipeline.answer_edits(i, fwd))
                     return
             if fwd.spool is not None or fwd.delay:
                 self._stepped(args)
