@@ -56,6 +56,7 @@ from edge.watcher import Listener, Watcher
 
 if TYPE_CHECKING:
     from edge.providers.kubernetes.client import KubeCore
+    from edge.providers.kubernetes.gateway_provider import Opened
     from edge.router.set import RouterSet
 
 log = logging.getLogger("edge")
@@ -655,6 +656,15 @@ class ControlPlane:
         # watches: their stamps, checked every CERT_POLL seconds.
         self._files_timer: asyncio.TimerHandle | None = None
 
+    def follow_opened(self, opened: Opened) -> None:
+        """Each provider that follows the run-time entry points (``follow_opened``: the
+        ports that could not be opened, what each is opened for) is given ``opened``:
+        the Dataplane's (one process) or the supervisor's view of its workers'."""
+        for provider in self.providers:
+            follow = getattr(provider, "follow_opened", None)
+            if follow is not None:
+                follow(opened)
+
     @property
     def ready(self) -> bool:
         """Every provider's first configuration went through the listeners."""
@@ -817,10 +827,7 @@ class Edge(Stoppable):
         self.watcher = self.control.watcher
         self.providers = self.control.providers
         if self.dataplane.opened is not None:  # a port it cannot open: its provider is told
-            for provider in self.providers:
-                follow = getattr(provider, "follow_opened", None)
-                if follow is not None:
-                    follow(self.dataplane.opened)
+            self.control.follow_opened(self.dataplane.opened)
         if self.dataplane.metrics is not None:
             prometheus.watch_reloads(self.dataplane.metrics, self.watcher)
             prometheus.watch_kubernetes(self.dataplane.metrics, self.providers)

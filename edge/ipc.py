@@ -11,7 +11,9 @@ Supervisor -> worker: :class:`Start` (once, first), :class:`Apply` (every valida
 configuration, numbered by ``generation``), :class:`Ready` (the whole set of workers has
 applied a complete configuration: answer ``/ready`` 200).
 Worker -> supervisor: :class:`Started` (entry points bound), :class:`Ack` (generation
-applied). Both ways, with ``metrics.prometheus``: :class:`Metrics` (a worker's samples,
+applied), :class:`Unopened` (the run-time entry points it could not bind, each time that
+set changes). Supervisor -> worker, with ``runtimeEntryPoints``: :class:`Origins` (what
+the providers open each run-time entry point for, which a worker's API shows). Both ways, with ``metrics.prometheus``: :class:`Metrics` (a worker's samples,
 every second; the sum the supervisor made of them, which a worker's ``/metrics`` shows).
 
 Invariants: :func:`encode` and :class:`FrameDecoder` are inverse for every message,
@@ -40,11 +42,13 @@ __all__ = [
     "IPCError",
     "Message",
     "Metrics",
+    "Origins",
     "Ready",
     "Start",
     "Started",
     "ToSupervisor",
     "ToWorker",
+    "Unopened",
     "encode",
 ]
 
@@ -113,9 +117,24 @@ class Metrics(_Msg, tag="metrics"):
     rows: list[tuple[str, list[str], float | list[float]]]
 
 
-ToWorker = Start | Apply | Ready | Metrics
-ToSupervisor = Started | Ack | Metrics
-Message = Start | Apply | Ready | Started | Ack | Metrics
+class Unopened(_Msg, tag="unopened"):
+    """The run-time entry points worker ``worker_id`` could not bind, name -> why (all of
+    them: it replaces the worker's last word; empty once every one is open)."""
+
+    worker_id: int
+    errors: dict[str, str]
+
+
+class Origins(_Msg, tag="origins"):
+    """Per source (a provider), what it opens each run-time entry point for
+    (:meth:`edge.entrypoints.opened.OpenedEntryPoints.name_origins`), all of them."""
+
+    origins: dict[str, dict[str, list[str]]]
+
+
+ToWorker = Start | Apply | Ready | Metrics | Origins
+ToSupervisor = Started | Ack | Metrics | Unopened
+Message = Start | Apply | Ready | Started | Ack | Metrics | Unopened | Origins
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 

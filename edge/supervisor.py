@@ -46,6 +46,15 @@ sum, so a counter never goes back between two scrapes that reach different worke
 the view is at most two pushes old. What a worker that exited had counted stays in
 the sum (its gauges do not), so counters survive a restart.
 
+Run-time entry points (``runtimeEntryPoints``, :mod:`edge.entrypoints.opened`): each
+worker binds them itself, so a port it cannot bind is its to report: it sends the whole
+set of its errors (:class:`edge.ipc.Unopened`) each time it changes. The supervisor's
+:class:`WorkersOpened` holds the union over the live workers (a worker's entry goes
+with its process) and is what the providers' ``follow_opened`` gets, as the Dataplane
+is with one process: a listener whose port a worker cannot bind says so in its
+condition. What a provider opens each entry point for travels the other way
+(:class:`edge.ipc.Origins`), so every worker's API shows it.
+
 Life cycle: a worker that exits unexpectedly is restarted and sent the latest
 configuration, at most once per second (backing off to 30 s while it keeps dying within
 10 s of its start). SIGTERM/SIGINT: stop the providers, SIGTERM every worker (each keeps
@@ -66,7 +75,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -82,11 +91,13 @@ from edge.ipc import (
     FrameDecoder,
     IPCError,
     Metrics,
+    Origins,
     Ready,
     Start,
     Started,
     ToSupervisor,
     ToWorker,
+    Unopened,
     encode,
 )
 from edge.logs import JSONFormatter, reopen_logs, setup_logging
@@ -97,6 +108,7 @@ __all__ = [
     "Readiness",
     "Supervisor",
     "Worker",
+    "WorkersOpened",
     "join_host_port",
     "reserve_ports",
     "run_supervisor",
@@ -339,6 +351,64 @@ class Channel(asyncio.Protocol):
 # --- supervisor -----------------------------------------------------------------------
 
 
+class WorkersOpened:
+    """The workers' run-time entry points as the providers' ``follow_opened`` reads them
+    (:class:`edge.providers.kubernetes.gateway_provider.Opened`): :attr:`errors`, the
+    ports some live worker could not bind (name -> why; the lowest worker id's words
+    when several say it), replaced whole when it changes, then the followers are called
+    (on the loop). ``send`` gives every worker the origins the providers named."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, send: Callable[[Origins], None]) -> None:
+        self.loop = loop
+        self.send = send
+        self.errors: Mapping[str, str] = {}
+        self._by_worker: dict[int, dict[str, str]] = {}
+        self._followers: list[Callable[[], None]] = []
+        self.origins = Origins({})
+
+    def follow(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` run (on the loop) each time :attr:`errors` changes."""
+        self._followers.append(callback)
+
+    def reported(self, worker: int, errors: Mapping[str, str]) -> None:
+        """Worker ``worker`` said which ports it could not bind (all of them)."""
+        if errors:
+            self._by_worker[worker] = dict(errors)
+        else:
+            self._by_worker.pop(worker, None)
+        self._update()
+
+    def gone(self, worker: int) -> None:
+        """Worker ``worker``'s process ended: what it could not bind no longer counts."""
+        if self._by_worker.pop(worker, None) is not None:
+            self._update()
+
+    def _update(self) -> None:
+        union: dict[str, str] = {}
+        for worker in sorted(self._by_worker):
+            for name, why in self._by_worker[worker].items():
+                union.setdefault(name, why)
+        if union == self.errors:
+            return
+        self.errors = union
+        for callback in self._followers:
+            try:
+                callback()
+            except Exception:
+                log.exception("run-time entry points: a follower failed")
+
+    def name_origins(self, source: str, origins: Mapping[str, Sequence[str]]) -> None:
+        """``source`` (a provider, from its thread) says what each run-time entry point
+        it names is for: sent to every worker, on the loop."""
+        named = {ep: list(what) for ep, what in origins.items()}
+        with contextlib.suppress(RuntimeError):  # the loop closed: edge is stopping
+            self.loop.call_soon_threadsafe(self._named, source, named)
+
+    def _named(self, source: str, named: dict[str, list[str]]) -> None:
+        self.origins = Origins({**self.origins.origins, source: named})
+        self.send(self.origins)
+
+
 class _Slot:
     """One worker position (``--id K``) across its restarts."""
 
@@ -388,6 +458,11 @@ class Supervisor(Stoppable):
         self._pushed: dict[int, Samples] = {}
         self._ended = Samples(self.metrics.bounds if self.metrics is not None else ())
         self._metrics_timer: asyncio.TimerHandle | None = None
+        # runtimeEntryPoints: the ports the workers could not bind, for the providers.
+        self.opened: WorkersOpened | None = None
+        if static.runtime_entry_points is not None:
+            self.opened = WorkersOpened(self.loop, self._send_all)
+            self.control.follow_opened(self.opened)
 
     def reopen_logs(self) -> None:
         """SIGUSR1: this process's log file, then every worker's (each has its own)."""
@@ -419,6 +494,12 @@ class Supervisor(Stoppable):
             # The watcher counts this round as delivered once the listeners return.
             self.loop.call_soon(self._check_configured)
 
+    def _send_all(self, msg: Origins) -> None:
+        frame = encode(msg)
+        for slot in self.slots.values():
+            if slot.channel is not None:
+                slot.channel.send_frame(frame)
+
     def _check_configured(self) -> None:
         if self.readiness.required is None and self.control.ready:
             self._tell_ready(self.readiness.configured(self.generation))
@@ -448,6 +529,8 @@ class Supervisor(Stoppable):
                     len(self.slots),
                 )
             self._tell_ready(newly)
+        elif isinstance(msg, Unopened) and self.opened is not None:
+            self.opened.reported(slot.id, msg.errors)
 
     def _tell_ready(self, workers: list[int]) -> None:
         if not workers:
@@ -516,6 +599,8 @@ class Supervisor(Stoppable):
         channel.send(Start(slot.id, self.worker_static, self.parser, self.ticket_key))
         if self._latest is not None:
             channel.send_frame(self._latest)
+        if self.opened is not None and self.opened.origins.origins:
+            channel.send(self.opened.origins)
         log.info("worker %d: started, pid %d", slot.id, proc.pid)
         task = self.loop.create_task(self._watch(slot, proc))
         self._tasks.add(task)
@@ -532,6 +617,8 @@ class Supervisor(Stoppable):
                 slot.channel.close()
                 slot.channel = None
             self.readiness.died(slot.id)
+            if self.opened is not None:
+                self.opened.gone(slot.id)
         how = _describe_exit(rc)
         if self._stopping:
             log.info("worker %d (pid %d) %s", slot.id, proc.pid, how)
@@ -716,6 +803,7 @@ class Worker:
         self._applying: asyncio.Task | None = None
         self._preparer = Preparer()
         self._metrics_timer: asyncio.TimerHandle | None = None
+        self._origins: Origins | None = None  # the latest, named to the Dataplane's
 
     def _internal(self, path: bytes) -> tuple[int, bytes] | None:
         if path == b"/ping":
@@ -739,6 +827,9 @@ class Worker:
             metrics = self.dataplane.metrics if self.dataplane is not None else None
             if metrics is not None:
                 metrics.shared = Samples.from_rows(metrics.bounds, msg.rows)
+        elif isinstance(msg, Origins):
+            self._origins = msg
+            self._name_origins()
         elif isinstance(msg, Ready):
             if not self.ready:
                 wlog.info("ready (all workers applied generation %d)", msg.generation)
@@ -797,6 +888,19 @@ class Worker:
         self.channel.send(Metrics(metrics.collect().rows()))  # type: ignore[arg-type]
         self._metrics_timer = self.loop.call_later(METRICS_PUSH, self._push_metrics)
 
+    def _name_origins(self) -> None:
+        """What the providers open each run-time entry point for, which the API shows."""
+        opened = self.dataplane.opened if self.dataplane is not None else None
+        if opened is not None and self._origins is not None:
+            for source, named in self._origins.origins.items():
+                opened.name_origins(source, named)
+
+    def _tell_unopened(self) -> None:
+        """The run-time entry points this worker could not bind changed: the supervisor's."""
+        opened = self.dataplane.opened if self.dataplane is not None else None
+        if opened is not None and self.channel is not None:
+            self.channel.send(Unopened(self.id, dict(opened.errors)))
+
     def _reopen_logs(self) -> None:
         reopen_logs(self.dataplane.access_log if self.dataplane is not None else None)
 
@@ -847,6 +951,9 @@ class Worker:
             ticket_key=start.ticket_key,
         )
         self.dataplane.retry = self._reapply
+        if self.dataplane.opened is not None:
+            self.dataplane.opened.follow(self._tell_unopened)
+            self._name_origins()
         attach_api(self.dataplane, start.static)
         try:
             await self.dataplane.start()

@@ -14,11 +14,13 @@ from edge.ipc import (
     Apply,
     FrameDecoder,
     IPCError,
+    Origins,
     Ready,
     Start,
     Started,
     ToSupervisor,
     ToWorker,
+    Unopened,
     encode,
 )
 
@@ -79,6 +81,8 @@ MESSAGES = [
     Ready(generation=7),
     Started(worker_id=2, pid=4242),
     Ack(generation=7, worker_id=2),
+    Unopened(worker_id=2, errors={":8443": "Address already in use"}),
+    Origins(origins={"kubernetesgateway": {":8443": ["Gateway default/gw listener https"]}}),
 ]
 
 
@@ -129,6 +133,8 @@ def test_direction_decoders():
     assert FrameDecoder(ToSupervisor).feed(encode(MESSAGES[4])) == [MESSAGES[4]]
     with pytest.raises(IPCError, match="undecodable"):
         FrameDecoder(ToWorker).feed(encode(MESSAGES[4]))  # an Ack is not for a worker
+    assert FrameDecoder(ToSupervisor).feed(encode(MESSAGES[5])) == [MESSAGES[5]]
+    assert FrameDecoder(ToWorker).feed(encode(MESSAGES[6])) == [MESSAGES[6]]
 
 
 def test_oversized_frame_refused_before_it_arrives():

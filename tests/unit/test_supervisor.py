@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -10,8 +11,16 @@ import socket
 import pytest
 
 from edge.config.loader import decode_static
+from edge.ipc import Origins
 from edge.logs import JSONFormatter
-from edge.supervisor import Readiness, join_host_port, reserve, reserve_ports, tag_worker_logs
+from edge.supervisor import (
+    Readiness,
+    WorkersOpened,
+    join_host_port,
+    reserve,
+    reserve_ports,
+    tag_worker_logs,
+)
 
 # --- readiness --------------------------------------------------------------------------
 
@@ -224,3 +233,33 @@ def test_reserve_ports_names_the_entrypoint_it_cannot_bind():
             reserve_ports(static)
     finally:
         busy.close()
+
+
+def test_workers_opened_is_the_union_over_live_workers():
+    """The ports the workers could not bind, as the Gateway source reads them: each
+    worker's word replaces its last, a dead worker's goes with it, followers hear only
+    changes, and what a provider names reaches the workers as one Origins message."""
+    sent: list[Origins] = []
+
+    async def scenario() -> list[dict[str, str]]:
+        opened = WorkersOpened(asyncio.get_running_loop(), sent.append)
+        seen: list[dict[str, str]] = []
+        opened.follow(lambda: seen.append(dict(opened.errors)))
+        opened.reported(1, {":8443": "Address already in use"})
+        opened.reported(2, {":8443": "Permission denied", ":53/udp": "Permission denied"})
+        opened.reported(2, {":8443": "Permission denied", ":53/udp": "Permission denied"})
+        opened.reported(1, {})  # worker 1 bound it: worker 2 still cannot
+        opened.gone(2)  # worker 2 exited
+        opened.gone(2)
+        opened.name_origins("gw", {":8443": ("Gateway default/gw listener https",)})
+        await asyncio.sleep(0)
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen == [
+        {":8443": "Address already in use"},
+        {":8443": "Address already in use", ":53/udp": "Permission denied"},
+        {":8443": "Permission denied", ":53/udp": "Permission denied"},
+        {},
+    ]
+    assert sent == [Origins({"gw": {":8443": ["Gateway default/gw listener https"]}})]

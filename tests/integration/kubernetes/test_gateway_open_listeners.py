@@ -15,11 +15,13 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.harness import Whoami
+from tests.harness import STARTUP, Proc, Whoami
 from tests.integration.kubernetes import test_gateway_provider as TG
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.kubernetes.test_gateway_provider import (
@@ -66,7 +68,12 @@ def start_open(emu):
 
 def entry_points(edge: KP.InProcessEdge) -> dict[str, dict]:
     """``/api/entrypoints``, by name, read from the API on the traefik entry point."""
-    conn = http.client.HTTPConnection("127.0.0.1", edge.port("traefik"), timeout=5)
+    return entry_points_at(edge.port("traefik"))
+
+
+def entry_points_at(port: int) -> dict[str, dict]:
+    """``/api/entrypoints``, by name, from the API on ``port``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
         conn.request("GET", "/api/entrypoints")
         resp = conn.getresponse()
@@ -174,3 +181,61 @@ def test_a_port_held_elsewhere_is_port_unavailable_until_it_is_free(
     # A round edge runs again after a while tries the port again: it is edge's now.
     assert KP.until(lambda: who(held, "/", "web.test") == "w1", 20.0)
     assert KP.until(lambda: said(api, "held").get("Programmed") == ("True", "Programmed"), 15.0)
+
+
+def test_under_workers_a_port_held_elsewhere_is_port_unavailable_until_it_is_free(
+    emu, api, whoami: Whoami, tmp_path: Path
+) -> None:
+    """``workers: 2``: the workers bind run-time entry points, the supervisor runs the
+    Gateway source. A port a worker cannot bind reaches the listener's condition over the
+    supervisor's channel (before, only that worker's log and API knew), and clears there
+    once the workers' next round opens it."""
+    ports = Ports()
+    traefik = free_port()
+    holder = socket.create_server(("127.0.0.1", 0))
+    held = holder.getsockname()[1]
+    emu.create(gateway_class())
+    emu.create(gateway([{"name": "held", "port": held, "protocol": "HTTP"}]))
+    backends(emu, v1=whoami)
+    emu.create(http_route("web", [{"backendRefs": [to("v1")]}], ["web.test"]))
+    static = static_config(emu, ports)
+    static["entryPoints"]["traefik"]["address"] = f"127.0.0.1:{traefik}"
+    static["providers"]["kubernetesGateway"]["openListeners"] = True
+    static["runtimeEntryPoints"] = {"host": "127.0.0.1"}
+    static["api"] = {"insecure": True}
+    static["workers"] = 2
+    path = tmp_path / "edge.yaml"
+    path.write_text(yaml.safe_dump(static))
+    edge = Proc(["run", "--config", str(path)])
+    try:
+        try:
+
+            def accepted() -> tuple[str, str]:
+                return said(api, "held").get("Accepted", ("", ""))
+
+            assert KP.until(lambda: accepted() == ("False", "PortUnavailable"), STARTUP), (
+                accepted(),
+                edge.log[-3000:],
+            )
+            found = listener(gateway_status(api), "held")["conditions"]
+            message = next(c["message"] for c in found if c["type"] == "Accepted")
+            assert f"port {held}" in message and "in use" in message, message
+            assert said(api, "held")["Programmed"] == ("False", "Invalid")
+        finally:
+            holder.close()
+        # The workers' next round (after 1 s, doubling) binds the port: edge's now.
+        assert KP.until(lambda: who(held, "/", "web.test") == "w1", 30.0), edge.log[-3000:]
+        assert KP.until(
+            lambda: said(api, "held").get("Programmed") == ("True", "Programmed"), 30.0
+        ), edge.log[-3000:]
+        assert said(api, "held")["Accepted"] == ("True", "Accepted")
+        # Each worker's API says what the entry point is opened for (the supervisor's word).
+        assert KP.until(
+            lambda: (
+                entry_points_at(traefik)[f":{held}"]["runtime"].get("origin")
+                == "opened for Gateway default/gw listener held"
+            ),
+            10.0,
+        )
+    finally:
+        assert edge.stop() == 0, edge.log[-3000:]
