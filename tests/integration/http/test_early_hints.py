@@ -14,19 +14,12 @@ import socket
 
 import pytest
 
-from edge.http.server.upstream import UpstreamConnection
 from tests.harness import Edge
 from tests.integration.http.h2peers import RawH2
 from tests.integration.http.trailing import TrailerBackend, config
 from tests.integration.peers import curl
 
 PARSERS = ["httptools", "h11"]
-# HTTP/1.1 upstreams reach the exchange's 1xx seam once UpstreamConnection forwards the
-# codecs' on_interim (upstream.py).
-pytestmark = pytest.mark.skipif(
-    not hasattr(UpstreamConnection, "on_interim"),
-    reason="UpstreamConnection does not forward the codecs' on_interim yet",
-)
 
 
 @pytest.fixture(scope="module")

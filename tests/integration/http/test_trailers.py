@@ -14,19 +14,12 @@ import socket
 
 import pytest
 
-from edge.http.server.upstream import UpstreamConnection
 from tests.harness import Edge
 from tests.integration.http.h2peers import RawH2
 from tests.integration.http.trailing import FORWARDED, TrailerBackend, config
 from tests.integration.peers import curl
 
 PARSERS = ["httptools", "h11"]
-# HTTP/1.1 upstreams reach the exchange's trailer and 1xx seam once UpstreamConnection
-# forwards the codecs' on_trailers and on_interim (upstream.py).
-FORWARDING = pytest.mark.skipif(
-    not hasattr(UpstreamConnection, "on_trailers"),
-    reason="UpstreamConnection does not forward the codecs' on_trailers yet",
-)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +42,6 @@ def raw_exchange(port: int, request: bytes) -> bytes:
         return data
 
 
-@FORWARDING
 @pytest.mark.parametrize("parser", PARSERS)
 def test_response_trailers_reach_http_1_1_clients_in_the_last_chunk(tmp_path, parser, backend):
     e = Edge(tmp_path, config(backend), parser=parser)
@@ -74,7 +66,6 @@ def test_response_trailers_reach_http_1_1_clients_in_the_last_chunk(tmp_path, pa
         e.stop()
 
 
-@FORWARDING
 @pytest.mark.parametrize("parser", PARSERS)
 def test_response_trailers_reach_http2_clients_as_a_last_headers_frame(tmp_path, parser, backend):
     e = Edge(tmp_path, config(backend), parser=parser)
