@@ -91,6 +91,7 @@ class Pair:
         self.exchange()
 
     def to_server(self) -> list[h2.events.Event]:
+        self.loop.run_until_complete(asyncio.sleep(0))  # edge's writes of now (flush)
         data = bytes(self.wire.data)
         self.wire.data.clear()
         events = self.server.receive_data(data) if data else []
