@@ -1,6 +1,7 @@
 """HTTP proxying end to end: real edge process, real whoami backends, real clients.
 
-Every test here runs under both codecs (the ``parser`` fixture).
+Every test here runs under both codecs (the ``parser`` fixture, or ``edge``: one
+edge per codec that the tests which only send requests share).
 """
 
 from __future__ import annotations
@@ -48,8 +49,19 @@ def routes(whoami, whoami2) -> dict:
     }
 
 
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def edge(request, tmp_path_factory, whoami, whoami2):
+    """One edge per codec for the tests that only send it requests: the routes never
+    change, and no test's answers depend on another's."""
+    tmp = tmp_path_factory.mktemp(f"proxy-{request.param}")
+    e = Edge(tmp, routes(whoami, whoami2), parser=request.param)
+    yield e
+    e.stop()
+
+
 @pytest.fixture
-def edge(tmp_path, parser, whoami, whoami2):
+def fresh_edge(tmp_path, parser, whoami, whoami2):
+    """An edge of the test's own: its upstream pool starts empty."""
     e = Edge(tmp_path, routes(whoami, whoami2), parser=parser)
     yield e
     e.stop()
@@ -501,10 +513,10 @@ def test_middlewares_headers_add_prefix_and_redirect(tmp_path, parser, whoami):
     ],
     ids=["garbage", "bare-lf", "two-cl", "too-many-fields"],
 )
-def test_a_valid_request_then_a_broken_one_in_the_same_read(edge, broken, status):
-    # Twice: the second time the upstream connection comes from the pool.
+def test_a_valid_request_then_a_broken_one_in_the_same_read(fresh_edge, broken, status):
+    # Twice: the first time on a new upstream connection, the second from the pool.
     for _ in range(2):
-        resp = raw(edge.port, b"GET /first HTTP/1.1\r\nHost: a.test\r\n\r\n" + broken)
+        resp = raw(fresh_edge.port, b"GET /first HTTP/1.1\r\nHost: a.test\r\n\r\n" + broken)
         head, _, rest = resp.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 "), resp[:200]
         assert b"Connection: close" not in head  # the refusal still has to follow
