@@ -73,6 +73,9 @@ class Multiplexed(Protocol):
 
     def usable(self) -> bool: ...
 
+    def tick(self, now: float) -> None:
+        """The sweep's call: a keepalive PING due, or one unanswered too long."""
+
     def close(self) -> None: ...
 
 
@@ -160,6 +163,9 @@ class Transport:
         # As Traefik documents them (Go's Transport): idleConnTimeout 0 is no limit;
         # maxIdleConnsPerHost 0 is Go's DefaultMaxIdleConnsPerHost (2), a negative one no reuse.
         self.idle_timeout = timeouts.idle_conn_timeout or math.inf
+        # HTTP/2: a PING after read_idle seconds without a frame (0: none), its ack within ping_timeout.
+        self.read_idle = float(timeouts.read_idle_timeout)
+        self.ping_timeout = float(timeouts.ping_timeout) or 15.0
         max_idle = config.max_idle_conns_per_host
         self.max_idle = GO_DEFAULT_MAX_IDLE_PER_HOST if max_idle == 0 else max(max_idle, 0)
         # Connections are kept for the next request (else closed after their response).
@@ -276,6 +282,9 @@ class Transport:
                 for conn in gone:
                     shared.remove(conn)
                     conn.close()
+                if self.read_idle:
+                    for conn in list(shared):
+                        conn.tick(now)
 
     def close(self) -> None:
         self.keep = 0

@@ -1598,6 +1598,10 @@ class ForwardingTimeouts(Base):
     response_header_timeout: Duration = Duration(0.0)  # 0: no timeout
     idle_conn_timeout: Duration = Duration(90.0)
     write_timeout: Duration = Duration(0.0)
+    # HTTP/2 servers: a PING after readIdleTimeout without a frame (0: none), and the
+    # connection closed when its ack takes over pingTimeout (edge.http.server.upstream_h2).
+    read_idle_timeout: Duration = Duration(0.0)
+    ping_timeout: Duration = Duration(15.0)
 
 
 class ClientCertificate(Base):

@@ -384,7 +384,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "cipherSuites maxVersion minVersion peerCertURI spiffe",
             _,
         ),
-        (dyn.ForwardingTimeouts, "pingTimeout readIdleTimeout", _),
         (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
         (dyn.TCPLoadBalancer, "healthCheck", _),
         (dyn.TLSClientConfig, "peerCertSANs peerCertURI spiffe", _),

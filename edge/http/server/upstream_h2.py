@@ -203,6 +203,8 @@ class H2Upstream(asyncio.Protocol):
         self.idle_deadline = 0.0  # Multiplexed: when it stayed without a stream long enough
         self.write_paused = False
         self.flushing = False  # a write_out is due (flush)
+        self.last_read = 0.0  # loop time of the last read from the server (readIdleTimeout)
+        self.ping_sent = 0.0  # when the PING awaiting its ack went; 0: none
         self.held: list[UpstreamOwner] | None = None  # owners whose writes a read holds
 
     # -- Multiplexed (edge.transports) ----------------------------------------------
@@ -235,6 +237,26 @@ class H2Upstream(asyncio.Protocol):
             self.write_out()
             t.close()
 
+    def tick(self, now: float) -> None:
+        """readIdleTimeout and pingTimeout, as Go's HTTP/2 transport has them for Traefik:
+        a connection the server sent nothing on for readIdleTimeout gets a PING; one
+        whose PING goes unanswered for pingTimeout is closed, its streams lost."""
+        if self.transport is None:
+            return
+        pool = self.pool
+        if self.ping_sent:
+            if now - self.ping_sent >= pool.ping_timeout:
+                log.warning(
+                    "server %s: no answer to a PING within %gs: connection closed",
+                    self.server.url,
+                    pool.ping_timeout,
+                )
+                self._lost(TimeoutError(f"no PING answer within {pool.ping_timeout:g}s"))
+        elif now - max(self.last_read, self.ping_sent) >= pool.read_idle:
+            self.ping_sent = now
+            self.h2.ping(b"edge-ka!")
+            self.write_out()
+
     def released(self, stream: H2UpstreamStream) -> None:
         """``stream`` is over on edge's side."""
         if stream.id:
@@ -251,6 +273,7 @@ class H2Upstream(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.last_read = self.loop.time()
         machine = self.h2
         machine.local_settings = h2.settings.Settings(
             client=True,
@@ -266,6 +289,9 @@ class H2Upstream(asyncio.Protocol):
         self.write_out()
 
     def data_received(self, data: bytes) -> None:
+        if self.pool.read_idle:
+            self.last_read = self.loop.time()
+            self.ping_sent = 0.0  # any frame says the server is there
         held = self.held = []
         try:
             try:

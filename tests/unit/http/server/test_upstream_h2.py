@@ -13,7 +13,8 @@ import h2.settings
 import pytest
 from h2.errors import ErrorCodes
 
-from edge.config.dynamic import ServersTransport
+from edge.config.durations import Duration
+from edge.config.dynamic import ForwardingTimeouts, ServersTransport
 from edge.http.codec.base import RequestHead
 from edge.http.codec.h11 import RequestParser as H11RequestParser
 from edge.http.codec.httptools import RequestParser as FastRequestParser
@@ -73,9 +74,14 @@ class Owner:
 class Pair:
     """edge's connection and the server's state machine, bytes carried by hand."""
 
-    def __init__(self, parser: type, server_settings: dict | None = None) -> None:
+    def __init__(
+        self,
+        parser: type,
+        server_settings: dict | None = None,
+        config: ServersTransport | None = None,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
-        self.pool = Transport("t", ServersTransport(), self.loop)
+        self.pool = Transport("t", config or ServersTransport(), self.loop)
         self.server_url = ServerURL("h2c://10.0.0.1:50051")
         self.conn = H2Upstream(self.pool, self.server_url, parser)
         self.wire = Recorder(("10.0.0.1", 50051))
@@ -329,3 +335,31 @@ def test_wants_h2():
     assert wants_h2(tls, grpc) and wants_h2(tls, over_h2) and not wants_h2(tls, plain)
     tls.h2 = False  # its ALPN chose http/1.1
     assert not wants_h2(tls, over_h2)
+
+
+def test_keepalive_ping_after_read_idle_and_close_without_its_ack():
+    timeouts = ForwardingTimeouts(read_idle_timeout=Duration(5.0), ping_timeout=Duration(3.0))
+    pair = Pair(FastRequestParser, config=ServersTransport(forwarding_timeouts=timeouts))
+    try:
+        owner = Owner()
+        stream = pair.stream(owner)
+        stream.transport.write(b"GET /long HTTP/1.1\r\nHost: a\r\n\r\n")
+        pair.to_server()
+        start = pair.conn.last_read
+        pair.pool.sweep(start + 4.0)
+        assert not received(pair.to_server(), h2.events.PingReceived)  # read lately: no PING
+        pair.pool.sweep(start + 5.5)
+        assert received(pair.to_server(), h2.events.PingReceived)
+        pair.to_edge()  # h2 acknowledged it
+        assert pair.conn.ping_sent == 0.0
+        last = pair.conn.last_read
+        pair.pool.sweep(last + 5.5)  # idle again: another PING, left unanswered
+        assert received(pair.to_server(), h2.events.PingReceived)
+        pair.server.data_to_send()  # the ack never goes
+        pair.pool.sweep(last + 7.0)
+        assert owner.kinds() == []
+        pair.pool.sweep(last + 8.6)
+        assert owner.kinds() == ["lost"]
+        assert not pair.conn.usable() and pair.pool.take_stream(pair.server_url) is None
+    finally:
+        pair.close()
