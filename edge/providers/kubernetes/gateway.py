@@ -105,7 +105,12 @@ Backends
     ``ResolvedRefs`` is False (``BackendNotFound``, ``InvalidKind``,
     ``RefNotPermitted``). A rule with no backendRef answers 500 alike. A Service with
     no ready endpoint is a load balancer without servers: its share goes to the other
-    members, and with none left edge answers 503 (the spec's SHOULD).
+    members, and with none left edge answers 503 (the spec's SHOULD). Edge speaks to
+    an HTTPRoute's servers (and its mirrors') as their Service port's ``appProtocol``
+    says (GEP-1911: ``kubernetes.io/h2c`` HTTP/2 with prior knowledge, ``h2c://``;
+    ``kubernetes.io/ws`` and ``http`` HTTP/1.1; ``kubernetes.io/wss`` and ``https``
+    over TLS), HTTP/1.1 without one; another appProtocol makes the backendRef one
+    that cannot be served (``UnsupportedProtocol``).
 
 Endpoint churn
     :func:`update_endpoints` rebuilds only the load balancers of the Services whose
@@ -711,6 +716,18 @@ class _Listener:
 _FAILED_SHARE = {HTTP_ROUTE: (500, "http"), GRPC_ROUTE: (503, "h2c")}
 """Per route kind: the status the share of a backendRef that cannot be served gets,
 and the scheme edge speaks to its servers."""
+
+_APP_PROTOCOLS = {
+    "kubernetes.io/h2c": "h2c",
+    "kubernetes.io/ws": "http",
+    "kubernetes.io/wss": "https",
+    "http": "http",
+    "https": "https",
+}
+"""GEP-1911, backend protocol selection: the scheme edge speaks to an HTTPRoute's
+backend whose Service port has this ``appProtocol`` (WebSockets are HTTP/1.1's
+upgrade, over TLS for ``wss``); a port without one is ``http``, a port with another
+one edge does not speak (``ResolvedRefs`` False, ``UnsupportedProtocol``)."""
 
 _GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier"})
 """The GRPCRoute filters edge implements. Not RequestMirror: edge's mirror
@@ -1332,13 +1349,35 @@ class _Converter:
         addresses, why = self.servers(target, ref, protocol)
         if addresses is None:
             return None, Condition("ResolvedRefs", False, "BackendNotFound", why)
+        if kind == HTTP_ROUTE and self.http_scheme(target, ref) is None:
+            port = self.service_port(target, ref, protocol)
+            assert port is not None  # servers() found it
+            why = (
+                f"service {target}/{ref.name} port {ref.port}: appProtocol "
+                f"{port.app_protocol!r} is not one edge speaks ({', '.join(_APP_PROTOCOLS)})"
+            )
+            return None, Condition("ResolvedRefs", False, "UnsupportedProtocol", why)
         return addresses, None
+
+    def service_port(self, namespace: str, ref: Any, protocol: str) -> objects.ServicePort | None:
+        """The Service port a backendRef names, None when there is none."""
+        svc = self.state.services.get((namespace, ref.name))
+        return service_port(svc, ref.port, "", protocol) if svc is not None else None
+
+    def http_scheme(self, namespace: str, ref: Any) -> str | None:
+        """The scheme edge speaks to an HTTPRoute's backend (its Service port's
+        ``appProtocol``, :data:`_APP_PROTOCOLS`); None for one it does not speak."""
+        port = self.service_port(namespace, ref, "TCP")
+        if port is None or port.app_protocol is None:
+            return "http"
+        return _APP_PROTOCOLS.get(port.app_protocol)
 
     def backends(
         self, route: Any, router: str, rule: Any, kind: str = HTTP_ROUTE
     ) -> tuple[str, Condition | None]:
         """The weighted service of a rule of an HTTPRoute or GRPCRoute (``kind``): a
-        GRPCRoute's servers are spoken to as h2c, and the share of a backendRef that
+        GRPCRoute's servers are spoken to as h2c, an HTTPRoute's as their Service port's
+        ``appProtocol`` says (:meth:`http_scheme`), and the share of a backendRef that
         cannot be served gets 503 (which a gRPC client reads as UNAVAILABLE, the code
         the spec asks for) where an HTTPRoute's gets 500."""
         ns = route.metadata.namespace
@@ -1354,7 +1393,8 @@ class _Converter:
                 children.append(WRRService(name=child, weight=weight, status=refused))
                 continue
             target = ref.namespace or ns
-            self.services[child] = self.balance("http", child, target, ref, addresses, scheme)
+            spoken = scheme if kind == GRPC_ROUTE else self.http_scheme(target, ref) or scheme
+            self.services[child] = self.balance("http", child, target, ref, addresses, spoken)
             children.append(WRRService(name=child, weight=weight))
         if not rule.backend_refs:
             children.append(WRRService(name=f"{router}-none", status=refused))
@@ -1399,7 +1439,9 @@ class _Converter:
             if addresses is None:
                 failed = failed or cond
                 continue
-            self.services[name] = self.balance("http", name, ref.namespace or ns, ref, addresses)
+            target = ref.namespace or ns
+            scheme = self.http_scheme(target, ref) or "http"
+            self.services[name] = self.balance("http", name, target, ref, addresses, scheme)
             percent = 100
             if mirror.percent is not None:
                 percent = mirror.percent

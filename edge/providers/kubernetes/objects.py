@@ -221,6 +221,7 @@ class ServicePort(_Model):
     protocol: str = "TCP"
     target_port: int | str | None = None
     node_port: int = 0  # NodePort and LoadBalancer Services
+    app_protocol: str | None = None  # the port's application protocol (GEP-1911)
 
 
 class LoadBalancerIngress(_Model):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tests.harness import Whoami
+from tests.integration.http.grpcpeers import Echo
 from tests.integration.kubernetes import test_gateway_provider as TG
 from tests.integration.kubernetes import test_provider as KP
 from tests.integration.kubernetes.test_gateway_provider import (
@@ -26,11 +27,13 @@ from tests.integration.kubernetes.test_gateway_provider import (
     gateway,
     gateway_class,
     http_route,
+    l4_service,
     path,
     route_conditions,
     to,
     who,
 )
+from tests.integration.kubernetes.test_grpcroute import call
 
 # The Gateway provider tests' fixtures: the emulator, an edge on given ports, the client.
 emu, start_edge, api = TG.emu, TG.start_edge, TG.api
@@ -116,3 +119,40 @@ def test_invalid_backend_refs_get_500_for_their_share(
             == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
         )
     )
+
+
+def test_a_service_ports_app_protocol_h2c_makes_the_backend_h2c(emu, start_edge, api) -> None:
+    """HTTPRouteBackendProtocolH2C (GEP-1911): a Service port whose ``appProtocol`` is
+    ``kubernetes.io/h2c`` is spoken to over HTTP/2 with prior knowledge; a grpcio server
+    (h2c only) answers the calls an HTTPRoute sends it. The same server behind a port
+    without appProtocol gets HTTP/1.1, which it cannot read; a port whose appProtocol
+    edge does not speak is an invalid backend (500, ``UnsupportedProtocol``)."""
+    echo = Echo()
+    try:
+        ports = Ports()
+        emu.create(gateway_class())
+        emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
+        for name, app_protocol in (("h2", "kubernetes.io/h2c"), ("plain", None),
+                                   ("odd", "example.com/quic")):  # fmt: skip
+            l4_service(emu, name, 8080, echo.port)
+            if app_protocol is not None:
+                svc = emu.get("Service", "default", name)
+                svc["spec"]["ports"][0]["appProtocol"] = app_protocol
+                emu.update(svc)
+            refs = [{"backendRefs": [{"name": name, "port": 8080}]}]
+            emu.create(http_route(name, refs, [f"{name}.test"]))
+        start_edge(ports)
+        echoes = {"echo": echo}
+        assert KP.until(lambda: call(ports.web, echoes, authority="h2.test") == "echo", 15.0)
+        assert call(ports.web, echoes, "ServerStream", authority="h2.test") == "echo"
+        assert KP.until(lambda: route_conditions(api, "h2") == TG.ACCEPTED)
+        assert call(ports.web, echoes, authority="plain.test") != "echo"
+        assert route_conditions(api, "plain") == TG.ACCEPTED
+        assert KP.until(lambda: who(ports.web, "/", "odd.test") == "500")
+        assert KP.until(
+            lambda: (
+                route_conditions(api, "odd").get("ResolvedRefs") == ("False", "UnsupportedProtocol")
+            )
+        )
+    finally:
+        echo.stop()

@@ -940,6 +940,55 @@ def test_request_mirror_makes_the_rule_a_mirroring_service(mirror: dict, percent
     assert all(i.status == "enabled" for i in validate(c).http_services.values())
 
 
+def app_service(name: str, app_protocol: str) -> list[dict]:
+    """``service(name)`` whose port says its ``appProtocol``."""
+    svc, slices = service(name)
+    svc["spec"]["ports"][0]["appProtocol"] = app_protocol
+    return [svc, slices]
+
+
+@pytest.mark.parametrize(
+    ("app_protocol", "scheme"),
+    [("kubernetes.io/h2c", "h2c"), ("kubernetes.io/ws", "http"), ("kubernetes.io/wss", "https"),
+     ("http", "http"), ("https", "https")],
+)  # fmt: skip
+def test_a_service_ports_app_protocol_picks_the_backends_scheme(
+    app_protocol: str, scheme: str
+) -> None:
+    """GEP-1911: the HTTPRoute's backends and mirrors, and what an endpoint change rebuilds."""
+    f = [{"type": "RequestMirror", "requestMirror": {"backendRef": backend("shadow")}}]
+    docs = [*BASE, app_service("web", app_protocol), app_service("shadow", app_protocol),
+            route([{"filters": f, "backendRefs": [backend()]}])]  # fmt: skip
+    c = run(*docs)
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    services = c.configuration.http.services
+    balancers = {n.rsplit("-", 2)[-2]: s for n, s in services.items() if s.load_balancer}
+    assert {k: [s.url for s in lb.load_balancer.servers] for k, lb in balancers.items()} == {
+        "web": [f"{scheme}://10.0.0.1:8080"],
+        "requestmirror": [f"{scheme}://10.0.0.1:8080"],
+    }
+    moved = app_service("web", app_protocol)
+    moved[1]["endpoints"] = [{"addresses": ["10.0.0.2"]}]
+    old, new = state(*docs), state(*docs[:3], moved, *docs[4:])
+    patched = update_endpoints(c, old.endpoint_slices, new.endpoint_slices, new.services)
+    assert patched is not None
+    assert {
+        s.url for lb in patched.configuration.http.services.values() if lb.load_balancer
+        for s in lb.load_balancer.servers
+    } == {f"{scheme}://10.0.0.2:8080", f"{scheme}://10.0.0.1:8080"}  # fmt: skip
+
+
+def test_an_app_protocol_edge_does_not_speak_is_unsupported_protocol() -> None:
+    """GEP-1911: the backend is invalid (its share answers 500), ``ResolvedRefs`` says why."""
+    c = run(*BASE, app_service("web", "example.com/quic"), route([{"backendRefs": [backend()]}]))
+    assert parent(c) == {"Accepted": ("True", "Accepted"),
+                         "ResolvedRefs": ("False", "UnsupportedProtocol")}  # fmt: skip
+    (router,) = c.configuration.http.routers.values()
+    (share,) = c.configuration.http.services[router.service].weighted.services
+    assert share.status == 500
+    assert "'example.com/quic'" in str(c.statuses) and "kubernetes.io/h2c" in str(c.statuses)
+
+
 def test_a_request_mirror_to_a_missing_service_is_left_out_and_reported() -> None:
     f = [{"type": "RequestMirror", "requestMirror": {"backendRef": backend("gone")}}]
     c = run(*BASE, route([{"filters": f, "backendRefs": [backend()]}]))
