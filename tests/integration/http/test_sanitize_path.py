@@ -85,9 +85,12 @@ def send(port: int, target: bytes, host: bytes, *, count: int = 1) -> list[tuple
     return out
 
 
-@pytest.fixture
-def edge(tmp_path, parser, whoami, whoami2):
-    e = Edge(tmp_path, dynamic(whoami, whoami2), parser=parser)
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def edge(request, tmp_path_factory, whoami, whoami2):
+    """One edge per codec for the tests that only send it requests (its routes never
+    change); the others start their own, differently configured."""
+    tmp = tmp_path_factory.mktemp(f"sanitize-{request.param}")
+    e = Edge(tmp, dynamic(whoami, whoami2), parser=request.param)
     yield e
     e.stop()
 
