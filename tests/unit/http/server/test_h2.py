@@ -421,6 +421,43 @@ def test_expect_100_continue_is_an_informational_response(pair):
     assert response(c.events(), sid)[1:] == (b"hello", True)
 
 
+def test_early_hints_and_trailers_frame_the_response(pair):
+    """A 103 from upstream: an informational HEADERS before the response's; its trailers
+    (framing and hop-by-hop ones gone): a HEADERS frame with END_STREAM after the data."""
+    http, upstream = pair()
+    c = Client(http)
+    sid = c.request()
+    upstream.data_received(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        b"0\r\ngrpc-status: 0\r\nKeep-Alive: 5\r\nGrpc-Message: ok\r\n\r\n"
+    )
+    events = [e for e in c.events() if getattr(e, "stream_id", None) == sid]
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "InformationalResponseReceived",
+        "ResponseReceived",
+        "DataReceived",
+        "TrailersReceived",
+        "StreamEnded",
+    ]
+    assert dict(events[0].headers) == {b":status": b"103", b"link": b"</a.css>; rel=preload"}
+    assert events[2].data == b"hello"
+    assert events[3].headers == [(b"grpc-status", b"0"), (b"grpc-message", b"ok")]
+
+
+def test_request_trailers_go_upstream_in_the_last_chunk(pair):
+    http, upstream = pair()
+    c = Client(http)
+    sid = c.request(method=b"POST", end=False)
+    c.h2.send_data(sid, b"abc")
+    c.h2.send_headers(sid, [(b"x-sum", b"9"), (b"host", b"evil.test")], end_stream=True)
+    c.send()
+    assert bytes(upstream.transport.data).endswith(
+        b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-sum: 9\r\n\r\n"
+    )
+
+
 def test_a_stream_the_client_resets_takes_its_upstream_request_with_it(pair):
     http, upstream = pair()
     c = Client(http)
