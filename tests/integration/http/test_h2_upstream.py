@@ -8,14 +8,20 @@ a body as DATA, the answer framed again for HTTP/1.1).
 from __future__ import annotations
 
 import http.server
+import socket
 import ssl
 import struct
 import threading
+import time
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from tests.harness import Edge, get, lb
 from tests.integration.http.grpcpeers import Echo
+from tests.integration.http.h2peers import RawH2
 from tests.integration.peers import curl
 
 
@@ -178,3 +184,89 @@ def test_disable_http2_offers_no_h2(tmp_path, https_http11, certs):
         assert not e.all_matches("ALPN chose")  # never offered
     finally:
         e.stop()
+
+
+class StalledH2:
+    """An HTTP/2 server (h2's state machine on a socket) that takes a request's head and
+    never gives back window for its body: what it received is counted."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"h2c://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.received = 0
+        self.heads = 0
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop_flag.is_set():
+            try:
+                sock, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self.connection, args=(sock,), daemon=True).start()
+
+    def connection(self, sock: socket.socket) -> None:
+        machine = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        machine.initiate_connection()
+        sock.sendall(machine.data_to_send())
+        sock.settimeout(0.2)
+        with sock:
+            while not self.stop_flag.is_set():
+                try:
+                    data = sock.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                for event in machine.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        self.heads += 1
+                    elif isinstance(event, h2.events.DataReceived):
+                        self.received += len(event.data)  # and no window given back
+                sock.sendall(machine.data_to_send())
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+def test_a_server_that_takes_no_body_stops_the_client_upload(tmp_path):
+    """Request DATA goes only within the server's window; past that edge stops
+    acknowledging its client's DATA, whose window closes: nothing piles up in edge."""
+    server = StalledH2()
+    dynamic = {
+        "http": {
+            "routers": {"g": {"rule": "Host(`g.example`)", "service": "g"}},
+            "services": {"g": lb(server.url)},
+        }
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        with RawH2(e.port) as c:
+            sid = c.request(b"/up", authority=b"g.example", method=b"POST", end=False)
+            sent = 0
+            deadline = time.monotonic() + 4
+            chunk = b"z" * 16384
+            while sent < (8 << 20) and time.monotonic() < deadline:
+                window = c.h2.local_flow_control_window(sid)
+                if window < len(chunk):
+                    c.read(0.2)  # a WINDOW_UPDATE from edge, if it reads on
+                    continue
+                c.h2.send_data(sid, chunk)
+                c.flush()
+                sent += len(chunk)
+            assert server.heads == 1
+            assert server.received <= 65535  # the server's window, nothing more
+            # The client's own window (64 KiB) and what edge queues (HIGH_WATER), not 8 MiB.
+            assert sent < 512 * 1024, sent
+    finally:
+        e.stop()
+        server.stop()
