@@ -457,7 +457,7 @@ class H2UpstreamStream:
         self.conn = conn
         self.id = 0  # given when its HEADERS go
         self.owner: UpstreamOwner | None = None
-        self.reused = conn.streams or conn.taken > 1  # on a connection that served before
+        self.reused = bool(conn.streams) or conn.taken > 1  # on a connection in use
         self.received = False  # a byte of the response arrived
         self.withheld = False  # refused by the server unprocessed: may go again
         self.paused = False  # the client side takes no more: DATA not acknowledged
