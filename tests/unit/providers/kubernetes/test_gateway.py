@@ -1324,16 +1324,20 @@ def test_grpc_filters_become_middlewares_and_others_are_unsupported() -> None:
     assert _services(c)[router.service].load_balancer.servers == []  # 503: UNAVAILABLE
 
 
-def test_a_grpc_request_mirror_is_unsupported() -> None:
-    """edge's mirror writes HTTP/1.1, a GRPCRoute's backends speak h2c: refused, said,
-    the rule answering 503 (UNAVAILABLE)."""
+def test_a_grpc_request_mirror_copies_calls_to_h2c_servers() -> None:
+    """A GRPCRoute's RequestMirror makes the rule's service a mirroring one whose
+    mirror, as its backends, is spoken to as h2c (whatever its port's appProtocol)."""
     c = run(*BASE, service("copy"), grpc_route([{"filters": [
         {"type": "RequestMirror", "requestMirror": {"backendRef": backend("copy"), "percent": 25}}],
         "backendRefs": [backend()]}]))  # fmt: skip
-    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
-    assert "RequestMirror" in str(c.problems)
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     (router,) = c.configuration.http.routers.values()
-    assert _services(c)[router.service].load_balancer.servers == []
+    m = _services(c)[router.service].mirroring
+    (copy,) = m.mirrors
+    assert copy.percent == 25
+    assert [s.url for s in _services(c)[copy.name].load_balancer.servers] == ["h2c://10.0.0.1:8080"]
+    main = _services(c)[_services(c)[m.service].weighted.services[0].name].load_balancer
+    assert [s.url for s in main.servers] == ["h2c://10.0.0.1:8080"]
 
 
 def test_a_grpc_match_of_an_unknown_type_is_unsupported_and_makes_no_router() -> None:
