@@ -22,8 +22,9 @@ WAIT = 10.0  # the longest any handler waits for anything
 class Echo:
     """The service and its grpcio server."""
 
-    def __init__(self, *, tls: tuple[bytes, bytes] | None = None) -> None:
+    def __init__(self, *, tls: tuple[bytes, bytes] | None = None, options: tuple = ()) -> None:
         self.metadata: list[dict[str, str]] = []  # each call's invocation metadata
+        self.peers: set[str] = set()  # the client addresses calls came from: one per connection
         self.cancelled = threading.Event()  # a call's client went away (Slow)
         self.sent = 0  # messages Firehose managed to hand to grpcio
         self.lock = threading.Lock()
@@ -34,8 +35,9 @@ class Echo:
             "Bidi": grpc.stream_stream_rpc_method_handler(self.bidi),
             "Slow": grpc.unary_unary_rpc_method_handler(self.slow),
             "Firehose": grpc.unary_stream_rpc_method_handler(self.firehose),
+            "Nap": grpc.unary_unary_rpc_method_handler(self.nap),
         }
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=options)
         self.server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, handlers),)
         )
@@ -55,6 +57,7 @@ class Echo:
     def _seen(self, context: grpc.ServicerContext) -> None:
         with self.lock:
             self.metadata.append({k: v for k, v in context.invocation_metadata()})
+            self.peers.add(context.peer())
 
     # -- the methods -------------------------------------------------------------
 
@@ -81,6 +84,12 @@ class Echo:
         self._seen(context)
         for message in requests:
             yield message.upper()
+
+    def nap(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """Answers after ``float(request)`` seconds (at most WAIT)."""
+        self._seen(context)
+        time.sleep(min(float(request), WAIT))
+        return b"rested"
 
     def slow(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         """Waits for its client to go (records it) or WAIT seconds."""

@@ -207,3 +207,34 @@ def test_slow_reader_pauses_the_server_and_bounds_edge_memory(edge_h2c, echo):
         grown = rss(e.proc.pid) - before
         assert grown < 64 << 20, grown
         assert c.responses[sid].reset is None
+
+
+def test_calls_share_one_connection_within_max_concurrent_streams(tmp_path):
+    """Concurrent calls are multiplexed on one connection to the server; a server that
+    allows 2 streams a connection gets more connections, each within its limit."""
+    roomy = Echo()
+    narrow = Echo(options=(("grpc.max_concurrent_streams", 2),))
+    dynamic = grpc_route(roomy.url)
+    dynamic["http"]["routers"]["narrow"] = {
+        "rule": "PathPrefix(`/edge.test.Echo/`) && Header(`x-narrow`, `1`)",
+        "service": "narrow",
+    }
+    dynamic["http"]["services"]["narrow"] = lb(narrow.url)
+    e = Edge(tmp_path, dynamic)
+    try:
+        with channel(e) as ch:
+            nap = stub(ch, "Nap")
+            calls = [nap.future(b"0.5", timeout=TIMEOUT) for _ in range(10)]
+            assert [c.result() for c in calls] == [b"rested"] * 10
+            assert len(roomy.peers) == 1  # ten at once, one connection
+            narrow_calls = [
+                nap.future(b"0.5", timeout=TIMEOUT, metadata=(("x-narrow", "1"),))
+                for _ in range(10)
+            ]
+            assert [c.result() for c in narrow_calls] == [b"rested"] * 10
+        assert len(narrow.metadata) == 10
+        assert len(narrow.peers) >= 5, narrow.peers  # two streams a connection at most
+    finally:
+        e.stop()
+        roomy.stop()
+        narrow.stop()
