@@ -5,14 +5,17 @@ objects on fake transports, no sockets), once with the entry point's HTTP contex
 counting into a metrics :class:`~edge.entrypoints.metrics.Meter` and once without, in
 turn:
 
-    python loadtest/bench_metrics.py [--parser h11] [--rounds 7] [--requests 50000]
-    python loadtest/bench_metrics.py --instructions [--parser h11]
+    python loadtest/bench_metrics.py [--parser h11] [--varied] [--rounds 7] [--requests 50000]
+    python loadtest/bench_metrics.py --instructions [--parser h11] [--varied] [--ways off,on]
 
 The default prints CPU microseconds per request (``time.process_time``), the least
 of ``--rounds`` alternating runs each way, and the difference in percent;
 ``--instructions`` counts instructions per request with callgrind
 (``callgrind.py``: two request counts, the difference), which does not move with
-the machine's load. ``--scrape``: also the time one ``/metrics`` text takes.
+the machine's load; ``--ways`` picks which of off, on and hook it counts.
+``--varied``: every request and response head differs from the one before
+(``bench_hotpath.variants``), so the quick paths parse each head.
+``--scrape``: also the time one ``/metrics`` text takes.
 
     python loadtest/bench_metrics.py --live [--rounds 3] [--seconds 5]
 
@@ -49,7 +52,7 @@ def _noop(ex: object, duration: float) -> None:
     pass
 
 
-def run(parser: str, n: int, way: str) -> tuple[float, Registry | None]:
+def run(parser: str, n: int, way: str, varied: bool = False) -> tuple[float, Registry | None]:
     """CPU microseconds per keep-alive request: ``way`` off, on, or ``hook`` (an access
     log hook doing nothing: what timing the exchange and calling a hook cost, which
     the metrics do without)."""
@@ -59,14 +62,15 @@ def run(parser: str, n: int, way: str) -> tuple[float, Registry | None]:
         meter = registry.meter("web") if registry is not None else None
         hook = _noop if way == "hook" else None
         client, upstream = bench_hotpath.setup(loop, parser, access_log=hook, metrics=meter)
-        request, response = bench_hotpath.REQUEST, bench_hotpath.RESPONSE
-        for _ in range(1000):
-            client.data_received(request)
-            upstream.data_received(response)
+        requests, responses = bench_hotpath.variants(varied)
+        count = len(requests)
+        for i in range(1000):
+            client.data_received(requests[i % count])
+            upstream.data_received(responses[i % count])
         start = time.process_time()
-        for _ in range(n):
-            client.data_received(request)
-            upstream.data_received(response)
+        for i in range(n):
+            client.data_received(requests[i % count])
+            upstream.data_received(responses[i % count])
         elapsed = time.process_time() - start
         if registry is not None:
             total = registry.collect().get(
@@ -194,6 +198,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=50_000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--metrics", choices=WAYS, help="one run one way (callgrind's)")
+    p.add_argument("--varied", action="store_true", help="every head differs from the one before")
+    p.add_argument("--ways", default=",".join(WAYS), help="--instructions: the ways counted")
     p.add_argument("--instructions", action="store_true")
     p.add_argument("--scrape", action="store_true", help="time one /metrics text too")
     p.add_argument("--live", action="store_true", help="a whole edge under wrk")
@@ -203,28 +209,36 @@ def main() -> None:
         live(args.rounds, args.seconds)
         return
     if args.metrics:
-        run(args.parser, args.requests, args.metrics)
+        run(args.parser, args.requests, args.metrics, args.varied)
         return
     if args.instructions:
         import callgrind  # beside this script
 
+        varied = ["--varied"] if args.varied else []
         per = {
             way: callgrind.per_unit(
-                __file__, "--requests", ["--parser", args.parser, "--metrics", way], 2_000, 12_000
+                __file__,
+                "--requests",
+                ["--parser", args.parser, "--metrics", way, *varied],
+                2_000,
+                12_000,
             )
-            for way in WAYS
+            for way in args.ways.split(",")
         }
-        print(
-            f"{args.parser}: {per['off']:,.0f} instructions per proxied GET with metrics off,"
-            f" {per['on']:,.0f} on ({(per['on'] / per['off'] - 1) * 100:+.1f} %);"
-            f" an access log hook doing nothing: {per['hook'] - per['off']:,.0f} (callgrind)"
-        )
+        kind = "varied heads" if args.varied else "repeated heads"
+        line = f"{args.parser}, {kind}: " + ", ".join(f"{w} {n:,.0f}" for w, n in per.items())
+        line += " instructions per proxied GET"
+        if "off" in per and "on" in per:
+            line += f"; metrics on: {(per['on'] / per['off'] - 1) * 100:+.1f} %"
+        if "off" in per and "hook" in per:
+            line += f"; an access log hook doing nothing: {per['hook'] - per['off']:+,.0f}"
+        print(line + " (callgrind)")
         return
     best = dict.fromkeys(WAYS, float("inf"))
     registry = None
     for _ in range(args.rounds):
         for way in WAYS:
-            us, reg = run(args.parser, args.requests, way)
+            us, reg = run(args.parser, args.requests, way, args.varied)
             best[way] = min(best[way], us)
             registry = reg or registry
     print(

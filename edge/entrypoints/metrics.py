@@ -5,12 +5,13 @@ counters become :class:`Samples` (plain, serializable data), how the samples of
 several processes are summed (``workers: N``: the supervisor's one view), and the
 text exposition format 0.0.4 they are rendered in.
 
-Invariant: a finished HTTP exchange costs one dictionary lookup for its cell and a few
-attribute adds, made by the exchange itself (:meth:`Exchange.log
-<edge.http.server.exchange.Exchange.log>` reads its entry point's :class:`Meter`, no
-call); the cell of a key (route, status, method, server) is made once and reused. Label strings, the sums across cells and the text are made only when
-``/metrics`` is read. Every scrape folds the cells into label-keyed totals and starts
-new ones, so cells never hold on to the routes of a configuration gone, and a flood of
+Invariant: a finished HTTP exchange costs three small lookups for its cell (route,
+status, method: no tuple built) and two list appends, made by the exchange itself
+(:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>` reads its entry point's
+:class:`Meter`, no call); the cell of a key is made once and reused. Sums, histogram
+buckets, label strings and the text are made only when the cells are folded (every
+scrape, and at least every :data:`FOLD_EVERY`) or ``/metrics`` is read. A fold starts
+new cells, so cells never hold on to the routes of a configuration gone, and a flood of
 odd methods costs one cell, ``EXTENSION_METHOD``.
 
 Everything else is read where it already lives, at scrape: open connections from the
@@ -25,6 +26,7 @@ import math
 import os
 import resource
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -372,67 +374,95 @@ def _combine(rule: str, old: float, new: float) -> float:
 class Cell:
     """What one key of one entry point's :class:`Meter` counted since its last fold: the
     exchange counts into it itself, at its end (:meth:`Exchange.log
-    <edge.http.server.exchange.Exchange.log>`, a few attribute adds and no call).
+    <edge.http.server.exchange.Exchange.log>`: two list appends, no call).
 
-    ``first``: exchanges that took no longer than the first bucket bound; ``buckets``:
-    the others by ``bisect_left(bounds, duration)`` (the last one past every bound), so
-    the count is their sum; ``total``: the durations' sum; body bytes both ways."""
+    ``durations``: each exchange's duration and ``sent``: the body bytes it sent the
+    client, one item per exchange (so their count is the exchanges', the durations'
+    sum and histogram are made at the fold, in C: ``sum``, ``max``, a sort when one
+    passes the first bound); ``req_bytes``: request body bytes, an add where a request
+    states a length. A meter folds its cells at least every :data:`FOLD_EVERY`, so the
+    lists hold at most that long's exchanges."""
 
-    __slots__ = ("buckets", "first", "req_bytes", "resp_bytes", "total")
+    __slots__ = ("durations", "req_bytes", "sent")
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self.sent: list[int] = []
+        self.req_bytes = 0
+
+
+class Total:
+    """What the cells of one label set added up to: histogram bucket counts (not
+    cumulative, the last one past every bound), the durations' sum, body bytes."""
+
+    __slots__ = ("buckets", "req_bytes", "resp_bytes", "total")
 
     def __init__(self, size: int) -> None:
-        self.first = 0
         self.buckets = [0] * size
         self.total = 0.0
         self.req_bytes = 0
         self.resp_bytes = 0
 
-    def add(self, other: Cell) -> None:
-        self.first += other.first
-        self.total += other.total
-        self.req_bytes += other.req_bytes
-        self.resp_bytes += other.resp_bytes
-        buckets = self.buckets
-        for i, n in enumerate(other.buckets):
-            buckets[i] += n
+    def add(self, cell: Cell, bounds: tuple[float, ...]) -> None:
+        durations = cell.durations
+        if durations:
+            self.total += sum(durations)  # in their order, as adding each would
+            buckets = self.buckets
+            if max(durations) <= bounds[0]:  # most: every one in the first bucket
+                buckets[0] += len(durations)
+            else:
+                ordered = sorted(durations)
+                below = 0
+                for i, bound in enumerate(bounds):
+                    upto = bisect_right(ordered, bound)  # how many took no longer
+                    buckets[i] += upto - below
+                    below = upto
+                buckets[-1] += len(ordered) - below
+        self.req_bytes += cell.req_bytes
+        self.resp_bytes += sum(cell.sent)
 
     def histogram(self) -> list[float]:
         """The buckets as :class:`Samples` hold them, then the durations' sum."""
-        buckets: list[float] = list(self.buckets)
-        buckets[0] += self.first
-        return [*buckets, self.total]
+        return [*self.buckets, self.total]
 
 
 MAX_CELLS = 10_000
 """Cells a meter holds before it folds them (which every scrape does too): keys name the
 routes of the configuration they were counted under, and a meter nobody scrapes must
 not keep every configuration's routes."""
+FOLD_EVERY = 1.0
+"""Seconds at most between a meter's folds: its cells' lists hold no more than that
+long's exchanges (a timer armed by the first cell made after a fold)."""
 
 
 class Meter:
-    """One entry point's counting: ``cells`` by key, which the exchange reads and fills
-    (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>`), ``totals`` by label
-    values, which :meth:`fold` adds them to.
+    """One entry point's counting: cells, which the exchange finds and fills
+    (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>`), ``totals`` by
+    label values, which :meth:`fold` adds them to.
 
-    A key is ``(route, status, method, backend)``: the backend (None when no server was
-    picked, so the exchange is its router's, not its service's) costs the exchange less
-    than a test would, and makes a cell per server. A missing key is made by
-    :meth:`cell`: a method outside the standard ones counts as ``EXTENSION_METHOD``, in
-    one cell stored under that key only, so a client's odd methods make no keys. With
-    ``headerLabels`` the keys carry the values of those request headers too and live
-    in ``labelled``, never in ``cells``: the exchange finds nothing there, and only
-    these meters pay for reading headers (:meth:`cell`).
+    A cell's key is ``(route, status, method, served)`` (``served``: a server was
+    picked, so the exchange is its service's too, not only its router's). ``cells``
+    holds them by key; the exchange reads them through ``index`` (served) or
+    ``unserved``: route, then status, then method, nested, whose lookups take no
+    tuple to build or hash. A missing key is made by :meth:`cell`: a method outside
+    the standard ones counts as ``EXTENSION_METHOD``, in one cell stored under that
+    key only, so a client's odd methods make no keys. With ``headerLabels`` the keys
+    carry the values of those request headers too and live in ``labelled``, never in
+    the index: the exchange finds nothing there, and only these meters pay for
+    reading headers (:meth:`cell`).
     """
 
     __slots__ = (
         "bounds",
         "cells",
         "entrypoint",
-        "first",
         "headers",
+        "index",
         "labelled",
         "retries",
+        "timer",
         "totals",
+        "unserved",
     )
 
     def __init__(
@@ -440,21 +470,25 @@ class Meter:
     ) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
-        self.first = bounds[0]  # most exchanges take less: no bisect for them
         self.cells: dict[tuple, Cell] = {}
+        self.index: dict[Any, dict[int, dict[bytes, Cell]]] = {}
+        self.unserved: dict[Any, dict[int, dict[bytes, Cell]]] = {}
+        self.timer: Any = None  # the loop's handle of the next fold (FOLD_EVERY)
         # headerLabels: the request headers whose values label requests_total (lower-case
         # names -> position), and the cells keyed with their values.
         self.headers = {name.lower().encode("latin-1"): i for i, name in enumerate(headers)}
         self.labelled: dict[tuple, Cell] = {}
-        # Label values (router, service, served, code, method, *header values) -> Cell.
-        self.totals: dict[tuple, Cell] = {}
+        # Label values (router, service, served, code, method, *header values) -> Total.
+        self.totals: dict[tuple, Total] = {}
         self.retries: dict[str, int] = {}  # service -> retries (Exchange._try_again)
 
     def cell(self, ex: Any) -> Cell:
-        """The cell of exchange ``ex``, whose key ``cells`` lacks (see the class doc)."""
+        """The cell of exchange ``ex``, which the index lacks (see the class doc)."""
         head = ex.head
-        method = head.method if head.method in KNOWN_METHODS else EXTENSION_METHOD
-        key = (ex.route, ex.status, method, ex.backend)
+        known = head.method in KNOWN_METHODS
+        method = head.method if known else EXTENSION_METHOD
+        served = ex.backend is not None
+        key = (ex.route, ex.status, method, served)
         cells = self.cells
         if self.headers:
             key = (*key, *self._values(head))
@@ -464,8 +498,17 @@ class Meter:
             if len(cells) >= MAX_CELLS:
                 self.fold()
                 cells = self.labelled if self.headers else self.cells
-            found = cells[key] = Cell(len(self.bounds) + 1)
+            found = cells[key] = Cell()
+            if not self.headers and known:
+                index = self.index if served else self.unserved
+                index.setdefault(ex.route, {}).setdefault(ex.status, {})[method] = found
+            if self.timer is None:
+                self.timer = ex.conn.loop.call_later(FOLD_EVERY, self._fold_due)
         return found
+
+    def _fold_due(self) -> None:
+        self.timer = None
+        self.fold()
 
     def _values(self, head: Any) -> list[bytes]:
         """The values of the ``headerLabels`` headers of ``head``: the first of each, empty
@@ -493,20 +536,23 @@ class Meter:
             cells = {**cells, **self.labelled}
         self.cells = {}
         self.labelled = {}
+        self.index = {}
+        self.unserved = {}
         totals = self.totals
-        for (route, status, method, backend, *values), cell in cells.items():
+        size = len(self.bounds) + 1
+        for (route, status, method, served, *values), cell in cells.items():
             labels = (
                 route.name if route is not None else "",
                 route.service.name if route is not None else "",
-                backend is not None,
+                served,
                 str(status),
                 method.decode("latin-1"),
                 *(v.decode("latin-1") for v in values),
             )
             total = totals.get(labels)
             if total is None:
-                total = totals[labels] = Cell(len(cell.buckets))
-            total.add(cell)
+                total = totals[labels] = Total(size)
+            total.add(cell, self.bounds)
 
 
 # -- one process's view -------------------------------------------------------------------
@@ -551,7 +597,7 @@ class Registry:
                 if config.add_services_labels and served and service:
                     scopes.append(("service", (code, method, protocol, service)))
                 histogram = cell.histogram()
-                count = sum(histogram[:-1])
+                count = sum(cell.buckets)
                 for scope, labels in scopes:
                     samples.add(f"traefik_{scope}_requests_total", (*labels, *values), count)
                     samples.observe(f"traefik_{scope}_request_duration_seconds", labels, histogram)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -1746,25 +1745,23 @@ class Exchange:
     def log(self) -> None:
         """The exchange ended: count it in the entry point's metrics, then hand it to the
         access log. The counting is the metrics' hot path, here rather than in a call:
-        its cell found by key (one made by the meter on a miss), then a few adds
-        (:class:`edge.entrypoints.metrics.Meter` and ``Cell`` say what each field is)."""
+        its cell found by route, status and method (one made by the meter on a miss),
+        then two appends (:class:`edge.entrypoints.metrics.Meter` and ``Cell`` say what
+        each holds)."""
         ctx = self.conn.ctx
         duration = perf_counter() - self.started
         meter = ctx.metrics
         if meter is not None:
             head = self.head
             try:
-                cell = meter.cells[self.route, self.status, head.method, self.backend]
+                index = meter.index if self.backend is not None else meter.unserved
+                cell = index[self.route][self.status][head.method]
             except KeyError:
                 cell = meter.cell(self)
-            if duration <= meter.first:
-                cell.first += 1
-            else:
-                cell.buckets[bisect_left(meter.bounds, duration)] += 1
-            cell.total += duration
+            cell.durations.append(duration)
+            cell.sent.append(self.sent)
             if head.content_length:
                 cell.req_bytes += head.content_length
-            cell.resp_bytes += self.sent
         access_log = ctx.access_log
         if access_log is not None:
             access_log(self, duration)

@@ -3,6 +3,7 @@ over label sets and processes, and the text exposition format 0.0.4."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import msgspec
@@ -21,7 +22,7 @@ from edge.entrypoints.metrics import (
 )
 from edge.http.codec.headers import METHODS
 from edge.http.server import exchange as exchange_module
-from loadtest.bench_hotpath import setup
+from loadtest.bench_hotpath import LOADS, MIDDLEWARES, setup
 from tests.unit.http.server.transport import Recorder
 
 EP_TOTAL = "traefik_entrypoint_requests_total"
@@ -133,6 +134,42 @@ def test_an_answer_before_any_server_is_the_router_s_not_the_service_s():
     s = reg.collect()
     assert s.get("traefik_router_requests_total", code="403", method="GET", **ROUTER) == 1
     assert "traefik_service_requests_total" not in s.values
+
+
+def test_a_router_s_answer_and_its_server_s_of_one_status_count_apart():
+    """The same route, status and method, answered by a middleware (no server picked)
+    and by the server, in turn: only the server's are the service's, on the cells'
+    second use too (the exchange's lookup, not the meter's)."""
+    reg = registry(add_routers_labels=True)
+    edge = Edge(reg, middleware=MIDDLEWARES["basicAuth"])
+    unauthorized = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 3\r\n\r\nup\n"
+    for _ in range(3):
+        served = edge.exchange(get(headers=LOADS["basicAuth"][0]), unauthorized)
+        assert served.startswith(b"HTTP/1.1 401") and served.endswith(b"\r\n\r\nup\n")
+        refused = edge.exchange(get(), None)
+        assert refused.startswith(b"HTTP/1.1 401") and not refused.endswith(b"up\n")
+    edge.close()
+    s = reg.collect()
+    assert s.get("traefik_router_requests_total", code="401", method="GET", **ROUTER) == 6
+    assert s.get("traefik_service_requests_total", code="401", method="GET", **SERVICE) == 3
+
+
+def test_a_meter_folds_its_cells_every_so_often(monkeypatch):
+    """Cells hold each exchange's duration until a fold: one comes FOLD_EVERY after the
+    first cell made since the last, scrape or not, so they never grow for long."""
+    monkeypatch.setattr(metrics_module, "FOLD_EVERY", 0.05)
+    reg = registry()
+    edge = Edge(reg)
+    meter = reg.meters["web"]
+    edge.exchange(get())
+    edge.exchange(get())
+    assert [len(c.durations) for c in meter.cells.values()] == [2]
+    edge.loop.run_until_complete(asyncio.sleep(0.5))
+    assert meter.cells == {} and meter.timer is None
+    edge.exchange(get())
+    assert meter.timer is not None  # the next fold is due again
+    edge.close()
+    assert reg.collect().get(EP_TOTAL, code="200", method="GET", **EP) == 3
 
 
 @pytest.mark.parametrize("codec", ["httptools", "h11"])
