@@ -53,7 +53,8 @@ Services
     number it does not list is taken as written, as Traefik does), else the route is
     refused; no ready endpoint gives a service without servers when
     ``allowEmptyServices`` is set, else the route is refused (both as Traefik). The HTTP
-    scheme is ``scheme``, else ``https`` for port 443 or a port name starting with
+    scheme is ``scheme`` (``http``, ``https`` or ``h2c``: HTTP/2 with prior knowledge),
+    else ``https`` for port 443 or a port name starting with
     ``https``, else ``http``. ``healthCheck`` becomes the load balancer's active check
     (Traefik's keys; an empty ``mode`` is ``http``, a duration given as a number is
     seconds) and is allowed only on an ExternalName Service, as in Traefik: a Service's
@@ -61,7 +62,7 @@ Services
     EndpointSlices. ``passiveHealthCheck`` becomes the load balancer's, on any Service.
     ``sticky`` and ``responseForwarding`` become the load balancer's (Traefik's keys).
     Options edge does not implement (service
-    ``middlewares``, the ``h2c`` scheme) refuse the route, naming the option: nothing is
+    ``middlewares``) refuse the route, naming the option: nothing is
     served without what the user asked for. ``strategy`` passes on to the load balancer
     (Traefik's deprecated ``RoundRobin`` as ``wrr``); validation refuses what edge lacks. ``nodePortLB`` on a
     NodePort Service gives every Node's ``InternalIP`` with the port's ``nodePort`` (in
@@ -1066,9 +1067,7 @@ class _Converter:
             raise _Refused(f"unsupported service kind {kind!r}")
         if ref.middlewares:
             raise _Refused(f"service {ref.name}: middlewares: {UNSUPPORTED}")
-        if ref.scheme not in ("", "http", "https"):
-            if ref.scheme == "h2c":
-                raise _Refused(f"service {ref.name}: scheme h2c: {UNSUPPORTED}")
+        if ref.scheme not in ("", "http", "https", "h2c"):
             raise _Refused(f"service {ref.name}: invalid scheme {ref.scheme!r}")
         ns = self.service_namespace(parent, ref.namespace, ref.name)
         addresses, port = self.servers(

@@ -106,7 +106,7 @@ agree)
     to ImplementationSpecific paths only, as Traefik does), ``router.rulesyntax`` (``v2``
     or ``v3``). On the Service, as Traefik reads them, since one service serves many
     Ingresses: ``service.passhostheader`` (boolean), ``service.serverstransport`` (a
-    serversTransport name), ``service.serversscheme`` (``http`` or ``https``),
+    serversTransport name), ``service.serversscheme`` (``http``, ``https`` or ``h2c``),
     ``service.sticky.cookie`` and ``service.sticky.cookie.{name, secure, httponly,
     samesite, maxage, path, domain}``, ``service.nativelb`` (one server: the cluster
     IP). ``router.tls.certresolver`` (no ACME in edge) and ``service.nodeportlb: true``
@@ -604,8 +604,8 @@ def _service_options(annotations: Mapping[str, str]) -> _ServiceOptions:
             transport = value.strip()
         elif short == "service.serversscheme":
             scheme = value.strip().lower()
-            if scheme not in ("http", "https"):
-                raise ValueError(f"annotation {key}: {value!r} is not http or https")
+            if scheme not in ("http", "https", "h2c"):
+                raise ValueError(f"annotation {key}: {value!r} is not http, https or h2c")
         elif short == "service.sticky.cookie":
             sticky = _bool(key, value)
         elif field != short and field in _COOKIE_FIELDS:
