@@ -405,6 +405,8 @@ class WorkersOpened:
             self.loop.call_soon_threadsafe(self._named, source, named)
 
     def _named(self, source: str, named: dict[str, list[str]]) -> None:
+        if self.origins.origins.get(source) == named:
+            return  # said already (each conversion names them again)
         self.origins = Origins({**self.origins.origins, source: named})
         self.send(self.origins)
 

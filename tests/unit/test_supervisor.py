@@ -252,6 +252,7 @@ def test_workers_opened_is_the_union_over_live_workers():
         opened.gone(2)  # worker 2 exited
         opened.gone(2)
         opened.name_origins("gw", {":8443": ("Gateway default/gw listener https",)})
+        opened.name_origins("gw", {":8443": ("Gateway default/gw listener https",)})
         await asyncio.sleep(0)
         return seen
 
