@@ -413,7 +413,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (sta.AccessLog, _, "otlp"),
         (sta.Ping, _, "terminatingStatusCode"),
         (sta.Api, _, "debug disableDashboardAd"),
-        (sta.Metrics, _, "addInternals datadog influxDB2 otlp statsD"),
+        (sta.Metrics, _, "datadog influxDB2 otlp statsD"),
         (
             sta.Providers,
             _,

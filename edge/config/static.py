@@ -578,7 +578,11 @@ _OWN_LABELS = frozenset(("code", "method", "protocol", "entrypoint", "router", "
 
 
 class Metrics(Base):
+    """Traefik's ``metrics``: ``prometheus``; ``addInternals``: count what edge's own
+    services answer too (``/ping``, the API, ``/metrics``, ``*@internal`` routers)."""
+
     prometheus: Prometheus | None = None
+    add_internals: bool = False
 
 
 class Log(Base):

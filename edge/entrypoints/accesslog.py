@@ -592,8 +592,10 @@ class AccessLogger:
                 return "-"
         return "-"
 
-    def _tls(self, conn: Any) -> tuple[str, str] | None:
-        """(TLSVersion, TLSCipher) of a connection edge terminated, None without TLS."""
+    @staticmethod
+    def _tls(conn: Any) -> tuple[str, str] | None:
+        """(TLSVersion, TLSCipher) of a connection edge terminated, None without TLS (the
+        metrics' ``tls_version`` and ``tls_cipher`` too)."""
         transport = conn.transport
         cipher = transport.get_extra_info("cipher") if transport is not None else None
         if not cipher:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from cryptography import x509
 
+from edge.entrypoints.accesslog import AccessLogger
 from edge.http.middlewares import Answer, Forward, Middleware
 
 if TYPE_CHECKING:
@@ -59,7 +60,18 @@ CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 METRICS_PATH = b"/metrics"
 
 KNOWN_METHODS = frozenset(
-    (b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH")
+    (
+        b"GET",
+        b"HEAD",
+        b"POST",
+        b"PUT",
+        b"DELETE",
+        b"CONNECT",
+        b"OPTIONS",
+        b"TRACE",
+        b"PATCH",
+        b"PRI",  # Traefik's list has HTTP/2's preface method too
+    )
 )
 EXTENSION_METHOD = b"EXTENSION_METHOD"
 
@@ -90,6 +102,13 @@ def _http(scope: str, labels: tuple[str, ...], where: str) -> list[Family]:
             f"How many HTTP requests processed on {where}, partitioned by status code, "
             "protocol, and method.",
             labels,
+        ),
+        Family(
+            f"traefik_{scope}_requests_tls_total",
+            "counter",
+            f"How many HTTP requests with TLS processed on {where}, partitioned by TLS "
+            "version and TLS cipher.",
+            ("tls_version", "tls_cipher", *labels[3:]),
         ),
         Family(
             f"traefik_{scope}_request_duration_seconds",
@@ -440,8 +459,9 @@ class Meter:
     (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>`), ``totals`` by
     label values, which :meth:`fold` adds them to.
 
-    A cell's key is ``(route, status, method, served)`` (``served``: a server was
-    picked, so the exchange is its service's too, not only its router's). ``cells``
+    A cell's key is ``(route, status, method, served, tls)`` (``served``: a server was
+    picked, so the exchange is its service's too, not only its router's; ``tls``: the
+    TLS version and cipher of the connection, or None). ``cells``
     holds them by key; the exchange reads them through ``index`` (served) or
     ``unserved``: route, then status, then method, nested, whose lookups take no
     tuple to build or hash. A missing key is made by :meth:`cell`: a method outside
@@ -450,6 +470,13 @@ class Meter:
     carry the values of those request headers too and live in ``labelled``, never in
     the index: the exchange finds nothing there, and only these meters pay for
     reading headers (:meth:`cell`).
+
+    ``tls``: the meter of the entry point's HTTPS contexts (their ``metrics``), whose
+    keys carry the TLS version and cipher of each exchange's connection
+    (``requests_tls_total``): it keeps no index, so its exchanges always take
+    :meth:`cell`, which reads them (what TLS costs a request dwarfs it). ``internals``
+    (``metrics.addInternals``): count what edge's own services answer too; without
+    it their cells are kept apart (``internal``) and dropped at each fold.
     """
 
     __slots__ = (
@@ -458,18 +485,31 @@ class Meter:
         "entrypoint",
         "headers",
         "index",
+        "internal",
+        "internals",
         "labelled",
+        "over_tls",
         "retries",
         "timer",
+        "tls",
         "totals",
         "unserved",
     )
 
     def __init__(
-        self, entrypoint: str, bounds: tuple[float, ...], headers: tuple[str, ...] = ()
+        self,
+        entrypoint: str,
+        bounds: tuple[float, ...],
+        headers: tuple[str, ...] = (),
+        *,
+        over_tls: bool = False,
     ) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
+        self.over_tls = over_tls
+        self.tls = self if over_tls else Meter(entrypoint, bounds, headers, over_tls=True)
+        self.internals = False
+        self.internal: dict[tuple, Cell] = {}
         self.cells: dict[tuple, Cell] = {}
         self.index: dict[Any, dict[int, dict[bytes, Cell]]] = {}
         self.unserved: dict[Any, dict[int, dict[bytes, Cell]]] = {}
@@ -488,18 +528,27 @@ class Meter:
         known = head.method in KNOWN_METHODS
         method = head.method if known else EXTENSION_METHOD
         served = ex.backend is not None
-        key = (ex.route, ex.status, method, served)
-        cells = self.cells
-        if self.headers:
+        key = (
+            ex.route,
+            ex.status,
+            method,
+            served,
+            AccessLogger._tls(ex.conn) if self.over_tls else None,
+        )
+        if not served and not self.internals and AccessLogger._internal(ex, ex.route):
+            cells = self.internal  # not counted: dropped at the fold
+        elif self.headers:
             key = (*key, *self._values(head))
             cells = self.labelled
+        else:
+            cells = self.cells
         found = cells.get(key)
         if found is None:
             if len(cells) >= MAX_CELLS:
                 self.fold()
-                cells = self.labelled if self.headers else self.cells
+                return self.cell(ex)
             found = cells[key] = Cell()
-            if not self.headers and known:
+            if (cells is not self.labelled) and known and not self.over_tls:
                 index = self.index if served else self.unserved
                 index.setdefault(ex.route, {}).setdefault(ex.status, {})[method] = found
             if self.timer is None:
@@ -536,17 +585,19 @@ class Meter:
             cells = {**cells, **self.labelled}
         self.cells = {}
         self.labelled = {}
+        self.internal = {}
         self.index = {}
         self.unserved = {}
         totals = self.totals
         size = len(self.bounds) + 1
-        for (route, status, method, served, *values), cell in cells.items():
+        for (route, status, method, served, tls, *values), cell in cells.items():
             labels = (
                 route.name if route is not None else "",
                 route.service.name if route is not None else "",
                 served,
                 str(status),
                 method.decode("latin-1"),
+                tls,
                 *(v.decode("latin-1") for v in values),
             )
             total = totals.get(labels)
@@ -568,41 +619,44 @@ class Registry:
         self.bounds = tuple(sorted(set(config.buckets))) or DEFAULT_BUCKETS
         self.header_labels = tuple(config.header_labels)  # label names (headerLabels)
         self.meters: dict[str, Meter] = {}
+        self._add_internals = False
         self.sources: list[Callable[[Samples], None]] = []
         self.shared: Samples | None = None
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
         worker's samples and its own (see :mod:`edge.supervisor`); None: this process's."""
 
     def meter(self, entrypoint: str) -> Meter:
-        """``entrypoint``'s meter (made on the first call): its HTTP contexts' ``metrics``."""
+        """``entrypoint``'s meter (made on the first call): its HTTP contexts' ``metrics``
+        (its HTTPS contexts': the meter's ``tls``)."""
         found = self.meters.get(entrypoint)
         if found is None:
             headers = tuple(self.config.header_labels.values())
             found = self.meters[entrypoint] = Meter(entrypoint, self.bounds, headers)
+            found.internals = found.tls.internals = self.add_internals
         return found
+
+    @property
+    def add_internals(self) -> bool:
+        """``metrics.addInternals``: what edge's own services answer is counted too
+        (set by :func:`watch_dataplane`, from the static configuration)."""
+        return self._add_internals
+
+    @add_internals.setter
+    def add_internals(self, value: bool) -> None:
+        self._add_internals = value
+        for meter in self.meters.values():
+            meter.internals = meter.tls.internals = value
 
     def collect(self) -> Samples:
         """This process's samples now (folds what the meters counted)."""
         samples = Samples(self.bounds, self.header_labels)
         config = self.config
-        for name, meter in self.meters.items():
-            meter.fold()
-            for (router, service, served, code, method, *values), cell in meter.totals.items():
-                protocol = "websocket" if code == "101" else "http"
-                scopes: list[tuple[str, tuple[str, ...]]] = []
-                if config.add_entry_points_labels:
-                    scopes.append(("entrypoint", (code, method, protocol, name)))
-                if config.add_routers_labels and router:
-                    scopes.append(("router", (code, method, protocol, router, service)))
-                if config.add_services_labels and served and service:
-                    scopes.append(("service", (code, method, protocol, service)))
-                histogram = cell.histogram()
-                count = sum(cell.buckets)
-                for scope, labels in scopes:
-                    samples.add(f"traefik_{scope}_requests_total", (*labels, *values), count)
-                    samples.observe(f"traefik_{scope}_request_duration_seconds", labels, histogram)
-                    samples.add(f"traefik_{scope}_requests_bytes_total", labels, cell.req_bytes)
-                    samples.add(f"traefik_{scope}_responses_bytes_total", labels, cell.resp_bytes)
+        for name, plain in self.meters.items():
+            for meter in (plain, plain.tls):
+                meter.fold()
+                for key, total in meter.totals.items():
+                    self._add(samples, name, key, total)
+            meter = plain
             if config.add_services_labels:
                 for service, retries in meter.retries.items():
                     samples.add("traefik_service_retries_total", (service,), retries)
@@ -610,6 +664,29 @@ class Registry:
             source(samples)
         process_samples(samples)
         return samples
+
+    def _add(self, samples: Samples, name: str, key: tuple, total: Total) -> None:
+        """The samples of one meter's total (its label values ``key``, :meth:`Meter.fold`)
+        on entry point ``name``, in each scope the configuration asks for."""
+        config = self.config
+        router, service, served, code, method, tls, *values = key
+        protocol = "websocket" if code == "101" else "http"
+        scopes: list[tuple[str, tuple[str, ...]]] = []
+        if config.add_entry_points_labels:
+            scopes.append(("entrypoint", (code, method, protocol, name)))
+        if config.add_routers_labels and router:
+            scopes.append(("router", (code, method, protocol, router, service)))
+        if config.add_services_labels and served and service:
+            scopes.append(("service", (code, method, protocol, service)))
+        histogram = total.histogram()
+        count = sum(total.buckets)
+        for scope, labels in scopes:
+            samples.add(f"traefik_{scope}_requests_total", (*labels, *values), count)
+            if tls is not None:
+                samples.add(f"traefik_{scope}_requests_tls_total", (*tls, *labels[3:]), count)
+            samples.observe(f"traefik_{scope}_request_duration_seconds", labels, histogram)
+            samples.add(f"traefik_{scope}_requests_bytes_total", labels, total.req_bytes)
+            samples.add(f"traefik_{scope}_responses_bytes_total", labels, total.resp_bytes)
 
 
 def process_samples(samples: Samples) -> None:
@@ -734,9 +811,13 @@ class MetricsAnswer(Middleware):
 
 def watch_dataplane(registry: Registry, dataplane: Any) -> None:
     """Have ``registry`` read, at scrape, what a :class:`~edge.app.Dataplane` holds: open
-    connections per entry point, UDP counters and sessions, servers up, certificates."""
+    connections per entry point, UDP counters and sessions, servers up, certificates;
+    and take ``metrics.addInternals`` from its static configuration."""
 
     certs: dict[Any, list] = {}  # certificate file (version) -> what it says
+    static = getattr(dataplane, "static", None)
+    if static is not None and static.metrics is not None:
+        registry.add_internals = static.metrics.add_internals
 
     def read(samples: Samples) -> None:
         for name, ep in dataplane.entrypoints.all.items():

@@ -169,6 +169,8 @@ class HTTPContext:
         self.internal = internal
         if isinstance(access_log, Metered):
             metrics, access_log = access_log.meter, access_log.access_log
+            if scheme == b"https":  # its requests count by TLS version and cipher too
+                metrics = metrics.tls
         self.access_log = access_log
         # metrics.prometheus: this entrypoint's Meter (edge.entrypoints.metrics), which
         # each exchange counts itself into at its end (Exchange.log); None: no metrics.

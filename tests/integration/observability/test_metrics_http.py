@@ -7,6 +7,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import curl, scrape, value
 from tests.integration.peers import ThreadedServer, free_port, read_request
@@ -194,3 +196,34 @@ def test_a_server_a_health_check_took_out_is_down(tmp_path, whoami):
         e.stop()
     assert down == 0
     assert value(samples, "traefik_service_server_up", service="s@file", url=whoami.url) == 1
+
+
+@pytest.mark.parametrize("internals", [False, True])
+def test_edge_s_own_answers_count_only_with_add_internals(tmp_path, whoami, internals):
+    """``metrics.addInternals``: /ping and /metrics are counted only with it, as
+    Traefik meters its internal routers; a router's requests always are."""
+    static = {"metrics": {"prometheus": {}, "addInternals": internals}, "ping": {}}
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+            "services": {"s": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, dynamic, static_extra=static)
+    try:
+        before, _ = scrape(e.ports["traefik"])
+        ping = f"http://127.0.0.1:{e.ports['traefik']}/ping"
+        for url in (e.url + "/", ping):
+            out = curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.test", url)
+            assert out.stdout == b"200", url
+        after, _ = scrape(e.ports["traefik"])
+    finally:
+        e.stop()
+    ok = {"code": "200", "method": "GET", "protocol": "http"}
+    web = value(after, TOTAL, entrypoint="web", **ok)
+    traefik = [value(s, TOTAL, entrypoint="traefik", **ok) for s in (before, after)]
+    assert web == 1
+    if internals:  # /ping and the scrape before it
+        assert traefik[0] is not None and traefik[1] == traefik[0] + 2
+    else:
+        assert traefik == [None, None]

@@ -29,7 +29,8 @@ def dynamic(whoami) -> dict:
 
 
 def test_metrics_are_served_by_the_routers_naming_prometheus_at_internal(tmp_path, whoami):
-    static = {"metrics": {"prometheus": {"manualRouting": True}}}
+    # addInternals: the 401 the metrics router answers is counted too.
+    static = {"metrics": {"prometheus": {"manualRouting": True}, "addInternals": True}}
     e = Edge(tmp_path, dynamic(whoami), static_extra=static)
     try:
         assert (

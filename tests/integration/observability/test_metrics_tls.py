@@ -11,6 +11,7 @@ import time
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import scrape, value
@@ -156,3 +157,44 @@ def test_certificates_expiry_by_name_and_serial(edge, certs):
         sans=",".join(sans.get_values_for_type(x509.DNSName)),
     )
     assert got == cert.not_valid_after_utc.timestamp()
+
+
+@pytest.mark.parametrize("entrypoint", ["web", "mixed"])
+def test_requests_over_tls_count_by_version_and_cipher(edge, certs, entrypoint):
+    """``traefik_*_requests_tls_total``: each request over TLS, by the version and the
+    cipher (Go's name) of its connection, on the entry point and its service."""
+    port = edge.ports[entrypoint]
+    rsa_key = isinstance(certs["pairs"]["a.test"].cert.public_key(), rsa.RSAPublicKey)
+    suite = f"TLS_ECDHE_{'RSA' if rsa_key else 'ECDSA'}_WITH_AES_128_GCM_SHA256"
+    tls12 = ("--tlsv1.2", "--tls-max", "1.2", "--ciphers", OPENSSL_AES128_GCM)
+    before, _ = scrape(edge.ports["traefik"])
+    for _ in range(2):
+        assert curl(port, certs["ca"], "--tlsv1.3", "--tls13-ciphers", AES256) == "200"
+    assert curl(port, certs["ca"], *tls12) == "200"
+    want = {("1.3", AES256): 2, ("1.2", suite): 1}
+    scopes = {
+        "traefik_entrypoint_requests_tls_total": {"entrypoint": entrypoint},
+        "traefik_service_requests_tls_total": {"service": "who@file"},
+    }
+    deadline = time.monotonic() + 10
+    while True:
+        after, _ = scrape(edge.ports["traefik"])
+        got = {
+            (name, pair): (
+                value(after, name, tls_version=pair[0], tls_cipher=pair[1], **labels) or 0
+            )
+            - (value(before, name, tls_version=pair[0], tls_cipher=pair[1], **labels) or 0)
+            for name, labels in scopes.items()
+            for pair in want
+        }
+        if got == {(name, pair): n for name in scopes for pair, n in want.items()}:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    # Requests without TLS (the scrapes) make no such series.
+    tls_series = [labels for name, labels in after if name.endswith("_requests_tls_total")]
+    assert all(("entrypoint", "traefik") not in labels for labels in tls_series)
+
+
+AES256 = "TLS_AES_256_GCM_SHA384"
+OPENSSL_AES128_GCM = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"
