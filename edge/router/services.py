@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from edge.balancer import PowerOfTwoChoices, SmoothWeightedRoundRobin
 from edge.config.runtime import DISABLED, ServiceInfo
-from edge.http.codec import Header, RequestHead, ResponseHead
-from edge.http.codec.parsers import PARSERS
-from edge.http.server import upstream_h2
+from edge.http.codec import RequestHead, ResponseHead
 from edge.router.http import Backend, LoadBalancer, Service
 
 if TYPE_CHECKING:
@@ -308,76 +306,12 @@ class _MirrorConnection(asyncio.Protocol):
             t.abort()
 
 
-_REQUEST_PARSERS: dict[type, type] = {resp: req for req, resp in PARSERS.values()}
-"""A codec's request parser, by its response parser (a mirror's ``parser``)."""
-
-
-class _MirrorStream:
-    """The owner of a copy sent over HTTP/2 (to an ``h2c://`` server): an HTTP/2
-    stream's :class:`~edge.http.server.upstream.UpstreamOwner`, the answer read and
-    dropped as :class:`_MirrorConnection` drops one; ``done`` says its status."""
-
-    express = False  # never the parser's quick path
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.done: asyncio.Future[int] = loop.create_future()
-        self.status = 0
-
-    def _finish(self, exc: Exception) -> None:
-        if not self.done.done():
-            self.done.set_exception(exc)
-
-    def upstream_quick(self, conn: Any, head: ResponseHead, data: bytes) -> None:
-        self.status = head.status
-        self.upstream_end(conn)
-
-    def upstream_head(self, head: ResponseHead) -> None:
-        self.status = head.status
-
-    def upstream_body(self, data: bytes) -> None:
-        pass  # a mirror's answer is dropped
-
-    def upstream_trailers(self, fields: list[Header]) -> None:
-        pass
-
-    def upstream_interim(self, head: ResponseHead) -> None:
-        pass
-
-    def upstream_end(self, conn: Any) -> None:
-        if not self.done.done():
-            self.done.set_result(self.status)
-
-    def upstream_upgrade(self, rest: bytes) -> None:
-        self._finish(ConnectionError("the mirror switched protocols"))
-
-    def upstream_lost(self, conn: Any, exc: Exception | None) -> None:
-        self._finish(exc or ConnectionResetError("the mirror reset the stream"))
-
-    def upstream_failed(self, exc: Exception, conn: Any) -> None:
-        self._finish(exc)
-
-    def hold_writes(self) -> None:
-        pass
-
-    def release_writes(self) -> None:
-        pass
-
-    def pause_sending(self) -> None:
-        pass  # the copy is whole and bounded (MIRROR_MEMORY): the stream queues it
-
-    def resume_sending(self) -> None:
-        pass
-
-
 class Mirror:
     """One of a mirroring service's mirrors: a service (of any kind) that gets copies.
 
     Holds its share (``percent``) and Traefik's counter of copies sent, its copies in
     flight (at most :data:`MIRROR_CONCURRENCY`, each its own task), and its idle
-    connections, keyed by server. A copy to an ``h2c://`` server goes over HTTP/2, on
-    a stream of the connections its ServersTransport shares with the exchanges
-    (:func:`edge.http.server.upstream_h2.connect`); ``parser`` reads the answers,
-    the request parser of its codec reads the copy back into HTTP/2 frames.
+    connections, keyed by server.
     """
 
     __slots__ = (
@@ -387,7 +321,6 @@ class Mirror:
         "inflight",
         "parser",
         "percent",
-        "request_parser",
         "sent",
         "service",
         "tasks",
@@ -397,7 +330,6 @@ class Mirror:
         self.service = service
         self.percent = percent
         self.parser = parser
-        self.request_parser: type | None = _REQUEST_PARSERS.get(parser)
         self.count = 0  # requests given to this mirror (Traefik's counter)
         self.inflight = 0
         self.sent = 0  # copies the mirror answered
@@ -430,8 +362,6 @@ class Mirror:
 
     async def _send(self, backend: Backend, parts: list[bytes], method: bytes) -> bool:
         server = backend.server
-        if server.h2c:
-            return await self._send_h2(backend, parts, method)
         idle = self.idle.get(server.key)
         conn: _MirrorConnection | None = None
         while idle:
@@ -472,36 +402,6 @@ class Mirror:
             idle.append(conn)
         else:
             conn.abort()
-        return True
-
-    async def _send_h2(self, backend: Backend, parts: list[bytes], method: bytes) -> bool:
-        """A copy on an HTTP/2 stream (see the class doc), which ends with its answer."""
-        server = backend.server
-        owner = _MirrorStream(backend.transport.loop)
-        stream = None
-        assert self.request_parser is not None  # a codec's response parser: it has one
-        try:
-            async with asyncio.timeout(MIRROR_TIMEOUT):
-                stream = await upstream_h2.connect(
-                    backend.transport, server, self.request_parser, self.parser
-                )
-                assert isinstance(stream, upstream_h2.H2UpstreamStream)  # h2c: no ALPN
-                stream.owner = owner
-                stream.expect(method)
-                stream.writelines(parts)
-                status = await owner.done
-        except asyncio.CancelledError:
-            if stream is not None:
-                stream.abort()
-            raise
-        except Exception as exc:
-            if stream is not None:
-                stream.abort()
-            log.debug("mirror %s server %s: copy dropped: %r", self.service.name, server.url, exc)
-            backend.failed()
-            return False
-        stream.close()
-        backend.answered(status)
         return True
 
     def close(self) -> None:
