@@ -129,12 +129,12 @@ class CountingView(RequestView):
 
 
 def test_lookup_only_evaluates_routes_of_the_request_host() -> None:
-    n = 10_000
+    n = 1_000  # any count above two tells a host index from a scan of every route
     table = RouteTable(
         [entry(f"r{i}", f"Host(`h{i}.example.com`) && Path(`/x`)", 1) for i in range(n)]
         + [entry("catch", "Path(`/catch`)", 0)]
     )
-    view = CountingView(host="h5000.example.com", path="/nope")
+    view = CountingView(host=f"h{n // 2}.example.com", path="/nope")
     assert table.match(view) is None
     assert view.path_reads == 2  # its own route, then the host-agnostic one
     view = CountingView(host="unknown.example.com", path="/catch")
