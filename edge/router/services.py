@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from edge.balancer import PowerOfTwoChoices, SmoothWeightedRoundRobin
 from edge.config.runtime import DISABLED, ServiceInfo
-from edge.http.codec import RequestHead, ResponseHead
+from edge.http.codec import Header, RequestHead, ResponseHead
+from edge.http.codec.parsers import PARSERS
 from edge.router.http import Backend, LoadBalancer, Service
 
 if TYPE_CHECKING:
@@ -306,30 +307,105 @@ class _MirrorConnection(asyncio.Protocol):
             t.abort()
 
 
+Connect = Callable[..., Awaitable[Any]]
+"""How a copy gets an HTTP/2 stream to an ``h2c://`` server:
+``connect(transport, server, request_parser, response_parser)``, which is
+:func:`edge.http.server.upstream_h2.connect` (a layer above this one: it is given)."""
+
+_REQUEST_PARSERS: dict[type, type] = {resp: req for req, resp in PARSERS.values()}
+"""A codec's request parser, by its response parser (a mirror's ``parser``)."""
+
+
+class _MirrorStream:
+    """The owner of a copy sent on an HTTP/2 stream: the stream's
+    :class:`~edge.http.server.upstream.UpstreamOwner`, the answer read and dropped as
+    :class:`_MirrorConnection` drops one; ``done`` says its status."""
+
+    express = False  # never the parser's quick path
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[int] = loop.create_future()
+        self.status = 0
+
+    def _finish(self, exc: Exception) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+    def upstream_quick(self, conn: Any, head: ResponseHead, data: bytes) -> None:
+        self.status = head.status
+        self.upstream_end(conn)
+
+    def upstream_head(self, head: ResponseHead) -> None:
+        self.status = head.status
+
+    def upstream_body(self, data: bytes) -> None:
+        pass  # a mirror's answer is dropped
+
+    def upstream_trailers(self, fields: list[Header]) -> None:
+        pass
+
+    def upstream_interim(self, head: ResponseHead) -> None:
+        pass
+
+    def upstream_end(self, conn: Any) -> None:
+        if not self.done.done():
+            self.done.set_result(self.status)
+
+    def upstream_upgrade(self, rest: bytes) -> None:
+        self._finish(ConnectionError("the mirror switched protocols"))
+
+    def upstream_lost(self, conn: Any, exc: Exception | None) -> None:
+        self._finish(exc or ConnectionResetError("the mirror reset the stream"))
+
+    def upstream_failed(self, exc: Exception, conn: Any) -> None:
+        self._finish(exc)
+
+    def hold_writes(self) -> None:
+        pass
+
+    def release_writes(self) -> None:
+        pass
+
+    def pause_sending(self) -> None:
+        pass  # the copy is whole and bounded (MIRROR_MEMORY): the stream queues it
+
+    def resume_sending(self) -> None:
+        pass
+
+
 class Mirror:
     """One of a mirroring service's mirrors: a service (of any kind) that gets copies.
 
     Holds its share (``percent``) and Traefik's counter of copies sent, its copies in
     flight (at most :data:`MIRROR_CONCURRENCY`, each its own task), and its idle
-    connections, keyed by server.
+    connections, keyed by server. Given ``connect`` (:data:`Connect`), a copy to an
+    ``h2c://`` server goes on an HTTP/2 stream of the connections its ServersTransport
+    shares with the exchanges, the request parser of ``parser``'s codec reading the
+    copy into frames; without it every server gets HTTP/1.1.
     """
 
     __slots__ = (
+        "connect",
         "count",
         "dropped",
         "idle",
         "inflight",
         "parser",
         "percent",
+        "request_parser",
         "sent",
         "service",
         "tasks",
     )
 
-    def __init__(self, service: Service, percent: int, parser: type) -> None:
+    def __init__(
+        self, service: Service, percent: int, parser: type, connect: Connect | None = None
+    ) -> None:
         self.service = service
         self.percent = percent
         self.parser = parser
+        self.request_parser = _REQUEST_PARSERS.get(parser)
+        self.connect = connect if self.request_parser is not None else None
         self.count = 0  # requests given to this mirror (Traefik's counter)
         self.inflight = 0
         self.sent = 0  # copies the mirror answered
@@ -362,6 +438,8 @@ class Mirror:
 
     async def _send(self, backend: Backend, parts: list[bytes], method: bytes) -> bool:
         server = backend.server
+        if server.h2c and self.connect is not None:
+            return await self._send_h2(self.connect, backend, parts, method)
         idle = self.idle.get(server.key)
         conn: _MirrorConnection | None = None
         while idle:
@@ -402,6 +480,34 @@ class Mirror:
             idle.append(conn)
         else:
             conn.abort()
+        return True
+
+    async def _send_h2(
+        self, connect: Connect, backend: Backend, parts: list[bytes], method: bytes
+    ) -> bool:
+        """A copy on an HTTP/2 stream (see the class doc), which ends with its answer."""
+        server = backend.server
+        owner = _MirrorStream(backend.transport.loop)
+        stream = None
+        try:
+            async with asyncio.timeout(MIRROR_TIMEOUT):
+                stream = await connect(backend.transport, server, self.request_parser, self.parser)
+                stream.owner = owner
+                stream.parser.expect(method)
+                stream.transport.writelines(parts)
+                status = await owner.done
+        except asyncio.CancelledError:
+            if stream is not None:
+                stream.abort()
+            raise
+        except Exception as exc:
+            if stream is not None:
+                stream.abort()
+            log.debug("mirror %s server %s: copy dropped: %r", self.service.name, server.url, exc)
+            backend.failed()
+            return False
+        stream.close()
+        backend.answered(status)
         return True
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from edge.config.merge import merge
 from edge.config.runtime import build_runtime
 from edge.http.codec import RequestHead
+from edge.http.server import upstream_h2
 from edge.router import services
 from edge.router.factory import build_http_routers
 from edge.router.health import HealthRegistry
@@ -25,6 +26,7 @@ from edge.router.services import (
     mirror_head,
 )
 from edge.transports import TransportRegistry
+from tests.integration.http.grpcpeers import Echo
 from tests.unit.config.documents import EPS, conf, lb
 
 
@@ -490,3 +492,50 @@ def test_an_idle_mirror_connection_is_closed_after_the_idle_timeout(monkeypatch)
         mirror.close()
 
     run(main())
+
+
+GRPC_UP_HEAD = (
+    b"POST /edge.test.Echo/Unary HTTP/1.1\r\nHost: app.test\r\n"
+    b"Content-Type: application/grpc\r\nTE: trailers\r\nX-Call: mirrored\r\n"
+    b"Content-Length: 7\r\n\r\n"
+)
+GRPC_HI = b"\x00\x00\x00\x00\x02hi"  # one uncompressed message, "hi"
+
+
+def test_given_a_connector_a_copy_to_an_h2c_server_goes_over_http2():
+    """A copy to an ``h2c://`` server (grpcio's, which resets HTTP/1.1) goes on an
+    HTTP/2 stream when the mirror is given upstream_h2's connect, and the server sees
+    the call; without a connector it gets HTTP/1.1 and the copy is dropped."""
+    echo = Echo()
+
+    async def main() -> None:
+        doc = {
+            "main": lb("http://127.0.0.1:1"),
+            "shadow": lb(echo.url),
+            "app": {
+                "mirroring": {"service": "main", "mirrors": [{"name": "shadow", "percent": 100}]}
+            },
+        }
+        service, _, _ = build(asyncio.get_running_loop(), doc)
+        assert isinstance(service, Mirroring)
+        plain = service.mirrors[0]
+        given = Mirror(plain.service, 100, plain.parser, upstream_h2.connect)
+        h2 = Mirroring("app", service.main, [given], mirror_body=True, max_body_size=-1)
+        for mirror, mirroring in ((given, h2), (plain, service)):
+            copy = mirroring.tee(head(length=len(GRPC_HI)), GRPC_UP_HEAD)
+            assert copy is not None
+            copy.body(GRPC_HI)
+            copy.end()
+            async with asyncio.timeout(10):
+                while not (mirror.sent or mirror.dropped):
+                    await asyncio.sleep(0.01)
+        assert (given.sent, given.dropped) == (1, 0)
+        assert (plain.sent, plain.dropped) == (0, 1)
+        assert [m.get("x-call") for m in echo.metadata] == ["mirrored"]
+        service.close()
+        h2.close()
+
+    try:
+        run(main())
+    finally:
+        echo.stop()
