@@ -10,6 +10,7 @@ build environment along with edge's dependencies, whose types mypyc reads:
 
 import os
 import runpy
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -28,7 +29,11 @@ def compiled_extensions() -> list:
     return mypycify(paths, opt_level="3", debug_level="0", group_name="edge._compiled")
 
 
-if os.environ.get("EDGE_COMPILE") == "1":
+# pip runs this file once per build step; only the steps that build extensions need
+# mypyc's (minutes of) type checking and C generation, not those that read metadata.
+BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
+
+if os.environ.get("EDGE_COMPILE") == "1" and BUILDS & set(sys.argv[1:]):
     setup(ext_modules=compiled_extensions())
 else:
     setup()
