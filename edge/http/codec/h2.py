@@ -116,7 +116,7 @@ def _check_field(name: bytes, value: bytes) -> None:
         raise ProtocolError(f"invalid field name {name!r}")
     if _BAD_VALUE.search(value) is not None:
         raise ProtocolError(f"invalid value of {name.decode('latin-1')}")
-    if name in CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
+    if name in CONNECTION_SPECIFIC or (name == b"te" and value.lower() != b"trailers"):
         raise ProtocolError(f"connection-specific field {name.decode('latin-1')}")
 
 

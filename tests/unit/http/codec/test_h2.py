@@ -116,6 +116,7 @@ def test_malformed_fields_are_refused_naming_them(fields, why):
 def test_te_trailers_and_a_host_equal_to_the_authority_are_taken():
     head = request_head([*GET, (b"te", b"trailers"), (b"host", b"app.example:8443")], True)
     assert (b"te", b"trailers") in head.headers and head.host == b"app.example:8443"
+    assert (b"te", b"Trailers") in request_head([*GET, (b"te", b"Trailers")], True).headers
 
 
 def test_trailers_are_checked_as_fields_and_hold_no_pseudo_header():
