@@ -421,7 +421,9 @@ def test_a_held_request_goes_upstream_after_its_delay(codec):
         assert upstream.transport.data == b"" and held.held == 1
         loop.run_until_complete(asyncio.sleep(0.01))
         assert upstream.transport.data == b""  # still held
-        loop.run_until_complete(asyncio.sleep(0.4))
+        deadline = loop.time() + 5.0  # the delay is 0.2 s; a loaded machine may take longer
+        while not upstream.transport.data and loop.time() < deadline:
+            loop.run_until_complete(asyncio.sleep(0.01))
         assert upstream.transport.data.startswith(b"GET /x?y=1 HTTP/1.1\r\n")
         upstream.data_received(OK)
         assert client.transport.data.endswith(b"hello") and held.released == 1
