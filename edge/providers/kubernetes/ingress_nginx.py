@@ -130,6 +130,7 @@ from edge.config.dynamic import (
     UDPService,
     Weighted,
     WRRService,
+    go_regexp,
     ip_range,
 )
 from edge.config.static import KubernetesIngressNGINXConfig
@@ -843,8 +844,11 @@ class _Reader:
         target = (self.get("rewrite-target") or "").strip()
 
         def rewrite(path: str) -> Middleware:
+            regex = f"(?i)^{path}"
             return Middleware(
-                replace_path_regex=ReplacePathRegex(regex=f"(?i)^{path}", replacement=target)
+                replace_path_regex=ReplacePathRegex(
+                    regex=regex, replacement=nginx_captures(target, regex)
+                )
             )
 
         return rewrite
@@ -1714,3 +1718,23 @@ def _l4_entry(
     if not addresses:
         raise ValueError(f"service {ns}/{name} has no ready endpoints for port {port_text}")
     return sorted(names)[0], sorted(addresses), encode
+
+
+_NGINX_CAPTURE = re.compile(r"\$(?:\{([0-9])\}|([0-9]))")
+
+
+def nginx_captures(target: str, regex: str) -> str:
+    """``rewrite-target`` as nginx reads its captures, in Go's template syntax: ``$1``
+    is one digit (``$12`` is group 1, then ``2``), and a group the path's regex does
+    not have is an empty string (Go's template names ``${1}``; edge refuses a
+    missing group, so it is dropped here, as nginx would)."""
+    try:
+        groups = go_regexp(regex, "rewrite-target").NumberOfCapturingGroups()
+    except ValueError:
+        return target  # the router's own check says why the path is no regexp
+
+    def group(m: re.Match[str]) -> str:
+        index = int(m.group(1) or m.group(2))
+        return f"${{{index}}}" if index <= groups else ""
+
+    return _NGINX_CAPTURE.sub(group, target)

@@ -180,6 +180,7 @@ def canary_case() -> Case:
 )
 @example(main={"rewrite-target": "\x1b"}, canary={})  # a control character in the target
 @example(main={"whitelist-source-range": ""}, canary={})  # no range: no allowlist
+@example(main={"rewrite-target": "/$1"}, canary={})  # a group no path has
 @settings(max_examples=300, deadline=None)
 def test_no_annotation_makes_the_conversion_raise(
     canary_case: Case, main: dict[str, str], canary: dict[str, str]
@@ -395,3 +396,20 @@ def test_a_default_backend_service_that_cannot_be_served_is_a_disabled_router() 
         "default-backend.all"
         not in convert(nginx_state(case.objects), options).configuration.http.routers
     )  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "replacement"),
+    [
+        ("/$1", "/v1", "/"),  # no group in the path: nginx puts an empty string
+        ("/$2", "/a(/|$)(.*)", "/${2}"),
+        ("/$12", "/a(/|$)(.*)", "/${1}2"),  # nginx's captures are one digit
+        ("/x/${2}/$3", "/a(/|$)(.*)", "/x/${2}/"),
+        ("/$0", "/a", "/${0}"),
+        ("/plain", "/a", "/plain"),
+    ],
+)
+def test_rewrite_target_captures_are_read_as_nginx_reads_them(
+    target: str, path: str, replacement: str
+) -> None:
+    assert ingress_nginx.nginx_captures(target, f"(?i)^{path}") == replacement
