@@ -41,6 +41,7 @@ from edge.entrypoints.opened import OpenedEntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.tracing import Tracer
 from edge.entrypoints.udp import UDP_SHARE, UDPEntryPoint
+from edge.http.server import upstream_h2
 from edge.http.server.connection import Metered
 from edge.logs import reopen_logs
 from edge.providers.base import Provider
@@ -444,6 +445,7 @@ class Dataplane:
             tcp_services=tcp_services,
             udp_services=udp_services,
             health=self.health,
+            mirror_connect=upstream_h2.connect,
         )
         rules: dict[str, str] = {}
         if self.tracer is not None:

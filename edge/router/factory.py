@@ -29,6 +29,7 @@ from edge.router.http import (
     Weighted,
 )
 from edge.router.services import (
+    Connect,
     Mirror,
     Mirroring,
     P2CLoadBalancer,
@@ -53,10 +54,12 @@ class _Builder:
         runtime: RuntimeConfig,
         transports: TransportRegistry,
         health: HealthRegistry | None = None,
+        mirror_connect: Connect | None = None,
     ) -> None:
         self.runtime = runtime
         self.transports = transports
         self.health = health
+        self.mirror_connect = mirror_connect
         self.services: dict[str, Service | None] = {}
         # A middleware by name, or by (router, name) for the kinds with state of
         # their own per router (PER_ROUTER); a pipeline by its names, or by (router,
@@ -84,7 +87,7 @@ class _Builder:
             for mirror_name, percent in members:
                 child = self.service(mirror_name)
                 if child is not None:
-                    mirrors.append(Mirror(child, percent, MIRROR_PARSER))
+                    mirrors.append(Mirror(child, percent, MIRROR_PARSER, self.mirror_connect))
             mirrored = Mirroring(
                 name,
                 self.service(main),
@@ -221,6 +224,7 @@ def build_router_sets(
     tcp_services: dict[str, TCPService | None] | None = None,
     udp_services: dict[str, UDPService | None] | None = None,
     health: HealthRegistry | None = None,
+    mirror_connect: Connect | None = None,
 ) -> dict[str, RouterSet]:
     """One RouterSet per named entrypoint.
 
@@ -232,15 +236,27 @@ def build_router_sets(
     ``runtime.tls`` when not given and some entrypoint terminates TLS).
     ``health``: the process's server health, which load balancers with health checks
     read (:mod:`edge.router.health`).
+    ``mirror_connect``: how a mirror reaches an ``h2c://`` server
+    (:data:`edge.router.services.Connect`; without it mirrors speak HTTP/1.1 only).
     """
     if services is None:
         services = {}
-    http = build_http_routers(runtime, transports, entry_points, services, health=health)
+    http = build_http_routers(
+        runtime, transports, entry_points, services, health=health, mirror_connect=mirror_connect
+    )
     udp = build_udp_routers(runtime, transports, http, udp_services)
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
     secure = any(info.config.tls is not None for info in runtime.http_routers.values())
     https = (
-        build_http_routers(runtime, transports, http, services, secure=True, health=health)
+        build_http_routers(
+            runtime,
+            transports,
+            http,
+            services,
+            secure=True,
+            health=health,
+            mirror_connect=mirror_connect,
+        )
         if secure
         else {}
     )
@@ -290,13 +306,14 @@ def build_http_routers(
     *,
     secure: bool = False,
     health: HealthRegistry | None = None,
+    mirror_connect: Connect | None = None,
 ) -> dict[str, HTTPRouter]:
     """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes).
 
     The routers without ``tls``; with ``secure``, the routers with ``tls`` instead
     (for TLS connections only: a router that asks for TLS never answers without it).
     """
-    builder = _Builder(runtime, transports, health)
+    builder = _Builder(runtime, transports, health, mirror_connect)
     if services is not None:
         builder.services = services
     entries: dict[str, list] = {ep: [] for ep in entry_points}

@@ -82,9 +82,9 @@ GRPCRoutes
     omitted; header matches ``Exact`` or ``RegularExpression``, a name given twice read
     once) and whose priority is the GRPCRoute precedence (non-wildcard hostname, any
     hostname, service, method characters, then header matches; ties as HTTPRoutes').
-    Filters as an HTTPRoute's (RequestHeaderModifier, ResponseHeaderModifier);
-    RequestMirror (edge's mirror speaks HTTP/1.1, not h2c) and ExtensionRef are
-    ``UnsupportedValue``, the rule answering 503; a match type edge does not know is
+    Filters as an HTTPRoute's (RequestHeaderModifier, ResponseHeaderModifier,
+    RequestMirror, whose copies go over HTTP/2 to the mirror's h2c servers);
+    ExtensionRef is ``UnsupportedValue``, the rule answering 503; a match type edge does not know is
     ``UnsupportedValue`` and makes no router. Its backends are spoken to as h2c
     (``h2c://``), and the share of one that cannot be served gets 503, which a gRPC
     client reads as UNAVAILABLE (the spec's code); a call no router matches gets edge's
@@ -106,7 +106,7 @@ Backends
     ``RefNotPermitted``). A rule with no backendRef answers 500 alike. A Service with
     no ready endpoint is a load balancer without servers: its share goes to the other
     members, and with none left edge answers 503 (the spec's SHOULD). Edge speaks to
-    an HTTPRoute's servers (and its mirrors', but for h2c) as their Service port's ``appProtocol``
+    an HTTPRoute's servers (and its mirrors') as their Service port's ``appProtocol``
     says (GEP-1911: ``kubernetes.io/h2c`` HTTP/2 with prior knowledge, ``h2c://``;
     ``kubernetes.io/ws`` and ``http`` HTTP/1.1; ``kubernetes.io/wss`` and ``https``
     over TLS), HTTP/1.1 without one; another appProtocol makes the backendRef one
@@ -729,10 +729,9 @@ backend whose Service port has this ``appProtocol`` (WebSockets are HTTP/1.1's
 upgrade, over TLS for ``wss``); a port without one is ``http``, a port with another
 one edge does not speak (``ResolvedRefs`` False, ``UnsupportedProtocol``)."""
 
-_GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier"})
-"""The GRPCRoute filters edge implements. Not RequestMirror: edge's mirror
-(:mod:`edge.router.services`) writes HTTP/1.1 to its servers, and a GRPCRoute's speak
-h2c; nor ExtensionRef."""
+_GRPC_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"})
+"""The GRPCRoute filters edge implements (a mirror's copies go to its h2c servers over
+HTTP/2, :class:`edge.router.services.Mirror`); not ExtensionRef."""
 
 
 def _hostnames_meet(a: list[str], b: list[str]) -> bool:
@@ -1280,11 +1279,6 @@ class _Converter:
                     if problem is not None:
                         raise _Unsupported(problem)
                     for fi, f in enumerate(rule.filters):
-                        if f.type == "RequestMirror":
-                            raise _Unsupported(
-                                f"{where}.filters[{fi}]: RequestMirror is not supported on a "
-                                "GRPCRoute: edge mirrors over HTTP/1.1, its backends speak h2c"
-                            )
                         if f.type not in _GRPC_FILTERS:
                             raise _Unsupported(
                                 f"{where}.filters[{fi}]: filter {f.type} is not supported"
@@ -1301,6 +1295,10 @@ class _Converter:
                     service, cond = self.backends(route, name, rule, GRPC_ROUTE)
                     if cond is not None and failed is None:
                         failed = cond
+                    if mirrors:
+                        service, cond = self.mirroring(route, name, service, mirrors, GRPC_ROUTE)
+                        if cond is not None and failed is None:
+                            failed = cond
                 self.ties[name] = (GRPC_ROUTE, key, ri, mi)
                 self.routers[name] = Router(
                     rule=text,
@@ -1421,34 +1419,28 @@ class _Converter:
 
     def mirroring(
         self,
-        route: objects.HTTPRoute,
+        route: objects.HTTPRoute | GRPCRoute,
         router: str,
         service: str,
         mirrors: list[tuple[str, objects.HTTPRequestMirrorFilter]],
+        kind: str = HTTP_ROUTE,
     ) -> tuple[str, Condition | None]:
         """``service`` wrapped in a mirroring service sending each mirror its share of
         the requests (``percent``, or ``fraction`` rounded to a whole percent); a mirror
-        whose backendRef cannot be served is left out, and said in ResolvedRefs, as is
-        one to an h2c Service port (the mirror speaks HTTP/1.1)."""
+        whose backendRef cannot be served is left out, and said in ResolvedRefs. A
+        GRPCRoute's mirrors are spoken to as h2c, as its backends."""
         ns = route.metadata.namespace
         failed: Condition | None = None
         copies: list[MirrorService] = []
         for name, mirror in mirrors:
             ref = mirror.backend_ref
             assert ref is not None  # refused in filters()
-            addresses, cond = self.resolve(HTTP_ROUTE, ns, ref, "TCP")
+            addresses, cond = self.resolve(kind, ns, ref, "TCP")
             if addresses is None:
                 failed = failed or cond
                 continue
             target = ref.namespace or ns
-            scheme = self.http_scheme(target, ref) or "http"
-            if scheme == "h2c":  # edge's mirror writes HTTP/1.1, which an h2c server resets
-                why = (
-                    f"RequestMirror to service {target}/{ref.name}: its port's appProtocol "
-                    "is kubernetes.io/h2c, and edge mirrors over HTTP/1.1 only"
-                )
-                failed = failed or Condition("ResolvedRefs", False, "UnsupportedProtocol", why)
-                continue
+            scheme = "h2c" if kind == GRPC_ROUTE else self.http_scheme(target, ref) or "http"
             self.services[name] = self.balance("http", name, target, ref, addresses, scheme)
             percent = 100
             if mirror.percent is not None:

@@ -9,7 +9,7 @@ UNIMPLEMENTED, as the conformance suite expects. The statuses edge writes back a
 with the official ``kubernetes`` client. Scenarios follow the upstream conformance
 suite's GRPCRoute tests (written anew here, on this service's methods):
 GRPCExactMethodMatching (with GRPCRouteNamedRule), GRPCRouteHeaderMatching, GRPCRouteListenerHostnameMatching,
-GRPCRouteWeight, GRPCRouteRequestHeaderModifier; then gRPC over TLS on an HTTPS
+GRPCRouteWeight, GRPCRouteRequestHeaderModifier; a RequestMirror; then gRPC over TLS on an HTTPS
 listener (h2 by ALPN), a GRPCRoute and an HTTPRoute
 meeting on one hostname, and a backend that cannot be served (UNAVAILABLE). Every wait
 is bounded.
@@ -297,12 +297,11 @@ def test_grpc_request_header_modifier(emu, start_edge, api, echoes) -> None:
     assert "x-header-remove" not in last and last["some-other-header"] == "kept"
 
 
-def test_grpc_response_header_modifier_and_an_unsupported_mirror(
-    emu, start_edge, api, echoes
-) -> None:
-    """ResponseHeaderModifier edits the reply's initial metadata the client reads. A
-    RequestMirror is refused (edge's mirror speaks HTTP/1.1, the backends h2c): its
-    rule answers UNAVAILABLE and the route says UnsupportedValue."""
+def test_grpc_response_header_modifier_and_a_request_mirror(emu, start_edge, api, echoes) -> None:
+    """ResponseHeaderModifier edits the reply's initial metadata the client reads.
+    GRPCRouteRequestMirror: each call is answered by the backend and copied, over
+    HTTP/2, to the mirror's h2c server, which sees the call with its metadata (before,
+    edge's mirror spoke HTTP/1.1, which a gRPC server resets: the filter was refused)."""
     ports = Ports()
     emu.create(gateway_class())
     emu.create(gateway([{"name": "http", "port": ports.web, "protocol": "HTTP"}]))
@@ -323,10 +322,18 @@ def test_grpc_response_header_modifier_and_an_unsupported_mirror(
     assert reply == b"echo:hi"
     assert ("x-reply", "edited") in tuple(done.initial_metadata())
     assert KP.until(lambda: grpc_conditions(api, "edits") == ACCEPTED)
-    assert call(ports.web, echoes, authority="mirror.test") == "UNAVAILABLE:503"
-    assert KP.until(
-        lambda: grpc_conditions(api, "mirrored").get("Accepted") == ("False", "UnsupportedValue")
-    )
+    assert KP.until(lambda: grpc_conditions(api, "mirrored") == ACCEPTED)
+    v1, v3 = echoes["v1"], echoes["v3"]
+    for n in range(3):  # each call answered by v1, its copy seen by v3
+        tag = f"mirrored-{n}-{next(_calls)}"
+        with grpc.insecure_channel(
+            f"127.0.0.1:{ports.web}", options=[("grpc.default_authority", "mirror.test")]
+        ) as channel:
+            unary = channel.unary_unary(f"/{SERVICE}/Unary")
+            reply = unary(b"copy", metadata=(("x-call", tag),), timeout=5)
+        assert reply == b"echo:copy"
+        assert any(m.get("x-call") == tag for m in v1.metadata)
+        assert KP.until(lambda: any(m.get("x-call") == tag for m in v3.metadata), 10.0), n  # noqa: B023
 
 
 def test_grpc_and_http_listeners_of_one_port_split_by_hostname(

@@ -955,33 +955,27 @@ def app_service(name: str, app_protocol: str) -> list[dict]:
 def test_a_service_ports_app_protocol_picks_the_backends_scheme(
     app_protocol: str, scheme: str
 ) -> None:
-    """GEP-1911: the HTTPRoute's backends and mirrors, and what an endpoint change
-    rebuilds; a mirror to an h2c port is left out and said (edge mirrors over HTTP/1.1)."""
+    """GEP-1911: the HTTPRoute's backends and mirrors, and what an endpoint change rebuilds."""
     f = [{"type": "RequestMirror", "requestMirror": {"backendRef": backend("shadow")}}]
     docs = [*BASE, app_service("web", app_protocol), app_service("shadow", app_protocol),
             route([{"filters": f, "backendRefs": [backend()]}])]  # fmt: skip
     c = run(*docs)
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     services = c.configuration.http.services
     balancers = {n.rsplit("-", 2)[-2]: s for n, s in services.items() if s.load_balancer}
-    urls = {k: [s.url for s in lb.load_balancer.servers] for k, lb in balancers.items()}
-    if scheme == "h2c":
-        assert urls == {"web": ["h2c://10.0.0.1:8080"]}
-        assert parent(c)["ResolvedRefs"] == ("False", "UnsupportedProtocol")
-        assert "edge mirrors over HTTP/1.1 only" in str(c.statuses)
-    else:
-        assert urls == {"web": [f"{scheme}://10.0.0.1:8080"],
-                        "requestmirror": [f"{scheme}://10.0.0.1:8080"]}  # fmt: skip
-        assert parent(c) == {"Accepted": ("True", "Accepted"),
-                             "ResolvedRefs": ("True", "ResolvedRefs")}  # fmt: skip
+    assert {k: [s.url for s in lb.load_balancer.servers] for k, lb in balancers.items()} == {
+        "web": [f"{scheme}://10.0.0.1:8080"],
+        "requestmirror": [f"{scheme}://10.0.0.1:8080"],
+    }
     moved = app_service("web", app_protocol)
     moved[1]["endpoints"] = [{"addresses": ["10.0.0.2"]}]
     old, new = state(*docs), state(*docs[:3], moved, *docs[4:])
     patched = update_endpoints(c, old.endpoint_slices, new.endpoint_slices, new.services)
     assert patched is not None
-    assert f"{scheme}://10.0.0.2:8080" in {
+    assert {
         s.url for lb in patched.configuration.http.services.values() if lb.load_balancer
         for s in lb.load_balancer.servers
-    }  # fmt: skip
+    } == {f"{scheme}://10.0.0.2:8080", f"{scheme}://10.0.0.1:8080"}  # fmt: skip
 
 
 def test_an_app_protocol_edge_does_not_speak_is_unsupported_protocol() -> None:
@@ -1330,16 +1324,20 @@ def test_grpc_filters_become_middlewares_and_others_are_unsupported() -> None:
     assert _services(c)[router.service].load_balancer.servers == []  # 503: UNAVAILABLE
 
 
-def test_a_grpc_request_mirror_is_unsupported() -> None:
-    """edge's mirror writes HTTP/1.1, a GRPCRoute's backends speak h2c: refused, said,
-    the rule answering 503 (UNAVAILABLE)."""
+def test_a_grpc_request_mirror_copies_calls_to_h2c_servers() -> None:
+    """A GRPCRoute's RequestMirror makes the rule's service a mirroring one whose
+    mirror, as its backends, is spoken to as h2c (whatever its port's appProtocol)."""
     c = run(*BASE, service("copy"), grpc_route([{"filters": [
         {"type": "RequestMirror", "requestMirror": {"backendRef": backend("copy"), "percent": 25}}],
         "backendRefs": [backend()]}]))  # fmt: skip
-    assert parent(c)["Accepted"] == ("False", "UnsupportedValue")
-    assert "RequestMirror" in str(c.problems)
+    assert parent(c) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     (router,) = c.configuration.http.routers.values()
-    assert _services(c)[router.service].load_balancer.servers == []
+    m = _services(c)[router.service].mirroring
+    (copy,) = m.mirrors
+    assert copy.percent == 25
+    assert [s.url for s in _services(c)[copy.name].load_balancer.servers] == ["h2c://10.0.0.1:8080"]
+    main = _services(c)[_services(c)[m.service].weighted.services[0].name].load_balancer
+    assert [s.url for s in main.servers] == ["h2c://10.0.0.1:8080"]
 
 
 def test_a_grpc_match_of_an_unknown_type_is_unsupported_and_makes_no_router() -> None:
