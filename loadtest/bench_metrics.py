@@ -100,7 +100,7 @@ def live(rounds: int, seconds: float) -> None:
     for tool in ("nginx", "wrk"):
         if shutil.which(tool) is None:
             raise SystemExit(f"--live needs {tool}")
-    best = {"off": float("inf"), "on": float("inf")}
+    seen: dict[str, list[float]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         backend = bench_tls.free_port()
@@ -120,15 +120,18 @@ def live(rounds: int, seconds: float) -> None:
         try:
             for _ in range(rounds):
                 for way in ("off", "on"):
-                    best[way] = min(best[way], _live_once(tmp, way == "on", seconds))
+                    seen[way].append(_live_once(tmp, way == "on", seconds))
         finally:
             nginx.terminate()
             nginx.wait(timeout=10)
+    best = {way: min(values) for way, values in seen.items()}
     print(
         f"edge under wrk -c50, keep-alive: {best['off']:.1f} us CPU per request with metrics"
         f" off, {best['on']:.1f} on ({(best['on'] / best['off'] - 1) * 100:+.1f} %),"
         f" least of {rounds} rounds of {seconds:g} s"
     )
+    for way, values in seen.items():  # the spread: the machine may be shared
+        print(f"  {way}: " + ", ".join(f"{v:.1f}" for v in values))
 
 
 def _live_once(tmp: Path, metrics: bool, seconds: float) -> float:
