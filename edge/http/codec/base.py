@@ -351,6 +351,11 @@ class ResponseParser(Protocol):
 
     def feed_eof(self) -> None: ...
 
+    def close(self) -> None:
+        """No response comes any more: let go of the handler and of anything that refers
+        back to this parser, so that neither waits for the cyclic GC (a parser made per
+        HTTP/2 stream). No call follows."""
+
     @property
     def held(self) -> bytes | bytearray:
         """Bytes received but not yet part of a reported message: the start of a

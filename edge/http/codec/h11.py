@@ -417,6 +417,11 @@ class ResponseParser(_Base):
     def feed(self, data: bytes) -> None:
         self._feed(data)
 
+    def close(self) -> None:
+        """No response comes any more (see the interface): the handler is let go."""
+        self._handler = None
+        self._conn = None
+
     @property
     def held(self) -> bytes | bytearray:
         """Bytes kept after the last complete response (see the interface)."""

@@ -998,6 +998,13 @@ class ResponseParser(_Base):
         yet, or the start of one's head (see the interface)."""
         return self._pending or self._partial or b""
 
+    def close(self) -> None:
+        """No response comes any more (see the interface): llhttp's parser refers back to
+        this one (its callbacks); both let go, and of the handler. No call follows."""
+        self._handler = None
+        self._state = _DEAD
+        self._parser = None
+
     def feed_eof(self) -> None:
         """The upstream closed: end a body delimited by close, or refuse a cut message."""
         state = self._state

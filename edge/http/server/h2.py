@@ -558,6 +558,7 @@ class H2Connection(asyncio.Protocol):
         self.streams.clear()
         for stream in streams:
             stream.gone()
+            stream.parser.close()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -620,6 +621,7 @@ class H2Connection(asyncio.Protocol):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
                 stream.gone()
+                stream.parser.close()
                 self._settle()
         elif kind is h2.events.RemoteSettingsChanged:
             assert isinstance(event, h2.events.RemoteSettingsChanged)
@@ -690,8 +692,10 @@ class H2Connection(asyncio.Protocol):
         ex.begin()
 
     def forget(self, stream: H2Stream) -> None:
-        """``stream`` is over on edge's side."""
+        """``stream`` is over on edge's side: its parser is let go (it and the stream
+        refer to each other), so neither waits for the cyclic GC."""
         if self.streams.pop(stream.id, None) is not None:
+            stream.parser.close()
             self._settle()
 
     def _settle(self) -> None:
@@ -762,6 +766,7 @@ class H2Connection(asyncio.Protocol):
         self.streams.clear()
         for stream in streams:
             stream.gone()
+            stream.parser.close()
         if transport.can_write_eof():
             transport.write_eof()
             self.deadline_kind = IDLE  # deadline_passed closes it

@@ -10,6 +10,7 @@ back, the windows both ways, and the GOAWAY that ends a flood.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import h2.config
@@ -456,6 +457,32 @@ def test_request_trailers_go_upstream_in_the_last_chunk(pair):
     assert bytes(upstream.transport.data).endswith(
         b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-sum: 9\r\n\r\n"
     )
+
+
+def test_streams_leave_no_cycle_for_the_gc(pair):
+    """A stream and its response parser refer to each other (and llhttp's parser to
+    that one): each ended stream lets go of them, so a request leaves nothing for the
+    cyclic GC, however its stream ended."""
+    http, upstream = pair()
+    c = Client(http)
+    c.request()  # the connection is HTTP/2 from here on
+    upstream.data_received(OK)
+    c.events()
+    gc.collect()  # what is alive now moves to the oldest generation
+    gc.disable()  # and what is made from here on stays in the youngest
+    try:
+        for _ in range(3):
+            c.request()  # answered
+            upstream.data_received(OK)
+            c.events()
+            sid = c.request(method=b"POST", end=False)  # reset by the client
+            c.h2.reset_stream(sid)
+            c.send()
+            c.events()
+        garbage = gc.collect()
+    finally:
+        gc.enable()
+    assert garbage == 0
 
 
 def test_a_stream_the_client_resets_takes_its_upstream_request_with_it(pair):
