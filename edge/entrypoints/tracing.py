@@ -561,7 +561,12 @@ class Traced:
 
     def _trace(self, ex: Any, edits: HeaderEdits | None) -> HeaderEdits:
         tracer = self.tracer
-        trace = ex.x.trace = tracer.start(ex.head)
+        x = ex.x
+        # Once per exchange: a request that goes upstream again (a divert to an error
+        # page's service) stays in its trace, its last ReverseProxy span the one kept.
+        trace = getattr(x, "trace", None)
+        if trace is None:
+            trace = x.trace = tracer.start(ex.head)
         rand = tracer.random
         trace.client_id = _span_id(rand)
         if self.detailed:

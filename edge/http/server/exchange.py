@@ -1383,6 +1383,12 @@ class Exchange:
         _, forwarded_port = conn.host_port(authority)
         self.backend = backend
         self.x.set_cookies = None
+        edits = None
+        hook = conn.ctx.access_log
+        if hook is not None:
+            trace = getattr(hook, "trace", None)  # tracing, as in _forward
+            if trace is not None:
+                edits = trace(self, None)
         self.up_head = forward.upstream_request(
             page,
             backend.transport.pools,
@@ -1393,6 +1399,7 @@ class Exchange:
             conn.trusted,
             target,
             None if backend.pass_host else backend.server.authority,
+            edits,
         )
         self._connect()
 

@@ -8,6 +8,7 @@ collector that is down or slow, and workers.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 
 from tests.harness import Edge, get, lb
 from tests.integration.observability.otlp import Collector
-from tests.integration.peers import curl, free_port
+from tests.integration.peers import ThreadedServer, curl, free_port, read_request
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER = "b7ad6b7169203331"
@@ -364,3 +365,51 @@ def test_spans_go_to_a_collector_over_tls_with_a_client_certificate(tmp_path, wh
         e.stop()
         collector.stop()
     assert {span["traceId"] for span in spans} == {TRACE}
+
+
+class Failing(ThreadedServer):
+    """A server answering every request 500, recording the ``traceparent`` each had."""
+
+    def __init__(self) -> None:
+        self.parents: list[str] = []
+        super().__init__()
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        c.settimeout(5.0)
+        try:
+            got = read_request(c)
+            if got is not None:
+                lines = got[0].decode("latin-1").split("\r\n")[1:]
+                self.parents += [v.strip() for k, _, v in (line.partition(":") for line in lines)
+                                 if k.lower() == "traceparent"]  # fmt: skip
+                c.sendall(b"HTTP/1.1 500 X\r\nContent-Length: 4\r\nConnection: close\r\n\r\nfail")
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+def test_a_request_sent_again_to_an_error_page_stays_in_its_trace(tmp_path, whoami, collector):
+    """The errors middleware sends the request to its page's service after the first
+    server's 500: both upstream requests name the same trace (edge's own here), and
+    the ReverseProxy span kept is the page's."""
+    failing = Failing()
+    dynamic = {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "f", "middlewares": ["e"]}},
+            "middlewares": {"e": {"errors": {"status": ["500"], "service": "s", "query": "/e"}}},
+            "services": {"f": lb(failing.url), "s": lb(whoami.url)},
+        }
+    }
+    e = Edge(tmp_path, dynamic, static_extra=tracing(collector.endpoint))
+    try:
+        page = request(e)  # whoami's echo of the page's request
+        spans = collector.wait_spans(2)
+    finally:
+        e.stop()
+        failing.stop()
+    (first,) = failing.parents
+    (second,) = received_parent(page)
+    server, client = by_kind(spans)[SERVER], by_kind(spans)[CLIENT]
+    assert first.split("-")[1] == second.split("-")[1] == server["traceId"]
+    assert second == f"00-{server['traceId']}-{client['spanId']}-01"
