@@ -32,8 +32,10 @@ def request(i: int, case: Case) -> bytes:
     return "\r\n".join(lines).encode("utf-8")
 
 
-@pytest.fixture
-def edge(tmp_path, parser, whoami):
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def edge(request, tmp_path_factory, whoami):
+    """One edge per codec, with a router per served case, for the two tests that
+    only send it requests."""
     routers = {}
     for i, case in enumerate(SERVED):
         routers[f"case{i}"] = {
@@ -43,7 +45,9 @@ def edge(tmp_path, parser, whoami):
         }
     routers["forwarded"] = {"rule": "Path(`/keep%2FAsAs`)", "service": "w"}
     e = Edge(
-        tmp_path, {"http": {"routers": routers, "services": {"w": lb(whoami.url)}}}, parser=parser
+        tmp_path_factory.mktemp(f"rules-{request.param}"),
+        {"http": {"routers": routers, "services": {"w": lb(whoami.url)}}},
+        parser=request.param,
     )
     yield e
     e.stop()
