@@ -14,9 +14,12 @@ import importlib.util
 from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Final
 
-# The modules a request or datagram runs through, in dependency order. Not here:
-# edge.http.codec.base, whose quick heads shadow a slot with a class attribute (a
-# native class cannot), and the modules a request does not run through.
+# The modules a request or datagram runs through, in dependency order. Not here
+# (docs/performance.md, issue 29): edge.http.codec.base, whose quick heads shadow a
+# slot with a class attribute; edge.router.http, whose LoadBalancer an interpreted
+# class extends (router.services' P2CLoadBalancer) and whose Service union lacks
+# router.services' Mirroring; edge.udp.sessions, whose Tally makes its properties at
+# run time and whose Counters read __slots__ as data. A native class can do none.
 COMPILED: Final[tuple[str, ...]] = (
     "edge.balancer",
     "edge.rules.hosts",
@@ -27,11 +30,9 @@ COMPILED: Final[tuple[str, ...]] = (
     "edge.http.codec.forward",
     "edge.tcp.splice",
     "edge.tls.terminate",
-    "edge.router.http",
     "edge.http.server.upstream",
     "edge.http.server.exchange",
     "edge.http.server.connection",
-    "edge.udp.sessions",
     "edge.udp.server",
 )
 
