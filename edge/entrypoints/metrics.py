@@ -6,7 +6,7 @@ several processes are summed (``workers: N``: the supervisor's one view), and th
 text exposition format 0.0.4 they are rendered in.
 
 Invariant: a finished HTTP exchange costs three small lookups for its cell (route,
-status, method: no tuple built) and two list appends, made by the exchange itself
+status, method: no tuple built), two list appends and a float compare, made by the exchange itself
 (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>` reads its entry point's
 :class:`Meter`, no call); the cell of a key is made once and reused. Sums, histogram
 buckets, label strings and the text are made only when the cells are folded (every
@@ -396,16 +396,18 @@ class Cell:
     <edge.http.server.exchange.Exchange.log>`: two list appends, no call).
 
     ``durations``: each exchange's duration and ``sent``: the body bytes it sent the
-    client, one item per exchange (so their count is the exchanges', the durations'
-    sum and histogram are made at the fold, in C: ``sum``, ``max``, a sort when one
-    passes the first bound); ``req_bytes``: request body bytes, an add where a request
-    states a length. A meter folds its cells at least every :data:`FOLD_EVERY`, so the
+    client, one item per exchange (so their count is the exchanges'; sums are made at
+    the fold, in C); ``slow``: the durations past the first bucket bound again (the
+    exchange compares, which costs it less than sorting them all at the fold), whose
+    buckets the fold finds by sorting only them; ``req_bytes``: request body bytes, an
+    add where a request states a length. A meter folds its cells at least every :data:`FOLD_EVERY`, so the
     lists hold at most that long's exchanges."""
 
-    __slots__ = ("durations", "req_bytes", "sent")
+    __slots__ = ("durations", "req_bytes", "sent", "slow")
 
     def __init__(self) -> None:
         self.durations: list[float] = []
+        self.slow: list[float] = []
         self.sent: list[int] = []
         self.req_bytes = 0
 
@@ -427,16 +429,14 @@ class Total:
         if durations:
             self.total += sum(durations)  # in their order, as adding each would
             buckets = self.buckets
-            if max(durations) <= bounds[0]:  # most: every one in the first bucket
-                buckets[0] += len(durations)
-            else:
-                ordered = sorted(durations)
-                below = 0
-                for i, bound in enumerate(bounds):
-                    upto = bisect_right(ordered, bound)  # how many took no longer
-                    buckets[i] += upto - below
-                    below = upto
-                buckets[-1] += len(ordered) - below
+            ordered = sorted(cell.slow)  # all past bounds[0]: none in the first bucket
+            buckets[0] += len(durations) - len(ordered)
+            below = 0
+            for i, bound in enumerate(bounds[1:], 1):
+                upto = bisect_right(ordered, bound)  # how many took no longer
+                buckets[i] += upto - below
+                below = upto
+            buckets[-1] += len(ordered) - below
         self.req_bytes += cell.req_bytes
         self.resp_bytes += sum(cell.sent)
 
@@ -483,6 +483,7 @@ class Meter:
         "bounds",
         "cells",
         "entrypoint",
+        "first",
         "headers",
         "index",
         "internal",
@@ -506,6 +507,7 @@ class Meter:
     ) -> None:
         self.entrypoint = entrypoint
         self.bounds = bounds
+        self.first = bounds[0]  # the exchange's test for Cell.slow
         self.over_tls = over_tls
         self.tls = self if over_tls else Meter(entrypoint, bounds, headers, over_tls=True)
         self.internals = False

@@ -1766,6 +1766,8 @@ class Exchange:
             except KeyError:
                 cell = meter.cell(self)
             cell.durations.append(duration)
+            if duration > meter.first:  # past the first bucket: rare, sorted at the fold
+                cell.slow.append(duration)
             cell.sent.append(self.sent)
             if head.content_length:
                 cell.req_bytes += head.content_length
