@@ -28,7 +28,8 @@ Invariants:
 - What one read from either side makes leaves in one write: frames queue in h2
   while a client read is handled (``batching``) or an upstream read's writes are
   held (the exchange's ``hold_writes``), and :meth:`H2Connection.flush` writes
-  them.
+  them; outside a client read, once at the end of the loop turn (the answers of
+  many streams, each from its own upstream read, in one write).
 - A stream ends once, by END_STREAM after its last DATA or by RST_STREAM; its
   exchange ends once, by ``exchange_done`` or by ``client_gone`` (the client
   reset the stream, edge reset it, or the connection was lost).
@@ -465,6 +466,7 @@ class H2Connection(asyncio.Protocol):
         "draining",
         "empty_data",
         "encoder_cap",
+        "flushing",
         "h2",
         "loop",
         "max_streams",
@@ -505,6 +507,7 @@ class H2Connection(asyncio.Protocol):
         self._cap_encoder()
         self.streams: dict[int, H2Stream] = {}
         self.batching = False
+        self.flushing = False  # a write_out is scheduled (flush)
         self.write_paused = False
         self.draining = False
         self.closing = False  # GOAWAY sent: lingering until the client closes (_close)
@@ -546,7 +549,7 @@ class H2Connection(asyncio.Protocol):
                     return
         finally:
             self.batching = False
-            self.flush()
+            self.write_out()
 
     def eof_received(self) -> bool | None:
         return None  # HTTP/2 needs both directions: the transport closes
@@ -571,7 +574,7 @@ class H2Connection(asyncio.Protocol):
                 stream.pump()
         finally:
             self.batching = False
-        self.flush()
+        self.write_out()
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -724,10 +727,17 @@ class H2Connection(asyncio.Protocol):
     # -- writing ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """What h2 queued goes to the client (unless a client read is being handled:
-        then at its end)."""
-        if self.batching:
+        """What h2 queued goes to the client: at the end of the client read being
+        handled, else once at the end of this loop turn, so that the answers of many
+        streams (each from its own upstream read) leave in one write."""
+        if self.batching or self.flushing:
             return
+        self.flushing = True
+        self.loop.call_soon(self.write_out)
+
+    def write_out(self) -> None:
+        """What h2 queued goes to the client now."""
+        self.flushing = False
         transport = self.transport
         if transport is not None and not transport.is_closing():
             data = self.h2.data_to_send()
@@ -761,7 +771,7 @@ class H2Connection(asyncio.Protocol):
             with contextlib.suppress(h2.exceptions.H2Error):  # closed already
                 self.h2.close_connection(code)
         self.batching = False
-        self.flush()
+        self.write_out()
         streams = list(self.streams.values())
         self.streams.clear()
         for stream in streams:

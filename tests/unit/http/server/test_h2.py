@@ -100,6 +100,12 @@ class Client:
         protocol.data_received(data)
 
     def events(self) -> list[h2.events.Event]:
+        """What edge wrote, read. Its writes outside a client read leave at the end of
+        the loop turn (H2Connection.flush), which this loop does not run: the write
+        is made here, and nothing else the loop holds runs."""
+        server = self.transport.protocol
+        if isinstance(server, H2Connection) and server.flushing:
+            server.write_out()
         data = bytes(self.transport.data)
         self.transport.data.clear()
         return self.h2.receive_data(data) if data else []
