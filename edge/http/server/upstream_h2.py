@@ -73,6 +73,7 @@ MAX_STREAMS = 100  # streams edge opens on one connection at most, whatever the 
 HIGH_WATER = 64 * 1024  # request body queued for the window before the exchange pauses its client
 LOW_WATER = HIGH_WATER // 4
 DIAL_ROUNDS = 8  # a request waits for this many dials that left it no room before a 502
+SETTINGS_WAIT = 1.0  # seconds a new connection waits for the server's SETTINGS before use
 GRPC = b"application/grpc"
 NO_BODY = frozenset((204, 304))
 
@@ -147,6 +148,11 @@ async def _dial(
     protocol = await transport.dial(server, made, h2=server.tls)
     chosen = protocol.chosen if isinstance(protocol, Negotiated) else protocol
     if isinstance(chosen, H2Upstream):
+        # Published once the server said how many streams it takes (the requests that
+        # wait for this dial take theirs at once); a server silent for SETTINGS_WAIT
+        # gets them unknowing, as RFC 9113 lets a client.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(chosen.settled), SETTINGS_WAIT)
         if chosen.usable():
             transport.add_shared(server, chosen)
         return
@@ -206,6 +212,10 @@ class H2Upstream(asyncio.Protocol):
         self.last_read = 0.0  # loop time of the last read from the server (readIdleTimeout)
         self.ping_sent = 0.0  # when the PING awaiting its ack went; 0: none
         self.held: list[UpstreamOwner] | None = None  # owners whose writes a read holds
+        # Done at the server's first SETTINGS (or the connection's end): until then its
+        # MAX_CONCURRENT_STREAMS is unknown, and the requests waiting for this dial
+        # would open more streams than it allows (a server resets those).
+        self.settled: asyncio.Future[None] = self.loop.create_future()
 
     # -- Multiplexed (edge.transports) ----------------------------------------------
 
@@ -314,6 +324,8 @@ class H2Upstream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if not self.settled.done():
+            self.settled.set_result(None)
         self._lost(exc)
 
     def pause_writing(self) -> None:
@@ -365,6 +377,8 @@ class H2Upstream(asyncio.Protocol):
             changed = event.changed_settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS)
             if changed is not None:
                 self.limit = max(0, min(MAX_STREAMS, changed.new_value))
+            if not self.settled.done():
+                self.settled.set_result(None)
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._goaway(event.last_stream_id or 0, event.error_code)
         elif isinstance(event, h2.events.InformationalResponseReceived):

@@ -7,6 +7,7 @@ a body as DATA, the answer framed again for HTTP/1.1).
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import socket
 import ssl
@@ -17,8 +18,13 @@ import time
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import pytest
 
+from edge.config.dynamic import ServersTransport
+from edge.http.codec.httptools import RequestParser, ResponseParser
+from edge.http.server import upstream_h2
+from edge.transports import ServerURL, Transport
 from tests.harness import Edge, get, lb
 from tests.integration.http.grpcpeers import Echo
 from tests.integration.http.h2peers import RawH2
@@ -270,3 +276,47 @@ def test_a_server_that_takes_no_body_stops_the_client_upload(tmp_path):
     finally:
         e.stop()
         server.stop()
+
+
+def test_requests_waiting_for_a_dial_take_no_more_streams_than_the_server_allows():
+    """A new connection is used once the server's SETTINGS said how many streams it
+    takes: requests that waited for that dial and took theirs at once, before, opened
+    more than a server allowing one stream takes (grpc-core resets the excess)."""
+
+    class SlowSettings(asyncio.Protocol):
+        """An h2 server that says SETTINGS (one stream a connection) 0.2 s late."""
+
+        def connection_made(self, transport):
+            machine = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+            machine.local_settings = h2.settings.Settings(
+                client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}
+            )
+            machine.initiate_connection()
+            asyncio.get_running_loop().call_later(0.2, transport.write, machine.data_to_send())
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(SlowSettings, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        pool = Transport("t", ServersTransport(), loop)
+        server = ServerURL(f"h2c://127.0.0.1:{port}")
+        streams = []
+        try:
+            streams = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        upstream_h2.connect(pool, server, RequestParser, ResponseParser)
+                        for _ in range(3)
+                    )
+                ),
+                10,
+            )
+            conns = {id(s.conn): s.conn for s in streams}
+            return [(c.taken, c.limit) for c in conns.values()]
+        finally:
+            for stream in streams:
+                stream.abort()
+            listener.close()
+
+    taken = asyncio.run(main())
+    assert all(n <= limit == 1 for n, limit in taken) and len(taken) == 3, taken
