@@ -210,7 +210,7 @@ class Dataplane:
         self.loop = loop
         self.transports = TransportRegistry(loop)
         # The servers down, by service, and the checks deciding it: outlives snapshots.
-        self.health = HealthRegistry(loop)
+        self.health = HealthRegistry(loop, upstream_h2.connect)
         self.entrypoints = EntryPoints(loop, self.transports)
         # The descriptors the data plane may take: every TCP entry point admits its
         # connections from it, UDP session caps fit it (edge.descriptors).

@@ -278,9 +278,7 @@ class ServerHealthCheck(Base):
     headers: dict[str, str] = {}
 
     def check(self) -> None:
-        if self.mode == "grpc":
-            raise ValueError(f"mode 'grpc': {UNSUPPORTED} (it has http)")
-        if self.mode != "http":
+        if self.mode not in ("http", "grpc"):
             raise ValueError(f"mode {self.mode!r}: unknown (Traefik's: http, grpc)")
         if self.scheme not in ("", "http", "https"):
             raise ValueError(f"scheme {self.scheme!r}: expected http or https")

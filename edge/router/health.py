@@ -37,7 +37,9 @@ from urllib.parse import urljoin, urlsplit
 
 from edge.config.dynamic import ServerHealthCheck
 from edge.errors import UpstreamConnectError
+from edge.http.codec.parsers import parser_classes
 from edge.router.http import Backend, LoadBalancer
+from edge.router.services import Connect, StreamAnswer
 from edge.transports import ServerURL, Transport
 
 __all__ = ["ActiveChecker", "HealthRegistry", "PassiveHealth", "parse_response_head"]
@@ -51,6 +53,18 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [^\r\n]*)?")
 _LOCATION = re.compile(rb"(?i)\r\nlocation:[ \t]*([^\r\n]*?)[ \t]*(?:\r\n|$)")
+
+
+GRPC_CHECK = (
+    b"POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: %s\r\n%s"
+    b"Content-Type: application/grpc\r\nTE: trailers\r\nContent-Length: 5\r\n\r\n"
+    b"\x00\x00\x00\x00\x00"
+)
+"""grpc.health.v1's Check of the server as a whole (an empty HealthCheckRequest, one
+uncompressed message of no bytes), as Traefik's ``mode: grpc`` asks."""
+GRPC_PARSERS = parser_classes("httptools")
+GRPC_ANSWER = 64  # bytes of a HealthCheckResponse kept at most
+SERVING = b"\x00\x00\x00\x00\x02\x08\x01"  # one message: field 1 (status) = 1, SERVING
 
 
 class HealthCheckError(Exception):
@@ -126,6 +140,8 @@ class _Target:
 
     def __init__(self, server: ServerURL, config: ServerHealthCheck) -> None:
         scheme = config.scheme or ("https" if server.tls else "http")
+        if config.mode == "grpc" and scheme == "http":
+            scheme = "h2c"  # gRPC without TLS: HTTP/2 with prior knowledge
         host = f"[{server.host}]" if ":" in server.host else server.host
         port = config.port or server.port
         self.url = f"{scheme}://{host}:{port}{config.path or '/'}"
@@ -142,8 +158,12 @@ class ActiveChecker:
         config: ServerHealthCheck,
         down: set[str],
         loop: asyncio.AbstractEventLoop,
+        connect: Connect | None = None,
     ) -> None:
+        """``connect``: how ``mode: grpc`` gets an HTTP/2 stream
+        (:func:`edge.http.server.upstream_h2.connect`, a layer above: it is given)."""
         self.name = name
+        self.connect = connect
         self.lb = lb  # the live snapshot's; reconcile() hands it the next one
         self.config = config
         self.down = down
@@ -158,6 +178,7 @@ class ActiveChecker:
             if name.lower() not in ("host", "connection", "content-length")
         )
         self.extra = lines + b"User-Agent: edge-healthcheck\r\nConnection: close\r\n"
+        self.extra_grpc = lines + b"User-Agent: edge-healthcheck\r\n"
         self._targets: dict[str, _Target] = {}
         self._due: dict[str, float] = {}
         self.task: asyncio.Task[None] = loop.create_task(self._run())
@@ -227,6 +248,8 @@ class ActiveChecker:
         if target is None:
             target = self._targets[backend.server.url] = _Target(backend.server, self.config)
         server, url = target.server, target.url
+        if self.config.mode == "grpc":
+            return await self._ask_grpc(backend.transport, server)
         for _ in range(MAX_REDIRECTS + 1):
             status, location = await self._ask(backend.transport, server, url)
             if not (self.config.follow_redirects and status in REDIRECTS and location):
@@ -237,6 +260,36 @@ class ActiveChecker:
                 raise HealthCheckError(f"redirect to {location!r}: not an http(s) URL")
             server = ServerURL(f"{parts.scheme}://{parts.netloc}")
         raise HealthCheckError(f"stopped after {MAX_REDIRECTS} redirects")
+
+    async def _ask_grpc(self, transport: Transport, server: ServerURL) -> int:
+        """grpc.health.v1's Check over an HTTP/2 stream: 200 when the server says
+        SERVING, else HealthCheckError saying what it said."""
+        if self.connect is None:
+            raise HealthCheckError("gRPC health checks need HTTP/2 to the server")
+        host = self.config.hostname.encode() if self.config.hostname else server.authority
+        owner = StreamAnswer(self.loop, keep=GRPC_ANSWER)
+        stream = await self.connect(transport, server, *GRPC_PARSERS)
+        try:
+            stream.owner = owner
+            stream.parser.expect(b"POST")
+            stream.transport.write(GRPC_CHECK % (host, self.extra_grpc))
+            status = await owner.done
+        except BaseException:
+            stream.abort()
+            raise
+        stream.close()
+        if status != 200:
+            return status
+        fields = dict(owner.trailers or (owner.head.headers if owner.head else None) or ())
+        code = fields.get(b"grpc-status", b"").decode("latin-1")
+        if code != "0":
+            message = fields.get(b"grpc-message", b"").decode("latin-1")
+            raise HealthCheckError(
+                f"gRPC status {code or 'missing'}{': ' if message else ''}{message}"
+            )
+        if bytes(owner.body) != SERVING:
+            raise HealthCheckError(f"not SERVING: {bytes(owner.body)!r}")
+        return 200
 
     async def _ask(
         self, transport: Transport, server: ServerURL, url: str
@@ -324,8 +377,10 @@ class PassiveHealth:
 class HealthRegistry:
     """One process's server health (see the module doc)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, connect: Connect | None = None) -> None:
+        """``connect``: HTTP/2 streams for ``mode: grpc`` checks (see ActiveChecker)."""
         self.loop = loop
+        self.connect = connect
         self.down: dict[str, set[str]] = {}  # service -> URLs of its servers down
         self.checkers: dict[str, ActiveChecker] = {}
         self.passive: dict[str, PassiveHealth] = {}
@@ -372,7 +427,7 @@ class HealthRegistry:
         for name, lb in wanted.items():
             if lb.health_check is not None and name not in self.checkers:
                 self.checkers[name] = ActiveChecker(
-                    name, lb, lb.health_check, self.down_for(name), self.loop
+                    name, lb, lb.health_check, self.down_for(name), self.loop, self.connect
                 )
             for backend in lb.backends:
                 if backend.health is not None:

@@ -316,16 +316,22 @@ _REQUEST_PARSERS: dict[type, type] = {resp: req for req, resp in PARSERS.values(
 """A codec's request parser, by its response parser (a mirror's ``parser``)."""
 
 
-class _MirrorStream:
-    """The owner of a copy sent on an HTTP/2 stream: the stream's
-    :class:`~edge.http.server.upstream.UpstreamOwner`, the answer read and dropped as
-    :class:`_MirrorConnection` drops one; ``done`` says its status."""
+class StreamAnswer:
+    """The owner of a request edge makes itself on an HTTP/2 stream (a mirror's copy,
+    a gRPC health check): the stream's
+    :class:`~edge.http.server.upstream.UpstreamOwner`; ``done`` says the answer's
+    status. The answer's body and trailers are kept up to ``keep`` bytes of body
+    (0: dropped, as :class:`_MirrorConnection` drops a copy's answer)."""
 
     express = False  # never the parser's quick path
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, keep: int = 0) -> None:
         self.done: asyncio.Future[int] = loop.create_future()
         self.status = 0
+        self.keep = keep
+        self.head: ResponseHead | None = None
+        self.body = bytearray()
+        self.trailers: list[Header] = []
 
     def _finish(self, exc: Exception) -> None:
         if not self.done.done():
@@ -337,12 +343,18 @@ class _MirrorStream:
 
     def upstream_head(self, head: ResponseHead) -> None:
         self.status = head.status
+        if self.keep:
+            self.head = head
 
     def upstream_body(self, data: bytes) -> None:
-        pass  # a mirror's answer is dropped
+        if len(self.body) + len(data) <= self.keep:
+            self.body += data
+        elif self.keep:
+            self._finish(ConnectionError(f"an answer over {self.keep} bytes"))
 
     def upstream_trailers(self, fields: list[Header]) -> None:
-        pass
+        if self.keep:
+            self.trailers = fields
 
     def upstream_interim(self, head: ResponseHead) -> None:
         pass
@@ -487,7 +499,7 @@ class Mirror:
     ) -> bool:
         """A copy on an HTTP/2 stream (see the class doc), which ends with its answer."""
         server = backend.server
-        owner = _MirrorStream(backend.transport.loop)
+        owner = StreamAnswer(backend.transport.loop)
         stream = None
         try:
             async with asyncio.timeout(MIRROR_TIMEOUT):

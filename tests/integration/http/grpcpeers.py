@@ -38,8 +38,14 @@ class Echo:
             "Nap": grpc.unary_unary_rpc_method_handler(self.nap),
         }
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=options)
+        self.serving = True  # what grpc.health.v1's Check answers: SERVING or NOT_SERVING
+        self.checks = 0  # health checks answered
+        health = {"Check": grpc.unary_unary_rpc_method_handler(self.check)}
         self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+            (
+                grpc.method_handlers_generic_handler(SERVICE, handlers),
+                grpc.method_handlers_generic_handler("grpc.health.v1.Health", health),
+            )
         )
         if tls is None:
             self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -60,6 +66,15 @@ class Echo:
             self.peers.add(context.peer())
 
     # -- the methods -------------------------------------------------------------
+
+    def check(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """grpc.health.v1.Health/Check of the whole server (an empty request): a
+        HealthCheckResponse, field 1 (status) 1 SERVING or 2 NOT_SERVING."""
+        with self.lock:
+            self.checks += 1
+        if request:
+            context.abort(grpc.StatusCode.NOT_FOUND, "only the server as a whole")
+        return b"\x08\x01" if self.serving else b"\x08\x02"
 
     def unary(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         """The request back, prefixed; ``fail:<message>`` aborts with INVALID_ARGUMENT."""

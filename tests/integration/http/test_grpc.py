@@ -75,6 +75,16 @@ def through(request, edge_h2c, edge_tls, echo, echo_tls):
     return (edge_h2c, echo) if request.param == "h2c" else (edge_tls, echo_tls)
 
 
+def wait_until(predicate, timeout: float) -> bool:
+    """``predicate`` true within ``timeout`` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
 def channel(e: Edge) -> grpc.Channel:
     return grpc.insecure_channel(f"127.0.0.1:{e.port}")
 
@@ -238,3 +248,37 @@ def test_calls_share_one_connection_within_max_concurrent_streams(tmp_path):
         e.stop()
         roomy.stop()
         narrow.stop()
+
+
+def test_a_grpc_health_check_takes_a_not_serving_server_out(tmp_path):
+    """healthCheck mode grpc (Traefik's): grpc.health.v1's Check over HTTP/2; a server
+    that answers NOT_SERVING gets no call until it says SERVING again."""
+    a, b = Echo(), Echo()
+    dynamic = grpc_route(a.url)
+    dynamic["http"]["services"]["grpc"]["loadBalancer"]["servers"].append({"url": b.url})
+    dynamic["http"]["services"]["grpc"]["loadBalancer"]["healthCheck"] = {
+        "mode": "grpc",
+        "interval": "200ms",
+        "timeout": "2s",
+    }
+    e = Edge(tmp_path, dynamic)
+    try:
+        assert wait_until(lambda: a.checks and b.checks, TIMEOUT)
+        b.serving = False
+        assert wait_until(lambda: "is down (health check failed: not SERVING" in e.log, TIMEOUT)
+        before = len(b.metadata)
+        with channel(e) as ch:
+            unary = stub(ch, "Unary")
+            assert [unary(b"x", timeout=TIMEOUT) for _ in range(6)] == [b"echo:x"] * 6
+        assert len(b.metadata) == before  # all six went to a
+        b.serving = True
+        assert wait_until(lambda: "is up again" in e.log, TIMEOUT)
+        with channel(e) as ch:
+            unary = stub(ch, "Unary")
+            for _ in range(6):
+                unary(b"y", timeout=TIMEOUT)
+        assert len(b.metadata) > before  # b serves again
+    finally:
+        e.stop()
+        a.stop()
+        b.stop()

@@ -197,7 +197,7 @@ def test_a_service_a_provider_could_not_make_shows_its_problem_alone():
     ("key", "check", "error"),
     [
         ("healthCheck", {"path": "/h"}, None),
-        ("healthCheck", {"mode": "grpc"}, "loadBalancer.healthCheck.mode 'grpc': not supported by this version of edge"),
+        ("healthCheck", {"mode": "grpc"}, None),
         ("healthCheck", {"mode": "tcp"}, "loadBalancer.healthCheck.mode 'tcp': unknown"),
         ("healthCheck", {"scheme": "ftp"}, "loadBalancer.healthCheck.scheme 'ftp': expected http or https"),
         ("healthCheck", {"path": "health"}, "loadBalancer.healthCheck.path 'health': expected a relative URL path"),
