@@ -21,7 +21,7 @@ from tests.harness import LISTEN_RE, ROOT, Edge, Proc, get, lb, read_until_close
 TRAEFIK_STATIC = {
     "entryPoints": {"web": {"address": "127.0.0.1:0"}},
     "api": {"debug": True},
-    "tracing": {"otlp": {}},
+    "tracing": {"otlp": {"grpc": {}}},
     "providers": {"file": {"filename": "dynamic.yaml"}, "docker": {"exposedByDefault": False}},
 }
 
@@ -78,7 +78,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
     dyn = str(tmp_path / "dynamic.yaml")
     for line in [
         f"static configuration: {tmp_path / 'edge.yaml'}: $.api.debug: {nope} (ignored)",
-        f"static configuration: {tmp_path / 'edge.yaml'}: $.tracing: {nope} (ignored)",
+        f"static configuration: {tmp_path / 'edge.yaml'}: $.tracing.otlp.grpc: {nope} (ignored)",
         f"static configuration: {tmp_path / 'edge.yaml'}: $.providers.docker: {nope} (ignored)",
         f"dynamic configuration: {dyn}: $.tls.stores.default.defaultGeneratedCert: {nope} (ignored)",
         "middleware auth@file: enabled",  # basicAuth, as Traefik serves it
@@ -121,14 +121,18 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
 
 def test_run_serves_what_needs_nothing_edge_lacks_and_says_what_it_ignores(tmp_path, whoami):
     dynamic = traefik_dynamic(whoami.url)
-    edge = Edge(tmp_path, dynamic, static_extra={"api": {"debug": True}, "tracing": {"otlp": {}}})
+    edge = Edge(
+        tmp_path, dynamic, static_extra={"api": {"debug": True}, "tracing": {"otlp": {"grpc": {}}}}
+    )
     try:
         assert get(edge.port, "/", host="site.test")[0] == 200
         assert get(edge.port, "/", host="sticky.test")[0] == 200
         assert get(edge.port, "/", host="app.test")[0] == 404  # never served without forceSlash
         assert get(edge.port, "/", host="admin.test")[0] == 401  # basicAuth asks who
         edge.wait_for(r"\$\.api\.debug: not supported by this version of edge \(ignored\)", start=0)
-        edge.wait_for(r"\$\.tracing: not supported by this version of edge \(ignored\)", start=0)
+        edge.wait_for(
+            r"\$\.tracing\.otlp\.grpc: not supported by this version of edge \(ignored\)", start=0
+        )
         edge.wait_for(
             r"middleware limit@file: \$\.http\.middlewares\.limit\.stripPrefix\.forceSlash: not supported",
             start=0,
