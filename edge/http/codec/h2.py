@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import deque
 
 import h2.config
 import h2.connection
@@ -198,6 +199,24 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
         expect and body,
         host=authority,
     )
+
+
+def next_data(
+    machine: h2.connection.H2Connection, stream_id: int, pending: deque[bytes]
+) -> bytes | None:
+    """The next DATA frame's worth of ``pending`` (the stream's queued body, in order)
+    that its send window allows, taken off ``pending``; None when the window is shut.
+    ``pending`` must not be empty."""
+    window = machine.local_flow_control_window(stream_id)
+    if window <= 0:
+        return None
+    size = min(window, machine.max_outbound_frame_size)
+    data = pending[0]
+    if len(data) > size:
+        pending[0] = data[size:]
+        return data[:size]
+    pending.popleft()
+    return data
 
 
 def trailers(headers: list[Header]) -> list[Header]:

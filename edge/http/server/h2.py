@@ -56,6 +56,7 @@ from edge.deadlines import BODY, IDLE, NO_DEADLINE
 from edge.errors import HTTPError
 from edge.http.codec.h2 import (
     Allowance,
+    next_data,
     request_head,
     response_headers,
     server_connection,
@@ -243,16 +244,9 @@ class H2Stream:
         if not self.closed and not conn.write_paused and self.head_out is None:
             machine = conn.h2
             while pending:
-                window = machine.local_flow_control_window(self.id)
-                if window <= 0:
+                data = next_data(machine, self.id, pending)
+                if data is None:
                     break
-                size = min(window, machine.max_outbound_frame_size)
-                data = pending[0]
-                if len(data) > size:
-                    pending[0] = data[size:]
-                    data = data[:size]
-                else:
-                    pending.popleft()
                 self.queued -= len(data)
                 last = self.end and not pending and self.tail is None
                 machine.send_data(self.id, data, end_stream=last)

@@ -59,7 +59,7 @@ from h2.errors import ErrorCodes
 
 from edge.errors import HTTPError, UpstreamConnectError
 from edge.http.codec.base import ResponseHead
-from edge.http.codec.h2 import CONNECTION_SPECIFIC, LARGEST_WINDOW, STREAM_WINDOW
+from edge.http.codec.h2 import CONNECTION_SPECIFIC, LARGEST_WINDOW, STREAM_WINDOW, next_data
 from edge.http.server.upstream import UpstreamConnection
 
 if TYPE_CHECKING:
@@ -598,16 +598,9 @@ class H2UpstreamStream:
         pending = self.pending
         try:
             while pending and not conn.write_paused:
-                window = machine.local_flow_control_window(self.id)
-                if window <= 0:
+                data = next_data(machine, self.id, pending)
+                if data is None:
                     break
-                size = min(window, machine.max_outbound_frame_size)
-                data = pending[0]
-                if len(data) > size:
-                    pending[0] = data[size:]
-                    data = data[:size]
-                else:
-                    pending.popleft()
                 self.queued -= len(data)
                 last = self.req_end and not pending and not self.trailers
                 machine.send_data(self.id, data, end_stream=last)
