@@ -21,25 +21,6 @@ TIMEOUT = 10.0
 BACKENDS = ["h2c", "tls"]
 
 
-@pytest.fixture(scope="module")
-def echo():
-    e = Echo()
-    yield e
-    e.stop()
-
-
-@pytest.fixture(scope="module")
-def echo_tls(certs):
-    crt, key = certs["files"]["good.test"]
-    with open(crt, "rb") as f:
-        cert = f.read()
-    with open(key, "rb") as f:
-        private = f.read()
-    e = Echo(tls=(cert, private))
-    yield e
-    e.stop()
-
-
 def grpc_route(url: str, **transport) -> dict:
     service: dict = lb(url)
     dynamic: dict = {

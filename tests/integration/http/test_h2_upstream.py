@@ -26,7 +26,6 @@ from edge.http.codec.httptools import RequestParser, ResponseParser
 from edge.http.server import upstream_h2
 from edge.transports import ServerURL, Transport
 from tests.harness import Edge, get, lb
-from tests.integration.http.grpcpeers import Echo
 from tests.integration.http.h2peers import RawH2
 from tests.integration.peers import curl
 
@@ -34,22 +33,6 @@ from tests.integration.peers import curl
 def framed(message: bytes) -> bytes:
     """One gRPC length-prefixed message, uncompressed."""
     return b"\x00" + struct.pack(">I", len(message)) + message
-
-
-@pytest.fixture(scope="module")
-def echo():
-    e = Echo()
-    yield e
-    e.stop()
-
-
-@pytest.fixture(scope="module")
-def echo_tls(certs):
-    crt, key = certs["files"]["good.test"]
-    with open(crt, "rb") as c, open(key, "rb") as k:
-        e = Echo(tls=(c.read(), k.read()))
-    yield e
-    e.stop()
 
 
 class Versions(http.server.BaseHTTPRequestHandler):
