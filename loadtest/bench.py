@@ -158,6 +158,26 @@ SCENARIOS: tuple[Scenario, ...] = (
         ready_timeout=60.0,
     ),
     Scenario(
+        "metrics-keepalive",
+        "keepalive-small with metrics.prometheus on (router and service labels) against off:"
+        " what counting each request costs",
+        subjects=("edge-httptools", "edge-httptools@metrics"),
+        variants={
+            "metrics": {
+                "edge_static_extra": {
+                    "metrics": {
+                        "prometheus": {
+                            "entryPoint": "traefik",
+                            "addRoutersLabels": True,
+                            "addServicesLabels": True,
+                        }
+                    }
+                }
+            }
+        },
+        baseline="edge-httptools",
+    ),
+    Scenario(
         "https-keepalive",
         "keep-alive HTTPS, 12-byte body: the subject terminates TLS (the same certificate)",
         protocol="https",
