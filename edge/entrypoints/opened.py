@@ -17,8 +17,8 @@ has its routers before its socket accepts. A port that cannot be bound (taken by
 process, privileged without ``NET_BIND_SERVICE``) is not open: its error is in
 :attr:`errors` (logged when it appears), the listeners registered with :meth:`follow`
 are told, and each full round tries it again; ``retry`` (a round with the
-configuration served) runs :data:`RETRY` seconds after a failure, the wait doubling
-while the port stays taken. A provider may say what it opens each entry point for
+configuration served) runs ``retry_after[0]`` seconds (:data:`RETRY` unless told)
+after a failure, the wait doubling up to ``retry_after[1]`` while the port stays taken. A provider may say what it opens each entry point for
 (:meth:`OpenedEntryPoints.name_origins`: the Gateway source names the listeners), which
 the API shows. Binding is the loop's (``start()`` is a coroutine): it
 happens a moment after the commit, in a task this object holds.
@@ -43,7 +43,7 @@ log = logging.getLogger("edge.entrypoints")
 
 RETRY = (1.0, 30.0)
 """Seconds before a round tries a port that could not be opened again, and the most
-between two such rounds."""
+between two such rounds: :class:`OpenedEntryPoints`' default ``retry_after``."""
 
 GRACE = 10.0
 """Seconds a closed run-time entry point's connections get to finish (Traefik's
@@ -63,7 +63,8 @@ NOTHING = Plan({}, frozenset())
 class OpenedEntryPoints:
     """The run-time entry points of one process (see the module doc). ``make(name,
     config)`` builds an entry point as the process builds its static ones (the
-    Dataplane's, with its access log and metrics)."""
+    Dataplane's, with its access log and metrics); ``retry_after`` is the first and
+    the longest wait before ``retry`` runs after a port could not be bound."""
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class OpenedEntryPoints:
         make: Callable[[str, EntryPointConfig], EntryPoint],
         loop: asyncio.AbstractEventLoop,
         retry: Callable[[], None] | None = None,
+        retry_after: tuple[float, float] = RETRY,
     ) -> None:
         self.entrypoints = entrypoints
         self.static = frozenset(entrypoints.all)
@@ -83,6 +85,7 @@ class OpenedEntryPoints:
         self._followers: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Task] = set()
         self.retry = retry
+        self.retry_after = retry_after
         self._retry_timer: asyncio.TimerHandle | None = None
         self._retries = 0
         # Per source (a provider), what it opens each entry point for: replaced whole
@@ -176,7 +179,7 @@ class OpenedEntryPoints:
     def _retry_later(self) -> None:
         if self.retry is None or self._retry_timer is not None:
             return
-        first, most = RETRY
+        first, most = self.retry_after
         delay = min(first * 2**self._retries, most)
         self._retries += 1
         self._retry_timer = self.loop.call_later(delay, self._run_retry)

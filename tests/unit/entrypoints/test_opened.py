@@ -59,6 +59,18 @@ def runtime(*names: str):
     return build_runtime(merge({"file": conf(doc)}), kinds)
 
 
+FIRST = 0.05
+"""The first wait before a round retries a port here (edge's default is a second)."""
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    """Return once ``condition()`` holds, polling the loop; fail after ``timeout`` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not within the timeout"
+        await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 def loop():
     loop = asyncio.new_event_loop()
@@ -97,21 +109,32 @@ def test_a_port_that_cannot_be_bound_is_an_error_told_and_tried_again(loop) -> N
     async def main() -> None:
         eps = EntryPoints(loop, TransportRegistry(loop))
         told: list[dict] = []
-        rounds: list[int] = []
-        opened = OpenedEntryPoints(eps, "", StandIn, loop, retry=lambda: rounds.append(1))  # type: ignore[arg-type]
+        rounds: list[float] = []
+        opened = OpenedEntryPoints(
+            eps,
+            "",
+            StandIn,  # type: ignore[arg-type]
+            loop,
+            retry=lambda: rounds.append(loop.time()),
+            retry_after=(FIRST, 30.0),
+        )
         opened.follow(lambda: told.append(dict(opened.errors)))
         StandIn.fails = {":80": PermissionError(13, "Permission denied")}
         try:
+            failed = loop.time()
             opened.commit(opened.plan(runtime(":80")))
             await asyncio.sleep(0.01)
             assert opened.errors == {":80": "Permission denied"}
             assert told == [{":80": "Permission denied"}]
             assert ":80" not in eps.all and ":80" not in opened.open
-            await asyncio.sleep(1.1)  # RETRY[0]: a round is asked for
-            assert rounds == [1]
+            await until(lambda: rounds)  # retry_after[0]: a round is asked for
+            assert len(rounds) == 1 and rounds[0] - failed >= FIRST
+            again = loop.time()
             opened.commit(opened.plan(runtime(":80")))  # that round: the same error again
             await asyncio.sleep(0.01)
             assert len(told) == 1  # said once while it lasts
+            await until(lambda: len(rounds) == 2)  # the wait doubled
+            assert rounds[1] - again >= 2 * FIRST
             StandIn.fails = {}
             opened.commit(opened.plan(runtime(":80")))
             await asyncio.sleep(0.01)
