@@ -18,7 +18,8 @@ process, privileged without ``NET_BIND_SERVICE``) is not open: its error is in
 :attr:`errors` (logged when it appears), the listeners registered with :meth:`follow`
 are told, and each full round tries it again; ``retry`` (a round with the
 configuration served) runs ``retry_after[0]`` seconds (:data:`RETRY` unless told)
-after a failure, the wait doubling up to ``retry_after[1]`` while the port stays taken. A provider may say what it opens each entry point for
+after a failure, the wait doubling up to ``retry_after[1]`` while the port stays
+taken. A provider may say what it opens each entry point for
 (:meth:`OpenedEntryPoints.name_origins`: the Gateway source names the listeners), which
 the API shows. Binding is the loop's (``start()`` is a coroutine): it
 happens a moment after the commit, in a task this object holds.
