@@ -15,19 +15,21 @@ from edge.config.runtime import RuntimeConfig
 from edge.watcher import Message, Watcher
 
 EPS = {"web": "tcp"}
-TIMEOUT = 5.0
+TIMEOUT = 10.0
+BURN = 10.0
+"""The most seconds a Building listener burns or waits in one prepare."""
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    """Run ``coro`` on a fresh loop, failing the test if it takes over TIMEOUT seconds."""
+def run(coro: Awaitable[Any], timeout: float = TIMEOUT) -> Any:
+    """Run ``coro`` on a fresh loop, failing the test if it takes over ``timeout`` seconds."""
 
     async def bounded() -> Any:
-        return await asyncio.wait_for(coro, TIMEOUT)
+        return await asyncio.wait_for(coro, timeout)
 
     return asyncio.run(bounded())
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
+async def until(predicate: Callable[[], bool], timeout: float = 4.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:
@@ -78,7 +80,9 @@ def test_first_configuration_applies_at_once_and_duplicates_are_dropped() -> Non
 def test_burst_is_coalesced_into_first_and_last() -> None:
     async def main() -> None:
         rec = Recorder()
-        w = Watcher(entry_points=EPS, throttle=0.2, listeners=[rec])
+        # The window well over the 0.1 s slept: a loop that wakes late on a loaded
+        # machine runs the window's timer before this coroutine resumes.
+        w = Watcher(entry_points=EPS, throttle=0.6, listeners=[rec])
         for i in range(20):
             w.publish(Message("file", config(i)))
         assert w.applied == 1 and rec.routers() == ["r0@file"]
@@ -298,19 +302,33 @@ def test_an_empty_configuration_is_applied() -> None:
 
 
 class Building:
-    """A listener that builds in ``prepare`` (as the Dataplane builds its routers)."""
+    """A listener that builds in ``prepare`` (as the Dataplane builds its routers).
 
-    def __init__(self, burn: float = 0.0) -> None:
-        self.burn = burn
+    ``burn_until``: ``prepare`` burns CPU until it holds (at most ``BURN`` seconds);
+    ``release``: ``prepare`` then waits for it to be set (at most ``BURN`` seconds)."""
+
+    def __init__(
+        self,
+        burn_until: Callable[[], bool] | None = None,
+        release: threading.Event | None = None,
+    ) -> None:
+        self.burn_until = burn_until
+        self.release = release
         self.prepared_in: list[str] = []
+        self.burnt: list[tuple[float, float, bool]] = []  # (start, end, held) per round
         self.committed_in: list[str] = []
         self.routers: list[list[str]] = []
 
     def prepare(self, runtime: RuntimeConfig) -> Callable[[], None]:
         self.prepared_in.append(threading.current_thread().name)
-        end = time.perf_counter() + self.burn
-        while time.perf_counter() < end:  # CPU-bound, holding the GIL as a router build does
-            sum(range(1000))
+        if self.burn_until is not None:
+            start = time.monotonic()
+            # CPU-bound, holding the GIL as a router build does
+            while not (held := self.burn_until()) and time.monotonic() < start + BURN:
+                sum(range(1000))
+            self.burnt.append((start, time.monotonic(), held))
+        if self.release is not None:
+            self.release.wait(BURN)
         routers = list(runtime.http_routers)
 
         def commit() -> None:
@@ -344,38 +362,50 @@ def test_offloaded_rounds_are_prepared_off_the_loop_and_committed_on_it() -> Non
 
 
 def test_an_offloaded_round_does_not_stall_the_loop() -> None:
-    """A listener that builds for 1 s: the loop keeps running meanwhile (inline, it would not)."""
+    """A listener whose build burns CPU until the loop has ticked 50 times: offloaded,
+    the loop ticks meanwhile (inline, the build would burn its whole BURN seconds with
+    no tick). Counting ticks, not seconds, keeps this true on a loaded machine."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        ticks: list[float] = []  # time.monotonic() of each tick
         gaps: list[float] = []
         done = asyncio.Event()
 
         def tick(last: float) -> None:
             now = loop.time()
+            ticks.append(time.monotonic())
             gaps.append(now - last)
             if not done.is_set():
                 loop.call_later(0.001, tick, now)
 
-        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[Building(burn=1.0)], offload=True)
+        building = Building(burn_until=lambda: len(ticks) >= 60)
+        w = Watcher(entry_points=EPS, throttle=0.0, listeners=[building], offload=True)
         loop.call_soon(tick, loop.time())
+        await until(lambda: len(ticks) >= 10)
         w.publish(Message("file", config(1)))
-        await until(lambda: w.applied == 1, timeout=4.0)
+        await until(lambda: w.applied == 1, timeout=BURN + 5.0)
         done.set()
-        assert len(gaps) > 50, "the loop ran while the round was prepared"
+        [(start, end, held)] = building.burnt
+        during = [t for t in ticks if start <= t <= end]
+        assert held and len(during) >= 40, "the loop ran while the round was prepared"
         assert max(gaps) < 0.5
         await w.close()
 
-    run(main())
+    run(main(), timeout=BURN + 10.0)
 
 
 def test_closing_during_an_offloaded_round_applies_nothing() -> None:
     async def main() -> None:
-        building = Building(burn=0.3)
+        release = threading.Event()
+        building = Building(release=release)
         w = Watcher(entry_points=EPS, throttle=0.0, listeners=[building], offload=True)
         w.publish(Message("file", config(1)))
-        await asyncio.sleep(0.05)
-        await w.close()
+        await until(lambda: bool(building.prepared_in))  # the round is being prepared
+        closing = asyncio.create_task(w.close())
+        await asyncio.sleep(0)  # close() has begun: it waits for the round
+        release.set()
+        await closing
         assert w.applied == 0 and building.routers == [] and building.prepared_in
 
     run(main())
