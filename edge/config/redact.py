@@ -1,0 +1,131 @@
+"""Secrets in the configuration, and the one way configuration is shown without them.
+
+Owns :data:`Secret`, the mark a configuration model puts on a field that holds a
+credential (a password, a token, htpasswd lines, a private key as a path or PEM, the
+headers that authenticate an export), and :class:`Redactor`, which turns a
+configuration value into the builtins (dicts, lists, strings) the API, ``edge check``
+and logs show, with every marked value replaced by :data:`MASK`.
+
+Invariants: redacting never touches the value it reads (what edge serves keeps the real
+values: the output is a new tree of builtins); a marked field is masked wherever its
+Struct sits (in a list, a dict, an optional or a union); an empty value stays empty
+(so "no password" still shows); a dict's keys stay (a header's name, not its value, is
+the secret) and a list keeps its length. Any string that holds a PEM private key is
+masked too, marked or not (a key pasted into ``certFile``).
+
+The mark is ``msgspec.Meta(extra={"secret": True})`` on the field's type, so it is read
+with msgspec's own introspection, once per Struct class and :class:`Redactor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import msgspec
+import msgspec.inspect as mi
+
+from edge.config.durations import enc_hook
+
+__all__ = ["MASK", "Redactor", "Secret", "is_secret", "redacted", "secret_fields"]
+
+MASK = "xxxx"
+"""What a secret shows as: Traefik's mask (``pkg/redactor``), so tools that know it read it."""
+
+SECRET_MARK = "secret"
+Secret = Annotated[str, msgspec.Meta(extra={SECRET_MARK: True})]
+"""A string field holding a credential; ``list[Secret]`` and ``dict[str, Secret]`` mark
+each item or value."""
+
+PRIVATE_KEY = "PRIVATE KEY-----"  # the end of a PEM private key's BEGIN line, any algorithm
+
+
+def is_secret(info: mi.Type) -> bool:
+    """Whether a field of this msgspec type carries the :data:`Secret` mark: on the value,
+    on a member of its union (``Secret | None``), or on the items of its list or the
+    values of its dict. A nested Struct's own fields are its own."""
+    if isinstance(info, mi.Metadata):
+        return bool((info.extra or {}).get(SECRET_MARK)) or is_secret(info.type)
+    if isinstance(info, mi.UnionType):
+        return any(is_secret(member) for member in info.types)
+    if isinstance(info, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        return is_secret(info.item_type)
+    if isinstance(info, mi.DictType):
+        return is_secret(info.value_type)
+    return False
+
+
+def secret_fields(cls: type[msgspec.Struct]) -> frozenset[str]:
+    """The attribute names of ``cls``'s fields marked :data:`Secret`."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    return frozenset(field.name for field in info.fields if is_secret(field.type))
+
+
+def _mask(value: Any) -> Any:
+    """A marked value as shown: each string masked, the shape kept."""
+    if isinstance(value, str):
+        return MASK if value else value
+    if isinstance(value, list):
+        return [_mask(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _mask(item) for key, item in value.items()}
+    return MASK  # a value of another type (none is marked today): nothing of it shows
+
+
+class Redactor:
+    """Shows configuration values without their secrets (see the module doc).
+
+    Learns each Struct class's marked fields the first time it meets the class, so one
+    Redactor kept by a reader (the API) pays the introspection once."""
+
+    def __init__(self, enc_hook: Callable[[Any], Any] = enc_hook) -> None:
+        self.enc_hook = enc_hook
+        self._fields: dict[type, tuple[tuple[str, str, bool], ...]] = {}
+
+    def shown(self, value: Any) -> Any:
+        """``value`` (a configuration Struct, or lists and dicts of them) as builtins,
+        ``msgspec.to_builtins`` with the enc_hook, every secret masked."""
+        return self._walk(value, msgspec.to_builtins(value, enc_hook=self.enc_hook))
+
+    def _struct_fields(self, cls: type) -> tuple[tuple[str, str, bool], ...]:
+        """(attribute, key as encoded, marked) per field of ``cls``."""
+        found = self._fields.get(cls)
+        if found is None:
+            marked = secret_fields(cls)
+            found = self._fields[cls] = tuple(
+                (field.name, field.encode_name, field.name in marked)
+                for field in msgspec.structs.fields(cls)
+            )
+        return found
+
+    def _walk(self, value: Any, out: Any) -> Any:
+        """``out`` (the builtins of ``value``, fresh: changed in place) with the secrets
+        of ``value`` masked."""
+        if isinstance(value, msgspec.Struct):
+            if isinstance(out, dict):
+                for name, key, marked in self._struct_fields(type(value)):
+                    if key in out:  # omitted: a default
+                        shown = out[key]
+                        out[key] = (
+                            _mask(shown) if marked else self._walk(getattr(value, name), shown)
+                        )
+            return out
+        if isinstance(value, list | tuple) and isinstance(out, list):
+            for i, item in enumerate(value):
+                out[i] = self._walk(item, out[i])
+            return out
+        if isinstance(value, dict) and isinstance(out, dict):
+            # to_builtins keeps the order of a dict's items (and string keys as they are)
+            for key, item in zip(list(out), value.values(), strict=True):
+                out[key] = self._walk(item, out[key])
+            return out
+        if isinstance(out, str) and PRIVATE_KEY in out:
+            return MASK
+        return out
+
+
+def redacted(value: Any) -> Any:
+    """``value``'s builtins without secrets (one :class:`Redactor`, used once: for a log
+    line or ``edge check``; a reader showing many values keeps a Redactor)."""
+    return Redactor().shown(value)
