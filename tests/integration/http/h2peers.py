@@ -278,7 +278,7 @@ class Firehose(ThreadedServer):
             chunk = b"f" * 65536
             left = self.size
             c.settimeout(0.2)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180  # over the 120 s a test waits for all of it
             while left and not self.stopped and time.monotonic() < deadline:
                 try:
                     sent = c.send(chunk[: min(left, len(chunk))])
@@ -291,6 +291,22 @@ class Firehose(ThreadedServer):
             pass
         finally:
             c.close()
+
+    def settled(self, quiet: float = 1.0, timeout: float = 30.0) -> int:
+        """``sent`` once it has not moved for ``quiet`` seconds (edge reads no more);
+        fails if it still moves after ``timeout`` seconds. A wait on the condition, so a
+        loaded machine that takes long to fill the buffers does not fail it."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            last = self.sent
+        while True:
+            time.sleep(quiet)
+            with self.lock:
+                now = self.sent
+            if now == last:
+                return now
+            assert time.monotonic() < deadline, f"the backend still sends: {now} bytes"
+            last = now
 
 
 def rss(pid: int) -> int:
