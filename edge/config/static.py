@@ -65,6 +65,7 @@ from edge.config.dynamic import (
     http_code_ranges,
     split_host_port,
 )
+from edge.config.redact import Secret
 
 __all__ = [
     "DEFAULT_THROTTLE",
@@ -380,7 +381,7 @@ class IngressEndpoint(Base):
 
 class KubernetesIngressConfig(Base):
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
-    token: str = ""
+    token: Secret = ""
     cert_auth_file_path: str = ""
     kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
     namespaces: list[str] = []  # empty: all namespaces
@@ -394,7 +395,7 @@ class KubernetesIngressConfig(Base):
 
 class KubernetesCRDConfig(Base):
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
-    token: str = ""
+    token: Secret = ""
     cert_auth_file_path: str = ""
     kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
     namespaces: list[str] = []  # empty: all namespaces
@@ -441,7 +442,7 @@ class KubernetesGatewayConfig(Base):
     is refused (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
 
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
-    token: str = ""
+    token: Secret = ""
     cert_auth_file_path: str = ""
     kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
     namespaces: list[str] = []  # empty: all namespaces
@@ -470,7 +471,7 @@ class KubernetesIngressNGINXConfig(Base):
     ``global-allowed-response-headers``). ``watchNamespaceSelector`` is refused."""
 
     endpoint: str = ""  # overrides the API server URL of the in-cluster config or kubeconfig
-    token: str = ""
+    token: Secret = ""
     cert_auth_file_path: str = ""
     kubeconfig: str = ""  # "": $KUBECONFIG, else ~/.kube/config (outside a pod)
     throttle_duration: Duration | None = None  # None: providersThrottleDuration
@@ -674,7 +675,7 @@ class OTLPClientTLS(Base):
 
     ca: str = ""
     cert: str = ""
-    key: str = ""
+    key: Secret = ""
     insecure_skip_verify: bool = False
 
     def __post_init__(self) -> None:
@@ -687,7 +688,7 @@ class OTLPHTTP(Base):
     ``/v1/traces``, as Traefik's exporter posts), headers sent with every export, TLS."""
 
     endpoint: str = "https://localhost:4318"
-    headers: dict[str, str] = {}
+    headers: dict[str, Secret] = {}  # authenticate the export: values shown masked
     tls: OTLPClientTLS | None = None
 
     def __post_init__(self) -> None:
