@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from edge import __version__, build, whoami
+from edge import __version__, whoami
 from edge.errors import ConfigError
 
 log = logging.getLogger("edge")
@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     notices: list = []
     static = load_static(args.config, notices)
     setup_logging(static.log)
-    log.info("edge %s, %s", __version__, build.describe())
+    log.info("edge %s", __version__)
     if not _report_static(notices):
         return 1
     for warning in _static_warnings(static):
@@ -374,9 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edge", description="A Kubernetes edge router and ingress controller."
     )
-    parser.add_argument(
-        "--version", action="version", version=f"edge {__version__} ({build.describe()})"
-    )
+    parser.add_argument("--version", action="version", version=f"edge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check,whoami,demo}")
 
     run = sub.add_parser("run", help="serve with a static configuration")

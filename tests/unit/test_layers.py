@@ -18,7 +18,6 @@ EDGE = Path(__file__).resolve().parents[2] / "edge"
 # Lowest first; a module belongs to the first layer with a prefix of its name.
 LAYERS: list[tuple[str, ...]] = [
     ("edge.errors", "edge.deadlines", "edge.allocator", "edge.descriptors", "edge.eventloop"),
-    ("edge.build",),
     ("edge.rules", "edge.balancer"),
     ("edge.config",),
     ("edge.providers", "edge.logs", "edge.ipc", "edge.api"),

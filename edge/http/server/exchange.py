@@ -167,8 +167,9 @@ class General:
         "try_timer",
         "up_args",
     )
-    # Set only where they are on, so declared here (a class compiled by mypyc has only
-    # the attributes it declares); unset, getattr's default answers.
+    # Set only where they are on, outside __init__ and partly by other modules, so
+    # declared here: their one type is written once, for mypy and the reader; unset,
+    # getattr's default answers.
     origin: float
     trace: Any
 
