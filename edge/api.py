@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,7 @@ import msgspec
 from edge.config.durations import enc_hook
 from edge.config.dynamic import TLSOptions
 from edge.config.merge import DEFAULT_TLS
+from edge.config.redact import Redactor
 from edge.config.runtime import DISABLED, WARNING, ElementInfo, RouterInfo, RuntimeConfig
 from edge.config.static import API_SERVICE, EntryPoint, StaticConfig
 
@@ -155,12 +157,18 @@ def _message(status: int, message: str) -> APIAnswer:
 
 
 def represent(
-    info: ElementInfo[Any], table: str, down: Callable[[str], Collection[str]] | None = None
+    info: ElementInfo[Any],
+    table: str,
+    down: Callable[[str], Collection[str]] | None = None,
+    shown: Any = None,
 ) -> dict[str, Any]:
     """One element as Traefik's API shows it (see the module doc); ``down(service)``:
-    the URLs of the HTTP service's servers a health check took out."""
-    out: dict[str, Any] = msgspec.to_builtins(info.config, enc_hook=enc_hook)
-    if not isinstance(out, dict) or info.name == API_SERVICE:  # edge's own: nothing to show
+    the URLs of the HTTP service's servers a health check took out; ``shown``: its
+    configuration as builtins, secrets masked (:meth:`API.shown`), else made here."""
+    if shown is None:
+        shown = Redactor().shown(info.config)
+    out: dict[str, Any] = dict(shown) if isinstance(shown, dict) else {}
+    if info.name == API_SERVICE:  # edge's own: nothing to show
         out = {}
     out.pop("unsupported", None)  # both shown as errors
     out.pop("problems", None)
@@ -340,6 +348,24 @@ class API:
         api = static.api
         self.base = api.base_path.rstrip("/").encode() if api is not None else b""
         self.pages = dashboard_pages(self.base) if api is not None and api.dashboard else {}
+        self.redactor = Redactor()
+        self._shown: tuple[weakref.ref[RuntimeConfig], dict[str, dict[str, Any]]] | None = None
+
+    def shown(self, runtime: RuntimeConfig) -> dict[str, dict[str, Any]]:
+        """Each element's configuration as the API shows it, by table and name: builtins
+        with every secret masked (:mod:`edge.config.redact`; Traefik's API shows them),
+        made once per runtime, at the first answer that needs them."""
+        held = self._shown
+        if held is None or held[0]() is not runtime:
+            tables = {
+                attribute: {
+                    name: self.redactor.shown(info.config)
+                    for name, info in getattr(runtime, attribute).items()
+                }
+                for attribute in RAW_KEYS
+            }
+            held = self._shown = (weakref.ref(runtime), tables)
+        return held[1]
 
     def answer(self, path: bytes, query: bytes) -> APIAnswer | None:
         """The answer to GET ``path``?``query``; None where ``path`` is not the API's."""
@@ -380,15 +406,17 @@ class API:
         if len(parts) in (2, 3) and (parts[0], parts[1]) in TABLES:
             attribute, label = TABLES[(parts[0], parts[1])]
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
+            shown = self.shown(runtime)[attribute]
             if len(parts) == 2:
                 return _listed(
-                    (represent(info, attribute, self.down) for info in table.values()), query
+                    (represent(info, attribute, self.down, shown[n]) for n, info in table.items()),
+                    query,
                 )
             name = unquote(parts[2].decode("latin-1"))
             info = table.get(name)
             if info is None:
                 return _message(404, f"{label} not found: {name}")
-            return _answer(200, represent(info, attribute, self.down))
+            return _answer(200, represent(info, attribute, self.down, shown[name]))
         return _message(404, "page not found")
 
     def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
@@ -397,7 +425,7 @@ class API:
 
         def rep(ep_name: str) -> dict[str, Any]:
             config = configs[ep_name]
-            out = msgspec.to_builtins(config, enc_hook=enc_hook)
+            out = self.redactor.shown(config)
             out = out if isinstance(out, dict) else {}
             out["transport"] = {**out.get("transport", {}), **_timeouts(config)}
             out["udp"] = {**out.get("udp", {}), "timeout": str(config.udp.timeout)}
@@ -456,11 +484,12 @@ class API:
 
     def _rawdata(self, runtime: RuntimeConfig) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        shown = self.shown(runtime)
         for attribute, key in RAW_KEYS.items():
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
             if table:
                 out[key] = {
-                    name: represent(info, attribute, self.down)
+                    name: represent(info, attribute, self.down, shown[attribute][name])
                     for name, info in sorted(table.items())
                 }
         return out
