@@ -24,8 +24,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LISTEN_RE = re.compile(r"entrypoint (\S+): listening on \[?([0-9a-f.:]+?)\]?:(\d+)")
 WHOAMI_RE = re.compile(r"whoami (\S+): (http|tcp|udp) on ([0-9a-f.:]+):(\d+)")
-# Seconds a started process gets to listen and be ready: 1 s on an idle machine, but
-# more than 10 on two cores shared by a dozen test runs; only a hang waits this long.
+# Seconds a started process gets to listen and be ready, and a log line (a configuration
+# applied) to appear: 1 s on an idle machine, but more than 10 on two cores shared by a
+# dozen test runs; only a hang waits this long.
 STARTUP = 30.0
 
 
@@ -63,7 +64,7 @@ class Proc:
             self._cond.notify_all()
 
     def wait_for(
-        self, pattern: re.Pattern | str, timeout: float = 10.0, start: int = 0
+        self, pattern: re.Pattern | str, timeout: float = STARTUP, start: int = 0
     ) -> re.Match:
         rx = re.compile(pattern) if isinstance(pattern, str) else pattern
         deadline = time.monotonic() + timeout
@@ -192,7 +193,7 @@ class Edge(Proc):
         DEBUG line for the same round is not counted again."""
         return len(self.all_matches(r"configuration applied(:| in place)"))
 
-    def wait_applied(self, count: int, timeout: float = 5.0) -> None:
+    def wait_applied(self, count: int, timeout: float = STARTUP) -> None:
         deadline = time.monotonic() + timeout
         while self.applied() < count:
             if time.monotonic() > deadline:

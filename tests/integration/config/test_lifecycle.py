@@ -63,7 +63,7 @@ def test_route_change_picked_up_while_serving(tmp_path, whoami):
         assert get(e.port, "/", host="new.test")[0] == 404
         n = e.applied()
         e.write_dynamic(dyn(whoami, {"new": {"rule": "Host(`new.test`)", "service": "svc-a"}}))
-        e.wait_applied(n + 1, timeout=2.0)
+        e.wait_applied(n + 1)
         assert get(e.port, "/", host="new.test")[0] == 200
     finally:
         e.stop()
@@ -96,7 +96,7 @@ def test_invalid_file_keeps_last_good_configuration(tmp_path, whoami):
     try:
         # A file that does not parse (one that parses serves its good elements).
         e.dynamic_path.write_text("http: {routers: {a: {rule: 'Host(`a.test`)', service: [svc-a}}}")
-        e.wait_for(r"dynamic\.yaml.*line 1", timeout=3)
+        e.wait_for(r"dynamic\.yaml.*line 1")
         time.sleep(0.5)  # a round that took the file would have applied by now
         assert get(e.port, "/", host="a.test")[0] == 200
     finally:
@@ -182,7 +182,7 @@ def test_request_accept_grace_timeout_keeps_accepting_then_drains(tmp_path, whoa
         assert get(e.port, "/", host="a.test")[0] == 200
         start = time.monotonic()
         e.signal(signal.SIGTERM)
-        e.wait_for(r"stopping", timeout=5)
+        e.wait_for(r"stopping")
         time.sleep(0.3)
         assert get(e.port, "/", host="a.test")[0] == 200  # a new connection, served
         assert get(e.ports["traefik"], "/ping")[0] == 503  # out of rotation
