@@ -10,8 +10,9 @@ Invariants: redacting never touches the value it reads (what edge serves keeps t
 values: the output is a new tree of builtins); a marked field is masked wherever its
 Struct sits (in a list, a dict, an optional or a union); an empty value stays empty
 (so "no password" still shows); a dict's keys stay (a header's name, not its value, is
-the secret) and a list keeps its length. Any string that holds a PEM private key is
-masked too, marked or not (a key pasted into ``certFile``).
+the secret) and a list keeps its length. Marked or not, a string that holds a PEM
+private key is masked (a key pasted into ``certFile``), and so is the password of a URL
+(``https://user:password@auth.test``, in a forwardAuth address or a collector's URL).
 
 The mark is ``msgspec.Meta(extra={"secret": True})`` on the field's type, so it is read
 with msgspec's own introspection, once per Struct class and :class:`Redactor`.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import msgspec
 import msgspec.inspect as mi
@@ -81,48 +83,65 @@ class Redactor:
 
     def __init__(self, enc_hook: Callable[[Any], Any] = enc_hook) -> None:
         self.enc_hook = enc_hook
-        self._fields: dict[type, tuple[tuple[str, str, bool], ...]] = {}
+        self._fields: dict[type, dict[str, tuple[str, bool]]] = {}
 
     def shown(self, value: Any) -> Any:
         """``value`` (a configuration Struct, or lists and dicts of them) as builtins,
         ``msgspec.to_builtins`` with the enc_hook, every secret masked."""
         return self._walk(value, msgspec.to_builtins(value, enc_hook=self.enc_hook))
 
-    def _struct_fields(self, cls: type) -> tuple[tuple[str, str, bool], ...]:
-        """(attribute, key as encoded, marked) per field of ``cls``."""
-        found = self._fields.get(cls)
-        if found is None:
-            marked = secret_fields(cls)
-            found = self._fields[cls] = tuple(
-                (field.name, field.encode_name, field.name in marked)
-                for field in msgspec.structs.fields(cls)
-            )
+    def _learn(self, cls: type) -> dict[str, tuple[str, bool]]:
+        """Key as encoded -> (attribute, marked), per field of ``cls``."""
+        marked = secret_fields(cls)
+        found = self._fields[cls] = {
+            field.encode_name: (field.name, field.name in marked)
+            for field in msgspec.structs.fields(cls)
+        }
         return found
 
     def _walk(self, value: Any, out: Any) -> Any:
         """``out`` (the builtins of ``value``, fresh: changed in place) with the secrets
-        of ``value`` masked."""
-        if isinstance(value, msgspec.Struct):
-            if isinstance(out, dict):
-                for name, key, marked in self._struct_fields(type(value)):
-                    if key in out:  # omitted: a default
-                        shown = out[key]
-                        out[key] = (
-                            _mask(shown) if marked else self._walk(getattr(value, name), shown)
-                        )
+        of ``value`` masked. Only what the encoding holds is visited (defaults are left
+        out), and a plain value's leaves are only read."""
+        if isinstance(out, str):
+            return _unmarked(out)
+        if isinstance(out, dict):
+            if isinstance(value, msgspec.Struct):
+                fields = self._fields.get(type(value)) or self._learn(type(value))
+                for key, shown in out.items():
+                    found = fields.get(key)
+                    if found is None:  # a tag
+                        continue
+                    name, marked = found
+                    if marked:
+                        out[key] = _mask(shown)
+                    elif type(shown) is str:  # the most common leaf, without a call
+                        out[key] = _unmarked(shown)
+                    elif isinstance(shown, dict | list):
+                        out[key] = self._walk(getattr(value, name), shown)
+            elif isinstance(value, dict):
+                # to_builtins keeps the order of a dict's items (and string keys as they are)
+                for key, item in zip(list(out), value.values(), strict=True):
+                    out[key] = self._walk(item, out[key])
             return out
-        if isinstance(value, list | tuple) and isinstance(out, list):
+        if isinstance(out, list) and isinstance(value, list | tuple):
             for i, item in enumerate(value):
                 out[i] = self._walk(item, out[i])
-            return out
-        if isinstance(value, dict) and isinstance(out, dict):
-            # to_builtins keeps the order of a dict's items (and string keys as they are)
-            for key, item in zip(list(out), value.values(), strict=True):
-                out[key] = self._walk(item, out[key])
-            return out
-        if isinstance(out, str) and PRIVATE_KEY in out:
-            return MASK
         return out
+
+
+def _unmarked(text: str) -> str:
+    """A string of no marked field as shown: a private key masked, a URL's password too."""
+    if PRIVATE_KEY in text:
+        return MASK
+    if "://" in text and "@" in text:
+        try:
+            password = urlsplit(text).password
+        except ValueError:  # not a URL after all
+            return text
+        if password:
+            return text.replace(f":{password}@", f":{MASK}@", 1)
+    return text
 
 
 def redacted(value: Any) -> Any:

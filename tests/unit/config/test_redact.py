@@ -114,6 +114,17 @@ def test_a_private_key_pasted_into_an_unmarked_field_is_masked_too():
     assert shown["leaf"]["name"] == KEY.cert_pem  # a certificate is public
 
 
+def test_the_password_of_a_url_is_masked_its_user_and_host_kept():
+    shown = redacted(
+        Root(plain="https://ann:s-pw@auth.test:8443/check?x=1", leaves=[Leaf(name="http://ann@h/")])
+    )
+    assert shown["plain"] == "https://ann:xxxx@auth.test:8443/check?x=1"
+    assert shown["leaves"] == [{"name": "http://ann@h/"}]  # no password: as it is
+    assert (
+        redacted(Root(plain="Host(`a@b`) || Path(`//x`)"))["plain"] == "Host(`a@b`) || Path(`//x`)"
+    )
+
+
 def test_a_redactor_learns_a_class_once():
     redactor = Redactor()
     redactor.shown(Root(leaf=Leaf(password="p")))
