@@ -295,3 +295,33 @@ def test_entrypoints_show_the_http_versions_they_serve():
     assert secure["protocols"]["tls"] == {"default": ["h2", "http/1.1"], "old@file": ["http/1.1"]}
     _, dns, _ = get(api, "/api/entrypoints/dns")
     assert "protocols" not in dns
+
+
+def test_configuration_is_shown_without_secrets_made_once_per_runtime():
+    # Traefik's API shows a rateLimit's Redis password and basicAuth's users as
+    # written; edge's masks them (edge.config.redact), once per runtime, not per answer.
+    dynamic = {
+        "http": {
+            "middlewares": {
+                "limit": {"rateLimit": {"redis": {"password": "s3cret-pw"}}},
+                "basic": {"basicAuth": {"users": ["ann:$apr1$s3cret-hash"]}},
+            }
+        }
+    }
+    runtimes = [build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"})]
+    api = API(decode_static(STATIC), lambda: runtimes[-1], "test")
+    bodies = [
+        api.answer(path.encode(), b"")[1]
+        for path in ("/api/rawdata", "/api/http/middlewares", "/api/http/middlewares/limit@file")
+    ]
+    assert all(b"s3cret" not in body for body in bodies), bodies
+    _, limit, _ = get(api, "/api/http/middlewares/limit@file")
+    assert limit["rateLimit"]["redis"]["password"] == "xxxx"
+    assert (
+        runtimes[-1].http_middlewares["limit@file"].config.rate_limit.redis.password == "s3cret-pw"
+    )
+    first = api.shown(runtimes[-1])
+    get(api, "/api/rawdata")
+    assert api.shown(runtimes[-1]) is first  # the same runtime: made once
+    runtimes.append(build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"}))
+    assert api.shown(runtimes[-1]) is not first  # a new runtime: made again
