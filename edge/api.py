@@ -39,7 +39,9 @@ its provider says it is for, ``opened for Gateway ns/name listener x``, else the
 routers naming it, by provider), ``routers``, and ``state``: ``open``, or ``failed``
 with the ``error`` binding its port gave (this process's: a worker answers for its
 own, and names the routers, its providers being the supervisor's).
-An element is its configuration as written (camelCase, defaults left out), plus
+An element is its configuration as written (camelCase, defaults left out) with every
+secret shown as ``xxxx`` (:mod:`edge.config.redact`: passwords, htpasswd users, keys;
+Traefik's API shows them in clear), plus
 ``name`` and ``provider``, ``status`` (``enabled``, ``warning``, ``disabled``) and
 ``error`` (the reasons, when there are any); a router adds ``using`` (the entry points
 it serves on), a service or middleware ``usedBy`` and ``type``, an HTTP or TCP load
