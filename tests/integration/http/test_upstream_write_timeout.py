@@ -97,12 +97,12 @@ def upload(port: int) -> tuple[bytes, float]:
     return out, took
 
 
-def edge_for(tmp_path, parser, upstream: Upstream) -> Edge:
+def edge_for(tmp_path, parser, upstream: Upstream, write_timeout: str = "1s") -> Edge:
     dyn = {
         "http": {
             "routers": {"app": {"rule": "Host(`app.example`)", "service": "app"}},
             "services": {"app": lb(upstream.url, serversTransport="t")},
-            "serversTransports": {"t": {"forwardingTimeouts": {"writeTimeout": "1s"}}},
+            "serversTransports": {"t": {"forwardingTimeouts": {"writeTimeout": write_timeout}}},
         }
     }
     return Edge(tmp_path, dyn, parser=parser)
@@ -124,16 +124,17 @@ def test_an_upstream_that_takes_nothing_is_given_up_with_504(tmp_path, parser):
 
 
 def test_an_upstream_that_reads_slowly_is_served(tmp_path, parser):
-    """Bursts with 0.6 s between them: never a second without a byte taken, so
-    never cut, however long the whole body takes."""
+    """Bursts with 0.6 s between them: never 2 s (the writeTimeout) without a byte
+    taken, so never cut, however long the whole body takes. The timeout is over three
+    pauses: a thread woken late on a loaded machine does not make a pause one."""
     upstream = Upstream(pause=0.6)
-    e = edge_for(tmp_path, parser, upstream)
+    e = edge_for(tmp_path, parser, upstream, write_timeout="2s")
     try:
         out, took = upload(e.port)
         print(f"served after {took:.2f} s")
         assert out.startswith(b"HTTP/1.1 200 "), out[:200]
         assert upstream.received == BODY
-        assert took > 2.0  # stalls that add up to more than the timeout
+        assert took > 3.0  # six stalls that add up to more than the timeout
     finally:
         e.stop()
         upstream.close()
