@@ -31,6 +31,8 @@ from collections import deque
 import h2.config
 import h2.connection
 import h2.settings
+import hpack
+from hpack.table import HeaderTable
 
 from edge.errors import ProtocolError
 from edge.http.codec.base import Header, RequestHead, ResponseHead
@@ -63,6 +65,108 @@ _REQUEST_PSEUDO = frozenset((b":method", b":scheme", b":authority", b":path"))
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+class CountedTable(HeaderTable):
+    """An HPACK dynamic table that counts its changes (``generation``): a header
+    block coded against one generation codes the same against it again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generation = 0
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.generation += 1
+        super().add(name, value)
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, newmax: int) -> None:
+        self.generation += 1
+        HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
+
+
+class RememberingEncoder(hpack.Encoder):
+    """An HPACK encoder that gives the last block again for the same header list,
+    when coding it changed nothing in the table and nothing changed it since: a
+    response whose fields are all in the table (the same server's same answer,
+    each field indexed) costs a list comparison, not its coding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header_table = CountedTable()
+        self.last: list[Header] | None = None
+        self.last_block = b""
+        self.last_generation = -1
+
+    def encode(self, headers, huffman: bool = True) -> bytes:  # type: ignore[no-untyped-def]
+        table = self.header_table
+        if (
+            headers == self.last
+            and huffman
+            and table.generation == self.last_generation
+            and not table.resized
+        ):
+            return self.last_block
+        generation = table.generation
+        block = super().encode(headers, huffman)
+        if huffman and table.generation == generation and isinstance(headers, list):
+            self.last = list(headers)
+            self.last_block = block
+            self.last_generation = generation
+        else:
+            self.last = None
+        return block
+
+
+class RememberingDecoder(hpack.Decoder):
+    """An HPACK decoder that gives the last header list again for the same block,
+    when decoding it changed nothing in the table and nothing changed it since: a
+    client's request made of indexed fields (a browser's, h2load's: the same
+    fields again) costs a bytes comparison, not its decoding. The list's size is
+    checked against ``max_header_list_size`` each time, as decoding checks it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header_table = CountedTable()
+        self.last = b""
+        self.last_headers: list[tuple[bytes, bytes]] = []
+        self.last_size = 0
+        self.last_generation = -1
+
+    def decode(self, data: bytes, raw: bool = False) -> list[tuple[bytes, bytes]]:  # type: ignore[override]
+        table = self.header_table
+        if (
+            raw
+            and data == self.last
+            and table.generation == self.last_generation
+            and self.last_size <= self.max_header_list_size
+        ):
+            self._assert_valid_table_size()
+            return list(self.last_headers)
+        generation = table.generation
+        headers = super().decode(data, raw)
+        if raw and table.generation == generation:
+            self.last = bytes(data)
+            self.last_headers = list(headers)  # type: ignore[arg-type]
+            self.last_size = sum(32 + len(n) + len(v) for n, v in self.last_headers)
+            self.last_generation = generation
+        else:
+            self.last = b""
+        return headers  # type: ignore[return-value]
+
+
+def remembering_hpack(conn: h2.connection.H2Connection) -> None:
+    """``conn`` (new, nothing coded yet) codes header blocks with :class:`RememberingEncoder`
+    and :class:`RememberingDecoder`: a block the same as the last, against the same table,
+    is not coded again."""
+    limit = conn.decoder.max_header_list_size
+    conn.encoder = RememberingEncoder()
+    conn.decoder = RememberingDecoder()
+    conn.decoder.max_header_list_size = limit
+
+
 def server_connection(
     *,
     max_concurrent_streams: int,
@@ -87,13 +191,14 @@ def server_connection(
             header_encoding=None,
             # Checked by request_head and trailers: a malformed stream is reset alone.
             validate_inbound_headers=False,
-            normalize_inbound_headers=True,  # cookie fields joined (RFC 9113 8.2.3)
+            normalize_inbound_headers=False,  # cookie fields: joined by request_head
             # What edge sends is made by response_headers() below: lowercase, no
             # connection-specific field, values the HTTP/1.1 codecs checked.
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
     )
+    remembering_hpack(conn)
     codes = h2.settings.SettingCodes
     values = {
         codes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
@@ -127,7 +232,8 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
 
     The head is what an HTTP/1.1 client would have sent (module invariant), with
     version ``2.0``: the authority (``:authority``, else ``host``) as ``host``,
-    the fields but ``host`` in order, chunked when a body comes without
+    the fields but ``host`` in order (the cookie fields joined into one, last, as
+    RFC 9113 8.2.3 has it), chunked when a body comes without
     ``content-length``. Raises ProtocolError for a request RFC 9113 8.2 and 8.3 call
     malformed (pseudo-header fields unknown, repeated, after a regular one or
     missing; a name not in lower case; a connection-specific field; ``te`` but
@@ -138,6 +244,7 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
     length: int | None = None
     expect = False
     fields: list[Header] = []
+    cookies: list[bytes] | None = None
     for name, value in headers:
         if name[:1] == b":":
             if fields or host is not None:
@@ -171,7 +278,14 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
             length = int(value)
         elif name == b"expect":
             expect = value.lower() == b"100-continue"
+        elif name == b"cookie":
+            if cookies is None:
+                cookies = []
+            cookies.append(value)
+            continue
         fields.append((name, value))
+    if cookies is not None:  # one field, last (RFC 9113 8.2.3)
+        fields.append((b"cookie", b"; ".join(cookies)))
     if method == b"CONNECT":
         raise ProtocolError("CONNECT is not served")
     if method is None or path is None or scheme is None:

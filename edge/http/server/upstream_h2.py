@@ -59,7 +59,13 @@ from h2.errors import ErrorCodes
 
 from edge.errors import HTTPError, UpstreamConnectError
 from edge.http.codec.base import ResponseHead
-from edge.http.codec.h2 import CONNECTION_SPECIFIC, LARGEST_WINDOW, STREAM_WINDOW, next_data
+from edge.http.codec.h2 import (
+    CONNECTION_SPECIFIC,
+    LARGEST_WINDOW,
+    STREAM_WINDOW,
+    next_data,
+    remembering_hpack,
+)
 from edge.http.server.upstream import UpstreamConnection
 
 if TYPE_CHECKING:
@@ -202,6 +208,7 @@ class H2Upstream(asyncio.Protocol):
                 normalize_outbound_headers=False,
             )
         )
+        remembering_hpack(self.h2)  # a server's same answer is not decoded again
         self.streams: dict[int, H2UpstreamStream] = {}  # by id, once their HEADERS went
         self.taken = 0  # streams handed out and not over (with an id or not yet)
         self.limit = MAX_STREAMS  # the server's SETTINGS_MAX_CONCURRENT_STREAMS, at most

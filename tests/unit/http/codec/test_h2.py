@@ -4,9 +4,12 @@ server connection's settings and the per-second allowances."""
 
 from __future__ import annotations
 
+import random
+
 import h2.config
 import h2.connection
 import h2.events
+import hpack
 import pytest
 from h2.settings import SettingCodes
 
@@ -16,6 +19,8 @@ from edge.http.codec.h2 import (
     PREFACE,
     STREAM_WINDOW,
     Allowance,
+    RememberingDecoder,
+    RememberingEncoder,
     request_head,
     response_headers,
     server_connection,
@@ -44,6 +49,17 @@ def test_a_get_is_the_head_an_http_1_1_client_would_have_sent():
     assert head.keep_alive and not head.chunked and head.content_length is None
     assert not head.upgrade and not head.expect_continue
     assert head.passthrough is None  # rebuilt for the upstream, never forwarded as bytes
+
+
+def test_split_cookie_fields_are_joined_into_one_last():
+    headers = [*GET[:4], (b"cookie", b"a=1"), (b"accept", b"*/*"), (b"cookie", b"b=2")]
+    head = request_head(headers, end_stream=True)
+    assert head.headers == [(b"accept", b"*/*"), (b"cookie", b"a=1; b=2")]
+
+
+def test_a_cookie_piece_is_checked_as_a_field():
+    with pytest.raises(ProtocolError, match="invalid value of cookie"):
+        request_head([*GET[:4], (b"cookie", b"a=1"), (b"cookie", b"b=\x00")], end_stream=True)
 
 
 def test_host_stands_in_for_a_missing_authority_and_is_no_field():
@@ -216,3 +232,99 @@ def test_an_allowance_holds_per_second():
     assert [a.spend(10.0) for _ in range(4)] == [True, True, True, False]
     assert a.spend(10.9) is False  # the same second
     assert a.spend(11.0) is True  # a new one
+
+
+FIELDS = [
+    (b":status", b"200"),
+    (b"server", b"nginx"),
+    (b"content-type", b"text/plain"),
+    (b"x-a", b"1"),
+    (b"x-b", b"2"),
+    (b"x-big", b"z" * 300),
+]
+
+
+def header_lists(seed: int, count: int) -> list[list[tuple[bytes, bytes]]]:
+    """Header lists that repeat, change one field, or grow: the table is filled,
+    evicted (a small table), and the same list comes again against another table."""
+    rng = random.Random(seed)
+    lists = []
+    for _ in range(count):
+        fields = rng.sample(FIELDS[1:], rng.randint(0, 4))
+        if rng.random() < 0.3:
+            fields.append((b"x-n", b"%d" % rng.randint(0, 3)))
+        lists.append([FIELDS[0], *fields])
+        if rng.random() < 0.5:
+            lists.append(lists[-1])  # the same list again
+    return lists
+
+
+@pytest.mark.parametrize("table_size", [4096, 200, 0])
+def test_the_remembering_encoder_codes_as_hpacks_would(table_size):
+    """Byte for byte, through repeats, table changes, evictions and resizes."""
+    plain, remembering = hpack.Encoder(), RememberingEncoder()
+    for i, fields in enumerate(header_lists(table_size, 400)):
+        if i == 150:
+            plain.header_table_size = remembering.header_table_size = table_size
+        assert remembering.encode(fields) == plain.encode(fields), i
+
+
+def test_the_remembering_encoder_gives_the_last_block_for_the_same_list():
+    encoder, decoder = RememberingEncoder(), hpack.Decoder()
+    decoder.decode(encoder.encode(FIELDS), raw=True)  # the fields enter the table
+    indexed = encoder.encode(FIELDS)
+    assert encoder.encode(list(FIELDS)) is indexed
+    decoder.decode(encoder.encode([(b"x-other", b"1")]), raw=True)  # indexes move
+    moved = encoder.encode(FIELDS)
+    assert moved != indexed
+    assert decoder.decode(moved, raw=True) == FIELDS
+
+
+@pytest.mark.parametrize("table_size", [4096, 200, 0])
+def test_the_remembering_decoder_decodes_as_hpacks_would(table_size):
+    encoder = hpack.Encoder()
+    plain, remembering = hpack.Decoder(), RememberingDecoder()
+    for i, fields in enumerate(header_lists(table_size + 1, 400)):
+        if i == 150:
+            encoder.header_table_size = table_size  # a size update in the next block
+        block = encoder.encode(fields)
+        assert remembering.decode(block, raw=True) == plain.decode(block, raw=True) == fields, i
+
+
+def test_the_same_block_against_a_changed_table_is_decoded_again():
+    encoder, decoder = hpack.Encoder(), RememberingDecoder()
+    decoder.decode(encoder.encode(FIELDS), raw=True)
+    indexed = encoder.encode(FIELDS)  # every field an index into the dynamic table
+    assert decoder.decode(indexed, raw=True) == FIELDS
+    assert decoder.decode(indexed, raw=True) == FIELDS  # remembered
+    decoder.decode(encoder.encode([(b"x-other", b"1")]), raw=True)  # one entry in front
+    shifted = decoder.decode(indexed, raw=True)
+    assert shifted != FIELDS and shifted[0] == FIELDS[0]  # the static :status stays
+
+
+def test_a_remembered_header_list_is_bounded_as_a_decoded_one():
+    encoder, decoder = hpack.Encoder(), RememberingDecoder()
+    decoder.decode(encoder.encode(FIELDS), raw=True)
+    indexed = encoder.encode(FIELDS)
+    decoder.decode(indexed, raw=True)
+    decoder.max_header_list_size = 300  # under the list's size (SETTINGS changed)
+    with pytest.raises(hpack.OversizedHeaderListError):
+        decoder.decode(indexed, raw=True)
+
+
+def test_a_remembered_header_list_is_a_copy():
+    encoder, decoder = hpack.Encoder(), RememberingDecoder()
+    decoder.decode(encoder.encode(FIELDS), raw=True)
+    indexed = encoder.encode(FIELDS)
+    decoder.decode(indexed, raw=True).append((b"x-added", b"1"))
+    assert decoder.decode(indexed, raw=True) == FIELDS
+    assert decoder.decode(indexed, raw=True) == FIELDS
+
+
+def test_the_server_connection_codes_with_the_remembering_hpack():
+    server = server_connection(
+        max_concurrent_streams=10, decoder_table_size=4096, max_header_list_size=8192
+    )
+    assert isinstance(server.encoder, RememberingEncoder)
+    assert isinstance(server.decoder, RememberingDecoder)
+    assert server.decoder.max_header_list_size == 8192
