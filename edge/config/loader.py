@@ -396,15 +396,11 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
             "global hub pilot",
         ),
         (sta.TracingOTLP, _, "grpc"),
-        (
-            sta.EntryPoint,
-            "allowACMEByPass asDefault http3 reusePort",
-            _,
-        ),
+        (sta.EntryPoint, "allowACMEByPass http3", _),
         (sta.EntryPointObservability, _, "accessLogs metrics"),
         (
             sta.EntryPointHTTP,
-            "encodeQuerySemicolons encodedCharacters middlewares underscoreHeadersStrategy",
+            "encodeQuerySemicolons encodedCharacters underscoreHeadersStrategy",
             _,
         ),
         (sta.ForwardedHeaders, "addXForwardedSchemeHeaders connection", _),

@@ -262,6 +262,10 @@ class EntryPointHTTP(Base):
     (:func:`edge.http.codec.forward.sanitize_path`); false routes and forwards the path
     as sent, so a backend that resolves ``/x/../admin`` itself may be reached
     past ``/admin``'s routers and middlewares.
+
+    ``middlewares`` (Traefik's): run before the own middlewares of every HTTP router
+    on this entry point, in this order; a name without ``@`` is qualified by each
+    router's provider, as the router's own references are (see :class:`EntryPointKind`).
     """
 
     max_header_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1048576
@@ -270,6 +274,12 @@ class EntryPointHTTP(Base):
     redirections: Redirections | None = None
     sanitize_path: bool = True
     tls: EntryPointTLS | None = None
+    middlewares: list[str] = []
+
+    def __post_init__(self) -> None:
+        for i, name in enumerate(self.middlewares):
+            if not name.strip() or name.startswith("@") or name.endswith("@"):
+                raise ValueError(f"middlewares[{i}] {name!r}: expected a name or name@provider")
 
     @property
     def redirect(self) -> RedirectEntryPoint | None:
@@ -317,7 +327,15 @@ class EntryPointObservability(Base):
 
 
 class EntryPoint(Base):
+    """One entry point. ``asDefault`` (Traefik's): when any entry point has it, routers
+    naming no ``entryPoints`` attach to those marked only (else to every TCP one but
+    ``traefik``). ``reusePort`` (Traefik's): its sockets bind with SO_REUSEPORT, so other
+    processes (or another entry point with it) may bind the same port, the kernel
+    spreading connections (datagrams) among them."""
+
     address: str
+    as_default: bool = False
+    reuse_port: bool = False
     transport: Transport = msgspec.field(default_factory=Transport)
     forwarded_headers: ForwardedHeaders = msgspec.field(default_factory=ForwardedHeaders)
     http: EntryPointHTTP = msgspec.field(default_factory=EntryPointHTTP)
@@ -1017,38 +1035,52 @@ class StaticConfig(Base):
             and self.metrics.prometheus.manual_routing,
         )
         return {
-            name: EntryPointKind(ep.protocol, ep.http.tls, defaults)
+            name: EntryPointKind(
+                ep.protocol, ep.http.tls, defaults, tuple(ep.http.middlewares), ep.as_default
+            )
             for name, ep in self.entry_points.items()
         }
 
 
 class EntryPointKind(str):
     """An entry point's protocol (``"tcp"``/``"udp"``, compares as that string) with
-    the HTTP defaults its routers inherit: ``http_tls`` (Traefik's entry point model).
+    the HTTP defaults its routers inherit (Traefik's entry point model): ``http_tls``
+    and ``http_middlewares``; and ``as_default``, whether routers naming no entry
+    point attach to it (see :class:`EntryPoint`).
 
     It travels where the protocols go (the watcher, a worker's validation, ``edge
     check``) so that :func:`edge.config.runtime.build_runtime` can give every HTTP
-    router of an entry point with ``http.tls`` that TLS, and apply the static
-    configuration's ``defaults`` (:class:`RuntimeDefaults`, the same on every kind).
-    Plain strings (no model, no defaults) work as well.
+    router of an entry point with ``http.tls`` that TLS, put ``http.middlewares``
+    before its own, and apply the static configuration's ``defaults``
+    (:class:`RuntimeDefaults`, the same on every kind). Plain strings (no model, no
+    defaults) work as well.
     """
 
     http_tls: EntryPointTLS | None
     defaults: RuntimeDefaults | None
+    http_middlewares: tuple[str, ...]
+    as_default: bool
 
     def __new__(
         cls,
         protocol: str,
         http_tls: EntryPointTLS | None = None,
         defaults: RuntimeDefaults | None = None,
+        http_middlewares: tuple[str, ...] = (),
+        as_default: bool = False,
     ) -> EntryPointKind:
         kind = super().__new__(cls, protocol)
         kind.http_tls = http_tls
         kind.defaults = defaults
+        kind.http_middlewares = tuple(http_middlewares)
+        kind.as_default = as_default
         return kind
 
     def __reduce__(self):  # pickles (and copies) keep the model
-        return (EntryPointKind, (str(self), self.http_tls, self.defaults))
+        return (
+            EntryPointKind,
+            (str(self), self.http_tls, self.defaults, self.http_middlewares, self.as_default),
+        )
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -1067,7 +1099,8 @@ def _overlap(a: str, b: str) -> bool:
 
 
 def _check_addresses(entry_points: Mapping[str, EntryPoint]) -> None:
-    """Two entry points binding one address: an error naming both (port 0 never collides)."""
+    """Two entry points binding one address: an error naming both (port 0 never collides),
+    unless both have ``reusePort`` (then both bind it, as Traefik's do)."""
     seen: list[tuple[str, str, int, str]] = []
     for name, ep in entry_points.items():
         host, port, protocol = parse_address(ep.address)
@@ -1076,6 +1109,7 @@ def _check_addresses(entry_points: Mapping[str, EntryPoint]) -> None:
                 (port, protocol) == (other_port, other_protocol)
                 and port
                 and _overlap(host, other_host)
+                and not (ep.reuse_port and entry_points[other].reuse_port)
             ):
                 raise ValueError(
                     f"entryPoints {other!r} ({entry_points[other].address}) and {name!r} "

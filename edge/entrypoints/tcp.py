@@ -34,7 +34,8 @@ Entry point options decided here, before routing:
   (:class:`~edge.config.static.EntryPointKind`).
 
 With ``reuse_port`` (worker processes, ``workers: N``) each process binds the same
-port with SO_REUSEPORT and the kernel spreads new connections among them.
+port with SO_REUSEPORT and the kernel spreads new connections among them; the entry
+point's ``reusePort`` sets SO_REUSEPORT alone, for other processes to share the port.
 """
 
 from __future__ import annotations
@@ -260,7 +261,8 @@ class TCPEntryPoint:
             family=socket.AF_UNSPEC,
             backlog=4096,
             reuse_address=True,
-            reuse_port=self.reuse_port or None,
+            # workers share every port; reusePort lets any other process share this one
+            reuse_port=self.reuse_port or self.config.reuse_port or None,
         )
         self.http.port = self.https.port = self.port
         for ctx in self.https_checked.values():

@@ -15,7 +15,8 @@ whatever address the kernel picks.
 
 With ``reuse_port`` (``workers: N``) each worker binds the same port with
 SO_REUSEPORT; the kernel spreads datagrams by a hash of the 4-tuple, so one client's
-session stays on one worker.
+session stays on one worker. The entry point's ``reusePort`` sets SO_REUSEPORT alone,
+for other processes to share the port.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class UDPEntryPoint:
         try:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
-            if self.reuse_port:
+            if self.reuse_port or self.config.reuse_port:  # workers, or reusePort
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)

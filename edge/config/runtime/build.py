@@ -60,9 +60,15 @@ def build_runtime(
     """
     defaults = _defaults(entry_points)
     conf = _with_api(conf, defaults)
-    # Routers naming none attach to the static entry points only, never to one opened.
+    # Routers naming none attach to the static entry points only, never to one opened;
+    # when any is marked asDefault, to those marked only (Traefik's default entry points).
+    marked = any(getattr(kind, "as_default", False) for kind in entry_points.values())
     tcp_defaults = sorted(
-        n for n, p in entry_points.items() if p == "tcp" and n != INTERNAL_ENTRY_POINT
+        n
+        for n, p in entry_points.items()
+        if p == "tcp"
+        and n != INTERNAL_ENTRY_POINT
+        and (not marked or getattr(p, "as_default", False))
     )
     udp_defaults = sorted(n for n, p in entry_points.items() if p == "udp")
     if defaults.opens:

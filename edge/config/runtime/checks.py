@@ -113,9 +113,12 @@ def _check_references(
     middlewares: Mapping[str, ServiceInfo[Any]],
     tls_options: Mapping[str, TLSOptions],
     options: str | None,
+    origins: Mapping[str, str] | None = None,
 ) -> None:
     """What an HTTP or TCP router names: its service, its middlewares and, when it
-    terminates TLS, its TLS ``options``: each exists and is not disabled. A
+    terminates TLS, its TLS ``options``: each exists and is not disabled (a message
+    about a middleware ends with its ``origins`` entry, where it has one: one its
+    entry point put there). A
     ``tls.certResolver`` is a warning: edge has none (no ACME), and, as Traefik does
     with a resolver it does not have, serves the router with the certificates it has."""
     _check_service(r, r.config.service, services)
@@ -128,13 +131,14 @@ def _check_references(
         )
     for mw in r.config.middlewares:
         m = middlewares.get(mw)
+        origin = origins.get(mw, "") if origins else ""
         if m is None:
-            r.add_error(f"middleware {mw!r} does not exist")
+            r.add_error(f"middleware {mw!r}{origin} does not exist")
             continue
         if r.name not in m.used_by:
             m.used_by.append(r.name)
         if m.status == DISABLED:
-            r.add_error(f"middleware {mw!r} is disabled: {'; '.join(m.errors)}")
+            r.add_error(f"middleware {mw!r}{origin} is disabled: {'; '.join(m.errors)}")
     if options is not None:
         if options not in tls_options:
             r.add_error(f"TLS options {options!r} do not exist")

@@ -67,7 +67,10 @@ def _build_http(
         _check_rule(r, router.rule, "http", rules)
         _check_entry_points(r, router.entry_points, "tcp", defaults, entry_points)
         options = None if router.tls is None else router.tls.options or DEFAULT_TLS
-        _check_references(r, rt.http_services, rt.http_middlewares, rt.tls.options, options)
+        origins = _middleware_origins(name, router, entry_points)
+        _check_references(
+            r, rt.http_services, rt.http_middlewares, rt.tls.options, options, origins
+        )
         if r.status != DISABLED and any(
             rt.http_middlewares[m].config.chain is not None for m in router.middlewares
         ):
@@ -186,16 +189,20 @@ def _check_http_service(
 def _apply_models(
     routers: Mapping[str, Router], entry_points: Mapping[str, str], defaults: list[str]
 ) -> Mapping[str, Router]:
-    """The HTTP routers with their entry points' ``http.tls`` applied (Traefik's applyModel).
+    """The HTTP routers with their entry points' models applied (Traefik's applyModel):
+    ``http.tls`` and ``http.middlewares``.
 
-    A router on an entry point whose kind carries ``http_tls`` (see
-    :class:`edge.config.static.EntryPointKind`) serves there with that ``tls``
-    unless it has its own. A router on several entry points of which some have a
-    model is split: one router per model entry point, named ``<entrypoint>-<name>``,
-    and the router itself keeps the other entry points.
+    A router on an entry point whose kind carries ``http_tls`` or ``http_middlewares``
+    (see :class:`edge.config.static.EntryPointKind`) serves there with that ``tls``
+    unless it has its own, and with those middlewares before its own
+    (:func:`entry_point_middlewares`). A router on several entry points of which some
+    have a model is split: one router per model entry point, named
+    ``<entrypoint>-<name>``, and the router itself keeps the other entry points.
     """
     models = {
-        name: tls for name, kind in entry_points.items() if (tls := getattr(kind, "http_tls", None))
+        name: kind
+        for name, kind in entry_points.items()
+        if getattr(kind, "http_tls", None) or getattr(kind, "http_middlewares", ())
     }
     if not models:
         return routers
@@ -212,19 +219,47 @@ def _apply_models(
                 rest.append(ep)
                 continue
             tls = router.tls
-            if tls is None:
-                options = model.options
+            model_tls = getattr(model, "http_tls", None)
+            if tls is None and model_tls is not None:
+                options = model_tls.options
                 if options and options != DEFAULT_TLS:
                     options = qualify(options, split_name(name)[1] or "internal")
                 tls = RouterTLS(
-                    cert_resolver=model.cert_resolver, options=options, domains=list(model.domains)
+                    cert_resolver=model_tls.cert_resolver,
+                    options=options,
+                    domains=list(model_tls.domains),
                 )
+            middlewares = entry_point_middlewares(model, name) + router.middlewares
             out[f"{ep}-{name}" if len(eps) > 1 else name] = msgspec.structs.replace(
-                router, entry_points=[ep], tls=tls
+                router, entry_points=[ep], tls=tls, middlewares=middlewares
             )
         if rest:
             out[name] = msgspec.structs.replace(router, entry_points=rest)
     return out
+
+
+def _middleware_origins(
+    name: str, router: Router, entry_points: Mapping[str, str]
+) -> dict[str, str]:
+    """For the router ``name`` as :func:`_apply_models` made it (one entry point when a
+    model applied): the middlewares its entry point put before its own, each to the
+    note its messages end with (``" (entryPoints.web.http.middlewares)"``)."""
+    if len(router.entry_points) != 1:
+        return {}
+    ep = router.entry_points[0]
+    note = f" (entryPoints.{ep}.http.middlewares)"
+    return {m: note for m in entry_point_middlewares(entry_points.get(ep), name)}
+
+
+def entry_point_middlewares(kind: object, router: str) -> list[str]:
+    """The ``http.middlewares`` of the entry point ``kind`` as the HTTP router ``router``
+    names them: qualified by the router's provider where they name none (Traefik
+    resolves them as the router's own, so ``auth`` on an entry point is ``auth@file``
+    for a file router and ``auth@kubernetescrd`` for an IngressRoute's)."""
+    provider = split_name(router)[1]
+    return [
+        m if not provider else qualify(m, provider) for m in getattr(kind, "http_middlewares", ())
+    ]
 
 
 def failover_members(name: str, failover: Failover) -> tuple[str, str]:

@@ -261,10 +261,16 @@ class _Checked:
         self.messages: list[str] = []  # (label, name) above: "router", "tcp router"
 
 
-def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[str, object, object]]:
-    """Entry points as validation reads them: protocol, HTTP model and the static
-    defaults (EntryPointKind compares as its protocol only)."""
+def _kinds(entry_points: Mapping[str, str]) -> dict[str, tuple[object, ...]]:
+    """Entry points as validation reads them: protocol, HTTP model, the static
+    defaults and asDefault (EntryPointKind compares as its protocol only)."""
     return {
-        n: (str(k), getattr(k, "http_tls", None), getattr(k, "defaults", None))
+        n: (
+            str(k),
+            getattr(k, "http_tls", None),
+            getattr(k, "defaults", None),
+            getattr(k, "http_middlewares", ()),
+            getattr(k, "as_default", False),
+        )
         for n, k in entry_points.items()
     }

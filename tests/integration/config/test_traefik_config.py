@@ -100,7 +100,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
     # A refused static option makes the configuration invalid, and says so.
     static = dict(
         TRAEFIK_STATIC,
-        entryPoints={"web": {"address": ":80", "http": {"middlewares": ["auth@file"]}}},
+        entryPoints={"web": {"address": ":80", "http": {"encodeQuerySemicolons": True}}},
     )
     out = check(
         tmp_path,
@@ -113,7 +113,7 @@ def test_check_names_each_unsupported_option_and_checks_the_rest(tmp_path):
         },
     )
     assert (
-        f"static configuration: {tmp_path / 'edge.yaml'}: $.entryPoints.web.http.middlewares: {nope} (refused)"
+        f"static configuration: {tmp_path / 'edge.yaml'}: $.entryPoints.web.http.encodeQuerySemicolons: {nope} (refused)"
         in out.stdout
     )
     assert "router r@file: enabled" in out.stdout and out.returncode == 1

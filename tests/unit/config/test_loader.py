@@ -187,7 +187,7 @@ TRAEFIK_STATIC: dict[str, Any] = {
     "entryPoints": {
         "web": {
             "address": ":80",
-            "http": {"middlewares": ["auth@file"]},
+            "http": {"encodeQuerySemicolons": True},
             "observability": {"accessLogs": False},
         },
     },
@@ -205,7 +205,7 @@ def test_static_options_are_named_and_the_rest_decodes() -> None:
     static = decode_static(TRAEFIK_STATIC, source="edge.yml", notices=notices)
     assert static.log.level == "DEBUG" and static.providers.file is not None
     assert {(n.path, n.ignored) for n in notices} == {
-        ("$.entryPoints.web.http.middlewares", False),
+        ("$.entryPoints.web.http.encodeQuerySemicolons", False),
         ("$.entryPoints.web.observability.accessLogs", True),
         ("$.api.debug", True),
         ("$.tracing.otlp.grpc", True),
@@ -220,7 +220,7 @@ def test_without_notices_refused_static_options_fail_the_load_naming_each() -> N
         decode_static(TRAEFIK_STATIC, source="edge.yml")
     assert str(info.value) == (
         "edge.yml: not supported by this version of edge: "
-        "$.entryPoints.web.http.middlewares, $.certificatesResolvers"
+        "$.entryPoints.web.http.encodeQuerySemicolons, $.certificatesResolvers"
     )
 
 

@@ -518,3 +518,62 @@ def test_entry_point_kinds_keep_the_defaults_through_pickle() -> None:
     assert copy == "tcp" and copy.defaults == kind.defaults  # type: ignore[attr-defined]
     assert copy.defaults.servers_transport.insecure_skip_verify  # type: ignore[attr-defined]
     assert copy.defaults != decode_static({}).entry_point_protocols()["http"].defaults  # type: ignore[attr-defined]
+
+
+def test_entry_point_options_a_traefik_user_writes_decode() -> None:
+    static = decode_static(
+        {
+            "entryPoints": {
+                "web": {"address": ":80", "asDefault": True, "reusePort": True},
+                "admin": {
+                    "address": ":8081",
+                    "http": {"middlewares": ["auth@file", "strip"]},
+                },
+            }
+        }
+    )
+    web, admin = static.entry_points["web"], static.entry_points["admin"]
+    assert (web.as_default, web.reuse_port, web.http.middlewares) == (True, True, [])
+    assert (admin.as_default, admin.reuse_port) == (False, False)
+    assert admin.http.middlewares == ["auth@file", "strip"]
+
+
+@pytest.mark.parametrize("name", ["", " ", "@file", "auth@"])
+def test_an_entry_point_middleware_that_names_nothing_is_an_error_naming_it(name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_static(
+            {"entryPoints": {"web": {"address": ":80", "http": {"middlewares": ["ok", name]}}}}
+        )
+    assert info.value.path == "$.entryPoints.web.http"
+    assert f"middlewares[1] {name!r}" in info.value.message
+
+
+def test_entry_point_kinds_carry_middlewares_and_as_default_through_pickle() -> None:
+    import pickle
+
+    static = decode_static(
+        {
+            "entryPoints": {
+                "web": {"address": ":80", "asDefault": True, "http": {"middlewares": ["a"]}},
+                "other": {"address": ":81"},
+            }
+        }
+    )
+    kinds = static.entry_point_protocols()
+    copy = pickle.loads(pickle.dumps(kinds["web"]))
+    assert copy == "tcp"
+    assert (copy.http_middlewares, copy.as_default) == (("a",), True)  # type: ignore[attr-defined]
+    assert (kinds["other"].http_middlewares, kinds["other"].as_default) == ((), False)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [(":80", ":80"), (":80", "127.0.0.1:80"), (":53/udp", ":53/udp")]
+)
+def test_two_entry_points_on_one_address_both_with_reuse_port_bind_it(a: str, b: str) -> None:
+    shared = {"one": {"address": a, "reusePort": True}, "two": {"address": b, "reusePort": True}}
+    assert set(decode_static({"entryPoints": shared}).entry_points) == {"one", "two"}
+    # one of the two without it: the kernel would refuse the second bind, so edge does first
+    shared["two"]["reusePort"] = False
+    with pytest.raises(ConfigError) as info:
+        decode_static({"entryPoints": shared})
+    assert "'one'" in info.value.message and "'two'" in info.value.message

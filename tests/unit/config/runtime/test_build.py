@@ -426,3 +426,58 @@ def test_routers_naming_a_port_open_run_time_entry_points_when_allowed() -> None
     closed = build_runtime(merged, EPS)
     assert not any(n.startswith(":") for n in closed.entry_points)
     assert closed.http_routers["gw@file"].status == "disabled"
+
+
+def test_routers_naming_no_entry_point_attach_to_those_as_default_when_any_is() -> None:
+    """Traefik's asDefault: once an entry point has it, HTTP and TCP routers naming none
+    attach to the marked TCP ones only; a router naming its entry points and UDP
+    routers (every UDP entry point, as before) are unaffected; none marked: all."""
+    from edge.config.static import EntryPointKind
+
+    doc = {
+        "http": {
+            "routers": {
+                "plain": {"rule": "Host(`a`)", "service": "app"},
+                "named": {"rule": "Host(`b`)", "service": "app", "entryPoints": ["web"]},
+            },
+            "services": {"app": lb("http://127.0.0.1:9001")},
+        },
+        "tcp": {"routers": {"db": {"rule": "HostSNI(`*`)", "service": "db"}},
+                "services": {"db": {"loadBalancer": {"servers": [{"address": "127.0.0.1:1"}]}}}},
+        "udp": {"routers": {"dns": {"service": "dns"}},
+                "services": {"dns": {"loadBalancer": {"servers": [{"address": "127.0.0.1:53"}]}}}},
+    }  # fmt: skip
+    merged = merge({"file": conf(doc)})
+    eps = {**EPS, "admin": "tcp", "dns2": "udp"}
+
+    def attached(marked: set[str]) -> tuple[list[str], ...]:
+        kinds = {n: EntryPointKind(p, as_default=n in marked) for n, p in eps.items()}
+        rt = build_runtime(merged, kinds)
+        return (
+            rt.http_routers["plain@file"].entry_points,
+            rt.http_routers["named@file"].entry_points,
+            rt.tcp_routers["db@file"].entry_points,
+            rt.udp_routers["dns@file"].entry_points,
+        )
+
+    assert attached(set()) == (["admin", "web", "websecure"], ["web"], ["admin", "web", "websecure"], ["dns", "dns2"])  # fmt: skip
+    assert attached({"websecure"}) == (["websecure"], ["web"], ["websecure"], ["dns", "dns2"])
+    assert attached({"web", "admin"}) == (["admin", "web"], ["web"], ["admin", "web"], ["dns", "dns2"])  # fmt: skip
+    # the internal entry point is never a default, marked or not (Traefik's too)
+    assert attached({"traefik"})[0] == []
+
+
+def test_an_as_default_change_is_a_full_validation_not_an_endpoints_only_round() -> None:
+    from edge.config.static import EntryPointKind
+
+    doc = {
+        "http": {
+            "routers": {"plain": {"rule": "Host(`a`)", "service": "app"}},
+            "services": {"app": lb("http://127.0.0.1:9001")},
+        }
+    }
+    first = build_runtime(merge({"file": conf(doc)}), EPS)
+    doc["http"]["services"]["app"] = lb("http://127.0.0.1:9002")  # servers only
+    marked = {n: EntryPointKind(p, as_default=n == "web") for n, p in EPS.items()}
+    again = build_runtime(merge({"file": conf(doc)}), marked, previous=first)
+    assert again.http_routers["plain@file"].entry_points == ["web"]

@@ -383,3 +383,88 @@ def test_a_mirroring_under_another_service_is_a_warning():
         "through another service it serves its service alone"
     ]
     assert rt.http_routers["r@file"].status == "enabled"
+
+
+def _with_entry_point_middlewares(doc_by_provider: dict, middlewares: dict[str, tuple[str, ...]]):
+    from edge.config.static import EntryPointKind
+
+    kinds = {n: EntryPointKind(p, http_middlewares=middlewares.get(n, ())) for n, p in EPS.items()}
+    return build_runtime(merge({p: conf(d) for p, d in doc_by_provider.items()}), kinds)
+
+
+def test_entry_point_middlewares_run_before_the_routers_own_qualified_by_its_provider():
+    """Traefik's applyModel: an entry point's http.middlewares are put before those of
+    each HTTP router on it; a name without @ is the router's provider's; a router on
+    several entry points becomes one per entry point with a model."""
+    http = {
+        "routers": {
+            "only-web": {"rule": "Host(`a`)", "service": "app", "entryPoints": ["web"],
+                         "middlewares": ["own"]},
+            "both": {"rule": "Host(`b`)", "service": "app", "entryPoints": ["web", "websecure"]},
+            "default": {"rule": "Host(`c`)", "service": "app"},
+            "elsewhere": {"rule": "Host(`d`)", "service": "app", "entryPoints": ["websecure"]},
+        },
+        "services": {"app": lb("http://127.0.0.1:9001")},
+        "middlewares": {
+            "own": {"addPrefix": {"prefix": "/own"}},
+            "mark": {"headers": {"customRequestHeaders": {"X-Mark": "file"}}},
+        },
+    }  # fmt: skip
+    other = {"http": {"middlewares": {"mark": {"headers": {"customRequestHeaders": {"X": "o"}}}}}}
+    rt = _with_entry_point_middlewares(
+        {"file": {"http": http}, "other": other}, {"web": ("mark", "mark@other")}
+    )
+    r = rt.http_routers
+    assert r["only-web@file"].config.middlewares == ["mark@file", "mark@other", "own@file"]
+    assert r["only-web@file"].status == "enabled"
+    assert r["web-both@file"].config.middlewares == ["mark@file", "mark@other"]
+    assert r["web-both@file"].entry_points == ["web"]
+    assert r["both@file"].config.middlewares == [] and r["both@file"].entry_points == ["websecure"]
+    assert r["web-default@file"].config.middlewares == ["mark@file", "mark@other"]
+    assert r["default@file"].config.middlewares == []
+    assert r["default@file"].entry_points == ["websecure"]  # traefik is never a default
+    assert r["elsewhere@file"].config.middlewares == []
+    assert rt.http_middlewares["mark@file"].used_by == ["only-web@file", "web-both@file", "web-default@file"]  # fmt: skip
+    assert rt.http_middlewares["mark@other"].used_by == ["only-web@file", "web-both@file", "web-default@file"]  # fmt: skip
+
+
+def test_an_entry_point_chain_is_unrolled_like_a_routers_own():
+    http = {
+        "routers": {"r": {"rule": "Host(`a`)", "service": "app", "middlewares": ["b"]}},
+        "services": {"app": lb("http://127.0.0.1:9001")},
+        "middlewares": {
+            "a": {"stripPrefix": {"prefixes": ["/a"]}},
+            "b": {"addPrefix": {"prefix": "/b"}},
+            "both": {"chain": {"middlewares": ["a", "b"]}},
+        },
+    }
+    rt = _with_entry_point_middlewares({"file": {"http": http}}, {"web": ("both",)})
+    assert rt.http_routers["web-r@file"].config.middlewares == ["a@file", "b@file", "b@file"]
+    assert rt.http_routers["web-r@file"].status == "enabled"
+
+
+def test_a_missing_entry_point_middleware_disables_the_routers_it_applies_to_saying_where():
+    http = {
+        "routers": {
+            "on-web": {"rule": "Host(`a`)", "service": "app", "entryPoints": ["web"]},
+            "on-secure": {"rule": "Host(`b`)", "service": "app", "entryPoints": ["websecure"]},
+        },
+        "services": {"app": lb("http://127.0.0.1:9001")},
+        "middlewares": {"bad": {"addPrefix": {"prefix": ""}}},
+    }
+    rt = _with_entry_point_middlewares(
+        {"file": {"http": http}}, {"web": ("auth",), "websecure": ("bad",)}
+    )
+    web, secure = rt.http_routers["on-web@file"], rt.http_routers["on-secure@file"]
+    assert web.status == "disabled" and secure.status == "disabled"
+    assert web.errors == [
+        "middleware 'auth@file' (entryPoints.web.http.middlewares) does not exist"
+    ]
+    assert secure.errors[0].startswith(
+        "middleware 'bad@file' (entryPoints.websecure.http.middlewares) is disabled: "
+    )
+    # the rest is served: a router on an entry point without them
+    http["routers"]["on-traefik"] = {"rule": "Host(`c`)", "service": "app", "entryPoints": ["traefik"]}  # fmt: skip
+    rt = _with_entry_point_middlewares({"file": {"http": http}}, {"web": ("auth",)})
+    assert rt.http_routers["on-traefik@file"].status == "enabled"
+    assert rt.http_routers["on-secure@file"].status == "enabled"
