@@ -3,7 +3,8 @@
 A :class:`Transport` owns the idle keep-alive connections to every server it has
 been used for (one LIFO pool per server), the dial and response timeouts, and
 the TLS context for ``https://`` servers (serverName, insecureSkipVerify, rootCAs,
-client certificates: :func:`edge.config.runtime.client_tls_context`). A transport
+client certificates, versions, cipher suites, peerCertSANs:
+:func:`edge.config.runtime.client_tls_context`). A transport
 with its own TLS settings builds its context when it is planned (off the loop);
 one without shares the registry's context over the system's CAs, built at the
 first ``https://`` dial. A context that cannot be built (a file validation
@@ -43,6 +44,7 @@ from urllib.parse import urlsplit
 
 from edge.config.dynamic import ServersTransport
 from edge.config.runtime import client_tls_context
+from edge.config.runtime.tls import own_tls, transport_tls_context
 from edge.errors import ConfigError, UpstreamConnectError, UpstreamDialTimeout
 
 log = logging.getLogger("edge.transports")
@@ -182,13 +184,9 @@ class Transport:
         self._ssl_h2: ssl.SSLContext | None = None  # the same, offering h2 first by ALPN
         self._system_context = system_context
         self.tls_error: str | None = None  # why this transport's TLS context cannot be built
-        if config.root_cas or config.certificates or config.insecure_skip_verify:
+        if own_tls(config):
             try:
-                self._ssl = client_tls_context(
-                    insecure_skip_verify=config.insecure_skip_verify,
-                    root_cas=config.root_cas,
-                    certificates=config.certificates,
-                )
+                self._ssl = transport_tls_context(config)
             except ConfigError as exc:
                 self.tls_error = str(exc)
                 log.error("serversTransport %s: %s", name, exc)
@@ -320,14 +318,8 @@ class Transport:
         config = self.config
         if self.tls_error is not None:
             raise UpstreamConnectError(f"serversTransport {self.name}: {self.tls_error}")
-        if config.root_cas or config.certificates or config.insecure_skip_verify:
-            ctx = client_tls_context(
-                insecure_skip_verify=config.insecure_skip_verify,
-                root_cas=config.root_cas,
-                certificates=config.certificates,
-            )
-        else:
-            ctx = client_tls_context()  # the system's CAs, once per transport that needs h2
+        # Once per transport that needs h2 (with the system's CAs, when it names none).
+        ctx = transport_tls_context(config)
         ctx.set_alpn_protocols(["h2", "http/1.1"])
         return ctx
 

@@ -34,7 +34,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from edge.config import htpasswd, pem
+from edge.config import htpasswd, pem, tlsnames
 from edge.config.durations import Duration, SignedDuration
 from edge.config.redact import Secret
 from edge.errors import ConfigError
@@ -63,6 +63,7 @@ __all__ = [
     "LoadBalancer",
     "Middleware",
     "PassiveServerHealthCheck",
+    "PeerCertSAN",
     "ProxyProtocol",
     "RateLimit",
     "RedirectScheme",
@@ -1613,13 +1614,24 @@ class ClientCertificate(Base):
     key_file: Secret
 
 
+class PeerCertSAN(Base):
+    """One of ``peerCertSANs``: a name the server's certificate must carry, a ``URI``
+    SAN (a SPIFFE id; compared without regard to case, as Traefik does) or a
+    host name the certificate's DNS names (wildcards included) cover, ``DNSName``."""
+
+    type: Literal["URI", "DNSName"]
+    value: str
+
+
 class ServersTransport(Element):
     """How edge talks to HTTP upstreams.
 
     TLS settings apply to ``https://`` servers: ``serverName`` (SNI and the name
     verified), ``insecureSkipVerify``, ``rootCAs`` (paths or inline PEM; when set,
-    they replace the system's CAs, as Go's RootCAs do) and ``certificates``
-    (client certificates). What each does under Python's ssl is in
+    they replace the system's CAs, as Go's RootCAs do), ``certificates``
+    (client certificates), ``minVersion``/``maxVersion`` and ``cipherSuites`` (Go's
+    names: :mod:`edge.config.tlsnames`), ``peerCertSANs`` (and ``peerCertURI``, one
+    URI SAN: Traefik's older key). What each does under Python's ssl is in
     :func:`edge.config.runtime.client_tls_context`.
     """
 
@@ -1632,6 +1644,25 @@ class ServersTransport(Element):
     forwarding_timeouts: ForwardingTimeouts = msgspec.field(default_factory=ForwardingTimeouts)
     # https:// servers are never offered h2 (edge.transports); h2c:// ones speak it still.
     disable_http2: bool = msgspec.field(default=False, name="disableHTTP2")
+    cipher_suites: list[str] = []  # TLS 1.0-1.2 suites; "": OpenSSL's defaults
+    min_version: TLSVersion | Literal[""] = ""  # "": TLS 1.2, Go's client default
+    max_version: TLSVersion | Literal[""] = ""  # "": the highest supported
+    peer_cert_uri: str = msgspec.field(default="", name="peerCertURI")
+    peer_cert_sans: list[PeerCertSAN] = msgspec.field(default_factory=list, name="peerCertSANs")
+
+    def __post_init__(self) -> None:
+        if self.unsupported or self.problems:  # disabled anyway
+            return
+        try:
+            tls12 = tlsnames.openssl_suites(self.cipher_suites)
+        except ValueError as exc:
+            raise ValueError(f"cipherSuites: {exc}") from None
+        low, high = self.min_version, self.max_version
+        if low and high and tlsnames.VERSIONS[low] > tlsnames.VERSIONS[high]:
+            raise ValueError(f"minVersion {low} is above maxVersion {high}")
+        if self.cipher_suites and not tls12 and high and high != "VersionTLS13":
+            # Go offers TLS 1.3's suites alone then, which no handshake up to maxVersion takes.
+            raise ValueError(f"cipherSuites names no TLS 1.0-1.2 suite while maxVersion is {high}")
 
 
 class HTTPConfiguration(Base):
@@ -1705,6 +1736,8 @@ class TLSClientConfig(Base):
     insecure_skip_verify: bool = False
     root_cas: list[str] = msgspec.field(default_factory=list, name="rootCAs")
     certificates: list[ClientCertificate] = []
+    peer_cert_uri: str = msgspec.field(default="", name="peerCertURI")  # as ServersTransport's
+    peer_cert_sans: list[PeerCertSAN] = msgspec.field(default_factory=list, name="peerCertSANs")
 
 
 class TCPServersTransport(Element):

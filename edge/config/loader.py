@@ -379,14 +379,10 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),
-        (
-            dyn.ServersTransport,
-            "cipherSuites maxVersion minVersion peerCertURI spiffe",
-            _,
-        ),
+        (dyn.ServersTransport, "spiffe", _),
         (dyn.TCPMiddleware, "inFlightReq ipWhiteList rateLimit streamCompress", _),
         (dyn.TCPLoadBalancer, "healthCheck", _),
-        (dyn.TLSClientConfig, "peerCertSANs peerCertURI spiffe", _),
+        (dyn.TLSClientConfig, "spiffe", _),
         (dyn.TLSOptions, "preferServerCipherSuites", _),
         (dyn.TLSStore, _, "defaultGeneratedCert"),
         # -- static configuration --

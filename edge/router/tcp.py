@@ -37,6 +37,7 @@ from edge.config.dynamic import TCPLoadBalancer as TCPLoadBalancerConfig
 from edge.config.dynamic import split_host_port
 from edge.config.merge import DEFAULT_TLS
 from edge.config.runtime import DEFAULT_TRANSPORT, DISABLED, RuntimeConfig, client_tls_context
+from edge.config.runtime.tls import transport_tls_context
 from edge.errors import ConfigError
 from edge.router.services import build_service
 from edge.rules import RequestView, RouteTable, Rule, compile_rule
@@ -348,14 +349,7 @@ class _Builder:
         ctx = self.contexts.get(name)
         if ctx is None:
             tls = self.runtime.tcp_servers_transports[name].tls
-            if tls is None:
-                ctx = client_tls_context()
-            else:
-                ctx = client_tls_context(
-                    insecure_skip_verify=tls.insecure_skip_verify,
-                    root_cas=tls.root_cas,
-                    certificates=tls.certificates,
-                )
+            ctx = client_tls_context() if tls is None else transport_tls_context(tls)
             self.contexts[name] = ctx
         return ctx
 

@@ -86,6 +86,7 @@ from cryptography.x509.oid import NameOID
 from edge.config.dynamic import TLSConfiguration, TLSOptions
 from edge.config.paths import relative_note
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
+from edge.config.tlsnames import CIPHER_SUITES, LEGACY_CIPHERS, VERSIONS, openssl_suites
 from edge.errors import ConfigError
 from edge.tls import tickets as ticket_keys
 
@@ -130,54 +131,6 @@ TRANSIENT_NOTE = " (transient: retried)"  # ends the message of an error marked 
 # What edge speaks to a client it terminates into HTTPS routers: the ALPN names an
 # HTTPS context may offer from an options entry's alpnProtocols (h2: edge.http.server.h2).
 HTTP_ALPN = ("h2", "http/1.1", "http/1.0")
-
-LEGACY_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE+AES"
-"""The cipher list of options allowing TLS 1.0/1.1 without ``cipherSuites``: Go's
-default kinds (ECDHE; AES-GCM, ChaCha20-Poly1305, AES-CBC, which TLS 1.0/1.1 need)."""
-
-VERSIONS = {
-    "VersionTLS10": ssl.TLSVersion.TLSv1,
-    "VersionTLS11": ssl.TLSVersion.TLSv1_1,
-    "VersionTLS12": ssl.TLSVersion.TLSv1_2,
-    "VersionTLS13": ssl.TLSVersion.TLSv1_3,
-}
-
-# Go's cipher suite names (Traefik's list) -> OpenSSL's, for TLS 1.0-1.2.
-CIPHER_SUITES = {
-    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA",
-    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
-    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-}
-# Accepted and not applied (Go does not apply them either).
-IGNORED_SUITES = frozenset(
-    {
-        "TLS_AES_128_GCM_SHA256",
-        "TLS_AES_256_GCM_SHA384",
-        "TLS_CHACHA20_POLY1305_SHA256",
-        "TLS_FALLBACK_SCSV",
-    }
-)
 
 # Go's curve names and Traefik's aliases -> OpenSSL's short names.
 CURVES = {
@@ -795,14 +748,10 @@ def _options(name: str, opts: TLSOptions) -> _Options:
 
     ciphers = None
     if opts.cipher_suites:
-        unknown = [
-            s for s in opts.cipher_suites if s not in CIPHER_SUITES and s not in IGNORED_SUITES
-        ]
-        if unknown:
-            raise fail(f"cipherSuites: unknown cipher suite {unknown[0]!r}")
-        wanted = list(
-            dict.fromkeys(CIPHER_SUITES[s] for s in opts.cipher_suites if s in CIPHER_SUITES)
-        )
+        try:
+            wanted = openssl_suites(opts.cipher_suites)
+        except ValueError as exc:
+            raise fail(f"cipherSuites: {exc}") from None
         if wanted:
             ciphers = ":".join(wanted)
         elif minimum < ssl.TLSVersion.TLSv1_3:

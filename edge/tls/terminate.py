@@ -367,7 +367,9 @@ class TLSTransport(asyncio.Transport, asyncio.Protocol):
 
     def _handshake(self) -> None:
         try:
-            self._sslobj.do_handshake()
+            # A client's through its wrapper, whose class its context may choose to
+            # check more (peerCertSANs: edge.config.runtime.client_tls_context).
+            (self._sslobj if self._ssl is None else self._ssl).do_handshake()
         except ssl.SSLWantReadError:
             self._flush()
             return

@@ -10,20 +10,26 @@ them, so that ``edge check`` can say which file each one is where it runs.
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+from cryptography import x509
+
 from edge.config.dynamic import (
     ClientCertificate,
     Configuration,
+    PeerCertSAN,
     ServersTransport,
     TCPServersTransport,
+    TLSClientConfig,
 )
 from edge.config.merge import DEFAULT_TLS
 from edge.config.paths import relative, relative_note
 from edge.config.pem import PEM_MARK, describe, pem_file, read_pem
 from edge.config.runtime.model import DISABLED, RouterInfo, RuntimeConfig, _Checked
+from edge.config.tlsnames import LEGACY_CIPHERS, VERSIONS, openssl_suites
 from edge.errors import ConfigError
 
 
@@ -112,6 +118,10 @@ def client_tls_context(
     root_cas: Sequence[str] = (),
     certificates: Sequence[ClientCertificate] = (),
     system_roots: bool = True,
+    min_version: str = "",
+    max_version: str = "",
+    cipher_suites: Sequence[str] = (),
+    peer_sans: Sequence[PeerCertSAN] = (),
 ) -> ssl.SSLContext:
     """The client side of TLS to upstream servers, as a serversTransport describes it.
 
@@ -125,9 +135,27 @@ def client_tls_context(
     offered (Go picks the first that suits the server). Raises ConfigError
     naming the file (or "inline PEM") that cannot be used; a key is never read
     with a password (an encrypted one is an error, not a prompt).
+
+    ``min_version``/``max_version`` (Go's names; TLS 1.2 and the highest by
+    default, Go's client defaults) bound the versions offered. ``cipher_suites``
+    (Go's names) are the TLS 1.0-1.2 suites offered; TLS 1.3's are always offered,
+    by Go as by OpenSSL, so names of those change nothing, and a list of those alone
+    leaves TLS 1.3 as the only version a handshake can agree on (Go offers no TLS
+    1.2 suite then), which is what the context allows. TLS 1.0/1.1 get OpenSSL's
+    security level 0, as TLS options do (:mod:`edge.tls.certs`).
+
+    ``peer_sans``: the server's certificate must also carry one of these SANs, the
+    check Go's VerifyPeerCertificate makes for Traefik after the handshake; with
+    ``insecureSkipVerify`` the chain is still verified then (not the name), as Go's
+    check does. The handshake fails with :class:`ssl.SSLCertVerificationError`.
     """
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx = (
+        _SANContext(ssl.PROTOCOL_TLS_CLIENT)
+        if peer_sans
+        else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    )
     ctx.options |= ssl.OP_NO_RENEGOTIATION
+    _versions(ctx, min_version, max_version, cipher_suites)
     for i, value in enumerate(root_cas):
         what = f"rootCAs[{i}] {describe(value)}"
         try:
@@ -139,7 +167,7 @@ def client_tls_context(
             raise ConfigError(f"{what}: no such file{relative_note(value)}") from None
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise ConfigError(f"{what}: no CA certificate could be read ({_reason(exc)})") from None
-    if not root_cas and system_roots and not insecure_skip_verify:
+    if not root_cas and system_roots and (peer_sans or not insecure_skip_verify):
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     for i, cert in reversed(list(enumerate(certificates))):  # the first of each key type wins
         what = f"certificates[{i}]"
@@ -155,8 +183,144 @@ def client_tls_context(
             ) from None
     if insecure_skip_verify:
         ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+        if isinstance(ctx, _SANContext):
+            ctx.peer_sans = tuple(peer_sans)  # the chain verified still, as Go's check does
+        else:
+            ctx.verify_mode = ssl.CERT_NONE
+    elif isinstance(ctx, _SANContext):
+        ctx.peer_sans = tuple(peer_sans)
     return ctx
+
+
+def transport_tls_context(
+    tls: ServersTransport | TLSClientConfig, *, system_roots: bool = True
+) -> ssl.SSLContext:
+    """:func:`client_tls_context` for a serversTransport (HTTP) or a TCP one's ``tls``,
+    with all its settings; ``peerCertURI`` is one more URI SAN of ``peerCertSANs``."""
+    sans = list(tls.peer_cert_sans)
+    if tls.peer_cert_uri:
+        sans.append(PeerCertSAN(type="URI", value=tls.peer_cert_uri))
+    http = tls if isinstance(tls, ServersTransport) else None
+    return client_tls_context(
+        insecure_skip_verify=tls.insecure_skip_verify,
+        root_cas=tls.root_cas,
+        certificates=tls.certificates,
+        system_roots=system_roots,
+        min_version=http.min_version if http is not None else "",
+        max_version=http.max_version if http is not None else "",
+        cipher_suites=http.cipher_suites if http is not None else (),
+        peer_sans=sans,
+    )
+
+
+def own_tls(tls: ServersTransport | TLSClientConfig) -> bool:
+    """Whether ``tls`` asks for anything of TLS beyond the system's CAs and OpenSSL's
+    defaults (``serverName`` aside: it is the dial's), so needs a context of its own."""
+    http = tls if isinstance(tls, ServersTransport) else None
+    return bool(
+        tls.root_cas
+        or tls.certificates
+        or tls.insecure_skip_verify
+        or tls.peer_cert_uri
+        or tls.peer_cert_sans
+        or (http is not None and (http.cipher_suites or http.min_version or http.max_version))
+    )
+
+
+def _versions(
+    ctx: ssl.SSLContext, min_version: str, max_version: str, cipher_suites: Sequence[str]
+) -> None:
+    """The versions and TLS 1.0-1.2 suites of a client context (validation checked the
+    names: :class:`~edge.config.dynamic.ServersTransport`); ConfigError when this
+    OpenSSL has none of the suites named."""
+    minimum = VERSIONS[min_version] if min_version else ssl.TLSVersion.TLSv1_2
+    try:
+        tls12 = openssl_suites(cipher_suites)
+    except ValueError as exc:
+        raise ConfigError(f"cipherSuites: {exc}") from None
+    if cipher_suites and not tls12:
+        minimum = ssl.TLSVersion.TLSv1_3  # Go offers TLS 1.3's suites alone
+    ctx.minimum_version = minimum
+    if max_version:
+        ctx.maximum_version = VERSIONS[max_version]
+    ciphers = ":".join(tls12) if tls12 else None
+    if minimum < ssl.TLSVersion.TLSv1_2:
+        # TLS 1.0/1.1 need SHA-1 signatures, which OpenSSL's default level refuses.
+        ciphers = f"{ciphers or LEGACY_CIPHERS}:@SECLEVEL=0"
+    if ciphers is not None:
+        try:
+            ctx.set_ciphers(ciphers)
+        except ssl.SSLError:
+            raise ConfigError(f"cipherSuites: none is available in {ssl.OPENSSL_VERSION}") from None
+
+
+class _SANChecked(ssl.SSLObject):
+    """A client's TLS whose handshake ends with its context's ``peerCertSANs`` check."""
+
+    def do_handshake(self) -> None:
+        super().do_handshake()
+        context = self.context
+        sans = context.peer_sans if isinstance(context, _SANContext) else ()
+        if sans:
+            der = self.getpeercert(binary_form=True)
+            if der is None or not peer_sans_match(der, sans):
+                names = ", ".join(f"{san.type} {san.value}" for san in sans)
+                why = f"the server's certificate has none of peerCertSANs ({names})"
+                error = ssl.SSLCertVerificationError(why)
+                error.reason = error.verify_message = why  # as OpenSSL's errors carry theirs
+                raise error
+
+
+class _SANContext(ssl.SSLContext):
+    """A client context with ``peerCertSANs``: its TLS objects check them (asyncio's
+    and uvloop's TLS, and :mod:`edge.tls.terminate`'s, make theirs with ``wrap_bio``)."""
+
+    sslobject_class = _SANChecked
+    peer_sans: tuple[PeerCertSAN, ...] = ()
+
+
+def peer_sans_match(der: bytes, sans: Sequence[PeerCertSAN]) -> bool:
+    """Whether the certificate ``der`` carries one of ``sans``: a URI SAN equal to a
+    ``URI`` one regardless of case, or DNS (or, for an address, IP) SANs a
+    ``DNSName`` one matches as a host name (Go's ``VerifyHostname``)."""
+    try:
+        ext = x509.load_der_x509_certificate(der).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName
+        )
+    except (ValueError, x509.ExtensionNotFound):
+        return False
+    names = ext.value
+    for san in sans:
+        if san.type == "URI":
+            wanted = san.value.casefold()
+            if any(
+                uri.casefold() == wanted
+                for uri in names.get_values_for_type(x509.UniformResourceIdentifier)
+            ):
+                return True
+        elif _host_matches(san.value, names):
+            return True
+    return False
+
+
+def _host_matches(host: str, names: x509.SubjectAlternativeName) -> bool:
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        return address in names.get_values_for_type(x509.IPAddress)
+    labels = host.lower().rstrip(".").split(".")
+    for pattern in names.get_values_for_type(x509.DNSName):
+        wanted = pattern.lower().rstrip(".").split(".")
+        if len(wanted) != len(labels):
+            continue
+        if all(
+            w == h or (i == 0 and w == "*" and h)
+            for i, (w, h) in enumerate(zip(wanted, labels, strict=True))
+        ):
+            return True
+    return False
 
 
 def relative_files(conf: Configuration) -> list[tuple[str, str]]:
@@ -228,11 +392,9 @@ class _TransportTLS:
         if name not in self.verdicts:
             tls = config.tls if isinstance(config, TCPServersTransport) else config
             error = None
-            if tls is not None and (tls.root_cas or tls.certificates):
+            if tls is not None and own_tls(tls):
                 try:
-                    client_tls_context(
-                        root_cas=tls.root_cas, certificates=tls.certificates, system_roots=False
-                    )
+                    transport_tls_context(tls, system_roots=False)
                 except ConfigError as exc:
                     error = str(exc)
             self.verdicts[name] = error

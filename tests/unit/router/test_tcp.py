@@ -93,15 +93,16 @@ def test_without_a_tcp_catch_all_an_unknown_name_still_gets_the_https_404():
     ("where", "key", "value"),
     [
         ("loadBalancer", "healthCheck", {"interval": "10s", "timeout": "3s"}),  # Traefik v3.3
-        ("transport-tls", "peerCertSANs", ["db.internal"]),
+        ("transport-tls", "spiffe", {"ids": ["spiffe://td/db"]}),
     ],
 )
 def test_a_traefik_tcp_key_edge_lacks_disables_its_service_not_the_file(where, key, value):
     """Traefik keys edge does not implement are named as such and disable only their
     element; the TCP load balancer's ``healthCheck`` and a TCP serversTransport's
-    ``peerCertSANs`` were missing from that list, so they read as typos ("unknown
-    key") and the whole file was refused: every router in it, HTTP ones included,
-    was gone (at start-up: not ready) for one TCP service's health check."""
+    ``peerCertSANs`` (read since; its ``spiffe`` stands in) were missing from that
+    list, so they read as typos ("unknown key") and the whole file was refused: every
+    router in it, HTTP ones included, was gone (at start-up: not ready) for one TCP
+    service's health check."""
     lb: dict = {"servers": [{"address": "127.0.0.1:9", "tls": True}], "serversTransport": "st"}
     transport: dict = {"tls": {"serverName": "db.internal"}}
     (lb if where == "loadBalancer" else transport["tls"])[key] = value
