@@ -41,7 +41,10 @@ SITE = CA.issue("a.test")
 
 
 def key_lines(pem: str) -> list[str]:
-    return [line for line in pem.splitlines() if line and not line.startswith("-----")]
+    """The base64 lines of a PEM private key, and a stretch of the Secret's own base64 of
+    it (as the API server sends it): any one found is a leak."""
+    lines = [line for line in pem.splitlines() if line and not line.startswith("-----")]
+    return [*lines, base64.b64encode(pem.encode()).decode()[80:140]]
 
 
 def leaked(text: str, found: list[str]) -> list[str]:
@@ -92,7 +95,7 @@ def https_answers(port: int, host: str) -> int:
 
 
 def test_an_ingress_tls_secret_serves_https_and_shows_no_key(emu, whoami, caplog):
-    caplog.set_level(logging.DEBUG, logger="edge")
+    caplog.set_level(logging.DEBUG)  # every logger: edge's, the client's, urllib3's
     emu.create(o.ingress_class("edge"))
     KP.backend_service(emu, "app", whoami)
     b64 = base64.b64encode
@@ -122,13 +125,14 @@ def test_an_ingress_tls_secret_serves_https_and_shows_no_key(emu, whoami, caplog
             assert leaked(body, key_lines(SITE.key_pem)) == [], (path, body)
         raw = json.loads(bodies["/api/rawdata"])
         assert any(r.get("tls") is not None for r in raw["routers"].values()), raw
+        assert any(r.levelno == logging.DEBUG for r in caplog.records)  # the log was read
         assert leaked(caplog.text, key_lines(SITE.key_pem)) == []
     finally:
         KP.stop_all([edge])
 
 
 def test_ingress_nginx_auth_secret_lets_its_users_in_and_shows_no_hash(emu, whoami, caplog):
-    caplog.set_level(logging.DEBUG, logger="edge")
+    caplog.set_level(logging.DEBUG)  # every logger: edge's, the client's, urllib3's
     password = "pw-" + secrets.token_hex(8)
     digest = base64.b64encode(hashlib.sha1(password.encode()).digest()).decode()
     emu.create(o.ingress_class("nginx", controller="k8s.io/ingress-nginx"))
@@ -162,7 +166,7 @@ def test_ingress_nginx_auth_secret_lets_its_users_in_and_shows_no_hash(emu, whoa
 
 
 def test_crd_middleware_secrets_show_masked(emu, whoami, caplog):
-    caplog.set_level(logging.DEBUG, logger="edge")
+    caplog.set_level(logging.DEBUG)  # every logger: edge's, the client's, urllib3's
     emu.create(service("app", 80))
     emu.create(endpoints("app-1", "app", whoami.port))
     client = CA.issue(cn="edge-client", client=True)
