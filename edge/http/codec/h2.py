@@ -315,6 +315,30 @@ def request_head(headers: list[Header], end_stream: bool) -> RequestHead:
     )
 
 
+class RequestHeads:
+    """A connection's request heads: :func:`request_head` of a header list, or the
+    last head again when the list and ``end_stream`` are the last's (a client
+    asking the same again; heads are never written once built, so streams share
+    one). A refused list is not kept."""
+
+    __slots__ = ("end_stream", "fields", "head")
+
+    def __init__(self) -> None:
+        self.fields: list[Header] | None = None
+        self.end_stream = False
+        self.head: RequestHead | None = None
+
+    def head_of(self, headers: list[Header], end_stream: bool) -> RequestHead:
+        head = self.head
+        if head is not None and end_stream is self.end_stream and headers == self.fields:
+            return head
+        head = request_head(headers, end_stream)
+        self.fields = headers
+        self.end_stream = end_stream
+        self.head = head
+        return head
+
+
 def next_data(
     machine: h2.connection.H2Connection, stream_id: int, pending: deque[bytes]
 ) -> bytes | None:

@@ -56,8 +56,8 @@ from edge.deadlines import BODY, IDLE, NO_DEADLINE
 from edge.errors import HTTPError
 from edge.http.codec.h2 import (
     Allowance,
+    RequestHeads,
     next_data,
-    request_head,
     response_headers,
     server_connection,
     trailers,
@@ -462,6 +462,7 @@ class H2Connection(asyncio.Protocol):
         "encoder_cap",
         "flushing",
         "h2",
+        "heads",
         "loop",
         "max_streams",
         "pings",
@@ -500,6 +501,7 @@ class H2Connection(asyncio.Protocol):
         self.max_streams = limits.max_concurrent_streams
         self._cap_encoder()
         self.streams: dict[int, H2Stream] = {}
+        self.heads = RequestHeads()
         self.batching = False
         self.flushing = False  # a write_out is scheduled (flush)
         self.write_paused = False
@@ -656,8 +658,9 @@ class H2Connection(asyncio.Protocol):
             self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
         try:
-            head: RequestHead = request_head(
-                list(event.headers or ()), event.stream_ended is not None
+            head: RequestHead = self.heads.head_of(
+                event.headers or [],
+                event.stream_ended is not None,
             )
         except HTTPError as exc:
             log.debug(

@@ -21,6 +21,7 @@ from edge.http.codec.h2 import (
     Allowance,
     RememberingDecoder,
     RememberingEncoder,
+    RequestHeads,
     request_head,
     response_headers,
     server_connection,
@@ -60,6 +61,27 @@ def test_split_cookie_fields_are_joined_into_one_last():
 def test_a_cookie_piece_is_checked_as_a_field():
     with pytest.raises(ProtocolError, match="invalid value of cookie"):
         request_head([*GET[:4], (b"cookie", b"a=1"), (b"cookie", b"b=\x00")], end_stream=True)
+
+
+def test_the_same_header_list_is_the_same_head_again():
+    heads = RequestHeads()
+    first = heads.head_of(list(GET), end_stream=True)
+    assert heads.head_of(list(GET), end_stream=True) is first
+    with_body = heads.head_of(list(GET), end_stream=False)
+    assert with_body is not first and with_body.chunked and not first.chunked
+    other = heads.head_of([*GET[:3], (b":path", b"/other")], end_stream=False)
+    assert other.target == b"/other"
+
+
+def test_a_refused_header_list_is_refused_every_time():
+    heads = RequestHeads()
+    bad = [*GET, (b"connection", b"close")]
+    for _ in range(2):
+        with pytest.raises(ProtocolError, match="connection-specific"):
+            heads.head_of(bad, end_stream=True)
+    assert heads.head_of(list(GET), end_stream=True).target == b"/a/b?c=d"
+    with pytest.raises(ProtocolError, match="connection-specific"):
+        heads.head_of(bad, end_stream=True)
 
 
 def test_host_stands_in_for_a_missing_authority_and_is_no_field():
