@@ -37,6 +37,7 @@ from edge.entrypoints import EntryPoints
 from edge.entrypoints import metrics as prometheus
 from edge.entrypoints.accesslog import AccessLogger
 from edge.entrypoints.base import EntryPoint
+from edge.entrypoints.observability import Observability
 from edge.entrypoints.opened import OpenedEntryPoints
 from edge.entrypoints.tcp import TCPEntryPoint
 from edge.entrypoints.tracing import Tracer
@@ -58,7 +59,6 @@ from edge.watcher import Listener, Watcher
 if TYPE_CHECKING:
     from edge.providers.kubernetes.client import KubeCore
     from edge.providers.kubernetes.gateway_provider import Opened
-    from edge.router.set import RouterSet
 
 log = logging.getLogger("edge")
 
@@ -227,8 +227,8 @@ class Dataplane:
         self.access_log = (
             AccessLogger(static.access_log, loop) if static.access_log is not None else None
         )
-        # tracing: the spans of every HTTP exchange, exported off the loop; each entry
-        # point's exchanges report to a Traced, which chains to the access log.
+        # tracing: the spans of HTTP exchanges, exported off the loop; a traced route's
+        # exchanges report to a Traced, which chains to the access log.
         self.tracer = Tracer(static.tracing, os.environ) if static.tracing is not None else None
         # Traefik's API: this process's runtime, on the traefik entry point with
         # api.insecure, and for the routers naming api@internal (entrypoints.internal).
@@ -250,13 +250,16 @@ class Dataplane:
         prom = static.metrics.prometheus if static.metrics is not None else None
         self.metrics = prometheus.Registry(prom) if prom is not None else None
         metrics_ep = prom.entry_point if prom is not None and not prom.manual_routing else None
+        # What each entry point's and each route's exchanges report to (observability).
+        self.observability = Observability(self.access_log, self.metrics, self.tracer)
         udp_count = sum(1 for config in static.entry_points.values() if config.protocol == "udp")
         for name, config in static.entry_points.items():
             if config.protocol == "udp":
                 # All UDP sessions together hold at most UDP_SHARE of the descriptors.
                 share = UDP_SHARE / udp_count
                 udp = UDPEntryPoint(name, config, loop, reuse_port=reuse_port, share=share)
-                if self.access_log is not None:  # a line per session (edge's own)
+                if self.access_log is not None and config.observability.access_logs:
+                    # a line per session (edge's own)
                     udp.proxy.log_session = self.access_log.session_hook(name)
                 self.entrypoints.add(udp)
                 continue
@@ -276,7 +279,8 @@ class Dataplane:
                     budget=self.budget,
                 )
             )
-            if self.access_log is not None:  # a line per relayed connection (edge's own)
+            if self.access_log is not None and config.observability.access_logs:
+                # a line per relayed connection (edge's own)
                 tcp = self.entrypoints.all[name]
                 assert isinstance(tcp, TCPEntryPoint)
                 tcp.peek.log_relay = self.access_log.relay_hook(name)
@@ -307,7 +311,7 @@ class Dataplane:
             udps = sum(isinstance(ep, UDPEntryPoint) for ep in self.entrypoints.all.values())
             share = UDP_SHARE / max(udps, 1)
             udp = UDPEntryPoint(name, config, self.loop, reuse_port=reuse_port, share=share)
-            if self.access_log is not None:
+            if self.access_log is not None and config.observability.access_logs:
                 udp.proxy.log_session = self.access_log.session_hook(name)
             return udp
         tcp = TCPEntryPoint(
@@ -319,20 +323,15 @@ class Dataplane:
             reuse_port=reuse_port,
             budget=self.budget,
         )
-        if self.access_log is not None:
+        if self.access_log is not None and config.observability.access_logs:
             tcp.peek.log_relay = self.access_log.relay_hook(name)
         return tcp
 
     def _records(self, name: str, config: EntryPointConfig) -> Callable[..., None] | Metered | None:
-        """What HTTP entry point ``name``'s exchanges report to when they end: the access
-        log, behind tracing's hook where tracing is on, with the entry point's meter
-        where metrics are."""
-        hook = (
-            self.access_log
-            if self.tracer is None
-            else self.tracer.for_entry_point(name, self.access_log, config.observability)
-        )
-        return hook if self.metrics is None else Metered(self.metrics.meter(name), hook)
+        """What HTTP entry point ``name``'s exchanges report to when they end: those no
+        route takes, as its ``observability`` says; routed ones, as their route's
+        (edge.entrypoints.observability)."""
+        return self.observability.entry_point(name, config.observability)
 
     def _samples(self) -> prometheus.Samples | None:
         """What ``/metrics`` shows now (the API's ``/api/requests``); None without metrics."""
@@ -446,10 +445,10 @@ class Dataplane:
             udp_services=udp_services,
             health=self.health,
             mirror_connect=upstream_h2.connect,
+            observe=self.observability.route,
         )
         rules: dict[str, str] = {}
         if self.tracer is not None:
-            _traced(routers)
             rules = {name: info.config.rule for name, info in runtime.http_routers.items()}
 
         def switch() -> None:
@@ -612,17 +611,6 @@ class FileStamps:
 
     def __call__(self, runtime: RuntimeConfig) -> None:
         self.prepare(runtime)()
-
-
-def _traced(routers: dict[str, RouterSet]) -> None:
-    """Tracing is on: no route takes the express path, which forwards the client's own
-    ``traceparent`` (the general path writes the upstream's; edge.entrypoints.tracing).
-    Once per configuration, on routes no connection reads yet."""
-    for router_set in routers.values():
-        for router in (router_set.http, router_set.https):
-            if router is not None:
-                for *_, route in router.table.entries:
-                    route.express = False
 
 
 class ControlPlane:

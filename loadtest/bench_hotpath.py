@@ -80,6 +80,7 @@ from edge.http.codec.parsers import parser_classes
 from edge.http.server.connection import HTTPConnection, HTTPContext
 from edge.http.server.upstream import UpstreamConnection
 from edge.router.factory import build_http_routers
+from edge.router.http import Observers
 from edge.transports import TransportRegistry
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n"
@@ -198,7 +199,10 @@ def setup(
     runtime = build_runtime(merge({"file": conf}), {"web": "tcp"})
     transports = TransportRegistry(loop)
     transports.update(runtime.servers_transports)
-    router = build_http_routers(runtime, transports, ["web"])["web"]
+    # The route reports where the context's own exchanges do (the Dataplane decides it
+    # per router: edge.entrypoints.observability).
+    observers = Observers(context.get("metrics"), context.get("access_log"))  # type: ignore[arg-type]
+    router = build_http_routers(runtime, transports, ["web"], observe=lambda *_: observers)["web"]
     request_parser, response_parser = parser_classes(parser)
     ctx = HTTPContext(
         name="web",

@@ -68,6 +68,7 @@ __all__ = [
     "RateLimit",
     "RedirectScheme",
     "Router",
+    "RouterObservability",
     "RouterTLS",
     "RouterTimeouts",
     "Server",
@@ -221,6 +222,20 @@ class RouterTimeouts(Base):
     backend_request: Duration = Duration(0.0)
 
 
+class RouterObservability(Base):
+    """``observability`` of an HTTP router (Traefik's): whether its requests are written
+    to the access log (``accessLogs``), counted in the metrics (``metrics``) and traced
+    (``tracing``), and how finely (``traceVerbosity``: ``detailed`` adds the Router and
+    Service spans). Each field left out is the entry point's (``entryPoints.<n>.
+    observability``); none switches on what the static configuration has off.
+    Decided once per configuration (:mod:`edge.entrypoints.observability`)."""
+
+    access_logs: bool | None = None
+    metrics: bool | None = None
+    tracing: bool | None = None
+    trace_verbosity: Literal["", "minimal", "detailed"] = ""  # "": the entry point's
+
+
 class Router(Element):
     rule: str
     service: str
@@ -230,6 +245,7 @@ class Router(Element):
     middlewares: list[str] = []
     tls: RouterTLS | None = None
     timeouts: RouterTimeouts | None = None
+    observability: RouterObservability | None = None
 
 
 _PLAIN_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})")

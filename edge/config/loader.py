@@ -363,7 +363,7 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
     cls: (_keys(refused), _keys(ignored))
     for cls, refused, ignored in (
         # -- dynamic configuration --
-        (dyn.Router, "parentRefs", "observability"),
+        (dyn.Router, "parentRefs", _),
         (
             dyn.Middleware,
             "encodedCharacters plugin",
@@ -393,7 +393,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (sta.TracingOTLP, _, "grpc"),
         (sta.EntryPoint, "allowACMEByPass http3", _),
-        (sta.EntryPointObservability, _, "accessLogs metrics"),
         (
             sta.EntryPointHTTP,
             "encodeQuerySemicolons encodedCharacters underscoreHeadersStrategy",

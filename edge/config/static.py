@@ -317,11 +317,15 @@ class EntryPointUDP(Base):
 
 
 class EntryPointObservability(Base):
-    """Traefik's ``entryPoints.<n>.observability``, its tracing part: ``tracing`` (false:
-    no span for this entry point's requests) and ``traceVerbosity`` (``detailed`` adds
-    the Router and Service spans). ``accessLogs`` and ``metrics`` are named as not
-    supported (:data:`edge.config.loader.TRAEFIK_KEYS`)."""
+    """Traefik's ``entryPoints.<n>.observability``: the default of every HTTP router on
+    the entry point, and what its requests no router takes get. ``accessLogs`` (false:
+    no access-log line, none for its TCP relays and UDP sessions either), ``metrics``
+    (false: its requests counted nowhere), ``tracing`` (false: no span) and
+    ``traceVerbosity`` (``detailed`` adds the Router and Service spans). A router's own
+    ``observability`` replaces each field it sets (:mod:`edge.entrypoints.observability`)."""
 
+    access_logs: bool = True
+    metrics: bool = True
     tracing: bool = True
     trace_verbosity: Literal["minimal", "detailed"] = "minimal"
 

@@ -71,7 +71,12 @@ class _Edits(Middleware):
 
 def _api_route(route: Route, answer: Middleware) -> Route:
     pipeline = route.pipeline
-    return Route(route.name, route.service, Pipeline([*pipeline.steps, _Edits(pipeline), answer]))
+    return Route(
+        route.name,
+        route.service,
+        Pipeline([*pipeline.steps, _Edits(pipeline), answer]),
+        observers=route.observers,  # its entry point's access log, metrics, tracing
+    )
 
 
 class APIRouter:

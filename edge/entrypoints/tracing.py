@@ -9,21 +9,24 @@ the id), the spans an exchange makes, and their export (:class:`Exporter`).
 
 The spans, Traefik's minimal verbosity: the entry point's (kind SERVER, named by the
 method) and, where the request went upstream, ``ReverseProxy`` under it (kind CLIENT),
-whose id is the parent the upstream request's ``traceparent`` names. An entry point's
-``observability.traceVerbosity: detailed`` puts ``Router`` (``traefik.router.name``,
-``traefik.service.name``, ``http.route``: the rule) and ``Service`` between them (kind
-INTERNAL); its ``observability.tracing: false`` makes none of its spans. Attributes follow
+whose id is the parent the upstream request's ``traceparent`` names. An entry point's or
+router's ``observability.traceVerbosity: detailed`` puts ``Router``
+(``traefik.router.name``, ``traefik.service.name``, ``http.route``: the rule) and
+``Service`` between them (kind INTERNAL); ``observability.tracing: false`` makes none
+of the spans of the requests it covers (:mod:`edge.entrypoints.observability` decides
+per route, once per configuration). Attributes follow
 the OpenTelemetry semantic conventions Traefik writes (``http.request.method``,
 ``url.path``, ``url.query`` with every value but ``safeQueryParams``' ``REDACTED``,
 ``http.response.status_code``, ``server.address``, ``network.protocol.version``...);
 a server span is an error from 500 on, a client span from 400 on.
 
 Invariants:
-- Nothing here runs per request unless ``tracing`` is configured: the hook reaches an
-  exchange as its entry point's record reader (:class:`Traced`, beside the access log
-  it chains to), and the exchange asks it for the upstream's header edits on the
-  general path only (the Dataplane takes every route off the express path while
-  tracing is on, since the express path forwards the client's own ``traceparent``).
+- Nothing here runs per request unless the request's route traces: the hook reaches an
+  exchange as its route's record reader (:class:`Traced`, beside the access log it
+  chains to: ``Route.record``), and the exchange asks it for the upstream's header
+  edits (``Route.trace``) on the general path only: a traced route is never express,
+  since the express path forwards the client's own ``traceparent``; every other route
+  keeps it.
 - The loop never waits on the collector. Finished spans go into a bounded queue
   (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048); a full queue drops them, counted. A thread of
   the exporter's own posts them in batches (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, 512)
@@ -56,7 +59,7 @@ from urllib.parse import parse_qsl, quote_plus, urlsplit
 import orjson
 
 from edge import __version__
-from edge.config.static import OTLPHTTP, EntryPointObservability, Tracing
+from edge.config.static import OTLPHTTP, Tracing
 from edge.entrypoints.accesslog import AccessLogger, _client_port
 from edge.http.codec.forward import HeaderEdits
 
@@ -477,17 +480,13 @@ class Tracer:
             else Exporter(config.http, resource_attributes(config, environ), environ)
         )
 
-    def for_entry_point(
-        self,
-        name: str,
-        access_log: Callable[..., None] | None,
-        observability: EntryPointObservability,
-    ) -> Callable[..., None] | None:
-        """What entry point ``name``'s exchanges report to: a :class:`Traced` chained to
-        ``access_log``, or ``access_log`` itself where the entry point traces nothing."""
-        if not observability.tracing:
-            return access_log
-        return Traced(self, name, access_log, observability.trace_verbosity == "detailed")
+    def traced(
+        self, entry_point: str, access_log: Callable[..., None] | None, detailed: bool
+    ) -> Traced:
+        """The hook of exchanges traced on ``entry_point``, chained to ``access_log``
+        (``detailed``: with Router and Service spans); :mod:`edge.entrypoints.observability`
+        decides which exchanges, once per configuration."""
+        return Traced(self, entry_point, access_log, detailed)
 
     def close(self, timeout: float = 2.0) -> None:
         self.exporter.close(timeout)

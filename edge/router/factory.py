@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from edge.config.dynamic import RouterObservability
 from edge.config.runtime import DISABLED, RuntimeConfig
 from edge.config.runtime.http import failover_members, mirroring_members
 from edge.http.codec.parsers import parser_classes
@@ -23,6 +24,7 @@ from edge.router.http import (
     Failover,
     HTTPRouter,
     LoadBalancer,
+    Observers,
     Route,
     Service,
     StatusService,
@@ -46,6 +48,12 @@ log = logging.getLogger("edge.router")
 
 MIRROR_PARSER = parser_classes("httptools")[1]
 """How a mirror's answer is read (and dropped): the default codec's response parser."""
+
+Observe = Callable[[str, bool, RouterObservability | None], Observers]
+"""What a router's exchanges on entry point ``name`` report to: ``(name, secure, the
+router's observability)`` -> :class:`~edge.router.http.Observers`, asked once per
+router and entry point as the router set is built (``secure``: the entry point's
+HTTPS router; :meth:`edge.entrypoints.observability.Observability.route`)."""
 
 
 class _Builder:
@@ -225,6 +233,7 @@ def build_router_sets(
     udp_services: dict[str, UDPService | None] | None = None,
     health: HealthRegistry | None = None,
     mirror_connect: Connect | None = None,
+    observe: Observe | None = None,
 ) -> dict[str, RouterSet]:
     """One RouterSet per named entrypoint.
 
@@ -238,11 +247,19 @@ def build_router_sets(
     read (:mod:`edge.router.health`).
     ``mirror_connect``: how a mirror reaches an ``h2c://`` server
     (:data:`edge.router.services.Connect`; without it mirrors speak HTTP/1.1 only).
+    ``observe``: what each route reports to on each entry point (:data:`Observe`;
+    without it, nothing).
     """
     if services is None:
         services = {}
     http = build_http_routers(
-        runtime, transports, entry_points, services, health=health, mirror_connect=mirror_connect
+        runtime,
+        transports,
+        entry_points,
+        services,
+        health=health,
+        mirror_connect=mirror_connect,
+        observe=observe,
     )
     udp = build_udp_routers(runtime, transports, http, udp_services)
     # Routers with tls serve TLS connections only, through the entrypoint's peek.
@@ -256,6 +273,7 @@ def build_router_sets(
             secure=True,
             health=health,
             mirror_connect=mirror_connect,
+            observe=observe,
         )
         if secure
         else {}
@@ -307,11 +325,14 @@ def build_http_routers(
     secure: bool = False,
     health: HealthRegistry | None = None,
     mirror_connect: Connect | None = None,
+    observe: Observe | None = None,
 ) -> dict[str, HTTPRouter]:
     """One HTTPRouter per named HTTP entrypoint (an empty one where nothing routes).
 
     The routers without ``tls``; with ``secure``, the routers with ``tls`` instead
     (for TLS connections only: a router that asks for TLS never answers without it).
+    ``observe``: each router's route on each entry point reports to what it says
+    (the same service and pipeline: :meth:`~edge.router.http.Route.observed`).
     """
     builder = _Builder(runtime, transports, health, mirror_connect)
     if services is not None:
@@ -330,5 +351,10 @@ def build_http_routers(
             continue
         for ep in info.entry_points:
             if ep in entries:
-                entries[ep].append((name, info.rule, info.priority, route))
+                here = (
+                    route
+                    if observe is None
+                    else route.observed(observe(ep, secure, info.config.observability))
+                )
+                entries[ep].append((name, info.rule, info.priority, here))
     return {ep: HTTPRouter(RouteTable(items)) for ep, items in entries.items()}

@@ -15,8 +15,8 @@ health check reads the set of its servers that are down, which outlives snapshot
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from edge.balancer import SmoothWeightedRoundRobin
 from edge.config.dynamic import Cookie, ServerHealthCheck
@@ -484,12 +484,41 @@ class StatusService:
 Service = LoadBalancer | Weighted | Failover | StatusService
 
 
-class Route:
-    """What a matched router resolves to: its service, its middleware pipeline and its
-    ``timeouts`` in seconds (0: none): ``deadline`` for a whole request, every try
-    included, ``try_timeout`` for each try."""
+class Observers(NamedTuple):
+    """What a route's exchanges report to on one entry point, decided once per
+    configuration from the router's and the entry point's ``observability``
+    (:mod:`edge.entrypoints.observability`): the entry point's meter (None: counted
+    nowhere), what reads each finished exchange (the access log, or tracing's hook
+    chained to it; None: nothing), and tracing's upstream header edits (None: not
+    traced, so the route may take the express path)."""
 
-    __slots__ = ("deadline", "express", "name", "pipeline", "service", "try_timeout")
+    meter: Any = None
+    record: Callable[..., None] | None = None
+    trace: Callable[..., Any] | None = None
+
+
+UNOBSERVED = Observers()
+
+
+class Route:
+    """What a matched router resolves to: its service, its middleware pipeline, its
+    ``timeouts`` in seconds (0: none): ``deadline`` for a whole request, every try
+    included, ``try_timeout`` for each try; and what its exchanges report to
+    (``observers``, unpacked into ``meter``, ``record`` and ``trace``, which the
+    exchange reads: a route is its entry point's, see :meth:`observed`)."""
+
+    __slots__ = (
+        "deadline",
+        "express",
+        "meter",
+        "name",
+        "observers",
+        "pipeline",
+        "record",
+        "service",
+        "trace",
+        "try_timeout",
+    )
 
     def __init__(
         self,
@@ -498,18 +527,22 @@ class Route:
         pipeline: Pipeline = EMPTY_PIPELINE,
         deadline: float = 0.0,
         try_timeout: float = 0.0,
+        observers: Observers = UNOBSERVED,
     ) -> None:
         self.name = name
         self.service = service
         self.pipeline = pipeline
         self.deadline = deadline
         self.try_timeout = try_timeout
+        self.observers = observers
+        self.meter, self.record, self.trace = observers
         # The connection's express path: nothing of the exchange changes (derived
         # from the pipeline, so a middleware added later is never skipped), every
         # server gets the client's Host, and the upstream connection is pooled
         # (a lone Connection: keep-alive holds both ways).
         # A sticky service reads the request's cookies and may set one: never express.
-        # Timeouts are kept by the general path alone.
+        # Timeouts are kept by the general path alone. A traced route writes the
+        # upstream's traceparent, which the express path (the client's own bytes) cannot.
         self.express = (
             pipeline.empty
             and service.pass_host
@@ -517,6 +550,16 @@ class Route:
             and not service.sticks
             and not deadline
             and not try_timeout
+            and observers.trace is None
+        )
+
+    def observed(self, observers: Observers) -> Route:
+        """This route on an entry point whose exchanges report to ``observers`` (itself
+        when they are its own already): the same service and pipeline."""
+        if observers == self.observers:
+            return self
+        return Route(
+            self.name, self.service, self.pipeline, self.deadline, self.try_timeout, observers
         )
 
 

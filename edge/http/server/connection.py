@@ -108,10 +108,12 @@ class Router(Protocol):
 
 
 class Metered(NamedTuple):
-    """An HTTP context's ``access_log`` where ``metrics.prometheus`` is on: the
-    entrypoint's meter (the context's ``metrics``) and the access log's hook, if any.
-    How the entry point, which hands every context its ``access_log``, hands it the
-    meter too."""
+    """An HTTP context's ``access_log`` where anything observes exchanges (access log,
+    metrics, tracing): the meter and the record hook of the entry point's exchanges no
+    route takes, either None (:mod:`edge.entrypoints.observability`). How the entry
+    point, which hands every context its ``access_log``, hands it the meter too; with
+    it, every exchange is timed, since routes carry their own (``Route.meter``,
+    ``Route.record``)."""
 
     meter: Any
     access_log: Callable[..., None] | None
@@ -167,18 +169,23 @@ class HTTPContext:
         self.scheme = scheme
         self.default_port = b"443" if scheme == b"https" else b"80"
         self.internal = internal
+        timed: object | None = None
         if isinstance(access_log, Metered):
+            timed = access_log  # routes may observe what the entry point does not
             metrics, access_log = access_log.meter, access_log.access_log
-            if scheme == b"https":  # its requests count by TLS version and cipher too
+            if scheme == b"https" and metrics is not None:  # counted by TLS version too
                 metrics = metrics.tls
         self.access_log = access_log
         # metrics.prometheus: this entrypoint's Meter (edge.entrypoints.metrics), which
-        # each exchange counts itself into at its end (Exchange.log); None: no metrics.
+        # each exchange no route took counts itself into at its end (Exchange.log; a
+        # routed one, into its route's); None: no metrics.
         self.metrics = metrics
         # What reads an exchange's record at its end (the meter, else the access log),
         # so Exchange.log runs and the exchange is timed; None: nothing does. An object
         # or None rather than a bool: ``is not None`` costs the express path least.
-        self.timed: object | None = metrics if metrics is not None else access_log
+        if timed is None:
+            timed = metrics if metrics is not None else access_log
+        self.timed = timed
         self.sanitize_path = (
             sanitize_path  # entryPoints.<n>.http.sanitizePath (forward.sanitize_path)
         )

@@ -569,13 +569,11 @@ class Exchange:
                 edits = HeaderEdits([*(edits.pairs if edits else ()), *fwd.headers])
         elif cleaned:
             target = path + b"?" + query if query else path
-        hook = conn.ctx.access_log
-        if hook is not None:
-            # tracing: the entry point's Traced (edge.entrypoints.tracing) chains to
-            # the access log; it adds the upstream's traceparent.
-            trace = getattr(hook, "trace", None)
-            if trace is not None:
-                edits = trace(self, edits)
+        trace = route.trace
+        if trace is not None:
+            # tracing: the route's Traced (edge.entrypoints.tracing), which chains to
+            # the access log, adds the upstream's traceparent.
+            edits = trace(self, edits)
         if fwd is not None and fwd.spool is not None:
             # A held body (buffering) goes with its length, not re-framed.
             spool = fwd.spool
@@ -824,7 +822,7 @@ class Exchange:
         if self.conn.ex is not self or self.resp_done or self.route is None:
             return
         route = self.route
-        meter = self.conn.ctx.metrics
+        meter = route.meter
         if meter is not None:  # traefik_service_retries_total
             meter.retry(route.service.name)
         backend = route.service.pick()  # the server the service picks next
@@ -1385,11 +1383,9 @@ class Exchange:
         self.backend = backend
         self.x.set_cookies = None
         edits = None
-        hook = conn.ctx.access_log
-        if hook is not None:
-            trace = getattr(hook, "trace", None)  # tracing, as in _forward
-            if trace is not None:
-                edits = trace(self, None)
+        trace = route.trace  # tracing, as in _forward
+        if trace is not None:
+            edits = trace(self, None)
         self.up_head = forward.upstream_request(
             page,
             backend.transport.pools,
@@ -1751,14 +1747,22 @@ class Exchange:
     # -- the record --------------------------------------------------------------------
 
     def log(self) -> None:
-        """The exchange ended: count it in the entry point's metrics, then hand it to the
-        access log. The counting is the metrics' hot path, here rather than in a call:
-        its cell found by route, status and method (one made by the meter on a miss),
-        then two appends (:class:`edge.entrypoints.metrics.Meter` and ``Cell`` say what
-        each holds)."""
-        ctx = self.conn.ctx
+        """The exchange ended: count it in the metrics, then hand it to the access log
+        (tracing's hook before it), as its route decided (``Route.meter``,
+        ``Route.record``: :mod:`edge.entrypoints.observability`), or, with no route,
+        its entry point (the context's). The counting is the metrics' hot path, here
+        rather than in a call: its cell found by route, status and method (one made by
+        the meter on a miss), then two appends (:class:`edge.entrypoints.metrics.Meter`
+        and ``Cell`` say what each holds)."""
         duration = perf_counter() - self.started
-        meter = ctx.metrics
+        route = self.route
+        if route is not None:
+            meter = route.meter
+            access_log = route.record
+        else:
+            ctx = self.conn.ctx
+            meter = ctx.metrics
+            access_log = ctx.access_log
         if meter is not None:
             head = self.head
             try:
@@ -1772,6 +1776,5 @@ class Exchange:
             cell.sent.append(self.sent)
             if head.content_length:
                 cell.req_bytes += head.content_length
-        access_log = ctx.access_log
         if access_log is not None:
             access_log(self, duration)

@@ -489,3 +489,35 @@ def test_grpc_web_is_refused_saying_it_needs_http2_to_the_server():
     ]
     assert rt.http_routers["grpc@file"].status == "disabled"
     assert rt.http_routers["plain@file"].status == "enabled"
+
+
+def test_router_observability_decodes_and_leaves_unset_fields_to_the_entry_point() -> None:
+    """Traefik's ``http.routers.<n>.observability``: each field set is the router's,
+    each left out (None, ``""``) the entry point's; a verbosity Traefik lacks is refused
+    with its key path."""
+    doc = {
+        "http": {
+            "routers": {
+                "quiet": {
+                    "rule": "Host(`a`)",
+                    "service": "s",
+                    "observability": {"accessLogs": False, "traceVerbosity": "detailed"},
+                },
+                "plain": {"rule": "Host(`b`)", "service": "s"},
+            }
+        }
+    }
+    routers = decode_dynamic(doc).http.routers
+    quiet = routers["quiet"].observability
+    assert quiet is not None
+    assert (quiet.access_logs, quiet.metrics, quiet.tracing, quiet.trace_verbosity) == (
+        False,
+        None,
+        None,
+        "detailed",
+    )
+    assert routers["plain"].observability is None
+    doc["http"]["routers"]["quiet"]["observability"] = {"traceVerbosity": "loud"}
+    with pytest.raises(ConfigError) as info:
+        decode_dynamic(doc)
+    assert "$.http.routers.quiet.observability.traceVerbosity" in str(info.value)

@@ -204,9 +204,9 @@ def test_static_options_are_named_and_the_rest_decodes() -> None:
     notices: list[Unsupported] = []
     static = decode_static(TRAEFIK_STATIC, source="edge.yml", notices=notices)
     assert static.log.level == "DEBUG" and static.providers.file is not None
+    assert not static.entry_points["web"].observability.access_logs  # Traefik's, decoded
     assert {(n.path, n.ignored) for n in notices} == {
         ("$.entryPoints.web.http.encodeQuerySemicolons", False),
-        ("$.entryPoints.web.observability.accessLogs", True),
         ("$.api.debug", True),
         ("$.tracing.otlp.grpc", True),
         ("$.certificatesResolvers", False),

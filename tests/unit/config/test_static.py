@@ -577,3 +577,38 @@ def test_two_entry_points_on_one_address_both_with_reuse_port_bind_it(a: str, b:
     with pytest.raises(ConfigError) as info:
         decode_static({"entryPoints": shared})
     assert "'one'" in info.value.message and "'two'" in info.value.message
+
+
+def test_entry_point_observability_decodes_every_traefik_key() -> None:
+    """``entryPoints.<n>.observability``: all four of Traefik's keys, each true (minimal)
+    when left out."""
+    static = decode_static(
+        {
+            "entryPoints": {
+                "quiet": {
+                    "address": ":81",
+                    "observability": {
+                        "accessLogs": False,
+                        "metrics": False,
+                        "tracing": False,
+                        "traceVerbosity": "detailed",
+                    },
+                },
+                "web": {"address": ":80"},
+            }
+        }
+    )
+    quiet = static.entry_points["quiet"].observability
+    web = static.entry_points["web"].observability
+    assert (quiet.access_logs, quiet.metrics, quiet.tracing, quiet.trace_verbosity) == (
+        False,
+        False,
+        False,
+        "detailed",
+    )
+    assert (web.access_logs, web.metrics, web.tracing, web.trace_verbosity) == (
+        True,
+        True,
+        True,
+        "minimal",
+    )
