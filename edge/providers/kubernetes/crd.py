@@ -168,6 +168,7 @@ from edge.config.dynamic import (
     ProxyProtocol,
     ResponseForwarding,
     Router,
+    RouterObservability,
     RouterTLS,
     Server,
     ServerHealthCheck,
@@ -380,6 +381,20 @@ def _convert_spec(spec: Mapping[str, Any], model: type[T]) -> T:
         return msgspec.convert(dict(spec), model, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         raise _Refused(f"invalid spec: {exc}") from None
+
+
+def _router_observability(value: Any) -> RouterObservability | None:
+    """An IngressRoute route's ``observability`` (Traefik's RouterObservabilityConfig:
+    ``accessLogs``, ``metrics``, ``tracing``, ``traceVerbosity``); :class:`_Refused`
+    naming the bad key."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _Refused("observability: expected an object")
+    try:
+        return msgspec.convert(dict(value), RouterObservability)
+    except msgspec.ValidationError as exc:
+        raise _Refused(f"observability: {exc}") from None
 
 
 class _Converter:
@@ -1270,6 +1285,11 @@ class _Converter:
                     for m in route.middlewares
                 ]
                 service = self.route_services(ns, router, route.services, batch, wrap)
+                extra = (
+                    {"observability": _router_observability(route.observability)}
+                    if isinstance(route, objects.Route)
+                    else {}
+                )
             except _Refused as refused:
                 found = self.problem(kind, key, f"spec.routes[{i}]", refused.reason)
                 if router not in routers:
@@ -1289,6 +1309,7 @@ class _Converter:
                 rule_syntax=route.syntax,
                 middlewares=middlewares,
                 tls=router_tls,
+                **extra,
             )
 
     # --- IngressRouteUDP -------------------------------------------------------------------
