@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from edge.config import htpasswd, pem, tlsnames
 from edge.config.durations import Duration, SignedDuration
-from edge.config.redact import Secret
+from edge.config.redact import HeaderValue, Secret
 from edge.errors import ConfigError
 from edge.rules.regexp import _compile_re2
 
@@ -293,7 +293,7 @@ class ServerHealthCheck(Base):
     timeout: SignedDuration = SignedDuration(5.0)
     hostname: str = ""
     follow_redirects: bool = True
-    headers: dict[str, str] = {}
+    headers: dict[str, HeaderValue] = {}
 
     def check(self) -> None:
         if self.mode not in ("http", "grpc"):
@@ -569,7 +569,7 @@ class Headers(Base):
     """Traefik's headers middleware: custom request and response headers (an empty
     value removes the header), CORS, and the security headers of unrolled/secure."""
 
-    custom_request_headers: dict[str, str] = {}
+    custom_request_headers: dict[str, HeaderValue] = {}
     custom_response_headers: dict[str, str] = {}
     # CORS
     access_control_allow_credentials: bool = False
@@ -602,7 +602,7 @@ class Headers(Base):
     # Not a key of Traefik's files (the Gateway provider's RequestHeaderModifier ``add``
     # sets it): each value is appended to the request's same-named header, joined by
     # a comma, or sets it when the request has none.
-    append_request_headers: dict[str, str] = {}
+    append_request_headers: dict[str, HeaderValue] = {}
 
     def has_custom(self) -> bool:
         return bool(

@@ -2,9 +2,11 @@
 
 Owns :data:`Secret`, the mark a configuration model puts on a field that holds a
 credential (a password, a token, htpasswd lines, a private key as a path or PEM, the
-headers that authenticate an export), and :class:`Redactor`, which turns a
-configuration value into the builtins (dicts, lists, strings) the API, ``edge check``
-and logs show, with every marked value replaced by :data:`MASK`.
+headers that authenticate an export), :data:`HeaderValue`, the mark of header values
+that hold one when the header's name says so (``Authorization``, ``X-Api-Key``...),
+and :class:`Redactor`, which turns a configuration value into the builtins (dicts,
+lists, strings) the API, ``edge check`` and logs show, with every marked value
+replaced by :data:`MASK`.
 
 Invariants: redacting never touches the value it reads (what edge serves keeps the real
 values: the output is a new tree of builtins); a marked field is masked wherever its
@@ -20,6 +22,7 @@ with msgspec's own introspection, once per Struct class and :class:`Redactor`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -29,39 +32,77 @@ import msgspec.inspect as mi
 
 from edge.config.durations import enc_hook
 
-__all__ = ["MASK", "Redactor", "Secret", "is_secret", "redacted", "secret_fields"]
+__all__ = [
+    "MASK",
+    "HeaderValue",
+    "Redactor",
+    "Secret",
+    "credential_header",
+    "field_marks",
+    "is_secret",
+    "mark_of",
+    "redacted",
+    "secret_fields",
+]
 
 MASK = "xxxx"
 """What a secret shows as: Traefik's mask (``pkg/redactor``), so tools that know it read it."""
 
 SECRET_MARK = "secret"
+BY_NAME = "header"  # the mark's value for HeaderValue
 Secret = Annotated[str, msgspec.Meta(extra={SECRET_MARK: True})]
 """A string field holding a credential; ``list[Secret]`` and ``dict[str, Secret]`` mark
 each item or value."""
+HeaderValue = Annotated[str, msgspec.Meta(extra={SECRET_MARK: BY_NAME})]
+"""The value of a header edge sends, in ``dict[str, HeaderValue]``: masked where the
+header's name says it carries a credential (:func:`credential_header`), shown else."""
+
+# Names of headers that carry credentials: Authorization and Proxy-Authorization,
+# cookies, X-Api-Key, X-Auth-Token, X-Amz-Security-Token, X-Hub-Signature...
+_CREDENTIAL_HEADER = re.compile(
+    r"auth|cookie|token|secret|passw|api-?key|session|credential|signature", re.IGNORECASE
+)
 
 PRIVATE_KEY = "PRIVATE KEY-----"  # the end of a PEM private key's BEGIN line, any algorithm
 
 
-def is_secret(info: mi.Type) -> bool:
-    """Whether a field of this msgspec type carries the :data:`Secret` mark: on the value,
-    on a member of its union (``Secret | None``), or on the items of its list or the
-    values of its dict. A nested Struct's own fields are its own."""
+def mark_of(info: mi.Type) -> object:
+    """The mark a field of this msgspec type carries (True: :data:`Secret`, ``"header"``:
+    :data:`HeaderValue`; None: none): on the value, on a member of its union
+    (``Secret | None``), or on the items of its list or the values of its dict. A nested
+    Struct's own fields are its own."""
     if isinstance(info, mi.Metadata):
-        return bool((info.extra or {}).get(SECRET_MARK)) or is_secret(info.type)
+        return (info.extra or {}).get(SECRET_MARK) or mark_of(info.type)
     if isinstance(info, mi.UnionType):
-        return any(is_secret(member) for member in info.types)
+        return next((m for m in map(mark_of, info.types) if m), None)
     if isinstance(info, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
-        return is_secret(info.item_type)
+        return mark_of(info.item_type)
     if isinstance(info, mi.DictType):
-        return is_secret(info.value_type)
-    return False
+        return mark_of(info.value_type)
+    return None
+
+
+def is_secret(info: mi.Type) -> bool:
+    """Whether a field of this msgspec type carries a mark (:func:`mark_of`)."""
+    return bool(mark_of(info))
+
+
+def field_marks(cls: type[msgspec.Struct]) -> dict[str, object]:
+    """The marks of ``cls``'s marked fields, by attribute name."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    marks = {field.name: mark_of(field.type) for field in info.fields}
+    return {name: mark for name, mark in marks.items() if mark}
 
 
 def secret_fields(cls: type[msgspec.Struct]) -> frozenset[str]:
-    """The attribute names of ``cls``'s fields marked :data:`Secret`."""
-    info = mi.type_info(cls)
-    assert isinstance(info, mi.StructType)
-    return frozenset(field.name for field in info.fields if is_secret(field.type))
+    """The attribute names of ``cls``'s marked fields."""
+    return frozenset(field_marks(cls))
+
+
+def credential_header(name: str) -> bool:
+    """Whether a header of this name carries a credential (its value is masked)."""
+    return _CREDENTIAL_HEADER.search(name) is not None
 
 
 def _mask(value: Any) -> Any:
@@ -75,6 +116,16 @@ def _mask(value: Any) -> Any:
     return MASK  # a value of another type (none is marked today): nothing of it shows
 
 
+def _mask_by_name(headers: Any) -> Any:
+    """A ``dict[str, HeaderValue]`` as shown: the values of credential headers masked."""
+    if not isinstance(headers, dict):
+        return _mask(headers)
+    return {
+        name: MASK if value and credential_header(name) else value
+        for name, value in headers.items()
+    }
+
+
 class Redactor:
     """Shows configuration values without their secrets (see the module doc).
 
@@ -83,18 +134,18 @@ class Redactor:
 
     def __init__(self, enc_hook: Callable[[Any], Any] = enc_hook) -> None:
         self.enc_hook = enc_hook
-        self._fields: dict[type, dict[str, tuple[str, bool]]] = {}
+        self._fields: dict[type, dict[str, tuple[str, object]]] = {}
 
     def shown(self, value: Any) -> Any:
         """``value`` (a configuration Struct, or lists and dicts of them) as builtins,
         ``msgspec.to_builtins`` with the enc_hook, every secret masked."""
         return self._walk(value, msgspec.to_builtins(value, enc_hook=self.enc_hook))
 
-    def _learn(self, cls: type) -> dict[str, tuple[str, bool]]:
-        """Key as encoded -> (attribute, marked), per field of ``cls``."""
-        marked = secret_fields(cls)
+    def _learn(self, cls: type) -> dict[str, tuple[str, object]]:
+        """Key as encoded -> (attribute, mark or None), per field of ``cls``."""
+        marks = field_marks(cls)
         found = self._fields[cls] = {
-            field.encode_name: (field.name, field.name in marked)
+            field.encode_name: (field.name, marks.get(field.name))
             for field in msgspec.structs.fields(cls)
         }
         return found
@@ -114,7 +165,7 @@ class Redactor:
                         continue
                     name, marked = found
                     if marked:
-                        out[key] = _mask(shown)
+                        out[key] = _mask_by_name(shown) if marked == BY_NAME else _mask(shown)
                     elif type(shown) is str:  # the most common leaf, without a call
                         out[key] = _unmarked(shown)
                     elif isinstance(shown, dict | list):

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not insta
 
 REDIS_PASSWORD = "redis-" + secrets.token_hex(12)
 OTLP_TOKEN = "otlp-" + secrets.token_hex(12)
+UPSTREAM_TOKEN = "upstream-" + secrets.token_hex(12)
 BASIC_PASSWORD = "basic-" + secrets.token_hex(8)
 BASIC_HASH = "{SHA}" + base64.b64encode(hashlib.sha1(BASIC_PASSWORD.encode()).digest()).decode()
 DIGEST_HASH = hashlib.md5(b"ann:private:digest-pw").hexdigest()
@@ -44,6 +45,7 @@ def key_lines(pem: str) -> list[str]:
 
 SECRETS = [
     REDIS_PASSWORD,
+    UPSTREAM_TOKEN,
     OTLP_TOKEN,
     BASIC_HASH,
     BASIC_HASH.removeprefix("{SHA}"),
@@ -91,6 +93,11 @@ def served(tmp_path_factory, whoami, redis, collector):
                     "middlewares": ["limit"],
                 },
                 "secure": {"rule": "Host(`a.test`)", "service": "mtls", "tls": {}},
+                "signed": {
+                    "rule": "Host(`signed.test`)",
+                    "service": "app",
+                    "middlewares": ["sign"],
+                },
             },
             "services": {
                 "app": lb(whoami.url),
@@ -98,6 +105,14 @@ def served(tmp_path_factory, whoami, redis, collector):
             },
             "middlewares": {
                 "basic": {"basicAuth": {"users": [f"ann:{BASIC_HASH}"]}},
+                "sign": {
+                    "headers": {
+                        "customRequestHeaders": {
+                            "Authorization": f"Bearer {UPSTREAM_TOKEN}",
+                            "X-Tenant": "blue",
+                        }
+                    }
+                },
                 "digest": {"digestAuth": {"users": [f"ann:private:{DIGEST_HASH}"]}},
                 "limit": {
                     "rateLimit": {
@@ -182,6 +197,10 @@ def test_the_api_shows_no_secret_on_any_path(served, redis):
         f"127.0.0.1:{redis.port}"
     ]
     assert middlewares["basic@file"]["basicAuth"]["users"] == ["xxxx"]
+    assert middlewares["sign@file"]["headers"]["customRequestHeaders"] == {
+        "Authorization": "xxxx",
+        "X-Tenant": "blue",
+    }
     assert middlewares["digest@file"]["digestAuth"]["users"] == ["xxxx"]
     assert middlewares["auth@file"]["forwardAuth"]["tls"]["key"] == "xxxx"
     assert "BEGIN CERTIFICATE" in middlewares["auth@file"]["forwardAuth"]["tls"]["cert"]
@@ -193,6 +212,10 @@ def test_what_edge_serves_keeps_every_secret(served, redis, collector):
     assert get(port, "/", host="basic.test", headers={"Authorization": auth})[0] == 200
     wrong = "Basic " + base64.b64encode(b"ann:wrong").decode()
     assert get(port, "/", host="basic.test", headers={"Authorization": wrong})[0] == 401
+    # The upstream gets the header the headers middleware sets, as written.
+    status, _, body = get(port, "/", host="signed.test")
+    assert status == 200
+    assert json.loads(body)["headers"]["Authorization"] == [f"Bearer {UPSTREAM_TOKEN}"]
     # The rate limit asks Redis, which wants the password: a refused AUTH would be a 500.
     assert get(port, "/", host="limited.test")[0] == 200
     # The inline certificate and key serve TLS, verified against the CA.

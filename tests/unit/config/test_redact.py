@@ -20,7 +20,17 @@ import pytest
 import edge.config
 from edge.config.dynamic import Configuration
 from edge.config.loader import decode_dynamic, decode_static
-from edge.config.redact import MASK, Redactor, Secret, is_secret, redacted, secret_fields
+from edge.config.redact import (
+    MASK,
+    HeaderValue,
+    Redactor,
+    Secret,
+    credential_header,
+    field_marks,
+    is_secret,
+    redacted,
+    secret_fields,
+)
 from edge.config.static import StaticConfig
 from tests.fixtures.tls.pki import PKI
 
@@ -52,6 +62,7 @@ class Root(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     by_name: dict[str, Leaf] = {}
     nested: dict[str, list[Leaf]] = {}
     either: Other | Tagged | None = None
+    sent: dict[str, HeaderValue] = {}
 
 
 def test_is_secret_reads_the_mark_where_a_field_can_carry_it():
@@ -61,9 +72,10 @@ def test_is_secret_reads_the_mark_where_a_field_can_carry_it():
         "maybe",
         "lines",
         "headers",
+        "sent",
     }
     # a Struct's own marked fields are its own, not its holder's
-    assert secret_fields(Root) == {"one", "maybe", "lines", "headers"}
+    assert secret_fields(Root) == {"one", "maybe", "lines", "headers", "sent"}
     assert secret_fields(Leaf) == {"password"}
     assert secret_fields(Other) == {"token"}
 
@@ -100,6 +112,35 @@ def test_every_marked_value_is_masked_in_lists_dicts_optionals_and_unions():
     assert other == {"either": {"type": "Other", "token": MASK, "note": "n"}}
     # the value read is untouched: what edge serves keeps the real secrets
     assert msgspec.json.encode(root) == before and root.leaf.password == "s-leaf"
+
+
+def test_header_values_are_masked_where_the_name_says_credential():
+    shown = redacted(
+        Root(
+            sent={
+                "Authorization": "Bearer s-1",
+                "proxy-authorization": "Basic s-2",
+                "Cookie": "sid=s-3",
+                "X-Api-Key": "s-4",
+                "X-Auth-Token": "s-5",
+                "X-Amz-Security-Token": "s-6",
+                "X-Forwarded-Proto": "https",
+                "X-Tenant": "blue",
+                "X-Empty-Token": "",
+            }
+        )
+    )
+    assert "s-" not in json.dumps(shown)
+    assert shown["sent"]["X-Forwarded-Proto"] == "https" and shown["sent"]["X-Tenant"] == "blue"
+    assert shown["sent"]["Authorization"] == MASK and shown["sent"]["X-Empty-Token"] == ""
+    assert field_marks(Root) == {
+        "one": True,
+        "maybe": True,
+        "lines": True,
+        "headers": True,
+        "sent": "header",
+    }
+    assert not credential_header("Host") and credential_header("WWW-Authenticate")
 
 
 def test_an_empty_or_absent_secret_shows_as_it_is():
@@ -140,6 +181,12 @@ def test_the_dynamic_configuration_shows_none_of_its_secrets():
             "http": {
                 "middlewares": {
                     "basic": {"basicAuth": {"users": ["ann:$apr1$s-basic-hash"]}},
+                    "upstream-auth": {
+                        "headers": {
+                            "customRequestHeaders": {"Authorization": "Basic s-upstream"},
+                            "appendRequestHeaders": {"X-Api-Key": "s-append"},
+                        }
+                    },
                     "digest": {"digestAuth": {"users": ["bob:realm:s-digest-hash"]}},
                     "limit": {
                         "rateLimit": {
@@ -161,6 +208,14 @@ def test_the_dynamic_configuration_shows_none_of_its_secrets():
                 },
                 "serversTransports": {
                     "mtls": {"certificates": [{"certFile": "c.pem", "keyFile": "s-st.key"}]}
+                },
+                "services": {
+                    "probed": {
+                        "loadBalancer": {
+                            "servers": [{"url": "http://127.0.0.1:1"}],
+                            "healthCheck": {"path": "/", "headers": {"X-Auth-Token": "s-hc"}},
+                        }
+                    }
                 },
             },
             "tcp": {
@@ -222,18 +277,13 @@ NOT_SECRET = {
     ("ForwardAuth", "auth_response_headers"): "header names",
     ("ForwardAuth", "auth_response_headers_regex"): "a pattern of header names",
     ("ForwardAuth", "auth_request_headers"): "header names",
-    ("Headers", "custom_request_headers"): "the headers middleware's behaviour, shown as "
-    "Traefik shows it (docs/design.md: a credential set here is visible)",
     ("Headers", "custom_response_headers"): "sent to every client anyway",
-    ("Headers", "append_request_headers"): "as customRequestHeaders",
     ("Headers", "access_control_allow_headers"): "header names (CORS)",
     ("Headers", "access_control_expose_headers"): "header names (CORS)",
     ("Headers", "hosts_proxy_headers"): "header names",
     ("Headers", "ssl_proxy_headers"): "header names and the values that mean HTTPS",
     ("Headers", "public_key"): "a public key pin (HPKP): public by design",
     ("Middleware", "headers"): "a Headers Struct: its fields are judged there",
-    ("ServerHealthCheck", "headers"): "the probe's headers, shown as Traefik shows them "
-    "(docs/design.md: a credential set here is visible)",
     ("AccessLogFields", "headers"): "a Struct of header names and keep/drop/redact modes",
     ("EntryPoint", "forwarded_headers"): "trusted addresses",
     ("KubernetesIngressNGINXConfig", "global_allowed_response_headers"): "header names",
@@ -288,6 +338,9 @@ def test_every_field_named_like_a_credential_is_marked_or_allowed_with_a_reason(
         ("KubernetesIngressNGINXConfig", "token"),
         ("OTLPClientTLS", "key"),
         ("OTLPHTTP", "headers"),
+        ("Headers", "custom_request_headers"),
+        ("Headers", "append_request_headers"),
+        ("ServerHealthCheck", "headers"),
     ],
 )
 def test_traefiks_credentials_are_marked(cls, field):
