@@ -14,10 +14,25 @@ snapshot and is rebuilt with it.
 random among those up and takes the one with fewer requests in flight (the first
 drawn on a tie). The load is the caller's to count: the balancer only reads it.
 As in Traefik, weights play no part (a server of weight 0 is drawn like any other).
+
+:class:`HighestRandomWeight` (Traefik's ``highestRandomWeight``): rendezvous hashing.
+A key (the client's address) and each member's name hash together (64 bits, read as
+a fraction ``h`` of 2^64) into the score ``weight / -ln(h)``, Traefik's formula; the
+highest score wins. The same key gets the same member while the members stay, a
+member added or removed moves only the keys it wins or had, and a member's share of
+keys is its share of the total weight. Pure: no state changes with a pick.
+
+The hash is Traefik's FNV-1a of key and name, then splitmix64's finalizer. FNV-1a
+alone (Traefik's) hardly moves its top bits for names that differ in their last bytes
+(``appv1``, ``appv2``, Traefik's own example): their ``h`` are nearly equal for every
+key, so the heavier member took every key and weights meant nothing. The finalizer
+spreads each bit over all 64, so shares follow weights whatever the names; a client
+lands on another member than under Traefik, once, where a migration moves it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -104,3 +119,72 @@ class PowerOfTwoChoices(Generic[T]):
             second += 1
         a, b = members[first], members[second]
         return b if load(b) < load(a) else a
+
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK = (1 << 64) - 1
+
+
+def fnv1a_64(data: bytes) -> int:
+    """FNV-1a, 64 bits (Go's ``hash/fnv.New64a``)."""
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
+def mix64(h: int) -> int:
+    """splitmix64's finalizer: every input bit moves about half the output bits."""
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK
+    return h ^ (h >> 31)
+
+
+class HighestRandomWeight(Generic[T]):
+    """Rendezvous hashing over ``(member, name, weight)`` (see the module doc): each key
+    ranks the members, the same way every time. Members with weight 0 are never
+    ranked. A key's ranking is remembered (up to :attr:`REMEMBERED` keys, then they are
+    all forgotten), so a client's later requests cost a dict lookup."""
+
+    __slots__ = ("_members", "_ranked")
+
+    REMEMBERED = 4096
+
+    def __init__(self, members: Sequence[tuple[T, str, int]]) -> None:
+        self._members = [(m, name.encode(), w) for m, name, w in members if w > 0]
+        self._ranked: dict[str, tuple[T, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    @staticmethod
+    def score(key: bytes, name: bytes, weight: int) -> float:
+        """``name``'s score for ``key``: ``weight / -ln(h)``, 0 for h = 0 and -inf where
+        ``h`` rounds to 1, as Go's arithmetic makes them."""
+        h = mix64(fnv1a_64(key + name)) / 2.0**64
+        if h <= 0.0:
+            return 0.0
+        if h >= 1.0:
+            return -math.inf
+        return weight / -math.log(h)
+
+    def ranked(self, key: str) -> tuple[T, ...]:
+        """The members, best first, for ``key``."""
+        ranked = self._ranked.get(key)
+        if ranked is None:
+            raw = key.encode()
+            scored = sorted(
+                ((self.score(raw, name, w), i) for i, (_, name, w) in enumerate(self._members)),
+                key=lambda si: (-si[0], si[1]),
+            )
+            ranked = tuple(self._members[i][0] for _, i in scored)
+            if len(self._ranked) >= self.REMEMBERED:
+                self._ranked.clear()
+            self._ranked[key] = ranked
+        return ranked
+
+    def pick(self, key: str) -> T | None:
+        """The member ``key`` ranks first; None without members."""
+        ranked = self.ranked(key)
+        return ranked[0] if ranked else None

@@ -53,9 +53,11 @@ __all__ = [
     "Element",
     "Failover",
     "ForwardingTimeouts",
+    "HRWService",
     "HTTPConfiguration",
     "Headers",
     "HealthCheck",
+    "HighestRandomWeight",
     "IPAllowList",
     "IPStrategy",
     "IPWhiteList",
@@ -397,6 +399,21 @@ class Weighted(Base):
     sticky: Sticky | None = None
 
 
+class HRWService(Base):
+    """A member of a ``highestRandomWeight`` service (no ``status``: Traefik's has none)."""
+
+    name: str
+    weight: NonNegativeInt = 1
+
+
+class HighestRandomWeight(Base):
+    """Rendezvous hashing over services on the client's address (Traefik v3.4's):
+    :class:`edge.router.services.HighestRandomWeightService`."""
+
+    services: list[HRWService] = []
+    health_check: HealthCheck | None = None
+
+
 class Failover(Base):
     """``failover``: ``service`` while it has a server up, else ``fallback``."""
 
@@ -440,6 +457,7 @@ class Service(Element):
     weighted: Weighted | None = None
     failover: Failover | None = None
     mirroring: Mirroring | None = None
+    highest_random_weight: HighestRandomWeight | None = None
 
     def __post_init__(self) -> None:
         if self.unsupported or self.problems:  # disabled anyway; it may have no kind
@@ -450,6 +468,7 @@ class Service(Element):
             weighted=self.weighted,
             failover=self.failover,
             mirroring=self.mirroring,
+            highestRandomWeight=self.highest_random_weight,
         )
 
 

@@ -376,7 +376,6 @@ TRAEFIK_KEYS: dict[type, tuple[frozenset[str], frozenset[str]]] = {
         ),
         (dyn.StripPrefix, "forceSlash", _),
         (dyn.ErrorPage, "errorRequestHeaders", _),
-        (dyn.Service, "highestRandomWeight", _),
         (dyn.Server, "preservePath", _),
         (dyn.Failover, "errors", _),
         (dyn.ServersTransport, "spiffe", _),

@@ -28,6 +28,7 @@ import msgspec
 from edge.config.dynamic import (
     CertAndStores,
     Configuration,
+    HighestRandomWeight,
     HTTPConfiguration,
     Middleware,
     Router,
@@ -236,6 +237,7 @@ def _tls_name(name: str, q: _Qualifier) -> str:
 
 _R = TypeVar("_R", Router, TCPRouter)
 _S = TypeVar("_S", Service, TCPService, UDPService)
+_W = TypeVar("_W", Weighted, HighestRandomWeight)
 
 
 def _router(router: _R, q: _Qualifier) -> _R:
@@ -248,14 +250,18 @@ def _router(router: _R, q: _Qualifier) -> _R:
     )
 
 
-def _weighted(weighted: Weighted, q: _Qualifier) -> Weighted:
+def _weighted(weighted: _W, q: _Qualifier) -> _W:
     return _replace(weighted, services=[_replace(s, name=q(s.name)) for s in weighted.services])
 
 
 def _service(service: _S, q: _Qualifier) -> _S:
-    """A service with its weighted members or its serversTransport qualified."""
+    """A service with its weighted (or highestRandomWeight) members or its serversTransport
+    qualified."""
     if service.weighted is not None:
         return _replace(service, weighted=_weighted(service.weighted, q))
+    hrw = getattr(service, "highest_random_weight", None)  # HTTP's alone
+    if hrw is not None:
+        return _replace(service, highest_random_weight=_weighted(hrw, q))
     lb = service.load_balancer
     if lb is not None and lb.servers_transport:
         return _replace(

@@ -32,6 +32,7 @@ from edge.router.http import (
 )
 from edge.router.services import (
     Connect,
+    HighestRandomWeightService,
     Mirror,
     Mirroring,
     P2CLoadBalancer,
@@ -107,12 +108,13 @@ class _Builder:
             # as the services it stands among.
             self.services[name] = mirrored  # type: ignore[assignment]
             return mirrored  # type: ignore[return-value]
-        if config is not None and config.weighted is not None:
+        group = None if config is None else config.weighted or config.highest_random_weight
+        if group is not None:
             # Members first, so a failover among them (which build_service does not
             # make) is there when build_service looks.
             self._visiting.add(name)
-            for member in config.weighted.services:
-                if member.status is None:
+            for member in group.services:
+                if getattr(member, "status", None) is None:
                     self.service(member.name)
             self._visiting.discard(name)
         # Typed as making any service: mypy cannot infer build_service's S from the class.
@@ -126,7 +128,10 @@ class _Builder:
             StatusService,
         )
 
-    def weighted(self, name: str, children: list[tuple[Service, int]]) -> Weighted:
+    def weighted(self, name: str, children: list[tuple[Service, int]]) -> Service:
+        if self.runtime.http_services[name].config.highest_random_weight is not None:
+            # The exchange reads a service's kind through its attributes: typed as those.
+            return HighestRandomWeightService(name, children)  # type: ignore[return-value]
         config = self.runtime.http_services[name].config.weighted
         sticky = config.sticky if config is not None else None
         return Weighted(name, children, sticky.cookie if sticky is not None else None)

@@ -280,9 +280,12 @@ class LoadBalancer:
         down = self.down
         return not down or backend.server.url not in down
 
-    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+    def pick_sticky(
+        self, cookies: list[bytes], out: list[bytes], client: str = ""
+    ) -> Backend | None:
         """``pick()``, where a cookie naming a server up chooses it (``out`` gets the
-        Set-Cookie lines the response carries)."""
+        Set-Cookie lines the response carries; ``client``, the client's address, is for
+        services it chooses: :class:`edge.router.services.HighestRandomWeightService`)."""
         sticky = self.sticky
         if sticky is None:
             return self.pick()
@@ -356,7 +359,9 @@ class Weighted:
                 seen.add(id(child))
                 yield child
 
-    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+    def pick_sticky(
+        self, cookies: list[bytes], out: list[bytes], client: str = ""
+    ) -> Backend | None:
         """``pick()`` where cookies choose: this service's sticky cookie names a child
         (kept while it has a server up), and each child's its server."""
         sticky = self.sticky
@@ -364,18 +369,18 @@ class Weighted:
             first = self._wrr.pick()
             if first is None:
                 return None
-            backend = first.pick_sticky(cookies, out)
+            backend = first.pick_sticky(cookies, out, client)
             if backend is not None:
                 return backend
             for child in self._fallbacks(first):
-                backend = child.pick_sticky(cookies, out)
+                backend = child.pick_sticky(cookies, out, client)
                 if backend is not None:
                     return backend
             return None
         i, current = sticky.find(cookies)
         if i >= 0:
             mark = len(out)
-            backend = sticky.members[i].pick_sticky(cookies, out)
+            backend = sticky.members[i].pick_sticky(cookies, out, client)
             if backend is not None:
                 if not current:
                     out.insert(mark, sticky.set_cookie[i])
@@ -386,11 +391,11 @@ class Weighted:
             return None
         child = first
         mark = len(out)
-        backend = child.pick_sticky(cookies, out)
+        backend = child.pick_sticky(cookies, out, client)
         if backend is None:
             del out[mark:]
             for child in self._fallbacks(first):
-                backend = child.pick_sticky(cookies, out)
+                backend = child.pick_sticky(cookies, out, client)
                 if backend is not None:
                     break
                 del out[mark:]
@@ -434,11 +439,13 @@ class Failover:
             return self.fallback.pick()
         return backend
 
-    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+    def pick_sticky(
+        self, cookies: list[bytes], out: list[bytes], client: str = ""
+    ) -> Backend | None:
         main = self.main
-        backend = main.pick_sticky(cookies, out) if main is not None else None
+        backend = main.pick_sticky(cookies, out, client) if main is not None else None
         if backend is None and self.fallback is not None:
-            return self.fallback.pick_sticky(cookies, out)
+            return self.fallback.pick_sticky(cookies, out, client)
         return backend
 
 
@@ -477,7 +484,7 @@ class StatusService:
     def pick(self) -> Backend:
         return self.backend
 
-    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend:
+    def pick_sticky(self, cookies: list[bytes], out: list[bytes], client: str = "") -> Backend:
         return self.backend
 
 

@@ -17,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edge.balancer import PowerOfTwoChoices, SmoothWeightedRoundRobin
+from edge.balancer import HighestRandomWeight, PowerOfTwoChoices, SmoothWeightedRoundRobin
 from edge.config.runtime import DISABLED, ServiceInfo
 from edge.http.codec import Header, RequestHead, ResponseHead
 from edge.http.codec.parsers import PARSERS
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from edge.router.health import PassiveHealth
 
 __all__ = [
+    "HighestRandomWeightService",
     "InFlight",
     "Mirror",
     "MirrorCopy",
@@ -65,10 +66,12 @@ def build_service(
         config = info.config
         if config.load_balancer is not None:
             result = load_balancer(name, config.load_balancer)
-        elif config.weighted is not None:
+        elif config.weighted is not None or getattr(config, "highest_random_weight", None):
+            # highestRandomWeight (HTTP's): members as weighted has; ``weighted`` makes it
+            members = (config.weighted or config.highest_random_weight).services
             children = []
-            for member in config.weighted.services:
-                if member.status is not None:
+            for member in members:
+                if getattr(member, "status", None) is not None:
                     if answer is not None:
                         children.append((answer(member.name, member.status), member.weight))
                     continue
@@ -78,6 +81,57 @@ def build_service(
             result = weighted(name, children)
     built[name] = result
     return result
+
+
+# --- highestRandomWeight ------------------------------------------------------------
+
+
+class HighestRandomWeightService:
+    """A ``highestRandomWeight`` service: the child that rendezvous hashing of the
+    client's address ranks first (:class:`edge.balancer.HighestRandomWeight`), so a
+    client keeps its child, each child gets its weight's share of the clients, and a
+    child added or removed moves only the clients it takes or had. The address is
+    Traefik's key: the peer's (after a PROXY header), never X-Forwarded-For. Each child
+    hashes by its name as Traefik knows it (a child of the parent's provider by its
+    name in that provider), so a client lands on the child Traefik would choose.
+
+    A child with no server up gives way to the next in that client's ranking, as a
+    weighted service's children do. The exchange hands the address to
+    ``pick_sticky`` (``sticks``: never the express path); ``pick()``, without one (a
+    mirror's copy), ranks for the empty key.
+    """
+
+    __slots__ = ("_hrw", "name", "pass_host", "pooled")
+    single = None  # the client chooses: never one server to skip the choice for
+    sticks = True
+
+    def __init__(self, name: str, children: Iterable[tuple[Service, int]]) -> None:
+        self.name = name
+        children = list(children)
+        _, at, provider = name.rpartition("@")
+        suffix = "@" + provider if at else ""
+        self._hrw = HighestRandomWeight(
+            [
+                (child, child.name.removesuffix(suffix) if suffix else child.name, w)
+                for child, w in children
+            ]
+        )
+        self.pass_host = all(child.pass_host for child, _ in children)
+        self.pooled = all(child.pooled for child, _ in children)
+
+    def pick(self) -> Backend | None:
+        return self.pick_sticky([], [], "")
+
+    def pick_sticky(
+        self, cookies: list[bytes], out: list[bytes], client: str = ""
+    ) -> Backend | None:
+        for child in self._hrw.ranked(client):
+            mark = len(out)
+            backend = child.pick_sticky(cookies, out, client)
+            if backend is not None:
+                return backend
+            del out[mark:]
+        return None
 
 
 # --- p2c ---------------------------------------------------------------------------
@@ -672,9 +726,11 @@ class Mirroring:
         main = self.main
         return main.pick() if main is not None else None
 
-    def pick_sticky(self, cookies: list[bytes], out: list[bytes]) -> Backend | None:
+    def pick_sticky(
+        self, cookies: list[bytes], out: list[bytes], client: str = ""
+    ) -> Backend | None:
         main = self.main
-        return main.pick_sticky(cookies, out) if main is not None else None
+        return main.pick_sticky(cookies, out, client) if main is not None else None
 
     def choose(self) -> list[Mirror]:
         """The mirrors that get a copy of the next request (Traefik's counters)."""

@@ -1,8 +1,9 @@
+import math
 from collections import Counter
 
 import pytest
 
-from edge.balancer import SmoothWeightedRoundRobin
+from edge.balancer import HighestRandomWeight, SmoothWeightedRoundRobin, fnv1a_64, mix64
 
 
 def picks(members, n):
@@ -103,3 +104,52 @@ def test_p2c_skips_members_down_and_ignores_weights():
     assert b.pick(lambda m: 0, lambda m: False) is None
     assert PowerOfTwoChoices([], random.Random()).pick(lambda m: 0) is None
     assert PowerOfTwoChoices(["x"]).single == "x"
+
+
+# -- highestRandomWeight ------------------------------------------------------------
+
+
+def test_fnv1a_64_is_the_standard_hash():
+    assert fnv1a_64(b"") == 0xCBF29CE484222325
+    assert fnv1a_64(b"a") == 0xAF63DC4C8601EC8C
+    assert fnv1a_64(b"foobar") == 0x85944171F73967E8
+
+
+def test_mix64_is_splitmix64s_finalizer():
+    # splitmix64's first output for seed 0 is mix64 of its first state, the golden gamma.
+    assert mix64(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+
+
+def test_hrw_scores_are_traefiks_formula_over_the_mixed_hash():
+    h = mix64(fnv1a_64(b"10.0.0.1" + b"blue")) / 2.0**64
+    assert HighestRandomWeight.score(b"10.0.0.1", b"blue", 3) == 3 / -math.log(h)
+
+
+@pytest.mark.parametrize("names", [("appv1", "appv2"), ("a", "b"), ("blue", "green")])
+def test_hrw_same_key_same_member_and_weights_share_keys(names):
+    # Names that differ in their last byte only took every key for the heavier member
+    # under FNV-1a alone (Traefik's hash).
+    light, heavy = names
+    hrw = HighestRandomWeight([(light, light, 1), (heavy, heavy, 3), ("zero", "zero", 0)])
+    keys = [f"10.{i // 256}.{i % 256}.7" for i in range(4000)]
+    first = [hrw.pick(k) for k in keys]
+    assert first == [hrw.pick(k) for k in keys]  # again, remembered or not
+    share = first.count(heavy) / len(first)
+    assert 0.70 < share < 0.80, share  # 3/4 of the keys
+    assert "zero" not in first
+    assert len(hrw) == 2
+
+
+def test_hrw_removing_a_member_moves_only_its_keys():
+    three = HighestRandomWeight([(m, m, 1) for m in "abc"])
+    two = HighestRandomWeight([(m, m, 1) for m in "ab"])
+    for i in range(500):
+        key = f"192.168.1.{i}"
+        before = three.pick(key)
+        if before != "c":
+            assert two.pick(key) == before
+        assert three.ranked(key)[1:] == tuple(m for m in three.ranked(key) if m != before)
+
+
+def test_hrw_without_members_picks_none():
+    assert HighestRandomWeight([("a", "a", 0)]).pick("k") is None

@@ -6,10 +6,17 @@ Each records what it finds on the info it is given (:meth:`ElementInfo.add_error
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from edge.config.dynamic import UNSUPPORTED, TLSOptions, Weighted
+from edge.config.dynamic import (
+    UNSUPPORTED,
+    HighestRandomWeight,
+    HRWService,
+    TLSOptions,
+    Weighted,
+    WRRService,
+)
 from edge.config.runtime.model import (
     DEFAULT_TRANSPORT,
     DISABLED,
@@ -185,11 +192,18 @@ def _check_weighted(services: Mapping[str, ServiceInfo[Any]], answers: bool = Fa
     def visit(name: str) -> None:
         info = services[name]
         # A stand-in (a key error: its problems disable it) has no members to judge.
-        weighted: Weighted | None = None if info.config.problems else info.config.weighted
+        config = info.config
+        # highestRandomWeight (HTTP's) has members as weighted has, without a status.
+        weighted: Weighted | HighestRandomWeight | None = (
+            None
+            if config.problems
+            else config.weighted or getattr(config, "highest_random_weight", None)
+        )
         visiting.append(name)
-        for i, wrr in enumerate([] if weighted is None else weighted.services):
+        members: Sequence[WRRService | HRWService] = [] if weighted is None else weighted.services
+        for i, wrr in enumerate(members):
             member = wrr.name
-            if wrr.status is not None:
+            if getattr(wrr, "status", None) is not None:
                 if not answers:
                     info.add_error(f"weighted.services[{i}].status: only HTTP members answer")
                 continue

@@ -544,7 +544,7 @@ class Exchange:
         if service.sticks:
             cookies = [v for n, v in head.headers if len(n) == 6 and n.lower() == b"cookie"]
             self.x.set_cookies = out = []
-            backend = service.pick_sticky(cookies, out)
+            backend = service.pick_sticky(cookies, out, conn.client_ip)
         else:
             self.x.set_cookies = None
             backend = service.pick()
@@ -825,7 +825,11 @@ class Exchange:
         meter = route.meter
         if meter is not None:  # traefik_service_retries_total
             meter.retry(route.service.name)
-        backend = route.service.pick()  # the server the service picks next
+        service = route.service
+        # The server the service picks next (a client's address chooses for some).
+        backend = (
+            service.pick_sticky([], [], self.conn.client_ip) if service.sticks else service.pick()
+        )
         if backend is None or backend.status:
             self._unserved(route, backend)
             return

@@ -114,7 +114,6 @@ def test_a_middleware_edge_lacks_disables_it_and_its_routers_only() -> None:
     [
         ("middlewares", {"headers": {"customRequestHeaders": {"x": "1"}, "sslRedirect": True}}, "headers.sslRedirect"),
         ("middlewares", {"stripPrefix": {"prefixes": ["/a"], "forceSlash": False}}, "stripPrefix.forceSlash"),
-        ("services", {"highestRandomWeight": {"services": []}}, "highestRandomWeight"),
         ("services", {"loadBalancer": {"servers": [{"url": "http://a", "preservePath": True}]}}, "loadBalancer.servers[0].preservePath"),
         ("services", {"failover": {"service": "s", "fallback": "s", "errors": {}}}, "failover.errors"),
     ],

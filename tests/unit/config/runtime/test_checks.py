@@ -150,3 +150,49 @@ def test_a_weighted_member_with_a_status_is_an_answer_for_http_only() -> None:
     only_http = "weighted.services[1].status: only HTTP members answer"
     assert rt.tcp_services["split@file"].errors == [only_http]
     assert rt.udp_services["split@file"].errors == [only_http.replace("[1]", "[0]")]
+
+
+def test_highest_random_weight_members_are_judged_as_weighted_ones() -> None:
+    """Its members are qualified by its provider and checked as a weighted service's:
+    one missing or disabled disables it, a cycle disables every service on it."""
+    conf = decode_dynamic(
+        {
+            "http": {
+                "routers": {"r": {"rule": "Host(`a`)", "service": "hrw"}},
+                "services": {
+                    "app": lb("http://127.0.0.1:1"),
+                    "hrw": {"highestRandomWeight": {"services": [{"name": "app", "weight": 2}]}},
+                    "gone": {"highestRandomWeight": {"services": [{"name": "nowhere"}]}},
+                    "loop": {"highestRandomWeight": {"services": [{"name": "loop"}]}},
+                },
+            }
+        },
+        source="d.yaml",
+    )
+    rt = build_runtime(merge({"file": conf}), EPS)
+    hrw = rt.http_services["hrw@file"]
+    assert hrw.status == "enabled", hrw.errors
+    assert hrw.config.highest_random_weight.services[0].name == "app@file"
+    assert rt.http_services["app@file"].used_by == ["hrw@file"]
+    assert rt.http_services["gone@file"].errors == ["service 'nowhere@file' does not exist"]
+    loop = rt.http_services["loop@file"]
+    assert loop.status == "disabled" and "form a cycle" in loop.errors[0], loop.errors
+
+
+def test_highest_random_weight_is_one_kind_of_service_among_the_others() -> None:
+    errors: list[ConfigError] = []
+    decode_dynamic(
+        {
+            "http": {
+                "services": {
+                    "both": {
+                        "highestRandomWeight": {"services": [{"name": "a"}]},
+                        "weighted": {"services": [{"name": "a"}]},
+                    }
+                }
+            }
+        },
+        source="d.yaml",
+        errors=errors,
+    )
+    assert "exactly one of" in str(errors[0]) and "highestRandomWeight" in str(errors[0])
