@@ -13,7 +13,8 @@ point (an empty file included) gets one, ``http`` on ``:80``
 ``ping``, ``api.insecure`` or ``metrics.prometheus`` use the internal entry point
 ``traefik`` and none is defined, one is added on ``:8080``. Two entry points that
 would bind one address (same port and protocol, hosts that overlap: ``:80`` covers
-``0.0.0.0:80`` and ``[::1]:80``) are an error naming both, before anything binds.
+``0.0.0.0:80`` and ``[::1]:80``) are an error naming both, before anything binds,
+unless both have ``reusePort``.
 
 ``serversTransport`` and ``tcpServersTransport`` (Traefik's static defaults): the
 transport of every HTTP (TCP) load balancer that names none, ``default@internal``.
@@ -33,6 +34,8 @@ entry point terminates TLS with these defaults unless it has its own ``tls``; se
 :class:`EntryPointKind`), and ``proxyProtocol`` (``trustedIPs`` / ``insecure``: whose
 PROXY protocol v1/v2 headers are read; the connection then belongs to the address
 the header names. A header from anyone else is refused: the connection is closed).
+What an entry point gives its routers, and how it binds: ``http.middlewares``,
+``asDefault`` and ``reusePort`` (see :class:`EntryPointHTTP`, :class:`EntryPoint`).
 
 ``core.defaultRuleSyntax``: the rule syntax of routers that name none (``v3``, or
 ``v2``, which Traefik v3 keeps for migration; see :mod:`edge.rules`).
