@@ -390,6 +390,28 @@ def response_headers(head: ResponseHead) -> list[Header]:
     return out
 
 
+class ResponseLists:
+    """A connection's response header lists: :func:`response_headers` of a head, or
+    the last list again for a head read from the same bytes (the same answer again,
+    within the second of its Date). A list given out is never written: h2 codes
+    from it."""
+
+    __slots__ = ("fields", "raw")
+
+    def __init__(self) -> None:
+        self.raw = b""
+        self.fields: list[Header] = []
+
+    def of(self, head: ResponseHead) -> list[Header]:
+        raw = head.raw
+        if raw and raw == self.raw:
+            return self.fields
+        fields = response_headers(head)
+        self.raw = raw
+        self.fields = fields
+        return fields
+
+
 class Allowance:
     """How many of one kind of event a connection may cause per second.
 

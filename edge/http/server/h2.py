@@ -57,8 +57,8 @@ from edge.errors import HTTPError
 from edge.http.codec.h2 import (
     Allowance,
     RequestHeads,
+    ResponseLists,
     next_data,
-    response_headers,
     server_connection,
     trailers,
 )
@@ -179,28 +179,44 @@ class H2Stream:
                 transport.writelines(out)
 
     def _write(self, parts: list[bytes] | tuple[bytes, ...]) -> None:
-        """HTTP/1.1 bytes of the exchange's response, read back into frames."""
+        """HTTP/1.1 bytes of the exchange's response, read back into frames. The parts
+        between two interim answers are read as one: a whole response written at
+        once (a head and its body) is what the parser's quick path recognizes."""
+        run: list[bytes] = []
         for part in parts:
-            if self.closed:
-                return
             if part is CONTINUE:  # the exchange's interim answer to Expect: 100-continue
+                if run and not self._read(run):
+                    return
+                run = []
+                if self.closed:
+                    return
                 self.conn.h2.send_headers(self.id, CONTINUE_HEADERS)
-                continue
-            try:
-                self.parser.feed(part)
-            except HTTPError as exc:  # edge's own writers made it: a bug, told as one
-                log.error(
-                    "%s: HTTP/2 stream %d: response not readable: %s", self.ctx.name, self.id, exc
-                )
-                self.reset(ErrorCodes.INTERNAL_ERROR)
-                return
+            else:
+                run.append(part)
+        if run and not self._read(run):
+            return
         self._emit()
+
+    def _read(self, run: list[bytes]) -> bool:
+        """``run`` read by the response parser; False when the stream is over (it was,
+        or the bytes could not be read)."""
+        if self.closed:
+            return False
+        try:
+            self.parser.feed(run[0] if len(run) == 1 else b"".join(run))
+        except HTTPError as exc:  # edge's own writers made it: a bug, told as one
+            log.error(
+                "%s: HTTP/2 stream %d: response not readable: %s", self.ctx.name, self.id, exc
+            )
+            self.reset(ErrorCodes.INTERNAL_ERROR)
+            return False
+        return not self.closed
 
     # Response parser events: what they bring is sent once the bytes are read (_emit),
     # so a response read whole leaves as HEADERS and DATA with END_STREAM on the last.
 
     def on_head(self, head: ResponseHead) -> None:
-        self.head_out = response_headers(head)
+        self.head_out = self.conn.responses.of(head)
 
     def on_body(self, data: bytes) -> None:
         self.pending.append(data)
@@ -212,7 +228,7 @@ class H2Stream:
     def on_interim(self, head: ResponseHead) -> None:
         """A 1xx the exchange passed on (103 Early Hints): a HEADERS frame of its own."""
         if not self.closed:
-            self.conn.h2.send_headers(self.id, response_headers(head))
+            self.conn.h2.send_headers(self.id, self.conn.responses.of(head))
 
     def on_upgrade(self, rest: bytes) -> None:
         pass  # an HTTP/2 request is never an upgrade (request_head)
@@ -468,6 +484,7 @@ class H2Connection(asyncio.Protocol):
         "pings",
         "priorities",
         "resets",
+        "responses",
         "settings",
         "streams",
         "transport",
@@ -502,6 +519,7 @@ class H2Connection(asyncio.Protocol):
         self._cap_encoder()
         self.streams: dict[int, H2Stream] = {}
         self.heads = RequestHeads()
+        self.responses = ResponseLists()
         self.batching = False
         self.flushing = False  # a write_out is scheduled (flush)
         self.write_paused = False

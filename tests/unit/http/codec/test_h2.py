@@ -22,11 +22,13 @@ from edge.http.codec.h2 import (
     RememberingDecoder,
     RememberingEncoder,
     RequestHeads,
+    ResponseLists,
     request_head,
     response_headers,
     server_connection,
     trailers,
 )
+from edge.http.codec.parsers import parser_classes
 
 GET = [
     (b":method", b"GET"),
@@ -210,6 +212,40 @@ def test_response_headers_lowercase_and_without_connection_specific_fields():
         (b"set-cookie", b"a=1"),
         (b"set-cookie", b"b=2"),
     ]
+
+
+def parsed(raw: bytes) -> ResponseHead:
+    """The head of ``raw`` as a response parser gives it."""
+    heads: list[ResponseHead] = []
+
+    class Handler:
+        def on_head(self, head: ResponseHead) -> None:
+            heads.append(head)
+
+        def on_body(self, data: bytes) -> None: ...
+        def on_end(self) -> None: ...
+
+    parser = parser_classes("httptools")[1](Handler())
+    parser.expect(b"GET")
+    parser.feed(raw)
+    return heads[0]
+
+
+def test_a_head_of_the_same_bytes_is_the_same_list_again():
+    lists = ResponseLists()
+    raw = b"HTTP/1.1 200 OK\r\nServer: t\r\nContent-Length: 0\r\n\r\n"
+    first = lists.of(parsed(raw))
+    assert first == [(b":status", b"200"), (b"server", b"t"), (b"content-length", b"0")]
+    assert lists.of(parsed(raw)) is first
+    other = lists.of(parsed(raw.replace(b"200 OK", b"404 Not Found")))
+    assert other[0] == (b":status", b"404")
+    assert lists.of(parsed(raw)) == first
+
+
+def test_a_head_without_its_bytes_is_listed_each_time():
+    lists = ResponseLists()
+    made = [ResponseHead(s, b"", b"1.1", [(b"X", b"1")], True, False, 0, False) for s in (200, 500)]
+    assert [lists.of(head)[0] for head in made] == [(b":status", b"200"), (b":status", b"500")]
 
 
 def client() -> h2.connection.H2Connection:
