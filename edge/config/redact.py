@@ -16,8 +16,9 @@ the secret) and a list keeps its length. Marked or not, a string that holds a PE
 private key is masked (a key pasted into ``certFile``), and so is the password of a URL
 (``https://user:password@auth.test``, in a forwardAuth address or a collector's URL).
 
-The mark is ``msgspec.Meta(extra={"secret": True})`` on the field's type, so it is read
-with msgspec's own introspection, once per Struct class and :class:`Redactor`.
+The mark is ``msgspec.Meta(extra={"secret": ...})`` on the field's type (``True``, or
+``"header"`` for :data:`HeaderValue`), so it is read with msgspec's own introspection,
+once per Struct class and :class:`Redactor`.
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ class Redactor:
             return _unmarked(out)
         if isinstance(out, dict):
             if isinstance(value, msgspec.Struct):
-                fields = self._fields.get(type(value)) or self._learn(type(value))
+                fields = self._fields.get(type(value))
+                if fields is None:
+                    fields = self._learn(type(value))
                 for key, shown in out.items():
                     found = fields.get(key)
                     if found is None:  # a tag
