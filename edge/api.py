@@ -166,7 +166,8 @@ def represent(
 ) -> dict[str, Any]:
     """One element as Traefik's API shows it (see the module doc); ``down(service)``:
     the URLs of the HTTP service's servers a health check took out; ``shown``: its
-    configuration as builtins, secrets masked (:meth:`API.shown`), else made here."""
+    configuration as builtins, secrets masked (:meth:`API.shown`), else (an element
+    added to the runtime since) made here."""
     if shown is None:
         shown = Redactor().shown(info.config)
     out: dict[str, Any] = dict(shown) if isinstance(shown, dict) else {}
@@ -411,14 +412,17 @@ class API:
             shown = self.shown(runtime)[attribute]
             if len(parts) == 2:
                 return _listed(
-                    (represent(info, attribute, self.down, shown[n]) for n, info in table.items()),
+                    (
+                        represent(info, attribute, self.down, shown.get(n))
+                        for n, info in table.items()
+                    ),
                     query,
                 )
             name = unquote(parts[2].decode("latin-1"))
             info = table.get(name)
             if info is None:
                 return _message(404, f"{label} not found: {name}")
-            return _answer(200, represent(info, attribute, self.down, shown[name]))
+            return _answer(200, represent(info, attribute, self.down, shown.get(name)))
         return _message(404, "page not found")
 
     def _entrypoints(self, name: list[bytes], query: Mapping[str, list[str]]) -> APIAnswer:
@@ -491,7 +495,7 @@ class API:
             table: dict[str, ElementInfo[Any]] = getattr(runtime, attribute)
             if table:
                 out[key] = {
-                    name: represent(info, attribute, self.down, shown[attribute][name])
+                    name: represent(info, attribute, self.down, shown[attribute].get(name))
                     for name, info in sorted(table.items())
                 }
         return out

@@ -323,5 +323,10 @@ def test_configuration_is_shown_without_secrets_made_once_per_runtime():
     first = api.shown(runtimes[-1])
     get(api, "/api/rawdata")
     assert api.shown(runtimes[-1]) is first  # the same runtime: made once
+    # an element the runtime gained since is shown all the same, masked
+    table = runtimes[-1].http_middlewares
+    table["late@file"] = table["limit@file"]
+    status, late, _ = get(api, "/api/http/middlewares/late@file")
+    assert status == 200 and late["rateLimit"]["redis"]["password"] == "xxxx"
     runtimes.append(build_runtime(merge({"file": decode_dynamic(dynamic)}), {"web": "tcp"}))
     assert api.shown(runtimes[-1]) is not first  # a new runtime: made again
