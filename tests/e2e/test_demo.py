@@ -17,6 +17,10 @@ from tests.harness import ROOT, Proc, get
 
 DEMO_PORTS = (8000, 8080, 9101, 9102, 9103, 9104)
 
+# The demo listens on these fixed ports, as the README runs it: under pytest-xdist
+# (--dist loadgroup) its tests share one worker, one after the other.
+pytestmark = pytest.mark.xdist_group("demo-ports")
+
 
 def _free(port: int) -> bool:
     with socket.socket() as s:
