@@ -84,6 +84,51 @@ LOW_WATER = HIGH_WATER // 4  # queued response bytes under which a paused upstre
 CONTINUE_HEADERS = [(b":status", b"100")]
 
 
+class ResponseReader:
+    """A stream's response parser and its handler, which hands the parser's events
+    to the stream it reads for now. A reader whose stream's response ended as a
+    keep-alive message, nothing left over, serves the connection's next stream
+    (:meth:`H2Connection.reader`): no parser made per stream, and the parser's quick
+    path knows the answer already when it comes again."""
+
+    __slots__ = ("done", "keep", "parser", "stream")
+
+    def __init__(self, ctx: HTTPContext) -> None:
+        self.stream: H2Stream | None = None
+        self.done = False  # the response ended (on_end)
+        self.keep = False  # ...as a keep-alive message: the parser is ready for another
+        self.parser = ctx.response_parser(self, ctx.max_header_bytes)
+
+    def reusable(self) -> bool:
+        return self.done and self.keep and not self.parser.held
+
+    def close(self) -> None:
+        """Let go of the parser (it and this reader refer to each other) and the stream."""
+        self.stream = None
+        self.parser.close()
+
+    def on_head(self, head: ResponseHead) -> None:
+        self.keep = head.keep_alive
+        if self.stream is not None:
+            self.stream.on_head(head)
+
+    def on_body(self, data: bytes) -> None:
+        if self.stream is not None:
+            self.stream.on_body(data)
+
+    def on_end(self) -> None:
+        self.done = True
+        if self.stream is not None:
+            self.stream.on_end()
+
+    def on_interim(self, head: ResponseHead) -> None:
+        if self.stream is not None:
+            self.stream.on_interim(head)
+
+    def on_upgrade(self, rest: bytes) -> None:
+        pass  # an HTTP/2 request is never an upgrade (request_head)
+
+
 class H2Stream:
     """The client side of one exchange on an HTTP/2 connection (module doc)."""
 
@@ -104,6 +149,7 @@ class H2Stream:
         "paused",
         "pending",
         "queued",
+        "reader",
         "req_open",
         "tail",
         "transport",
@@ -133,7 +179,9 @@ class H2Stream:
         self.write_paused = False  # HIGH_WATER queued: the upstream is not read
         self.paused = 0  # why request DATA is not acknowledged (PAUSE_*)
         self.unacked = 0  # flow-controlled bytes received while paused
-        self.parser = ctx.response_parser(self, ctx.max_header_bytes)
+        reader = self.reader = conn.reader()
+        reader.stream = self
+        self.parser = reader.parser
         self.parser.expect(method)
         self.head_out: list[tuple[bytes, bytes]] | None = None  # a response head not sent yet
         self.pending: deque[bytes] = deque()  # response data the windows hold back
@@ -229,9 +277,6 @@ class H2Stream:
         """A 1xx the exchange passed on (103 Early Hints): a HEADERS frame of its own."""
         if not self.closed:
             self.conn.h2.send_headers(self.id, self.conn.responses.of(head))
-
-    def on_upgrade(self, rest: bytes) -> None:
-        pass  # an HTTP/2 request is never an upgrade (request_head)
 
     def trailers(self, fields: list[Header], chunked: bool) -> None:
         """The response's trailer fields: a HEADERS frame with END_STREAM after its data."""
@@ -483,6 +528,7 @@ class H2Connection(asyncio.Protocol):
         "max_streams",
         "pings",
         "priorities",
+        "readers",
         "resets",
         "responses",
         "settings",
@@ -520,6 +566,7 @@ class H2Connection(asyncio.Protocol):
         self.streams: dict[int, H2Stream] = {}
         self.heads = RequestHeads()
         self.responses = ResponseLists()
+        self.readers: list[ResponseReader] = []  # idle ones, of streams that ended (forget)
         self.batching = False
         self.flushing = False  # a write_out is scheduled (flush)
         self.write_paused = False
@@ -575,7 +622,8 @@ class H2Connection(asyncio.Protocol):
         self.streams.clear()
         for stream in streams:
             stream.gone()
-            stream.parser.close()
+            stream.reader.close()
+        self._drop_readers()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -638,7 +686,7 @@ class H2Connection(asyncio.Protocol):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
                 stream.gone()
-                stream.parser.close()
+                stream.reader.close()
                 self._settle()
         elif kind is h2.events.RemoteSettingsChanged:
             assert isinstance(event, h2.events.RemoteSettingsChanged)
@@ -710,11 +758,28 @@ class H2Connection(asyncio.Protocol):
         ex.begin()
 
     def forget(self, stream: H2Stream) -> None:
-        """``stream`` is over on edge's side: its parser is let go (it and the stream
-        refer to each other), so neither waits for the cyclic GC."""
+        """``stream`` is over on edge's side: its reader serves the next stream, or
+        lets go of its parser (they refer to each other), so that neither waits for
+        the cyclic GC."""
         if self.streams.pop(stream.id, None) is not None:
-            stream.parser.close()
+            reader = stream.reader
+            if reader.reusable() and len(self.readers) < self.max_streams:
+                reader.stream = None
+                reader.done = reader.keep = False
+                self.readers.append(reader)
+            else:
+                reader.close()
             self._settle()
+
+    def reader(self) -> ResponseReader:
+        """A response reader for a new stream: one a stream left (forget), or a new one."""
+        readers = self.readers
+        return readers.pop() if readers else ResponseReader(self.ctx)
+
+    def _drop_readers(self) -> None:
+        for reader in self.readers:
+            reader.close()
+        self.readers.clear()
 
     def _settle(self) -> None:
         """After a stream ended: with none left, the connection idles or, draining, ends."""
@@ -791,7 +856,8 @@ class H2Connection(asyncio.Protocol):
         self.streams.clear()
         for stream in streams:
             stream.gone()
-            stream.parser.close()
+            stream.reader.close()
+        self._drop_readers()
         if transport.can_write_eof():
             transport.write_eof()
             self.deadline_kind = IDLE  # deadline_passed closes it

@@ -10,6 +10,7 @@ back, the windows both ways, and the GOAWAY that ends a flood.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 
@@ -24,6 +25,7 @@ from hyperframe.frame import PingFrame
 
 from edge.config.static import EntryPointHTTP2
 from edge.deadlines import IDLE
+from edge.errors import HTTPError
 from edge.http.codec.h2 import PREFACE
 from edge.http.server.connection import HTTPConnection, PrefaceWait
 from edge.http.server.exchange import HIGH_WATER
@@ -236,6 +238,55 @@ def test_head_and_own_answers(pair):
     c.send()
     headers, body, ended = response(c.events(), sid)
     assert headers[b":status"] == b"404" and body == b"404 page not found\n" and ended
+
+
+def test_a_response_reader_serves_the_next_stream_once_its_response_ended(pair):
+    """The reader (response parser) of a stream answered in full goes to the next
+    stream: a HEAD's answer (no body) then GETs, each read right by the same parser."""
+    http, upstream = pair()
+    c = Client(http)
+    sid = c.request(method=b"HEAD")
+    upstream.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n")
+    assert response(c.events(), sid)[1:] == (b"", True)
+    server = c.server
+    assert len(server.readers) == 1 and server.readers[0].stream is None
+    reader = server.readers[0]
+    for _ in range(2):
+        sid = c.request()
+        assert server.streams[sid].reader is reader and not server.readers
+        upstream.data_received(OK)
+        headers, body, ended = response(c.events(), sid)
+        assert headers[b":status"] == b"200" and (body, ended) == (b"hello", True)
+        assert server.readers == [reader]
+
+
+def test_a_response_ended_by_its_stream_leaves_no_reader(pair):
+    """A body of unknown length ends with the exchange (its head says close): that
+    parser takes no other response, so it is let go."""
+    http, upstream = pair()
+    c = Client(http)
+    sid = c.request()
+    upstream.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+    upstream.data_received(b"0\r\n\r\n")
+    assert response(c.events(), sid)[1:] == (b"a", True)
+    assert c.server.readers == []
+
+
+def test_the_readers_go_with_the_connection(pair):
+    http, upstream = pair()
+    c = Client(http)
+    c.request()
+    upstream.data_received(OK)
+    c.events()
+    server = c.server
+    (reader,) = server.readers
+    server.connection_lost(None)
+    assert server.readers == [] and reader.stream is None
+    reader.parser.expect(b"GET")
+    # Closed: it parses no response any more (httptools' refuses, h11's has no handler).
+    with contextlib.suppress(HTTPError, AttributeError):
+        reader.parser.feed(OK)
+    assert not reader.done
 
 
 def test_a_request_body_goes_chunked_and_its_windows_open_as_the_upstream_drains(pair):
