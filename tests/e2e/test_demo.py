@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +21,23 @@ from tests.harness import ROOT, Proc, get
 
 DEMO_PORTS = (8000, 8080, 9101, 9102, 9103, 9104)
 
-# The demo listens on these fixed ports, as the README runs it: under pytest-xdist
-# (--dist loadgroup) its tests share one worker, one after the other.
-pytestmark = pytest.mark.xdist_group("demo-ports")
+
+@pytest.fixture(autouse=True)
+def one_demo_at_a_time() -> Iterator[None]:
+    """The demo listens on fixed ports, as the README runs it: one demo at a time on
+    this machine, even with the suite spread over pytest-xdist's workers (a lock file
+    in the temp dir, released when its test ends)."""
+    with open(Path(tempfile.gettempdir()) / "edge-tests-demo-ports.lock", "w") as lock:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail("another test held the demo's ports for 60 s")
+                time.sleep(0.1)
+        yield
 
 
 def _free(port: int) -> bool:
