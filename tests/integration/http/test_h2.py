@@ -227,7 +227,7 @@ def test_large_bodies_both_ways_with_memory_bounded(tmp_path, parser, whoami):
 
 
 def test_a_reader_that_stops_pauses_the_backend(tmp_path, whoami):
-    size = 256 * MIB
+    size = 64 * MIB  # four times what may sit between them while paused (16 MiB)
     hose = Firehose(size)
     dynamic = single(whoami)
     dynamic["http"]["routers"]["hose"] = {"rule": "Host(`hose.example`)", "service": "hose"}
@@ -241,7 +241,7 @@ def test_a_reader_that_stops_pauses_the_backend(tmp_path, whoami):
             while len(slow.responses[sid].body) < 65535 and time.monotonic() < deadline:
                 slow.read(0.5)
             assert len(slow.responses[sid].body) == 65535  # the window, and no more
-            # The client reads nothing more; the backend has 256 MiB to give. Paused:
+            # The client reads nothing more; the backend has 64 MiB to give. Paused:
             # edge reads no more of it once socket buffers and one HIGH_WATER are full.
             stalled = hose.settled()
             assert stalled < 16 * MIB  # socket buffers and one HIGH_WATER, not the body
