@@ -248,7 +248,11 @@ class Dataplane:
         ping_ep = static.ping.entry_point if static.ping is not None else None
         # metrics.prometheus: every HTTP exchange counted, /metrics where it is served.
         prom = static.metrics.prometheus if static.metrics is not None else None
-        self.metrics = prometheus.Registry(prom) if prom is not None else None
+        self.metrics = (
+            prometheus.Registry(prom, add_internals=static.metrics.add_internals)
+            if prom is not None and static.metrics is not None
+            else None
+        )
         metrics_ep = prom.entry_point if prom is not None and not prom.manual_routing else None
         # What each entry point's and each route's exchanges report to (observability).
         self.observability = Observability(self.access_log, self.metrics, self.tracer)

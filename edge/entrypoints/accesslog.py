@@ -15,7 +15,7 @@ client's ``X-Forwarded-For`` when it sent one), ``ClientPort``, ``ClientUsername
 middleware of the route read, else ``-``), ``RequestAddr`` (the Host), ``RequestHost``,
 ``RequestPort`` (``-`` without one), ``RequestMethod``, ``RequestPath``,
 ``RequestProtocol``, ``RequestScheme``, ``RequestLine``, ``RequestContentSize`` (the
-request's Content-Length; a chunked body counts 0), ``DownstreamStatus``,
+body bytes read from the client, chunked or not, as Traefik counts them), ``DownstreamStatus``,
 ``DownstreamContentSize`` (body bytes sent), ``OriginStatus``, ``OriginContentSize``
 and ``OriginDuration`` (of the server's answer: 0 when no server was tried; an error
 edge answered for the server, a 502 or 504, counts as its answer, as in Traefik),
@@ -673,7 +673,7 @@ class AccessLogger:
             "OriginDuration": origin_ns,
             "OriginStatus": origin_status,
             "Overhead": ns - origin_ns,
-            "RequestContentSize": head.content_length or 0,
+            "RequestContentSize": ex.x.received if head.content_length or head.chunked else 0,
             "RequestCount": self.count,
             "RequestLine": f"{method} {path} {protocol}",
             "RequestMethod": method,

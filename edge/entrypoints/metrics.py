@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import resource
 import time
 from bisect import bisect_right
@@ -74,6 +75,97 @@ KNOWN_METHODS = frozenset(
     )
 )
 EXTENSION_METHOD = b"EXTENSION_METHOD"
+
+# The ``protocol`` label, as Traefik's metrics middleware reads it from the request.
+HTTP, WEBSOCKET, SSE, GRPC, GRPC_WEB = "http", "websocket", "sse", "grpc", "grpc-web"
+_PROTOCOL_FIELDS = {b"connection": 0, b"upgrade": 1, b"accept": 2, b"content-type": 3}
+_GRPC_STATUS = re.compile(rb"\r\n(?i:grpc-status)[ \t]*:[ \t]*([^\r\n]*)")
+_GRPC_NAMES = {
+    name.encode(): i
+    for i, name in enumerate(
+        (
+            '"OK"',
+            '"CANCELLED"',
+            '"UNKNOWN"',
+            '"INVALID_ARGUMENT"',
+            '"DEADLINE_EXCEEDED"',
+            '"NOT_FOUND"',
+            '"ALREADY_EXISTS"',
+            '"PERMISSION_DENIED"',
+            '"RESOURCE_EXHAUSTED"',
+            '"FAILED_PRECONDITION"',
+            '"ABORTED"',
+            '"OUT_OF_RANGE"',
+            '"UNIMPLEMENTED"',
+            '"INTERNAL"',
+            '"UNAVAILABLE"',
+            '"DATA_LOSS"',
+            '"UNAUTHENTICATED"',
+        )
+    )
+}
+GRPC_UNKNOWN = 2
+"""gRPC's ``Unknown``: the ``code`` of a gRPC exchange whose answer states no status
+(or one that does not read), as Traefik counts it."""
+
+
+def request_protocol(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The ``protocol`` label of a request with header fields ``headers``, as Traefik
+    decides it, in this order, from the first field of each name: ``websocket``
+    (``Connection`` lists ``upgrade`` and ``Upgrade`` lists ``websocket``), ``sse``
+    (``Accept`` lists ``text/event-stream``), ``grpc-web`` (``Content-Type`` starts
+    with ``application/grpc-web``), ``grpc`` (with ``application/grpc``), else
+    ``http``. List items are compared trimmed and lower-cased, content types as sent."""
+    first: list[bytes | None] = [None, None, None, None]
+    for name, value in headers:
+        i = _PROTOCOL_FIELDS.get(name.lower())
+        if i is not None and first[i] is None:
+            first[i] = value
+    connection, upgrade, accept, content_type = first
+    if connection and upgrade and _lists(connection, b"upgrade") and _lists(upgrade, b"websocket"):
+        return WEBSOCKET
+    if accept and _lists(accept, b"text/event-stream"):
+        return SSE
+    if content_type and content_type.startswith(b"application/grpc"):
+        return GRPC_WEB if content_type.startswith(b"application/grpc-web") else GRPC
+    return HTTP
+
+
+def _lists(value: bytes, item: bytes) -> bool:
+    return any(part.strip().lower() == item for part in value.split(b","))
+
+
+def grpc_status(value: bytes | None) -> int:
+    """The ``code`` label of a gRPC exchange whose answer said ``grpc-status: value``
+    (None: it said none): the status as a number (digits, or a quoted name as gRPC's
+    JSON form writes it), :data:`GRPC_UNKNOWN` for none or one that does not read."""
+    if value is None:
+        return GRPC_UNKNOWN
+    value = value.strip()
+    if value.isdigit():
+        code = int(value)
+        return code if code < len(_GRPC_NAMES) else GRPC_UNKNOWN
+    return _GRPC_NAMES.get(value, GRPC_UNKNOWN)
+
+
+def _grpc_code(ex: Any) -> int:
+    """The gRPC status of exchange ``ex``'s answer: in the server's response head (a
+    trailers-only answer), or edge's own answer's, else in the trailers its HTTP/2
+    stream ended with."""
+    head = ex.resp_head
+    if head is not None:
+        for name, value in head.headers:
+            if name.lower() == b"grpc-status":
+                return grpc_status(value)
+    out = ex.resp_out
+    found = _GRPC_STATUS.search(out, 0, out.find(b"\r\n\r\n") + 2) if out else None
+    if found is not None:
+        return grpc_status(found.group(1))
+    for name, value in getattr(ex.conn, "tail", None) or ():
+        if name == b"grpc-status":
+            return grpc_status(value)
+    return GRPC_UNKNOWN
+
 
 # How samples of several processes combine (workers: N): counters, histograms and
 # most gauges add up; a state gauge takes the largest value, a start time the least.
@@ -445,6 +537,8 @@ class Total:
         return [*self.buckets, self.total]
 
 
+_NONE: dict = {}  # an empty level of a meter's index (Meter.cell), never written
+
 MAX_CELLS = 10_000
 """Cells a meter holds before it folds them (which every scrape does too): keys name the
 routes of the configuration they were counted under, and a meter nobody scrapes must
@@ -459,12 +553,21 @@ class Meter:
     (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>`), ``totals`` by
     label values, which :meth:`fold` adds them to.
 
-    A cell's key is ``(route, status, method, served, tls)`` (``served``: a server was
-    picked, so the exchange is its service's too, not only its router's; ``tls``: the
-    TLS version and cipher of the connection, or None). ``cells``
-    holds them by key; the exchange reads them through ``index`` (served) or
-    ``unserved``: route, then status, then method, nested, whose lookups take no
-    tuple to build or hash. A missing key is made by :meth:`cell`: a method outside
+    A cell's key is ``(route, status, method, served, tls, protocol)`` (``served``: a
+    server was picked, so the exchange is its service's too, not only its router's;
+    ``tls``: the TLS version and cipher of the connection, or None; ``protocol``: the
+    ``protocol`` label, :func:`request_protocol`, and for ``grpc`` and ``grpc-web`` the
+    status is the answer's gRPC status, as Traefik counts them). ``cells`` holds them
+    by key; an exchange answered by the express path's quick response (or not at all)
+    reads them through ``index`` (served) or ``unserved``: route, then status, then
+    method, nested, whose lookups take no tuple to build or hash, and hold ``http``'s
+    cells only. Such an exchange, of a quick request head (no body, no upgrade: see
+    ``RequestParser.quick``) answered by a quick response (``upstream_quick``: a
+    Content-Length body in one read) or not at all, counts as ``http``: reading its
+    ``Accept`` for ``sse`` would cost every express request a scan of its head. Every
+    other exchange (another head, a streamed answer such as an event stream, one edge
+    wrote, a tunnel, an HTTP/2 stream) takes :meth:`cell`, which reads the protocol
+    from its request. A missing key is made by :meth:`cell`: a method outside
     the standard ones counts as ``EXTENSION_METHOD``, in one cell stored under that
     key only, so a client's odd methods make no keys. With ``headerLabels`` the keys
     carry the values of those request headers too and live in ``labelled``, never in
@@ -520,22 +623,39 @@ class Meter:
         # names -> position), and the cells keyed with their values.
         self.headers = {name.lower().encode("latin-1"): i for i, name in enumerate(headers)}
         self.labelled: dict[tuple, Cell] = {}
-        # Label values (router, service, served, code, method, *header values) -> Total.
+        # Label values (router, service, served, code, method, tls, protocol, *header
+        # values) -> Total.
         self.totals: dict[tuple, Total] = {}
         self.retries: dict[str, int] = {}  # service -> retries (Exchange._try_again)
 
     def cell(self, ex: Any) -> Cell:
-        """The cell of exchange ``ex``, which the index lacks (see the class doc)."""
+        """The cell of exchange ``ex``: one the index lacks, or one of an answer that
+        did not take the express path's quick response, whose protocol is read from
+        its request here (see the class doc)."""
         head = ex.head
         known = head.method in KNOWN_METHODS
         method = head.method if known else EXTENSION_METHOD
         served = ex.backend is not None
+        status = ex.status
+        if ex.resp_out is None and head.cut is not None:  # (see the class doc)
+            protocol = HTTP
+        else:
+            protocol = request_protocol(head.headers)
+        if protocol is HTTP:
+            if known and not self.over_tls and not self.headers:
+                index = self.index if served else self.unserved
+                found = index.get(ex.route, _NONE).get(status, _NONE).get(method)
+                if found is not None:
+                    return found
+        elif protocol is GRPC or protocol is GRPC_WEB:
+            status = _grpc_code(ex)  # Traefik's code of a gRPC exchange: its gRPC status
         key = (
             ex.route,
-            ex.status,
+            status,
             method,
             served,
             AccessLogger._tls(ex.conn) if self.over_tls else None,
+            protocol,
         )
         if not served and not self.internals and AccessLogger._internal(ex, ex.route):
             cells = self.internal  # not counted: dropped at the fold
@@ -550,9 +670,9 @@ class Meter:
                 self.fold()
                 return self.cell(ex)
             found = cells[key] = Cell()
-            if (cells is not self.labelled) and known and not self.over_tls:
+            if (cells is not self.labelled) and known and not self.over_tls and protocol is HTTP:
                 index = self.index if served else self.unserved
-                index.setdefault(ex.route, {}).setdefault(ex.status, {})[method] = found
+                index.setdefault(ex.route, {}).setdefault(status, {})[method] = found
             if self.timer is None:
                 self.timer = ex.conn.loop.call_later(FOLD_EVERY, self._fold_due)
         return found
@@ -592,7 +712,7 @@ class Meter:
         self.unserved = {}
         totals = self.totals
         size = len(self.bounds) + 1
-        for (route, status, method, served, tls, *values), cell in cells.items():
+        for (route, status, method, served, tls, protocol, *values), cell in cells.items():
             labels = (
                 route.name if route is not None else "",
                 route.service.name if route is not None else "",
@@ -600,6 +720,7 @@ class Meter:
                 str(status),
                 method.decode("latin-1"),
                 tls,
+                protocol,
                 *(v.decode("latin-1") for v in values),
             )
             total = totals.get(labels)
@@ -614,14 +735,15 @@ class Meter:
 class Registry:
     """One process's metrics: a :class:`Meter` per HTTP entry point, and what is read at
     scrape (``sources``: callables adding their samples, set by whoever owns the state
-    they read)."""
+    they read). ``add_internals``: ``metrics.addInternals``, what edge's own services
+    answer is counted too."""
 
-    def __init__(self, config: Prometheus) -> None:
+    def __init__(self, config: Prometheus, *, add_internals: bool = False) -> None:
         self.config = config
         self.bounds = tuple(sorted(set(config.buckets))) or DEFAULT_BUCKETS
         self.header_labels = tuple(config.header_labels)  # label names (headerLabels)
         self.meters: dict[str, Meter] = {}
-        self._add_internals = False
+        self.add_internals = add_internals
         self.sources: list[Callable[[Samples], None]] = []
         self.shared: Samples | None = None
         """With ``workers: N``, what ``/metrics`` shows: the supervisor's sum of every
@@ -636,18 +758,6 @@ class Registry:
             found = self.meters[entrypoint] = Meter(entrypoint, self.bounds, headers)
             found.internals = found.tls.internals = self.add_internals
         return found
-
-    @property
-    def add_internals(self) -> bool:
-        """``metrics.addInternals``: what edge's own services answer is counted too
-        (set by :func:`watch_dataplane`, from the static configuration)."""
-        return self._add_internals
-
-    @add_internals.setter
-    def add_internals(self, value: bool) -> None:
-        self._add_internals = value
-        for meter in self.meters.values():
-            meter.internals = meter.tls.internals = value
 
     def collect(self) -> Samples:
         """This process's samples now (folds what the meters counted)."""
@@ -671,8 +781,7 @@ class Registry:
         """The samples of one meter's total (its label values ``key``, :meth:`Meter.fold`)
         on entry point ``name``, in each scope the configuration asks for."""
         config = self.config
-        router, service, served, code, method, tls, *values = key
-        protocol = "websocket" if code == "101" else "http"
+        router, service, served, code, method, tls, protocol, *values = key
         scopes: list[tuple[str, tuple[str, ...]]] = []
         if config.add_entry_points_labels:
             scopes.append(("entrypoint", (code, method, protocol, name)))
@@ -813,13 +922,9 @@ class MetricsAnswer(Middleware):
 
 def watch_dataplane(registry: Registry, dataplane: Any) -> None:
     """Have ``registry`` read, at scrape, what a :class:`~edge.app.Dataplane` holds: open
-    connections per entry point, UDP counters and sessions, servers up, certificates;
-    and take ``metrics.addInternals`` from its static configuration."""
+    connections per entry point, UDP counters and sessions, servers up, certificates."""
 
     certs: dict[Any, list] = {}  # certificate file (version) -> what it says
-    static = getattr(dataplane, "static", None)
-    if static is not None and static.metrics is not None:
-        registry.add_internals = static.metrics.add_internals
 
     def read(samples: Samples) -> None:
         for name, ep in dataplane.entrypoints.all.items():

@@ -155,6 +155,7 @@ class General:
         "held_body",
         "origin",  # set by _connect where the access log is on (read with getattr)
         "page_status",
+        "received",
         "req_trailers",
         "resp_held",
         "send_left",
@@ -191,6 +192,7 @@ class General:
         self.spool_iter: Iterator[bytes] | None = None  # ...what of it is still to go upstream
         self.held_body: Any = None  # ...and all of it, once in (a retry sends it again)
         self.req_trailers: list[Header] | None = None  # the request's, for its last chunk
+        self.received = 0  # the request body's bytes read (metrics, the access log)
         self.resp_held = False  # a filter holds the response until its end (Reply.hold)
         self.filtered = False  # the filters ran on this response's head
         self.attempt = 1  # tries of the request (retry)
@@ -851,6 +853,7 @@ class Exchange:
             if not self.express and self.x.tee is not None:
                 self._drop_tee()
             return  # answered already (an error, or an early response): drop
+        self.x.received += len(data)  # (a request with a body is never express_start's)
         if not self.express:
             if self.x.sink is not None:
                 if not self.x.sink.write(data):
@@ -1769,16 +1772,19 @@ class Exchange:
             access_log = ctx.access_log
         if meter is not None:
             head = self.head
-            try:
-                index = meter.index if self.backend is not None else meter.unserved
-                cell = index[self.route][self.status][head.method]
-            except KeyError:
+            if self.resp_out is None and head.cut is not None:  # a quick head, quick answer
+                try:
+                    index = meter.index if self.backend is not None else meter.unserved
+                    cell = index[self.route][self.status][head.method]
+                except KeyError:
+                    cell = meter.cell(self)
+            else:  # any protocol (Traefik's label): the meter reads it from the request
                 cell = meter.cell(self)
             cell.durations.append(duration)
             if duration > meter.first:  # past the first bucket: rare, sorted at the fold
                 cell.slow.append(duration)
             cell.sent.append(self.sent)
-            if head.content_length:
-                cell.req_bytes += head.content_length
+            if head.content_length or head.chunked:  # the body bytes read (General.received)
+                cell.req_bytes += self.x.received
         if access_log is not None:
             access_log(self, duration)

@@ -117,6 +117,32 @@ def test_json_fields_of_a_proxied_request(tmp_path, parser, whoami):
     assert r["downstream_Content-Length"] == str(len(body))
 
 
+def test_a_chunked_upload_s_size_is_the_bytes_sent(tmp_path, parser, whoami):
+    """RequestContentSize is what the client sent, as Traefik counts the bytes read:
+    curl's chunked upload states no length."""
+    log = tmp_path / "access.log"
+    body = tmp_path / "upload.bin"
+    body.write_bytes(bytes(range(256)) * 50)  # 12,800 bytes
+    e = Edge(tmp_path, routes(whoami), parser=parser, static_extra=access_log(log))
+    try:
+        done = subprocess.run(
+            [
+                "curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                "-H", "Host: a.test", "-H", "Transfer-Encoding: chunked",
+                "--data-binary", f"@{body}", e.url + "/up",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )  # fmt: skip
+        assert done.stdout == b"200"
+        (r,) = records(log, 1)
+    finally:
+        e.stop()
+    assert (r["RequestMethod"], r["DownstreamStatus"]) == ("POST", 200)
+    assert r["RequestContentSize"] == 12_800
+
+
 def test_json_fields_of_edge_own_answer(tmp_path, parser, whoami):
     """No router: no RouterName or Service* keys, no origin; a Host without a port."""
     log = tmp_path / "access.log"

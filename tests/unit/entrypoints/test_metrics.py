@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import uvloop
 
+from edge.config.loader import Unsupported, decode_static
 from edge.config.static import Prometheus
 from edge.entrypoints import metrics as metrics_module
 from edge.entrypoints.metrics import (
@@ -274,6 +275,27 @@ def test_a_meter_nobody_scrapes_folds_its_cells_at_a_bound(monkeypatch):
     assert [s.get(EP_TOTAL, code=str(c), method="GET", **EP) for c in range(200, 205)] == [1] * 5
 
 
+def test_metrics_exporters_edge_lacks_are_named_and_ignored():
+    """``metrics.otlp`` (and Traefik's other exporters) only export beside the traffic:
+    edge starts without them, Prometheus still read, and says which it ignores."""
+    notices: list[Unsupported] = []
+    config = {"metrics": {"prometheus": {"addRoutersLabels": True}, "otlp": {"http": {}}}}
+    config["metrics"]["statsD"] = {"address": "localhost:8125"}
+    static = decode_static(config, source="edge.yml", notices=notices)
+    assert static.metrics is not None and static.metrics.prometheus is not None
+    assert static.metrics.prometheus.add_routers_labels
+    assert sorted(str(n) for n in notices) == [
+        "edge.yml: $.metrics.otlp: not supported by this version of edge (ignored)",
+        "edge.yml: $.metrics.statsD: not supported by this version of edge (ignored)",
+    ]
+
+
+def test_add_internals_is_the_registry_s_from_its_start():
+    reg = Registry(Prometheus(), add_internals=True)
+    assert reg.meter("web").internals and reg.meter("web").tls.internals
+    assert not registry().meter("web").internals
+
+
 def test_default_buckets_are_traefik_s():
     assert tuple(Prometheus().buckets) == DEFAULT_BUCKETS == (0.1, 0.3, 1.2, 5.0)
 
@@ -281,6 +303,131 @@ def test_default_buckets_are_traefik_s():
 def test_buckets_must_be_finite():
     with pytest.raises(msgspec.ValidationError, match="buckets"):
         msgspec.convert({"buckets": [1, math.inf]}, Prometheus)
+
+
+# -- the protocol label --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "protocol"),
+    [
+        ([], "http"),
+        ([(b"Accept", b"text/html")], "http"),
+        ([(b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")], "websocket"),
+        ([(b"connection", b"keep-alive, upgrade"), (b"upgrade", b" WebSocket ")], "websocket"),
+        ([(b"Connection", b"upgrade"), (b"Upgrade", b"h2c")], "http"),
+        ([(b"Upgrade", b"websocket")], "http"),
+        ([(b"Accept", b"text/event-stream")], "sse"),
+        ([(b"ACCEPT", b"text/html, Text/Event-Stream")], "sse"),
+        ([(b"Accept", b"text/event-stream;q=0.9")], "http"),  # an item, compared whole
+        ([(b"Accept", b"text/html"), (b"Accept", b"text/event-stream")], "http"),  # the first
+        ([(b"Content-Type", b"application/grpc")], "grpc"),
+        ([(b"content-type", b"application/grpc+proto")], "grpc"),
+        ([(b"Content-Type", b"application/grpc-web-text")], "grpc-web"),
+        ([(b"Content-Type", b"Application/gRPC")], "http"),  # a prefix, as sent
+        (
+            [(b"Content-Type", b"application/grpc"), (b"Accept", b"text/event-stream")],
+            "sse",
+        ),
+        (
+            [
+                (b"Accept", b"text/event-stream"),
+                (b"Connection", b"upgrade"),
+                (b"Upgrade", b"websocket"),
+            ],
+            "websocket",
+        ),
+    ],
+)
+def test_the_protocol_is_read_from_the_request_as_traefik_reads_it(fields, protocol):
+    assert metrics_module.request_protocol(fields) == protocol
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        *[(b"0", 0), (b" 3", 3), (b"16", 16), (b'"NOT_FOUND"', 5)],
+        *[(b"17", 2), (b"-1", 2), (b"x", 2), (b"", 2), (None, 2)],
+    ],
+)
+def test_a_grpc_status_is_its_number_and_unknown_when_it_does_not_read(value, code):
+    assert metrics_module.grpc_status(value) == code
+
+
+SSE = b"Accept: text/event-stream\r\n"
+STREAM = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"c\r\ndata: tick\n\n\r\n0\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_an_event_stream_counts_as_sse_beside_plain_requests(codec):
+    """A request asking for an event stream is ``sse`` whatever came before it on the
+    same route, status and method (the express path's cell of plain ``http``); the
+    express path's quick answer (Content-Length, in one read: httptools' quick
+    parses) to one counts as ``http``, h11's general path reads every request."""
+    reg = registry(add_routers_labels=True)
+    edge = Edge(reg, codec)
+    for request, response in [
+        (get(headers=SSE), STREAM),
+        (get(), OK),
+        (get(), OK),
+        (get(headers=SSE), STREAM),
+        (get(headers=SSE), OK),
+    ]:
+        assert edge.exchange(request, response).startswith(b"HTTP/1.1 200")
+    edge.close()
+    s = reg.collect()
+    get_ok = {"code": "200", "method": "GET"}
+    quick = 1 if codec == "httptools" else 0
+    assert s.get(EP_TOTAL, **get_ok, protocol="sse", entrypoint="web") == 3 - quick
+    assert s.get(EP_TOTAL, **get_ok, **EP) == 2 + quick
+    router = {**ROUTER, "protocol": "sse"}
+    assert s.get("traefik_router_requests_total", **get_ok, **router) == 3 - quick
+    streamed = s.get("traefik_entrypoint_responses_bytes_total", **get_ok, protocol="sse", entrypoint="web")  # fmt: skip
+    assert streamed == 24 + 12 * (1 - quick)
+
+
+def test_grpc_web_counts_its_grpc_status_as_the_code():
+    reg = registry()
+    edge = Edge(reg)
+    call = (
+        b"POST /edge.Echo/Unary HTTP/1.1\r\nHost: bench.local\r\n"
+        b"Content-Type: application/grpc-web+proto\r\nContent-Length: 5\r\n\r\n\x00\x00\x00\x00\x00"
+    )
+    for status in (b"5", b"5", b"0"):
+        answer = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/grpc-web+proto\r\n"
+            b"Grpc-Status: %s\r\nContent-Length: 0\r\n\r\n" % status
+        )
+        assert edge.exchange(call, answer).startswith(b"HTTP/1.1 200")
+    no_status = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/grpc-web+proto\r\nContent-Length: 0\r\n\r\n"
+    )
+    edge.exchange(call, no_status)
+    edge.close()
+    s = reg.collect()
+    grpc_web = {"method": "POST", "protocol": "grpc-web", "entrypoint": "web"}
+    assert s.get(EP_TOTAL, code="5", **grpc_web) == 2
+    assert s.get(EP_TOTAL, code="0", **grpc_web) == 1
+    assert s.get(EP_TOTAL, code="2", **grpc_web) == 1  # no status: Unknown
+    assert s.get("traefik_entrypoint_requests_bytes_total", code="5", **grpc_web) == 10
+    assert "200" not in {labels[0] for labels in s.values[EP_TOTAL]}
+
+
+@pytest.mark.parametrize("codec", ["httptools", "h11"])
+def test_a_chunked_request_body_counts_the_bytes_read(codec):
+    reg = registry()
+    edge = Edge(reg, codec)
+    chunked = (
+        b"POST /up HTTP/1.1\r\nHost: bench.local\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+    )
+    assert edge.exchange(chunked).startswith(b"HTTP/1.1 200")
+    edge.close()
+    s = reg.collect()
+    assert s.get("traefik_entrypoint_requests_bytes_total", code="200", method="POST", **EP) == 12
 
 
 # -- several processes --------------------------------------------------------------------
