@@ -237,7 +237,7 @@ CASES = [
     Case(
         "service-errors.toml", "an empty service beside a good one", "partly: the empty service and its router disabled",
         (
-            "dynamic configuration: {dir}/service-errors.toml: $.http.services.empty: a service must have exactly one of: loadBalancer, weighted, failover, mirroring (disabled)",
+            "dynamic configuration: {dir}/service-errors.toml: $.http.services.empty: a service must have exactly one of: loadBalancer, weighted, failover, mirroring, highestRandomWeight (disabled)",
             "router to-good@file: enabled",
             "router to-empty@file: disabled: service 'empty@file' is disabled: $.http.services.empty: a service must have exactly one of",
         ),
