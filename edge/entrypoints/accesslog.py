@@ -19,8 +19,7 @@ body bytes read from the client, chunked or not, as Traefik counts them), ``Down
 ``DownstreamContentSize`` (body bytes sent), ``OriginStatus``, ``OriginContentSize``
 and ``OriginDuration`` (of the server's answer: 0 when no server was tried; an error
 edge answered for the server, a 502 or 504, counts as its answer, as in Traefik),
-``Overhead`` (``Duration`` less ``OriginDuration``; the express path routes and sends
-in the call that read the request: 0), ``Duration`` (nanoseconds, from the request's
+``Overhead`` (``Duration`` less ``OriginDuration``), ``Duration`` (nanoseconds, from the request's
 head to its answer's end), ``RouterName``, ``ServiceName`` (the load balancer whose
 server was picked), ``ServiceURL``, ``ServiceAddr``, ``entryPointName``,
 ``RetryAttempts`` (the ``retry`` middleware's), ``RequestCount`` (this process's
@@ -644,9 +643,9 @@ class AccessLogger:
             client_host = self._forwarded_for(head.headers) or ip
         ns = int(duration * 1e9)
         if backend is not None:
-            # An express route's exchange may have no General (the express path):
-            # it went upstream in the call that read it.
-            origin = 0.0 if route is None or route.express else getattr(ex.x, "origin", 0.0)
+            # When the request went upstream: the express path's own stamp (it has no
+            # General), else the general path's.
+            origin = getattr(ex, "origin", 0.0) or getattr(getattr(ex, "x", None), "origin", 0.0)
             origin_ns = ns - int((origin - ex.started) * 1e9) if origin else ns
             origin_status = status
             origin_size = sent

@@ -214,6 +214,7 @@ class Exchange:
         "head",
         "header_timer",
         "keep_alive",
+        "origin",  # set by express_start where the access log is on (read with getattr)
         "req_done",
         "resp_chunked",
         "resp_done",
@@ -283,6 +284,8 @@ class Exchange:
         self.req_done = True
         self.route = route
         self.backend = backend
+        if route.record is not None:  # the access log's OriginDuration runs from here
+            self.origin = perf_counter()
         # What forward.upstream_request writes for it (a quick HTTP/1.1 head in
         # origin-form, to a connection kept alive: its cut, passed through), without
         # the calls; test_express compares the bytes with the general path's.

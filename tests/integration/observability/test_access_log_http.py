@@ -143,6 +143,23 @@ def test_a_chunked_upload_s_size_is_the_bytes_sent(tmp_path, parser, whoami):
     assert r["RequestContentSize"] == 12_800
 
 
+def test_a_plain_get_s_overhead_is_edge_s_own_time(tmp_path, parser, whoami):
+    """Overhead is Duration less OriginDuration on the express path too (a route
+    without middlewares, a plain GET: httptools' quick parse), not 0."""
+    log = tmp_path / "access.log"
+    e = Edge(tmp_path, routes(whoami), parser=parser, static_extra=access_log(log))
+    try:
+        for _ in range(3):
+            status, _, _ = get(e.port, "/plain", host="a.test")
+            assert status == 200
+        lines = records(log, 3)
+    finally:
+        e.stop()
+    for r in lines:
+        assert 0 < r["OriginDuration"] < r["Duration"]
+        assert r["Overhead"] == r["Duration"] - r["OriginDuration"] > 0
+
+
 def test_json_fields_of_edge_own_answer(tmp_path, parser, whoami):
     """No router: no RouterName or Service* keys, no origin; a Host without a port."""
     log = tmp_path / "access.log"
