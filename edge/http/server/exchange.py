@@ -1778,7 +1778,7 @@ class Exchange:
             if self.resp_out is None and head.cut is not None:  # a quick head, quick answer
                 try:
                     index = meter.index if self.backend is not None else meter.unserved
-                    cell = index[self.route][self.status][head.method]
+                    cell = index[route][self.status][head.method]
                 except KeyError:
                     cell = meter.cell(self)
             else:  # any protocol (Traefik's label): the meter reads it from the request
