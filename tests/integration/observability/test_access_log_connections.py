@@ -96,7 +96,11 @@ def test_a_tcp_connection_whose_dial_failed(tmp_path):
     try:
         with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
             s.sendall(b"anyone?")
-            assert s.recv(1) == b""
+            try:
+                closed = s.recv(1)
+            except ConnectionResetError:  # closed while "anyone?" was still unread
+                closed = b""
+            assert closed == b""
         (line,) = wait_lines(log, 1)
     finally:
         e.stop()
