@@ -5,14 +5,16 @@ counters become :class:`Samples` (plain, serializable data), how the samples of
 several processes are summed (``workers: N``: the supervisor's one view), and the
 text exposition format 0.0.4 they are rendered in.
 
-Invariant: a finished HTTP exchange costs three small lookups for its cell (route,
-status, method: no tuple built), two list appends and a float compare, made by the exchange itself
+Invariant: a finished HTTP exchange of a quick head with a quick answer (the express
+path's) costs three small lookups for its cell (route, status, method: no tuple
+built), two list appends and a float compare, made by the exchange itself
 (:meth:`Exchange.log <edge.http.server.exchange.Exchange.log>` reads its entry point's
-:class:`Meter`, no call); the cell of a key is made once and reused. Sums, histogram
-buckets, label strings and the text are made only when the cells are folded (every
-scrape, and at least every :data:`FOLD_EVERY`) or ``/metrics`` is read. A fold starts
-new cells, so cells never hold on to the routes of a configuration gone, and a flood of
-odd methods costs one cell, ``EXTENSION_METHOD``.
+:class:`Meter`, no call); any other also has its request's ``protocol`` label read
+(:func:`request_protocol`, in :meth:`Meter.cell`). The cell of a key is made once and
+reused. Sums, histogram buckets, label strings and the text are made only when the
+cells are folded (every scrape, and at least every :data:`FOLD_EVERY`) or ``/metrics``
+is read. A fold starts new cells, so cells never hold on to the routes of a
+configuration gone, and a flood of odd methods costs one cell, ``EXTENSION_METHOD``.
 
 Everything else is read where it already lives, at scrape: open connections from the
 entry points' connection sets, UDP counters from the datagram proxies, server health

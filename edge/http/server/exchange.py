@@ -1783,11 +1783,11 @@ class Exchange:
                     cell = meter.cell(self)
             else:  # any protocol (Traefik's label): the meter reads it from the request
                 cell = meter.cell(self)
+                if head.content_length or head.chunked:  # (a quick head has no body)
+                    cell.req_bytes += self.x.received  # the body bytes read
             cell.durations.append(duration)
             if duration > meter.first:  # past the first bucket: rare, sorted at the fold
                 cell.slow.append(duration)
             cell.sent.append(self.sent)
-            if head.content_length or head.chunked:  # the body bytes read (General.received)
-                cell.req_bytes += self.x.received
         if access_log is not None:
             access_log(self, duration)
