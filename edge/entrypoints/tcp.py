@@ -54,7 +54,7 @@ from edge.http.codec.parsers import parser_classes
 from edge.http.middlewares import Answer, Forward, Middleware, Pipeline
 from edge.http.middlewares.builtin import RedirectScheme
 from edge.http.server.connection import Arrival, HTTPConnection, HTTPContext, Router
-from edge.router.http import EMPTY_ROUTER, HTTPRouter, Route
+from edge.router.http import EMPTY_ROUTER, UNOBSERVED, HTTPRouter, Observers, Route
 from edge.router.set import EMPTY_SET, RouterSet
 from edge.router.tcp import TCPRouter
 from edge.rules import RouteTable
@@ -182,7 +182,7 @@ class TCPEntryPoint:
         """Serve ``routers`` from now on (each slot is one assignment)."""
         self.routers = routers
         self.http.router = (
-            RedirectRouter(self.name, self.redirect, routers.http)
+            RedirectRouter(self.name, self.redirect, routers.http, _observers(self.http))
             if self.redirect
             else routers.http
         )
@@ -211,7 +211,9 @@ class TCPEntryPoint:
         https = self.routers.https or EMPTY_ROUTER
         tcp = self.routers.tcp
         return (
-            SNICheckRouter(https, options, tcp) if tcp is not None and tcp.mixed_options else https
+            SNICheckRouter(https, options, tcp, _observers(self.https_checked[options]))
+            if tcp is not None and tcp.mixed_options
+            else https
         )
 
     def bound(self, ports: dict[str, int]) -> None:
@@ -350,6 +352,14 @@ SHED = Shed()  # stateless: one serves every shed connection
 # -- TLS options and the Host: Traefik's snicheck -------------------------------------------
 
 
+def _observers(ctx: HTTPContext) -> Observers:
+    """What the entry point's own routes (a redirect, the 421 of a misdirected host)
+    report to: the context's meter and access log, as an exchange no route took does;
+    the meter and the log leave them out unless ``addInternals`` (their names end in
+    ``@internal``)."""
+    return Observers(ctx.metrics, ctx.access_log)
+
+
 class SNICheckRouter:
     """The HTTPS router of connections whose handshake used TLS options ``options``,
     on an entry point whose HTTPS hosts do not all share one options name.
@@ -365,7 +375,9 @@ class SNICheckRouter:
 
     __slots__ = ("by_host", "inner", "misdirected", "options", "tcp")
 
-    def __init__(self, inner: HTTPRouter, options: str, tcp: TCPRouter) -> None:
+    def __init__(
+        self, inner: HTTPRouter, options: str, tcp: TCPRouter, observers: Observers = UNOBSERVED
+    ) -> None:
         self.inner = inner
         self.options = options
         self.tcp = tcp
@@ -378,6 +390,7 @@ class SNICheckRouter:
             "snicheck@internal",
             _NoService(),  # type: ignore[arg-type]
             Pipeline([_Misdirected(options)]),
+            observers=observers,
         )
 
     def match(self, view) -> Route | None:
@@ -455,12 +468,28 @@ class RedirectRouter:
 
     __slots__ = ("above", "by_host", "get", "inner", "other")
 
-    def __init__(self, entry_point: str, redirect: RedirectEntryPoint, inner: HTTPRouter) -> None:
+    def __init__(
+        self,
+        entry_point: str,
+        redirect: RedirectEntryPoint,
+        inner: HTTPRouter,
+        observers: Observers = UNOBSERVED,
+    ) -> None:
         name = f"{entry_point}-to-{redirect.to.lstrip(':')}@internal"
         middleware = f"redirect-{name}"
         get, other = (301, 308) if redirect.permanent else (302, 307)
-        self.get = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, get)]))  # type: ignore[arg-type]
-        self.other = Route(name, _NoService(), Pipeline([_Redirect(middleware, redirect, other)]))  # type: ignore[arg-type]
+        self.get = Route(
+            name,
+            _NoService(),  # type: ignore[arg-type]
+            Pipeline([_Redirect(middleware, redirect, get)]),
+            observers=observers,
+        )
+        self.other = Route(
+            name,
+            _NoService(),  # type: ignore[arg-type]
+            Pipeline([_Redirect(middleware, redirect, other)]),
+            observers=observers,
+        )
         self.inner = inner
         # The routers ranked above the redirect, in their own table (usually none).
         above = [entry for entry in inner.table.entries if entry[2] > redirect.priority]

@@ -411,6 +411,38 @@ def test_internal_answers_only_with_add_internals(tmp_path, whoami, internals):
         assert paths == ["/routed"]
 
 
+@pytest.mark.parametrize("internals", [False, True])
+def test_an_entry_point_redirect_is_logged_only_with_add_internals(tmp_path, whoami, internals):
+    """An entry point's redirect is its router ``web-to-websecure@internal``: logged
+    with addInternals only, as edge's other own answers."""
+    log = tmp_path / "access.log"
+    eps = {
+        "web": {
+            "address": "127.0.0.1:0",
+            "http": {"redirections": {"entryPoint": {"to": "websecure"}}},
+        },
+        "websecure": {"address": "127.0.0.1:0"},
+    }
+    e = Edge(
+        tmp_path,
+        routes(whoami),
+        entrypoints=eps,
+        static_extra=access_log(log, addInternals=internals),
+    )
+    try:
+        assert get(e.ports["web"], "/moved", host="a.test")[0] == 301
+        assert get(e.ports["websecure"], "/routed", host="a.test")[0] == 200
+        lines = records(log, 2 if internals else 1)
+        time.sleep(0.3)
+        lines = records(log, len(lines))
+    finally:
+        e.stop()
+    seen = [(r["RequestPath"], r["DownstreamStatus"], r.get("RouterName")) for r in lines]
+    moved = ("/moved", 301, "web-to-websecure@internal")
+    assert (moved in seen) is internals, seen
+    assert ("/routed", 200, "a@file") in seen, seen
+
+
 def test_an_http2_request(tmp_path, whoami):
     """A stream of an HTTP/2 connection (h2c, prior knowledge) is a line of its own."""
     log = tmp_path / "access.log"
