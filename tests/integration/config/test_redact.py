@@ -25,7 +25,9 @@ from tests.integration.http.test_redis_limit import REDIS, RedisServer
 from tests.integration.observability.otlp import Collector
 from tests.integration.peers import https_get
 
-pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
+pytestmark = pytest.mark.skipif(
+    REDIS is None, reason="redis-server is not installed (apt-get install redis-server)"
+)
 
 REDIS_PASSWORD = "redis-" + secrets.token_hex(12)
 OTLP_TOKEN = "otlp-" + secrets.token_hex(12)

@@ -13,7 +13,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +25,13 @@ from edge.config.runtime import build_runtime
 from edge.http.server.exchange import Exchange
 from tests.harness import Edge, lb
 from tests.integration.observability.metrics_text import scrape
-from tests.integration.observability.otlp import Collector
 from tests.integration.peers import curl
 
 SERVER = 2  # OTLP's span kind
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    c = Collector()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(autouse=True)
-def quick_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Edge posts spans every 100 ms, not every 5 s."""
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+pytestmark = pytest.mark.usefixtures("quick_batches")  # conftest.py
 
 
 def router(name: str, entry_point: str = "web", **observability: Any) -> dict:

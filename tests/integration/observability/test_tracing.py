@@ -11,7 +11,6 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,17 +25,7 @@ OTHER = "00-11111111111111111111111111111111-2222222222222222-01"
 SERVER, CLIENT = 2, 3  # OTLP's span kinds
 
 
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    c = Collector()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(autouse=True)
-def quick_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Edge (a child of this process) posts spans every 100 ms, not every 5 s."""
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+pytestmark = pytest.mark.usefixtures("quick_batches")  # conftest.py
 
 
 def routes(whoami, **extra) -> dict:
