@@ -209,6 +209,24 @@ def https_get(port: int, host: str, path: str = "/", ca: str | None = None) -> t
     return status, json.loads(body) if body.startswith(b"{") else {}
 
 
+def send_until(port: int, data: bytes, expect: bytes, timeout: float = 10) -> bytes:
+    """Send ``data`` on a new connection to 127.0.0.1:``port``; read until ``expect``
+    arrives, the server closes or resets, or ``timeout`` passes: what was read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        got = b""
+        deadline = time.monotonic() + timeout
+        while expect not in got and time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except (TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
 def recv_all(sock: socket.socket, timeout: float = 10) -> bytes:
     chunks = []
     deadline = time.monotonic() + timeout

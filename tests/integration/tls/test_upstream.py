@@ -31,7 +31,7 @@ from edge.config.runtime import build_runtime
 from tests.fixtures.tls.pki import PKI
 from tests.harness import ROOT, Edge, get, lb, need
 from tests.integration import peers
-from tests.integration.peers import Process, free_port, running
+from tests.integration.peers import Process, free_port, running, send_until
 
 # -- validation, pure ----------------------------------------------------------------------
 
@@ -348,23 +348,6 @@ def s_server(files: dict, *extra: str) -> Process:
     return peers.s_server(crt, key, *extra)
 
 
-def ask(port: int, data: bytes, expect: bytes, timeout: float = 10) -> bytes:
-    """Send ``data`` on a new connection; read until ``expect`` arrives or the server closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(data)
-        got = b""
-        deadline = time.monotonic() + timeout
-        while expect not in got and time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except (TimeoutError, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            got += chunk
-        return got
-
-
 @pytest.fixture(scope="module")
 def tcp_edge(tmp_path_factory, files, nginx):
     plain = s_server(files)
@@ -411,12 +394,12 @@ def tcp_edge(tmp_path_factory, files, nginx):
 
 def test_tcp_server_with_tls_gets_a_tls_connection_from_edge(tcp_edge):
     # s_server speaks only TLS; the reversed line comes back through edge's re-encryption.
-    got = ask(tcp_edge.ports["reencrypt"], b"hello edge\n", b"egde olleh")
+    got = send_until(tcp_edge.ports["reencrypt"], b"hello edge\n", b"egde olleh")
     assert b"egde olleh" in got, got
 
 
 def test_tcp_server_not_verified_by_the_transport_is_not_reached(tcp_edge):
-    got = ask(tcp_edge.ports["unverified"], b"hello edge\n", b"egde olleh")
+    got = send_until(tcp_edge.ports["unverified"], b"hello edge\n", b"egde olleh")
     assert got == b""
     tcp_edge.wait_for(
         r"tcp router unverified@file: service unverified@file: dial .*handshake failed: CERTIFICATE_VERIFY_FAILED"
@@ -424,9 +407,9 @@ def test_tcp_server_not_verified_by_the_transport_is_not_reached(tcp_edge):
 
 
 def test_tcp_transport_presents_its_client_certificate(tcp_edge):
-    assert b"egde olleh" in ask(tcp_edge.ports["clientcert"], b"hello edge\n", b"egde olleh")
+    assert b"egde olleh" in send_until(tcp_edge.ports["clientcert"], b"hello edge\n", b"egde olleh")
     # the same server refuses edge when the transport has no certificate to present
-    assert b"egde olleh" not in ask(
+    assert b"egde olleh" not in send_until(
         tcp_edge.ports["nocert"], b"hello edge\n", b"egde olleh", timeout=5
     )
 
@@ -686,7 +669,7 @@ def test_static_tcp_servers_transport_is_the_default_of_every_tcp_service(tmp_pa
     static = {"tcpServersTransport": {"dialTimeout": "5s", "tls": {"insecureSkipVerify": True}}}
     e = Edge(tmp_path, dynamic, static_extra=static)
     try:
-        got = ask(e.port, b"hello edge\n", b"egde olleh")
+        got = send_until(e.port, b"hello edge\n", b"egde olleh")
         assert b"egde olleh" in got, got
     finally:
         e.stop()

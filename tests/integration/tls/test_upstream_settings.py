@@ -12,8 +12,6 @@ reached the server over TLS).
 from __future__ import annotations
 
 import datetime
-import socket
-import time
 
 import pytest
 from cryptography import x509
@@ -22,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.fixtures.tls.pki import PKI, Pair
 from tests.harness import Edge, get, lb, need
-from tests.integration.peers import Process
+from tests.integration.peers import Process, send_until
 
 SPIFFE = "spiffe://edge.test/ns/default/sa/backend"
 
@@ -232,19 +230,7 @@ def test_peer_cert_uri_with_insecure_skip_verify_still_verifies_the_chain(edge):
 
 
 def reversed_line(port: int, timeout: float = 10) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(b"hello edge\n")
-        got = b""
-        deadline = time.monotonic() + timeout
-        while b"egde olleh" not in got and time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except (TimeoutError, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            got += chunk
-        return got
+    return send_until(port, b"hello edge\n", b"egde olleh", timeout)
 
 
 def test_tcp_transport_peer_cert_sans(edge):
