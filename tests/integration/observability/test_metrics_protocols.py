@@ -19,6 +19,16 @@ TOTAL = "traefik_entrypoint_requests_total"
 METRICS = {"metrics": {"prometheus": {"addRoutersLabels": True}}}
 
 
+def a_router(whoami) -> dict:
+    """Router ``a`` (Host a.test) to ``whoami``."""
+    return {
+        "http": {
+            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
+            "services": {"s": lb(whoami.url)},
+        }
+    }
+
+
 class EventStream(ThreadedServer):
     """Answers each request with an event stream of three events (chunked), ended."""
 
@@ -78,13 +88,7 @@ def test_event_streams_count_as_sse_and_plain_requests_as_http(tmp_path, whoami)
 def test_a_websocket_upgrade_edge_refuses_is_websocket_s(tmp_path, whoami):
     """Traefik reads the protocol from the request: an upgrade no router takes is
     ``websocket``'s 404, not ``http``'s."""
-    dynamic = {
-        "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
-            "services": {"s": lb(whoami.url)},
-        }
-    }
-    e = Edge(tmp_path, dynamic, static_extra=METRICS)
+    e = Edge(tmp_path, a_router(whoami), static_extra=METRICS)
     try:
         upgrade = ["-H", "Connection: Upgrade", "-H", "Upgrade: websocket"]
         upgrade += ["-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "-H", "Sec-WebSocket-Version: 13"]  # fmt: skip
@@ -137,13 +141,7 @@ def test_grpc_calls_count_as_grpc_by_their_grpc_status(tmp_path, echo):
 def test_a_chunked_upload_counts_the_bytes_sent(tmp_path, whoami):
     body = tmp_path / "upload.bin"
     body.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes
-    dynamic = {
-        "http": {
-            "routers": {"a": {"rule": "Host(`a.test`)", "service": "s"}},
-            "services": {"s": lb(whoami.url)},
-        }
-    }
-    e = Edge(tmp_path, dynamic, static_extra=METRICS)
+    e = Edge(tmp_path, a_router(whoami), static_extra=METRICS)
     try:
         chunked = ["-H", "Transfer-Encoding: chunked", "--data-binary", f"@{body}"]
         out = curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: a.test", *chunked, e.url + "/up")  # fmt: skip
